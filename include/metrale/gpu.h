@@ -1,0 +1,298 @@
+/*
+ * metrale/gpu.h - the backend interface: one device, its memory, streams, events, graphs
+ * and kernels. Every backend (CPU, CUDA, Metal) implements the same calls; the CPU backend
+ * really computes and is the reference the others are checked against.
+ *
+ * Typical call sequence of an inference engine:
+ *
+ *   mg_backend *b;
+ *   mg_backend_open(MG_BACKEND_AUTO, 0, &b);          // best backend present
+ *   mg_devptr w;  mg_alloc(b, bytes, &w);             // weights; ledger records file:line
+ *   mg_copy_h2d(b, w, host_weights, bytes);
+ *   mg_stream *s;  mg_stream_create(b, &s);
+ *   mg_kernel *k;  mg_kernel_lookup(b, "metrale", "vector_add", &k);
+ *   mg_launch l;   mg_launch_init(&l, grid, block, 0);   // see metrale/launch.h
+ *   mg_launch_arg_ptr(&l, x); ...; mg_launch_run(b, k, s, &l);
+ *   mg_graph_begin_capture(s); ...step...; mg_graph_end_capture(s, &g);
+ *   for each step: mg_graph_launch(g, s); mg_stream_synchronize(s);
+ *   mg_backend_close(b);                              // frees what is still live
+ *
+ * Conventions a caller may rely on:
+ *  - Handles are opaque. Passing a handle of another backend, or NULL where one is required,
+ *    is MG_ERR_INVALID_ARGUMENT and touches nothing.
+ *  - Device memory is addressed by mg_devptr; 0 is null. An interior pointer (base + offset)
+ *    is a valid argument everywhere a device pointer is taken, except mg_free.
+ *  - Calls named *_async are ordered on their stream and return before the work is done;
+ *    everything else is blocking. A NULL stream means the backend's default stream, which is
+ *    non-blocking with respect to other streams.
+ *  - No call blocks, synchronizes, allocates or copies synchronously on a stream that is being
+ *    captured: such calls return MG_ERR_CAPTURING instead (CUDA would fail with error 901 and
+ *    invalidate the capture).
+ *  - After a sticky device fault every call on that backend fails fast with
+ *    MG_ERR_DEVICE_FAULT and the original message; free paths still succeed.
+ */
+#ifndef METRALE_GPU_H
+#define METRALE_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "metrale/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MG_API_VERSION 1
+
+typedef uint64_t mg_devptr; /* device address; 0 is null */
+
+typedef struct mg_backend mg_backend; /* one device of one backend kind */
+typedef struct mg_stream mg_stream;   /* in-order queue of work */
+typedef struct mg_event mg_event;     /* a point in a stream's work, with a timestamp */
+typedef struct mg_graph mg_graph;     /* an executable captured graph */
+typedef struct mg_kernel mg_kernel;   /* a launchable function, owned by its backend */
+typedef struct mg_launch mg_launch;   /* launch builder, metrale/launch.h */
+
+typedef struct mg_dim3 {
+    uint32_t x, y, z;
+} mg_dim3;
+
+/* ------------------------------------------------------------------ backends */
+
+typedef enum mg_backend_kind {
+    MG_BACKEND_CPU = 0,
+    MG_BACKEND_CUDA = 1,
+    MG_BACKEND_METAL = 2,
+    MG_BACKEND_AUTO = 3, /* mg_backend_open only: CUDA, then Metal, then CPU */
+} mg_backend_kind;
+
+/* "cpu", "cuda", "metal", "auto". */
+const char *mg_backend_kind_name(mg_backend_kind kind);
+/* Parses the names above; MG_ERR_INVALID_ARGUMENT for anything else. */
+mg_status mg_backend_kind_parse(const char *name, mg_backend_kind *out);
+
+/* What a backend kind is on this machine, without opening it. */
+typedef struct mg_backend_probe {
+    bool compiled_in;  /* this build contains the backend */
+    bool usable;       /* it can be opened here (driver found, a device present) */
+    int device_count;  /* devices it can open; 0 when not usable */
+    char reason[256];  /* when not usable, why: e.g. "libcuda.so.1 not found" */
+} mg_backend_probe;
+
+/* Never fails for a valid kind (not AUTO): unusable is reported through the struct. */
+mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out);
+
+/* Opens device `device` of `kind`. AUTO picks the first usable kind (CUDA, Metal, CPU).
+ * One backend per (kind, device) at a time within a process: opening it again while open
+ * is MG_ERR_BUSY. Backends of different devices coexist. */
+mg_status mg_backend_open(mg_backend_kind kind, int device, mg_backend **out);
+
+/* Synchronizes, destroys every stream, event, graph and kernel handle, frees every live
+ * allocation (reporting nothing; call mg_ledger_sweep first to see them) and the backend.
+ * NULL is a no-op. Returns the first error met, but always releases everything. */
+mg_status mg_backend_close(mg_backend *b);
+
+mg_backend_kind mg_backend_get_kind(const mg_backend *b);
+
+typedef struct mg_device_info {
+    char name[128];            /* e.g. "NVIDIA H200", "CPU (x86_64, 2 threads)" */
+    uint64_t total_bytes;      /* device memory */
+    int multiprocessors;       /* SMs; CPU: logical cores */
+    int cc_major, cc_minor;    /* compute capability; 0.0 for non-CUDA */
+    bool integrated;           /* shares memory with the host */
+    uint64_t l2_bytes;         /* 0 if unknown */
+    uint32_t max_shared_per_block_optin; /* bytes of dynamic shared memory a launch may ask */
+    char driver[64];           /* driver / runtime version text */
+} mg_device_info;
+
+mg_status mg_device_get_info(mg_backend *b, mg_device_info *out);
+
+/* Memory the backend can still hand out. For integrated GPUs this is
+ * max(driver free, host MemAvailable), because the driver undercounts shared memory. */
+mg_status mg_memory_free_bytes(mg_backend *b, uint64_t *free_bytes, uint64_t *total_bytes);
+/* The driver's own free figure, without the integrated-GPU adjustment. */
+mg_status mg_memory_device_free_bytes(mg_backend *b, uint64_t *free_bytes);
+
+/* Capabilities are asked, never discovered by failing. */
+typedef enum mg_capability {
+    MG_CAP_MANAGED_MEMORY = 0,  /* mg_alloc_managed */
+    MG_CAP_GRAPHS,              /* stream capture and graph replay */
+    MG_CAP_GRAPH_UPDATE,        /* in-place update of an executable graph */
+    MG_CAP_PINNED_HOST,         /* mg_host_alloc returns page-locked memory */
+    MG_CAP_HOST_DEVICE_POINTER, /* mg_host_device_pointer works */
+    MG_CAP_MODULES,             /* mg_module_load of PTX / cubin / fatbin */
+    MG_CAP_EVENT_TIMING,        /* mg_event_elapsed_ms */
+    MG_CAP_OP_GEMM_BF16,        /* metrale/ops_gemm.h */
+    MG_CAP_OP_GEMM_FP8,
+    MG_CAP_OP_ATTENTION_RAGGED, /* metrale/ops_attention.h */
+    MG_CAP_OP_NVFP4,
+    MG_CAP_OP_MLX_INT8,
+    MG_CAP_COUNT
+} mg_capability;
+
+bool mg_backend_supports(const mg_backend *b, mg_capability cap);
+
+/* ------------------------------------------------------------------ memory */
+
+typedef enum mg_alloc_kind {
+    MG_ALLOC_DEVICE = 0,  /* plain device memory */
+    MG_ALLOC_MANAGED = 1, /* unified memory (MG_CAP_MANAGED_MEMORY) */
+    MG_ALLOC_ARENA = 2,   /* device memory backing a buffer arena; one ledger entry each */
+} mg_alloc_kind;
+
+/* Allocates `bytes` (> 0) of device memory, aligned to at least 256 bytes, contents
+ * undefined. The ledger records the bytes and the call site (file, line); use the macros
+ * below so the site is the caller's. Not allowed while any stream of `b` is capturing
+ * (MG_ERR_CAPTURING). */
+mg_status mg_alloc_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_devptr *out,
+                      const char *file, int line);
+#define mg_alloc(b, bytes, out) mg_alloc_at((b), (bytes), MG_ALLOC_DEVICE, (out), __FILE__, __LINE__)
+#define mg_alloc_managed(b, bytes, out)                                                        \
+    mg_alloc_at((b), (bytes), MG_ALLOC_MANAGED, (out), __FILE__, __LINE__)
+
+/* Frees an allocation by its base address. 0 is a no-op. An interior pointer, an address
+ * never allocated or one already freed is MG_ERR_INVALID_ARGUMENT and frees nothing. */
+mg_status mg_free(mg_backend *b, mg_devptr ptr);
+
+/* ------------------------------------------------------------------ ledger */
+
+/* Bytes and count of live allocations (device, managed and arena). */
+mg_status mg_ledger_live(mg_backend *b, uint64_t *live_bytes, uint64_t *live_count);
+
+typedef struct mg_ledger_site {
+    const char *file; /* as passed to mg_alloc_at; static storage */
+    int line;
+    uint64_t bytes;   /* live bytes allocated from this site */
+    uint64_t count;   /* live allocations from this site */
+} mg_ledger_site;
+
+/* The call sites holding at least `min_bytes` live, largest first. Writes up to `max_sites`
+ * entries to `out` and the number written to `*written`. */
+mg_status mg_ledger_top_sites(mg_backend *b, uint64_t min_bytes, mg_ledger_site *out,
+                              size_t max_sites, size_t *written);
+
+/* Prints the top-N sites (as above) and the totals to `f`, one line each. */
+mg_status mg_ledger_report(mg_backend *b, FILE *f, size_t top_n, uint64_t min_bytes);
+
+/* Frees everything still live and says how much that was. For teardown and leak tests. */
+mg_status mg_ledger_sweep(mg_backend *b, uint64_t *freed_bytes, uint64_t *freed_count);
+
+/* ------------------------------------------------------------------ copies and memsets */
+
+/* Blocking copies: on return the data has arrived. Device ranges must lie inside one live
+ * allocation (backends that can tell check this; the CPU backend always does). bytes == 0
+ * is a no-op that still validates the handles. */
+mg_status mg_copy_h2d(mg_backend *b, mg_devptr dst, const void *src, size_t bytes);
+mg_status mg_copy_d2h(mg_backend *b, void *dst, mg_devptr src, size_t bytes);
+mg_status mg_copy_d2d(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes);
+
+/* Stream-ordered host-to-device copy. The caller may reuse or free `src` as soon as this
+ * returns: pageable sources are staged through pinned buffers, registered pinned sources
+ * (metrale/pinned.h) are copied from directly once it is safe. */
+mg_status mg_copy_h2d_async(mg_backend *b, mg_devptr dst, const void *src, size_t bytes,
+                            mg_stream *s);
+/* Same, but the caller promises `src` stays valid and unchanged until the stream has
+ * finished this copy (e.g. until mg_stream_synchronize): no staging, no host wait. */
+mg_status mg_copy_h2d_async_retained(mg_backend *b, mg_devptr dst, const void *src,
+                                     size_t bytes, mg_stream *s);
+/* `dst` must stay valid until the stream has finished the copy. */
+mg_status mg_copy_d2h_async(mg_backend *b, void *dst, mg_devptr src, size_t bytes,
+                            mg_stream *s);
+mg_status mg_copy_d2d_async(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes,
+                            mg_stream *s);
+/* 2-D copy of `height` rows of `width_bytes`; pitches >= width_bytes. */
+mg_status mg_copy_2d_d2d_async(mg_backend *b, mg_devptr dst, size_t dst_pitch, mg_devptr src,
+                               size_t src_pitch, size_t width_bytes, size_t height,
+                               mg_stream *s);
+
+mg_status mg_memset(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes);
+mg_status mg_memset_async(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes,
+                          mg_stream *s);
+
+/* ------------------------------------------------------------------ streams and events */
+
+/* The backend's default stream; owned by the backend, never destroyed by the caller. */
+mg_stream *mg_stream_default(mg_backend *b);
+mg_status mg_stream_create(mg_backend *b, mg_stream **out);
+/* Waits for the stream's work, then destroys it. The default stream and a capturing stream
+ * cannot be destroyed (MG_ERR_INVALID_ARGUMENT / MG_ERR_CAPTURING). NULL is a no-op. */
+mg_status mg_stream_destroy(mg_stream *s);
+mg_status mg_stream_synchronize(mg_stream *s);
+/* A failed capture query counts as capturing. */
+mg_status mg_stream_is_capturing(mg_stream *s, bool *capturing);
+
+mg_status mg_event_create(mg_backend *b, mg_event **out);
+mg_status mg_event_record(mg_event *e, mg_stream *s);
+/* Makes future work of `s` wait until `e` completes, without blocking the host. */
+mg_status mg_stream_wait_event(mg_stream *s, mg_event *e);
+mg_status mg_event_synchronize(mg_event *e);
+/* MG_OK when the recorded work has completed, MG_ERR_NOT_READY when not yet; never blocks. */
+mg_status mg_event_query(mg_event *e);
+/* Milliseconds between two completed events of the same backend. */
+mg_status mg_event_elapsed_ms(mg_event *start, mg_event *end, float *ms);
+mg_status mg_event_destroy(mg_event *e);
+
+/* ------------------------------------------------------------------ graphs */
+
+/* Starts capturing `s` (relaxed mode on CUDA): work issued to it is recorded, not run. */
+mg_status mg_graph_begin_capture(mg_stream *s);
+/* Ends the capture and instantiates the recorded work as an executable graph. */
+mg_status mg_graph_end_capture(mg_stream *s, mg_graph **out);
+/* Ends the capture and replaces the work of existing graph `g` with it: in place when only
+ * kernel arguments, copy and memset parameters changed (*updated_in_place = true), by
+ * re-instantiation otherwise. `g` stays valid either way. */
+mg_status mg_graph_end_capture_update(mg_stream *s, mg_graph *g, bool *updated_in_place);
+/* Ends and discards an active capture; the stream is usable again. */
+mg_status mg_graph_abort_capture(mg_stream *s);
+mg_status mg_graph_launch(mg_graph *g, mg_stream *s);
+mg_status mg_graph_destroy(mg_graph *g);
+
+/* ------------------------------------------------------------------ pinned host memory */
+
+/* Host memory, zeroed and 64-byte aligned; page-locked where the backend can
+ * (MG_CAP_PINNED_HOST) and then registered in the pinned-host registry (metrale/pinned.h). */
+mg_status mg_host_alloc(mg_backend *b, size_t bytes, void **out);
+/* NULL is a no-op; a pointer not from mg_host_alloc is MG_ERR_INVALID_ARGUMENT. */
+mg_status mg_host_free(mg_backend *b, void *host);
+/* The device address of host memory from mg_host_alloc (MG_CAP_HOST_DEVICE_POINTER). */
+mg_status mg_host_device_pointer(mg_backend *b, void *host, mg_devptr *out);
+
+/* ------------------------------------------------------------------ kernels and modules */
+
+/* Loads a module image into the model group `model`. The format is detected by content:
+ * PTX text, cubin (ELF) or fatbin. `name` must be unique within the backend. */
+mg_status mg_module_load(mg_backend *b, const char *model, const char *name, const void *image,
+                         size_t bytes);
+/* Unloads every module of `model`. MG_ERR_BUSY, unloading nothing, while kernel handles
+ * into those modules are still held (mg_kernel_release them first). */
+mg_status mg_module_unload_model(mg_backend *b, const char *model);
+/* Device address and size of a module's global symbol. */
+mg_status mg_module_symbol(mg_backend *b, const char *module, const char *symbol,
+                           mg_devptr *ptr, size_t *bytes);
+
+/* Finds `function` in `module`. The handle is memoised: the same (module, function) returns
+ * the same handle, and a lookup after the first does no driver call. Built-in kernels live in
+ * module "metrale" (e.g. "vector_add"). Safe under concurrent lookups. */
+mg_status mg_kernel_lookup(mg_backend *b, const char *module, const char *function,
+                           mg_kernel **out);
+/* Drops the caller's hold on a kernel handle (lookups count holds). */
+mg_status mg_kernel_release(mg_kernel *k);
+const char *mg_kernel_name(const mg_kernel *k); /* "module:function" */
+
+/* Launches `k` with the builder's grid, block, dynamic shared bytes and arguments
+ * (metrale/launch.h). Shared memory above 48 KiB raises the function's limit first.
+ * With env METRALE_DEBUG_SYNC_KERNELS=1 every launch is followed by a synchronize and a
+ * failure names the kernel and its arguments. */
+mg_status mg_launch_run(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_launch *launch);
+
+/* 1-D launch configuration covering `n` elements with `block` threads per block
+ * (0 picks 256). */
+void mg_launch_config_1d(uint64_t n, uint32_t block, mg_dim3 *grid_out, mg_dim3 *block_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

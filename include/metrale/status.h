@@ -1,0 +1,50 @@
+/*
+ * metrale/status.h - the one status type of the library and its error message.
+ *
+ * Every fallible call returns an mg_status. MG_OK is zero, so `if (st) ...` reads as "failed".
+ * When a call fails it also leaves a message in thread-local storage that names what failed:
+ * the library or driver call with its numeric code and text where one exists, the sizes
+ * involved, and the caller's file:line where the call was made through a macro that passes
+ * it, e.g.
+ *
+ *   "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory, requested 80.0 GiB at arena.c:120"
+ *
+ * The message stays until the next failing call on the same thread (successful calls do not
+ * clear it) or mg_clear_error(). The library never aborts or exits the process.
+ */
+#ifndef METRALE_STATUS_H
+#define METRALE_STATUS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mg_status {
+    MG_OK = 0,
+    MG_ERR_INVALID_ARGUMENT = 1, /* null or foreign handle, bad size, pointer, alignment, shape */
+    MG_ERR_OUT_OF_MEMORY = 2,    /* device, host or pinned memory exhausted (or a test cap hit) */
+    MG_ERR_UNAVAILABLE = 3,      /* backend or library not present on this machine */
+    MG_ERR_UNSUPPORTED = 4,      /* this backend or device lacks the capability or op */
+    MG_ERR_NOT_FOUND = 5,        /* module, function, symbol or name lookup failed */
+    MG_ERR_NOT_READY = 6,        /* non-blocking query: work not finished yet (not a fault) */
+    MG_ERR_CAPTURING = 7,        /* operation not allowed while the stream is being captured */
+    MG_ERR_BUSY = 8,             /* object still in use (e.g. unload while handles are held) */
+    MG_ERR_DEVICE = 9,           /* a driver or library call failed; the message has its code */
+    MG_ERR_DEVICE_FAULT = 10,    /* sticky device fault: the context is unusable from now on */
+    MG_ERR_INTERNAL = 11,        /* a bug in this library; please report the message */
+} mg_status;
+
+/* Stable upper-case name of a status, e.g. "MG_ERR_OUT_OF_MEMORY". Never NULL. */
+const char *mg_status_name(mg_status status);
+
+/* The message of the last failing call on this thread; "" if none. Valid until the next
+ * library call on this thread. */
+const char *mg_last_error(void);
+
+/* Forget the message of the last failing call on this thread. */
+void mg_clear_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,44 @@
+# Thin wrapper over CMake. `make run` and `make test` do their own set-up (scripts/setup.sh).
+BUILD      ?= build
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+
+.PHONY: all setup build run test test-main test-asan test-tsan clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: what is here, then every check on the best backend present.
+run: build
+	./$(BUILD)/metrale-gpu info
+	./$(BUILD)/metrale-gpu check
+
+# Every test: the normal build, then ASan+UBSan, then ThreadSanitizer on the concurrent parts.
+test: test-main test-asan test-tsan
+
+test-main: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# Sanitizer builds skip nvcc (the kernels are device code the sanitizers cannot see) but
+# keep the CUDA host code, which runs its no-driver paths here.
+test-asan: setup
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMETRALE_SANITIZE=address,undefined \
+	      -DMETRALE_CUDA_KERNELS=OFF $(CMAKE_ARGS) >/dev/null
+	cmake --build build-asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+test-tsan: setup
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMETRALE_SANITIZE=thread \
+	      -DMETRALE_CUDA_KERNELS=OFF $(CMAKE_ARGS) >/dev/null
+	cmake --build build-tsan -j $(JOBS)
+	TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -L concurrency
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan

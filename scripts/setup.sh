@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the build needs on a fresh Debian 12 machine, by package name and version.
+# Idempotent and quiet when everything is already there.
+set -euo pipefail
+
+need=()
+command -v cc >/dev/null || need+=(gcc)
+command -v make >/dev/null || need+=(make)
+if ! command -v cmake >/dev/null; then
+  need+=("cmake=3.25.1-1")
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi
+
+cmake_version=$(cmake --version | head -1 | awk '{print $3}')
+if [ "$(printf '%s\n3.25\n' "$cmake_version" | sort -V | head -1)" != "3.25" ]; then
+  echo "setup: cmake >= 3.25 required, found $cmake_version" >&2
+  exit 1
+fi

@@ -1,0 +1,47 @@
+/*
+ * check.h - private: the check framework shared by `metrale-gpu check` and the test
+ * programs. A check runs one property on one backend and, for ops, compares the result with
+ * the CPU reference on fresh random inputs of awkward sizes, outputs poisoned first.
+ *
+ * Each group is a NULL-terminated array of mg_check_case in its own file (conformance.c,
+ * check_gemm.c, ...) and is listed once in registry.c.
+ */
+#ifndef METRALE_CHECK_H
+#define METRALE_CHECK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "metrale/gpu.h"
+
+typedef struct mg_check_ctx {
+    mg_backend *backend;   /* under test */
+    mg_backend *reference; /* the CPU backend: the oracle for op results */
+    uint64_t seed;         /* fresh per run unless METRALE_CHECK_SEED is set */
+} mg_check_ctx;
+
+typedef struct mg_check_result {
+    bool passed;
+    bool skipped;     /* not applicable to this backend (says why in detail) */
+    double error;     /* relative error for numeric checks, else 0 */
+    char detail[512]; /* what failed, or the measured figure */
+} mg_check_result;
+
+typedef void (*mg_check_fn)(mg_check_ctx *ctx, mg_check_result *result);
+
+typedef struct mg_check_case {
+    const char *group; /* "conformance", "gemm", ... */
+    const char *name;
+    mg_check_fn fn;
+} mg_check_case;
+
+/* Runs every registered check whose "group/name" contains `filter` (NULL: all) on `b`,
+ * printing a table of check, result and error to `out`. Returns the number of failures. */
+int mg_check_run_all(mg_backend *b, const char *filter, FILE *out, int *passed_out,
+                     int *skipped_out);
+
+/* All groups, NULL-terminated; each group NULL-terminated (registry.c). */
+extern const mg_check_case *const mg_check_groups[];
+
+#endif

@@ -1,0 +1,20 @@
+/* commands.h - the sub-commands of metrale-gpu; each returns the process exit status. */
+#ifndef METRALE_CLI_COMMANDS_H
+#define METRALE_CLI_COMMANDS_H
+
+#include <stdbool.h>
+
+#include "metrale/gpu.h"
+
+typedef struct mg_cli_options {
+    mg_backend_kind backend; /* --backend cpu|cuda|metal|auto (default auto) */
+    int device;              /* --device N (default 0) */
+    bool json;               /* --json: machine-readable output where supported */
+} mg_cli_options;
+
+/* argv[0] is the sub-command name; global options are already removed. */
+int mg_cmd_info(int argc, char **argv, const mg_cli_options *opts);
+int mg_cmd_check(int argc, char **argv, const mg_cli_options *opts);
+int mg_cmd_bench(int argc, char **argv, const mg_cli_options *opts);
+
+#endif

@@ -27,6 +27,11 @@
 typedef struct mg_backend_ops {
     uint32_t version; /* MG_BACKEND_OPS_VERSION */
     mg_backend_kind kind;
+    /* true: every device pointer must lie inside a live ledger allocation, so the core
+     * rejects unknown addresses and overruns before dispatch (the CPU backend, whose device
+     * memory is host memory). false: pointers outside the ledger (module symbols, memory
+     * from other libraries) pass through to the driver, which validates them. */
+    bool pointers_checked_strictly;
 
     /* ---- lifetime and queries (required) */
     void (*destroy)(void *ctx);

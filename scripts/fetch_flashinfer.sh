@@ -8,14 +8,13 @@
 # Result: DEST/flashinfer-python-<version>/{include,cutlass/include,cutlass/tools/util/include,
 # cccl/libcudacxx/include,cccl/cub,cccl/thrust} and a stamp file naming the verified sha256.
 # Idempotent: a complete tree with the right stamp is left alone (no network).
-# Needs python3 (pip when present; otherwise the wheel is read straight from PyPI's file host).
+# Needs python3 with pip (both in the Debian 12 image).
 # Offline: set METRALE_FLASHINFER_WHEEL=/path/to/the/wheel; its sha256 is still checked.
 set -euo pipefail
 
 version=0.7.4
 sha256=a051a62e09a2738e8b0de47a1944fd2f0f3eff01b728b662141ea660cb09dd32
 wheel=flashinfer_python-${version}-py3-none-any.whl
-url=https://files.pythonhosted.org/packages/py3/f/flashinfer-python/${wheel}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest_root=${1:-$root/third_party}
@@ -41,21 +40,16 @@ if [ -n "${METRALE_FLASHINFER_WHEEL:-}" ]; then
   cp "$METRALE_FLASHINFER_WHEEL" "$work/$wheel"
 else
   echo "fetch_flashinfer: downloading flashinfer-python==$version (about 100 MB)"
-  if python3 -m pip --version >/dev/null 2>&1; then
-    python3 -m pip download --quiet --no-deps --no-cache-dir --only-binary=:all: \
-        --dest "$work" "flashinfer-python==$version" >"$work/pip.log" 2>&1 || {
-      tail -n 5 "$work/pip.log" >&2
-      fail "could not download flashinfer-python==$version from PyPI (offline?). Fetch the wheel" \
-           "elsewhere and set METRALE_FLASHINFER_WHEEL=/path/to/$wheel, or configure with" \
-           "-DMETRALE_FLASHINFER=OFF to build without the attention kernels."
-    }
-  else
-    python3 - "$url" "$work/$wheel" <<'PY' || fail "could not download $url (offline?). Set METRALE_FLASHINFER_WHEEL=/path/to/$wheel or configure with -DMETRALE_FLASHINFER=OFF."
-import shutil, sys, urllib.request
-with urllib.request.urlopen(sys.argv[1], timeout=120) as r, open(sys.argv[2], "wb") as f:
-    shutil.copyfileobj(r, f)
-PY
-  fi
+  python3 -m pip --version >/dev/null 2>&1 ||
+    fail "python3 -m pip is missing (Debian: apt-get install python3-pip), or set" \
+         "METRALE_FLASHINFER_WHEEL=/path/to/$wheel"
+  python3 -m pip download --quiet --no-deps --no-cache-dir --only-binary=:all: \
+      --dest "$work" "flashinfer-python==$version" >"$work/pip.log" 2>&1 || {
+    tail -n 5 "$work/pip.log" >&2
+    fail "could not download flashinfer-python==$version from PyPI (offline?). Fetch the wheel" \
+         "elsewhere and set METRALE_FLASHINFER_WHEEL=/path/to/$wheel, or configure with" \
+         "-DMETRALE_FLASHINFER=OFF to build without the attention kernels."
+  }
   [ -f "$work/$wheel" ] || fail "pip did not produce $wheel"
 fi
 

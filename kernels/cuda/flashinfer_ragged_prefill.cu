@@ -1,0 +1,403 @@
+// flashinfer_ragged_prefill.cu - the C ABI of the attention plugin: path choice, workspace
+// sizing, planning and launch of FlashInfer's ragged BF16 prefill (head_dim 128). The kernels
+// themselves are instantiated in flashinfer_ragged_prefill_{fa2,sm90}_*.cu.
+//
+// Every entry point catches what FlashInfer throws and turns it, like a failed CUDA call, into a
+// status and a message (mg_fi_error); nothing propagates across the C boundary.
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include <flashinfer/attention/scheduler.cuh>
+
+#include "flashinfer_ragged_prefill.h"
+
+#define MG_FI_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using metrale_fi::Fa2Params;
+using metrale_fi::Fa3Params;
+
+// FA3 keeps one CTA tile of 128 query rows (head_dim 128) and falls back to one schedule shared
+// by all heads above this many tiles per head, a variant this plugin does not instantiate.
+constexpr uint32_t kFa3CtaTileQ = 128;
+constexpr int64_t kFa3MaxWorksPerHead = 4096;
+
+mg_status fail(mg_fi_error *err, mg_status st, int32_t cuda_error, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+mg_status fail(mg_fi_error *err, mg_status st, int32_t cuda_error, const char *fmt, ...) {
+    err->cuda_error = cuda_error;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+mg_status cuda_fail(mg_fi_error *err, cudaError_t e, const char *call) {
+    return fail(err, MG_ERR_DEVICE, (int32_t)e, "%s: %s (%d): %s", call, cudaGetErrorName(e),
+                (int)e, cudaGetErrorString(e));
+}
+
+// Runs `body` with every C++ exception turned into a status: FlashInfer reports invalid
+// configurations and workspace overflows by throwing.
+template <typename Body>
+mg_status guarded(const char *call, mg_fi_error *err, Body &&body) {
+    err->cuda_error = 0;
+    err->message[0] = '\0';
+    try {
+        return body();
+    } catch (const std::bad_alloc &) {
+        return fail(err, MG_ERR_OUT_OF_MEMORY, 0, "%s: out of host memory", call);
+    } catch (const std::exception &e) {
+        return fail(err, MG_ERR_INTERNAL, 0, "%s: flashinfer: %s", call, e.what());
+    } catch (...) {
+        return fail(err, MG_ERR_INTERNAL, 0, "%s: unknown C++ exception", call);
+    }
+}
+
+size_t align16(size_t bytes) {
+    return (bytes + 15) & ~size_t(15);
+}
+
+// The plugin's own head of the int workspace: device copies of both indptrs.
+size_t indptr_region_bytes(uint32_t batch_size) {
+    return 2 * align16(sizeof(int32_t) * (size_t(batch_size) + 1));
+}
+
+uint32_t total_qo_rows(const mg_fi_shape *s, const int32_t *qo_indptr) {
+    return s->graph_mode ? s->graph_qo_rows : uint32_t(qo_indptr[s->batch_size]);
+}
+
+// The row bound FlashInfer's schedule is sized for. Graph mode: the padded capacity, never below
+// the batch size (FlashInfer derives the longest request as rows - batch + 1).
+uint32_t fa2_planned_rows(const mg_fi_shape *s, const int32_t *qo_indptr) {
+    uint32_t rows = total_qo_rows(s, qo_indptr);
+    return s->graph_mode && rows < s->batch_size ? s->batch_size : rows;
+}
+
+cudaError_t sm_count(int *out) {
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(out, cudaDevAttrMultiProcessorCount, device);
+    return e;
+}
+
+// Work items per head of FA3's scheduler: actual tiles (eager) or the graph-mode bound.
+int64_t fa3_works_per_head(const mg_fi_shape *s, const int32_t *qo_indptr) {
+    if (s->graph_mode)
+        return (int64_t(s->graph_qo_rows) + kFa3CtaTileQ - 1) / kFa3CtaTileQ + s->batch_size - 1;
+    int64_t works = 0;
+    for (uint32_t i = 0; i < s->batch_size; i++)
+        works += (int64_t(qo_indptr[i + 1] - qo_indptr[i]) + kFa3CtaTileQ - 1) / kFa3CtaTileQ;
+    return works;
+}
+
+// FlashInfer's PrefillSM90Plan allocates eight int arrays (16-byte aligned) and has no size
+// query of its own; this is the same arithmetic.
+size_t fa3_int_bytes(const mg_fi_shape *s, const int32_t *qo_indptr, int num_sm) {
+    size_t works = size_t(fa3_works_per_head(s, qo_indptr)) * s->num_qo_heads;
+    return 7 * align16(sizeof(int32_t) * works) + align16(sizeof(int32_t) * (size_t(num_sm) + 1));
+}
+
+#if METRALE_FI_HAVE_FA3
+bool fa3_built() { return true; }
+#else
+bool fa3_built() { return false; }
+#endif
+
+// Why FA3 cannot serve this plan on the current device (nullptr: it can), and the device's
+// compute capability as major * 10 + minor.
+cudaError_t fa3_unsuitable(const mg_fi_shape *s, const int32_t *qo_indptr,
+                           const int32_t *kv_indptr, int32_t *cc_out, const char **why) {
+    int device = 0, major = 0, minor = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (e != cudaSuccess)
+        return e;
+    *cc_out = major * 10 + minor;
+    if (!fa3_built())
+        *why = "the plugin was built without sm_90a";
+    else if (major != 9 || minor != 0)
+        *why = "the device is not compute capability 9.0";
+    else if (s->window_left >= 0)
+        *why = "the Hopper path is built without sliding windows";
+    else if (fa3_works_per_head(s, qo_indptr) > kFa3MaxWorksPerHead)
+        *why = "the batch needs the shared-schedule variant, which is not built";
+    else if (!s->graph_mode && kv_indptr[s->batch_size] == 0)
+        *why = "no key rows at all (its TMA descriptors need at least one)";
+    else
+        *why = nullptr;
+    return cudaSuccess;
+}
+
+// Raw pointer at a byte offset of FlashInfer's region (FlashInfer's offsets are relative to
+// the base it was given).
+template <typename T>
+T *at(void *base, int64_t offset) {
+    return reinterpret_cast<T *>(static_cast<char *>(base) + offset);
+}
+
+mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
+                  cudaStream_t stream, mg_fi_error *err) {
+    flashinfer::PrefillPlanInfo plan;
+    plan.FromVector(std::vector<int64_t>(info->words, info->words + 15));
+    void *region = a->int_workspace;
+    void *fi_int = static_cast<char *>(region) + indptr_region_bytes(s->batch_size);
+
+    Fa2Params p;
+    std::memset(&p, 0, sizeof p);
+    p.q = static_cast<__nv_bfloat16 *>(a->q);
+    p.k = static_cast<__nv_bfloat16 *>(a->k);
+    p.v = static_cast<__nv_bfloat16 *>(a->v);
+    p.o = static_cast<__nv_bfloat16 *>(a->o);
+    p.lse = a->lse;
+    p.q_indptr = at<int32_t>(region, 0);
+    p.kv_indptr = at<int32_t>(region, int64_t(indptr_region_bytes(s->batch_size) / 2));
+    p.group_size = flashinfer::uint_fastdiv(s->num_qo_heads / s->num_kv_heads);
+    p.sm_scale = a->sm_scale;
+    p.num_qo_heads = s->num_qo_heads;
+    p.num_kv_heads = s->num_kv_heads;
+    p.q_stride_n = s->num_qo_heads * s->head_dim;
+    p.q_stride_h = s->head_dim;
+    p.k_stride_n = p.v_stride_n = s->num_kv_heads * s->head_dim;
+    p.k_stride_h = p.v_stride_h = s->head_dim;
+    p.window_left = s->window_left;
+    p.request_indices = at<int32_t>(fi_int, plan.request_indices_offset);
+    p.qo_tile_indices = at<int32_t>(fi_int, plan.qo_tile_indices_offset);
+    p.kv_tile_indices = at<int32_t>(fi_int, plan.kv_tile_indices_offset);
+    p.o_indptr = at<int32_t>(fi_int, plan.o_indptr_offset);
+    p.kv_chunk_size_ptr = at<int32_t>(fi_int, plan.kv_chunk_size_ptr_offset);
+    __nv_bfloat16 *tmp_v = nullptr;
+    float *tmp_s = nullptr;
+    if (plan.split_kv) {
+        p.merge_indptr = at<int32_t>(fi_int, plan.merge_indptr_offset);
+        tmp_v = at<__nv_bfloat16>(a->float_workspace, plan.v_offset);
+        tmp_s = at<float>(a->float_workspace, plan.s_offset);
+    }
+    p.padded_batch_size = uint32_t(plan.padded_batch_size);
+    p.max_total_num_rows = uint32_t(plan.total_num_rows);
+    if (plan.enable_cuda_graph) {
+        p.block_valid_mask = at<bool>(fi_int, plan.block_valid_mask_offset);
+        p.total_num_rows = at<uint32_t>(fi_int, plan.total_num_rows_offset);
+    }
+
+    const uint32_t tile = uint32_t(plan.cta_tile_q);
+    cudaError_t e;
+    if (s->causal)
+        e = s->window_left >= 0 ? metrale_fi::fa2_launch_causal_window(p, tile, tmp_v, tmp_s, stream)
+                                : metrale_fi::fa2_launch_causal(p, tile, tmp_v, tmp_s, stream);
+    else
+        e = s->window_left >= 0 ? metrale_fi::fa2_launch_full_window(p, tile, tmp_v, tmp_s, stream)
+                                : metrale_fi::fa2_launch_full(p, tile, tmp_v, tmp_s, stream);
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "flashinfer FA2 BatchPrefillWithRaggedKVCache");
+    return MG_OK;
+}
+
+mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
+                  cudaStream_t stream, mg_fi_error *err) {
+#if METRALE_FI_HAVE_FA3
+    flashinfer::PrefillPlanSM90Info plan;
+    plan.FromVector(std::vector<int64_t>(info->words, info->words + 9));
+    void *fi_int = static_cast<char *>(a->int_workspace) + indptr_region_bytes(s->batch_size);
+
+    Fa3Params p;
+    std::memset(&p, 0, sizeof p);
+    p.q_ptr = static_cast<cutlass::bfloat16_t *>(a->q);
+    p.k_ptr = static_cast<cutlass::bfloat16_t *>(a->k);
+    p.v_ptr = static_cast<cutlass::bfloat16_t *>(a->v);
+    p.o_ptr = static_cast<cutlass::bfloat16_t *>(a->o);
+    p.lse_ptr = a->lse;
+    p.qo_tile_indices = at<int32_t>(fi_int, plan.qo_tile_indices_offset);
+    p.qo_indptr = at<int32_t>(fi_int, plan.qo_indptr_offset);
+    p.kv_indptr = at<int32_t>(fi_int, plan.kv_indptr_offset);
+    p.qo_lens = at<int32_t>(fi_int, plan.qo_len_offset);
+    p.kv_lens = at<int32_t>(fi_int, plan.kv_len_offset);
+    p.head_indices = at<int32_t>(fi_int, plan.head_indices_offset);
+    p.work_indptr = at<int32_t>(fi_int, plan.work_indptr_offset);
+    p.batch_indices = at<int32_t>(fi_int, plan.batch_indices_offset);
+    p.additional_params.sm_scale = a->sm_scale;
+    p.q_stride_n = p.o_stride_n = int64_t(s->num_qo_heads) * s->head_dim;
+    p.q_stride_h = p.o_stride_h = s->head_dim;
+    p.k_stride_n = p.v_stride_n = int64_t(s->num_kv_heads) * s->head_dim;
+    p.k_stride_h = p.v_stride_h = s->head_dim;
+    p.nnz_qo = a->qo_rows;
+    p.nnz_kv = a->kv_rows;
+    p.head_dim = int(s->head_dim);
+    p.num_qo_heads = int(s->num_qo_heads);
+    p.num_kv_heads = int(s->num_kv_heads);
+    p.group_size = int(s->num_qo_heads / s->num_kv_heads);
+    p.window_left = s->window_left;
+    p.causal = s->causal != 0;
+    cudaError_t e = s->causal ? metrale_fi::fa3_launch_causal(p, stream)
+                              : metrale_fi::fa3_launch_full(p, stream);
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "flashinfer FA3 BatchPrefillWithRaggedKVCache (sm90)");
+    return MG_OK;
+#else
+    (void)s, (void)info, (void)a, (void)stream;
+    return fail(err, MG_ERR_UNSUPPORTED, 0, "mg_fi_run: the plugin was built without sm_90a");
+#endif
+}
+
+} // namespace
+
+MG_FI_EXPORT uint32_t mg_fi_abi_version(void) {
+    return MG_FI_ABI_VERSION;
+}
+
+MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t *qo_indptr,
+                                         const int32_t *kv_indptr, mg_fi_path forced,
+                                         mg_fi_path *out, mg_fi_error *err) {
+    return guarded("mg_fi_choose_path", err, [&]() -> mg_status {
+        if (shape->head_dim != MG_FI_HEAD_DIM)
+            return fail(err, MG_ERR_UNSUPPORTED, 0,
+                        "mg_fi_choose_path: head_dim %u is not built (only %d)", shape->head_dim,
+                        MG_FI_HEAD_DIM);
+        if (!shape->graph_mode && qo_indptr[shape->batch_size] == 0 && forced == MG_FI_PATH_NONE) {
+            *out = MG_FI_PATH_NONE;
+            return MG_OK;
+        }
+        int32_t cc = 0;
+        const char *why = nullptr;
+        cudaError_t e = fa3_unsuitable(shape, qo_indptr, kv_indptr, &cc, &why);
+        if (e != cudaSuccess)
+            return cuda_fail(err, e, "mg_fi_choose_path: cudaDeviceGetAttribute");
+        if (forced == MG_FI_PATH_FA3 && why)
+            return fail(err, MG_ERR_UNSUPPORTED, 0,
+                        "mg_fi_choose_path: the FA3 path cannot serve this plan: %s (sm_%d)", why,
+                        (int)cc);
+        if (forced == MG_FI_PATH_FA2 && cc < 80)
+            return fail(err, MG_ERR_UNSUPPORTED, 0,
+                        "mg_fi_choose_path: FA2 needs compute capability 8.0+, device is %d.%d",
+                        (int)cc / 10, (int)cc % 10);
+        *out = forced != MG_FI_PATH_NONE ? forced : why ? MG_FI_PATH_FA2 : MG_FI_PATH_FA3;
+        return MG_OK;
+    });
+}
+
+MG_FI_EXPORT mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int32_t *qo_indptr,
+                                             const int32_t *kv_indptr, size_t *float_bytes,
+                                             size_t *int_bytes, mg_fi_error *err) {
+    return guarded("mg_fi_workspace_bytes", err, [&]() -> mg_status {
+        *float_bytes = 0;
+        *int_bytes = indptr_region_bytes(shape->batch_size);
+        if (shape->path == MG_FI_PATH_FA3) {
+            int num_sm = 0;
+            cudaError_t e = sm_count(&num_sm);
+            if (e != cudaSuccess)
+                return cuda_fail(err, e, "mg_fi_workspace_bytes: cudaDeviceGetAttribute");
+            *int_bytes += fa3_int_bytes(shape, qo_indptr, num_sm);
+            return MG_OK;
+        }
+        if (shape->path != MG_FI_PATH_FA2)
+            return MG_OK;
+        size_t fi_float = 0, fi_int = 0;
+        cudaError_t e = flashinfer::PrefillPlanWorkspaceSize<int32_t>(
+            fi_float, fi_int, const_cast<int32_t *>(qo_indptr), const_cast<int32_t *>(kv_indptr),
+            fa2_planned_rows(shape, qo_indptr), shape->batch_size, shape->num_qo_heads,
+            shape->num_kv_heads, shape->head_dim, shape->head_dim, /*page_size=*/1,
+            shape->graph_mode != 0, /*sizeof_dtype_o=*/2, shape->window_left,
+            /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
+            /*uniform_q_len=*/0, /*fixed_uniform_q_len=*/false, /*stream=*/nullptr);
+        if (e != cudaSuccess)
+            return cuda_fail(err, e, "flashinfer PrefillPlanWorkspaceSize");
+        *float_bytes = fi_float;
+        *int_bytes += fi_int;
+        return MG_OK;
+    });
+}
+
+MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_indptr,
+                                  const int32_t *kv_indptr, void *float_workspace,
+                                  size_t float_bytes, void *int_workspace, void *pinned,
+                                  size_t int_bytes, void *stream, mg_fi_plan_info *out,
+                                  mg_fi_error *err) {
+    return guarded("mg_fi_plan", err, [&]() -> mg_status {
+        std::memset(out, 0, sizeof *out);
+        out->path = shape->path;
+        out->batch_size = shape->batch_size;
+        if (shape->path == MG_FI_PATH_NONE)
+            return MG_OK;
+        const cudaStream_t s = static_cast<cudaStream_t>(stream);
+        const size_t region = indptr_region_bytes(shape->batch_size);
+        const size_t indptr_bytes = sizeof(int32_t) * (size_t(shape->batch_size) + 1);
+        std::memcpy(pinned, qo_indptr, indptr_bytes);
+        std::memcpy(static_cast<char *>(pinned) + region / 2, kv_indptr, indptr_bytes);
+        void *fi_int = static_cast<char *>(int_workspace) + region;
+        void *fi_pinned = static_cast<char *>(pinned) + region;
+        int32_t *qo = const_cast<int32_t *>(qo_indptr), *kv = const_cast<int32_t *>(kv_indptr);
+        cudaError_t e;
+        if (shape->path == MG_FI_PATH_FA2) {
+            flashinfer::PrefillPlanInfo plan;
+            e = flashinfer::PrefillPlan<int32_t>(
+                float_workspace, float_bytes, fi_int, fi_pinned, int_bytes - region, plan, qo, kv,
+                fa2_planned_rows(shape, qo_indptr), shape->batch_size, shape->num_qo_heads,
+                shape->num_kv_heads, shape->head_dim, shape->head_dim, /*page_size=*/1,
+                shape->graph_mode != 0, /*sizeof_dtype_o=*/2, shape->window_left,
+                /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
+                /*uniform_q_len=*/0, /*fixed_uniform_q_len=*/false, s);
+            if (e != cudaSuccess)
+                return cuda_fail(err, e, "flashinfer PrefillPlan");
+            std::vector<int64_t> words = plan.ToVector();
+            std::copy(words.begin(), words.end(), out->words);
+        } else {
+#if METRALE_FI_HAVE_FA3
+            std::vector<int32_t> kv_len(shape->batch_size);
+            for (uint32_t i = 0; i < shape->batch_size; i++)
+                kv_len[i] = kv_indptr[i + 1] - kv_indptr[i];
+            flashinfer::PrefillPlanSM90Info plan;
+            e = flashinfer::PrefillSM90Plan<int32_t>(
+                float_workspace, float_bytes, fi_int, fi_pinned, int_bytes - region, plan, qo, kv,
+                kv_len.data(), total_qo_rows(shape, qo_indptr), shape->batch_size,
+                shape->num_qo_heads, shape->num_kv_heads, shape->head_dim, shape->head_dim,
+                /*page_size=*/1, shape->causal != 0, shape->graph_mode != 0,
+                /*sizeof_dtype_o=*/2, s);
+            if (e != cudaSuccess)
+                return cuda_fail(err, e, "flashinfer PrefillSM90Plan");
+            if (plan.same_schedule_for_all_heads)
+                return fail(err, MG_ERR_INTERNAL, 0,
+                            "mg_fi_plan: FA3 chose the shared-schedule variant, which is not built");
+            std::vector<int64_t> words = plan.ToVector();
+            std::copy(words.begin(), words.end(), out->words);
+#else
+            return fail(err, MG_ERR_UNSUPPORTED, 0, "mg_fi_plan: the plugin was built without sm_90a");
+#endif
+        }
+        // After FlashInfer's own copy, so one stream-ordered pair carries the whole plan.
+        e = cudaMemcpyAsync(int_workspace, pinned, region, cudaMemcpyHostToDevice, s);
+        if (e != cudaSuccess)
+            return cuda_fail(err, e, "mg_fi_plan: cudaMemcpyAsync of the indptrs");
+        return MG_OK;
+    });
+}
+
+MG_FI_EXPORT mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info *info,
+                                 const mg_fi_run_args *args, void *stream, mg_fi_error *err) {
+    return guarded("mg_fi_run", err, [&]() -> mg_status {
+        if (info->path != shape->path || info->batch_size != shape->batch_size)
+            return fail(err, MG_ERR_INTERNAL, 0,
+                        "mg_fi_run: plan info (path %d, batch %u) does not match the shape "
+                        "(path %d, batch %u)",
+                        (int)info->path, info->batch_size, (int)shape->path, shape->batch_size);
+        const cudaStream_t s = static_cast<cudaStream_t>(stream);
+        switch (info->path) {
+        case MG_FI_PATH_NONE:
+            return MG_OK;
+        case MG_FI_PATH_FA2:
+            return run_fa2(shape, info, args, s, err);
+        case MG_FI_PATH_FA3:
+            return run_fa3(shape, info, args, s, err);
+        }
+        return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: unknown path %d", (int)info->path);
+    });
+}

@@ -1,0 +1,226 @@
+/*
+ * flashinfer_ragged_prefill.h - private: the C ABI of the attention plugin
+ * (libmetrale_gpu_attention.so, built from kernels/cuda/flashinfer_ragged_prefill*.cu) and, for
+ * C++ only, the launchers its translation units share.
+ *
+ * The plugin wraps FlashInfer's ragged (varlen) BF16 prefill attention, head_dim 128, through two
+ * paths: FA2 (any sm_80+, kernels built for the configured architectures) and the Hopper FA3
+ * path (sm_90a only). src/cuda/attention_cuda.c loads it with dlopen and calls only the
+ * functions below; every one returns an mg_status and fills `err` on failure, never throws and
+ * never exits. They use the CUDA runtime, which runs in the device's primary
+ * context: the caller makes that context current first (mg_cuda_bind).
+ *
+ * The int workspace the plugin plans into starts with a region of its own holding device copies
+ * of qo_indptr and kv_indptr (batch_size + 1 int32 each), so a run needs no device indptrs from
+ * the caller; FlashInfer's schedule follows.
+ */
+#ifndef METRALE_FLASHINFER_RAGGED_PREFILL_H
+#define METRALE_FLASHINFER_RAGGED_PREFILL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrale/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever a struct or signature below changes; the loader refuses a mismatch. */
+#define MG_FI_ABI_VERSION 1
+#define MG_FI_HEAD_DIM 128
+#define MG_FI_MESSAGE_BYTES 512
+
+/* What went wrong in a failed call: the message, and the CUDA runtime error code when a CUDA
+ * call failed (0 otherwise), so the caller can record sticky device faults. */
+typedef struct mg_fi_error {
+    int32_t cuda_error;
+    char message[MG_FI_MESSAGE_BYTES];
+} mg_fi_error;
+
+typedef enum mg_fi_path {
+    MG_FI_PATH_NONE = 0, /* nothing to launch: no query rows */
+    MG_FI_PATH_FA2 = 1,
+    MG_FI_PATH_FA3 = 2,
+} mg_fi_path;
+
+/* What a plan is for. Validated by the caller (src/core/ops_attention.c) before any call. */
+typedef struct mg_fi_shape {
+    uint32_t num_qo_heads;
+    uint32_t num_kv_heads;
+    uint32_t head_dim;     /* MG_FI_HEAD_DIM */
+    int32_t window_left;   /* -1: none */
+    uint32_t causal;       /* 0 or 1 */
+    uint32_t graph_mode;   /* fixed grid: runs may be captured and replayed after re-plans */
+    uint32_t graph_qo_rows; /* graph mode: the q/o rows every run passes (padded capacity) */
+    uint32_t batch_size;
+    mg_fi_path path;        /* FA2 or FA3, chosen by mg_fi_choose_path */
+} mg_fi_shape;
+
+/* FlashInfer's plan result for one path, kept by the caller between plan and run. */
+typedef struct mg_fi_plan_info {
+    mg_fi_path path;
+    uint32_t batch_size;
+    int64_t words[16]; /* the path's plan info, in FlashInfer's own vector form */
+} mg_fi_plan_info;
+
+typedef struct mg_fi_run_args {
+    void *q, *k, *v, *o; /* BF16, NHD, contiguous: [rows, heads, head_dim] */
+    float *lse;          /* [qo rows, num_qo_heads] base-2 log-sum-exp, or NULL */
+    uint32_t qo_rows, kv_rows;
+    float sm_scale;
+    void *float_workspace, *int_workspace;
+} mg_fi_run_args;
+
+/* Returns MG_FI_ABI_VERSION of the built plugin. */
+typedef uint32_t (*mg_fi_abi_version_fn)(void);
+uint32_t mg_fi_abi_version(void);
+
+/* Picks the path for `shape` (its `path` member is ignored) on the current device: FA3 when it
+ * was built, the device is compute capability 9.0, no sliding window is asked and the batch
+ * suits the Hopper scheduler; FA2 otherwise. MG_FI_PATH_NONE when an eager plan has no query
+ * rows (nothing to launch). `forced` (MG_FI_PATH_NONE: automatic) demands one
+ * and fails with MG_ERR_UNSUPPORTED when it cannot serve the shape here. */
+typedef mg_status (*mg_fi_choose_path_fn)(const mg_fi_shape *shape, const int32_t *qo_indptr,
+                                          const int32_t *kv_indptr, mg_fi_path forced,
+                                          mg_fi_path *out, mg_fi_error *err);
+mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t *qo_indptr,
+                            const int32_t *kv_indptr, mg_fi_path forced, mg_fi_path *out,
+                            mg_fi_error *err);
+
+/* Bytes of float and int workspace (and of the page-locked mirror, which equals the int
+ * workspace) the plan of `shape` with these host indptrs needs. Host only: no device work. */
+typedef mg_status (*mg_fi_workspace_bytes_fn)(const mg_fi_shape *shape, const int32_t *qo_indptr,
+                                              const int32_t *kv_indptr, size_t *float_bytes,
+                                              size_t *int_bytes, mg_fi_error *err);
+mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int32_t *qo_indptr,
+                                const int32_t *kv_indptr, size_t *float_bytes, size_t *int_bytes,
+                                mg_fi_error *err);
+
+/* Builds the schedule on the host into `pinned` (page-locked, int_bytes long) and copies it to
+ * `int_workspace` on `stream` (asynchronously: `pinned` must not be rewritten until that copy
+ * is done). Not capturable. */
+typedef mg_status (*mg_fi_plan_fn)(const mg_fi_shape *shape, const int32_t *qo_indptr,
+                                   const int32_t *kv_indptr, void *float_workspace,
+                                   size_t float_bytes, void *int_workspace, void *pinned,
+                                   size_t int_bytes, void *stream, mg_fi_plan_info *out,
+                                   mg_fi_error *err);
+mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_indptr, const int32_t *kv_indptr,
+                     void *float_workspace, size_t float_bytes, void *int_workspace, void *pinned,
+                     size_t int_bytes, void *stream, mg_fi_plan_info *out, mg_fi_error *err);
+
+/* Launches the attention planned in `info` on `stream` (a cudaStream_t / CUstream). Capturable
+ * when the shape is in graph mode. */
+typedef mg_status (*mg_fi_run_fn)(const mg_fi_shape *shape, const mg_fi_plan_info *info,
+                                  const mg_fi_run_args *args, void *stream, mg_fi_error *err);
+mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info *info,
+                    const mg_fi_run_args *args, void *stream, mg_fi_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ------------------------------------------------------------------ C++: shared by the .cu files */
+#if defined(__cplusplus) && defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cutlass/numeric_types.h>
+#include <flashinfer/fastdiv.cuh>
+
+namespace metrale_fi {
+
+/* FlashInfer FA2's ragged-KV params concept: the members its kernels read, nothing else
+ * (default variant: no custom mask, no ALiBi, no soft cap, no RoPE). */
+struct Fa2Params {
+    using DTypeQ = __nv_bfloat16;
+    using DTypeKV = __nv_bfloat16;
+    using DTypeO = __nv_bfloat16;
+    using IdType = int32_t;
+
+    DTypeQ *q;
+    DTypeKV *k;
+    DTypeKV *v;
+    IdType *q_indptr;
+    IdType *kv_indptr;
+    DTypeO *o;
+    float *lse;
+    flashinfer::uint_fastdiv group_size;
+
+    double logits_soft_cap;
+    double sm_scale;
+    double rope_rcp_scale;
+    double rope_rcp_theta;
+
+    uint32_t num_qo_heads, num_kv_heads;
+    uint32_t q_stride_n, q_stride_h, k_stride_n, k_stride_h, v_stride_n, v_stride_h;
+    int32_t window_left;
+
+    IdType *request_indices;
+    IdType *qo_tile_indices;
+    IdType *kv_tile_indices;
+    IdType *merge_indptr;
+    IdType *o_indptr;
+    IdType *kv_chunk_size_ptr;
+    bool *block_valid_mask;
+    uint32_t max_total_num_rows;
+    uint32_t *total_num_rows;
+    uint32_t padded_batch_size;
+    bool partition_kv;
+
+    __host__ __device__ __forceinline__ uint32_t get_qo_len(uint32_t b) const {
+        return q_indptr[b + 1] - q_indptr[b];
+    }
+    __host__ __device__ __forceinline__ uint32_t get_kv_len(uint32_t b) const {
+        return kv_indptr[b + 1] - kv_indptr[b];
+    }
+};
+
+/* FlashInfer FA3 (Hopper) ragged params concept. Its CuTe kernels take CUTLASS's bfloat16_t
+ * (same bits as __nv_bfloat16) to find their GMMA and TMA types. */
+struct Fa3Params {
+    using DTypeQ = cutlass::bfloat16_t;
+    using DTypeKV = cutlass::bfloat16_t;
+    using DTypeO = cutlass::bfloat16_t;
+    using IdType = int32_t;
+
+    DTypeQ *q_ptr;
+    DTypeKV *k_ptr;
+    DTypeKV *v_ptr;
+    DTypeO *o_ptr;
+    float *lse_ptr;
+
+    IdType *qo_tile_indices, *qo_indptr, *kv_indptr, *qo_lens, *kv_lens, *head_indices,
+        *work_indptr, *batch_indices;
+
+    struct AdditionalParams {
+        double sm_scale;
+    } additional_params;
+
+    int64_t q_stride_n, k_stride_n, v_stride_n, o_stride_n;
+    int64_t q_stride_h, k_stride_h, v_stride_h, o_stride_h;
+    int64_t nnz_qo, nnz_kv;
+
+    int head_dim, num_qo_heads, num_kv_heads, group_size, window_left;
+    bool causal;
+};
+
+/* One launcher per (mask, sliding window) variant, each in its own translation unit so the
+ * heavy template instantiations compile in parallel. FA2 launchers dispatch on the plan's
+ * CTA_TILE_Q; tmp_v/tmp_s are the split-KV partials (NULL when the plan did not split). */
+cudaError_t fa2_launch_causal(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
+                              float *tmp_s, cudaStream_t stream);
+cudaError_t fa2_launch_causal_window(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
+                                     float *tmp_s, cudaStream_t stream);
+cudaError_t fa2_launch_full(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
+                            float *tmp_s, cudaStream_t stream);
+cudaError_t fa2_launch_full_window(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
+                                   float *tmp_s, cudaStream_t stream);
+
+/* FA3 launchers (per-head schedule, no sliding window); defined only when built for sm_90a. */
+cudaError_t fa3_launch_causal(Fa3Params &p, cudaStream_t stream);
+cudaError_t fa3_launch_full(Fa3Params &p, cudaStream_t stream);
+
+} // namespace metrale_fi
+#endif
+#endif

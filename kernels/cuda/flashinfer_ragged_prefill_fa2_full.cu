@@ -1,0 +1,17 @@
+// flashinfer_ragged_prefill_fa2_full.cu - FA2 ragged prefill kernels without a causal mask (with
+// and without a sliding window), head_dim 128, BF16.
+#include "flashinfer_ragged_prefill_fa2.cuh"
+
+namespace metrale_fi {
+
+cudaError_t fa2_launch_full(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
+                            float *tmp_s, cudaStream_t stream) {
+    return fa2_launch<flashinfer::MaskMode::kNone, false>(p, cta_tile_q, tmp_v, tmp_s, stream);
+}
+
+cudaError_t fa2_launch_full_window(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
+                                   float *tmp_s, cudaStream_t stream) {
+    return fa2_launch<flashinfer::MaskMode::kNone, true>(p, cta_tile_q, tmp_v, tmp_s, stream);
+}
+
+} // namespace metrale_fi

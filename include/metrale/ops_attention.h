@@ -1,0 +1,130 @@
+/*
+ * metrale/ops_attention.h - ragged (varlen) BF16 prefill attention: several requests' attention
+ * in one launch, delimited by qo_indptr / kv_indptr. CUDA runs FlashInfer's kernels (head_dim
+ * 128; FA2 on sm_80+, the Hopper FA3 path on sm_90a, the faster chosen per plan); the CPU backend
+ * runs the reference (FP32 softmax) that defines the result.
+ *
+ *   mg_attention_desc d = {.num_qo_heads = 32, .num_kv_heads = 8, .head_dim = 128,
+ *                          .causal = true, .window_left = -1, .sm_scale = 0.08838835f};
+ *   mg_attention_plan *p;
+ *   mg_attention_plan_create(b, &d, qo_indptr, kv_indptr, batch_size, stream, &p); // host arrays
+ *   mg_attention_tensors t = {.q = q, .k = k, .v = v, .o = o, .lse = 0,
+ *                             .qo_rows = qo_indptr[batch_size], .kv_rows = kv_indptr[batch_size]};
+ *   mg_attention_run(p, &t, stream);
+ *   mg_attention_plan_update(p, next_qo_indptr, next_kv_indptr, next_batch_size, stream);
+ *   mg_attention_run(p, &next_t, stream);
+ *   mg_attention_plan_destroy(p);
+ *
+ * Layout: q and o are [qo_rows, num_qo_heads, head_dim], k and v [kv_rows, num_kv_heads,
+ * head_dim], BF16, contiguous (NHD). Request i owns q/o rows [qo_indptr[i], qo_indptr[i+1]) and
+ * k/v rows [kv_indptr[i], kv_indptr[i+1]). Query head h reads key/value head
+ * h / (num_qo_heads / num_kv_heads) (GQA).
+ *
+ * Semantics, per request with Lq queries and Lk keys, query j at position p = Lk - Lq + j:
+ *   causal (bottom-right aligned): query j sees keys 0..p; requires Lq <= Lk.
+ *   window_left = w >= 0: query j sees only keys >= p - w (a window of w + 1 keys with causal).
+ *   o = softmax(sm_scale * q k^T over the visible keys) v, accumulated in FP32.
+ *   lse (optional, FP32 [qo_rows, num_qo_heads]) = log2(sum over visible keys of
+ *   exp(sm_scale * q.k)), FlashInfer's base-2 convention. A query that sees no key (Lk = 0,
+ *   without causal) gets o = 0 and lse = -inf.
+ *   Requests with Lq = 0 or Lk = 0 are allowed.
+ *
+ * Plan and run: the plan is built on the host from host copies of the indptrs (validated there:
+ * indptr[0] = 0, non-decreasing, Lq <= Lk under causal) and uploaded through a page-locked
+ * mirror; it is not capturable. The mirror is double-buffered, so an update never rewrites host
+ * memory whose copy is still in flight; updates and runs of one plan must be ordered by the
+ * caller (use the same stream). Workspaces are sized from each plan and grow only when a later
+ * plan needs more.
+ *
+ * CUDA graphs: set graph_qo_rows / graph_kv_rows (the padded capacities of the q/o and k/v
+ * buffers) to build the plan in fixed-grid mode. Then mg_attention_run may be captured, and
+ * after mg_attention_plan_update with a new batch (same batch_size, totals within the
+ * capacities) replaying the graph computes the new batch; rows past a batch's totals are left
+ * untouched. Every run of such a plan passes exactly the capacities as qo_rows / kv_rows.
+ *
+ * Bad arguments return MG_ERR_INVALID_ARGUMENT, naming the problem, and launch nothing.
+ */
+#ifndef METRALE_OPS_ATTENTION_H
+#define METRALE_OPS_ATTENTION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "metrale/gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mg_attention_plan mg_attention_plan;
+
+/* Which implementation runs on CUDA (the CPU backend always runs its reference). */
+typedef enum mg_attention_impl {
+    MG_ATTENTION_IMPL_AUTO = 0, /* the fastest that can serve the plan on this device */
+    MG_ATTENTION_IMPL_FA2 = 1,  /* FlashInfer FA2 templates */
+    MG_ATTENTION_IMPL_FA3 = 2,  /* FlashInfer Hopper path; MG_ERR_UNSUPPORTED where it cannot run */
+} mg_attention_impl;
+
+/* "auto", "fa2", "fa3". */
+const char *mg_attention_impl_name(mg_attention_impl impl);
+
+typedef struct mg_attention_desc {
+    uint32_t num_qo_heads;  /* Hq > 0 */
+    uint32_t num_kv_heads;  /* Hkv > 0, divides Hq */
+    uint32_t head_dim;      /* 128 on CUDA; CPU: any multiple of 8 up to 512 */
+    bool causal;            /* bottom-right aligned */
+    int32_t window_left;    /* -1: no window; else >= 0 (see above) */
+    float sm_scale;         /* finite, > 0; usually 1 / sqrt(head_dim) */
+    uint32_t graph_qo_rows; /* 0: eager plans; > 0: fixed-grid mode, q/o capacity in rows */
+    uint32_t graph_kv_rows; /* fixed-grid mode: k/v capacity in rows (> 0) */
+    mg_attention_impl impl;
+} mg_attention_desc;
+
+typedef struct mg_attention_tensors {
+    mg_devptr q, k, v, o; /* BF16, 16-byte aligned */
+    mg_devptr lse;        /* FP32, 4-byte aligned, or 0 for none */
+    uint32_t qo_rows;     /* rows of q and o: the plan's qo total (fixed-grid: the capacity) */
+    uint32_t kv_rows;     /* rows of k and v: the plan's kv total (fixed-grid: the capacity) */
+} mg_attention_tensors;
+
+/* Validates `desc` and the host indptrs (batch_size + 1 entries each, batch_size >= 1),
+ * allocates the plan's workspaces and uploads its schedule on stream `s` (NULL: default).
+ * Not allowed while `s` is capturing (MG_ERR_CAPTURING). The indptr arrays may be reused as
+ * soon as this returns. */
+mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
+                                   const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                   uint32_t batch_size, mg_stream *s, mg_attention_plan **out);
+
+/* Re-plans for a new batch on stream `s`, growing the workspaces when needed (which waits for
+ * `s`). Fixed-grid plans keep their batch_size, launch layout and workspaces, so a captured run
+ * replays the new batch. On failure the plan keeps its previous batch, except after a device
+ * error, which leaves it unusable until an update succeeds. */
+mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indptr,
+                                   const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s);
+
+/* Launches the planned attention on `s` (NULL: default stream of the plan's backend).
+ * Asynchronous; capturable for fixed-grid plans. */
+mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s);
+
+/* Waits for nothing: the caller must make sure no run of `p` is still executing or will be
+ * replayed. NULL is a no-op. */
+mg_status mg_attention_plan_destroy(mg_attention_plan *p);
+
+typedef struct mg_attention_plan_info {
+    mg_attention_impl impl;     /* what runs: FA2 or FA3 on CUDA; AUTO on the CPU backend */
+    uint32_t batch_size;
+    uint32_t qo_total, kv_total; /* the planned batch's indptr ends */
+    uint64_t workspace_bytes;    /* device workspaces held (float + int) */
+    uint64_t pinned_bytes;       /* page-locked mirrors held (both) */
+} mg_attention_plan_info;
+
+mg_status mg_attention_plan_get_info(const mg_attention_plan *p, mg_attention_plan_info *out);
+
+/* FLOPs of the planned batch as REFERENCE.md counts them (4 * D * Hq * visible pairs; causal
+ * without a window: Lq * Lk - Lq * (Lq - 1) / 2 pairs per request). */
+double mg_attention_plan_flops(const mg_attention_plan *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

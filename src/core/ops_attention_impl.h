@@ -1,0 +1,45 @@
+/*
+ * ops_attention_impl.h - private: the attention plan object and what each backend implements
+ * for metrale/ops_attention.h. src/core/ops_attention.c validates every argument, then
+ * dispatches by backend kind; a backend receives only validated plans, indptrs and tensors.
+ */
+#ifndef METRALE_OPS_ATTENTION_IMPL_H
+#define METRALE_OPS_ATTENTION_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "metrale/ops_attention.h"
+
+typedef struct mg_attention_backend_ops mg_attention_backend_ops;
+
+struct mg_attention_plan {
+    mg_backend *backend;
+    const mg_attention_backend_ops *ops;
+    mg_attention_desc desc;
+    /* The planned batch: host copies of its indptrs (batch_size + 1 entries each). */
+    uint32_t batch_size;
+    int32_t *qo_indptr, *kv_indptr;
+    uint32_t indptr_capacity; /* entries allocated in each array */
+    bool usable;              /* false after a device error during planning */
+    void *impl;               /* the backend's state */
+};
+
+struct mg_attention_backend_ops {
+    /* Plans `qo_indptr` / `kv_indptr` (validated; batch_size + 1 entries) for `p`, whose
+     * batch fields still describe the previous plan (batch_size 0 before the first). On
+     * failure the backend keeps its previous state where it can. */
+    mg_status (*plan)(mg_attention_plan *p, const int32_t *qo_indptr, const int32_t *kv_indptr,
+                      uint32_t batch_size, mg_stream *s);
+    mg_status (*run)(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s);
+    void (*release)(mg_attention_plan *p);
+    /* Fills impl, workspace_bytes and pinned_bytes. */
+    void (*info)(const mg_attention_plan *p, mg_attention_plan_info *out);
+};
+
+extern const mg_attention_backend_ops mg_cpu_attention_ops;
+#ifdef METRALE_HAVE_CUDA
+extern const mg_attention_backend_ops mg_cuda_attention_ops;
+#endif
+
+#endif

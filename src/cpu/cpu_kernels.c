@@ -111,17 +111,22 @@ mg_status mg_cpu_kernel_check_args(const mg_launch *l, const char *kernel,
 }
 
 mg_status mg_cpu_kernel_buffer(const mg_launch *l, uint32_t index, uint64_t bytes,
-                               const char *kernel, void **host_out) {
+                               uint32_t alignment, const char *kernel, void **host_out) {
     if (!tls_launching_backend)
         return MG_ERROR(MG_ERR_INTERNAL,
                         "cpu kernel %s: mg_cpu_kernel_buffer called outside a CPU launch", kernel);
     if (index >= l->arg_count || l->args[index].kind != MG_ARG_BUFFER)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: argument %u is not a buffer",
                         kernel, index);
+    mg_devptr ptr = mg_launch_get_ptr(l, index);
+    if (alignment > 1 && ptr % alignment != 0)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: argument %u (0x%" PRIx64 ") is misaligned: needs %u-byte "
+                        "alignment",
+                        kernel, index, ptr, alignment);
     char what[160];
     snprintf(what, sizeof what, "cpu kernel %s argument %u", kernel, index);
-    return mg_cpu_resolve(tls_launching_backend, mg_launch_get_ptr(l, index), bytes, what,
-                          host_out);
+    return mg_cpu_resolve(tls_launching_backend, ptr, bytes, what, host_out);
 }
 
 /* ------------------------------------------------------------------ built-in kernels */
@@ -137,9 +142,9 @@ static mg_status kernel_vector_add(const mg_launch *l) {
     uint32_t n = mg_launch_get_u32(l, 3);
     uint64_t bytes = (uint64_t)n * sizeof(float);
     void *a, *b, *out;
-    if ((st = mg_cpu_kernel_buffer(l, 0, bytes, name, &a)) ||
-        (st = mg_cpu_kernel_buffer(l, 1, bytes, name, &b)) ||
-        (st = mg_cpu_kernel_buffer(l, 2, bytes, name, &out)))
+    if ((st = mg_cpu_kernel_buffer(l, 0, bytes, sizeof(float), name, &a)) ||
+        (st = mg_cpu_kernel_buffer(l, 1, bytes, sizeof(float), name, &b)) ||
+        (st = mg_cpu_kernel_buffer(l, 2, bytes, sizeof(float), name, &out)))
         return st;
     const float *fa = a, *fb = b;
     float *fo = out;

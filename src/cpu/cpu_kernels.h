@@ -11,7 +11,7 @@
  *       mg_status st = mg_cpu_kernel_check_args(l, "mine:my_kernel", kinds, 2);
  *       uint32_t n = mg_launch_get_u32(l, 1);
  *       float *out;
- *       if (!st) st = mg_cpu_kernel_buffer(l, 0, (uint64_t)n * 4, "mine:my_kernel", (void **)&out);
+ *       if (!st) st = mg_cpu_kernel_buffer(l, 0, (uint64_t)n * 4, 4, "mine:my_kernel", (void **)&out);
  *       ...
  */
 #ifndef METRALE_CPU_KERNELS_H
@@ -26,10 +26,11 @@
 mg_status mg_cpu_kernel_check_args(const mg_launch *l, const char *kernel,
                                    const mg_arg_kind *kinds, uint32_t count);
 
-/* Resolves buffer argument `index` to a host address after checking that
- * [ptr, ptr + bytes) lies inside one live allocation (or host_alloc memory) of the backend
- * running the launch. Only valid inside a kernel called by the CPU backend. */
+/* Resolves buffer argument `index` to a host address after checking that it is a multiple
+ * of `alignment` bytes (what the GPU kernel's loads need; a GPU would fault otherwise) and
+ * that [ptr, ptr + bytes) lies inside one live allocation (or host_alloc memory) of the
+ * backend running the launch. Only valid inside a kernel called by the CPU backend. */
 mg_status mg_cpu_kernel_buffer(const mg_launch *l, uint32_t index, uint64_t bytes,
-                               const char *kernel, void **host_out);
+                               uint32_t alignment, const char *kernel, void **host_out);
 
 #endif

@@ -98,36 +98,37 @@ mg_status mg_cpu_alloc(void *ctx, size_t bytes, mg_alloc_kind kind, mg_devptr *o
     mg_cpu_backend *c = ctx;
     (void)kind; /* device, managed and arena memory are the same host memory here */
     mg_cpu_count(c, MG_CPU_COUNT_alloc);
-    char size_text[32], other_text[32], cap_text[32];
+    /* Messages carry no location and no size: the core appends the requested size and the
+     * caller's file:line (backend_impl.h). */
+    char text[32], cap_text[32];
     if (bytes == 0)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu alloc: zero bytes requested");
+        return mg_error_set(MG_ERR_INVALID_ARGUMENT, NULL, 0, "cpu alloc: zero bytes");
     uint64_t physical = mg_cpu_physical_bytes();
-    mg_format_bytes(bytes, size_text, sizeof size_text);
     /* Refused up front: with overcommit the host allocator might hand out more than exists
      * and fail only when touched, and sanitizer allocators abort on absurd sizes. */
     if (bytes > physical || bytes > SIZE_MAX - (MG_CPU_ALLOC_ALIGNMENT - 1))
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
-                        "cpu alloc: out of memory, requested %s (%zu bytes), more than the "
-                        "host's %s of physical memory",
-                        size_text, bytes, mg_format_bytes(physical, other_text, sizeof other_text));
+        return mg_error_set(MG_ERR_OUT_OF_MEMORY, NULL, 0,
+                            "cpu alloc: out of memory: %zu bytes is more than the host's %s of "
+                            "physical memory",
+                            bytes, mg_format_bytes(physical, text, sizeof text));
     size_t rounded = (bytes + MG_CPU_ALLOC_ALIGNMENT - 1) & ~(size_t)(MG_CPU_ALLOC_ALIGNMENT - 1);
 
     pthread_mutex_lock(&c->lock);
     if (c->fail_countdown > 0 && --c->fail_countdown == 0) {
         pthread_mutex_unlock(&c->lock);
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
-                        "cpu alloc: out of memory (injected by mg_cpu_fail_nth_allocation), "
-                        "requested %s (%zu bytes)",
-                        size_text, bytes);
+        return mg_error_set(MG_ERR_OUT_OF_MEMORY, NULL, 0,
+                            "cpu alloc: out of memory (failure injected by "
+                            "mg_cpu_fail_nth_allocation) for %zu bytes",
+                            bytes);
     }
     if (c->allocation_cap_bytes && rounded > c->allocation_cap_bytes - c->live_device_bytes) {
         uint64_t live = c->live_device_bytes, cap = c->allocation_cap_bytes;
         pthread_mutex_unlock(&c->lock);
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
-                        "cpu alloc: out of memory, requested %s (%zu bytes) with %s live under "
-                        "a cap of %s",
-                        size_text, bytes, mg_format_bytes(live, other_text, sizeof other_text),
-                        mg_format_bytes(cap, cap_text, sizeof cap_text));
+        return mg_error_set(MG_ERR_OUT_OF_MEMORY, NULL, 0,
+                            "cpu alloc: out of memory: %zu bytes do not fit beside %s live under "
+                            "the allocation cap of %s",
+                            bytes, mg_format_bytes(live, text, sizeof text),
+                            mg_format_bytes(cap, cap_text, sizeof cap_text));
     }
     c->live_device_bytes += rounded; /* reserved now so concurrent allocations see the cap */
     pthread_mutex_unlock(&c->lock);
@@ -135,8 +136,8 @@ mg_status mg_cpu_alloc(void *ctx, size_t bytes, mg_alloc_kind kind, mg_devptr *o
     void *p = aligned_alloc(MG_CPU_ALLOC_ALIGNMENT, rounded);
     mg_status st = MG_OK;
     if (!p)
-        st = MG_ERROR(MG_ERR_OUT_OF_MEMORY, "aligned_alloc: out of memory, requested %s (%zu bytes)",
-                      size_text, bytes);
+        st = mg_error_set(MG_ERR_OUT_OF_MEMORY, NULL, 0,
+                          "aligned_alloc: out of host memory for %zu bytes", bytes);
     pthread_mutex_lock(&c->lock);
     if (p)
         st = range_insert(c, (mg_cpu_range){(uintptr_t)p, bytes, rounded, MG_CPU_RANGE_DEVICE});

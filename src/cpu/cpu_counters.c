@@ -8,6 +8,9 @@ _Static_assert(sizeof(mg_cpu_counters) == MG_CPU_COUNTER_COUNT * sizeof(uint64_t
 mg_status mg_cpu_from_backend(mg_backend *b, const char *call, mg_cpu_backend **out) {
     if (!b)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL backend", call);
+    if (!mg_backend_context(b))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend handle %p", call,
+                        (void *)b);
     if (mg_backend_get_kind(b) != MG_BACKEND_CPU)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: the backend is %s, not cpu", call,
                         mg_backend_kind_name(mg_backend_get_kind(b)));

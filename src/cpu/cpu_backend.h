@@ -88,10 +88,11 @@ uint64_t mg_cpu_physical_bytes(void);
 /* ---- cpu_memory.c */
 
 /* Checks that [ptr, ptr + bytes) lies inside one live range and returns its host address.
- * `what` names the argument in the message ("copy_d2d src"). bytes == 0 still requires a
- * live address. */
-mg_status mg_cpu_resolve(mg_cpu_backend *c, mg_devptr ptr, uint64_t bytes, const char *what,
-                         void **host_out);
+ * The message names "cpu <call> <what>" (e.g. "cpu copy_d2d_async src"); it is formatted
+ * only on failure, so the check costs a table lookup. bytes == 0 still requires a live
+ * address. */
+mg_status mg_cpu_resolve(mg_cpu_backend *c, mg_devptr ptr, uint64_t bytes, const char *call,
+                         const char *what, void **host_out);
 mg_status mg_cpu_alloc(void *ctx, size_t bytes, mg_alloc_kind kind, mg_devptr *out);
 mg_status mg_cpu_free(void *ctx, mg_devptr base, mg_alloc_kind kind);
 mg_status mg_cpu_host_alloc(void *ctx, size_t bytes, void **out);

@@ -124,9 +124,9 @@ mg_status mg_cpu_kernel_buffer(const mg_launch *l, uint32_t index, uint64_t byte
                         "cpu kernel %s: argument %u (0x%" PRIx64 ") is misaligned: needs %u-byte "
                         "alignment",
                         kernel, index, ptr, alignment);
-    char what[160];
-    snprintf(what, sizeof what, "cpu kernel %s argument %u", kernel, index);
-    return mg_cpu_resolve(tls_launching_backend, ptr, bytes, what, host_out);
+    char what[32];
+    snprintf(what, sizeof what, "argument %u", index);
+    return mg_cpu_resolve(tls_launching_backend, ptr, bytes, kernel, what, host_out);
 }
 
 /* ------------------------------------------------------------------ built-in kernels */

@@ -68,28 +68,29 @@ static mg_cpu_range range_remove(mg_cpu_backend *c, size_t i) {
     return r;
 }
 
-mg_status mg_cpu_resolve(mg_cpu_backend *c, mg_devptr ptr, uint64_t bytes, const char *what,
-                         void **host_out) {
+mg_status mg_cpu_resolve(mg_cpu_backend *c, mg_devptr ptr, uint64_t bytes, const char *call,
+                         const char *what, void **host_out) {
     if (ptr == 0)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: null device pointer", what);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu %s %s: null device pointer", call, what);
     if (bytes > UINTPTR_MAX - ptr)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: %" PRIu64 " bytes at 0x%" PRIx64 " wrap the address space", what,
-                        bytes, ptr);
+                        "cpu %s %s: %" PRIu64 " bytes at 0x%" PRIx64 " wrap the address space",
+                        call, what, bytes, ptr);
     pthread_mutex_lock(&c->lock);
     const mg_cpu_range *r = range_containing(c, (uintptr_t)ptr);
     mg_cpu_range found = r ? *r : (mg_cpu_range){0};
     pthread_mutex_unlock(&c->lock);
     if (!r)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: 0x%" PRIx64 " is not inside any live allocation of cpu device %d",
-                        what, ptr, c->device);
+                        "cpu %s %s: 0x%" PRIx64
+                        " is not inside any live allocation of cpu device %d",
+                        call, what, ptr, c->device);
     uint64_t offset = ptr - found.base;
     if (bytes > found.bytes - offset)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: %" PRIu64 " bytes at offset %" PRIu64
+                        "cpu %s %s: %" PRIu64 " bytes at offset %" PRIu64
                         " overrun the %zu-byte allocation at 0x%" PRIxPTR,
-                        what, bytes, offset, found.bytes, found.base);
+                        call, what, bytes, offset, found.bytes, found.base);
     *host_out = (void *)(uintptr_t)ptr;
     return MG_OK;
 }

@@ -179,29 +179,26 @@ static void list_clear(cpu_command_list *list) {
 static mg_status command_execute(mg_cpu_backend *c, const cpu_command *cmd) {
     void *dst, *src;
     mg_status st = MG_OK;
-    char what_dst[64], what_src[64];
-    snprintf(what_dst, sizeof what_dst, "cpu %s dst", cmd->call);
-    snprintf(what_src, sizeof what_src, "cpu %s src", cmd->call);
     switch (cmd->kind) {
     case CMD_COPY_H2D:
         if (cmd->bytes == 0)
             return MG_OK;
-        if ((st = mg_cpu_resolve(c, cmd->dst, cmd->bytes, what_dst, &dst)))
+        if ((st = mg_cpu_resolve(c, cmd->dst, cmd->bytes, cmd->call, "dst", &dst)))
             return st;
         memmove(dst, cmd->host_src, cmd->bytes);
         return MG_OK;
     case CMD_COPY_D2H:
         if (cmd->bytes == 0)
             return MG_OK;
-        if ((st = mg_cpu_resolve(c, cmd->src, cmd->bytes, what_src, &src)))
+        if ((st = mg_cpu_resolve(c, cmd->src, cmd->bytes, cmd->call, "src", &src)))
             return st;
         memmove(cmd->host_dst, src, cmd->bytes);
         return MG_OK;
     case CMD_COPY_D2D:
         if (cmd->bytes == 0)
             return MG_OK;
-        if ((st = mg_cpu_resolve(c, cmd->dst, cmd->bytes, what_dst, &dst)) ||
-            (st = mg_cpu_resolve(c, cmd->src, cmd->bytes, what_src, &src)))
+        if ((st = mg_cpu_resolve(c, cmd->dst, cmd->bytes, cmd->call, "dst", &dst)) ||
+            (st = mg_cpu_resolve(c, cmd->src, cmd->bytes, cmd->call, "src", &src)))
             return st;
         memmove(dst, src, cmd->bytes);
         return MG_OK;
@@ -220,8 +217,8 @@ static mg_status command_execute(mg_cpu_backend *c, const cpu_command *cmd) {
                             cmd->call, cmd->height, cmd->dst_pitch, cmd->src_pitch);
         uint64_t dst_span = rows_before_last * cmd->dst_pitch + cmd->bytes;
         uint64_t src_span = rows_before_last * cmd->src_pitch + cmd->bytes;
-        if ((st = mg_cpu_resolve(c, cmd->dst, dst_span, what_dst, &dst)) ||
-            (st = mg_cpu_resolve(c, cmd->src, src_span, what_src, &src)))
+        if ((st = mg_cpu_resolve(c, cmd->dst, dst_span, cmd->call, "dst", &dst)) ||
+            (st = mg_cpu_resolve(c, cmd->src, src_span, cmd->call, "src", &src)))
             return st;
         for (size_t row = 0; row < cmd->height; row++)
             memmove((char *)dst + row * cmd->dst_pitch, (const char *)src + row * cmd->src_pitch,
@@ -231,7 +228,7 @@ static mg_status command_execute(mg_cpu_backend *c, const cpu_command *cmd) {
     case CMD_MEMSET:
         if (cmd->bytes == 0)
             return MG_OK;
-        if ((st = mg_cpu_resolve(c, cmd->dst, cmd->bytes, what_dst, &dst)))
+        if ((st = mg_cpu_resolve(c, cmd->dst, cmd->bytes, cmd->call, "dst", &dst)))
             return st;
         memset(dst, cmd->value, cmd->bytes);
         return MG_OK;

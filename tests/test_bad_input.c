@@ -32,12 +32,12 @@ static zone zone_make(mg_backend *b, size_t bytes) {
 }
 
 /* The whole allocation, guards included, still holds what it held. */
-#define CHECK_ZONE_UNCHANGED(z)                                                                \
-    do {                                                                                       \
-        uint8_t *now_ = malloc((z).bytes + 2 * GUARD);                                         \
-        CHECK_OK(mg_copy_d2h((z).b, now_, (z).base, (z).bytes + 2 * GUARD));                   \
-        CHECK(memcmp(now_, (z).image, (z).bytes + 2 * GUARD) == 0);                            \
-        free(now_);                                                                            \
+#define CHECK_ZONE_UNCHANGED(z)                                                                    \
+    do {                                                                                           \
+        uint8_t *now_ = malloc((z).bytes + 2 * GUARD);                                             \
+        CHECK_OK(mg_copy_d2h((z).b, now_, (z).base, (z).bytes + 2 * GUARD));                       \
+        CHECK(memcmp(now_, (z).image, (z).bytes + 2 * GUARD) == 0);                                \
+        free(now_);                                                                                \
     } while (0)
 
 static void zone_free(zone *z) {
@@ -46,12 +46,12 @@ static void zone_free(zone *z) {
 }
 
 /* A bad call: the status, a message naming the problem, and the zone untouched. */
-#define CHECK_REFUSED(expr, status, needle, z)                                                 \
-    do {                                                                                       \
-        mg_clear_error();                                                                      \
-        CHECK_STATUS(expr, status);                                                            \
-        CHECK_MESSAGE(needle);                                                                 \
-        CHECK_ZONE_UNCHANGED(z);                                                               \
+#define CHECK_REFUSED(expr, status, needle, z)                                                     \
+    do {                                                                                           \
+        mg_clear_error();                                                                          \
+        CHECK_STATUS(expr, status);                                                                \
+        CHECK_MESSAGE(needle);                                                                     \
+        CHECK_ZONE_UNCHANGED(z);                                                                   \
     } while (0)
 
 static void test_null_handles(mg_backend *b) {
@@ -126,7 +126,8 @@ static void test_foreign_handles(mg_backend *b, mg_backend *other) {
     CHECK_REFUSED(mg_memset_async(b, z.dst, 1, 256, s_other), MG_ERR_INVALID_ARGUMENT,
                   "belongs to another backend", z);
     CHECK_REFUSED(mg_event_record(e_other, s), MG_ERR_INVALID_ARGUMENT, "another backend", z);
-    CHECK_REFUSED(mg_stream_wait_event(s, e_other), MG_ERR_INVALID_ARGUMENT, "different backends", z);
+    CHECK_REFUSED(mg_stream_wait_event(s, e_other), MG_ERR_INVALID_ARGUMENT, "different backends",
+                  z);
     float ms;
     CHECK_REFUSED(mg_event_elapsed_ms(e, e_other, &ms), MG_ERR_INVALID_ARGUMENT,
                   "different backends", z);
@@ -179,8 +180,8 @@ static void test_sizes(mg_backend *b) {
     CHECK_REFUSED(mg_alloc(b, SIZE_MAX, &p), MG_ERR_OUT_OF_MEMORY, "18446744073709551615", z);
     CHECK_REFUSED(mg_alloc_managed(b, SIZE_MAX - 100, &p), MG_ERR_OUT_OF_MEMORY,
                   "18446744073709551515", z);
-    CHECK_REFUSED(mg_host_alloc(b, (size_t)1 << 50, &h), MG_ERR_OUT_OF_MEMORY,
-                  "1125899906842624", z);
+    CHECK_REFUSED(mg_host_alloc(b, (size_t)1 << 50, &h), MG_ERR_OUT_OF_MEMORY, "1125899906842624",
+                  z);
     CHECK(h == NULL);
     CHECK_REFUSED(mg_alloc_at(b, 64, (mg_alloc_kind)7, &p, __FILE__, __LINE__),
                   MG_ERR_INVALID_ARGUMENT, "unknown kind 7", z);
@@ -209,8 +210,8 @@ static void test_pointers(mg_backend *b) {
                   "not inside any live allocation", z);
     CHECK_REFUSED(mg_copy_d2h(b, host, nowhere, 16), MG_ERR_INVALID_ARGUMENT,
                   "not inside any live allocation", z);
-    CHECK_REFUSED(mg_copy_d2d_async(b, z.dst, nowhere, 16, s), MG_ERR_INVALID_ARGUMENT,
-                  "0x1000", z);
+    CHECK_REFUSED(mg_copy_d2d_async(b, z.dst, nowhere, 16, s), MG_ERR_INVALID_ARGUMENT, "0x1000",
+                  z);
     CHECK_REFUSED(mg_memset_async(b, nowhere, 0, 16, s), MG_ERR_INVALID_ARGUMENT,
                   "not inside any live allocation", z);
     /* Overruns: starting inside, ending past the allocation (by one byte). */
@@ -218,8 +219,8 @@ static void test_pointers(mg_backend *b) {
     CHECK_REFUSED(mg_copy_h2d(b, z.base, host, whole + 1), MG_ERR_INVALID_ARGUMENT,
                   "overruns its allocation", z);
     CHECK_MESSAGE("by 1 bytes");
-    CHECK_REFUSED(mg_copy_h2d_async(b, z.base + 100, host, whole - 99, s),
-                  MG_ERR_INVALID_ARGUMENT, "overruns", z);
+    CHECK_REFUSED(mg_copy_h2d_async(b, z.base + 100, host, whole - 99, s), MG_ERR_INVALID_ARGUMENT,
+                  "overruns", z);
     CHECK_REFUSED(mg_copy_d2d(b, z.dst, src.base + 200, whole - 199), MG_ERR_INVALID_ARGUMENT,
                   "source", z);
     CHECK_REFUSED(mg_memset(b, z.base + whole - 4, 0, 5), MG_ERR_INVALID_ARGUMENT, "overruns", z);
@@ -235,8 +236,10 @@ static void test_pointers(mg_backend *b) {
     CHECK_REFUSED(mg_free(b, z.base + whole - 1), MG_ERR_INVALID_ARGUMENT, "interior pointer", z);
     void *h = NULL;
     CHECK_OK(mg_host_alloc(b, 256, &h));
-    CHECK_REFUSED(mg_host_free(b, (char *)h + 1), MG_ERR_INVALID_ARGUMENT, "not returned by mg_host_alloc", z);
-    CHECK_REFUSED(mg_host_free(b, host), MG_ERR_INVALID_ARGUMENT, "not returned by mg_host_alloc", z);
+    CHECK_REFUSED(mg_host_free(b, (char *)h + 1), MG_ERR_INVALID_ARGUMENT,
+                  "not returned by mg_host_alloc", z);
+    CHECK_REFUSED(mg_host_free(b, host), MG_ERR_INVALID_ARGUMENT, "not returned by mg_host_alloc",
+                  z);
     mg_devptr dp = 0;
     CHECK_REFUSED(mg_host_device_pointer(b, host, &dp), MG_ERR_INVALID_ARGUMENT,
                   "not a live block from mg_host_alloc", z);
@@ -296,7 +299,8 @@ static void test_free_errors(mg_backend *b) {
     CHECK_OK(mg_copy_d2d_async(b, z.dst, q, 64, s));
     CHECK_OK(mg_graph_end_capture(s, &g));
     CHECK_OK(mg_free(b, q));
-    CHECK_REFUSED(mg_graph_launch(g, s), MG_ERR_INVALID_ARGUMENT, "not inside any live allocation", z);
+    CHECK_REFUSED(mg_graph_launch(g, s), MG_ERR_INVALID_ARGUMENT, "not inside any live allocation",
+                  z);
     CHECK_MESSAGE("graph node 1 of 1");
     /* A kernel given a freed buffer. */
     mg_kernel *k = NULL;
@@ -307,7 +311,8 @@ static void test_free_errors(mg_backend *b) {
     mg_launch_arg_ptr(&l, p);
     mg_launch_arg_ptr(&l, z.dst);
     mg_launch_arg_u32(&l, 16);
-    CHECK_REFUSED(mg_launch_run(b, k, s, &l), MG_ERR_INVALID_ARGUMENT, "not inside any live allocation", z);
+    CHECK_REFUSED(mg_launch_run(b, k, s, &l), MG_ERR_INVALID_ARGUMENT,
+                  "not inside any live allocation", z);
     CHECK_OK(mg_kernel_release(k));
     CHECK_REFUSED(mg_kernel_release(k), MG_ERR_INVALID_ARGUMENT, "no outstanding lookup", z);
     CHECK_OK(mg_graph_destroy(g));
@@ -333,11 +338,11 @@ static void test_capture_and_in_use(mg_backend *b) {
     CHECK_OK(mg_event_record(e, s));
     /* While capturing, the zone can only be read back after the capture ends (a blocking
      * read is refused too): each refusal is checked for status and message here. */
-#define CHECK_CAPTURING(expr)                                                                  \
-    do {                                                                                       \
-        mg_clear_error();                                                                      \
-        CHECK_STATUS(expr, MG_ERR_CAPTURING);                                                  \
-        CHECK_MESSAGE("capturing");                                                            \
+#define CHECK_CAPTURING(expr)                                                                      \
+    do {                                                                                           \
+        mg_clear_error();                                                                          \
+        CHECK_STATUS(expr, MG_ERR_CAPTURING);                                                      \
+        CHECK_MESSAGE("capturing");                                                                \
     } while (0)
     CHECK_CAPTURING(mg_stream_synchronize(s));
     CHECK_CAPTURING(mg_alloc(b, 64, &p));
@@ -368,7 +373,8 @@ static void test_capture_and_in_use(mg_backend *b) {
     CHECK(none == NULL);
     CHECK_REFUSED(mg_graph_abort_capture(s), MG_ERR_INVALID_ARGUMENT, "not capturing", z);
     /* The default stream is the backend's. */
-    CHECK_REFUSED(mg_stream_destroy(mg_stream_default(b)), MG_ERR_INVALID_ARGUMENT, "default stream", z);
+    CHECK_REFUSED(mg_stream_destroy(mg_stream_default(b)), MG_ERR_INVALID_ARGUMENT,
+                  "default stream", z);
     /* Destroyed handles are recognised as such. */
     CHECK_OK(mg_stream_destroy(other));
     CHECK_REFUSED(mg_stream_synchronize(other), MG_ERR_INVALID_ARGUMENT, "destroyed", z);

@@ -27,13 +27,13 @@ static mg_status kernel_negate(const mg_launch *l) {
     return MG_OK;
 }
 
-#define WORKER_CHECK(cond)                                                                     \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "worker FAIL line %d: %s (%s)\n", __LINE__, #cond, mg_last_error()); \
-            atomic_fetch_add(&worker_failures, 1);                                             \
-            goto done;                                                                         \
-        }                                                                                      \
+#define WORKER_CHECK(cond)                                                                         \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "worker FAIL line %d: %s (%s)\n", __LINE__, #cond, mg_last_error());   \
+            atomic_fetch_add(&worker_failures, 1);                                                 \
+            goto done;                                                                             \
+        }                                                                                          \
     } while (0)
 
 static void *worker(void *arg) {

@@ -29,9 +29,9 @@ extern "C" {
 typedef struct mg_cpu_counters {
     uint64_t alloc, free, copy_h2d, copy_d2h, copy_d2d, copy_h2d_async, copy_d2h_async,
         copy_d2d_async, copy_2d, memset, memset_async, stream_create, stream_destroy,
-        stream_synchronize, event_create, event_record, event_wait, event_synchronize,
-        event_query, event_destroy, graph_capture, graph_launch, graph_destroy, host_alloc,
-        host_free, kernel_lookup, launch;
+        stream_synchronize, event_create, event_record, event_wait, event_synchronize, event_query,
+        event_destroy, graph_capture, graph_launch, graph_destroy, host_alloc, host_free,
+        kernel_lookup, launch;
 } mg_cpu_counters;
 
 mg_status mg_cpu_get_counters(mg_backend *b, mg_cpu_counters *out);

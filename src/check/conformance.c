@@ -32,23 +32,23 @@ static void check_fail(mg_check_result *result, int line, const char *fmt, ...) 
     va_end(ap);
 }
 
-#define FAIL(...)                                                                              \
-    do {                                                                                       \
-        check_fail(result, __LINE__, __VA_ARGS__);                                             \
-        goto done;                                                                             \
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        check_fail(result, __LINE__, __VA_ARGS__);                                                 \
+        goto done;                                                                                 \
     } while (0)
-#define EXPECT(cond, ...)                                                                      \
-    do {                                                                                       \
-        if (!(cond))                                                                           \
-            FAIL(__VA_ARGS__);                                                                 \
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            FAIL(__VA_ARGS__);                                                                     \
     } while (0)
 /* The call must return `want`; the detail names the call, both statuses and the message. */
-#define EXPECT_STATUS(call, want)                                                              \
-    do {                                                                                       \
-        mg_status got_ = (call);                                                               \
-        if (got_ != (want))                                                                    \
-            FAIL("%s returned %s, expected %s: %s", #call, mg_status_name(got_),               \
-                 mg_status_name(want), mg_last_error());                                       \
+#define EXPECT_STATUS(call, want)                                                                  \
+    do {                                                                                           \
+        mg_status got_ = (call);                                                                   \
+        if (got_ != (want))                                                                        \
+            FAIL("%s returned %s, expected %s: %s", #call, mg_status_name(got_),                   \
+                 mg_status_name(want), mg_last_error());                                           \
     } while (0)
 #define OK(call) EXPECT_STATUS(call, MG_OK)
 #define PASS() (result->passed = true)
@@ -145,7 +145,8 @@ static bool guarded_verify(mg_backend *b, const guarded *g, char *why, size_t wh
     if (st)
         snprintf(why, why_bytes, "read-back failed: %s: %s", mg_status_name(st), mg_last_error());
     else if (!ok)
-        snprintf(why, why_bytes, "byte %zd relative to the destination is 0x%02x, expected 0x%02x (%s)",
+        snprintf(why, why_bytes,
+                 "byte %zd relative to the destination is 0x%02x, expected 0x%02x (%s)",
                  (ssize_t)at - (ssize_t)g->guard, got[at], g->image[at],
                  at < g->guard || at >= g->guard + g->bytes ? "guard byte overwritten"
                                                             : "wrong payload");
@@ -184,9 +185,10 @@ static bool host_guarded_verify(const host_guarded *h, char *why, size_t why_byt
     size_t at = first_difference(h->whole, h->image, h->bytes + 2 * h->guard);
     if (at == SIZE_MAX)
         return true;
-    snprintf(why, why_bytes, "host byte %zd relative to the destination is 0x%02x, expected 0x%02x (%s)",
-             (ssize_t)at - (ssize_t)h->guard, h->whole[at], h->image[at],
-             at < h->guard || at >= h->guard + h->bytes ? "guard byte overwritten" : "wrong payload");
+    snprintf(
+        why, why_bytes, "host byte %zd relative to the destination is 0x%02x, expected 0x%02x (%s)",
+        (ssize_t)at - (ssize_t)h->guard, h->whole[at], h->image[at],
+        at < h->guard || at >= h->guard + h->bytes ? "guard byte overwritten" : "wrong payload");
     return false;
 }
 
@@ -196,9 +198,9 @@ static void host_guarded_free(host_guarded *h) {
     *h = (host_guarded){0};
 }
 
-#define GUARD_BYTES 67        /* odd: payloads start unaligned, copies must not care */
+#define GUARD_BYTES 67         /* odd: payloads start unaligned, copies must not care */
 #define KERNEL_GUARD_BYTES 256 /* kernels read floats: keep their buffers aligned */
-#define AWKWARD_BYTES 1000003 /* prime */
+#define AWKWARD_BYTES 1000003  /* prime */
 #define AWKWARD_FLOATS 1000003u
 
 /* Launches metrale:vector_add(a, b, out, n) with `block` threads per block and `grid_x`
@@ -256,21 +258,21 @@ static void check_device_info(mg_check_ctx *ctx, mg_check_result *result) {
     EXPECT(memchr(info.name, 0, sizeof info.name) && info.name[0], "empty or unterminated name");
     EXPECT(memchr(info.driver, 0, sizeof info.driver) && info.driver[0],
            "empty or unterminated driver text");
-    EXPECT(info.total_bytes > 0 && info.total_bytes != 0xA5A5A5A5A5A5A5A5ull,
-           "total_bytes %llu", (unsigned long long)info.total_bytes);
+    EXPECT(info.total_bytes > 0 && info.total_bytes != 0xA5A5A5A5A5A5A5A5ull, "total_bytes %llu",
+           (unsigned long long)info.total_bytes);
     EXPECT(info.multiprocessors > 0 && info.multiprocessors < 100000, "multiprocessors %d",
            info.multiprocessors);
     if (mg_backend_get_kind(ctx->backend) == MG_BACKEND_CUDA)
         EXPECT(info.cc_major >= 5, "compute capability %d.%d", info.cc_major, info.cc_minor);
     else
-        EXPECT(info.cc_major == 0 && info.cc_minor == 0, "compute capability %d.%d on a non-CUDA backend",
-               info.cc_major, info.cc_minor);
+        EXPECT(info.cc_major == 0 && info.cc_minor == 0,
+               "compute capability %d.%d on a non-CUDA backend", info.cc_major, info.cc_minor);
     EXPECT(info.max_shared_per_block_optin >= 48 * 1024 &&
                info.max_shared_per_block_optin != 0xA5A5A5A5u,
            "max_shared_per_block_optin %u", info.max_shared_per_block_optin);
-    snprintf(result->detail, sizeof result->detail, "%s, %.1f GiB, %d MPs, cc %d.%d, %s",
-             info.name, (double)info.total_bytes / (1024.0 * 1024 * 1024), info.multiprocessors,
-             info.cc_major, info.cc_minor, info.driver);
+    snprintf(result->detail, sizeof result->detail, "%s, %.1f GiB, %d MPs, cc %d.%d, %s", info.name,
+             (double)info.total_bytes / (1024.0 * 1024 * 1024), info.multiprocessors, info.cc_major,
+             info.cc_minor, info.driver);
     PASS();
 done:;
 }
@@ -298,8 +300,9 @@ done:;
 static void check_capabilities(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
     char list[256] = "";
-    static const char *const names[] = {"managed", "graphs", "graph_update", "pinned_host",
-                                        "host_device_pointer", "modules", "event_timing"};
+    static const char *const names[] = {
+        "managed", "graphs",      "graph_update", "pinned_host", "host_device_pointer",
+        "modules", "event_timing"};
     for (int cap = 0; cap <= MG_CAP_EVENT_TIMING; cap++)
         if (mg_backend_supports(b, (mg_capability)cap))
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? " " : "",
@@ -339,13 +342,14 @@ static void check_alloc_free(mg_check_ctx *ctx, mg_check_result *result) {
     for (int i = 0; i < COUNT; i++) {
         OK(mg_copy_d2h(b, back, p[i], sizes[i]));
         EXPECT(first_difference(back, pattern + (size_t)i * AWKWARD_BYTES, sizes[i]) == SIZE_MAX,
-               "allocation %d (%zu bytes) does not hold its data: allocations overlap", i, sizes[i]);
+               "allocation %d (%zu bytes) does not hold its data: allocations overlap", i,
+               sizes[i]);
     }
     OK(mg_ledger_live(b, &live1, &count1));
     EXPECT(count1 == count0 + COUNT, "live count %llu after %d allocations from %llu",
            (unsigned long long)count1, COUNT, (unsigned long long)count0);
 
-    OK(mg_free(b, 0)); /* null is a no-op */
+    OK(mg_free(b, 0));                                             /* null is a no-op */
     EXPECT_STATUS(mg_free(b, p[4] + 16), MG_ERR_INVALID_ARGUMENT); /* interior */
     OK(mg_copy_h2d(b, p[4], pattern, 64)); /* the interior free freed nothing */
     OK(mg_free(b, p[4]));
@@ -356,9 +360,9 @@ static void check_alloc_free(mg_check_ctx *ctx, mg_check_result *result) {
         p[i] = 0;
     }
     OK(mg_ledger_live(b, &live1, &count1));
-    EXPECT(count1 == count0 && live1 == live0, "ledger %llu bytes / %llu after freeing all, was %llu / %llu",
-           (unsigned long long)live1, (unsigned long long)count1, (unsigned long long)live0,
-           (unsigned long long)count0);
+    EXPECT(count1 == count0 && live1 == live0,
+           "ledger %llu bytes / %llu after freeing all, was %llu / %llu", (unsigned long long)live1,
+           (unsigned long long)count1, (unsigned long long)live0, (unsigned long long)count0);
     PASS();
 done:
     for (int i = 0; i < COUNT; i++)
@@ -375,7 +379,8 @@ static void check_alloc_managed(mg_check_ctx *ctx, mg_check_result *result) {
     if (!mg_backend_supports(b, MG_CAP_MANAGED_MEMORY)) {
         EXPECT_STATUS(mg_alloc_managed(b, 4096, &p), MG_ERR_UNSUPPORTED);
         result->skipped = true;
-        snprintf(result->detail, sizeof result->detail, "no managed memory (refused as unsupported)");
+        snprintf(result->detail, sizeof result->detail,
+                 "no managed memory (refused as unsupported)");
         PASS();
         goto done;
     }
@@ -428,10 +433,12 @@ static void check_ledger_live_and_sites(mg_check_ctx *ctx, mg_check_result *resu
            "conformance.c:%d or :%d missing from %zu top sites", line_small, line_large, written);
     EXPECT(sites[found_small].count == 2 && sites[found_small].bytes >= 2 * 3001,
            "site :%d holds %llu bytes in %llu allocations, expected 2 of 3001", line_small,
-           (unsigned long long)sites[found_small].bytes, (unsigned long long)sites[found_small].count);
+           (unsigned long long)sites[found_small].bytes,
+           (unsigned long long)sites[found_small].count);
     EXPECT(sites[found_large].count == 1 && sites[found_large].bytes >= 100003,
            "site :%d holds %llu bytes in %llu allocations", line_large,
-           (unsigned long long)sites[found_large].bytes, (unsigned long long)sites[found_large].count);
+           (unsigned long long)sites[found_large].bytes,
+           (unsigned long long)sites[found_large].count);
     EXPECT(found_large < found_small, "the larger site is listed after the smaller");
 
     /* min_bytes filters, max_sites limits. */
@@ -446,7 +453,8 @@ static void check_ledger_live_and_sites(mg_check_ctx *ctx, mg_check_result *resu
     large = 0;
     OK(mg_ledger_top_sites(b, 0, sites, 64, &written));
     for (size_t i = 0; i < written; i++)
-        EXPECT(!(sites[i].file && strstr(sites[i].file, "conformance.c") && sites[i].line == line_large),
+        EXPECT(!(sites[i].file && strstr(sites[i].file, "conformance.c") &&
+                 sites[i].line == line_large),
                "freed site still listed");
     PASS();
 done:
@@ -738,8 +746,8 @@ static void check_stream_order(mg_check_ctx *ctx, mg_check_result *result) {
         memset(guarded_payload(&c[i]) + 100, 0x10 + i, 333);
         EXPECT(guarded_verify(b, &c[i], why, sizeof why), "stream %d: %s", i, why);
         size_t at = first_difference(pinned_out + (size_t)i * n, guarded_payload(&c[i]), n);
-        EXPECT(at == SIZE_MAX, "stream %d: downloaded byte %zu differs (work ran out of order)",
-               i, at);
+        EXPECT(at == SIZE_MAX, "stream %d: downloaded byte %zu differs (work ran out of order)", i,
+               at);
     }
     PASS();
 done:
@@ -1106,7 +1114,8 @@ static void check_host_alloc(mg_check_ctx *ctx, mg_check_result *result) {
     char why[256];
     for (int i = 0; i < 4; i++) {
         OK(mg_host_alloc(b, sizes[i], (void **)&h[i]));
-        EXPECT(h[i] && (uintptr_t)h[i] % 64 == 0, "host allocation %p not 64-aligned", (void *)h[i]);
+        EXPECT(h[i] && (uintptr_t)h[i] % 64 == 0, "host allocation %p not 64-aligned",
+               (void *)h[i]);
         for (size_t j = 0; j < sizes[i]; j++)
             EXPECT(h[i][j] == 0, "host allocation of %zu bytes: byte %zu is 0x%02x, not zero",
                    sizes[i], j, h[i][j]);
@@ -1187,7 +1196,8 @@ static void check_kernel_lookup(mg_check_ctx *ctx, mg_check_result *result) {
     EXPECT_STATUS(mg_kernel_lookup(b, "metrale", "no_such_kernel_x", &missing), MG_ERR_NOT_FOUND);
     EXPECT(strstr(mg_last_error(), "no_such_kernel_x") && strstr(mg_last_error(), "metrale"),
            "not-found message does not name the module and function: %s", mg_last_error());
-    EXPECT_STATUS(mg_kernel_lookup(b, "no_such_module_y", "vector_add", &missing), MG_ERR_NOT_FOUND);
+    EXPECT_STATUS(mg_kernel_lookup(b, "no_such_module_y", "vector_add", &missing),
+                  MG_ERR_NOT_FOUND);
     EXPECT(strstr(mg_last_error(), "no_such_module_y"), "message does not name the module: %s",
            mg_last_error());
     PASS();
@@ -1227,8 +1237,8 @@ static void check_kernel_vector_add(mg_check_ctx *ctx, mg_check_result *result) 
         OK(mg_stream_synchronize(s));
         OK(mg_copy_d2h(b, hout, out.dst, bytes));
         size_t at = vector_add_mismatch(ha, hb, hout, n);
-        EXPECT(at == SIZE_MAX, "grid %u: out[%zu] = %g, expected %g", grid_x, at,
-               (double)hout[at], (double)(ha[at] + hb[at]));
+        EXPECT(at == SIZE_MAX, "grid %u: out[%zu] = %g, expected %g", grid_x, at, (double)hout[at],
+               (double)(ha[at] + hb[at]));
     }
     memcpy(guarded_payload(&out), hout, bytes);
     EXPECT(guarded_verify(b, &out, why, sizeof why), "vector_add wrote outside out: %s", why);

@@ -19,8 +19,7 @@ static uint64_t run_seed(void) {
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
-           ((uint64_t)getpid() << 32);
+    return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
 }
 
 /* The CPU backend the op checks compare against: `b` itself when it is one, else the first

@@ -27,12 +27,13 @@
 #define MG_CPU_MAX_SHARED_PER_BLOCK (227u * 1024u)
 
 /* Every counter of metrale/cpu.h, once: the enum and mg_cpu_get_counters are generated. */
-#define MG_CPU_COUNTERS(X)                                                                     \
-    X(alloc) X(free) X(copy_h2d) X(copy_d2h) X(copy_d2d) X(copy_h2d_async) X(copy_d2h_async)  \
-    X(copy_d2d_async) X(copy_2d) X(memset) X(memset_async) X(stream_create)                    \
-    X(stream_destroy) X(stream_synchronize) X(event_create) X(event_record) X(event_wait)      \
-    X(event_synchronize) X(event_query) X(event_destroy) X(graph_capture) X(graph_launch)      \
-    X(graph_destroy) X(host_alloc) X(host_free) X(kernel_lookup) X(launch)
+/* clang-format off */
+#define MG_CPU_COUNTERS(X)                                                                         \
+    X(alloc) X(free) X(copy_h2d) X(copy_d2h) X(copy_d2d) X(copy_h2d_async) X(copy_d2h_async)    \
+    X(copy_d2d_async) X(copy_2d) X(memset) X(memset_async) X(stream_create) X(stream_destroy)   \
+    X(stream_synchronize) X(event_create) X(event_record) X(event_wait) X(event_synchronize)    \
+    X(event_query) X(event_destroy) X(graph_capture) X(graph_launch) X(graph_destroy)           \
+    X(host_alloc) X(host_free) X(kernel_lookup) X(launch)
 
 typedef enum mg_cpu_counter {
 #define MG_CPU_COUNTER_ENUM(name) MG_CPU_COUNT_##name,
@@ -40,6 +41,7 @@ typedef enum mg_cpu_counter {
 #undef MG_CPU_COUNTER_ENUM
     MG_CPU_COUNTER_COUNT
 } mg_cpu_counter;
+/* clang-format on */
 
 /* One live range the backend can address: a device allocation or a host allocation from
  * host_alloc (whose device address is its host address). */
@@ -108,16 +110,14 @@ mg_status mg_cpu_copy_d2h(void *ctx, void *dst, mg_devptr src, size_t bytes);
 mg_status mg_cpu_copy_d2d(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes);
 mg_status mg_cpu_copy_h2d_async(void *ctx, mg_devptr dst, const void *src, size_t bytes,
                                 void *stream, bool retained);
-mg_status mg_cpu_copy_d2h_async(void *ctx, void *dst, mg_devptr src, size_t bytes,
-                                void *stream);
+mg_status mg_cpu_copy_d2h_async(void *ctx, void *dst, mg_devptr src, size_t bytes, void *stream);
 mg_status mg_cpu_copy_d2d_async(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes,
                                 void *stream);
 mg_status mg_cpu_copy_2d_d2d_async(void *ctx, mg_devptr dst, size_t dst_pitch, mg_devptr src,
                                    size_t src_pitch, size_t width_bytes, size_t height,
                                    void *stream);
 mg_status mg_cpu_memset(void *ctx, mg_devptr dst, uint8_t value, size_t bytes);
-mg_status mg_cpu_memset_async(void *ctx, mg_devptr dst, uint8_t value, size_t bytes,
-                              void *stream);
+mg_status mg_cpu_memset_async(void *ctx, mg_devptr dst, uint8_t value, size_t bytes, void *stream);
 
 mg_status mg_cpu_stream_create(void *ctx, bool is_default, void **out);
 mg_status mg_cpu_stream_destroy(void *ctx, void *stream);
@@ -148,8 +148,7 @@ void mg_cpu_release_all_objects(mg_cpu_backend *c);
 
 /* ---- cpu_kernels.c */
 
-mg_status mg_cpu_kernel_lookup(void *ctx, const char *module, const char *function,
-                               void **out);
+mg_status mg_cpu_kernel_lookup(void *ctx, const char *module, const char *function, void **out);
 mg_status mg_cpu_launch(void *ctx, void *kernel, const char *kernel_name, void *stream,
                         const mg_launch *launch);
 /* Runs a kernel now, with `c` as the backend its buffer arguments resolve against. */

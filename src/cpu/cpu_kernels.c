@@ -13,7 +13,7 @@
 struct mg_cpu_kernel {
     mg_cpu_kernel *next;
     char *module, *function;
-    char *full_name; /* "module:function" */
+    char *full_name;     /* "module:function" */
     mg_cpu_kernel_fn fn; /* read and written under registry_lock */
 };
 
@@ -55,8 +55,8 @@ static mg_status registry_put(const char *module, const char *function, mg_cpu_k
             free(k->full_name);
             free(k);
         }
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "mg_cpu_kernel_register: out of host memory for %s:%s",
-                        module, function);
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
+                        "mg_cpu_kernel_register: out of host memory for %s:%s", module, function);
     }
     snprintf(k->full_name, full_bytes, "%s:%s", module, function);
     k->fn = fn;
@@ -86,22 +86,30 @@ const char *mg_cpu_kernel_full_name(const mg_cpu_kernel *k) {
 
 static const char *arg_kind_name(mg_arg_kind kind) {
     switch (kind) {
-    case MG_ARG_BUFFER: return "buffer";
-    case MG_ARG_U32: return "u32";
-    case MG_ARG_I32: return "i32";
-    case MG_ARG_U64: return "u64";
-    case MG_ARG_F32: return "f32";
-    case MG_ARG_BYTES: return "bytes";
-    case MG_ARG_TENSOR_MAP: return "tensor_map";
+    case MG_ARG_BUFFER:
+        return "buffer";
+    case MG_ARG_U32:
+        return "u32";
+    case MG_ARG_I32:
+        return "i32";
+    case MG_ARG_U64:
+        return "u64";
+    case MG_ARG_F32:
+        return "f32";
+    case MG_ARG_BYTES:
+        return "bytes";
+    case MG_ARG_TENSOR_MAP:
+        return "tensor_map";
     }
     return "?";
 }
 
-mg_status mg_cpu_kernel_check_args(const mg_launch *l, const char *kernel,
-                                   const mg_arg_kind *kinds, uint32_t count) {
+mg_status mg_cpu_kernel_check_args(const mg_launch *l, const char *kernel, const mg_arg_kind *kinds,
+                                   uint32_t count) {
     if (l->arg_count != count)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: takes %u arguments, launched with %u",
-                        kernel, count, l->arg_count);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: takes %u arguments, launched with %u", kernel, count,
+                        l->arg_count);
     for (uint32_t i = 0; i < count; i++)
         if (l->args[i].kind != kinds[i])
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
@@ -170,8 +178,7 @@ void mg_cpu_kernels_init(void) {
 
 /* ------------------------------------------------------------------ backend ops */
 
-mg_status mg_cpu_kernel_lookup(void *ctx, const char *module, const char *function,
-                               void **out) {
+mg_status mg_cpu_kernel_lookup(void *ctx, const char *module, const char *function, void **out) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_kernel_lookup);
     mg_cpu_kernels_init();

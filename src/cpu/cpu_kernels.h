@@ -11,7 +11,8 @@
  *       mg_status st = mg_cpu_kernel_check_args(l, "mine:my_kernel", kinds, 2);
  *       uint32_t n = mg_launch_get_u32(l, 1);
  *       float *out;
- *       if (!st) st = mg_cpu_kernel_buffer(l, 0, (uint64_t)n * 4, 4, "mine:my_kernel", (void **)&out);
+ *       if (!st) st = mg_cpu_kernel_buffer(l, 0, (uint64_t)n * 4, 4, "mine:my_kernel", (void
+ * **)&out);
  *       ...
  */
 #ifndef METRALE_CPU_KERNELS_H
@@ -23,8 +24,8 @@
 
 /* MG_OK when `l` has exactly `count` arguments of the given kinds; otherwise
  * MG_ERR_INVALID_ARGUMENT naming `kernel`, the argument index and the kinds. */
-mg_status mg_cpu_kernel_check_args(const mg_launch *l, const char *kernel,
-                                   const mg_arg_kind *kinds, uint32_t count);
+mg_status mg_cpu_kernel_check_args(const mg_launch *l, const char *kernel, const mg_arg_kind *kinds,
+                                   uint32_t count);
 
 /* Resolves buffer argument `index` to a host address after checking that it is a multiple
  * of `alignment` bytes (what the GPU kernel's loads need; a GPU would fault otherwise) and

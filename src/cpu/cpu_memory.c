@@ -33,8 +33,7 @@ static const mg_cpu_range *range_containing(const mg_cpu_backend *c, uintptr_t a
 
 /* Index of the range whose base is exactly `base` and whose kind is `kind`, or SIZE_MAX.
  * Caller holds c->lock. */
-static size_t range_index_of_base(const mg_cpu_backend *c, uintptr_t base,
-                                  mg_cpu_range_kind kind) {
+static size_t range_index_of_base(const mg_cpu_backend *c, uintptr_t base, mg_cpu_range_kind kind) {
     size_t i = range_upper_bound(c, base);
     if (i == 0 || c->ranges[i - 1].base != base || c->ranges[i - 1].kind != kind)
         return SIZE_MAX;

@@ -32,9 +32,9 @@ typedef struct cpu_command {
     mg_devptr dst, src;
     void *host_dst;
     const void *host_src;
-    bool retained;    /* h2d: the caller keeps host_src valid until the stream syncs */
-    void *owned;      /* what the command owns: a snapshot of host_src or a launch copy */
-    size_t bytes;     /* copies, memsets; the row width of a 2-D copy */
+    bool retained; /* h2d: the caller keeps host_src valid until the stream syncs */
+    void *owned;   /* what the command owns: a snapshot of host_src or a launch copy */
+    size_t bytes;  /* copies, memsets; the row width of a 2-D copy */
     size_t dst_pitch, src_pitch, height;
     uint8_t value;
     mg_cpu_kernel *kernel;
@@ -73,23 +73,23 @@ struct mg_cpu_graph {
 
 /* ------------------------------------------------------------------ object lists */
 
-#define LIST_LINK(head, obj)                                                                   \
-    do {                                                                                       \
-        (obj)->prev = NULL;                                                                    \
-        (obj)->next = (head);                                                                  \
-        if (head)                                                                              \
-            (head)->prev = (obj);                                                              \
-        (head) = (obj);                                                                        \
+#define LIST_LINK(head, obj)                                                                       \
+    do {                                                                                           \
+        (obj)->prev = NULL;                                                                        \
+        (obj)->next = (head);                                                                      \
+        if (head)                                                                                  \
+            (head)->prev = (obj);                                                                  \
+        (head) = (obj);                                                                            \
     } while (0)
 
-#define LIST_UNLINK(head, obj)                                                                 \
-    do {                                                                                       \
-        if ((obj)->prev)                                                                       \
-            (obj)->prev->next = (obj)->next;                                                   \
-        else                                                                                   \
-            (head) = (obj)->next;                                                              \
-        if ((obj)->next)                                                                       \
-            (obj)->next->prev = (obj)->prev;                                                   \
+#define LIST_UNLINK(head, obj)                                                                     \
+    do {                                                                                           \
+        if ((obj)->prev)                                                                           \
+            (obj)->prev->next = (obj)->next;                                                       \
+        else                                                                                       \
+            (head) = (obj)->next;                                                                  \
+        if ((obj)->next)                                                                           \
+            (obj)->next->prev = (obj)->prev;                                                       \
     } while (0)
 
 static uint64_t monotonic_ns(void) {
@@ -126,17 +126,16 @@ static mg_status command_take_ownership(cpu_command *cmd) {
         void *copy = malloc(cmd->bytes);
         if (!copy)
             return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
-                            "%s: out of host memory staging %zu bytes for the capture",
-                            cmd->call, cmd->bytes);
+                            "%s: out of host memory staging %zu bytes for the capture", cmd->call,
+                            cmd->bytes);
         memcpy(copy, cmd->host_src, cmd->bytes);
         cmd->owned = copy;
         cmd->host_src = copy;
     } else if (cmd->kind == CMD_LAUNCH) {
         mg_launch *copy = malloc(sizeof *copy);
         if (!copy)
-            return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
-                            "%s: out of host memory recording a launch of %s", cmd->call,
-                            mg_cpu_kernel_full_name(cmd->kernel));
+            return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory recording a launch of %s",
+                            cmd->call, mg_cpu_kernel_full_name(cmd->kernel));
         memcpy(copy, cmd->launch, sizeof *copy);
         cmd->owned = copy;
         cmd->launch = copy;
@@ -207,8 +206,8 @@ static mg_status command_execute(mg_cpu_backend *c, const cpu_command *cmd) {
             return MG_OK;
         if (cmd->dst_pitch < cmd->bytes || cmd->src_pitch < cmd->bytes)
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "cpu %s: pitches (dst %zu, src %zu) below the row width %zu",
-                            cmd->call, cmd->dst_pitch, cmd->src_pitch, cmd->bytes);
+                            "cpu %s: pitches (dst %zu, src %zu) below the row width %zu", cmd->call,
+                            cmd->dst_pitch, cmd->src_pitch, cmd->bytes);
         /* The last row ends at (height - 1) * pitch + width: only those bytes are touched. */
         uint64_t rows_before_last = cmd->height - 1;
         if (rows_before_last > (UINT64_MAX - cmd->bytes) / cmd->dst_pitch ||
@@ -265,43 +264,52 @@ static mg_status stream_submit(mg_cpu_backend *c, mg_cpu_stream *s, cpu_command 
 mg_status mg_cpu_copy_h2d(void *ctx, mg_devptr dst, const void *src, size_t bytes) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_h2d);
-    return command_execute(c, &(cpu_command){.kind = CMD_COPY_H2D, .call = "copy_h2d",
-                                             .dst = dst, .host_src = src, .bytes = bytes});
+    return command_execute(
+        c,
+        &(cpu_command){
+            .kind = CMD_COPY_H2D, .call = "copy_h2d", .dst = dst, .host_src = src, .bytes = bytes});
 }
 
 mg_status mg_cpu_copy_d2h(void *ctx, void *dst, mg_devptr src, size_t bytes) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_d2h);
-    return command_execute(c, &(cpu_command){.kind = CMD_COPY_D2H, .call = "copy_d2h",
-                                             .host_dst = dst, .src = src, .bytes = bytes});
+    return command_execute(
+        c,
+        &(cpu_command){
+            .kind = CMD_COPY_D2H, .call = "copy_d2h", .host_dst = dst, .src = src, .bytes = bytes});
 }
 
 mg_status mg_cpu_copy_d2d(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_d2d);
-    return command_execute(c, &(cpu_command){.kind = CMD_COPY_D2D, .call = "copy_d2d",
-                                             .dst = dst, .src = src, .bytes = bytes});
+    return command_execute(
+        c, &(cpu_command){
+               .kind = CMD_COPY_D2D, .call = "copy_d2d", .dst = dst, .src = src, .bytes = bytes});
 }
 
 mg_status mg_cpu_copy_h2d_async(void *ctx, mg_devptr dst, const void *src, size_t bytes,
                                 void *stream, bool retained) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_h2d_async);
-    return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_COPY_H2D,
-                                       .call = retained ? "copy_h2d_async_retained"
-                                                        : "copy_h2d_async",
-                                       .dst = dst, .host_src = src, .bytes = bytes,
-                                       .retained = retained});
+    return stream_submit(
+        c, stream,
+        (cpu_command){.kind = CMD_COPY_H2D,
+                      .call = retained ? "copy_h2d_async_retained" : "copy_h2d_async",
+                      .dst = dst,
+                      .host_src = src,
+                      .bytes = bytes,
+                      .retained = retained});
 }
 
-mg_status mg_cpu_copy_d2h_async(void *ctx, void *dst, mg_devptr src, size_t bytes,
-                                void *stream) {
+mg_status mg_cpu_copy_d2h_async(void *ctx, void *dst, mg_devptr src, size_t bytes, void *stream) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_d2h_async);
     return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_COPY_D2H, .call = "copy_d2h_async",
-                                       .host_dst = dst, .src = src, .bytes = bytes});
+                         (cpu_command){.kind = CMD_COPY_D2H,
+                                       .call = "copy_d2h_async",
+                                       .host_dst = dst,
+                                       .src = src,
+                                       .bytes = bytes});
 }
 
 mg_status mg_cpu_copy_d2d_async(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes,
@@ -309,8 +317,11 @@ mg_status mg_cpu_copy_d2d_async(void *ctx, mg_devptr dst, mg_devptr src, size_t 
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_d2d_async);
     return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_COPY_D2D, .call = "copy_d2d_async",
-                                       .dst = dst, .src = src, .bytes = bytes});
+                         (cpu_command){.kind = CMD_COPY_D2D,
+                                       .call = "copy_d2d_async",
+                                       .dst = dst,
+                                       .src = src,
+                                       .bytes = bytes});
 }
 
 mg_status mg_cpu_copy_2d_d2d_async(void *ctx, mg_devptr dst, size_t dst_pitch, mg_devptr src,
@@ -319,33 +330,39 @@ mg_status mg_cpu_copy_2d_d2d_async(void *ctx, mg_devptr dst, size_t dst_pitch, m
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_2d);
     return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_COPY_2D, .call = "copy_2d_d2d_async",
-                                       .dst = dst, .src = src, .bytes = width_bytes,
-                                       .dst_pitch = dst_pitch, .src_pitch = src_pitch,
+                         (cpu_command){.kind = CMD_COPY_2D,
+                                       .call = "copy_2d_d2d_async",
+                                       .dst = dst,
+                                       .src = src,
+                                       .bytes = width_bytes,
+                                       .dst_pitch = dst_pitch,
+                                       .src_pitch = src_pitch,
                                        .height = height});
 }
 
 mg_status mg_cpu_memset(void *ctx, mg_devptr dst, uint8_t value, size_t bytes) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_memset);
-    return command_execute(c, &(cpu_command){.kind = CMD_MEMSET, .call = "memset", .dst = dst,
-                                             .value = value, .bytes = bytes});
+    return command_execute(
+        c, &(cpu_command){
+               .kind = CMD_MEMSET, .call = "memset", .dst = dst, .value = value, .bytes = bytes});
 }
 
-mg_status mg_cpu_memset_async(void *ctx, mg_devptr dst, uint8_t value, size_t bytes,
-                              void *stream) {
+mg_status mg_cpu_memset_async(void *ctx, mg_devptr dst, uint8_t value, size_t bytes, void *stream) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_memset_async);
     return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_MEMSET, .call = "memset_async", .dst = dst,
-                                       .value = value, .bytes = bytes});
+                         (cpu_command){.kind = CMD_MEMSET,
+                                       .call = "memset_async",
+                                       .dst = dst,
+                                       .value = value,
+                                       .bytes = bytes});
 }
 
 mg_status mg_cpu_stream_launch(mg_cpu_backend *c, mg_cpu_stream *s, mg_cpu_kernel *k,
                                const mg_launch *launch) {
-    return stream_submit(c, s,
-                         (cpu_command){.kind = CMD_LAUNCH, .call = "launch", .kernel = k,
-                                       .launch = launch});
+    return stream_submit(
+        c, s, (cpu_command){.kind = CMD_LAUNCH, .call = "launch", .kernel = k, .launch = launch});
 }
 
 /* ------------------------------------------------------------------ streams */
@@ -432,18 +449,17 @@ mg_status mg_cpu_event_create(void *ctx, void **out) {
 mg_status mg_cpu_event_record(void *ctx, void *event, void *stream) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_event_record);
-    return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_EVENT_RECORD, .call = "event_record",
-                                       .event = event});
+    return stream_submit(
+        c, stream, (cpu_command){.kind = CMD_EVENT_RECORD, .call = "event_record", .event = event});
 }
 
 mg_status mg_cpu_stream_wait_event(void *ctx, void *stream, void *event) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_event_wait);
     /* The wait holds no reference: it never touches the event when it runs. */
-    return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_WAIT_EVENT, .call = "stream_wait_event",
-                                       .event = event});
+    return stream_submit(
+        c, stream,
+        (cpu_command){.kind = CMD_WAIT_EVENT, .call = "stream_wait_event", .event = event});
 }
 
 /* An event recorded on a stream is complete when the recording call returns; one that was
@@ -493,7 +509,8 @@ mg_status mg_cpu_graph_begin_capture(void *ctx, void *stream) {
     s->capturing = true;
     pthread_mutex_unlock(&s->lock);
     if (already)
-        return MG_ERROR(MG_ERR_CAPTURING, "cpu graph_begin_capture: the stream is already capturing");
+        return MG_ERROR(MG_ERR_CAPTURING,
+                        "cpu graph_begin_capture: the stream is already capturing");
     return MG_OK;
 }
 

@@ -25,16 +25,16 @@ static const struct {
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: metrale-gpu [OPTIONS] COMMAND [ARGS]\n"
-            "\n"
-            "options (before or after the command):\n"
-            "  --backend cpu|cuda|metal|auto  backend to use (default auto: CUDA, Metal, then CPU)\n"
-            "  --device N                     device ordinal (default 0)\n"
-            "  --json                         machine-readable output where supported (info)\n"
-            "  --help                         this text\n"
-            "\n"
-            "commands:\n");
+    fprintf(
+        f, "usage: metrale-gpu [OPTIONS] COMMAND [ARGS]\n"
+           "\n"
+           "options (before or after the command):\n"
+           "  --backend cpu|cuda|metal|auto  backend to use (default auto: CUDA, Metal, then CPU)\n"
+           "  --device N                     device ordinal (default 0)\n"
+           "  --json                         machine-readable output where supported (info)\n"
+           "  --help                         this text\n"
+           "\n"
+           "commands:\n");
     for (size_t i = 0; i < COMMAND_COUNT; i++) {
         char head[64];
         snprintf(head, sizeof head, "%s %s", commands[i].name, commands[i].args);
@@ -45,8 +45,7 @@ static void usage(FILE *f) {
 
 /* When argv[*i] is option `name` ("--name VALUE" or "--name=VALUE"): true, with *value set
  * (NULL when the value is missing) and *i moved past it. */
-static bool option_with_value(int argc, char **argv, int *i, const char *name,
-                              const char **value) {
+static bool option_with_value(int argc, char **argv, int *i, const char *name, const char **value) {
     size_t len = strlen(name);
     const char *arg = argv[*i];
     if (strncmp(arg, name, len) != 0 || (arg[len] != '\0' && arg[len] != '='))
@@ -60,8 +59,7 @@ static bool option_with_value(int argc, char **argv, int *i, const char *name,
 
 /* Consumes the global option at argv[*i] (and its value): 1 when it was one, 0 when not,
  * -1 on a bad or missing value (reported). */
-static int parse_global_option(int argc, char **argv, int *i, mg_cli_options *opts,
-                               bool *help) {
+static int parse_global_option(int argc, char **argv, int *i, mg_cli_options *opts, bool *help) {
     const char *arg = argv[*i], *value;
     if (option_with_value(argc, argv, i, "--backend", &value)) {
         if (!value || mg_backend_kind_parse(value, &opts->backend) != MG_OK) {

@@ -175,15 +175,17 @@ static mg_status kernel_attention(const mg_launch *l) {
     const uint64_t q_bytes = (uint64_t)a.qo_rows * a.qo_heads * a.d * 2;
     const uint64_t kv_bytes = (uint64_t)a.kv_rows * a.kv_heads * a.d * 2;
     void *q, *k, *v, *o, *indptrs, *lse = NULL;
-    if ((st = mg_cpu_kernel_buffer(l, ARG_Q, q_bytes, KERNEL_NAME, &q)) ||
-        (st = mg_cpu_kernel_buffer(l, ARG_K, kv_bytes, KERNEL_NAME, &k)) ||
-        (st = mg_cpu_kernel_buffer(l, ARG_V, kv_bytes, KERNEL_NAME, &v)) ||
-        (st = mg_cpu_kernel_buffer(l, ARG_O, q_bytes, KERNEL_NAME, &o)) ||
-        (st = mg_cpu_kernel_buffer(l, ARG_INDPTRS, 8ull * (a.batch + 1), KERNEL_NAME, &indptrs)))
+    /* The alignments the GPU kernels' vector loads need. */
+    if ((st = mg_cpu_kernel_buffer(l, ARG_Q, q_bytes, 16, KERNEL_NAME, &q)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_K, kv_bytes, 16, KERNEL_NAME, &k)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_V, kv_bytes, 16, KERNEL_NAME, &v)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_O, q_bytes, 16, KERNEL_NAME, &o)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_INDPTRS, 8ull * (a.batch + 1), 4, KERNEL_NAME,
+                                   &indptrs)))
         return st;
     if (mg_launch_get_u32(l, ARG_HAS_LSE) &&
-        (st = mg_cpu_kernel_buffer(l, ARG_LSE, (uint64_t)a.qo_rows * a.qo_heads * 4, KERNEL_NAME,
-                                   &lse)))
+        (st = mg_cpu_kernel_buffer(l, ARG_LSE, (uint64_t)a.qo_rows * a.qo_heads * 4, 4,
+                                   KERNEL_NAME, &lse)))
         return st;
     a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
     a.qo_indptr = indptrs;

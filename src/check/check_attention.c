@@ -385,6 +385,7 @@ static void graph_case(mg_check_ctx *ctx, mg_check_result *result, mg_attention_
     OK(alloc_buffers(ctx->backend, &first, cap_q, cap_k, &got));
     OK(alloc_buffers(ctx->reference, &second, second.qo_rows, second.kv_rows, &want));
     OK(upload_inputs(&first, &got));
+    OK(upload_inputs(&second, &want));
     OK(mg_stream_create(ctx->backend, &s));
     mg_attention_desc desc = first.desc;
     desc.graph_qo_rows = cap_q;
@@ -456,7 +457,7 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
         int field; /* which mutation */
     } plan_errors[] = {
         {"qo_indptr[0] = 1", 0},   {"kv_indptr decreases", 1}, {"queries but only", 2},
-        {"does not divide", 3},    {"head_dim 120", 4},        {"window_left -5", 5},
+        {"does not divide", 3},    {"head_dim 100", 4},        {"window_left -5", 5},
         {"sm_scale", 6},           {"capacities", 7},          {"batch_size 0", 8},
     };
     for (size_t i = 0; i < sizeof plan_errors / sizeof plan_errors[0]; i++) {
@@ -469,7 +470,7 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
         case 1: bad_kv[2] = 4; break;
         case 2: bad_kv[1] = 1; break;
         case 3: d.num_kv_heads = 3; break;
-        case 4: d.head_dim = 120; break;
+        case 4: d.head_dim = 100; break;
         case 5: d.window_left = -5; break;
         case 6: d.sm_scale = -1.0f; break;
         case 7: d.graph_qo_rows = 4, d.graph_kv_rows = 10; break;

@@ -8,8 +8,10 @@
  * batch of the latest update, exactly as on CUDA. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/ops_attention_impl.h"
 #include "cpu/cpu_kernels.h"
@@ -20,6 +22,7 @@
 #define KERNEL_MODULE "metrale_ops"
 #define KERNEL_FUNCTION "attention_ragged_prefill"
 #define KERNEL_NAME KERNEL_MODULE ":" KERNEL_FUNCTION
+#define MAX_THREADS 32
 
 typedef struct cpu_attention_plan {
     mg_devptr indptrs;          /* qo_indptr then kv_indptr, batch_size + 1 int32 each */
@@ -98,54 +101,91 @@ static mg_status check_indptrs(const attention_args *a) {
     return MG_OK;
 }
 
-static mg_status compute(const attention_args *a) {
+/* One (request, KV head) pair: widens its keys and values once, then attends every query row
+ * of the heads of its GQA group. `scratch` holds 2 * lk * d + lk + 2 * d floats. */
+static void compute_item(const attention_args *a, uint32_t request, uint32_t kvh, float *scratch) {
     const uint32_t d = a->d, group = a->qo_heads / a->kv_heads;
+    const uint32_t q0 = (uint32_t)a->qo_indptr[request], k0 = (uint32_t)a->kv_indptr[request];
+    const uint32_t lq = (uint32_t)a->qo_indptr[request + 1] - q0;
+    const uint32_t lk = (uint32_t)a->kv_indptr[request + 1] - k0;
+    float *kf = scratch, *vf = kf + (size_t)lk * d, *scores = vf + (size_t)lk * d;
+    float *qf = scores + lk, *out = qf + d;
+    for (uint32_t j = 0; j < lk; j++) {
+        const size_t src = ((size_t)(k0 + j) * a->kv_heads + kvh) * d;
+        for (uint32_t c = 0; c < d; c++) {
+            kf[(size_t)j * d + c] = mg_bf16_to_f32(a->k[src + c]);
+            vf[(size_t)j * d + c] = mg_bf16_to_f32(a->v[src + c]);
+        }
+    }
+    for (uint32_t h = kvh * group; h < (kvh + 1) * group; h++)
+        for (uint32_t r = 0; r < lq; r++) {
+            /* Position of query r among the keys (bottom-right aligned). */
+            const int64_t pos = (int64_t)lk - lq + r;
+            int64_t end = a->causal ? pos + 1 : (int64_t)lk;
+            int64_t begin = a->window_left >= 0 ? pos - a->window_left : 0;
+            begin = begin < 0 ? 0 : begin;
+            end = end > (int64_t)lk ? (int64_t)lk : end;
+            const size_t row = ((size_t)(q0 + r) * a->qo_heads + h) * d;
+            for (uint32_t c = 0; c < d; c++)
+                qf[c] = mg_bf16_to_f32(a->q[row + c]);
+            float lse = attend_row(qf, kf, vf, d, (uint32_t)begin,
+                                   end > begin ? (uint32_t)end : (uint32_t)begin, a->sm_scale,
+                                   scores, out);
+            for (uint32_t c = 0; c < d; c++)
+                a->o[row + c] = mg_f32_to_bf16(out[c]);
+            if (a->lse)
+                a->lse[(size_t)(q0 + r) * a->qo_heads + h] = lse;
+        }
+}
+
+/* Work items (request, KV head) are shared out to up to one thread per core: they write
+ * disjoint rows and heads, so the result does not depend on the thread count. */
+typedef struct work_queue {
+    const attention_args *args;
+    size_t scratch_floats;
+    _Atomic uint64_t next;
+    _Atomic int failed; /* a thread could not get scratch memory */
+} work_queue;
+
+static void *worker(void *arg) {
+    work_queue *w = arg;
+    const attention_args *a = w->args;
+    float *scratch = malloc(sizeof(float) * w->scratch_floats);
+    if (!scratch) {
+        atomic_store(&w->failed, 1);
+        return NULL;
+    }
+    const uint64_t items = (uint64_t)a->batch * a->kv_heads;
+    for (uint64_t i; (i = atomic_fetch_add(&w->next, 1)) < items;)
+        compute_item(a, (uint32_t)(i / a->kv_heads), (uint32_t)(i % a->kv_heads), scratch);
+    free(scratch);
+    return NULL;
+}
+
+static mg_status compute(const attention_args *a) {
     uint32_t max_lk = 0;
     for (uint32_t i = 0; i < a->batch; i++) {
         uint32_t lk = (uint32_t)(a->kv_indptr[i + 1] - a->kv_indptr[i]);
         max_lk = lk > max_lk ? lk : max_lk;
     }
-    float *kf = malloc(sizeof(float) * ((size_t)max_lk * d * 2 + max_lk + 3 * (size_t)d + 1));
-    if (!kf)
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu kernel %s: out of host memory for %u keys",
-                        KERNEL_NAME, max_lk);
-    float *vf = kf + (size_t)max_lk * d, *scores = vf + (size_t)max_lk * d;
-    float *qf = scores + max_lk + 1, *out = qf + d;
-
-    for (uint32_t i = 0; i < a->batch; i++) {
-        const uint32_t q0 = (uint32_t)a->qo_indptr[i], k0 = (uint32_t)a->kv_indptr[i];
-        const uint32_t lq = (uint32_t)a->qo_indptr[i + 1] - q0;
-        const uint32_t lk = (uint32_t)a->kv_indptr[i + 1] - k0;
-        for (uint32_t kvh = 0; kvh < a->kv_heads; kvh++) {
-            for (uint32_t j = 0; j < lk; j++) {
-                const size_t src = ((size_t)(k0 + j) * a->kv_heads + kvh) * d;
-                for (uint32_t c = 0; c < d; c++) {
-                    kf[(size_t)j * d + c] = mg_bf16_to_f32(a->k[src + c]);
-                    vf[(size_t)j * d + c] = mg_bf16_to_f32(a->v[src + c]);
-                }
-            }
-            for (uint32_t h = kvh * group; h < (kvh + 1) * group; h++)
-                for (uint32_t r = 0; r < lq; r++) {
-                    /* Position of query r among the keys (bottom-right aligned). */
-                    const int64_t pos = (int64_t)lk - lq + r;
-                    int64_t end = a->causal ? pos + 1 : (int64_t)lk;
-                    int64_t begin = a->window_left >= 0 ? pos - a->window_left : 0;
-                    begin = begin < 0 ? 0 : begin;
-                    end = end > (int64_t)lk ? (int64_t)lk : end;
-                    const size_t row = ((size_t)(q0 + r) * a->qo_heads + h) * d;
-                    for (uint32_t c = 0; c < d; c++)
-                        qf[c] = mg_bf16_to_f32(a->q[row + c]);
-                    float lse = attend_row(qf, kf, vf, d, (uint32_t)begin,
-                                           end > begin ? (uint32_t)end : (uint32_t)begin,
-                                           a->sm_scale, scores, out);
-                    for (uint32_t c = 0; c < d; c++)
-                        a->o[row + c] = mg_f32_to_bf16(out[c]);
-                    if (a->lse)
-                        a->lse[(size_t)(q0 + r) * a->qo_heads + h] = lse;
-                }
-        }
-    }
-    free(kf);
+    work_queue w = {.args = a, .scratch_floats = (size_t)max_lk * (2 * a->d + 1) + 2 * a->d};
+    const uint64_t items = (uint64_t)a->batch * a->kv_heads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t threads = cores > 1 ? (uint64_t)cores : 1;
+    threads = threads > MAX_THREADS ? MAX_THREADS : threads;
+    threads = threads > items ? items : threads;
+    pthread_t tids[MAX_THREADS];
+    uint64_t started = 0;
+    for (; started + 1 < threads; started++)
+        if (pthread_create(&tids[started], NULL, worker, &w))
+            break;
+    worker(&w); /* the calling thread works too, so zero extra threads still finishes */
+    for (uint64_t i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
+    if (atomic_load(&w.failed))
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
+                        "cpu kernel %s: out of host memory for %zu floats of scratch",
+                        KERNEL_NAME, w.scratch_floats);
     return MG_OK;
 }
 

@@ -34,7 +34,9 @@ static void make_batch(batch *b, uint32_t batch_size, uint32_t hq, uint32_t hkv,
     b->kv_indptr = calloc(batch_size + 1, sizeof(int32_t));
     for (uint32_t i = 0; i < batch_size; i++) {
         uint32_t pick = (uint32_t)test_rand_range(0, 5);
-        uint32_t lq = pick == 0 ? 0 : pick == 1 ? 1 : (uint32_t)test_rand_range(2, max_len) | 1u;
+        uint32_t lq = pick == 0                  ? 0
+                      : pick == 1 || max_len < 2 ? 1
+                                                 : (uint32_t)test_rand_range(2, max_len) | 1u;
         uint32_t prefix = test_rand_range(0, 2) ? (uint32_t)test_rand_range(0, max_len) : 0;
         uint32_t lk = lq + prefix;
         if (!causal && test_rand_range(0, 4) == 0)

@@ -25,6 +25,23 @@ static uint16_t random_bf16(void) {
     return mg_f32_to_bf16((float)u);
 }
 
+/* Totals from the indptrs, and fresh random q, k, v for them. */
+static void fill_batch_data(batch *b) {
+    b->qo_rows = (uint32_t)b->qo_indptr[b->batch_size];
+    b->kv_rows = (uint32_t)b->kv_indptr[b->batch_size];
+    size_t nq = (size_t)b->qo_rows * b->hq * b->d, nk = (size_t)b->kv_rows * b->hkv * b->d;
+    free(b->q), free(b->k), free(b->v);
+    b->q = malloc(sizeof(uint16_t) * (nq + 1));
+    b->k = malloc(sizeof(uint16_t) * (nk + 1));
+    b->v = malloc(sizeof(uint16_t) * (nk + 1));
+    for (size_t i = 0; i < nq; i++)
+        b->q[i] = random_bf16();
+    for (size_t i = 0; i < nk; i++) {
+        b->k[i] = random_bf16();
+        b->v[i] = random_bf16();
+    }
+}
+
 /* Lengths: a mix of 0, 1, odd and larger values; kv >= qo with a random prefix. */
 static void make_batch(batch *b, uint32_t batch_size, uint32_t hq, uint32_t hkv, uint32_t d,
                        bool causal, int32_t window_left, uint32_t max_len) {
@@ -44,18 +61,7 @@ static void make_batch(batch *b, uint32_t batch_size, uint32_t hq, uint32_t hkv,
         b->qo_indptr[i + 1] = b->qo_indptr[i] + (int32_t)lq;
         b->kv_indptr[i + 1] = b->kv_indptr[i] + (int32_t)lk;
     }
-    b->qo_rows = (uint32_t)b->qo_indptr[batch_size];
-    b->kv_rows = (uint32_t)b->kv_indptr[batch_size];
-    size_t nq = (size_t)b->qo_rows * hq * d, nk = (size_t)b->kv_rows * hkv * d;
-    b->q = malloc(sizeof(uint16_t) * (nq + 1));
-    b->k = malloc(sizeof(uint16_t) * (nk + 1));
-    b->v = malloc(sizeof(uint16_t) * (nk + 1));
-    for (size_t i = 0; i < nq; i++)
-        b->q[i] = random_bf16();
-    for (size_t i = 0; i < nk; i++) {
-        b->k[i] = random_bf16();
-        b->v[i] = random_bf16();
-    }
+    fill_batch_data(b);
 }
 
 static void free_batch(batch *b) {
@@ -315,7 +321,7 @@ static void test_validation(mg_backend *be, mg_backend *other) {
     b.qo_indptr[1] = b.qo_indptr[0] + 2, b.qo_indptr[2] = b.qo_indptr[1] + 1;
     b.qo_indptr[3] = b.qo_indptr[2] + 3;
     b.kv_indptr[1] = 5, b.kv_indptr[2] = 6, b.kv_indptr[3] = 10;
-    b.qo_rows = 6, b.kv_rows = 10;
+    fill_batch_data(&b);
     tensors t;
     CHECK_OK(upload(be, &b, 2, &t));
     mg_attention_desc desc = desc_of(&b), bad;

@@ -227,7 +227,7 @@ static void test_against_f64(mg_backend *be) {
         int32_t window;
     } cases[] = {
         {5, 4, 4, 128, 67, true, -1},  {7, 8, 2, 128, 45, false, -1}, {4, 8, 1, 128, 90, true, 17},
-        {6, 4, 1, 64, 33, false, 5},   {3, 2, 2, 128, 140, true, 0},  {1, 8, 8, 128, 1, true, -1},
+        {6, 4, 1, 64, 33, true, 5},    {3, 2, 2, 128, 140, true, 0},  {1, 8, 8, 128, 1, true, -1},
         {9, 16, 2, 128, 21, false, -1}, {2, 4, 2, 256, 40, true, 63},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -351,6 +351,7 @@ static void test_validation(mg_backend *be, mg_backend *other) {
     EXPECT_PLAN_ERROR(bad.head_dim = 100, "head_dim 100");
     EXPECT_PLAN_ERROR(bad.head_dim = 1024, "head_dim 1024");
     EXPECT_PLAN_ERROR(bad.window_left = -2, "window_left -2");
+    EXPECT_PLAN_ERROR((bad.causal = false, bad.window_left = 4), "window_left 4 needs causal");
     EXPECT_PLAN_ERROR(bad.sm_scale = NAN, "sm_scale");
     EXPECT_PLAN_ERROR(bad.sm_scale = 0.0f, "sm_scale");
     EXPECT_PLAN_ERROR(bad.graph_qo_rows = 6, "graph_kv_rows");

@@ -22,7 +22,7 @@
  *
  * Semantics, per request with Lq queries and Lk keys, query j at position p = Lk - Lq + j:
  *   causal (bottom-right aligned): query j sees keys 0..p; requires Lq <= Lk.
- *   window_left = w >= 0: query j sees only keys >= p - w (a window of w + 1 keys with causal).
+ *   window_left = w >= 0 (causal only): query j sees only keys p - w .. p, a window of w + 1.
  *   o = softmax(sm_scale * q k^T over the visible keys) v, accumulated in FP32.
  *   lse (optional, FP32 [qo_rows, num_qo_heads]) = log2(sum over visible keys of
  *   exp(sm_scale * q.k)), FlashInfer's base-2 convention. A query that sees no key (Lk = 0,
@@ -73,7 +73,7 @@ typedef struct mg_attention_desc {
     uint32_t num_kv_heads;  /* Hkv > 0, divides Hq */
     uint32_t head_dim;      /* 128 on CUDA; CPU: any multiple of 8 up to 512 */
     bool causal;            /* bottom-right aligned */
-    int32_t window_left;    /* -1: no window; else >= 0 (see above) */
+    int32_t window_left;    /* -1: no window; else >= 0, and only with causal (see above) */
     float sm_scale;         /* finite, > 0; usually 1 / sqrt(head_dim) */
     uint32_t graph_qo_rows; /* 0: eager plans; > 0: fixed-grid mode, q/o capacity in rows */
     uint32_t graph_kv_rows; /* fixed-grid mode: k/v capacity in rows (> 0) */

@@ -1,13 +1,16 @@
 /* check_attention.c - the ragged prefill attention (metrale/ops_attention.h) on the backend
  * under test against the CPU reference backend: fresh random ragged batches (lengths 0, 1, odd,
- * up to a few thousand; kv longer than qo; causal or not; GQA groups 1, 4, 8; sliding windows),
+ * up to a few thousand; kv longer than qo; causal or not; GQA groups 1, 4, 8; causal sliding
+ * windows),
  * outputs poisoned first, both FlashInfer paths where the device has them, graph capture then
  * replay after a re-plan with new data, and the validation errors on this backend.
  *
  * Error bounds: the reference computes in FP32 from the same BF16 inputs and rounds once; a
  * GPU kernel also rounds the softmax weights to BF16 before P.V. Both roundings are 2^-9
  * relative, so an output may differ by a couple of BF16 ulps: max |diff| <= 2e-2 for outputs of
- * magnitude <= 1, relative L2 error <= 1e-2, LSE within 1e-3 (base-2 units, scaled by its size).
+ * magnitude <= 1, relative L2 error <= 1e-2. FlashInfer's FA2 sums the softmax denominator with
+ * tensor-core row sums of those BF16 weights (measured up to 1.6e-3 off in log2 units on an
+ * H200), so the LSE bound is 5e-3 base-2 units, scaled by its size.
  * On the CPU backend (reference against itself) sizes shrink eightfold to keep CI fast. */
 #include <math.h>
 #include <stdarg.h>
@@ -22,7 +25,7 @@
 #define POISON_BF16 0x7fc1u
 #define MAX_ABS_ERROR 2e-2
 #define MAX_REL_L2_ERROR 1e-2
-#define MAX_LSE_ERROR 1e-3
+#define MAX_LSE_ERROR 5e-3
 
 static void fail_at(mg_check_result *r, int line, const char *fmt, ...) {
     if (r->detail[0] && !r->passed)
@@ -119,7 +122,7 @@ static bool make_batch(const mg_check_ctx *ctx, rng *r, const attn_case *c, attn
         else
             lq = pick == 0 ? 0 : pick == 1 ? 1 : rng_range(r, 2, max_len) | 1u;
         uint32_t lk = lq + (rng_range(r, 0, 1) ? rng_range(r, 0, max_len) : 0);
-        if (!c->causal && pick == 6)
+        if (!c->causal && pick == 6 && !(c->one_long && i == c->batch_size / 2))
             lk = rng_range(r, 0, 2) ? rng_range(r, 1, max_len) : 0; /* shorter, or none */
         b->qo_indptr[i + 1] = b->qo_indptr[i] + (int32_t)lq;
         b->kv_indptr[i + 1] = b->kv_indptr[i] + (int32_t)lk;
@@ -355,7 +358,7 @@ CASE(causal_long, 3, 8, 8, 3000, true, -1, MG_ATTENTION_IMPL_AUTO, true)
 CASE(full_gqa4, 7, 16, 4, 800, false, -1, MG_ATTENTION_IMPL_AUTO, false)
 CASE(full_long, 2, 8, 8, 2500, false, -1, MG_ATTENTION_IMPL_AUTO, true)
 CASE(causal_window, 6, 16, 4, 1200, true, 255, MG_ATTENTION_IMPL_AUTO, false)
-CASE(full_window, 5, 8, 8, 700, false, 100, MG_ATTENTION_IMPL_AUTO, false)
+CASE(causal_window_mha, 5, 8, 8, 700, true, 100, MG_ATTENTION_IMPL_AUTO, false)
 CASE(window_zero, 4, 8, 1, 300, true, 0, MG_ATTENTION_IMPL_AUTO, false)
 CASE(fa2_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA2, false)
 CASE(fa2_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA2, false)
@@ -459,6 +462,7 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
         {"qo_indptr[0] = 1", 0},   {"kv_indptr decreases", 1}, {"queries but only", 2},
         {"does not divide", 3},    {"head_dim 100", 4},        {"window_left -5", 5},
         {"sm_scale", 6},           {"capacities", 7},          {"batch_size 0", 8},
+        {"needs causal", 9},
     };
     for (size_t i = 0; i < sizeof plan_errors / sizeof plan_errors[0]; i++) {
         mg_attention_desc d = desc;
@@ -475,6 +479,7 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
         case 6: d.sm_scale = -1.0f; break;
         case 7: d.graph_qo_rows = 4, d.graph_kv_rows = 10; break;
         case 8: batch = 0; break;
+        case 9: d.causal = false, d.window_left = 7; break;
         }
         mg_status st = mg_attention_plan_create(ctx->backend, &d, bad_qo, bad_kv, batch, NULL, &p);
         if (st != MG_ERR_INVALID_ARGUMENT || !strstr(mg_last_error(), plan_errors[i].needle) || p)
@@ -513,7 +518,7 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
     if (!compare_outputs(&t, &none, 0, desc.num_qo_heads, &unused, why, sizeof why))
         FAIL("a rejected call wrote output: %s", why);
     result->passed = true;
-    snprintf(result->detail, sizeof result->detail, "9 plan and 6 run errors rejected");
+    snprintf(result->detail, sizeof result->detail, "10 plan and 6 run errors rejected");
 done:
     mg_attention_plan_destroy(p);
     free_buffers(&t);
@@ -527,7 +532,7 @@ const mg_check_case mg_checks_attention[] = {
     {"attention", "full_gqa4", check_full_gqa4},
     {"attention", "full_long", check_full_long},
     {"attention", "causal_window", check_causal_window},
-    {"attention", "full_window", check_full_window},
+    {"attention", "causal_window_mha", check_causal_window_mha},
     {"attention", "window_zero", check_window_zero},
     {"attention", "fa2_causal_gqa4", check_fa2_causal_gqa4},
     {"attention", "fa2_full_gqa8", check_fa2_full_gqa8},

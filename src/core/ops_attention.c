@@ -53,6 +53,12 @@ static mg_status check_desc(const mg_attention_desc *d, const char *fn) {
     if (d->window_left < -1)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: window_left %d must be -1 (no window) or >= 0", fn, d->window_left);
+    /* FlashInfer schedules a window as the causal band [p - w, p]; a one-sided bound without
+     * causal would need the whole tail of the keys, which its split-KV plan drops. */
+    if (d->window_left >= 0 && !d->causal)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: window_left %d needs causal (a sliding window is a causal band)", fn,
+                        d->window_left);
     if (!isfinite(d->sm_scale) || !(d->sm_scale > 0.0f))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: sm_scale %g must be finite and > 0", fn,
                         (double)d->sm_scale);

@@ -87,5 +87,5 @@ int main(void) {
     for (uintptr_t k = 0; k < STABLE_RANGES; k++)
         CHECK(mg_pinned_unregister(AT(STABLE_BASE + k * 1024)) == MG_OK);
     CHECK(mg_pinned_count() == 0);
-    return test_finish("test_concurrency_pinned");
+    return test_finish();
 }

@@ -110,5 +110,5 @@ int main(int argc, char **argv) {
             int rc = test_run_self(args, "METRALE_", envs[e]);
             CHECKF(rc == 0, "environment set %zu, round %d: child exit %d", e, round, rc);
         }
-    return test_finish("test_concurrency_switches");
+    return test_finish();
 }

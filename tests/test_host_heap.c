@@ -86,5 +86,5 @@ static void test_bad_arguments(void) {
 int main(void) {
     test_sizes();
     test_bad_arguments();
-    return test_finish("test_host_heap");
+    return test_finish();
 }

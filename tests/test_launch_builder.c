@@ -310,5 +310,5 @@ int main(void) {
     test_overflow_errors();
     test_describe();
     test_config_1d();
-    return test_finish("test_launch_builder");
+    return test_finish();
 }

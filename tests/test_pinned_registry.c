@@ -240,5 +240,5 @@ int main(void) {
     test_real_memory();
     test_against_model();
     test_many_ranges();
-    return test_finish("test_pinned_registry");
+    return test_finish();
 }

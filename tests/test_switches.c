@@ -252,5 +252,5 @@ int main(int argc, char **argv) {
         return child_main(argc - 2, argv + 2);
     test_boundary();
     test_env_scenarios();
-    return test_finish("test_switches");
+    return test_finish();
 }

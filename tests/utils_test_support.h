@@ -1,7 +1,7 @@
 /*
- * utils_test_support.h - small helpers shared by the utility tests: a failure-counting
- * CHECK, and running this test program again as a child process with a chosen environment
- * (for process-wide state that is cached once per process, like the switches).
+ * utils_test_support.h - additions to test_util.h for the utility tests: CHECKF (a CHECK
+ * with a formatted explanation) and running this test program again as a child process with
+ * a chosen environment (for process-wide state cached once per process, like the switches).
  */
 #ifndef METRALE_UTILS_TEST_SUPPORT_H
 #define METRALE_UTILS_TEST_SUPPORT_H
@@ -13,39 +13,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_util.h"
+
 extern char **environ;
 
-static int test_failures;
-
-/* Records a failure with its location and the condition's text; never aborts, so one run
- * reports every broken property. */
-#define CHECK(cond)                                                                            \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
-            test_failures++;                                                                   \
-        }                                                                                      \
-    } while (0)
-
-/* Same, with a formatted explanation. */
+/* CHECK with a formatted explanation, counted like test_util.h's CHECK. */
 #define CHECKF(cond, ...)                                                                      \
     do {                                                                                       \
+        test_checks++;                                                                         \
         if (!(cond)) {                                                                         \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);           \
+            test_failures++;                                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
             fprintf(stderr, __VA_ARGS__);                                                      \
             fputc('\n', stderr);                                                               \
-            test_failures++;                                                                   \
         }                                                                                      \
     } while (0)
-
-/* Exit status of a test's main: 0 when every CHECK held. */
-static inline int test_finish(const char *name) {
-    if (test_failures)
-        fprintf(stderr, "%s: %d check(s) failed\n", name, test_failures);
-    else
-        printf("%s: all checks passed\n", name);
-    return test_failures ? 1 : 0;
-}
 
 /* Runs /proc/self/exe with `args` (NULL-terminated, argv[1..]) and an environment made of
  * the current one without any variable whose name starts with `drop_prefix`, plus `env_add`

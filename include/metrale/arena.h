@@ -25,8 +25,8 @@
  * greedy interval packer: buffers are placed one at a time, each at the best gap among the
  * byte ranges of already placed buffers whose lifetimes intersect its own (or on top of
  * them). Several deterministic orders (largest first; largest size x lifetime first;
- * earliest first step first) and two gap rules (best fit: the smallest gap that holds it;
- * first fit: the lowest) are tried and the layout with the fewest total bytes is kept.
+ * earliest first step first; most aligned first) and two gap rules (best fit: the smallest gap that
+ * holds it; first fit: the lowest) are tried and the layout with the fewest total bytes is kept.
  * Finding the optimum is NP-hard (dynamic storage allocation); the summary reports the
  * lower bound peak_live_bytes (the most bytes live at one step) to show how close a layout is.
  *

@@ -126,11 +126,10 @@ typedef struct plan_builder {
     mg_status status;
 } plan_builder;
 
-static bool mul_checked(uint64_t a, uint64_t b, uint64_t *out) {
-    if (a && b > UINT64_MAX / a)
-        return false;
-    *out = a * b;
-    return true;
+/* a * b, or UINT64_MAX when that overflows: sizes saturate, and a saturated size is
+ * reported by add_sized, so products of products need no check of their own. */
+static uint64_t sat_mul(uint64_t a, uint64_t b) {
+    return a && b > UINT64_MAX / a ? UINT64_MAX : a * b;
 }
 
 /* A buffer of rows x cols elements of element_bytes each; `lifetime` NULL: whole pass. */
@@ -138,13 +137,10 @@ static void add_sized(plan_builder *pb, const char *name, uint64_t rows, uint64_
                       uint64_t element_bytes, const mg_arena_lifetime *lifetime) {
     if (pb->status != MG_OK)
         return;
-    uint64_t elements, bytes;
-    if (!mul_checked(rows, cols, &elements) || !mul_checked(elements, element_bytes, &bytes)) {
+    uint64_t bytes = sat_mul(sat_mul(rows, cols), element_bytes);
+    if (bytes == UINT64_MAX) {
         pb->status = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                              "mg_arena_plan_for_model: buffer '%s' (%llu x %llu x %llu bytes) "
-                              "overflows 64 bits",
-                              name, (unsigned long long)rows, (unsigned long long)cols,
-                              (unsigned long long)element_bytes);
+                              "mg_arena_plan_for_model: buffer '%s' overflows 64 bits", name);
         return;
     }
     pb->status = mg_arena_plan_add(pb->plan, name, bytes, 0, lifetime, NULL);
@@ -204,9 +200,9 @@ mg_status mg_arena_plan_for_model(const mg_model_shape *shape, const mg_engine_l
     /* attention block */
     add_live(&pb, "norm_out", mp, hidden, BF16, MG_STEP_ATTN_NORM,
              moe ? MG_STEP_MOE_PERMUTE : MG_STEP_MLP_GATE_UP);
-    add_live(&pb, "qkv", mp, (hq + 2 * hkv) * d, BF16, MG_STEP_QKV_PROJ, MG_STEP_ATTENTION);
-    add_live(&pb, "attn_out", mp, hq * d, BF16, MG_STEP_ATTENTION, MG_STEP_O_PROJ);
-    add_live(&pb, "attn_partial", r.attn_split_rows, hq * (d + 1), F32, MG_STEP_ATTENTION,
+    add_live(&pb, "qkv", mp, sat_mul(hq + 2 * hkv, d), BF16, MG_STEP_QKV_PROJ, MG_STEP_ATTENTION);
+    add_live(&pb, "attn_out", mp, sat_mul(hq, d), BF16, MG_STEP_ATTENTION, MG_STEP_O_PROJ);
+    add_live(&pb, "attn_partial", r.attn_split_rows, sat_mul(hq, d + 1), F32, MG_STEP_ATTENTION,
              MG_STEP_ATTENTION);
 
     /* MLP block */
@@ -238,15 +234,8 @@ mg_status mg_arena_plan_for_model(const mg_model_shape *shape, const mg_engine_l
         };
         uint64_t fp8_bytes = 0, scale_count = 0;
         for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
-            uint64_t bytes = 0, scales = 0;
-            if (!mul_checked(inputs[i][0], inputs[i][1], &bytes) ||
-                !mul_checked(inputs[i][0], ceil_div(inputs[i][1], 128), &scales)) {
-                mg_arena_plan_destroy(pb.plan);
-                return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                                "mg_arena_plan_for_model: buffer 'act_fp8' overflows 64 bits");
-            }
-            fp8_bytes = max_u64(fp8_bytes, bytes);
-            scale_count = max_u64(scale_count, scales);
+            fp8_bytes = max_u64(fp8_bytes, sat_mul(inputs[i][0], inputs[i][1]));
+            scale_count = max_u64(scale_count, sat_mul(inputs[i][0], ceil_div(inputs[i][1], 128)));
         }
         add_live(&pb, "act_fp8", fp8_bytes, 1, BYTE, MG_STEP_QKV_PROJ, layer_end);
         add_live(&pb, "act_scales", scale_count, 1, F32, MG_STEP_QKV_PROJ, layer_end);

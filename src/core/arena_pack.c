@@ -24,6 +24,7 @@ typedef enum pack_order {
     ORDER_SIZE_DESC,  /* largest first: big buffers claim the bottom */
     ORDER_AREA_DESC,  /* size x lifetime length: long-lived big buffers first */
     ORDER_FIRST_STEP, /* timeline order, larger first within a step */
+    ORDER_ALIGN_DESC, /* most aligned first: they start at 0 and waste no padding */
     ORDER_COUNT
 } pack_order;
 
@@ -84,6 +85,10 @@ static order_key key_of(const mg_pack_item *it, size_t index, pack_order order) 
     }
     case ORDER_FIRST_STEP:
         k.word[0] = it->first_step;
+        k.word[1] = UINT64_MAX - it->bytes;
+        break;
+    case ORDER_ALIGN_DESC:
+        k.word[0] = UINT64_MAX - it->alignment;
         k.word[1] = UINT64_MAX - it->bytes;
         break;
     case ORDER_COUNT:

@@ -58,8 +58,7 @@ static mg_status print_json(const mg_model_preset *p, mg_arena_plan *plan) {
         if (st != MG_OK)
             return st;
         printf("%s\n  {\"name\": \"%s\", \"bytes\": %" PRIu64 ", \"alignment\": %" PRIu64
-               ", \"first_step\": %ld, \"last_step\": %ld, \"chunk\": %u, \"offset\": %" PRIu64
-               "}",
+               ", \"first_step\": %ld, \"last_step\": %ld, \"chunk\": %u, \"offset\": %" PRIu64 "}",
                i ? "," : "", info.name, info.bytes, info.alignment,
                info.has_lifetime ? (long)info.lifetime.first_step : -1L,
                info.has_lifetime ? (long)info.lifetime.last_step : -1L, info.chunk, info.offset);
@@ -67,8 +66,8 @@ static mg_status print_json(const mg_model_preset *p, mg_arena_plan *plan) {
     printf("],\n \"sum_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64
            ", \"peak_live_bytes\": %" PRIu64 ", \"device_bytes\": %" PRIu64
            ", \"chunks\": %u, \"packed_over_unpacked\": %.6f}\n",
-           sum.sum_bytes, sum.arena_bytes, sum.peak_live_bytes, sum.device_bytes,
-           sum.chunk_count, sum.sum_bytes ? (double)sum.arena_bytes / (double)sum.sum_bytes : 1.0);
+           sum.sum_bytes, sum.arena_bytes, sum.peak_live_bytes, sum.device_bytes, sum.chunk_count,
+           sum.sum_bytes ? (double)sum.arena_bytes / (double)sum.sum_bytes : 1.0);
     return MG_OK;
 }
 
@@ -86,8 +85,7 @@ int mg_cmd_arena(int argc, char **argv, const mg_cli_options *opts) {
             char *end;
             max_chunk_bytes = strtoull(argv[++i], &end, 0);
             if (*end || argv[i][0] == '-') {
-                fprintf(stderr, "arena: --max-chunk-bytes takes a byte count, not '%s'\n",
-                        argv[i]);
+                fprintf(stderr, "arena: --max-chunk-bytes takes a byte count, not '%s'\n", argv[i]);
                 return 2;
             }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {

@@ -604,6 +604,286 @@ static void test_model_arguments(void) {
     CHECK(plan == NULL);
 }
 
+/* ------------------------------------------------------------------ arenas on a backend */
+
+static void ledger_now(mg_backend *b, uint64_t *bytes, uint64_t *count) {
+    *bytes = *count = UINT64_MAX;
+    CHECK_OK(mg_ledger_live(b, bytes, count));
+}
+
+/* Byte pattern of buffer `index` at position `i`: differs between buffers and positions. */
+static unsigned char pattern_byte(size_t index, uint64_t i) {
+    return (unsigned char)((index * 131u + 7u) ^ (i * 2654435761u >> 7));
+}
+
+/* Simulates a forward pass over the arena's memory: every buffer is written with its own
+ * pattern at its first step (always-live ones before step 0) and read back at its last step.
+ * Anything placed over a live buffer and written in between shows up as a wrong byte. */
+static bool run_lifetime_memory_test(mg_backend *b, mg_arena *arena, const random_buffer *bufs,
+                                     size_t n, unsigned char *host, size_t host_bytes) {
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0 writes always-live buffers; pass 1 walks the steps */
+        for (uint32_t step = 0; step < (pass ? RANDOM_STEPS : 1); step++) {
+            for (size_t i = 0; i < n; i++) {
+                bool starts = pass ? bufs[i].has_lifetime && bufs[i].lt.first_step == step
+                                   : !bufs[i].has_lifetime;
+                if (!starts || !bufs[i].bytes || bufs[i].bytes > host_bytes)
+                    continue;
+                for (uint64_t k = 0; k < bufs[i].bytes; k++)
+                    host[k] = pattern_byte(i, k);
+                if (mg_copy_h2d(b, mg_arena_ptr(arena, i), host, bufs[i].bytes) != MG_OK) {
+                    CHECKF(false, "writing %s: %s", bufs[i].name, mg_last_error());
+                    return false;
+                }
+            }
+            for (size_t i = 0; pass && i < n; i++) {
+                bool ends =
+                    bufs[i].has_lifetime ? bufs[i].lt.last_step == step : step == RANDOM_STEPS - 1;
+                if (!ends || !bufs[i].bytes || bufs[i].bytes > host_bytes)
+                    continue;
+                memset(host, 0, bufs[i].bytes);
+                if (mg_copy_d2h(b, host, mg_arena_ptr(arena, i), bufs[i].bytes) != MG_OK) {
+                    CHECKF(false, "reading %s: %s", bufs[i].name, mg_last_error());
+                    return false;
+                }
+                for (uint64_t k = 0; k < bufs[i].bytes; k++)
+                    if (host[k] != pattern_byte(i, k)) {
+                        CHECKF(false, "%s clobbered at byte %" PRIu64 " before its last step %u",
+                               bufs[i].name, k, step);
+                        return false;
+                    }
+            }
+        }
+    }
+    return true;
+}
+
+static void test_random_arenas(mg_backend *b) {
+    static random_buffer bufs[MAX_RANDOM_BUFFERS];
+    size_t host_bytes = 2u << 20;
+    unsigned char *host = malloc(host_bytes);
+    CHECK(host != NULL);
+    uint64_t base_bytes, base_count;
+    ledger_now(b, &base_bytes, &base_count);
+    for (int iter = 0; iter < 60 && host; iter++) {
+        mg_arena_plan *plan;
+        CHECK_OK(mg_arena_plan_create(&plan));
+        uint64_t limit;
+        size_t n = make_random_plan(bufs, plan, &limit);
+        mg_arena *arena = NULL;
+        CHECK_OK(mg_arena_create(b, plan, &arena));
+        mg_arena_summary s = summary_of(plan);
+        mg_arena_plan_destroy(plan); /* the arena keeps its own copy */
+        if (!arena)
+            break;
+        uint64_t live_bytes, live_count;
+        ledger_now(b, &live_bytes, &live_count);
+        CHECKF(live_count - base_count == s.chunk_count, "%" PRIu64 " allocations for %u chunks",
+               live_count - base_count, s.chunk_count);
+        CHECK(live_bytes - base_bytes == s.device_bytes);
+        CHECK(mg_arena_count(arena) == n);
+        mg_arena_summary as;
+        CHECK_OK(mg_arena_summary_get(arena, &as));
+        CHECK(as.arena_bytes == s.arena_bytes && as.sum_bytes == s.sum_bytes);
+        for (size_t i = 0; i < n; i++) {
+            mg_devptr p = mg_arena_ptr(arena, i);
+            mg_arena_buffer_info info;
+            CHECK_OK(mg_arena_buffer(arena, i, &info));
+            CHECK(info.ptr == p && info.bytes == bufs[i].bytes);
+            if (!bufs[i].bytes) {
+                CHECK(p == 0);
+                continue;
+            }
+            CHECKF(p && p % bufs[i].alignment == 0, "%s at %#" PRIx64 " alignment %" PRIu64,
+                   bufs[i].name, p, bufs[i].alignment);
+            mg_devptr by_name = 0;
+            uint64_t by_name_bytes = 0;
+            CHECK_OK(mg_arena_find(arena, bufs[i].name, &by_name, &by_name_bytes));
+            CHECK(by_name == p && by_name_bytes == bufs[i].bytes);
+            CHECK(mg_arena_index(arena, bufs[i].name) == i);
+        }
+        bool ok = run_lifetime_memory_test(b, arena, bufs, n, host, host_bytes);
+        CHECK_OK(mg_arena_destroy(arena));
+        ledger_now(b, &live_bytes, &live_count);
+        CHECK(live_bytes == base_bytes && live_count == base_count);
+        if (!ok || test_failures > 20)
+            break;
+    }
+    free(host);
+}
+
+static mg_arena_plan *chunked_plan(uint32_t *chunks_out) {
+    mg_arena_plan *plan = NULL;
+    CHECK_OK(mg_arena_plan_create(&plan));
+    mg_arena_lifetime early = {0, 2}, late = {3, 5};
+    CHECK_OK(mg_arena_plan_add(plan, "weights_a", 40000, 0, NULL, NULL));
+    CHECK_OK(mg_arena_plan_add(plan, "weights_b", 40000, 0, NULL, NULL));
+    CHECK_OK(mg_arena_plan_add(plan, "scratch_early", 30000, 4096, &early, NULL));
+    CHECK_OK(mg_arena_plan_add(plan, "scratch_late", 30000, 0, &late, NULL));
+    CHECK_OK(mg_arena_plan_add(plan, "nothing", 0, 0, NULL, NULL));
+    CHECK_OK(mg_arena_plan_add(plan, "big_one", 60000, 0, NULL, NULL));
+    CHECK_OK(mg_arena_plan_set_max_chunk_bytes(plan, 65536));
+    mg_arena_summary s = summary_of(plan);
+    *chunks_out = s.chunk_count;
+    return plan;
+}
+
+static void test_arena_lifecycle(mg_backend *b) {
+    uint64_t base_bytes, base_count, bytes, count;
+    ledger_now(b, &base_bytes, &base_count);
+    uint32_t chunks = 0;
+    mg_arena_plan *plan = chunked_plan(&chunks);
+    CHECKF(chunks >= 3, "%u chunks", chunks);
+
+    mg_arena *arena = NULL;
+    CHECK_OK(mg_arena_create(b, plan, &arena));
+    if (!arena) {
+        mg_arena_plan_destroy(plan);
+        return;
+    }
+    ledger_now(b, &bytes, &count);
+    CHECK(count == base_count + chunks);
+    /* lookups */
+    size_t nothing = mg_arena_index(arena, "nothing");
+    CHECK(nothing == 4 && mg_arena_ptr(arena, nothing) == 0);
+    mg_devptr p = 1;
+    uint64_t n = 1;
+    CHECK_OK(mg_arena_find(arena, "nothing", &p, &n));
+    CHECK(p == 0 && n == 0);
+    CHECK_STATUS(mg_arena_find(arena, "missing", &p, &n), MG_ERR_NOT_FOUND);
+    CHECK_MESSAGE("no buffer named 'missing'");
+    CHECK(mg_arena_index(arena, "missing") == SIZE_MAX);
+    CHECK(mg_arena_ptr(arena, 6) == 0 && mg_arena_ptr(arena, SIZE_MAX) == 0);
+    mg_arena_buffer_info info;
+    CHECK_STATUS(mg_arena_buffer(arena, 6, &info), MG_ERR_INVALID_ARGUMENT);
+    CHECK(mg_arena_ptr(arena, 2) % 4096 == 0);
+    /* early and late scratch may share bytes; weights never share with anything */
+    mg_devptr wa = mg_arena_ptr(arena, 0), wb = mg_arena_ptr(arena, 1);
+    CHECK(wa && wb && (wa + 40000 <= wb || wb + 40000 <= wa));
+    /* addresses are stable: asking again gives the same */
+    CHECK(mg_arena_ptr(arena, 0) == wa);
+
+    /* release: memory back, addresses read 0, idempotent */
+    CHECK_OK(mg_arena_release(arena));
+    ledger_now(b, &bytes, &count);
+    CHECK(bytes == base_bytes && count == base_count);
+    CHECK(mg_arena_ptr(arena, 0) == 0);
+    CHECK_OK(mg_arena_find(arena, "weights_a", &p, &n));
+    CHECK(p == 0 && n == 40000);
+    CHECK_OK(mg_arena_release(arena));
+    CHECK_OK(mg_arena_destroy(arena));
+    CHECK_OK(mg_arena_release(NULL));
+    CHECK_OK(mg_arena_destroy(NULL));
+
+    /* bad arguments */
+    arena = (mg_arena *)1;
+    CHECK_STATUS(mg_arena_create(NULL, plan, &arena), MG_ERR_INVALID_ARGUMENT);
+    CHECK(arena == NULL);
+    CHECK_STATUS(mg_arena_create(b, NULL, &arena), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_arena_create(b, plan, NULL), MG_ERR_INVALID_ARGUMENT);
+    mg_arena_plan_destroy(plan);
+}
+
+/* Out-of-memory at each allocation of a creation: everything taken is given back. */
+static void test_arena_out_of_memory(mg_backend *b) {
+    uint64_t base_bytes, base_count, bytes, count;
+    ledger_now(b, &base_bytes, &base_count);
+    uint32_t chunks = 0;
+    mg_arena_plan *plan = chunked_plan(&chunks);
+    for (uint32_t nth = 1; nth <= chunks; nth++) {
+        CHECK_OK(mg_cpu_fail_nth_allocation(b, nth));
+        mg_arena *arena = (mg_arena *)1;
+        mg_clear_error();
+        CHECK_STATUS(mg_arena_create(b, plan, &arena), MG_ERR_OUT_OF_MEMORY);
+        CHECK(arena == NULL);
+        char want[64];
+        snprintf(want, sizeof want, "mg_arena_create: chunk %u of %u, ", nth, chunks);
+        CHECK_MESSAGE(want);
+        CHECK_MESSAGE("largest '");
+        CHECK_MESSAGE(" bytes");
+        CHECK_MESSAGE("test_arena.c:"); /* the caller's site, from the allocation */
+        ledger_now(b, &bytes, &count);
+        CHECKF(bytes == base_bytes && count == base_count,
+               "failure at allocation %u left %" PRIu64 " bytes in %" PRIu64 " allocations", nth,
+               bytes - base_bytes, count - base_count);
+    }
+    /* one past the last allocation: creation succeeds */
+    CHECK_OK(mg_cpu_fail_nth_allocation(b, chunks + 1));
+    mg_arena *arena = NULL;
+    CHECK_OK(mg_arena_create(b, plan, &arena));
+    CHECK_OK(mg_cpu_fail_nth_allocation(b, 0));
+    CHECK_OK(mg_arena_destroy(arena));
+
+    /* a single-chunk arena over an allocation cap: the message names the biggest buffer */
+    CHECK_OK(mg_arena_plan_set_max_chunk_bytes(plan, 0));
+    CHECK_OK(mg_cpu_set_allocation_cap(b, base_bytes + 100000));
+    arena = (mg_arena *)1;
+    CHECK_STATUS(mg_arena_create(b, plan, &arena), MG_ERR_OUT_OF_MEMORY);
+    CHECK(arena == NULL);
+    CHECK_MESSAGE("chunk 1 of 1");
+    CHECK_MESSAGE("5 buffers, largest 'big_one' of 60000 bytes");
+    CHECK_OK(mg_cpu_set_allocation_cap(b, 0));
+    ledger_now(b, &bytes, &count);
+    CHECK(bytes == base_bytes && count == base_count);
+
+    /* creation is refused while a stream captures, and leaves nothing behind */
+    if (mg_backend_supports(b, MG_CAP_GRAPHS)) {
+        mg_stream *s = NULL;
+        CHECK_OK(mg_stream_create(b, &s));
+        CHECK_OK(mg_graph_begin_capture(s));
+        CHECK_STATUS(mg_arena_create(b, plan, &arena), MG_ERR_CAPTURING);
+        CHECK(arena == NULL);
+        CHECK_OK(mg_graph_abort_capture(s));
+        CHECK_OK(mg_stream_destroy(s));
+        ledger_now(b, &bytes, &count);
+        CHECK(bytes == base_bytes && count == base_count);
+    }
+    mg_arena_plan_destroy(plan);
+}
+
+/* A model plan on the device: every buffer reachable, the lifetime memory test passes. */
+static void test_model_arena(mg_backend *b) {
+    mg_model_shape moe = {.hidden = 72,
+                          .heads = 4,
+                          .kv_heads = 2,
+                          .head_dim = 16,
+                          .intermediate = 40,
+                          .experts = 5,
+                          .experts_per_token = 3,
+                          .vocab = 999};
+    mg_engine_limits limits = {.max_batch_tokens = 37,
+                               .max_seq_len = 100,
+                               .kv_block_size = 16,
+                               .max_batch_size = 3,
+                               .fp8_activations = true};
+    mg_arena_plan *plan = NULL;
+    CHECK_OK(mg_arena_plan_for_model(&moe, &limits, &plan));
+    mg_arena *arena = NULL;
+    CHECK_OK(mg_arena_create(b, plan, &arena));
+    if (arena) {
+        static random_buffer bufs[MAX_RANDOM_BUFFERS];
+        size_t n = mg_arena_count(arena);
+        CHECK(n <= MAX_RANDOM_BUFFERS);
+        for (size_t i = 0; i < n && i < MAX_RANDOM_BUFFERS; i++) {
+            mg_arena_buffer_info info;
+            CHECK_OK(mg_arena_buffer(arena, i, &info));
+            snprintf(bufs[i].name, sizeof bufs[i].name, "%.15s", info.name);
+            bufs[i].bytes = info.bytes;
+            bufs[i].alignment = info.alignment;
+            bufs[i].has_lifetime = info.has_lifetime;
+            bufs[i].lt = info.lifetime;
+        }
+        size_t host_bytes = 64u << 20;
+        unsigned char *host = malloc(host_bytes);
+        CHECK(host != NULL);
+        if (host)
+            run_lifetime_memory_test(b, arena, bufs, n, host, host_bytes);
+        free(host);
+    }
+    CHECK_OK(mg_arena_destroy(arena));
+    mg_arena_plan_destroy(plan);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     (void)argv;
@@ -615,5 +895,19 @@ int main(int argc, char **argv) {
     test_preset_moe();
     test_awkward_model();
     test_model_arguments();
+
+    mg_backend *b = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &b));
+    if (b) {
+        test_random_arenas(b);
+        test_arena_lifecycle(b);
+        test_arena_out_of_memory(b);
+        test_model_arena(b);
+        uint64_t bytes, count;
+        ledger_now(b, &bytes, &count);
+        CHECKF(bytes == 0 && count == 0, "%" PRIu64 " bytes in %" PRIu64 " allocations leaked",
+               bytes, count);
+        CHECK_OK(mg_backend_close(b));
+    }
     return test_finish();
 }

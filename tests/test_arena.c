@@ -172,7 +172,7 @@ static void test_sharing_rules(void) {
 #define RANDOM_STEPS 32
 
 typedef struct random_buffer {
-    char name[16];
+    char name[MG_ARENA_NAME_BYTES];
     uint64_t bytes, alignment;
     bool has_lifetime;
     mg_arena_lifetime lt;
@@ -867,7 +867,7 @@ static void test_model_arena(mg_backend *b) {
         for (size_t i = 0; i < n && i < MAX_RANDOM_BUFFERS; i++) {
             mg_arena_buffer_info info;
             CHECK_OK(mg_arena_buffer(arena, i, &info));
-            snprintf(bufs[i].name, sizeof bufs[i].name, "%.15s", info.name);
+            snprintf(bufs[i].name, sizeof bufs[i].name, "%s", info.name);
             bufs[i].bytes = info.bytes;
             bufs[i].alignment = info.alignment;
             bufs[i].has_lifetime = info.has_lifetime;

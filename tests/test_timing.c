@@ -523,7 +523,7 @@ static void test_steps_and_trace(mg_backend *b) {
     size_t harvested = 0;
     CHECK_OK(mg_timing_harvest(t, &harvested));
     mg_timing_counters c = timing_counters(t);
-    CHECK(c.recorded == 2 * steps + 2 * 4 && c.harvested == c.recorded);
+    CHECK(c.recorded == (uint64_t)(2 * steps + 2 * 4) && c.harvested == c.recorded);
     CHECK(c.open == 0 && c.pending == 0 && c.dropped_pool_full == 0 && c.abandoned == 0);
 
     mg_timing_summary decode_buf, gemm_buf;

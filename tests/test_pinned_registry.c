@@ -43,7 +43,7 @@ static void test_lookup_rules(void) {
     CHECK(!mg_pinned_contains(NULL, 16));
     CHECK(!mg_pinned_contains(AT(a), 0));
     CHECK(!mg_pinned_contains(AT(a + 10), 0));
-    CHECK(!mg_pinned_contains(AT(a + 10), SIZE_MAX));  /* would wrap */
+    CHECK(!mg_pinned_contains(AT(a + 10), SIZE_MAX)); /* would wrap */
 
     /* an adjacent range: each hit on its own, a straddle of both is still a miss */
     const uintptr_t b = a + a_len;
@@ -122,14 +122,6 @@ typedef struct model_range {
 static model_range model[MODEL_MAX];
 static size_t model_count;
 
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
 static long model_find_base(uintptr_t base) {
     for (size_t i = 0; i < model_count; i++)
         if (model[i].base == base)
@@ -158,14 +150,14 @@ static void test_against_model(void) {
     /* Addresses in a 64 KiB window so ranges collide often; lengths 1..600. */
     const uintptr_t window = BASE + (1ull << 30);
     for (int op = 0; op < 60000; op++) {
-        uint64_t r = rng_next();
-        uintptr_t addr = window + (uintptr_t)(rng_next() % 65536);
-        size_t len = 1 + (size_t)(rng_next() % 600);
+        uint64_t r = test_rand();
+        uintptr_t addr = window + (uintptr_t)(test_rand() % 65536);
+        size_t len = 1 + (size_t)(test_rand() % 600);
         switch (r % 8) {
         case 0:
         case 1: { /* register (maybe a re-register of an existing base) */
             if (model_count > 0 && r % 16 < 4)
-                addr = model[rng_next() % model_count].base;
+                addr = model[test_rand() % model_count].base;
             long at = model_find_base(addr);
             bool ok = !model_overlaps_other(addr, len) && (at >= 0 || model_count < MODEL_MAX);
             mg_status st = mg_pinned_register(AT(addr), len);
@@ -181,7 +173,7 @@ static void test_against_model(void) {
         }
         case 2: { /* unregister an existing base, or a random address */
             if (model_count > 0 && r % 16 < 12)
-                addr = model[rng_next() % model_count].base;
+                addr = model[test_rand() % model_count].base;
             long at = model_find_base(addr);
             mg_status st = mg_pinned_unregister(AT(addr));
             CHECKF((st == MG_OK) == (at >= 0), "unregister(%#lx) = %s", (unsigned long)addr,
@@ -192,10 +184,10 @@ static void test_against_model(void) {
         }
         default: { /* lookups, often near range edges */
             if (model_count > 0 && r % 16 < 10) {
-                model_range m = model[rng_next() % model_count];
-                int64_t jitter = (int64_t)(rng_next() % 9) - 4;
-                addr = (uintptr_t)((int64_t)m.base + jitter + (int64_t)(rng_next() % m.bytes));
-                len = (size_t)(rng_next() % (m.bytes + 4));
+                model_range m = model[test_rand() % model_count];
+                int64_t jitter = (int64_t)(test_rand() % 9) - 4;
+                addr = (uintptr_t)((int64_t)m.base + jitter + (int64_t)(test_rand() % m.bytes));
+                len = (size_t)(test_rand() % (m.bytes + 4));
             }
             bool got = mg_pinned_contains(AT(addr), len);
             CHECKF(got == model_contains(addr, len), "contains(%#lx, %zu) = %d",
@@ -236,6 +228,7 @@ static void test_many_ranges(void) {
 }
 
 int main(void) {
+    test_seed();
     test_lookup_rules();
     test_real_memory();
     test_against_model();

@@ -92,9 +92,9 @@ static int child_main(int argc, char **argv) {
 
 typedef struct scenario {
     const char *name;
-    const char *env[4];    /* NAME=value, NULL-terminated */
-    const char *steps[8];  /* NULL-terminated */
-    int expected_exit;     /* 0, or 1 for the scenario that proves a child can fail */
+    const char *env[4];   /* NAME=value, NULL-terminated */
+    const char *steps[8]; /* NULL-terminated */
+    int expected_exit;    /* 0, or 1 for the scenario that proves a child can fail */
 } scenario;
 
 static const scenario scenarios[] = {
@@ -110,12 +110,20 @@ static const scenario scenarios[] = {
     {"hermetic env empty", {"METRALE_HERMETIC="}, {"hermetic=0"}, 0},
     {"hermetic set true first", {0}, {"set_hermetic(1)=1", "hermetic=1", "hermetic=1"}, 0},
     {"hermetic set false ignored", {0}, {"set_hermetic(0)=0", "hermetic=0"}, 0},
-    {"hermetic set false leaves env", {"METRALE_HERMETIC=1"}, {"set_hermetic(0)=0", "hermetic=1"}, 0},
-    {"hermetic set true over env 0", {"METRALE_HERMETIC=0"}, {"set_hermetic(1)=1", "hermetic=1"}, 0},
+    {"hermetic set false leaves env",
+     {"METRALE_HERMETIC=1"},
+     {"set_hermetic(0)=0", "hermetic=1"},
+     0},
+    {"hermetic set true over env 0",
+     {"METRALE_HERMETIC=0"},
+     {"set_hermetic(1)=1", "hermetic=1"},
+     0},
     {"hermetic set after read too late", {0}, {"hermetic=0", "set_hermetic(1)=0", "hermetic=0"}, 0},
     {"hermetic set twice", {0}, {"set_hermetic(1)=1", "set_hermetic(1)=0", "hermetic=1"}, 0},
-    {"hermetic env change after read", {0},
-     {"hermetic=0", "setenv:METRALE_HERMETIC=1", "hermetic=0"}, 0},
+    {"hermetic env change after read",
+     {0},
+     {"hermetic=0", "setenv:METRALE_HERMETIC=1", "hermetic=0"},
+     0},
     {"hermetic env read at first call", {0}, {"setenv:METRALE_HERMETIC=1", "hermetic=1"}, 0},
 
     /* ssm_tail_midchunk_enabled: published value, else true unless env exactly "0" */
@@ -127,20 +135,32 @@ static const scenario scenarios[] = {
     {"midchunk env false", {"METRALE_SSM_TAIL_MIDCHUNK=false"}, {"midchunk=1"}, 0},
     {"midchunk env empty", {"METRALE_SSM_TAIL_MIDCHUNK="}, {"midchunk=1"}, 0},
     {"midchunk --no flag", {0}, {"set_midchunk(false)=1", "midchunk=0"}, 0},
-    {"midchunk publish true over env 0", {"METRALE_SSM_TAIL_MIDCHUNK=0"},
-     {"set_midchunk(true)=1", "midchunk=1"}, 0},
-    {"midchunk unset leaves env 0", {"METRALE_SSM_TAIL_MIDCHUNK=0"},
-     {"set_midchunk(unset)=0", "midchunk=0"}, 0},
+    {"midchunk publish true over env 0",
+     {"METRALE_SSM_TAIL_MIDCHUNK=0"},
+     {"set_midchunk(true)=1", "midchunk=1"},
+     0},
+    {"midchunk unset leaves env 0",
+     {"METRALE_SSM_TAIL_MIDCHUNK=0"},
+     {"set_midchunk(unset)=0", "midchunk=0"},
+     0},
     {"midchunk unset leaves default", {0}, {"set_midchunk(unset)=0", "midchunk=1"}, 0},
-    {"midchunk invalid enum publishes nothing", {"METRALE_SSM_TAIL_MIDCHUNK=0"},
-     {"set_midchunk(7)=0", "midchunk=0"}, 0},
+    {"midchunk invalid enum publishes nothing",
+     {"METRALE_SSM_TAIL_MIDCHUNK=0"},
+     {"set_midchunk(7)=0", "midchunk=0"},
+     0},
     {"midchunk first read wins", {0}, {"midchunk=1", "set_midchunk(false)=0", "midchunk=1"}, 0},
-    {"midchunk first read wins env", {"METRALE_SSM_TAIL_MIDCHUNK=0"},
-     {"midchunk=0", "set_midchunk(true)=0", "midchunk=0"}, 0},
-    {"midchunk first publish wins", {0},
-     {"set_midchunk(false)=1", "set_midchunk(true)=0", "midchunk=0"}, 0},
-    {"midchunk unset then publish", {0},
-     {"set_midchunk(unset)=0", "set_midchunk(false)=1", "midchunk=0"}, 0},
+    {"midchunk first read wins env",
+     {"METRALE_SSM_TAIL_MIDCHUNK=0"},
+     {"midchunk=0", "set_midchunk(true)=0", "midchunk=0"},
+     0},
+    {"midchunk first publish wins",
+     {0},
+     {"set_midchunk(false)=1", "set_midchunk(true)=0", "midchunk=0"},
+     0},
+    {"midchunk unset then publish",
+     {0},
+     {"set_midchunk(unset)=0", "set_midchunk(false)=1", "midchunk=0"},
+     0},
 
     /* ssm_tail_ckpt_enabled: env exactly "1" */
     {"ckpt default off", {0}, {"ckpt=0"}, 0},
@@ -148,15 +168,17 @@ static const scenario scenarios[] = {
     {"ckpt env 0", {"METRALE_SSM_TAIL_CKPT=0"}, {"ckpt=0"}, 0},
     {"ckpt env true", {"METRALE_SSM_TAIL_CKPT=true"}, {"ckpt=0"}, 0},
     {"ckpt env 01", {"METRALE_SSM_TAIL_CKPT=01"}, {"ckpt=0"}, 0},
-    {"ckpt cached", {"METRALE_SSM_TAIL_CKPT=1"},
-     {"ckpt=1", "setenv:METRALE_SSM_TAIL_CKPT=0", "ckpt=1"}, 0},
+    {"ckpt cached",
+     {"METRALE_SSM_TAIL_CKPT=1"},
+     {"ckpt=1", "setenv:METRALE_SSM_TAIL_CKPT=0", "ckpt=1"},
+     0},
 
     /* the switches are independent cells */
     {"independent cells",
      {"METRALE_HERMETIC=1", "METRALE_SSM_TAIL_MIDCHUNK=0"},
-     {"ckpt=0", "midchunk=0", "hermetic=1"}, 0},
-    {"independent setters", {0},
-     {"set_hermetic(1)=1", "midchunk=1", "ckpt=0", "hermetic=1"}, 0},
+     {"ckpt=0", "midchunk=0", "hermetic=1"},
+     0},
+    {"independent setters", {0}, {"set_hermetic(1)=1", "midchunk=1", "ckpt=0", "hermetic=1"}, 0},
 
     /* the harness itself can fail: a wrong expectation must make the child exit 1 */
     {"harness detects a wrong expectation", {0}, {"hermetic=1"}, 1},
@@ -171,11 +193,10 @@ static void test_env_scenarios(void) {
             args[n++] = sc->steps[k];
         args[n] = NULL;
         if (sc->expected_exit)
-            fprintf(stderr, "(scenario '%s' must fail; its child's complaint follows)\n",
-                    sc->name);
+            fprintf(stderr, "(scenario '%s' must fail; its child's complaint follows)\n", sc->name);
         int rc = test_run_self(args, "METRALE_", sc->env);
-        CHECKF(rc == sc->expected_exit, "scenario '%s': child exit %d, expected %d", sc->name,
-               rc, sc->expected_exit);
+        CHECKF(rc == sc->expected_exit, "scenario '%s': child exit %d, expected %d", sc->name, rc,
+               sc->expected_exit);
     }
 }
 
@@ -190,8 +211,9 @@ static void check_boundary(uint64_t total, uint64_t bs, bool want_found, uint64_
         CHECKF(got == want, "boundary(%" PRIu64 ", %" PRIu64 ") = %" PRIu64 ", want %" PRIu64,
                total, bs, got, want);
     else
-        CHECKF(got == 0xdeadbeefcafef00dull, "boundary(%" PRIu64 ", %" PRIu64 ") wrote %" PRIu64
-               " although there is none", total, bs, got);
+        CHECKF(got == 0xdeadbeefcafef00dull,
+               "boundary(%" PRIu64 ", %" PRIu64 ") wrote %" PRIu64 " although there is none", total,
+               bs, got);
 }
 
 /* Independent definition: scan down from total-1 for the largest positive multiple of bs. */
@@ -204,14 +226,6 @@ static bool boundary_by_scan(uint64_t total, uint64_t bs, uint64_t *out) {
             return true;
         }
     return false;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
 }
 
 static void test_boundary(void) {
@@ -239,8 +253,8 @@ static void test_boundary(void) {
 
     /* against the scan definition on many small random pairs */
     for (int i = 0; i < 20000; i++) {
-        uint64_t total = rng_next() % 600;
-        uint64_t bs = rng_next() % 70;
+        uint64_t total = test_rand() % 600;
+        uint64_t bs = test_rand() % 70;
         uint64_t want = 0;
         bool want_found = boundary_by_scan(total, bs, &want);
         check_boundary(total, bs, want_found, want);
@@ -250,6 +264,7 @@ static void test_boundary(void) {
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "child") == 0)
         return child_main(argc - 2, argv + 2);
+    test_seed();
     test_boundary();
     test_env_scenarios();
     return test_finish();

@@ -436,6 +436,19 @@ static const mg_timing_summary *find_summary(mg_timing *t, const char *name,
     return NULL;
 }
 
+/* A timing object with options `o` and one lane named `lane_name`; NULL on failure. */
+static mg_timing *timing_with_lane(mg_backend *b, mg_timing_options o, const char *lane_name,
+                                   uint32_t *lane) {
+    mg_timing *t = NULL;
+    CHECK_OK(mg_timing_create(b, &o, &t));
+    if (t && mg_timing_lane(t, lane_name, lane) != MG_OK) {
+        CHECK(false);
+        mg_timing_destroy(t);
+        t = NULL;
+    }
+    return t;
+}
+
 /* ------------------------------------------------------------------ tests */
 
 static void test_create_and_lanes(mg_backend *b) {
@@ -605,12 +618,10 @@ static void test_steps_and_trace(mg_backend *b) {
 /* Levels: OFF records nothing, BASIC never arms kernel spans. */
 static void test_levels(mg_backend *b) {
     mg_timing_options o = {.level = MG_TELEMETRY_OFF, .pool_pairs = 8, .kernel_span_every = 1};
-    mg_timing *t = NULL;
-    CHECK_OK(mg_timing_create(b, &o, &t));
+    uint32_t lane;
+    mg_timing *t = timing_with_lane(b, o, "decode", &lane);
     if (!t)
         return;
-    uint32_t lane;
-    CHECK_OK(mg_timing_lane(t, "decode", &lane));
     mg_cpu_counters c0 = cpu_counters(b);
     mg_timing_span span = 5;
     CHECK_OK(mg_timing_step_begin(t, 0));
@@ -655,12 +666,10 @@ static void test_capture(mg_backend *b) {
     mg_stream *s = NULL;
     CHECK_OK(mg_stream_create(b, &s));
     mg_timing_options o = {.level = MG_TELEMETRY_KERNEL, .pool_pairs = 8, .kernel_span_every = 1};
-    mg_timing *t = NULL;
-    CHECK_OK(mg_timing_create(b, &o, &t));
+    uint32_t lane;
+    mg_timing *t = timing_with_lane(b, o, "decode", &lane);
     if (!t)
         return;
-    uint32_t lane;
-    CHECK_OK(mg_timing_lane(t, "decode", &lane));
     CHECK_OK(mg_timing_step_begin(t, 0));
     mg_timing_span before = 0, span = 9, kspan = 9;
     CHECK_OK(mg_timing_lane_begin(t, lane, s, &before));
@@ -700,12 +709,10 @@ static void test_capture(mg_backend *b) {
 static void test_pool(mg_backend *b) {
     const uint32_t pairs = 4;
     mg_timing_options o = {.level = MG_TELEMETRY_BASIC, .pool_pairs = pairs};
-    mg_timing *t = NULL;
-    CHECK_OK(mg_timing_create(b, &o, &t));
+    uint32_t lane;
+    mg_timing *t = timing_with_lane(b, o, "decode", &lane);
     if (!t)
         return;
-    uint32_t lane;
-    CHECK_OK(mg_timing_lane(t, "decode", &lane));
 
     /* round-robin: sequential spans take slots 1, 2, 3, 4, 1, 2, ... (low half of the token) */
     for (uint32_t i = 0; i < 3 * pairs; i++) {
@@ -767,12 +774,10 @@ static void test_pool(mg_backend *b) {
 static void test_trace_capacity_and_epochs(mg_backend *b) {
     mg_timing_options o = {
         .level = MG_TELEMETRY_BASIC, .pool_pairs = 4, .trace_capacity = 5, .epoch_interval_ms = 1};
-    mg_timing *t = NULL;
-    CHECK_OK(mg_timing_create(b, &o, &t));
+    uint32_t lane;
+    mg_timing *t = timing_with_lane(b, o, "step", &lane);
     if (!t)
         return;
-    uint32_t lane;
-    CHECK_OK(mg_timing_lane(t, "step", &lane));
     for (int step = 0; step < 12; step++) {
         CHECK_OK(mg_timing_step_begin(t, (uint64_t)step));
         mg_timing_span span = 0;

@@ -199,10 +199,10 @@ mg_status mg_timing_create(mg_backend *b, const mg_timing_options *opts, mg_timi
         t->epoch_host_ns = host_now_ns();
     }
     if (st != MG_OK) {
-        char message[1024];
-        snprintf(message, sizeof message, "%s", mg_last_error());
+        /* name the call first: the clean-up's successful destroys leave the message alone */
+        st = mg_error_set(st, NULL, 0, "mg_timing_create: %s", mg_last_error());
         timing_free(t);
-        return mg_error_set(st, NULL, 0, "mg_timing_create: %s", message);
+        return st;
     }
     *out = t;
     return MG_OK;

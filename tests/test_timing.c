@@ -810,6 +810,39 @@ static void test_trace_capacity_and_epochs(mg_backend *b) {
     CHECK_OK(mg_timing_destroy(t));
 }
 
+/* More distinct kernel names than the table holds: the rest share "(other kernels)", and
+ * every lane still fits. */
+static void test_many_kernel_names(mg_backend *b) {
+    mg_timing_options o = {.level = MG_TELEMETRY_KERNEL, .pool_pairs = 4, .kernel_span_every = 1};
+    uint32_t lane;
+    mg_timing *t = timing_with_lane(b, o, "lane0", &lane);
+    if (!t)
+        return;
+    CHECK_OK(mg_timing_step_begin(t, 0));
+    const int names = 1000;
+    for (int i = 0; i < names; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "metrale:kernel_%d", i);
+        mg_timing_span span = 0;
+        CHECK_OK(mg_timing_kernel_begin(t, name, NULL, &span));
+        CHECK_OK(mg_timing_span_end(t, span, NULL));
+        CHECK_OK(mg_timing_harvest(t, NULL));
+    }
+    /* one lane exists, so kernels may take 1024 - 64 + 1 - 1 = 960 entries */
+    const int own = MG_TIMING_MAX_SERIES - MG_TIMING_MAX_LANES;
+    CHECK(mg_timing_summary_count(t) == (size_t)own + 2);
+    mg_timing_summary other;
+    CHECK(find_summary(t, "(other kernels)", &other) != NULL);
+    CHECK(other.kind == MG_TIMING_KERNEL && other.count == (uint64_t)(names - own));
+    for (int i = 1; i < MG_TIMING_MAX_LANES; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "lane%d", i);
+        CHECK_OK(mg_timing_lane(t, name, &lane));
+    }
+    CHECK(mg_timing_summary_count(t) == MG_TIMING_MAX_SERIES + 1);
+    CHECK_OK(mg_timing_destroy(t));
+}
+
 /* An empty timing object still exports a valid (empty) trace. */
 static void test_empty_trace(mg_backend *b) {
     mg_timing *t = NULL;
@@ -839,6 +872,7 @@ int main(void) {
         test_pool(b);
         test_trace_capacity_and_epochs(b);
         test_empty_trace(b);
+        test_many_kernel_names(b);
         CHECK_OK(mg_backend_close(b));
     }
     return test_finish();

@@ -68,7 +68,9 @@ typedef enum mg_telemetry_level {
 #define MG_TIMING_DEFAULT_KERNEL_SPAN_EVERY 100
 #define MG_TIMING_DEFAULT_TRACE_CAPACITY 65536
 #define MG_TIMING_MAX_LANES 64
-#define MG_TIMING_MAX_SERIES 1024 /* lanes + distinct kernel names */
+#define MG_TIMING_MAX_SERIES                                                                       \
+    1024 /* lanes + distinct kernel names; later kernel names are                                  \
+            summarised together as "(other kernels)" */
 #define MG_TIMING_NAME_BYTES 96
 
 typedef struct mg_timing_options {

@@ -96,7 +96,7 @@ struct mg_timing {
     uint32_t series_count;
     uint32_t lane_series[MG_TIMING_MAX_LANES];
     uint32_t lane_count;
-    uint32_t overflow_series; /* kernels beyond MG_TIMING_MAX_SERIES; UINT32_MAX until used */
+    uint32_t overflow_series; /* "(other kernels)"; UINT32_MAX until needed */
 
     mg_stream *streams[MAX_STREAM_IDS];
     uint32_t stream_count;
@@ -178,7 +178,7 @@ mg_status mg_timing_create(mg_backend *b, const mg_timing_options *opts, mg_timi
     t->epoch_interval_ns = (uint64_t)o.epoch_interval_ms * 1000000ull;
     t->overflow_series = UINT32_MAX;
     t->slots = calloc(o.pool_pairs, sizeof *t->slots);
-    t->series = calloc(MG_TIMING_MAX_SERIES, sizeof *t->series);
+    t->series = calloc(MG_TIMING_MAX_SERIES + 1, sizeof *t->series);
     t->trace = calloc(o.trace_capacity, sizeof *t->trace);
     mg_status st = MG_OK;
     if (!t->slots || !t->series || !t->trace)
@@ -236,9 +236,11 @@ mg_telemetry_level mg_timing_level(const mg_timing *t) {
 
 /* ------------------------------------------------------------------ series and lanes */
 
-/* Index of a new series, or UINT32_MAX when the table is full. Caller holds the lock. */
-static uint32_t series_add(mg_timing *t, const char *name, mg_timing_kind kind) {
-    if (t->series_count >= MG_TIMING_MAX_SERIES)
+/* Index of a new series, or UINT32_MAX when `limit` series exist. Caller holds the lock.
+ * The table has MG_TIMING_MAX_SERIES + 1 entries: kernels leave room for every lane not yet
+ * created, and the last entry is the shared "(other kernels)" series. */
+static uint32_t series_add(mg_timing *t, const char *name, mg_timing_kind kind, uint32_t limit) {
+    if (t->series_count >= limit)
         return UINT32_MAX;
     series *s = &t->series[t->series_count];
     memset(s, 0, sizeof *s);
@@ -274,33 +276,27 @@ mg_status mg_timing_lane(mg_timing *t, const char *name, uint32_t *lane_out) {
         st = MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_timing_lane: '%s' would be lane %d; at most %d",
                       name, MG_TIMING_MAX_LANES + 1, MG_TIMING_MAX_LANES);
     } else {
-        uint32_t s = series_add(t, name, MG_TIMING_LANE);
-        if (s == UINT32_MAX) {
-            st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                          "mg_timing_lane: '%s': %d kernel and lane names already in use", name,
-                          MG_TIMING_MAX_SERIES);
-        } else {
-            t->series[s].lane = t->lane_count;
-            t->lane_series[t->lane_count] = s;
-            *lane_out = t->lane_count++;
-        }
+        uint32_t s = series_add(t, name, MG_TIMING_LANE, MG_TIMING_MAX_SERIES + 1);
+        t->series[s].lane = t->lane_count; /* room is reserved: see series_add */
+        t->lane_series[t->lane_count] = s;
+        *lane_out = t->lane_count++;
     }
     pthread_mutex_unlock(&t->lock);
     return st;
 }
 
-/* Series of a kernel name, created on first use; full table: one shared overflow series. */
+/* Series of a kernel name, created on first use; beyond the table, "(other kernels)". */
 static uint32_t kernel_series(mg_timing *t, const char *name) {
     uint32_t s = series_find(t, name, MG_TIMING_KERNEL);
     if (s != UINT32_MAX)
         return s;
-    s = series_add(t, name, MG_TIMING_KERNEL);
+    s = series_add(t, name, MG_TIMING_KERNEL,
+                   MG_TIMING_MAX_SERIES - (MG_TIMING_MAX_LANES - t->lane_count));
     if (s != UINT32_MAX)
         return s;
-    if (t->overflow_series == UINT32_MAX) {
-        /* the table is full: reuse its last entry as "other kernels" from now on */
-        t->overflow_series = MG_TIMING_MAX_SERIES - 1;
-    }
+    if (t->overflow_series == UINT32_MAX)
+        t->overflow_series =
+            series_add(t, "(other kernels)", MG_TIMING_KERNEL, MG_TIMING_MAX_SERIES + 1);
     return t->overflow_series;
 }
 

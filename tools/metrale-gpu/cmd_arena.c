@@ -46,6 +46,23 @@ static void print_header_text(const mg_model_preset *p, const mg_engine_limits *
            r->expert_rows, r->attn_split_rows);
 }
 
+/* The forward-pass steps that lifetimes refer to (mg_model_step). */
+static void print_step_legend(bool moe) {
+    static const char *const common[] = {"embed",    "attn_norm", "qkv_proj", "rope",
+                                         "kv_write", "attention", "o_proj",   "mlp_norm"};
+    static const char *const dense[] = {"mlp_gate_up", "mlp_act", "mlp_down"};
+    static const char *const experts[] = {"moe_router",  "moe_topk", "moe_align", "moe_permute",
+                                          "moe_gate_up", "moe_act",  "moe_down",  "moe_combine"};
+    static const char *const head[] = {"logits_gather", "final_norm", "lm_head", "sample"};
+    printf("steps:");
+    for (int i = 0; i < 8; i++)
+        printf(" %d %s,", i, common[i]);
+    for (int i = 0; i < (moe ? 8 : 3); i++)
+        printf(" %d %s,", MG_STEP_MLP_GATE_UP + i, moe ? experts[i] : dense[i]);
+    for (int i = 0; i < 4; i++)
+        printf(" %d %s%s", MG_STEP_LOGITS_GATHER + i, head[i], i < 3 ? "," : "\n");
+}
+
 static mg_status print_json(const mg_model_preset *p, mg_arena_plan *plan) {
     mg_arena_summary sum;
     mg_status st = mg_arena_plan_summary(plan, &sum);
@@ -126,6 +143,7 @@ int mg_cmd_arena(int argc, char **argv, const mg_cli_options *opts) {
             st = print_json(preset, plan);
         } else {
             print_header_text(preset, &limits, &rows);
+            print_step_legend(preset->shape.experts != 0);
             st = mg_arena_plan_print(plan, stdout);
         }
     }

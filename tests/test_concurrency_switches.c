@@ -19,11 +19,11 @@
 #define READS_PER_THREAD 200
 
 typedef struct thread_result {
-    bool hermetic, midchunk, ckpt;  /* the first value each reader saw */
-    bool consistent;                /* every later read agreed with the first */
-    bool hermetic_published;        /* this thread's setter call won */
+    bool hermetic, midchunk, ckpt; /* the first value each reader saw */
+    bool consistent;               /* every later read agreed with the first */
+    bool hermetic_published;       /* this thread's setter call won */
     bool midchunk_published;
-    mg_tristate midchunk_value;     /* what this thread tried to publish */
+    mg_tristate midchunk_value; /* what this thread tried to publish */
 } thread_result;
 
 static pthread_barrier_t start_line;

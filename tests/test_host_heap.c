@@ -32,8 +32,8 @@ static void test_sizes(void) {
         CHECKF(st == MG_OK, "alloc %zu: %s", bytes, mg_last_error());
         if (st != MG_OK)
             continue;
-        CHECKF(((uintptr_t)p % MG_HOST_HEAP_ALIGNMENT) == 0, "alloc %zu: %p not 64-aligned",
-               bytes, p);
+        CHECKF(((uintptr_t)p % MG_HOST_HEAP_ALIGNMENT) == 0, "alloc %zu: %p not 64-aligned", bytes,
+               p);
         /* the whole rounded size is usable and zeroed (ASan would flag an overrun) */
         CHECKF(all_zero(p, rounded), "alloc %zu: not zeroed", bytes);
         memset(p, 0xEE, rounded);
@@ -51,8 +51,7 @@ static void test_sizes(void) {
 static void test_bad_arguments(void) {
     mg_clear_error();
     CHECK(mg_host_heap_alloc(16, NULL) == MG_ERR_INVALID_ARGUMENT);
-    CHECKF(strstr(mg_last_error(), "NULL output pointer") != NULL, "message: %s",
-           mg_last_error());
+    CHECKF(strstr(mg_last_error(), "NULL output pointer") != NULL, "message: %s", mg_last_error());
 
     void *p = (void *)0x1;
     mg_clear_error();

@@ -54,31 +54,31 @@ static void test_mixed_layout(void) {
         bytes9[i] = (unsigned char)(0xC0 + i);
     float neg_zero = -0.0f;
 
-    mg_launch_arg_ptr(l, 0x7f0012345600ull);          /* 0: slot 0 */
-    mg_launch_arg_u32(l, 0xDEADBEEFu);                /* 1: slot 1 */
-    mg_launch_arg_i32(l, -3);                         /* 2: slot 2 */
-    mg_launch_arg_u64(l, 0x0123456789ABCDEFull);      /* 3: slot 3 */
-    mg_launch_arg_f32(l, 1.5f);                       /* 4: slot 4 */
-    mg_launch_arg_bytes(l, bytes12, sizeof bytes12);  /* 5: slots 5-6 */
-    mg_launch_arg_bytes(l, NULL, 0);                  /* 6: slot 7 (empty still has one) */
-    mg_launch_arg_tensor_map(l, map);                 /* 7: slots 8-23 */
-    mg_launch_arg_u32(l, 42);                         /* 8: slot 24, right after the map */
-    mg_launch_arg_bytes(l, bytes1, 1);                /* 9: slot 25 */
-    mg_launch_arg_bytes(l, bytes9, 9);                /* 10: slots 26-27 */
-    mg_launch_arg_bytes(l, bytes12, 0);               /* 11: slot 28 (non-NULL, empty) */
-    mg_launch_arg_f32(l, neg_zero);                   /* 12: slot 29 */
-    mg_launch_arg_ptr(l, 0);                          /* 13: slot 30, null pointer is fine */
+    mg_launch_arg_ptr(l, 0x7f0012345600ull);         /* 0: slot 0 */
+    mg_launch_arg_u32(l, 0xDEADBEEFu);               /* 1: slot 1 */
+    mg_launch_arg_i32(l, -3);                        /* 2: slot 2 */
+    mg_launch_arg_u64(l, 0x0123456789ABCDEFull);     /* 3: slot 3 */
+    mg_launch_arg_f32(l, 1.5f);                      /* 4: slot 4 */
+    mg_launch_arg_bytes(l, bytes12, sizeof bytes12); /* 5: slots 5-6 */
+    mg_launch_arg_bytes(l, NULL, 0);                 /* 6: slot 7 (empty still has one) */
+    mg_launch_arg_tensor_map(l, map);                /* 7: slots 8-23 */
+    mg_launch_arg_u32(l, 42);                        /* 8: slot 24, right after the map */
+    mg_launch_arg_bytes(l, bytes1, 1);               /* 9: slot 25 */
+    mg_launch_arg_bytes(l, bytes9, 9);               /* 10: slots 26-27 */
+    mg_launch_arg_bytes(l, bytes12, 0);              /* 11: slot 28 (non-NULL, empty) */
+    mg_launch_arg_f32(l, neg_zero);                  /* 12: slot 29 */
+    mg_launch_arg_ptr(l, 0);                         /* 13: slot 30, null pointer is fine */
 
     CHECK(mg_launch_status(l) == MG_OK);
     static const struct {
         mg_arg_kind kind;
         uint32_t first_slot, bytes;
     } want[] = {
-        {MG_ARG_BUFFER, 0, 8},  {MG_ARG_U32, 1, 4},        {MG_ARG_I32, 2, 4},
-        {MG_ARG_U64, 3, 8},     {MG_ARG_F32, 4, 4},        {MG_ARG_BYTES, 5, 12},
-        {MG_ARG_BYTES, 7, 0},   {MG_ARG_TENSOR_MAP, 8, 128}, {MG_ARG_U32, 24, 4},
-        {MG_ARG_BYTES, 25, 1},  {MG_ARG_BYTES, 26, 9},     {MG_ARG_BYTES, 28, 0},
-        {MG_ARG_F32, 29, 4},    {MG_ARG_BUFFER, 30, 8},
+        {MG_ARG_BUFFER, 0, 8}, {MG_ARG_U32, 1, 4},          {MG_ARG_I32, 2, 4},
+        {MG_ARG_U64, 3, 8},    {MG_ARG_F32, 4, 4},          {MG_ARG_BYTES, 5, 12},
+        {MG_ARG_BYTES, 7, 0},  {MG_ARG_TENSOR_MAP, 8, 128}, {MG_ARG_U32, 24, 4},
+        {MG_ARG_BYTES, 25, 1}, {MG_ARG_BYTES, 26, 9},       {MG_ARG_BYTES, 28, 0},
+        {MG_ARG_F32, 29, 4},   {MG_ARG_BUFFER, 30, 8},
     };
     const uint32_t n = sizeof want / sizeof want[0];
     CHECKF(l->arg_count == n, "arg_count %u", l->arg_count);
@@ -137,12 +137,12 @@ static void test_mixed_layout(void) {
     CHECK(mg_launch_get_u32(l, 8) == 42);
     CHECK(signbit(mg_launch_get_f32(l, 12)) && mg_launch_get_f32(l, 12) == 0.0f);
     CHECK(mg_launch_get_ptr(l, 13) == 0);
-    CHECK(mg_launch_get_u32(l, 0) == 0);  /* a pointer read as u32 */
-    CHECK(mg_launch_get_ptr(l, 3) == 0);  /* a u64 read as pointer */
-    CHECK(mg_launch_get_f32(l, 1) == 0);  /* a u32 read as f32 */
+    CHECK(mg_launch_get_u32(l, 0) == 0); /* a pointer read as u32 */
+    CHECK(mg_launch_get_ptr(l, 3) == 0); /* a u64 read as pointer */
+    CHECK(mg_launch_get_f32(l, 1) == 0); /* a u32 read as f32 */
     CHECK(mg_launch_get_i32(l, 1) == 0);
-    CHECK(mg_launch_get_u64(l, 7) == 0);  /* a tensor map */
-    CHECK(mg_launch_get_u32(l, n) == 0);  /* past the end */
+    CHECK(mg_launch_get_u64(l, 7) == 0); /* a tensor map */
+    CHECK(mg_launch_get_u32(l, n) == 0); /* past the end */
     CHECK(mg_launch_get_ptr(NULL, 0) == 0);
 
     /* clear and reuse: indices start over at slot 0 */

@@ -18,15 +18,15 @@
 extern char **environ;
 
 /* CHECK with a formatted explanation, counted like test_util.h's CHECK. */
-#define CHECKF(cond, ...)                                                                      \
-    do {                                                                                       \
-        test_checks++;                                                                         \
-        if (!(cond)) {                                                                         \
-            test_failures++;                                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
+#define CHECKF(cond, ...)                                                                          \
+    do {                                                                                           \
+        test_checks++;                                                                             \
+        if (!(cond)) {                                                                             \
+            test_failures++;                                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* Runs /proc/self/exe with `args` (NULL-terminated, argv[1..]) and an environment made of

@@ -1,5 +1,5 @@
 /* cmd_arena.c - `metrale-gpu arena`: prints the arena plan of a model preset. */
-#include "cmd_arena.h"
+#include "commands.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "metrale/cpu.h"
+#include "metrale/launch.h"
 #include "metrale/timing.h"
 #include "utils_test_support.h"
 
@@ -860,6 +861,44 @@ static void test_empty_trace(mg_backend *b) {
     CHECK_OK(mg_timing_destroy(t));
 }
 
+/* mg_timing_trace_launches wraps every mg_launch_run in a kernel span on armed steps only. */
+static void test_traced_launches(mg_backend *b) {
+    mg_timing_options o = {.level = MG_TELEMETRY_KERNEL, .pool_pairs = 16, .kernel_span_every = 2};
+    mg_timing *t = NULL, *other = NULL;
+    CHECK_OK(mg_timing_create(b, &o, &t));
+    CHECK_OK(mg_timing_create(b, &o, &other));
+    if (!t || !other)
+        return;
+    CHECK_OK(mg_timing_trace_launches(t, true));
+    CHECK_STATUS(mg_timing_trace_launches(other, true), MG_ERR_BUSY);
+    mg_kernel *k = NULL;
+    CHECK_OK(mg_kernel_lookup(b, "metrale", "empty_kernel", &k));
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
+    for (uint64_t step = 0; step < 4; step++) { /* steps 0 and 2 are armed: 3 launches each */
+        CHECK_OK(mg_timing_step_begin(t, step));
+        for (int i = 0; i < 3; i++)
+            CHECK_OK(mg_launch_run(b, k, NULL, &l));
+    }
+    CHECK_OK(mg_stream_synchronize(mg_stream_default(b)));
+    CHECK_OK(mg_timing_harvest(t, NULL));
+    uint64_t kernel_spans = 0;
+    for (size_t i = 0; i < mg_timing_summary_count(t); i++) {
+        mg_timing_summary sum;
+        CHECK_OK(mg_timing_summary_get(t, i, &sum));
+        if (sum.kind == MG_TIMING_KERNEL && !strcmp(sum.name, "metrale:empty_kernel"))
+            kernel_spans += sum.count;
+    }
+    CHECK(kernel_spans == 6);
+    /* Detached: launches are no longer timed, and another object may attach. */
+    CHECK_OK(mg_timing_trace_launches(t, false));
+    CHECK_OK(mg_timing_trace_launches(other, true));
+    CHECK_OK(mg_timing_destroy(other)); /* destroy detaches */
+    CHECK_OK(mg_timing_trace_launches(t, true));
+    CHECK_OK(mg_kernel_release(k));
+    CHECK_OK(mg_timing_destroy(t));
+}
+
 int main(void) {
     test_json_parser_itself();
     mg_backend *b = NULL;
@@ -872,6 +911,7 @@ int main(void) {
         test_pool(b);
         test_trace_capacity_and_epochs(b);
         test_empty_trace(b);
+    test_traced_launches(b);
         test_many_kernel_names(b);
         CHECK_OK(mg_backend_close(b));
     }

@@ -116,6 +116,12 @@ mg_status mg_timing_kernel_begin(mg_timing *t, const char *kernel_name, mg_strea
  * that is not open (ended twice, or stale) is MG_ERR_INVALID_ARGUMENT. */
 mg_status mg_timing_span_end(mg_timing *t, mg_timing_span span, mg_stream *s);
 
+/* Wraps every mg_launch_run on this timing's backend in a kernel span (recorded only on
+ * armed steps, like mg_timing_kernel_begin), so eager launches are timed without changing
+ * the call sites. One timing object per backend at a time; `on = false` or
+ * mg_timing_destroy detaches it. Attach and detach while no other thread is launching. */
+mg_status mg_timing_trace_launches(mg_timing *t, bool on);
+
 /* Reads every finished span without blocking; *harvested (may be NULL) receives how many. */
 mg_status mg_timing_harvest(mg_timing *t, size_t *harvested);
 

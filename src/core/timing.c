@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend_internal.h"
 #include "error.h"
 #include "trace_json.h"
 
@@ -128,6 +129,7 @@ static mg_timing_span make_span(uint32_t slot, uint32_t generation) {
 /* ------------------------------------------------------------------ lifetime */
 
 static void timing_free(mg_timing *t) {
+    mg_backend_detach_launch_timing(t->backend, t);
     for (uint32_t i = 0; t->slots && i < t->pool_pairs; i++) {
         mg_event_destroy(t->slots[i].start);
         mg_event_destroy(t->slots[i].end);
@@ -708,4 +710,14 @@ mg_status mg_timing_export_chrome_trace(mg_timing *t, const char *path) {
     if (st != MG_OK)
         mg_error_append(" (%s)", path);
     return st;
+}
+
+mg_status mg_timing_trace_launches(mg_timing *t, bool on) {
+    if (!t)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_timing_trace_launches: NULL timing");
+    if (!on) {
+        mg_backend_detach_launch_timing(t->backend, t);
+        return MG_OK;
+    }
+    return mg_backend_attach_launch_timing(t->backend, t);
 }

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-#include "metrale/pinned.h"
 
 /* ------------------------------------------------------------------ errors and faults */
 
@@ -96,7 +95,6 @@ mg_status mg_cuda_bind(mg_backend *b, mg_cuda_context **out) {
                         !b ? "NULL backend" : !out ? "NULL output" : "not a CUDA backend");
     mg_cuda_context *c = mg_backend_context(b);
     *out = NULL;
-    atomic_store_explicit(&c->owner, b, memory_order_release);
     mg_status st = mg_backend_check_fault(b);
     if (st == MG_OK)
         st = mg_cuda_enter(c);
@@ -259,8 +257,6 @@ static mg_status cuda_open(int device, const mg_backend_ops **ops_out, void **ct
     pthread_mutex_init(&c->fault_lock, NULL);
     pthread_mutex_init(&c->module_lock, NULL);
     mg_cuda_staging_init(&c->staging);
-    const char *debug = getenv("METRALE_DEBUG_SYNC_KERNELS");
-    c->debug_sync = debug && strcmp(debug, "1") == 0;
 
     CUresult r = drv->DeviceGet(&c->device, device);
     if (r != CUDA_SUCCESS) {
@@ -311,16 +307,11 @@ static void cuda_destroy(void *ctx) {
             (void)c->drv->StreamSynchronize(c->default_stream);
         mg_cuda_modules_destroy(c);
         mg_cuda_staging_destroy(c);
-        for (size_t i = 0; i < c->host_allocation_count; i++) {
-            mg_pinned_unregister(c->host_allocations[i]);
-            (void)c->drv->MemFreeHost(c->host_allocations[i]);
-        }
         if (c->default_stream)
             (void)c->drv->StreamDestroy(c->default_stream);
     }
     if (c->primary)
         (void)c->drv->DevicePrimaryCtxRelease(c->device);
-    free(c->host_allocations);
     pthread_mutex_destroy(&c->fault_lock);
     pthread_mutex_destroy(&c->module_lock);
     pthread_mutex_destroy(&c->staging.lock);
@@ -532,66 +523,33 @@ static mg_status cuda_event_destroy(void *ctx, void *event) {
 
 /* ------------------------------------------------------------------ pinned host memory */
 
+/* The core registers the block in the pinned-host registry and tracks it for mg_host_free. */
 static mg_status cuda_host_alloc(void *ctx, size_t bytes, void **out) {
     mg_cuda_context *c = ctx;
     mg_status st = mg_cuda_enter(c);
     if (st)
         return st;
-    pthread_mutex_lock(&c->module_lock);
-    if (c->host_allocation_count == c->host_allocation_capacity) {
-        size_t cap = c->host_allocation_capacity ? c->host_allocation_capacity * 2 : 16;
-        void **grown = realloc(c->host_allocations, cap * sizeof *grown);
-        if (!grown) {
-            pthread_mutex_unlock(&c->module_lock);
-            return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "mg_host_alloc: bookkeeping growth");
-        }
-        c->host_allocations = grown;
-        c->host_allocation_capacity = cap;
-    }
     void *p = NULL;
     unsigned flags = CU_MEMHOSTALLOC_PORTABLE | (c->map_host_memory ? CU_MEMHOSTALLOC_DEVICEMAP : 0);
     CUresult r = c->drv->MemHostAlloc(&p, bytes, flags);
     if (r != CUDA_SUCCESS) {
-        pthread_mutex_unlock(&c->module_lock);
         char size[32];
         return MG_CUDA_FAIL(c, r, "cuMemHostAlloc", "requested %s",
                             mg_format_bytes(bytes, size, sizeof size));
     }
     /* Page-aligned (so 64-byte aligned) by the driver; zeroed as the interface promises. */
     memset(p, 0, bytes);
-    st = mg_pinned_register(p, bytes);
-    if (st) {
-        (void)c->drv->MemFreeHost(p);
-        pthread_mutex_unlock(&c->module_lock);
-        return st;
-    }
-    c->host_allocations[c->host_allocation_count++] = p;
-    pthread_mutex_unlock(&c->module_lock);
     *out = p;
     return MG_OK;
 }
 
 static mg_status cuda_host_free(void *ctx, void *host) {
     mg_cuda_context *c = ctx;
-    mg_status st = mg_cuda_make_current(c);
-    if (st)
-        return st;
-    pthread_mutex_lock(&c->module_lock);
-    size_t i = 0;
-    while (i < c->host_allocation_count && c->host_allocations[i] != host)
-        i++;
-    if (i == c->host_allocation_count) {
-        pthread_mutex_unlock(&c->module_lock);
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "mg_host_free: %p was not returned by mg_host_alloc of this backend "
-                        "(or was freed already)",
-                        host);
-    }
-    c->host_allocations[i] = c->host_allocations[--c->host_allocation_count];
-    pthread_mutex_unlock(&c->module_lock);
-    mg_pinned_unregister(host);
+    if (mg_cuda_make_current(c) != MG_OK)
+        return MG_OK; /* the context is gone, and the memory with it */
     CUresult r = c->drv->MemFreeHost(host);
-    if (r != CUDA_SUCCESS && !mg_cuda_result_is_teardown(r) && !c->faulted)
+    if (r != CUDA_SUCCESS && !mg_cuda_result_is_teardown(r) && !mg_cuda_result_is_sticky(r) &&
+        !c->faulted)
         return MG_CUDA_FAIL(c, r, "cuMemFreeHost", "%p", host);
     return MG_OK;
 }
@@ -613,6 +571,11 @@ static mg_status cuda_host_device_pointer(void *ctx, void *host, mg_devptr *out)
 }
 
 /* ------------------------------------------------------------------ the ops table */
+
+static void cuda_attach(void *ctx, mg_backend *b) {
+    mg_cuda_context *c = ctx;
+    atomic_store_explicit(&c->owner, b, memory_order_release);
+}
 
 static const mg_backend_ops cuda_ops = {
     .version = MG_BACKEND_OPS_VERSION,
@@ -658,4 +621,5 @@ static const mg_backend_ops cuda_ops = {
     .module_symbol = mg_cuda_module_symbol,
     .kernel_lookup = mg_cuda_kernel_lookup,
     .launch = mg_cuda_launch,
+    .attach = cuda_attach,
 };

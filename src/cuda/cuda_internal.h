@@ -9,7 +9,9 @@
  *   cuda_module.c   the module registry, kernel lookup and launch
  *
  * Backend objects handed to the core: a stream is its CUstream, an event its CUevent, a
- * graph an mg_cuda_graph, a kernel an mg_cuda_kernel.
+ * graph an mg_cuda_graph, a kernel an mg_cuda_kernel. The core validates handles, names,
+ * ranges it knows, capture rules for blocking calls, pinned-registry bookkeeping of
+ * mg_host_alloc, module-name uniqueness and the debug-sync mode before calling in.
  */
 #ifndef METRALE_CUDA_INTERNAL_H
 #define METRALE_CUDA_INTERNAL_H
@@ -65,8 +67,8 @@ typedef struct mg_cuda_staging {
 /* ------------------------------------------------------------------ modules and kernels */
 
 typedef struct mg_cuda_module {
-    char model[64]; /* "" for the built-in kernels */
-    char name[64];  /* "metrale" for the built-in kernels (several images share it) */
+    char model[96]; /* "" for the built-in kernels */
+    char name[96];  /* "metrale" for the built-in kernels (several images share it) */
     CUmodule module;
     struct mg_cuda_module *next;
 } mg_cuda_module;
@@ -78,7 +80,7 @@ typedef struct mg_cuda_kernel {
     /* Dynamic shared memory the function may use; raised on demand past the 48 KiB default. */
     _Atomic uint32_t shared_limit_bytes;
     struct mg_cuda_kernel *next; /* every kernel object of the context, freed at destroy */
-    char name[136];              /* "module:function" */
+    char name[226];              /* "module:function" */
 } mg_cuda_kernel;
 
 typedef struct mg_cuda_graph {
@@ -94,11 +96,10 @@ struct mg_cuda_context {
     CUdevice device;
     CUcontext primary; /* the device's primary context, retained while the backend lives */
     CUstream default_stream; /* non-blocking; blocking copies and memsets are ordered on it */
-    _Atomic(mg_backend *) owner; /* the public handle, once known (mg_cuda_bind) */
+    _Atomic(mg_backend *) owner; /* the public handle (ops.attach), for sticky faults */
     mg_device_info info;
     bool managed_memory;   /* CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY */
     bool map_host_memory;  /* CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY */
-    bool debug_sync;       /* METRALE_DEBUG_SYNC_KERNELS=1 */
 
     /* Sticky fault: set once, read by every entry point. */
     _Atomic bool faulted;
@@ -108,11 +109,9 @@ struct mg_cuda_context {
 
     mg_cuda_staging staging;
 
-    pthread_mutex_t module_lock; /* modules, kernels, host allocations */
+    pthread_mutex_t module_lock; /* modules and kernels */
     mg_cuda_module *modules;
     mg_cuda_kernel *kernels;
-    void **host_allocations; /* mg_host_alloc'ed pointers, for mg_host_free validation */
-    size_t host_allocation_count, host_allocation_capacity;
 };
 
 /* ------------------------------------------------------------------ shared helpers */

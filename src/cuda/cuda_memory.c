@@ -48,11 +48,12 @@ mg_status mg_cuda_alloc(void *ctx, size_t bytes, mg_alloc_kind kind, mg_devptr *
     CUdeviceptr p = 0;
     CUresult r;
     const char *call;
-    char size[32], free_text[32], total_text[32];
+    char free_text[32], total_text[32];
     if (kind == MG_ALLOC_MANAGED) {
         if (!c->managed_memory || !c->drv->MemAllocManaged)
-            return MG_ERROR(MG_ERR_UNSUPPORTED, "mg_alloc_managed: CUDA device %d has no "
-                            "managed memory", c->ordinal);
+            return mg_error_set(MG_ERR_UNSUPPORTED, NULL, 0,
+                                "cuMemAllocManaged: CUDA device %d has no managed memory",
+                                c->ordinal);
         /* Asking for more managed memory than the device has free can hang the GPU instead
          * of failing: refuse it up front. */
         size_t free_b = 0, total_b = 0;
@@ -60,10 +61,10 @@ mg_status mg_cuda_alloc(void *ctx, size_t bytes, mg_alloc_kind kind, mg_devptr *
         if (r != CUDA_SUCCESS)
             return MG_CUDA_FAIL(c, r, "cuMemGetInfo", "before a managed allocation");
         if (bytes > free_b)
-            return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
-                            "mg_alloc_managed: requested %s but CUDA device %d has %s free "
-                            "of %s",
-                            mg_format_bytes(bytes, size, sizeof size), c->ordinal,
+            return mg_error_set(MG_ERR_OUT_OF_MEMORY, NULL, 0,
+                            "cuMemAllocManaged not attempted: more than CUDA device %d has "
+                            "free (%s of %s)",
+                            c->ordinal,
                             mg_format_bytes(free_b, free_text, sizeof free_text),
                             mg_format_bytes(total_b, total_text, sizeof total_text));
         call = "cuMemAllocManaged";
@@ -73,14 +74,14 @@ mg_status mg_cuda_alloc(void *ctx, size_t bytes, mg_alloc_kind kind, mg_devptr *
         r = c->drv->MemAlloc(&p, bytes);
     }
     if (r != CUDA_SUCCESS) {
+        /* No location: the core appends the requested size and the caller's file:line. */
         size_t free_b = 0, total_b = 0;
         if (r == CUDA_ERROR_OUT_OF_MEMORY && c->drv->MemGetInfo(&free_b, &total_b) == CUDA_SUCCESS)
-            return MG_CUDA_FAIL(c, r, call, "requested %s, %s free of %s on CUDA device %d",
-                                mg_format_bytes(bytes, size, sizeof size),
+            return mg_cuda_fail(c, r, call, NULL, 0, "%s free of %s on CUDA device %d",
                                 mg_format_bytes(free_b, free_text, sizeof free_text),
                                 mg_format_bytes(total_b, total_text, sizeof total_text),
                                 c->ordinal);
-        return MG_CUDA_FAIL(c, r, call, "requested %s", mg_format_bytes(bytes, size, sizeof size));
+        return mg_cuda_fail(c, r, call, NULL, 0, "CUDA device %d", c->ordinal);
     }
     *out = (mg_devptr)p;
     return MG_OK;

@@ -157,35 +157,13 @@ void mg_cuda_modules_destroy(mg_cuda_context *c) {
     pthread_mutex_unlock(&c->module_lock);
 }
 
-static bool name_fits(const char *s) {
-    return s && *s && strlen(s) < sizeof(((mg_cuda_module *)0)->name);
-}
-
 mg_status mg_cuda_module_load(void *ctx, const char *model, const char *name, const void *image,
                               size_t bytes) {
     mg_cuda_context *c = ctx;
-    if (!name_fits(model) || !name_fits(name))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "mg_module_load: model and module names must be 1 to 63 characters "
-                        "(model \"%s\", module \"%s\")",
-                        model ? model : "(null)", name ? name : "(null)");
-    if (strcmp(name, BUILTIN_MODULE) == 0)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "mg_module_load: module name \"%s\" is reserved for the built-in "
-                        "kernels",
-                        name);
     mg_status st = mg_cuda_enter(c);
     if (st)
         return st;
     pthread_mutex_lock(&c->module_lock);
-    for (mg_cuda_module *m = c->modules; m; m = m->next)
-        if (strcmp(m->name, name) == 0) {
-            pthread_mutex_unlock(&c->module_lock);
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "mg_module_load: a module named \"%s\" is already loaded (model "
-                            "\"%s\")",
-                            name, m->model);
-        }
     CUmodule module;
     st = load_image(c, name, image, bytes, &module);
     if (st == MG_OK && (st = add_module(c, model, name, module)))
@@ -196,9 +174,6 @@ mg_status mg_cuda_module_load(void *ctx, const char *model, const char *name, co
 
 mg_status mg_cuda_module_unload_model(void *ctx, const char *model) {
     mg_cuda_context *c = ctx;
-    if (!name_fits(model))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "mg_module_unload_model: model names are 1 to 63 characters");
     mg_status st = mg_cuda_make_current(c);
     if (st)
         return st;
@@ -361,14 +336,5 @@ mg_status mg_cuda_launch(void *ctx, void *kernel, const char *kernel_name, void 
         return MG_CUDA_FAIL(c, r, "cuLaunchKernel", "%s", desc);
     }
     atomic_store_explicit(&c->last_kernel, k, memory_order_release);
-    if (c->debug_sync && !mg_cuda_stream_capturing(c, stream)) {
-        r = c->drv->StreamSynchronize(stream);
-        if (r != CUDA_SUCCESS) {
-            char desc[512];
-            mg_launch_describe(l, kernel_name, desc, sizeof desc);
-            return MG_CUDA_FAIL(c, r, "cuStreamSynchronize",
-                                "right after %s (METRALE_DEBUG_SYNC_KERNELS=1)", desc);
-        }
-    }
     return MG_OK;
 }

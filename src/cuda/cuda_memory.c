@@ -212,7 +212,8 @@ static void parallel_copy(mg_cuda_staging *st, void *dst, const void *src, size_
         return;
     }
     unsigned parts = p->helpers + 1;
-    size_t part_bytes = (bytes / parts + 4095) & ~(size_t)4095;
+    size_t per_part = (bytes + parts - 1) / parts; /* parts * part_bytes covers bytes */
+    size_t part_bytes = (per_part + 4095) & ~(size_t)4095;
     pthread_mutex_lock(&p->lock);
     p->dst = dst;
     p->src = src;

@@ -244,7 +244,12 @@ mg_bench_row mg_bench_row_make(const char *bench, const char *name, const char *
     return row;
 }
 
-void mg_bench_add(mg_bench *b, const mg_bench_row *row) {
+void mg_bench_add(mg_bench *b, const mg_bench_row *row_in) {
+    mg_bench_row row_copy = *row_in, *row = &row_copy;
+    if (b->suffix) {
+        size_t used = strlen(row->name);
+        snprintf(row->name + used, sizeof row->name - used, "%s", b->suffix);
+    }
     if (b->row_count == b->row_capacity) {
         size_t cap = b->row_capacity ? b->row_capacity * 2 : 32;
         mg_bench_row *grown = realloc(b->rows, cap * sizeof *grown);
@@ -276,7 +281,7 @@ static double row_per_item_us(const mg_bench_row *r) {
 
 static void print_table(const mg_bench *b, FILE *f) {
     fprintf(f, "%s, %d SMs, driver %s\n", b->info.name, b->info.multiprocessors, b->info.driver);
-    fprintf(f, "%-8s %-22s %-16s %-6s %12s %12s %10s %9s %12s\n", "bench", "case", "shape",
+    fprintf(f, "%-8s %-22s %-24s %-6s %12s %12s %10s %9s %14s\n", "bench", "case", "shape",
             "timing", "median_us", "min_us", "GB/s", "TFLOP/s", "us/item");
     for (size_t i = 0; i < b->row_count; i++) {
         const mg_bench_row *r = &b->rows[i];
@@ -287,7 +292,7 @@ static void print_table(const mg_bench *b, FILE *f) {
             snprintf(tflops, sizeof tflops, "%.1f", row_tflops(r));
         if (r->items > 0)
             snprintf(per_item, sizeof per_item, "%.3f/%s", row_per_item_us(r), r->item_unit);
-        fprintf(f, "%-8s %-22s %-16s %-6s %12.2f %12.2f %10s %9s %12s%s%s\n", r->bench, r->name,
+        fprintf(f, "%-8s %-22s %-24s %-6s %12.2f %12.2f %10s %9s %14s%s%s\n", r->bench, r->name,
                 r->shape, r->timing, r->stats.median_us, r->stats.min_us, gbps, tflops, per_item,
                 r->note[0] ? "  " : "", r->note);
     }
@@ -376,9 +381,10 @@ static void print_usage(FILE *f) {
     fprintf(f,
             "usage: metrale-gpu [--backend B] [--device N] [--json] bench <name>|all|list\n"
             "           [--iters N] [--warmup N] [--only SUBSTRING] [--quick]\n"
-            "           [--json-out FILE] [options of the benchmark]\n"
+            "           [--suffix TEXT] [--json-out FILE] [options of the benchmark]\n"
             "Times with device events after warm-up and reports the median; --json prints\n"
-            "JSON instead of the table, --json-out writes it to FILE as well.\n"
+            "JSON instead of the table, --json-out writes it to FILE as well; --suffix appends\n"
+            "TEXT to every case name (runs of the same case under different settings).\n"
             "Benchmarks:\n");
     for (size_t i = 0; i < registry_count; i++)
         fprintf(f, "  %-12s %s\n", registry[i].name, registry[i].summary);
@@ -441,6 +447,8 @@ int mg_cmd_bench(int argc, char **argv, const mg_cli_options *opts) {
             b.only = argv[++i];
         } else if (strcmp(argv[i], "--json-out") == 0 && has_value) {
             json_out = argv[++i];
+        } else if (strcmp(argv[i], "--suffix") == 0 && has_value) {
+            b.suffix = argv[++i];
         } else if (strcmp(argv[i], "--quick") == 0) {
             b.quick = true;
         } else {

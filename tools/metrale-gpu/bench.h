@@ -62,6 +62,7 @@ typedef struct mg_bench {
     int warmup, iters; /* --warmup / --iters; a sub-benchmark may scale them per case */
     const char *only;  /* --only: substring a case name must contain; NULL: all cases */
     bool quick;        /* --quick: smaller sizes and fewer iterations, for smoke tests */
+    const char *suffix; /* --suffix: appended to every case name */
     /* rows collected so far */
     mg_bench_row *rows;
     size_t row_count, row_capacity;
@@ -135,6 +136,7 @@ mg_status mg_bench_fill_random_device(mg_bench *b, mg_devptr dst, size_t bytes, 
 
 /* A row with bench, name and shape set and everything else zero. */
 mg_bench_row mg_bench_row_make(const char *bench, const char *name, const char *shape);
+/* Appends a copy of `row` to the results (its name gets --suffix). */
 void mg_bench_add(mg_bench *b, const mg_bench_row *row);
 /* Prints "bench <case>: <status>: <message>" to stderr, counts the failure, returns 1. */
 int mg_bench_fail(mg_bench *b, const char *what);

@@ -94,7 +94,7 @@ static void test_staged_h2d_small_many(mg_backend *b, mg_stream *s) {
         copies++;
     }
     CHECK_OK(mg_stream_synchronize(s));
-    CHECK_OK(mg_stream_synchronize(NULL));
+    CHECK_OK(mg_stream_synchronize(mg_stream_default(b)));
     printf("  %d small staged copies over %zu bytes\n", copies, cursor);
     check_guarded(b, d, expect, bytes, "small staged h2d copies");
     CHECK_OK(mg_free(b, d));

@@ -34,7 +34,7 @@ static int fault_child(void) {
     if (!k)
         return test_finish();
     CHECK_OK(launch_fault(b, k)); /* asynchronous: the fault shows at the next sync */
-    CHECK_STATUS(mg_stream_synchronize(NULL), MG_ERR_DEVICE_FAULT);
+    CHECK_STATUS(mg_stream_synchronize(mg_stream_default(b)), MG_ERR_DEVICE_FAULT);
     CHECK_MESSAGE("ILLEGAL_ADDRESS");
     CHECK_MESSAGE("metrale:fault_kernel");
     printf("  reported: %s\n", mg_last_error());

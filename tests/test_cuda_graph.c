@@ -204,9 +204,9 @@ static void test_events(mg_backend *b, mg_stream *s) {
     CHECK_OK(cuda_test_spin(b, spin, s, 50ull * 1000 * 1000));
     CHECK_OK(mg_memset_async(b, p, 0x01, 4, s));
     CHECK_OK(mg_event_record(end, s));
-    CHECK_OK(mg_stream_wait_event(NULL, end));
+    CHECK_OK(mg_stream_wait_event(mg_stream_default(b), end));
     CHECK_OK(mg_memset_async(b, p + 3, 0x02, 1, NULL));
-    CHECK_OK(mg_stream_synchronize(NULL));
+    CHECK_OK(mg_stream_synchronize(mg_stream_default(b)));
     uint8_t got[4];
     CHECK_OK(mg_copy_d2h(b, got, p, 4));
     CHECK(got[0] == 1 && got[1] == 1 && got[2] == 1 && got[3] == 2);

@@ -43,7 +43,7 @@ static uint32_t run_ptx_store(mg_backend *b, mg_kernel *k, mg_devptr out, uint32
     mg_launch_arg_ptr(&l, out);
     mg_launch_arg_u32(&l, v);
     CHECK_OK(mg_launch_run(b, k, NULL, &l));
-    CHECK_OK(mg_stream_synchronize(NULL));
+    CHECK_OK(mg_stream_synchronize(mg_stream_default(b)));
     uint32_t got = 0;
     CHECK_OK(mg_copy_d2h(b, &got, out, 4));
     return got;

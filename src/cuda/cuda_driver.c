@@ -46,6 +46,8 @@ static void load_driver(void) {
         return;
     }
 
+    /* LEGACY_STREAM: the plain entry points; every call here names its stream explicitly
+     * (never stream 0), so per-thread default-stream variants would change nothing. */
     int missing = 0;
     char missing_names[256] = "";
 #define MG_CUDA_RESOLVE(name, required)                                                      \
@@ -53,7 +55,7 @@ static void load_driver(void) {
         void *fn = NULL;                                                                   \
         CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;       \
         CUresult r = get_proc("cu" #name, &fn, MG_CUDA_DRIVER_ABI_VERSION,                 \
-                              CU_GET_PROC_ADDRESS_DEFAULT, &found);                        \
+                              CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);                  \
         if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS)                     \
             fn = NULL;                                                                     \
         loaded.name = (__typeof__(loaded.name))fn;                                         \

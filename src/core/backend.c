@@ -60,7 +60,7 @@ mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out) {
     if (!d) {
         snprintf(out->reason, sizeof out->reason, "%s",
                  kind == MG_BACKEND_METAL ? "not compiled in (Metal is built on macOS only)"
-                                          : "not compiled in (nvcc was not found at build time)");
+                                          : "not compiled in (built without nvcc or with -DMETRALE_CUDA=OFF)");
         return MG_OK;
     }
     out->compiled_in = true;

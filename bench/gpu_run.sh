@@ -4,9 +4,9 @@
 #   1. the environment (GPU, driver, toolkit, PyTorch);
 #   2. every test program under ctest (77 = skipped), with the CUDA backend present;
 #   3. `metrale-gpu --backend cuda check` (the conformance suite and the op checks);
-#   4. the conformance test under compute-sanitizer memcheck and racecheck;
-#   5. the benchmarks (`metrale-gpu bench ... --json-out`) and their PyTorch peers;
-#   6. the side-by-side report (bench/peers/report.py) as results.md.
+#   4. the benchmarks (`metrale-gpu bench ... --json-out`) and their PyTorch peers;
+#   5. the side-by-side report (bench/peers/report.py) as results.md;
+#   6. the conformance test under compute-sanitizer memcheck and racecheck (slowest, last).
 #
 # Layout it expects (what bench/carry.sh copies next to it):
 #   $HERE/bin/         metrale-gpu and the test_* executables
@@ -56,7 +56,7 @@ step() {
 bench_step() {
     local name="$1"
     shift
-    step "bench_$name${SUFFIX:-}" 300 "$BIN/metrale-gpu" --backend cuda bench "$name" "$@" \
+    step "bench_$name${SUFFIX:-}" 150 "$BIN/metrale-gpu" --backend cuda bench "$name" "$@" \
         --json-out "$JSON/metrale_$name${SUFFIX:-}.json"
 }
 
@@ -64,7 +64,7 @@ bench_step() {
 peer_step() {
     local name="$1" script="$2"
     shift 2
-    PYTHONUNBUFFERED=1 step "peers_$name" 300 python3 "$script" --out "$JSON/peers_$name.json" "$@"
+    PYTHONUNBUFFERED=1 step "peers_$name" 200 python3 "$script" --out "$JSON/peers_$name.json" "$@"
 }
 
 # Writes a CTestTestfile for the carried test programs (absolute paths of this machine).
@@ -77,7 +77,7 @@ ctest_file() {
         local n
         n="$(basename "$t")"
         echo "add_test($n \"$t\")" >>"$dir/CTestTestfile.cmake"
-        echo "set_tests_properties($n PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)" \
+        echo "set_tests_properties($n PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)" \
             >>"$dir/CTestTestfile.cmake"
     done
     echo "add_test(cli_smoke \"$BIN/metrale-gpu\" info)" >>"$dir/CTestTestfile.cmake"
@@ -99,26 +99,15 @@ for cubin in "$HERE"/*.cubin; do
     [ -f "$cubin" ] && export METRALE_TEST_CUBIN="$cubin"
 done
 
-# ---------------------------------------------------------------- 2-4. correctness
+# ---------------------------------------------------------------- 2-3. correctness
 ctest_file "$LOGS/ctest"
 if want ctest && command -v ctest >/dev/null; then
-    step ctest 900 ctest --test-dir "$LOGS/ctest" --output-on-failure
+    step ctest 400 ctest --test-dir "$LOGS/ctest" --output-on-failure
 elif want ctest; then
     for t in "$BIN"/test_*; do step "$(basename "$t")" 300 "$t"; done
 fi
-want check && step check_cuda 600 "$BIN/metrale-gpu" --backend cuda check
-if ! want sanitize; then
-    :
-elif [ -x "$BIN/test_conformance" ] && command -v compute-sanitizer >/dev/null; then
-    step memcheck 600 compute-sanitizer --tool memcheck --error-exitcode 99 \
-        "$BIN/test_conformance"
-    step racecheck 600 compute-sanitizer --tool racecheck --error-exitcode 99 \
-        "$BIN/test_conformance"
-else
-    echo "compute-sanitizer or test_conformance missing: sanitizer runs skipped" | tee -a "$SUMMARY"
-fi
-
-# ---------------------------------------------------------------- 5. benchmarks
+want check && step check_cuda 120 "$BIN/metrale-gpu" --backend cuda check
+# ---------------------------------------------------------------- 4. benchmarks
 if want bench; then
     bench_step copy
     bench_step launch
@@ -134,7 +123,7 @@ if want peers; then
     # later peers: peer_step gemm "$PEERS/peers_gemm.py" ...
 fi
 
-# ---------------------------------------------------------------- 6. report
+# ---------------------------------------------------------------- 5. report
 shopt -s nullglob
 metrale_json=("$JSON"/metrale_*.json)
 peer_json=("$JSON"/peers_*.json)
@@ -143,6 +132,19 @@ if want report && [ ${#metrale_json[@]} -gt 0 ]; then
         --peers "${peer_json[@]}" --command "bash gpu_run.sh (bench/gpu_run.sh)" \
         --out "$OUT/results.md"
 fi
+
+# ---------------------------------------------------------------- 6. sanitizers (last: slow)
+if ! want sanitize; then
+    :
+elif [ -x "$BIN/test_conformance" ] && command -v compute-sanitizer >/dev/null; then
+    step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 99 \
+        "$BIN/test_conformance"
+    step racecheck 180 compute-sanitizer --tool racecheck --error-exitcode 99 \
+        "$BIN/test_conformance"
+else
+    echo "compute-sanitizer or test_conformance missing: sanitizer runs skipped" | tee -a "$SUMMARY"
+fi
+
 
 tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
 echo "total $(( $(date +%s) - RUN_START ))s, $FAILED step(s) failed" | tee -a "$SUMMARY"

@@ -190,18 +190,32 @@ static int device_attribute(mg_cuda_context *c, CUdevice_attribute a) {
     return v;
 }
 
+/* The first word of `line` shaped like a driver version ("580.159.04"), or "". */
+static void find_version_word(const char *line, char *out, size_t out_bytes) {
+    out[0] = '\0';
+    for (const char *p = line; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n')
+            p++;
+        size_t len = strcspn(p, " \t\n");
+        size_t digits = strspn(p, "0123456789.");
+        if (len && digits == len && len < out_bytes && p[0] != '.' && memchr(p, '.', len)) {
+            memcpy(out, p, len);
+            out[len] = '\0';
+            return;
+        }
+        p += len;
+    }
+}
+
 /* "580.159.04 (CUDA 13.0)" when the kernel module says its version, else "CUDA 13.0". */
 static void driver_text(const mg_cuda_driver *drv, char *buf, size_t buf_bytes) {
     char module_version[32] = "";
     FILE *f = fopen("/proc/driver/nvidia/version", "r");
     if (f) {
+        /* "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release ..." */
         char line[256];
-        if (fgets(line, sizeof line, f)) {
-            /* "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..." */
-            const char *p = strstr(line, "Kernel Module");
-            if (p && sscanf(p + strlen("Kernel Module"), " %31s", module_version) != 1)
-                module_version[0] = '\0';
-        }
+        if (fgets(line, sizeof line, f))
+            find_version_word(line, module_version, sizeof module_version);
         fclose(f);
     }
     int v = drv->driver_version;
@@ -310,8 +324,14 @@ static void cuda_destroy(void *ctx) {
         if (c->default_stream)
             (void)c->drv->StreamDestroy(c->default_stream);
     }
-    if (c->primary)
+    if (c->primary) {
         (void)c->drv->DevicePrimaryCtxRelease(c->device);
+        /* A sticky fault poisons the primary context for the life of the process, even with
+         * no reference left; resetting it lets the next open start afresh. Whoever else in
+         * the process used that context (the CUDA runtime) lost it with the fault already. */
+        if (atomic_load(&c->faulted) && c->drv->DevicePrimaryCtxReset)
+            (void)c->drv->DevicePrimaryCtxReset(c->device);
+    }
     pthread_mutex_destroy(&c->fault_lock);
     pthread_mutex_destroy(&c->module_lock);
     pthread_mutex_destroy(&c->staging.lock);

@@ -250,8 +250,11 @@ void mg_cuda_staging_init(mg_cuda_staging *st) {
     st->slot_bytes = env_size("METRALE_STAGING_SLOT_MIB", MG_CUDA_STAGING_DEFAULT_SLOT_BYTES >> 20,
                               1, 1024)
                      << 20;
+    /* One core copies about 7 GB/s into pinned memory (H200 host, 2026-11-29): half the
+     * cores, up to 8, make staging several times faster than the driver's pageable path.
+     * The helpers sleep except during staged copies of 2 MiB or more. */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t threads = cpus >= 8 ? 4 : cpus >= 4 ? 2 : 1;
+    size_t threads = cpus >= 16 ? 8 : cpus >= 2 ? (size_t)cpus / 2 : 1;
     st->copy_threads = (unsigned)env_size("METRALE_STAGING_THREADS", threads, 1, 64);
 }
 

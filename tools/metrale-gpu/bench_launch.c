@@ -10,7 +10,7 @@
 #include "metrale/launch.h"
 
 typedef struct launch_case {
-    mg_kernel *kernel;
+    mg_kernel *kernel, *empty; /* vector_add; empty_kernel (no arguments) */
     mg_devptr a, b, out;
     int launches; /* per iteration */
 } launch_case;
@@ -27,6 +27,18 @@ static mg_status body_launches(mg_bench *b, void *arg, int iteration) {
         mg_launch_arg_ptr(&l, c->out);
         mg_launch_arg_u32(&l, 1);
         st = mg_launch_run(b->backend, c->kernel, b->stream, &l);
+    }
+    return st;
+}
+
+static mg_status body_empty_launches(mg_bench *b, void *arg, int iteration) {
+    (void)iteration;
+    launch_case *c = arg;
+    mg_status st = MG_OK;
+    for (int i = 0; !st && i < c->launches; i++) {
+        mg_launch l;
+        mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){32, 1, 1}, 0);
+        st = mg_launch_run(b->backend, c->empty, b->stream, &l);
     }
     return st;
 }
@@ -51,6 +63,8 @@ static int bench_launch(mg_bench *b, int argc, char **argv) {
     snprintf(shape, sizeof shape, "%d x vector_add(n=1)", c.launches);
     mg_status st = mg_kernel_lookup(b->backend, "metrale", "vector_add", &c.kernel);
     if (!st)
+        st = mg_kernel_lookup(b->backend, "metrale", "empty_kernel", &c.empty);
+    if (!st)
         st = mg_alloc(b->backend, 256, &c.a);
     if (!st)
         st = mg_alloc(b->backend, 256, &c.b);
@@ -70,6 +84,14 @@ static int bench_launch(mg_bench *b, int argc, char **argv) {
             failures += add_row(b, "eager_host", "issue", st, &row, c.launches, "launch",
                                 "host time to issue, builder + mg_launch_run");
         }
+        if (mg_bench_selected(b, "eager_empty_host")) {
+            char empty_shape[48];
+            snprintf(empty_shape, sizeof empty_shape, "%d x empty_kernel()", c.launches);
+            mg_bench_row row = mg_bench_row_make("launch", "eager_empty_host", empty_shape);
+            st = mg_bench_time_host(b, body_empty_launches, &c, 2, b->iters, false, &row.stats);
+            failures += add_row(b, "eager_empty_host", "issue", st, &row, c.launches, "launch",
+                                "host time to issue a kernel without arguments");
+        }
         if (mg_bench_selected(b, "eager_events")) {
             mg_bench_row row = mg_bench_row_make("launch", "eager_events", shape);
             st = mg_bench_time_events(b, body_launches, &c, 2, b->iters, &row.stats);
@@ -88,6 +110,8 @@ static int bench_launch(mg_bench *b, int argc, char **argv) {
     mg_free(b->backend, c.out);
     if (c.kernel)
         mg_kernel_release(c.kernel);
+    if (c.empty)
+        mg_kernel_release(c.empty);
     return failures;
 }
 

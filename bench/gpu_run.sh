@@ -111,6 +111,8 @@ want check && step check_cuda 120 "$BIN/metrale-gpu" --backend cuda check
 if want bench; then
     bench_step copy
     bench_step launch
+    # Short bursts: the launch queue never fills, so this is the host's own issue cost.
+    SUFFIX=".b100" bench_step launch --launches 100 --suffix ".b100"
     # Pageable staging with other helper-thread counts (rows get a ".tN" suffix).
     for threads in 1 2 8; do
         METRALE_STAGING_THREADS=$threads SUFFIX=".t$threads" bench_step copy --only pageable \

@@ -28,12 +28,13 @@ mg_status mg_cuda_fail(mg_cuda_context *c, CUresult r, const char *call, const c
         return mg_error_set(mg_cuda_result_status(r), file, line, "%s: %s%s", call, result,
                             detail);
 
-    /* A sticky fault: the context is unusable until the process releases it. The fault
-     * surfaces at the next synchronizing call, usually after the kernel that caused it. */
+    /* A sticky fault: the driver keeps failing every call of this process on the device
+     * (reopening included) until the process exits. It surfaces at the next synchronizing
+     * call, usually after the kernel that caused it. */
     mg_cuda_kernel *last = atomic_load_explicit(&c->last_kernel, memory_order_acquire);
     mg_error_set(MG_ERR_DEVICE_FAULT, file, line,
                  "sticky device fault on CUDA device %d: %s: %s%s; last kernel launched: %s; "
-                 "the backend must be closed",
+                 "close the backend; the process must restart to use the device again",
                  c->ordinal, call, result, detail, last ? last->name : "none");
     pthread_mutex_lock(&c->fault_lock);
     if (!atomic_load_explicit(&c->faulted, memory_order_relaxed)) {
@@ -324,14 +325,8 @@ static void cuda_destroy(void *ctx) {
         if (c->default_stream)
             (void)c->drv->StreamDestroy(c->default_stream);
     }
-    if (c->primary) {
+    if (c->primary)
         (void)c->drv->DevicePrimaryCtxRelease(c->device);
-        /* A sticky fault poisons the primary context for the life of the process, even with
-         * no reference left; resetting it lets the next open start afresh. Whoever else in
-         * the process used that context (the CUDA runtime) lost it with the fault already. */
-        if (atomic_load(&c->faulted) && c->drv->DevicePrimaryCtxReset)
-            (void)c->drv->DevicePrimaryCtxReset(c->device);
-    }
     pthread_mutex_destroy(&c->fault_lock);
     pthread_mutex_destroy(&c->module_lock);
     pthread_mutex_destroy(&c->staging.lock);

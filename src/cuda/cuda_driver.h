@@ -35,7 +35,6 @@
     X(DeviceTotalMem, 1)                                                                   \
     X(DevicePrimaryCtxRetain, 1)                                                           \
     X(DevicePrimaryCtxRelease, 1)                                                          \
-    X(DevicePrimaryCtxReset, 0)                                                            \
     X(CtxSetCurrent, 1)                                                                    \
     X(CtxGetCurrent, 1)                                                                    \
     X(CtxSynchronize, 1)                                                                   \

@@ -8,6 +8,9 @@
 
 #include "bench.h"
 #include "metrale/launch.h"
+#ifdef METRALE_HAVE_CUDA
+#include "cuda/cuda_diag.h"
+#endif
 
 typedef struct launch_case {
     mg_kernel *kernel, *empty; /* vector_add; empty_kernel (no arguments) */
@@ -43,6 +46,21 @@ static mg_status body_empty_launches(mg_bench *b, void *arg, int iteration) {
     return st;
 }
 
+#ifdef METRALE_HAVE_CUDA
+/* The same launches straight into cuLaunchKernel: the driver's floor under eager_host. */
+static mg_status body_driver_launches(mg_bench *b, void *arg, int iteration) {
+    (void)iteration;
+    launch_case *c = arg;
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){32, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, c->a);
+    mg_launch_arg_ptr(&l, c->b);
+    mg_launch_arg_ptr(&l, c->out);
+    mg_launch_arg_u32(&l, 1);
+    return mg_cuda_diag_driver_launches(b->backend, b->stream, "vector_add", &l, c->launches);
+}
+#endif
+
 static int add_row(mg_bench *b, const char *name, const char *timing, mg_status st,
                    mg_bench_row *row, int launches, const char *unit, const char *note) {
     if (st)
@@ -56,9 +74,10 @@ static int add_row(mg_bench *b, const char *name, const char *timing, mg_status 
 }
 
 static int bench_launch(mg_bench *b, int argc, char **argv) {
-    (void)argc;
-    (void)argv;
     launch_case c = {.launches = b->quick ? 200 : 2000};
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--launches") && atoi(argv[i + 1]) > 0)
+            c.launches = atoi(argv[i + 1]);
     char shape[48];
     snprintf(shape, sizeof shape, "%d x vector_add(n=1)", c.launches);
     mg_status st = mg_kernel_lookup(b->backend, "metrale", "vector_add", &c.kernel);
@@ -84,6 +103,15 @@ static int bench_launch(mg_bench *b, int argc, char **argv) {
             failures += add_row(b, "eager_host", "issue", st, &row, c.launches, "launch",
                                 "host time to issue, builder + mg_launch_run");
         }
+#ifdef METRALE_HAVE_CUDA
+        if (mg_backend_get_kind(b->backend) == MG_BACKEND_CUDA &&
+            mg_bench_selected(b, "eager_driver_floor")) {
+            mg_bench_row row = mg_bench_row_make("launch", "eager_driver_floor", shape);
+            st = mg_bench_time_host(b, body_driver_launches, &c, 2, b->iters, false, &row.stats);
+            failures += add_row(b, "eager_driver_floor", "issue", st, &row, c.launches, "launch",
+                                "cuLaunchKernel alone, same arguments (no library layers)");
+        }
+#endif
         if (mg_bench_selected(b, "eager_empty_host")) {
             char empty_shape[48];
             snprintf(empty_shape, sizeof empty_shape, "%d x empty_kernel()", c.launches);
@@ -117,5 +145,5 @@ static int bench_launch(mg_bench *b, int argc, char **argv) {
 
 MG_BENCH_REGISTER(launch, "launch",
                   "kernel launch cost through the builder: eager host time, eager device time, "
-                  "graph replay per node",
+                  "graph replay per node [--launches N per burst, default 2000]",
                   bench_launch)

@@ -18,6 +18,8 @@ static const struct {
     {"check", mg_cmd_check, "[FILTER]",
      "run the conformance and op checks on the chosen backend; FILTER keeps the checks whose "
      "\"group/name\" contains it"},
+    {"arena", mg_cmd_arena, "--list | PRESET [--fp8] [--max-chunk-bytes N]",
+     "the buffer-arena plan of a built-in model preset: buffers, offsets, packed vs unpacked"},
 #ifdef METRALE_CLI_HAVE_BENCH
     {"bench", mg_cmd_bench, "[OP ...]", "time operations on the chosen backend"},
 #endif

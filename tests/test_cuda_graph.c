@@ -139,10 +139,11 @@ static void test_large_shared(mg_backend *b, mg_stream *s) {
     mg_kernel *k = cuda_test_kernel(b, "shared_reverse");
     if (!k)
         return;
-    uint32_t sizes[] = {1024, 48 * 1024, 48 * 1024 + 4, 100 * 1024, info.max_shared_per_block_optin};
+    uint32_t sizes[] = {1024, 48 * 1024, 48 * 1024 + 4, 100 * 1024,
+                        info.max_shared_per_block_optin};
     for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
-        uint32_t shared = sizes[t] > info.max_shared_per_block_optin ? info.max_shared_per_block_optin
-                                                                     : sizes[t];
+        uint32_t shared =
+            sizes[t] > info.max_shared_per_block_optin ? info.max_shared_per_block_optin : sizes[t];
         uint32_t words = shared / 4, seed = (uint32_t)test_rand();
         mg_devptr out = 0;
         CHECK_OK(mg_alloc(b, (size_t)words * 4, &out));
@@ -168,7 +169,8 @@ static void test_large_shared(mg_backend *b, mg_stream *s) {
         CHECK_OK(mg_free(b, out));
     }
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){32, 1, 1}, info.max_shared_per_block_optin + 4);
+    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){32, 1, 1},
+                   info.max_shared_per_block_optin + 4);
     mg_launch_arg_ptr(&l, 0);
     mg_launch_arg_u32(&l, 0);
     mg_launch_arg_u32(&l, 0);

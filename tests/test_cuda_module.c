@@ -14,28 +14,27 @@
 #include "test_cuda_util.h"
 
 /* out[0] = ptx_value[0] + v, with ptx_value initialised to {1, 2, 3, 4}. */
-static const char ptx_text[] =
-    ".version 7.0\n"
-    ".target sm_80\n"
-    ".address_size 64\n"
-    "\n"
-    ".visible .global .align 4 .u32 ptx_value[4] = {1, 2, 3, 4};\n"
-    "\n"
-    ".visible .entry ptx_store(\n"
-    "    .param .u64 ptx_store_param_0,\n"
-    "    .param .u32 ptx_store_param_1\n"
-    ")\n"
-    "{\n"
-    "    .reg .b32 %r<4>;\n"
-    "    .reg .b64 %rd<3>;\n"
-    "    ld.param.u64 %rd1, [ptx_store_param_0];\n"
-    "    ld.param.u32 %r1, [ptx_store_param_1];\n"
-    "    cvta.to.global.u64 %rd2, %rd1;\n"
-    "    ld.global.u32 %r2, [ptx_value];\n"
-    "    add.s32 %r3, %r2, %r1;\n"
-    "    st.global.u32 [%rd2], %r3;\n"
-    "    ret;\n"
-    "}\n";
+static const char ptx_text[] = ".version 7.0\n"
+                               ".target sm_80\n"
+                               ".address_size 64\n"
+                               "\n"
+                               ".visible .global .align 4 .u32 ptx_value[4] = {1, 2, 3, 4};\n"
+                               "\n"
+                               ".visible .entry ptx_store(\n"
+                               "    .param .u64 ptx_store_param_0,\n"
+                               "    .param .u32 ptx_store_param_1\n"
+                               ")\n"
+                               "{\n"
+                               "    .reg .b32 %r<4>;\n"
+                               "    .reg .b64 %rd<3>;\n"
+                               "    ld.param.u64 %rd1, [ptx_store_param_0];\n"
+                               "    ld.param.u32 %r1, [ptx_store_param_1];\n"
+                               "    cvta.to.global.u64 %rd2, %rd1;\n"
+                               "    ld.global.u32 %r2, [ptx_value];\n"
+                               "    add.s32 %r3, %r2, %r1;\n"
+                               "    st.global.u32 [%rd2], %r3;\n"
+                               "    ret;\n"
+                               "}\n";
 
 static uint32_t run_ptx_store(mg_backend *b, mg_kernel *k, mg_devptr out, uint32_t v) {
     mg_launch l;
@@ -209,7 +208,8 @@ static void test_bad_images(mg_backend *b) {
     unsigned char junk[256];
     test_fill_random(junk, sizeof junk);
     junk[0] = 0x01; /* neither ELF nor fatbin magic; binary, so not PTX */
-    CHECK_STATUS(mg_module_load(b, "model_bad", "junk", junk, sizeof junk), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_module_load(b, "model_bad", "junk", junk, sizeof junk),
+                 MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("neither PTX");
     static const char broken_ptx[] = ".version 7.0\n.target sm_80\n.address_size 64\n"
                                      ".visible .entry broken( { this is not ptx }\n";

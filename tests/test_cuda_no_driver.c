@@ -29,8 +29,8 @@ static void test_unavailable(void) {
 #else
     CHECK(!probe.compiled_in);
 #endif
-    printf("  cuda probe: compiled_in=%d usable=%d reason: %s\n", probe.compiled_in,
-           probe.usable, probe.reason);
+    printf("  cuda probe: compiled_in=%d usable=%d reason: %s\n", probe.compiled_in, probe.usable,
+           probe.reason);
 
     /* The probe keeps the caller's last error message. */
     mg_backend *b = (mg_backend *)(uintptr_t)1;
@@ -53,9 +53,10 @@ static void test_unavailable(void) {
 
 #ifdef METRALE_HAVE_CUDA
 static void test_image_detection(void) {
-    static const char ptx[] = "//\n// Generated\n//\n.version 8.0\n.target sm_90a\n.address_size 64\n";
-    CHECK(mg_cuda_image_detect(ptx, sizeof ptx) == MG_CUDA_IMAGE_PTX);       /* with NUL */
-    CHECK(mg_cuda_image_detect(ptx, strlen(ptx)) == MG_CUDA_IMAGE_PTX);      /* without */
+    static const char ptx[] =
+        "//\n// Generated\n//\n.version 8.0\n.target sm_90a\n.address_size 64\n";
+    CHECK(mg_cuda_image_detect(ptx, sizeof ptx) == MG_CUDA_IMAGE_PTX);  /* with NUL */
+    CHECK(mg_cuda_image_detect(ptx, strlen(ptx)) == MG_CUDA_IMAGE_PTX); /* without */
     static const char padded[] = ".target sm_80\n\0\0\0";
     CHECK(mg_cuda_image_detect(padded, sizeof padded) == MG_CUDA_IMAGE_PTX); /* NUL padding */
     static const char text[] = "hello, this is not a kernel\n";

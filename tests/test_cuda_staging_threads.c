@@ -44,7 +44,8 @@ static void *work(void *arg) {
     size_t cursor = 0;
     while (cursor < REGION_BYTES) {
         uint64_t r = next_rand(&w->seed);
-        size_t n = r % 4 == 0 ? (size_t)(r >> 8) % ((size_t)9 << 20) + 1 : (size_t)(r >> 8) % 30000 + 1;
+        size_t n =
+            r % 4 == 0 ? (size_t)(r >> 8) % ((size_t)9 << 20) + 1 : (size_t)(r >> 8) % 30000 + 1;
         if (cursor + n > REGION_BYTES)
             n = REGION_BYTES - cursor;
         for (size_t i = 0; i < n; i++)
@@ -90,8 +91,8 @@ int main(void) {
     worker w[THREADS];
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++) {
-        w[i] = (worker){b, all + (mg_devptr)i * REGION_BYTES, malloc(REGION_BYTES),
-                        test_rand() | 1, 0, 0};
+        w[i] = (worker){
+            b, all + (mg_devptr)i * REGION_BYTES, malloc(REGION_BYTES), test_rand() | 1, 0, 0};
         CHECK(w[i].expect != NULL);
     }
     for (int i = 0; i < THREADS; i++)

@@ -45,8 +45,8 @@ static inline mg_kernel *cuda_test_kernel(mg_backend *b, const char *function) {
 }
 
 /* fill_u32(out, v, n) on `s`. */
-static inline mg_status cuda_test_fill_u32(mg_backend *b, mg_kernel *k, mg_stream *s,
-                                           mg_devptr out, uint32_t v, uint32_t n) {
+static inline mg_status cuda_test_fill_u32(mg_backend *b, mg_kernel *k, mg_stream *s, mg_devptr out,
+                                           uint32_t v, uint32_t n) {
     mg_launch l;
     mg_dim3 grid, block;
     mg_launch_config_1d(n, 256, &grid, &block);
@@ -66,9 +66,8 @@ static inline mg_status cuda_test_spin(mg_backend *b, mg_kernel *k, mg_stream *s
 }
 
 /* vector_add(a, b, out, n): out = a + b over floats. */
-static inline mg_status cuda_test_vector_add(mg_backend *b, mg_kernel *k, mg_stream *s,
-                                             mg_devptr x, mg_devptr y, mg_devptr out,
-                                             uint32_t n) {
+static inline mg_status cuda_test_vector_add(mg_backend *b, mg_kernel *k, mg_stream *s, mg_devptr x,
+                                             mg_devptr y, mg_devptr out, uint32_t n) {
     mg_launch l;
     mg_dim3 grid, block;
     mg_launch_config_1d(n, 128, &grid, &block);

@@ -12,8 +12,8 @@
 
 /* ------------------------------------------------------------------ errors and faults */
 
-mg_status mg_cuda_fail(mg_cuda_context *c, CUresult r, const char *call, const char *file,
-                       int line, const char *detail_fmt, ...) {
+mg_status mg_cuda_fail(mg_cuda_context *c, CUresult r, const char *call, const char *file, int line,
+                       const char *detail_fmt, ...) {
     char result[256], detail[320] = "";
     mg_cuda_result_text(r, result, sizeof result);
     if (detail_fmt && *detail_fmt) {
@@ -25,8 +25,7 @@ mg_status mg_cuda_fail(mg_cuda_context *c, CUresult r, const char *call, const c
         va_end(ap);
     }
     if (!c || !mg_cuda_result_is_sticky(r))
-        return mg_error_set(mg_cuda_result_status(r), file, line, "%s: %s%s", call, result,
-                            detail);
+        return mg_error_set(mg_cuda_result_status(r), file, line, "%s: %s%s", call, result, detail);
 
     /* A sticky fault: the driver keeps failing every call of this process on the device
      * (reopening included) until the process exits. It surfaces at the next synchronizing
@@ -93,7 +92,9 @@ mg_status mg_cuda_sync_stream(mg_cuda_context *c, CUstream s, const char *what) 
 mg_status mg_cuda_bind(mg_backend *b, mg_cuda_context **out) {
     if (!b || !out || mg_backend_get_kind(b) != MG_BACKEND_CUDA)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_cuda_bind: %s",
-                        !b ? "NULL backend" : !out ? "NULL output" : "not a CUDA backend");
+                        !b     ? "NULL backend"
+                        : !out ? "NULL output"
+                               : "not a CUDA backend");
     mg_cuda_context *c = mg_backend_context(b);
     *out = NULL;
     mg_status st = mg_backend_check_fault(b);
@@ -161,8 +162,8 @@ static mg_status init_driver(const mg_cuda_driver **drv_out, int *count_out) {
                             mg_cuda_result_text(r, text, sizeof text));
     }
     if (count <= 0)
-        return mg_error_set(MG_ERR_UNAVAILABLE, NULL, 0,
-                            "the CUDA driver (%s) sees no device", drv->library_path);
+        return mg_error_set(MG_ERR_UNAVAILABLE, NULL, 0, "the CUDA driver (%s) sees no device",
+                            drv->library_path);
     *drv_out = drv;
     *count_out = count;
     return MG_OK;
@@ -261,8 +262,8 @@ static mg_status cuda_open(int device, const mg_backend_ops **ops_out, void **ct
         return st;
     if (device < 0 || device >= count)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "CUDA device %d does not exist: the driver sees %d device%s", device,
-                        count, count == 1 ? "" : "s");
+                        "CUDA device %d does not exist: the driver sees %d device%s", device, count,
+                        count == 1 ? "" : "s");
 
     mg_cuda_context *c = calloc(1, sizeof *c);
     if (!c)
@@ -545,7 +546,8 @@ static mg_status cuda_host_alloc(void *ctx, size_t bytes, void **out) {
     if (st)
         return st;
     void *p = NULL;
-    unsigned flags = CU_MEMHOSTALLOC_PORTABLE | (c->map_host_memory ? CU_MEMHOSTALLOC_DEVICEMAP : 0);
+    unsigned flags =
+        CU_MEMHOSTALLOC_PORTABLE | (c->map_host_memory ? CU_MEMHOSTALLOC_DEVICEMAP : 0);
     CUresult r = c->drv->MemHostAlloc(&p, bytes, flags);
     if (r != CUDA_SUCCESS) {
         char size[32];
@@ -575,8 +577,10 @@ static mg_status cuda_host_device_pointer(void *ctx, void *host, mg_devptr *out)
     if (st)
         return st;
     if (!c->map_host_memory)
-        return MG_ERROR(MG_ERR_UNSUPPORTED, "mg_host_device_pointer: CUDA device %d cannot "
-                        "map host memory", c->ordinal);
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "mg_host_device_pointer: CUDA device %d cannot "
+                        "map host memory",
+                        c->ordinal);
     CUdeviceptr d = 0;
     CUresult r = c->drv->MemHostGetDevicePointer(&d, host, 0);
     if (r != CUDA_SUCCESS)

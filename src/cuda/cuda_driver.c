@@ -50,21 +50,21 @@ static void load_driver(void) {
      * (never stream 0), so per-thread default-stream variants would change nothing. */
     int missing = 0;
     char missing_names[256] = "";
-#define MG_CUDA_RESOLVE(name, required)                                                      \
-    do {                                                                                   \
-        void *fn = NULL;                                                                   \
-        CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;       \
-        CUresult r = get_proc("cu" #name, &fn, MG_CUDA_DRIVER_ABI_VERSION,                 \
-                              CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);                  \
-        if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS)                     \
-            fn = NULL;                                                                     \
-        loaded.name = (__typeof__(loaded.name))fn;                                         \
-        if (!fn && (required)) {                                                           \
-            missing++;                                                                     \
-            size_t used = strlen(missing_names);                                           \
-            snprintf(missing_names + used, sizeof missing_names - used, "%scu%s",          \
-                     used ? ", " : "", #name);                                             \
-        }                                                                                  \
+#define MG_CUDA_RESOLVE(name, required)                                                            \
+    do {                                                                                           \
+        void *fn = NULL;                                                                           \
+        CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;               \
+        CUresult r = get_proc("cu" #name, &fn, MG_CUDA_DRIVER_ABI_VERSION,                         \
+                              CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);                          \
+        if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS)                             \
+            fn = NULL;                                                                             \
+        loaded.name = (__typeof__(loaded.name))fn;                                                 \
+        if (!fn && (required)) {                                                                   \
+            missing++;                                                                             \
+            size_t used = strlen(missing_names);                                                   \
+            snprintf(missing_names + used, sizeof missing_names - used, "%scu%s",                  \
+                     used ? ", " : "", #name);                                                     \
+        }                                                                                          \
     } while (0);
     MG_CUDA_DRIVER_ENTRY_POINTS(MG_CUDA_RESOLVE)
 #undef MG_CUDA_RESOLVE
@@ -97,21 +97,36 @@ mg_status mg_cuda_driver_get(const mg_cuda_driver **out) {
 /* Names of the results whose text matters when no driver is loaded to ask. */
 static const char *fallback_result_name(CUresult r) {
     switch (r) {
-    case CUDA_SUCCESS: return "CUDA_SUCCESS";
-    case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
-    case CUDA_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case CUDA_ERROR_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
-    case CUDA_ERROR_DEINITIALIZED: return "CUDA_ERROR_DEINITIALIZED";
-    case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
-    case CUDA_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
-    case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
-    case CUDA_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
-    case CUDA_ERROR_NOT_READY: return "CUDA_ERROR_NOT_READY";
-    case CUDA_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
-    case CUDA_ERROR_LAUNCH_FAILED: return "CUDA_ERROR_LAUNCH_FAILED";
-    case CUDA_ERROR_CONTEXT_IS_DESTROYED: return "CUDA_ERROR_CONTEXT_IS_DESTROYED";
-    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
-    default: return "CUDA_ERROR";
+    case CUDA_SUCCESS:
+        return "CUDA_SUCCESS";
+    case CUDA_ERROR_INVALID_VALUE:
+        return "CUDA_ERROR_INVALID_VALUE";
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return "CUDA_ERROR_OUT_OF_MEMORY";
+    case CUDA_ERROR_NOT_INITIALIZED:
+        return "CUDA_ERROR_NOT_INITIALIZED";
+    case CUDA_ERROR_DEINITIALIZED:
+        return "CUDA_ERROR_DEINITIALIZED";
+    case CUDA_ERROR_NO_DEVICE:
+        return "CUDA_ERROR_NO_DEVICE";
+    case CUDA_ERROR_INVALID_DEVICE:
+        return "CUDA_ERROR_INVALID_DEVICE";
+    case CUDA_ERROR_INVALID_CONTEXT:
+        return "CUDA_ERROR_INVALID_CONTEXT";
+    case CUDA_ERROR_NOT_FOUND:
+        return "CUDA_ERROR_NOT_FOUND";
+    case CUDA_ERROR_NOT_READY:
+        return "CUDA_ERROR_NOT_READY";
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+        return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case CUDA_ERROR_LAUNCH_FAILED:
+        return "CUDA_ERROR_LAUNCH_FAILED";
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+        return "CUDA_ERROR_CONTEXT_IS_DESTROYED";
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+        return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    default:
+        return "CUDA_ERROR";
     }
 }
 

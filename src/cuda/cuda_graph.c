@@ -39,8 +39,7 @@ static mg_status end_capture(mg_cuda_context *c, CUstream stream, CUgraph *graph
 }
 
 /* `stream` has just ended its capture: the upload is ordered there. */
-static mg_status instantiate(mg_cuda_context *c, CUgraph graph, CUstream stream,
-                             CUgraphExec *out) {
+static mg_status instantiate(mg_cuda_context *c, CUgraph graph, CUstream stream, CUgraphExec *out) {
     CUresult r = c->drv->GraphInstantiateWithFlags(out, graph, 0);
     if (r != CUDA_SUCCESS) {
         *out = NULL;

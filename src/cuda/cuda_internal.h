@@ -23,10 +23,10 @@
 #include <stdint.h>
 
 #include "backend_impl.h"
-#include "error.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/cuda_image.h"
+#include "error.h"
 
 /* ------------------------------------------------------------------ staging ring */
 
@@ -60,7 +60,7 @@ typedef struct mg_cuda_staging {
     size_t slot_bytes;
     unsigned current; /* the slot host-to-device copies are filling */
     bool allocated;
-    unsigned copy_threads; /* threads that copy one chunk, the caller included */
+    unsigned copy_threads;   /* threads that copy one chunk, the caller included */
     mg_cuda_copy_pool *pool; /* NULL until a chunk large enough to split is staged */
 } mg_cuda_staging;
 
@@ -94,12 +94,12 @@ struct mg_cuda_context {
     const mg_cuda_driver *drv;
     int ordinal;
     CUdevice device;
-    CUcontext primary; /* the device's primary context, retained while the backend lives */
+    CUcontext primary;       /* the device's primary context, retained while the backend lives */
     CUstream default_stream; /* non-blocking; blocking copies and memsets are ordered on it */
     _Atomic(mg_backend *) owner; /* the public handle (ops.attach), for sticky faults */
     mg_device_info info;
-    bool managed_memory;   /* CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY */
-    bool map_host_memory;  /* CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY */
+    bool managed_memory;  /* CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY */
+    bool map_host_memory; /* CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY */
 
     /* Sticky fault: set once, read by every entry point. */
     _Atomic bool faulted;
@@ -129,9 +129,10 @@ mg_status mg_cuda_enter(mg_cuda_context *c);
  * the location: "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory, requested 80.0 GiB
  * at cuda_memory.c:40". A sticky result records the fault (with the last kernel launched)
  * and returns MG_ERR_DEVICE_FAULT. */
-mg_status mg_cuda_fail(mg_cuda_context *c, CUresult r, const char *call, const char *file,
-                       int line, const char *detail_fmt, ...) MG_PRINTF(6, 7);
-#define MG_CUDA_FAIL(c, r, call, ...) mg_cuda_fail((c), (r), (call), __FILE__, __LINE__, __VA_ARGS__)
+mg_status mg_cuda_fail(mg_cuda_context *c, CUresult r, const char *call, const char *file, int line,
+                       const char *detail_fmt, ...) MG_PRINTF(6, 7);
+#define MG_CUDA_FAIL(c, r, call, ...)                                                              \
+    mg_cuda_fail((c), (r), (call), __FILE__, __LINE__, __VA_ARGS__)
 
 /* MG_ERR_DEVICE_FAULT with the recorded message when the context has faulted. */
 mg_status mg_cuda_check_fault(mg_cuda_context *c);
@@ -153,16 +154,14 @@ mg_status mg_cuda_copy_d2h(void *ctx, void *dst, mg_devptr src, size_t bytes);
 mg_status mg_cuda_copy_d2d(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes);
 mg_status mg_cuda_copy_h2d_async(void *ctx, mg_devptr dst, const void *src, size_t bytes,
                                  void *stream, bool retained);
-mg_status mg_cuda_copy_d2h_async(void *ctx, void *dst, mg_devptr src, size_t bytes,
-                                 void *stream);
+mg_status mg_cuda_copy_d2h_async(void *ctx, void *dst, mg_devptr src, size_t bytes, void *stream);
 mg_status mg_cuda_copy_d2d_async(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes,
                                  void *stream);
 mg_status mg_cuda_copy_2d_d2d_async(void *ctx, mg_devptr dst, size_t dst_pitch, mg_devptr src,
                                     size_t src_pitch, size_t width_bytes, size_t height,
                                     void *stream);
 mg_status mg_cuda_memset(void *ctx, mg_devptr dst, uint8_t value, size_t bytes);
-mg_status mg_cuda_memset_async(void *ctx, mg_devptr dst, uint8_t value, size_t bytes,
-                               void *stream);
+mg_status mg_cuda_memset_async(void *ctx, mg_devptr dst, uint8_t value, size_t bytes, void *stream);
 void mg_cuda_staging_init(mg_cuda_staging *st);
 /* Frees the staging buffers and helper threads; the context must be current. */
 void mg_cuda_staging_destroy(mg_cuda_context *c);
@@ -184,12 +183,10 @@ void mg_cuda_modules_destroy(mg_cuda_context *c);
 mg_status mg_cuda_module_load(void *ctx, const char *model, const char *name, const void *image,
                               size_t bytes);
 mg_status mg_cuda_module_unload_model(void *ctx, const char *model);
-mg_status mg_cuda_module_symbol(void *ctx, const char *module, const char *symbol,
-                                mg_devptr *ptr, size_t *bytes);
-mg_status mg_cuda_kernel_lookup(void *ctx, const char *module, const char *function,
-                                void **out);
+mg_status mg_cuda_module_symbol(void *ctx, const char *module, const char *symbol, mg_devptr *ptr,
+                                size_t *bytes);
+mg_status mg_cuda_kernel_lookup(void *ctx, const char *module, const char *function, void **out);
 mg_status mg_cuda_launch(void *ctx, void *kernel, const char *kernel_name, void *stream,
                          const mg_launch *launch);
-
 
 #endif

@@ -62,11 +62,10 @@ mg_status mg_cuda_alloc(void *ctx, size_t bytes, mg_alloc_kind kind, mg_devptr *
             return MG_CUDA_FAIL(c, r, "cuMemGetInfo", "before a managed allocation");
         if (bytes > free_b)
             return mg_error_set(MG_ERR_OUT_OF_MEMORY, NULL, 0,
-                            "cuMemAllocManaged not attempted: more than CUDA device %d has "
-                            "free (%s of %s)",
-                            c->ordinal,
-                            mg_format_bytes(free_b, free_text, sizeof free_text),
-                            mg_format_bytes(total_b, total_text, sizeof total_text));
+                                "cuMemAllocManaged not attempted: more than CUDA device %d has "
+                                "free (%s of %s)",
+                                c->ordinal, mg_format_bytes(free_b, free_text, sizeof free_text),
+                                mg_format_bytes(total_b, total_text, sizeof total_text));
         call = "cuMemAllocManaged";
         r = c->drv->MemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL);
     } else {
@@ -247,9 +246,9 @@ void mg_cuda_staging_init(mg_cuda_staging *st) {
     memset(st, 0, sizeof *st);
     pthread_mutex_init(&st->lock, NULL);
     /* METRALE_STAGING_SLOT_MIB and METRALE_STAGING_THREADS tune the ring (benchmarks). */
-    st->slot_bytes = env_size("METRALE_STAGING_SLOT_MIB", MG_CUDA_STAGING_DEFAULT_SLOT_BYTES >> 20,
-                              1, 1024)
-                     << 20;
+    st->slot_bytes =
+        env_size("METRALE_STAGING_SLOT_MIB", MG_CUDA_STAGING_DEFAULT_SLOT_BYTES >> 20, 1, 1024)
+        << 20;
     /* One core copies about 7 GB/s into pinned memory (H200 host, 2026-11-29): half the
      * cores, up to 8, make staging several times faster than the driver's pageable path.
      * The helpers sleep except during staged copies of 2 MiB or more. */
@@ -359,10 +358,9 @@ static mg_status staged_h2d(mg_cuda_context *c, CUdeviceptr dst, const char *src
         CUresult r = c->drv->MemcpyHtoDAsync(dst + off, staging, chunk, stream);
         if (r != CUDA_SUCCESS) {
             char size[32];
-            status = MG_CUDA_FAIL(c, r, "cuMemcpyHtoDAsync",
-                                  "staged chunk of %s at offset %zu to 0x%llx",
-                                  mg_format_bytes(chunk, size, sizeof size), off,
-                                  (unsigned long long)dst);
+            status = MG_CUDA_FAIL(
+                c, r, "cuMemcpyHtoDAsync", "staged chunk of %s at offset %zu to 0x%llx",
+                mg_format_bytes(chunk, size, sizeof size), off, (unsigned long long)dst);
             break;
         }
         size_t taken = (chunk + STAGING_ALIGN_BYTES - 1) & ~(size_t)(STAGING_ALIGN_BYTES - 1);
@@ -397,10 +395,9 @@ static mg_status staged_d2h(mg_cuda_context *c, char *dst, CUdeviceptr src, size
             CUresult r = c->drv->MemcpyDtoHAsync(s->host, src + issued, chunk, stream);
             if (r != CUDA_SUCCESS) {
                 char size[32];
-                status = MG_CUDA_FAIL(c, r, "cuMemcpyDtoHAsync",
-                                      "staged chunk of %s at offset %zu from 0x%llx",
-                                      mg_format_bytes(chunk, size, sizeof size), issued,
-                                      (unsigned long long)src);
+                status = MG_CUDA_FAIL(
+                    c, r, "cuMemcpyDtoHAsync", "staged chunk of %s at offset %zu from 0x%llx",
+                    mg_format_bytes(chunk, size, sizeof size), issued, (unsigned long long)src);
                 break;
             }
             s->used = st->slot_bytes; /* whole slot: no h2d packs into it meanwhile */
@@ -439,8 +436,7 @@ static mg_status dma_h2d(mg_cuda_context *c, mg_devptr dst, const void *src, siz
         return MG_OK;
     char size[32];
     return MG_CUDA_FAIL(c, r, "cuMemcpyHtoDAsync", "%s from %p to 0x%llx",
-                        mg_format_bytes(bytes, size, sizeof size), src,
-                        (unsigned long long)dst);
+                        mg_format_bytes(bytes, size, sizeof size), src, (unsigned long long)dst);
 }
 
 static mg_status dma_d2h(mg_cuda_context *c, void *dst, mg_devptr src, size_t bytes,
@@ -450,8 +446,7 @@ static mg_status dma_d2h(mg_cuda_context *c, void *dst, mg_devptr src, size_t by
         return MG_OK;
     char size[32];
     return MG_CUDA_FAIL(c, r, "cuMemcpyDtoHAsync", "%s from 0x%llx to %p",
-                        mg_format_bytes(bytes, size, sizeof size), (unsigned long long)src,
-                        dst);
+                        mg_format_bytes(bytes, size, sizeof size), (unsigned long long)src, dst);
 }
 
 static mg_status dma_d2d(mg_cuda_context *c, mg_devptr dst, mg_devptr src, size_t bytes,
@@ -527,8 +522,7 @@ mg_status mg_cuda_copy_h2d_async(void *ctx, mg_devptr dst, const void *src, size
     return staged_h2d(c, (CUdeviceptr)dst, src, bytes, stream);
 }
 
-mg_status mg_cuda_copy_d2h_async(void *ctx, void *dst, mg_devptr src, size_t bytes,
-                                 void *stream) {
+mg_status mg_cuda_copy_d2h_async(void *ctx, void *dst, mg_devptr src, size_t bytes, void *stream) {
     mg_cuda_context *c = ctx;
     mg_status st = mg_cuda_enter(c);
     if (st || bytes == 0)

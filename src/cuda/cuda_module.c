@@ -56,18 +56,22 @@ mg_cuda_image_format mg_cuda_image_detect(const void *image, size_t bytes) {
 
 const char *mg_cuda_image_format_name(mg_cuda_image_format f) {
     switch (f) {
-    case MG_CUDA_IMAGE_PTX: return "PTX";
-    case MG_CUDA_IMAGE_CUBIN: return "cubin";
-    case MG_CUDA_IMAGE_FATBIN: return "fatbin";
-    default: return "unknown";
+    case MG_CUDA_IMAGE_PTX:
+        return "PTX";
+    case MG_CUDA_IMAGE_CUBIN:
+        return "cubin";
+    case MG_CUDA_IMAGE_FATBIN:
+        return "fatbin";
+    default:
+        return "unknown";
     }
 }
 
 /* ------------------------------------------------------------------ loading */
 
 /* Loads one image; the JIT's error log (PTX) goes into the message. */
-static mg_status load_image(mg_cuda_context *c, const char *name, const void *image,
-                            size_t bytes, CUmodule *out) {
+static mg_status load_image(mg_cuda_context *c, const char *name, const void *image, size_t bytes,
+                            CUmodule *out) {
     mg_cuda_image_format format = mg_cuda_image_detect(image, bytes);
     if (format == MG_CUDA_IMAGE_UNKNOWN) {
         const unsigned char *p = image;
@@ -96,8 +100,9 @@ static mg_status load_image(mg_cuda_context *c, const char *name, const void *im
     if (r != CUDA_SUCCESS) {
         *out = NULL;
         log[sizeof log - 1] = '\0';
-        return MG_CUDA_FAIL(c, r, "cuModuleLoadDataEx", "module %s (%s, %zu bytes) on %s (sm_%d%d)%s%s",
-                            name, mg_cuda_image_format_name(format), bytes, c->info.name,
+        return MG_CUDA_FAIL(c, r, "cuModuleLoadDataEx",
+                            "module %s (%s, %zu bytes) on %s (sm_%d%d)%s%s", name,
+                            mg_cuda_image_format_name(format), bytes, c->info.name,
                             c->info.cc_major, c->info.cc_minor, log[0] ? ": " : "", log);
     }
     return MG_OK;
@@ -198,15 +203,17 @@ mg_status mg_cuda_module_unload_model(void *ctx, const char *model) {
     }
     pthread_mutex_unlock(&c->module_lock);
     if (unloaded == 0)
-        return MG_ERROR(MG_ERR_NOT_FOUND, "mg_module_unload_model: no module of model \"%s\" "
-                        "is loaded", model);
+        return MG_ERROR(MG_ERR_NOT_FOUND,
+                        "mg_module_unload_model: no module of model \"%s\" "
+                        "is loaded",
+                        model);
     if (first_error != CUDA_SUCCESS && !c->faulted)
         return MG_CUDA_FAIL(c, first_error, "cuModuleUnload", "model \"%s\"", model);
     return MG_OK;
 }
 
-mg_status mg_cuda_module_symbol(void *ctx, const char *module, const char *symbol,
-                                mg_devptr *ptr, size_t *bytes) {
+mg_status mg_cuda_module_symbol(void *ctx, const char *module, const char *symbol, mg_devptr *ptr,
+                                size_t *bytes) {
     mg_cuda_context *c = ctx;
     mg_status st = mg_cuda_enter(c);
     if (st)
@@ -224,8 +231,8 @@ mg_status mg_cuda_module_symbol(void *ctx, const char *module, const char *symbo
             continue;
         pthread_mutex_unlock(&c->module_lock);
         if (r != CUDA_SUCCESS)
-            return MG_CUDA_FAIL(c, r, "cuModuleGetGlobal", "symbol \"%s\" of module \"%s\"",
-                                symbol, module);
+            return MG_CUDA_FAIL(c, r, "cuModuleGetGlobal", "symbol \"%s\" of module \"%s\"", symbol,
+                                module);
         if (ptr)
             *ptr = (mg_devptr)p;
         if (bytes)
@@ -239,8 +246,7 @@ mg_status mg_cuda_module_symbol(void *ctx, const char *module, const char *symbo
                     module, symbol);
 }
 
-mg_status mg_cuda_kernel_lookup(void *ctx, const char *module, const char *function,
-                                void **out) {
+mg_status mg_cuda_kernel_lookup(void *ctx, const char *module, const char *function, void **out) {
     mg_cuda_context *c = ctx;
     mg_status st = mg_cuda_enter(c);
     if (st)
@@ -257,8 +263,8 @@ mg_status mg_cuda_kernel_lookup(void *ctx, const char *module, const char *funct
             continue;
         if (r != CUDA_SUCCESS) {
             pthread_mutex_unlock(&c->module_lock);
-            return MG_CUDA_FAIL(c, r, "cuModuleGetFunction", "\"%s\" in module \"%s\"",
-                                function, module);
+            return MG_CUDA_FAIL(c, r, "cuModuleGetFunction", "\"%s\" in module \"%s\"", function,
+                                module);
         }
         mg_cuda_kernel *k = calloc(1, sizeof *k);
         if (!k) {

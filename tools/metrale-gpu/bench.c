@@ -73,8 +73,8 @@ static mg_status warm_up(mg_bench *b, mg_bench_body body, void *arg, int warmup,
     return mg_stream_synchronize(b->stream);
 }
 
-mg_status mg_bench_time_events(mg_bench *b, mg_bench_body body, void *arg, int warmup,
-                               int iters, mg_bench_stats *out) {
+mg_status mg_bench_time_events(mg_bench *b, mg_bench_body body, void *arg, int warmup, int iters,
+                               mg_bench_stats *out) {
     double *samples = calloc((size_t)(iters > 0 ? iters : 1), sizeof *samples);
     mg_event *start = NULL, *end = NULL;
     int iteration = 0;
@@ -100,8 +100,8 @@ mg_status mg_bench_time_events(mg_bench *b, mg_bench_body body, void *arg, int w
     return st;
 }
 
-mg_status mg_bench_time_host(mg_bench *b, mg_bench_body body, void *arg, int warmup,
-                             int iters, bool include_sync, mg_bench_stats *out) {
+mg_status mg_bench_time_host(mg_bench *b, mg_bench_body body, void *arg, int warmup, int iters,
+                             bool include_sync, mg_bench_stats *out) {
     double *samples = calloc((size_t)(iters > 0 ? iters : 1), sizeof *samples);
     if (!samples)
         return MG_ERR_OUT_OF_MEMORY;
@@ -123,8 +123,8 @@ mg_status mg_bench_time_host(mg_bench *b, mg_bench_body body, void *arg, int war
     return st;
 }
 
-mg_status mg_bench_time_graph(mg_bench *b, mg_bench_body body, void *arg, int warmup,
-                              int iters, mg_bench_stats *out) {
+mg_status mg_bench_time_graph(mg_bench *b, mg_bench_body body, void *arg, int warmup, int iters,
+                              mg_bench_stats *out) {
     mg_graph *g = NULL;
     mg_status st = mg_graph_begin_capture(b->stream);
     if (st)
@@ -354,11 +354,16 @@ static void print_json(const mg_bench *b, const char *command, FILE *f) {
             const char *key;
             double v;
         } numbers[] = {
-            {"median_us", r->stats.median_us}, {"min_us", r->stats.min_us},
-            {"max_us", r->stats.max_us},       {"mean_us", r->stats.mean_us},
-            {"samples", r->stats.samples},     {"bytes", r->bytes},
-            {"flops", r->flops},               {"items", r->items},
-            {"gbps", row_gbps(r)},             {"tflops", row_tflops(r)},
+            {"median_us", r->stats.median_us},
+            {"min_us", r->stats.min_us},
+            {"max_us", r->stats.max_us},
+            {"mean_us", r->stats.mean_us},
+            {"samples", r->stats.samples},
+            {"bytes", r->bytes},
+            {"flops", r->flops},
+            {"items", r->items},
+            {"gbps", row_gbps(r)},
+            {"tflops", row_tflops(r)},
             {"per_item_us", row_per_item_us(r)},
         };
         for (size_t k = 0; k < sizeof numbers / sizeof numbers[0]; k++) {
@@ -378,14 +383,13 @@ static void print_json(const mg_bench *b, const char *command, FILE *f) {
 
 static void print_usage(FILE *f) {
     qsort(registry, registry_count, sizeof registry[0], compare_entries);
-    fprintf(f,
-            "usage: metrale-gpu [--backend B] [--device N] [--json] bench <name>|all|list\n"
-            "           [--iters N] [--warmup N] [--only SUBSTRING] [--quick]\n"
-            "           [--suffix TEXT] [--json-out FILE] [options of the benchmark]\n"
-            "Times with device events after warm-up and reports the median; --json prints\n"
-            "JSON instead of the table, --json-out writes it to FILE as well; --suffix appends\n"
-            "TEXT to every case name (runs of the same case under different settings).\n"
-            "Benchmarks:\n");
+    fprintf(f, "usage: metrale-gpu [--backend B] [--device N] [--json] bench <name>|all|list\n"
+               "           [--iters N] [--warmup N] [--only SUBSTRING] [--quick]\n"
+               "           [--suffix TEXT] [--json-out FILE] [options of the benchmark]\n"
+               "Times with device events after warm-up and reports the median; --json prints\n"
+               "JSON instead of the table, --json-out writes it to FILE as well; --suffix appends\n"
+               "TEXT to every case name (runs of the same case under different settings).\n"
+               "Benchmarks:\n");
     for (size_t i = 0; i < registry_count; i++)
         fprintf(f, "  %-12s %s\n", registry[i].name, registry[i].summary);
 }
@@ -430,9 +434,9 @@ int mg_cmd_bench(int argc, char **argv, const mg_cli_options *opts) {
     int rest_count = 0;
     rest[rest_count++] = argv[1];
     char command[512];
-    int used = snprintf(command, sizeof command, "metrale-gpu --backend %s --device %d%s",
-                        mg_backend_kind_name(opts->backend), opts->device,
-                        opts->json ? " --json" : "");
+    int used =
+        snprintf(command, sizeof command, "metrale-gpu --backend %s --device %d%s",
+                 mg_backend_kind_name(opts->backend), opts->device, opts->json ? " --json" : "");
     for (int i = 0; i < argc && used > 0 && (size_t)used < sizeof command; i++)
         used += snprintf(command + used, sizeof command - (size_t)used, " %s", argv[i]);
     for (int i = 2; i < argc; i++) {
@@ -471,7 +475,8 @@ int mg_cmd_bench(int argc, char **argv, const mg_cli_options *opts) {
         free(rest);
         return 1;
     }
-    if ((st = mg_device_get_info(b.backend, &b.info)) || (st = mg_stream_create(b.backend, &b.stream))) {
+    if ((st = mg_device_get_info(b.backend, &b.info)) ||
+        (st = mg_stream_create(b.backend, &b.stream))) {
         fprintf(stderr, "metrale-gpu bench: %s: %s\n", mg_status_name(st), mg_last_error());
         mg_backend_close(b.backend);
         free(rest);

@@ -46,11 +46,11 @@ typedef struct mg_bench_row {
     char name[48];  /* case, e.g. "h2d_pageable" */
     char shape[64]; /* size or shape, e.g. "1.0 GiB", "4096x4096x4096" */
     mg_bench_stats stats;
-    double bytes;          /* bytes moved per timed iteration; 0: no GB/s column */
-    double flops;          /* floating-point operations per iteration; 0: no TFLOP/s */
-    double items;          /* things done per iteration (launches, graph nodes); 0: none */
-    char item_unit[16];    /* "launch", "node" */
-    char timing[16];       /* "events", "host", "graph" */
+    double bytes;       /* bytes moved per timed iteration; 0: no GB/s column */
+    double flops;       /* floating-point operations per iteration; 0: no TFLOP/s */
+    double items;       /* things done per iteration (launches, graph nodes); 0: none */
+    char item_unit[16]; /* "launch", "node" */
+    char timing[16];    /* "events", "host", "graph" */
     char note[96];
 } mg_bench_row;
 
@@ -59,9 +59,9 @@ typedef struct mg_bench {
     mg_stream *stream; /* a stream created for the run (not the default stream) */
     const mg_cli_options *opts;
     mg_device_info info;
-    int warmup, iters; /* --warmup / --iters; a sub-benchmark may scale them per case */
-    const char *only;  /* --only: substring a case name must contain; NULL: all cases */
-    bool quick;        /* --quick: smaller sizes and fewer iterations, for smoke tests */
+    int warmup, iters;  /* --warmup / --iters; a sub-benchmark may scale them per case */
+    const char *only;   /* --only: substring a case name must contain; NULL: all cases */
+    bool quick;         /* --quick: smaller sizes and fewer iterations, for smoke tests */
     const char *suffix; /* --suffix: appended to every case name */
     /* rows collected so far */
     mg_bench_row *rows;
@@ -75,9 +75,9 @@ typedef int (*mg_bench_fn)(mg_bench *b, int argc, char **argv);
 
 /* Registers a sub-benchmark under `name` (called from MG_BENCH_REGISTER before main). */
 void mg_bench_register(const char *name, const char *summary, mg_bench_fn fn);
-#define MG_BENCH_REGISTER(id, name, summary, fn)                                               \
-    __attribute__((constructor)) static void mg_bench_register_##id(void) {                    \
-        mg_bench_register((name), (summary), (fn));                                            \
+#define MG_BENCH_REGISTER(id, name, summary, fn)                                                   \
+    __attribute__((constructor)) static void mg_bench_register_##id(void) {                        \
+        mg_bench_register((name), (summary), (fn));                                                \
     }
 
 /* Whether case `name` passes the --only filter. */
@@ -91,19 +91,19 @@ typedef mg_status (*mg_bench_body)(mg_bench *b, void *arg, int iteration);
 
 /* Device time of each iteration between two events recorded on b->stream around it. For
  * stream-ordered work. */
-mg_status mg_bench_time_events(mg_bench *b, mg_bench_body body, void *arg, int warmup,
-                               int iters, mg_bench_stats *out);
+mg_status mg_bench_time_events(mg_bench *b, mg_bench_body body, void *arg, int warmup, int iters,
+                               mg_bench_stats *out);
 
 /* Host wall-clock time of each iteration. With `include_sync` the stream is synchronized
  * inside the timed region (blocking or partly host-side work: staged copies); without, it
  * is synchronized after the clock stops (host cost of issuing work: launch latency). */
-mg_status mg_bench_time_host(mg_bench *b, mg_bench_body body, void *arg, int warmup,
-                             int iters, bool include_sync, mg_bench_stats *out);
+mg_status mg_bench_time_host(mg_bench *b, mg_bench_body body, void *arg, int warmup, int iters,
+                             bool include_sync, mg_bench_stats *out);
 
 /* Captures one call of `body` into a graph on b->stream, then times graph replays with
  * device events (launch gaps removed). `body` is called once, with iteration 0. */
-mg_status mg_bench_time_graph(mg_bench *b, mg_bench_body body, void *arg, int warmup,
-                              int iters, mg_bench_stats *out);
+mg_status mg_bench_time_graph(mg_bench *b, mg_bench_body body, void *arg, int warmup, int iters,
+                              mg_bench_stats *out);
 
 /* Median, min, max and mean of `n` samples in microseconds (sorts `samples_us`). */
 void mg_bench_stats_from(double *samples_us, int n, mg_bench_stats *out);

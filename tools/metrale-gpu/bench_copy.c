@@ -32,8 +32,8 @@ static mg_status body_h2d(mg_bench *b, void *arg, int iteration) {
     copy_case *c = arg;
     mg_status st = MG_OK;
     for (int i = 0; !st && i < c->repeats; i++)
-        st = mg_copy_h2d_async(b->backend, c->device_a + (mg_devptr)i * c->bytes, c->host,
-                               c->bytes, b->stream);
+        st = mg_copy_h2d_async(b->backend, c->device_a + (mg_devptr)i * c->bytes, c->host, c->bytes,
+                               b->stream);
     return st;
 }
 
@@ -64,8 +64,7 @@ static int run_case(mg_bench *b, const char *name, const char *how, mg_bench_bod
     if (strcmp(how, "events") == 0)
         st = mg_bench_time_events(b, body, c, b->warmup, iters, &row.stats);
     else
-        st = mg_bench_time_host(b, body, c, b->warmup, iters, strcmp(how, "host") == 0,
-                                &row.stats);
+        st = mg_bench_time_host(b, body, c, b->warmup, iters, strcmp(how, "host") == 0, &row.stats);
     if (st)
         return mg_bench_fail(b, name);
     snprintf(row.timing, sizeof row.timing, "%s", how);
@@ -90,7 +89,8 @@ static size_t mib_option(int argc, char **argv, const char *flag, size_t fallbac
 }
 
 static int bench_copy(mg_bench *b, int argc, char **argv) {
-    size_t device_bytes = mib_option(argc, argv, "--d2d-mib", b->quick ? 256 << 20 : (size_t)4 << 30);
+    size_t device_bytes =
+        mib_option(argc, argv, "--d2d-mib", b->quick ? 256 << 20 : (size_t)4 << 30);
     size_t host_bytes = mib_option(argc, argv, "--host-mib", b->quick ? 64 << 20 : (size_t)1 << 30);
     int host_iters = b->iters < 10 ? b->iters : 10;
     int failures = 0;
@@ -106,8 +106,8 @@ static int bench_copy(mg_bench *b, int argc, char **argv) {
             mg_bench_fill_random_device(b, c.device_a, device_bytes, 1))
             failures += mg_bench_fail(b, "d2d setup");
         else
-            failures += run_case(b, "d2d", "events", body_d2d, &c, b->iters, 2.0 * device_bytes,
-                                 0, NULL, "bytes read + written");
+            failures += run_case(b, "d2d", "events", body_d2d, &c, b->iters, 2.0 * device_bytes, 0,
+                                 NULL, "bytes read + written");
         mg_free(b->backend, c.device_a);
         mg_free(b->backend, c.device_b);
     }
@@ -146,8 +146,8 @@ static int bench_copy(mg_bench *b, int argc, char **argv) {
                                  (double)host_bytes, 0, NULL, staging_note);
         /* Many small uploads, as an engine issues per step: host cost of each call. */
         if (mg_bench_selected(b, "h2d_pageable_4k")) {
-            copy_case small = {.device_a = c.device_a, .host = pageable, .bytes = 4096,
-                               .repeats = 256};
+            copy_case small = {
+                .device_a = c.device_a, .host = pageable, .bytes = 4096, .repeats = 256};
             failures += run_case(b, "h2d_pageable_4k", "issue", body_h2d, &small, b->iters,
                                  4096.0 * small.repeats, small.repeats, "copy",
                                  "256 async copies of 4 KiB, host time to issue");

@@ -361,6 +361,8 @@ static mg_status open_kind(mg_backend_kind kind, int device, mg_backend **out) {
         release_device(kind, device);
         return st;
     }
+    if (ops->attach)
+        ops->attach(ctx, b);
     *out = b;
     return MG_OK;
 }

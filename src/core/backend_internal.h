@@ -50,6 +50,15 @@ struct mg_kernel {
     char name[226]; /* "module:function" */
 };
 
+/* A live block from mg_host_alloc. `mapped` is its device address once
+ * mg_host_device_pointer handed it out (0 before): device ranges inside it are then valid
+ * arguments even on backends that check pointers strictly. */
+typedef struct mg_host_block {
+    void *host;
+    size_t bytes;
+    mg_devptr mapped;
+} mg_host_block;
+
 /* A module loaded through mg_module_load, remembered for unload-by-model. */
 typedef struct mg_module_record {
     char model[96];
@@ -73,14 +82,21 @@ struct mg_backend {
     size_t event_count, event_capacity;
     mg_graph **graphs;
     size_t graph_count, graph_capacity;
-    void **host_blocks; /* from mg_host_alloc, still live */
+    struct mg_host_block **host_blocks; /* from mg_host_alloc, still live */
     size_t host_block_count, host_block_capacity;
     mg_module_record *modules;
     size_t module_count, module_capacity;
 
+    _Atomic(struct mg_timing *) launch_timing; /* mg_timing_trace_launches, or NULL */
+
     atomic_bool faulted;
     char fault_message[768];
 };
+
+/* Kernel spans around every mg_launch_run (metrale/timing.h). Attach fails with
+ * MG_ERR_BUSY when another timing object is attached; detach only detaches `t`. */
+mg_status mg_backend_attach_launch_timing(mg_backend *b, struct mg_timing *t);
+void mg_backend_detach_launch_timing(mg_backend *b, struct mg_timing *t);
 
 /* Registry of live handles (process-wide). */
 mg_status mg_handle_register(const void *handle, mg_handle_type type);

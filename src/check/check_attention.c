@@ -321,7 +321,9 @@ static void run_case(mg_check_ctx *ctx, mg_check_result *result, const attn_case
     OK(upload_inputs(&b, &got));
     OK(upload_inputs(&b, &want));
     mg_status st = run_eager(&b, &got, &impl);
-    if (st == MG_ERR_UNSUPPORTED && c->impl != MG_ATTENTION_IMPL_AUTO) {
+    /* Unavailable: built without the FlashInfer plugin (METRALE_FLASHINFER=OFF) or it was not
+     * found; unsupported: a forced path this device lacks. The detail says which. */
+    if (st == MG_ERR_UNAVAILABLE || (st == MG_ERR_UNSUPPORTED && c->impl != MG_ATTENTION_IMPL_AUTO)) {
         result->skipped = true;
         snprintf(result->detail, sizeof result->detail, "%s", mg_last_error());
         goto done;
@@ -395,7 +397,7 @@ static void graph_case(mg_check_ctx *ctx, mg_check_result *result, mg_attention_
     desc.graph_kv_rows = cap_k;
     mg_status st = mg_attention_plan_create(ctx->backend, &desc, first.qo_indptr,
                                             first.kv_indptr, first.batch_size, s, &p);
-    if (st == MG_ERR_UNSUPPORTED && impl != MG_ATTENTION_IMPL_AUTO) {
+    if (st == MG_ERR_UNAVAILABLE || (st == MG_ERR_UNSUPPORTED && impl != MG_ATTENTION_IMPL_AUTO)) {
         result->skipped = true;
         snprintf(result->detail, sizeof result->detail, "%s", mg_last_error());
         goto done;

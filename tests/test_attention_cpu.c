@@ -45,8 +45,13 @@ static void fill_batch_data(batch *b) {
 /* Lengths: a mix of 0, 1, odd and larger values; kv >= qo with a random prefix. */
 static void make_batch(batch *b, uint32_t batch_size, uint32_t hq, uint32_t hkv, uint32_t d,
                        bool causal, int32_t window_left, uint32_t max_len) {
-    *b = (batch){.batch_size = batch_size, .hq = hq, .hkv = hkv, .d = d, .causal = causal,
-                 .window_left = window_left, .sm_scale = 1.0f / sqrtf((float)d)};
+    *b = (batch){.batch_size = batch_size,
+                 .hq = hq,
+                 .hkv = hkv,
+                 .d = d,
+                 .causal = causal,
+                 .window_left = window_left,
+                 .sm_scale = 1.0f / sqrtf((float)d)};
     b->qo_indptr = calloc(batch_size + 1, sizeof(int32_t));
     b->kv_indptr = calloc(batch_size + 1, sizeof(int32_t));
     for (uint32_t i = 0; i < batch_size; i++) {
@@ -99,8 +104,9 @@ static void reference_f64(const batch *b, double *o, double *lse) {
                 for (int64_t j = lo; j < hi; j++) {
                     double dot = 0.0;
                     for (uint32_t c = 0; c < d; c++)
-                        dot += (double)mg_bf16_to_f32(b->q[((size_t)(q0 + r) * b->hq + h) * d + c]) *
-                               (double)mg_bf16_to_f32(b->k[((size_t)(k0 + j) * b->hkv + kvh) * d + c]);
+                        dot +=
+                            (double)mg_bf16_to_f32(b->q[((size_t)(q0 + r) * b->hq + h) * d + c]) *
+                            (double)mg_bf16_to_f32(b->k[((size_t)(k0 + j) * b->hkv + kvh) * d + c]);
                     s[j] = dot * b->sm_scale;
                     m = s[j] > m ? s[j] : m;
                 }
@@ -108,7 +114,8 @@ static void reference_f64(const batch *b, double *o, double *lse) {
                     double e = exp(s[j] - m);
                     sum += e;
                     for (uint32_t c = 0; c < d; c++)
-                        out[c] += e * (double)mg_bf16_to_f32(b->v[((size_t)(k0 + j) * b->hkv + kvh) * d + c]);
+                        out[c] += e * (double)mg_bf16_to_f32(
+                                          b->v[((size_t)(k0 + j) * b->hkv + kvh) * d + c]);
                 }
                 for (uint32_t c = 0; c < d; c++)
                     out[c] /= sum;
@@ -169,8 +176,11 @@ static void free_tensors(mg_backend *be, tensors *t) {
 }
 
 static mg_attention_desc desc_of(const batch *b) {
-    return (mg_attention_desc){.num_qo_heads = b->hq, .num_kv_heads = b->hkv, .head_dim = b->d,
-                               .causal = b->causal, .window_left = b->window_left,
+    return (mg_attention_desc){.num_qo_heads = b->hq,
+                               .num_kv_heads = b->hkv,
+                               .head_dim = b->d,
+                               .causal = b->causal,
+                               .window_left = b->window_left,
                                .sm_scale = b->sm_scale};
 }
 
@@ -206,8 +216,10 @@ static void compare_with_f64(mg_backend *be, const batch *b, const tensors *t, u
     test_checks += 2;
     if (bad) {
         test_failures++;
-        fprintf(stderr, "FAIL %s: %zu elements off the float64 reference (first at %zu, worst o "
-                "error %.3g)\n", what, bad, first, worst);
+        fprintf(stderr,
+                "FAIL %s: %zu elements off the float64 reference (first at %zu, worst o "
+                "error %.3g)\n",
+                what, bad, first, worst);
     }
     if (touched) {
         test_failures++;
@@ -226,8 +238,8 @@ static void test_against_f64(mg_backend *be) {
         bool causal;
         int32_t window;
     } cases[] = {
-        {5, 4, 4, 128, 67, true, -1},  {7, 8, 2, 128, 45, false, -1}, {4, 8, 1, 128, 90, true, 17},
-        {6, 4, 1, 64, 33, true, 5},    {3, 2, 2, 128, 140, true, 0},  {1, 8, 8, 128, 1, true, -1},
+        {5, 4, 4, 128, 67, true, -1},   {7, 8, 2, 128, 45, false, -1}, {4, 8, 1, 128, 90, true, 17},
+        {6, 4, 1, 64, 33, true, 5},     {3, 2, 2, 128, 140, true, 0},  {1, 8, 8, 128, 1, true, -1},
         {9, 16, 2, 128, 21, false, -1}, {2, 4, 2, 256, 40, true, 63},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -241,9 +253,15 @@ static void test_against_f64(mg_backend *be) {
         CHECK_OK(upload(be, &b, 3, &t));
         mg_attention_desc desc = desc_of(&b);
         mg_attention_plan *p = NULL;
-        CHECK_OK(mg_attention_plan_create(be, &desc, b.qo_indptr, b.kv_indptr, b.batch_size, NULL, &p));
-        mg_attention_tensors at = {.q = t.q, .k = t.k, .v = t.v, .o = t.o, .lse = t.lse,
-                                   .qo_rows = b.qo_rows, .kv_rows = b.kv_rows};
+        CHECK_OK(
+            mg_attention_plan_create(be, &desc, b.qo_indptr, b.kv_indptr, b.batch_size, NULL, &p));
+        mg_attention_tensors at = {.q = t.q,
+                                   .k = t.k,
+                                   .v = t.v,
+                                   .o = t.o,
+                                   .lse = t.lse,
+                                   .qo_rows = b.qo_rows,
+                                   .kv_rows = b.kv_rows};
         CHECK_OK(mg_attention_run(p, &at, NULL));
         CHECK_OK(mg_stream_synchronize(mg_stream_default(be)));
         compare_with_f64(be, &b, &t, 3, what);
@@ -280,8 +298,8 @@ static void test_graph_replay(mg_backend *be) {
     mg_graph *g = NULL;
     CHECK_OK(mg_stream_create(be, &s));
     CHECK_OK(mg_attention_plan_create(be, &desc, first.qo_indptr, first.kv_indptr, 4, s, &p));
-    mg_attention_tensors at = {.q = t.q, .k = t.k, .v = t.v, .o = t.o, .lse = t.lse,
-                               .qo_rows = cap_q, .kv_rows = cap_k};
+    mg_attention_tensors at = {
+        .q = t.q, .k = t.k, .v = t.v, .o = t.o, .lse = t.lse, .qo_rows = cap_q, .kv_rows = cap_k};
     CHECK_OK(mg_graph_begin_capture(s));
     CHECK_OK(mg_attention_run(p, &at, s));
     CHECK_STATUS(mg_attention_plan_update(p, second.qo_indptr, second.kv_indptr, 4, s),
@@ -385,8 +403,9 @@ static void test_validation(mg_backend *be, mg_backend *other) {
 
     /* Run-time errors on a valid plan. */
     CHECK_OK(mg_attention_plan_create(be, &desc, b.qo_indptr, b.kv_indptr, 3, NULL, &p));
-    mg_attention_tensors good = {.q = t.q, .k = t.k, .v = t.v, .o = t.o, .lse = t.lse,
-                                 .qo_rows = 6, .kv_rows = 10}, at;
+    mg_attention_tensors
+        good = {.q = t.q, .k = t.k, .v = t.v, .o = t.o, .lse = t.lse, .qo_rows = 6, .kv_rows = 10},
+        at;
 #define EXPECT_RUN_ERROR(mutate, needle)                                                           \
     do {                                                                                           \
         at = good;                                                                                 \

@@ -45,8 +45,7 @@ mg_status cuda_fail(mg_fi_error *err, cudaError_t e, const char *call) {
 
 // Runs `body` with every C++ exception turned into a status: FlashInfer reports invalid
 // configurations and workspace overflows by throwing.
-template <typename Body>
-mg_status guarded(const char *call, mg_fi_error *err, Body &&body) {
+template <typename Body> mg_status guarded(const char *call, mg_fi_error *err, Body &&body) {
     err->cuda_error = 0;
     err->message[0] = '\0';
     try {
@@ -106,15 +105,19 @@ size_t fa3_int_bytes(const mg_fi_shape *s, const int32_t *qo_indptr, int num_sm)
 }
 
 #if METRALE_FI_HAVE_FA3
-bool fa3_built() { return true; }
+bool fa3_built() {
+    return true;
+}
 #else
-bool fa3_built() { return false; }
+bool fa3_built() {
+    return false;
+}
 #endif
 
 // Why FA3 cannot serve this plan on the current device (nullptr: it can), and the device's
 // compute capability as major * 10 + minor.
-cudaError_t fa3_unsuitable(const mg_fi_shape *s, const int32_t *qo_indptr,
-                           const int32_t *kv_indptr, int32_t *cc_out, const char **why) {
+cudaError_t fa3_unsuitable(const mg_fi_shape *s, const int32_t *qo_indptr, const int32_t *kv_indptr,
+                           int32_t *cc_out, const char **why) {
     int device = 0, major = 0, minor = 0;
     cudaError_t e = cudaGetDevice(&device);
     if (e == cudaSuccess)
@@ -141,8 +144,7 @@ cudaError_t fa3_unsuitable(const mg_fi_shape *s, const int32_t *qo_indptr,
 
 // Raw pointer at a byte offset of FlashInfer's region (FlashInfer's offsets are relative to
 // the base it was given).
-template <typename T>
-T *at(void *base, int64_t offset) {
+template <typename T> T *at(void *base, int64_t offset) {
     return reinterpret_cast<T *>(static_cast<char *>(base) + offset);
 }
 
@@ -193,8 +195,9 @@ mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
     const uint32_t tile = uint32_t(plan.cta_tile_q);
     cudaError_t e;
     if (s->causal)
-        e = s->window_left >= 0 ? metrale_fi::fa2_launch_causal_window(p, tile, tmp_v, tmp_s, stream)
-                                : metrale_fi::fa2_launch_causal(p, tile, tmp_v, tmp_s, stream);
+        e = s->window_left >= 0
+                ? metrale_fi::fa2_launch_causal_window(p, tile, tmp_v, tmp_s, stream)
+                : metrale_fi::fa2_launch_causal(p, tile, tmp_v, tmp_s, stream);
     else
         e = s->window_left >= 0 ? metrale_fi::fa2_launch_full_window(p, tile, tmp_v, tmp_s, stream)
                                 : metrale_fi::fa2_launch_full(p, tile, tmp_v, tmp_s, stream);
@@ -365,8 +368,9 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
             if (e != cudaSuccess)
                 return cuda_fail(err, e, "flashinfer PrefillSM90Plan");
             if (plan.same_schedule_for_all_heads)
-                return fail(err, MG_ERR_INTERNAL, 0,
-                            "mg_fi_plan: FA3 chose the shared-schedule variant, which is not built");
+                return fail(
+                    err, MG_ERR_INTERNAL, 0,
+                    "mg_fi_plan: FA3 chose the shared-schedule variant, which is not built");
             std::vector<int64_t> words = plan.ToVector();
             std::copy(words.begin(), words.end(), out->words);
 #else

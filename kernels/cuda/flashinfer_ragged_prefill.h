@@ -48,13 +48,13 @@ typedef enum mg_fi_path {
 typedef struct mg_fi_shape {
     uint32_t num_qo_heads;
     uint32_t num_kv_heads;
-    uint32_t head_dim;     /* MG_FI_HEAD_DIM */
-    int32_t window_left;   /* -1: none */
-    uint32_t causal;       /* 0 or 1 */
-    uint32_t graph_mode;   /* fixed grid: runs may be captured and replayed after re-plans */
+    uint32_t head_dim;      /* MG_FI_HEAD_DIM */
+    int32_t window_left;    /* -1: none */
+    uint32_t causal;        /* 0 or 1 */
+    uint32_t graph_mode;    /* fixed grid: runs may be captured and replayed after re-plans */
     uint32_t graph_qo_rows; /* graph mode: the q/o rows every run passes (padded capacity) */
     uint32_t batch_size;
-    mg_fi_path path;        /* FA2 or FA3, chosen by mg_fi_choose_path */
+    mg_fi_path path; /* FA2 or FA3, chosen by mg_fi_choose_path */
 } mg_fi_shape;
 
 /* FlashInfer's plan result for one path, kept by the caller between plan and run. */
@@ -120,7 +120,8 @@ mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info *info,
 }
 #endif
 
-/* ------------------------------------------------------------------ C++: shared by the .cu files */
+/* ------------------------------------------------------------------ C++: shared by the .cu files
+ */
 #if defined(__cplusplus) && defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -208,12 +209,12 @@ struct Fa3Params {
 /* One launcher per (mask, sliding window) variant, each in its own translation unit so the
  * heavy template instantiations compile in parallel. FA2 launchers dispatch on the plan's
  * CTA_TILE_Q; tmp_v/tmp_s are the split-KV partials (NULL when the plan did not split). */
-cudaError_t fa2_launch_causal(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
-                              float *tmp_s, cudaStream_t stream);
+cudaError_t fa2_launch_causal(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v, float *tmp_s,
+                              cudaStream_t stream);
 cudaError_t fa2_launch_causal_window(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
                                      float *tmp_s, cudaStream_t stream);
-cudaError_t fa2_launch_full(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
-                            float *tmp_s, cudaStream_t stream);
+cudaError_t fa2_launch_full(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v, float *tmp_s,
+                            cudaStream_t stream);
 cudaError_t fa2_launch_full_window(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
                                    float *tmp_s, cudaStream_t stream);
 

@@ -18,11 +18,11 @@ cudaError_t fa2_launch(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v, 
     using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, WINDOW,
                                                  /*soft_cap=*/false, /*alibi=*/false>;
     constexpr auto kNoRope = flashinfer::PosEncodingMode::kNone;
-#define METRALE_FI_FA2_TILE(TILE)                                                               \
-    case TILE:                                                                                  \
-        return flashinfer::BatchPrefillWithRaggedKVCacheDispatched<                             \
-            TILE, MG_FI_HEAD_DIM, MG_FI_HEAD_DIM, kNoRope, /*fp16_qk_reduction=*/false, MASK,   \
-            /*token_head_sf=*/false, Variant, Fa2Params>(p, tmp_v, tmp_s, /*enable_pdl=*/false, \
+#define METRALE_FI_FA2_TILE(TILE)                                                                  \
+    case TILE:                                                                                     \
+        return flashinfer::BatchPrefillWithRaggedKVCacheDispatched<                                \
+            TILE, MG_FI_HEAD_DIM, MG_FI_HEAD_DIM, kNoRope, /*fp16_qk_reduction=*/false, MASK,      \
+            /*token_head_sf=*/false, Variant, Fa2Params>(p, tmp_v, tmp_s, /*enable_pdl=*/false,    \
                                                          stream);
     switch (cta_tile_q) {
         METRALE_FI_FA2_TILE(16)

@@ -4,8 +4,8 @@
 
 namespace metrale_fi {
 
-cudaError_t fa2_launch_causal(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
-                              float *tmp_s, cudaStream_t stream) {
+cudaError_t fa2_launch_causal(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v, float *tmp_s,
+                              cudaStream_t stream) {
     return fa2_launch<flashinfer::MaskMode::kCausal, false>(p, cta_tile_q, tmp_v, tmp_s, stream);
 }
 

@@ -12,8 +12,7 @@ namespace metrale_fi {
 
 // One schedule per head (the plan refuses batches that would need the shared schedule), no
 // sliding window (FA2 serves those).
-template <flashinfer::MaskMode MASK>
-cudaError_t fa3_launch(Fa3Params &p, cudaStream_t stream) {
+template <flashinfer::MaskMode MASK> cudaError_t fa3_launch(Fa3Params &p, cudaStream_t stream) {
     return flashinfer::BatchPrefillWithRaggedKVCacheDispatched<
         MG_FI_HEAD_DIM, MG_FI_HEAD_DIM, MASK, /*LEFT_SLIDING_WINDOW=*/false,
         /*SAME_SCHEDULE_FOR_ALL_HEADS=*/false, flashinfer::DefaultAttention<false>, Fa3Params>(

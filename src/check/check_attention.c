@@ -108,9 +108,13 @@ static void free_batch(attn_batch *b) {
 static bool make_batch(const mg_check_ctx *ctx, rng *r, const attn_case *c, attn_batch *b) {
     const uint32_t max_len = is_reference(ctx) ? (c->max_len + 7) / 8 : c->max_len;
     *b = (attn_batch){.batch_size = c->batch_size};
-    b->desc = (mg_attention_desc){.num_qo_heads = c->hq, .num_kv_heads = c->hkv, .head_dim = 128,
-                                  .causal = c->causal, .window_left = c->window_left,
-                                  .sm_scale = 1.0f / sqrtf(128.0f), .impl = c->impl};
+    b->desc = (mg_attention_desc){.num_qo_heads = c->hq,
+                                  .num_kv_heads = c->hkv,
+                                  .head_dim = 128,
+                                  .causal = c->causal,
+                                  .window_left = c->window_left,
+                                  .sm_scale = 1.0f / sqrtf(128.0f),
+                                  .impl = c->impl};
     b->qo_indptr = calloc(c->batch_size + 1, sizeof(int32_t));
     b->kv_indptr = calloc(c->batch_size + 1, sizeof(int32_t));
     if (!b->qo_indptr || !b->kv_indptr)
@@ -213,8 +217,13 @@ static mg_status upload_inputs(const attn_batch *b, attn_buffers *t) {
 }
 
 static mg_attention_tensors tensors_of(const attn_buffers *t, uint32_t qo_rows, uint32_t kv_rows) {
-    return (mg_attention_tensors){.q = t->q, .k = t->k, .v = t->v, .o = t->o, .lse = t->lse,
-                                  .qo_rows = qo_rows, .kv_rows = kv_rows};
+    return (mg_attention_tensors){.q = t->q,
+                                  .k = t->k,
+                                  .v = t->v,
+                                  .o = t->o,
+                                  .lse = t->lse,
+                                  .qo_rows = qo_rows,
+                                  .kv_rows = kv_rows};
 }
 
 /* Eager plan + run of `b` on `t`'s backend, synchronized. */
@@ -274,8 +283,8 @@ static bool compare_outputs(const attn_buffers *got, const attn_buffers *want, u
                  "o: max |diff| %.3g at row %zu head %zu dim %zu (got %g, want %g), rel L2 %.3g "
                  "(bounds %.0e, %.0e)",
                  worst, row, worst_at / 128 % hq, worst_at % 128,
-                 (double)mg_bf16_to_f32(go[worst_at]), (double)mg_bf16_to_f32(wo[worst_at]),
-                 rel_l2, MAX_ABS_ERROR, MAX_REL_L2_ERROR);
+                 (double)mg_bf16_to_f32(go[worst_at]), (double)mg_bf16_to_f32(wo[worst_at]), rel_l2,
+                 MAX_ABS_ERROR, MAX_REL_L2_ERROR);
         ok = false;
     }
     for (size_t i = 0; ok && i < nl; i++) {
@@ -323,7 +332,8 @@ static void run_case(mg_check_ctx *ctx, mg_check_result *result, const attn_case
     mg_status st = run_eager(&b, &got, &impl);
     /* Unavailable: built without the FlashInfer plugin (METRALE_FLASHINFER=OFF) or it was not
      * found; unsupported: a forced path this device lacks. The detail says which. */
-    if (st == MG_ERR_UNAVAILABLE || (st == MG_ERR_UNSUPPORTED && c->impl != MG_ATTENTION_IMPL_AUTO)) {
+    if (st == MG_ERR_UNAVAILABLE ||
+        (st == MG_ERR_UNSUPPORTED && c->impl != MG_ATTENTION_IMPL_AUTO)) {
         result->skipped = true;
         snprintf(result->detail, sizeof result->detail, "%s", mg_last_error());
         goto done;
@@ -347,7 +357,7 @@ done:
 }
 
 #define CASE(id, ...)                                                                              \
-    static void check_##id(mg_check_ctx *ctx, mg_check_result *result) {                          \
+    static void check_##id(mg_check_ctx *ctx, mg_check_result *result) {                           \
         static const attn_case c = {#id, __VA_ARGS__};                                             \
         run_case(ctx, result, &c);                                                                 \
     }
@@ -395,8 +405,8 @@ static void graph_case(mg_check_ctx *ctx, mg_check_result *result, mg_attention_
     mg_attention_desc desc = first.desc;
     desc.graph_qo_rows = cap_q;
     desc.graph_kv_rows = cap_k;
-    mg_status st = mg_attention_plan_create(ctx->backend, &desc, first.qo_indptr,
-                                            first.kv_indptr, first.batch_size, s, &p);
+    mg_status st = mg_attention_plan_create(ctx->backend, &desc, first.qo_indptr, first.kv_indptr,
+                                            first.batch_size, s, &p);
     if (st == MG_ERR_UNAVAILABLE || (st == MG_ERR_UNSUPPORTED && impl != MG_ATTENTION_IMPL_AUTO)) {
         result->skipped = true;
         snprintf(result->detail, sizeof result->detail, "%s", mg_last_error());
@@ -422,12 +432,12 @@ static void graph_case(mg_check_ctx *ctx, mg_check_result *result, mg_attention_
     OK(mg_stream_synchronize(s));
     second.desc.impl = MG_ATTENTION_IMPL_AUTO;
     OK(run_eager(&second, &want, NULL));
-    if (!compare_outputs(&got, &want, second.qo_rows, second.desc.num_qo_heads, &result->error,
-                         why, sizeof why))
+    if (!compare_outputs(&got, &want, second.qo_rows, second.desc.num_qo_heads, &result->error, why,
+                         sizeof why))
         FAIL("replay after re-plan: %s", why);
     result->passed = true;
-    snprintf(result->detail, sizeof result->detail,
-             "replayed batch of %u q rows in a %u-row grid", second.qo_rows, cap_q);
+    snprintf(result->detail, sizeof result->detail, "replayed batch of %u q rows in a %u-row grid",
+             second.qo_rows, cap_q);
 done:
     mg_graph_destroy(g);
     mg_attention_plan_destroy(p);
@@ -450,8 +460,12 @@ static void check_graph_replay_fa2(mg_check_ctx *ctx, mg_check_result *result) {
 /* Every validation error is rejected before anything runs: status, message, untouched output. */
 static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
     int32_t qo[4] = {0, 2, 3, 6}, kv[4] = {0, 5, 6, 10}, bad_qo[4], bad_kv[4];
-    const mg_attention_desc desc = {.num_qo_heads = 8, .num_kv_heads = 2, .head_dim = 128,
-                                    .causal = true, .window_left = -1, .sm_scale = 0.088f};
+    const mg_attention_desc desc = {.num_qo_heads = 8,
+                                    .num_kv_heads = 2,
+                                    .head_dim = 128,
+                                    .causal = true,
+                                    .window_left = -1,
+                                    .sm_scale = 0.088f};
     attn_batch shape = {.desc = desc};
     attn_buffers t = {0};
     mg_attention_plan *p = NULL;
@@ -461,9 +475,9 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
         const char *needle;
         int field; /* which mutation */
     } plan_errors[] = {
-        {"qo_indptr[0] = 1", 0},   {"kv_indptr decreases", 1}, {"queries but only", 2},
-        {"does not divide", 3},    {"head_dim 100", 4},        {"window_left -5", 5},
-        {"sm_scale", 6},           {"capacities", 7},          {"batch_size 0", 8},
+        {"qo_indptr[0] = 1", 0}, {"kv_indptr decreases", 1}, {"queries but only", 2},
+        {"does not divide", 3},  {"head_dim 100", 4},        {"window_left -5", 5},
+        {"sm_scale", 6},         {"capacities", 7},          {"batch_size 0", 8},
         {"needs causal", 9},
     };
     for (size_t i = 0; i < sizeof plan_errors / sizeof plan_errors[0]; i++) {
@@ -472,16 +486,36 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
         memcpy(bad_kv, kv, sizeof kv);
         uint32_t batch = 3;
         switch (plan_errors[i].field) {
-        case 0: bad_qo[0] = 1; break;
-        case 1: bad_kv[2] = 4; break;
-        case 2: bad_kv[1] = 1; break;
-        case 3: d.num_kv_heads = 3; break;
-        case 4: d.head_dim = 100; break;
-        case 5: d.window_left = -5; break;
-        case 6: d.sm_scale = -1.0f; break;
-        case 7: d.graph_qo_rows = 4, d.graph_kv_rows = 10; break;
-        case 8: batch = 0; break;
-        case 9: d.causal = false, d.window_left = 7; break;
+        case 0:
+            bad_qo[0] = 1;
+            break;
+        case 1:
+            bad_kv[2] = 4;
+            break;
+        case 2:
+            bad_kv[1] = 1;
+            break;
+        case 3:
+            d.num_kv_heads = 3;
+            break;
+        case 4:
+            d.head_dim = 100;
+            break;
+        case 5:
+            d.window_left = -5;
+            break;
+        case 6:
+            d.sm_scale = -1.0f;
+            break;
+        case 7:
+            d.graph_qo_rows = 4, d.graph_kv_rows = 10;
+            break;
+        case 8:
+            batch = 0;
+            break;
+        case 9:
+            d.causal = false, d.window_left = 7;
+            break;
         }
         mg_status st = mg_attention_plan_create(ctx->backend, &d, bad_qo, bad_kv, batch, NULL, &p);
         if (st != MG_ERR_INVALID_ARGUMENT || !strstr(mg_last_error(), plan_errors[i].needle) || p)
@@ -498,15 +532,31 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
     const mg_attention_tensors good = tensors_of(&t, 6, 10);
     for (int i = 0; i < 6; i++) {
         mg_attention_tensors at = good;
-        const char *needle = i == 0 ? "qo_rows 5" : i == 1 ? "kv_rows 11" : i == 2 ? "NULL device pointer for v"
-                           : i == 3 ? "q 0x" : i == 4 ? "o 0x" : "lse 0x";
+        const char *needle = i == 0   ? "qo_rows 5"
+                             : i == 1 ? "kv_rows 11"
+                             : i == 2 ? "NULL device pointer for v"
+                             : i == 3 ? "q 0x"
+                             : i == 4 ? "o 0x"
+                                      : "lse 0x";
         switch (i) {
-        case 0: at.qo_rows = 5; break;
-        case 1: at.kv_rows = 11; break;
-        case 2: at.v = 0; break;
-        case 3: at.q += 8; break;
-        case 4: at.o += 2; break;
-        case 5: at.lse += 1; break;
+        case 0:
+            at.qo_rows = 5;
+            break;
+        case 1:
+            at.kv_rows = 11;
+            break;
+        case 2:
+            at.v = 0;
+            break;
+        case 3:
+            at.q += 8;
+            break;
+        case 4:
+            at.o += 2;
+            break;
+        case 5:
+            at.lse += 1;
+            break;
         }
         st = mg_attention_run(p, &at, NULL);
         if (st != MG_ERR_INVALID_ARGUMENT || !strstr(mg_last_error(), needle))

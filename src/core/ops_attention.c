@@ -15,20 +15,26 @@
 
 const char *mg_attention_impl_name(mg_attention_impl impl) {
     switch (impl) {
-    case MG_ATTENTION_IMPL_AUTO: return "auto";
-    case MG_ATTENTION_IMPL_FA2: return "fa2";
-    case MG_ATTENTION_IMPL_FA3: return "fa3";
+    case MG_ATTENTION_IMPL_AUTO:
+        return "auto";
+    case MG_ATTENTION_IMPL_FA2:
+        return "fa2";
+    case MG_ATTENTION_IMPL_FA3:
+        return "fa3";
     }
     return "?";
 }
 
 static const mg_attention_backend_ops *ops_of(mg_backend *b, const char *fn) {
     switch (mg_backend_get_kind(b)) {
-    case MG_BACKEND_CPU: return &mg_cpu_attention_ops;
+    case MG_BACKEND_CPU:
+        return &mg_cpu_attention_ops;
 #ifdef METRALE_HAVE_CUDA
-    case MG_BACKEND_CUDA: return &mg_cuda_attention_ops;
+    case MG_BACKEND_CUDA:
+        return &mg_cuda_attention_ops;
 #endif
-    default: break;
+    default:
+        break;
     }
     MG_ERROR(MG_ERR_UNSUPPORTED, "%s: no ragged attention on the %s backend", fn,
              mg_backend_kind_name(mg_backend_get_kind(b)));
@@ -68,8 +74,8 @@ static mg_status check_desc(const mg_attention_desc *d, const char *fn) {
                         "> 0, eager mode both 0",
                         fn, d->graph_qo_rows, d->graph_kv_rows);
     if (d->graph_qo_rows > (uint32_t)INT32_MAX || d->graph_kv_rows > (uint32_t)INT32_MAX)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: capacities %u / %u rows exceed INT32_MAX",
-                        fn, d->graph_qo_rows, d->graph_kv_rows);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: capacities %u / %u rows exceed INT32_MAX", fn,
+                        d->graph_qo_rows, d->graph_kv_rows);
     if (d->impl != MG_ATTENTION_IMPL_AUTO && d->impl != MG_ATTENTION_IMPL_FA2 &&
         d->impl != MG_ATTENTION_IMPL_FA3)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown impl %d", fn, (int)d->impl);
@@ -82,8 +88,7 @@ static mg_status check_indptr(const int32_t *indptr, uint32_t batch_size, const 
     if (!indptr)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, name);
     if (indptr[0] != 0)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s[0] = %d, must be 0", fn, name,
-                        indptr[0]);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s[0] = %d, must be 0", fn, name, indptr[0]);
     for (uint32_t i = 0; i < batch_size; i++)
         if (indptr[i + 1] < indptr[i])
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
@@ -111,9 +116,8 @@ static mg_status check_batch(const mg_attention_desc *d, const int32_t *qo_indpt
                                 "(bottom-right aligned) mask needs qo length <= kv length",
                                 fn, i, lq, lk);
         }
-    if (d->graph_qo_rows &&
-        ((uint32_t)qo_indptr[batch_size] > d->graph_qo_rows ||
-         (uint32_t)kv_indptr[batch_size] > d->graph_kv_rows))
+    if (d->graph_qo_rows && ((uint32_t)qo_indptr[batch_size] > d->graph_qo_rows ||
+                             (uint32_t)kv_indptr[batch_size] > d->graph_kv_rows))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: the batch needs %d query and %d key rows, beyond the fixed-grid "
                         "capacities %u and %u",
@@ -234,8 +238,7 @@ static mg_status check_tensor_ptr(mg_devptr ptr, uint64_t alignment, const char 
     if (!ptr)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL device pointer for %s", fn, name);
     if (ptr % alignment)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: %s 0x%llx is not %llu-byte aligned", fn, name,
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %llu-byte aligned", fn, name,
                         (unsigned long long)ptr, (unsigned long long)alignment);
     return MG_OK;
 }

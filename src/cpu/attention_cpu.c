@@ -25,16 +25,30 @@
 #define MAX_THREADS 32
 
 typedef struct cpu_attention_plan {
-    mg_devptr indptrs;          /* qo_indptr then kv_indptr, batch_size + 1 int32 each */
-    uint32_t indptrs_capacity;  /* batch_size + 1 the buffer holds per array */
+    mg_devptr indptrs;         /* qo_indptr then kv_indptr, batch_size + 1 int32 each */
+    uint32_t indptrs_capacity; /* batch_size + 1 the buffer holds per array */
     mg_kernel *kernel;
 } cpu_attention_plan;
 
 /* Launch argument indices of the kernel. */
 enum {
-    ARG_Q, ARG_K, ARG_V, ARG_O, ARG_LSE, ARG_INDPTRS, ARG_BATCH, ARG_QO_HEADS, ARG_KV_HEADS,
-    ARG_HEAD_DIM, ARG_CAUSAL, ARG_WINDOW_LEFT, ARG_SM_SCALE, ARG_QO_ROWS, ARG_KV_ROWS,
-    ARG_HAS_LSE, ARG_COUNT
+    ARG_Q,
+    ARG_K,
+    ARG_V,
+    ARG_O,
+    ARG_LSE,
+    ARG_INDPTRS,
+    ARG_BATCH,
+    ARG_QO_HEADS,
+    ARG_KV_HEADS,
+    ARG_HEAD_DIM,
+    ARG_CAUSAL,
+    ARG_WINDOW_LEFT,
+    ARG_SM_SCALE,
+    ARG_QO_ROWS,
+    ARG_KV_ROWS,
+    ARG_HAS_LSE,
+    ARG_COUNT
 };
 
 /* Softmax attention of one query row of one head over the keys [k_begin, k_end) of its
@@ -128,9 +142,9 @@ static void compute_item(const attention_args *a, uint32_t request, uint32_t kvh
             const size_t row = ((size_t)(q0 + r) * a->qo_heads + h) * d;
             for (uint32_t c = 0; c < d; c++)
                 qf[c] = mg_bf16_to_f32(a->q[row + c]);
-            float lse = attend_row(qf, kf, vf, d, (uint32_t)begin,
-                                   end > begin ? (uint32_t)end : (uint32_t)begin, a->sm_scale,
-                                   scores, out);
+            float lse =
+                attend_row(qf, kf, vf, d, (uint32_t)begin,
+                           end > begin ? (uint32_t)end : (uint32_t)begin, a->sm_scale, scores, out);
             for (uint32_t c = 0; c < d; c++)
                 a->o[row + c] = mg_f32_to_bf16(out[c]);
             if (a->lse)
@@ -184,8 +198,8 @@ static mg_status compute(const attention_args *a) {
         pthread_join(tids[i], NULL);
     if (atomic_load(&w.failed))
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
-                        "cpu kernel %s: out of host memory for %zu floats of scratch",
-                        KERNEL_NAME, w.scratch_floats);
+                        "cpu kernel %s: out of host memory for %zu floats of scratch", KERNEL_NAME,
+                        w.scratch_floats);
     return MG_OK;
 }
 
@@ -220,12 +234,11 @@ static mg_status kernel_attention(const mg_launch *l) {
         (st = mg_cpu_kernel_buffer(l, ARG_K, kv_bytes, 16, KERNEL_NAME, &k)) ||
         (st = mg_cpu_kernel_buffer(l, ARG_V, kv_bytes, 16, KERNEL_NAME, &v)) ||
         (st = mg_cpu_kernel_buffer(l, ARG_O, q_bytes, 16, KERNEL_NAME, &o)) ||
-        (st = mg_cpu_kernel_buffer(l, ARG_INDPTRS, 8ull * (a.batch + 1), 4, KERNEL_NAME,
-                                   &indptrs)))
+        (st = mg_cpu_kernel_buffer(l, ARG_INDPTRS, 8ull * (a.batch + 1), 4, KERNEL_NAME, &indptrs)))
         return st;
     if (mg_launch_get_u32(l, ARG_HAS_LSE) &&
-        (st = mg_cpu_kernel_buffer(l, ARG_LSE, (uint64_t)a.qo_rows * a.qo_heads * 4, 4,
-                                   KERNEL_NAME, &lse)))
+        (st = mg_cpu_kernel_buffer(l, ARG_LSE, (uint64_t)a.qo_rows * a.qo_heads * 4, 4, KERNEL_NAME,
+                                   &lse)))
         return st;
     a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
     a.qo_indptr = indptrs;
@@ -242,8 +255,8 @@ static void register_kernel(void) {
     register_status = mg_cpu_kernel_register(KERNEL_MODULE, KERNEL_FUNCTION, kernel_attention);
 }
 
-static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr,
-                          const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s) {
+static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const int32_t *kv_indptr,
+                          uint32_t batch_size, mg_stream *s) {
     cpu_attention_plan *c = p->impl;
     if (!c) {
         pthread_once(&register_once, register_kernel);
@@ -268,7 +281,8 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr,
         c->indptrs = grown;
         c->indptrs_capacity = (uint32_t)entries;
     }
-    mg_status st = mg_copy_h2d_async(p->backend, c->indptrs, qo_indptr, sizeof(int32_t) * entries, s);
+    mg_status st =
+        mg_copy_h2d_async(p->backend, c->indptrs, qo_indptr, sizeof(int32_t) * entries, s);
     if (!st)
         st = mg_copy_h2d_async(p->backend, c->indptrs + sizeof(int32_t) * entries, kv_indptr,
                                sizeof(int32_t) * entries, s);

@@ -96,8 +96,8 @@ static mg_fi_path forced_path(mg_attention_impl impl) {
 
 /* Device buffer of at least `bytes`: kept when large enough, else replaced once the stream's
  * earlier work (which may read it) is done. */
-static mg_status ensure_device(mg_attention_plan *p, mg_stream *s, mg_devptr *buf,
-                               size_t *have, size_t bytes) {
+static mg_status ensure_device(mg_attention_plan *p, mg_stream *s, mg_devptr *buf, size_t *have,
+                               size_t bytes) {
     if (bytes <= *have)
         return MG_OK;
     mg_devptr grown;
@@ -136,8 +136,8 @@ static mg_status take_mirror(mg_attention_plan *p, cuda_attention_plan *c, size_
     return MG_OK;
 }
 
-static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr,
-                           const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s) {
+static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const int32_t *kv_indptr,
+                           uint32_t batch_size, mg_stream *s) {
     mg_cuda_context *ctx;
     CUstream stream;
     mg_status st = plugin_ready();
@@ -168,8 +168,8 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr,
     mg_fi_error err;
     if (shape.graph_mode && p->batch_size) {
         shape.path = c->shape.path; /* captured launches are of this path */
-    } else if ((st = fi.choose_path(&shape, qo_indptr, kv_indptr, forced_path(d->impl),
-                                    &shape.path, &err))) {
+    } else if ((st = fi.choose_path(&shape, qo_indptr, kv_indptr, forced_path(d->impl), &shape.path,
+                                    &err))) {
         return plugin_failure(ctx, st, &err);
     }
     size_t float_bytes, int_bytes;
@@ -189,8 +189,8 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr,
 
     mg_fi_plan_info info;
     st = fi.plan(&shape, qo_indptr, kv_indptr, (void *)(uintptr_t)c->float_workspace,
-                 c->float_bytes, (void *)(uintptr_t)c->int_workspace, c->mirror[mirror],
-                 int_bytes, (void *)stream, &info, &err);
+                 c->float_bytes, (void *)(uintptr_t)c->int_workspace, c->mirror[mirror], int_bytes,
+                 (void *)stream, &info, &err);
     /* Even a failed plan may have queued its copy: the mirror counts as in flight. */
     mg_status rec = mg_event_record(c->mirror_copied[mirror], s);
     c->mirror_in_flight[mirror] = rec == MG_OK;

@@ -40,8 +40,7 @@ static void *try_open(const char *dir, const char *file_name, char *tried, size_
     if (!h) {
         const char *why = dlerror();
         size_t used = strlen(tried);
-        snprintf(tried + used, tried_bytes - used, "%s%s", used ? "; " : "",
-                 why ? why : path);
+        snprintf(tried + used, tried_bytes - used, "%s%s", used ? "; " : "", why ? why : path);
     }
     return h;
 }
@@ -70,9 +69,8 @@ static mg_status open_plugin(const char *file_name, void **out) {
         }
     }
     if (!h)
-        return MG_ERROR(MG_ERR_UNAVAILABLE,
-                        "CUDA kernel plugin %s could not be loaded (%s)%s", file_name,
-                        *tried ? tried : "no directory to search",
+        return MG_ERROR(MG_ERR_UNAVAILABLE, "CUDA kernel plugin %s could not be loaded (%s)%s",
+                        file_name, *tried ? tried : "no directory to search",
                         env && *env ? "" : "; set METRALE_CUDA_PLUGIN_DIR to its directory");
     *out = h;
     return MG_OK;

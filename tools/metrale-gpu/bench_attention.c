@@ -75,7 +75,8 @@ static mg_status fill_bf16(mg_bench *b, mg_devptr dst, size_t elems, uint64_t se
     uint64_t x = seed | 1;
     for (size_t i = 0; i < elems; i++) {
         x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-        host[i] = mg_f32_to_bf16((float)((double)((x * 0x2545f4914f6cdd1dull) >> 11) / 0x1p52 - 1.0));
+        host[i] =
+            mg_f32_to_bf16((float)((double)((x * 0x2545f4914f6cdd1dull) >> 11) / 0x1p52 - 1.0));
     }
     mg_status st = mg_copy_h2d(b->backend, dst, host, 2 * elems);
     free(host);
@@ -90,12 +91,17 @@ static int bench_case(mg_bench *b, const attention_case *c, bool causal, mg_atte
         return 0;
     const uint32_t qo_rows = (uint32_t)c->qo_indptr[c->batch_size];
     const uint32_t kv_rows = (uint32_t)c->kv_indptr[c->batch_size];
-    const size_t q_elems = (size_t)qo_rows * HQ * HEAD_DIM, kv_elems = (size_t)kv_rows * HKV * HEAD_DIM;
+    const size_t q_elems = (size_t)qo_rows * HQ * HEAD_DIM,
+                 kv_elems = (size_t)kv_rows * HKV * HEAD_DIM;
     mg_devptr q = 0, k = 0, v = 0, o = 0;
     attention_run r = {0};
-    const mg_attention_desc desc = {.num_qo_heads = HQ, .num_kv_heads = HKV, .head_dim = HEAD_DIM,
-                                    .causal = causal, .window_left = -1,
-                                    .sm_scale = 1.0f / sqrtf((float)HEAD_DIM), .impl = impl};
+    const mg_attention_desc desc = {.num_qo_heads = HQ,
+                                    .num_kv_heads = HKV,
+                                    .head_dim = HEAD_DIM,
+                                    .causal = causal,
+                                    .window_left = -1,
+                                    .sm_scale = 1.0f / sqrtf((float)HEAD_DIM),
+                                    .impl = impl};
     mg_status st = mg_alloc(b->backend, 2 * q_elems, &q);
     if (!st)
         st = mg_alloc(b->backend, 2 * kv_elems, &k);
@@ -110,10 +116,10 @@ static int bench_case(mg_bench *b, const attention_case *c, bool causal, mg_atte
     if (!st)
         st = fill_bf16(b, v, kv_elems, 3);
     if (!st)
-        st = mg_attention_plan_create(b->backend, &desc, c->qo_indptr, c->kv_indptr,
-                                      c->batch_size, b->stream, &r.plan);
-    r.tensors = (mg_attention_tensors){.q = q, .k = k, .v = v, .o = o, .qo_rows = qo_rows,
-                                       .kv_rows = kv_rows};
+        st = mg_attention_plan_create(b->backend, &desc, c->qo_indptr, c->kv_indptr, c->batch_size,
+                                      b->stream, &r.plan);
+    r.tensors = (mg_attention_tensors){
+        .q = q, .k = k, .v = v, .o = o, .qo_rows = qo_rows, .kv_rows = kv_rows};
     mg_bench_row row = mg_bench_row_make("attention", name, c->shape);
     if (!st)
         st = mg_bench_time_events(b, body_run, &r, b->warmup, b->quick ? 3 : b->iters, &row.stats);

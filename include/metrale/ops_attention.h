@@ -106,8 +106,9 @@ mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indpt
  * Asynchronous; capturable for fixed-grid plans. */
 mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s);
 
-/* Waits for nothing: the caller must make sure no run of `p` is still executing or will be
- * replayed. NULL is a no-op. */
+/* Waits only for the plan's own uploads; the caller must make sure no run of `p` is still
+ * executing or will be replayed (a captured graph keeps using its workspaces). NULL is a
+ * no-op. */
 mg_status mg_attention_plan_destroy(mg_attention_plan *p);
 
 typedef struct mg_attention_plan_info {

@@ -362,7 +362,7 @@ done:
         run_case(ctx, result, &c);                                                                 \
     }
 
-/*   name                     batch hq hkv max_len causal window impl                    one_long */
+/* name, batch size, Hq, Hkv, longest request, causal, window_left, path, one request that long */
 CASE(causal_mha, 6, 8, 8, 700, true, -1, MG_ATTENTION_IMPL_AUTO, false)
 CASE(causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_AUTO, false)
 CASE(causal_gqa8, 5, 32, 4, 600, true, -1, MG_ATTENTION_IMPL_AUTO, false)

@@ -23,24 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from peers_copy_launch import event_median_us  # same timing as every peer script
+
 HQ, HKV, D = 32, 8, 128
-
-
-def event_median_us(fn, iters, warmup):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3)
-    samples.sort()
-    return samples[len(samples) // 2]
 
 
 def ragged_lengths(count, max_len):

@@ -1,0 +1,363 @@
+/* ops_gemm.c - the GEMM ops of metrale/ops_gemm.h: every argument checked once, then the CPU
+ * reference or the CUDA (cuBLASLt) implementation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_impl.h"
+#include "cpu/gemm_cpu.h"
+#include "error.h"
+#include "ops_gemm_impl.h"
+#ifdef METRALE_HAVE_CUDA
+#include "cuda/cublaslt.h"
+#endif
+
+static const char *kind_name(mg_gemm_kind kind) {
+    switch (kind) {
+    case MG_GEMM_BF16: return "mg_gemm_bf16";
+    case MG_GEMM_FP8_TENSORWISE: return "mg_gemm_fp8_tensorwise";
+    case MG_GEMM_FP8_ROWWISE: return "mg_gemm_fp8_rowwise";
+    case MG_GEMM_FP8_BLOCKSCALED: return "mg_gemm_fp8_blockscaled";
+    }
+    return "mg_gemm";
+}
+
+static bool is_fp8(mg_gemm_kind kind) {
+    return kind != MG_GEMM_BF16;
+}
+
+static mg_dtype input_type(mg_gemm_kind kind) {
+    return is_fp8(kind) ? MG_DTYPE_FP8_E4M3 : MG_DTYPE_BF16;
+}
+
+size_t mg_gemm_scale_bytes(const mg_gemm_plan *p, bool is_act) {
+    uint32_t rows = is_act ? p->m : p->n;
+    switch (p->kind) {
+    case MG_GEMM_BF16: return 0;
+    case MG_GEMM_FP8_TENSORWISE: return sizeof(float);
+    case MG_GEMM_FP8_ROWWISE: return (size_t)rows * sizeof(float);
+    case MG_GEMM_FP8_BLOCKSCALED:
+        return mg_fp8_block_scale_count(is_act ? p->act_mode : p->weight_mode, rows, p->k) *
+               sizeof(float);
+    }
+    return 0;
+}
+
+/* The shape, types and modes of a plan; shared by the calls and mg_gemm_prewarm. */
+static mg_status check_plan(const mg_gemm_plan *p) {
+    const char *what = kind_name(p->kind);
+    if ((unsigned)p->kind > MG_GEMM_FP8_BLOCKSCALED)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm: unknown GEMM kind %d", (int)p->kind);
+    if (p->m == 0 || p->n == 0 || p->k == 0)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape M=%u N=%u K=%u", what, p->m,
+                        p->n, p->k);
+    if (p->ldc < p->n)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: ldc=%u is less than N=%u", what, p->ldc,
+                        p->n);
+    if (p->kind == MG_GEMM_BF16) {
+        if (p->out_type != MG_DTYPE_BF16 && p->out_type != MG_DTYPE_F32)
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "%s: output type %s, expected bf16 or f32", what,
+                            mg_dtype_name(p->out_type));
+        return MG_OK;
+    }
+    if (p->out_type != MG_DTYPE_BF16)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: output type %s, expected bf16", what,
+                        mg_dtype_name(p->out_type));
+    /* cuBLASLt's FP8 kernels read 16-byte rows; the CPU reference enforces the same so a
+     * program that runs here runs on a GPU. */
+    if (p->k % 16 || p->n % 16)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: FP8 needs K and N multiples of 16, got N=%u K=%u", what, p->n, p->k);
+    if (p->ldc % 8)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: FP8 needs 16-byte output rows (ldc a multiple of 8), got ldc=%u",
+                        what, p->ldc);
+    if (p->kind != MG_GEMM_FP8_BLOCKSCALED)
+        return MG_OK;
+    if ((unsigned)p->act_mode > MG_FP8_BLOCK_128X128 ||
+        (unsigned)p->weight_mode > MG_FP8_BLOCK_128X128)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown block scale mode (act %d, weight %d)",
+                        what, (int)p->act_mode, (int)p->weight_mode);
+    if (p->act_mode == MG_FP8_BLOCK_128X128 && p->weight_mode == MG_FP8_BLOCK_128X128)
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "%s: scale pair act 128x128 with weight 128x128 is not supported by "
+                        "cuBLASLt; use 1x128 scales for one operand",
+                        what);
+    if (p->m % 4)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: block scaling needs M a multiple of 4, got M=%u (pad the tokens to "
+                        "%u; mg_fp8_act_scales_transpose zero-fills the padding scales)",
+                        what, p->m, mg_fp8_rows_padded(p->m));
+    return MG_OK;
+}
+
+/* Largest power of two dividing the address, capped at 16. */
+static uint32_t pointer_alignment(mg_devptr p) {
+    uint32_t a = 16;
+    while (a > 1 && (p % a))
+        a /= 2;
+    return a;
+}
+
+static mg_status check_pointer(const char *what, const char *name, mg_devptr p,
+                               uint32_t alignment) {
+    if (!p)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", what, name);
+    if (p % alignment)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %s 0x%llx is not %u-byte aligned", what, name,
+                        (unsigned long long)p, alignment);
+    return MG_OK;
+}
+
+static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
+    if (!b)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: backend is NULL", kind_name(c->plan.kind));
+    mg_status st = check_plan(&c->plan);
+    if (st)
+        return st;
+    const mg_gemm_plan *p = &c->plan;
+    const char *what = kind_name(p->kind);
+    bool fp8 = is_fp8(p->kind);
+    uint32_t in_align = fp8 ? 16 : 2, out_align = fp8 ? 16 : (uint32_t)mg_dtype_bytes(p->out_type);
+    if ((st = check_pointer(what, "act", c->act, in_align)) ||
+        (st = check_pointer(what, "weight", c->weight, in_align)) ||
+        (st = check_pointer(what, "out", c->out, out_align)))
+        return st;
+    if (fp8) {
+        uint32_t scale_align = p->kind == MG_GEMM_FP8_TENSORWISE ? 4 : 16;
+        if ((st = check_pointer(what, "act_scale", c->act_scale, scale_align)) ||
+            (st = check_pointer(what, "weight_scale", c->weight_scale, scale_align)))
+            return st;
+    }
+    uint32_t a = pointer_alignment(c->act | c->weight | c->out);
+    c->plan.pointer_alignment = a;
+    return MG_OK;
+}
+
+/* ------------------------------------------------------------------ CPU backend */
+
+/* The CPU backend's device memory is reached through the public copies, which check every
+ * range against the ledger; the reference then runs on host copies. */
+
+static mg_status fetch(mg_backend *b, const char *what, const char *name, mg_devptr src,
+                       size_t bytes, void **out) {
+    *out = malloc(bytes ? bytes : 1);
+    if (!*out) {
+        char text[32];
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: host copy of %s (%s)", what, name,
+                        mg_format_bytes(bytes, text, sizeof text));
+    }
+    mg_status st = mg_copy_d2h(b, *out, src, bytes);
+    if (st)
+        mg_error_append(" (%s: operand %s)", what, name);
+    return st;
+}
+
+static mg_status gemm_cpu(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {
+    const mg_gemm_plan *p = &c->plan;
+    const char *what = kind_name(p->kind);
+    mg_status st = mg_stream_synchronize(s ? s : mg_stream_default(b));
+    if (st)
+        return st;
+    size_t in_bytes = mg_dtype_bytes(input_type(p->kind));
+    size_t out_bytes = ((size_t)(p->m - 1) * p->ldc + p->n) * mg_dtype_bytes(p->out_type);
+    void *act = NULL, *weight = NULL, *out = NULL, *act_scale = NULL, *weight_scale = NULL;
+    if ((st = fetch(b, what, "act", c->act, (size_t)p->m * p->k * in_bytes, &act)) ||
+        (st = fetch(b, what, "weight", c->weight, (size_t)p->n * p->k * in_bytes, &weight)) ||
+        (st = fetch(b, what, "out", c->out, out_bytes, &out)))
+        goto done;
+    if (is_fp8(p->kind) &&
+        ((st = fetch(b, what, "act_scale", c->act_scale, mg_gemm_scale_bytes(p, true),
+                     &act_scale)) ||
+         (st = fetch(b, what, "weight_scale", c->weight_scale, mg_gemm_scale_bytes(p, false),
+                     &weight_scale))))
+        goto done;
+    if (p->kind == MG_GEMM_BF16) {
+        mg_gemm_bf16_cpu(p->m, p->n, p->k, act, weight, out, p->out_type, p->ldc);
+    } else {
+        mg_fp8_scaling act_scaling, weight_scaling;
+        if (p->kind == MG_GEMM_FP8_TENSORWISE) {
+            act_scaling = weight_scaling = MG_FP8_SCALING_TENSOR;
+        } else if (p->kind == MG_GEMM_FP8_ROWWISE) {
+            act_scaling = weight_scaling = MG_FP8_SCALING_ROW;
+        } else {
+            act_scaling = p->act_mode == MG_FP8_BLOCK_1X128 ? MG_FP8_SCALING_1X128
+                                                            : MG_FP8_SCALING_128X128;
+            weight_scaling = p->weight_mode == MG_FP8_BLOCK_1X128 ? MG_FP8_SCALING_1X128
+                                                                  : MG_FP8_SCALING_128X128;
+        }
+        mg_gemm_fp8_cpu(p->m, p->n, p->k, (mg_fp8_operand_host){act, act_scale, act_scaling},
+                        (mg_fp8_operand_host){weight, weight_scale, weight_scaling}, out, p->ldc);
+    }
+    st = mg_copy_h2d(b, c->out, out, out_bytes);
+done:
+    free(act);
+    free(weight);
+    free(out);
+    free(act_scale);
+    free(weight_scale);
+    return st;
+}
+
+/* ------------------------------------------------------------------ dispatch */
+
+static mg_status run_call(mg_backend *b, mg_stream *s, mg_gemm_call *c) {
+    mg_status st = check_call(b, c);
+    if (st)
+        return st;
+    switch (mg_backend_get_kind(b)) {
+    case MG_BACKEND_CPU: return gemm_cpu(b, s, c);
+#ifdef METRALE_HAVE_CUDA
+    case MG_BACKEND_CUDA: return mg_cublaslt_gemm(b, s, c);
+#endif
+    default: break;
+    }
+    return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: not implemented on the %s backend",
+                    kind_name(c->plan.kind), mg_backend_kind_name(mg_backend_get_kind(b)));
+}
+
+mg_status mg_gemm_bf16(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                       mg_devptr act, mg_devptr weight, mg_devptr out, mg_dtype out_type,
+                       uint32_t ldc) {
+    mg_gemm_call c = {.plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = ldc,
+                               .out_type = out_type},
+                      .act = act, .weight = weight, .out = out};
+    return run_call(b, s, &c);
+}
+
+static mg_status fp8_call(mg_gemm_kind kind, mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                          uint32_t k, mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                          mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
+    mg_gemm_call c = {.plan = {.kind = kind, .m = m, .n = n, .k = k, .ldc = ldc,
+                               .out_type = MG_DTYPE_BF16},
+                      .act = act, .weight = weight, .out = out, .act_scale = act_scale,
+                      .weight_scale = weight_scale};
+    return run_call(b, s, &c);
+}
+
+mg_status mg_gemm_fp8_tensorwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                 mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                                 mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_TENSORWISE, b, s, m, n, k, act, act_scale, weight, weight_scale,
+                    out, ldc);
+}
+
+mg_status mg_gemm_fp8_rowwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                              mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                              mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_ROWWISE, b, s, m, n, k, act, act_scale, weight, weight_scale, out,
+                    ldc);
+}
+
+mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                                  uint32_t k, mg_devptr act, mg_devptr act_scale,
+                                  mg_fp8_block_scale act_mode, mg_devptr weight,
+                                  mg_devptr weight_scale, mg_fp8_block_scale weight_mode,
+                                  mg_devptr out, uint32_t ldc) {
+    mg_gemm_call c = {.plan = {.kind = MG_GEMM_FP8_BLOCKSCALED, .m = m, .n = n, .k = k,
+                               .ldc = ldc, .out_type = MG_DTYPE_BF16, .act_mode = act_mode,
+                               .weight_mode = weight_mode},
+                      .act = act, .weight = weight, .out = out, .act_scale = act_scale,
+                      .weight_scale = weight_scale};
+    return run_call(b, s, &c);
+}
+
+/* ------------------------------------------------------------------ scale transpose */
+
+static mg_status transpose_cpu(mg_backend *b, mg_stream *s, uint32_t m, uint32_t m_pad,
+                               uint32_t k, mg_devptr src, mg_devptr dst) {
+    const char *what = "mg_fp8_act_scales_transpose";
+    mg_status st = mg_stream_synchronize(s ? s : mg_stream_default(b));
+    if (st)
+        return st;
+    size_t blocks = mg_fp8_k_blocks(k);
+    void *in = NULL, *out = malloc(blocks * m_pad * sizeof(float));
+    if (!out)
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: host copy of %zu scales", what,
+                        blocks * m_pad);
+    if (!(st = fetch(b, what, "src", src, blocks * m * sizeof(float), &in))) {
+        mg_fp8_act_scales_transpose_cpu(m, m_pad, k, in, out);
+        st = mg_copy_h2d(b, dst, out, blocks * m_pad * sizeof(float));
+        if (st)
+            mg_error_append(" (%s: dst)", what);
+    }
+    free(in);
+    free(out);
+    return st;
+}
+
+mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, uint32_t m_pad,
+                                      uint32_t k, mg_devptr src, mg_devptr dst) {
+    const char *what = "mg_fp8_act_scales_transpose";
+    if (!b)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: backend is NULL", what);
+    if (m == 0 || k == 0)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape M=%u K=%u", what, m, k);
+    if (m_pad < m || m_pad % 4)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: m_pad=%u must be >= M=%u and a multiple of 4", what, m_pad, m);
+    mg_status st;
+    if ((st = check_pointer(what, "src", src, 4)) || (st = check_pointer(what, "dst", dst, 4)))
+        return st;
+    uint64_t blocks = mg_fp8_k_blocks(k);
+    uint64_t src_bytes = blocks * m * 4, dst_bytes = blocks * m_pad * 4;
+    if (src < dst + dst_bytes && dst < src + src_bytes)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: src and dst overlap", what);
+    switch (mg_backend_get_kind(b)) {
+    case MG_BACKEND_CPU: return transpose_cpu(b, s, m, m_pad, k, src, dst);
+#ifdef METRALE_HAVE_CUDA
+    case MG_BACKEND_CUDA: return mg_cuda_fp8_act_scales_transpose(b, s, m, m_pad, k, src, dst);
+#endif
+    default: break;
+    }
+    return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: not implemented on the %s backend", what,
+                    mg_backend_kind_name(mg_backend_get_kind(b)));
+}
+
+/* ------------------------------------------------------------------ planning and modes */
+
+mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans, size_t count) {
+    if (!b || (count && !plans))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_prewarm: NULL %s",
+                        !b ? "backend" : "plans");
+    for (size_t i = 0; i < count; i++) {
+        mg_status st = check_plan(&plans[i]);
+        if (st) {
+            mg_error_append(" (mg_gemm_prewarm: plan %zu)", i);
+            return st;
+        }
+        uint32_t a = plans[i].pointer_alignment;
+        if (a != 0 && a != 1 && a != 2 && a != 4 && a != 8 && a != 16)
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "mg_gemm_prewarm: plan %zu: pointer_alignment %u is not 0 or a power "
+                            "of two <= 16", i, a);
+    }
+    mg_status st = mg_stream_check_not_capturing(b, s, "mg_gemm_prewarm");
+    if (st)
+        return st;
+#ifdef METRALE_HAVE_CUDA
+    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
+        return mg_cublaslt_prewarm(b, s, plans, count);
+#endif
+    return MG_OK;
+}
+
+mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled) {
+    if (!b)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_set_batch_invariant: backend is NULL");
+#ifdef METRALE_HAVE_CUDA
+    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
+        return mg_cublaslt_set_batch_invariant(b, enabled);
+#endif
+    (void)enabled; /* the CPU reference computes every row alike whatever M is */
+    return MG_OK;
+}
+
+bool mg_gemm_batch_invariant(mg_backend *b) {
+#ifdef METRALE_HAVE_CUDA
+    if (b && mg_backend_get_kind(b) == MG_BACKEND_CUDA)
+        return mg_cublaslt_batch_invariant(b);
+#endif
+    return b && mg_backend_get_kind(b) == MG_BACKEND_CPU;
+}

@@ -1,0 +1,19 @@
+/*
+ * ops_gemm_impl.h - private: one GEMM call after its arguments were checked (ops_gemm.c), as
+ * the backend implementations receive it.
+ */
+#ifndef METRALE_OPS_GEMM_IMPL_H
+#define METRALE_OPS_GEMM_IMPL_H
+
+#include "metrale/ops_gemm.h"
+
+typedef struct mg_gemm_call {
+    mg_gemm_plan plan; /* shape, types, scale modes; pointer_alignment from the pointers */
+    mg_devptr act, weight, out;
+    mg_devptr act_scale, weight_scale; /* FP8 only */
+} mg_gemm_call;
+
+/* Bytes of the FP32 scale tensor of one FP8 operand of `rows` rows. */
+size_t mg_gemm_scale_bytes(const mg_gemm_plan *p, bool is_act);
+
+#endif

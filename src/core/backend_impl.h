@@ -41,7 +41,10 @@ typedef struct mg_backend_ops {
     bool (*supports)(void *ctx, mg_capability cap);
 
     /* ---- memory (required except managed). The core keeps the ledger and checks for a
-     * capturing stream before calling alloc; free receives only live bases. */
+     * capturing stream before calling alloc; free receives only live bases. On failure alloc
+     * sets a message without a location (mg_error_set(st, NULL, 0, "cuMemAlloc: ...")): the
+     * core appends the requested size and the caller's file:line. free must treat "context
+     * already gone" teardown codes as success. */
     mg_status (*alloc)(void *ctx, size_t bytes, mg_alloc_kind kind, mg_devptr *out);
     mg_status (*free)(void *ctx, mg_devptr base, mg_alloc_kind kind);
 

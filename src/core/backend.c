@@ -12,6 +12,7 @@
 #include "metrale/host_heap.h"
 #include "metrale/pinned.h"
 #include "op_cache.h"
+#include "ops_gemm_impl.h"
 
 /* ------------------------------------------------------------------ kinds and drivers */
 
@@ -383,6 +384,7 @@ mg_status mg_backend_close(mg_backend *b) {
     /* The op cache frees scratch through the public API, which needs the handle live. */
     mg_handle_register(b, MG_HANDLE_BACKEND);
     atomic_store(&b->capturing_streams, 0);
+    mg_gemm_release(b); /* cuBLASLt handle and plans; its workspaces are op-cache scratch */
     mg_op_cache_release(b->op_cache);
     mg_handle_unregister(b);
 

@@ -317,6 +317,15 @@ mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, u
 
 /* ------------------------------------------------------------------ planning and modes */
 
+void mg_gemm_release(mg_backend *b) {
+#ifdef METRALE_HAVE_CUDA
+    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
+        mg_cublaslt_release(b);
+#else
+    (void)b;
+#endif
+}
+
 mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans, size_t count) {
     if (!b || (count && !plans))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_prewarm: NULL %s",

@@ -16,4 +16,8 @@ typedef struct mg_gemm_call {
 /* Bytes of the FP32 scale tensor of one FP8 operand of `rows` rows. */
 size_t mg_gemm_scale_bytes(const mg_gemm_plan *p, bool is_act);
 
+/* Releases what the GEMM ops keep for `b` (library handle, plans). mg_backend_close calls it
+ * after the streams have drained and before the op cache (which owns the workspaces) goes. */
+void mg_gemm_release(mg_backend *b);
+
 #endif

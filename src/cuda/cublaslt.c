@@ -19,6 +19,7 @@
 #include "cuda/cuda_backend.h"
 #include "error.h"
 #include "metrale/launch.h"
+#include "op_cache.h"
 
 /* ------------------------------------------------------------------ the library */
 
@@ -172,13 +173,12 @@ typedef struct lt_state {
     cublasLtHandle_t handle;
     int cc_major;
     atomic_bool batch_invariant;
-    pthread_mutex_t lock; /* plans, families, workspaces, transpose_kernel */
+    pthread_mutex_t lock; /* plans, families, workspaces */
     gemm_plan *plans[PLAN_BUCKETS];
     size_t plan_count;
     algo_family *families;
     stream_workspace *workspaces;
     size_t workspace_count;
-    mg_kernel *transpose_kernel;
 } lt_state;
 
 static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -275,12 +275,9 @@ void mg_cublaslt_release(mg_backend *b) {
         free(f);
     }
     for (stream_workspace *w = st->workspaces, *next; w; w = next) {
-        next = w->next;
-        mg_free(b, w->memory);
+        next = w->next; /* the memory is op-cache scratch, freed by the op cache */
         free(w);
     }
-    if (st->transpose_kernel)
-        mg_kernel_release(st->transpose_kernel);
     mg_cuda_context *ctx;
     if (mg_cuda_bind(b, &ctx) == MG_OK)
         lt.destroy(st->handle);
@@ -532,7 +529,8 @@ static mg_status get_plan(lt_state *st, mg_stream *s, const plan_key *key, gemm_
     return MG_OK;
 }
 
-/* The workspace of `stream`, allocated on first use outside a capture. */
+/* The workspace of `stream`: op-cache scratch under a per-stream tag (so the op cache frees
+ * it when the backend closes), remembered here so a steady-state call does no tag lookup. */
 static mg_status get_workspace(lt_state *st, mg_stream *s, CUstream stream, mg_devptr *out) {
     pthread_mutex_lock(&st->lock);
     stream_workspace *w = st->workspaces;
@@ -555,7 +553,12 @@ static mg_status get_workspace(lt_state *st, mg_stream *s, CUstream stream, mg_d
         pthread_mutex_unlock(&st->lock);
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "GEMM workspace record");
     }
-    if ((status = mg_alloc(st->backend, MG_CUBLASLT_WORKSPACE_BYTES, &w->memory))) {
+    char tag[64];
+    snprintf(tag, sizeof tag, "cublaslt workspace %p", (void *)stream);
+    mg_op_cache *cache = mg_backend_op_cache(st->backend);
+    status = cache ? mg_op_cache_scratch(cache, tag, MG_CUBLASLT_WORKSPACE_BYTES, s, &w->memory)
+                   : MG_ERROR(MG_ERR_INTERNAL, "GEMM workspace: backend has no op cache");
+    if (status) {
         free(w);
         pthread_mutex_unlock(&st->lock);
         mg_error_append(" (cuBLASLt workspace of a stream)");
@@ -645,16 +648,12 @@ mg_status mg_cublaslt_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *p
 mg_status mg_cuda_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m,
                                            uint32_t m_pad, uint32_t k, mg_devptr src,
                                            mg_devptr dst) {
-    lt_state *st;
-    mg_status status = get_state(b, "mg_fp8_act_scales_transpose", &st);
-    if (status)
-        return status;
-    pthread_mutex_lock(&st->lock);
-    if (!st->transpose_kernel)
-        status = mg_kernel_lookup(b, "metrale", "fp8_act_scales_transpose", &st->transpose_kernel);
-    mg_kernel *kernel = st->transpose_kernel;
-    pthread_mutex_unlock(&st->lock);
-    if (status)
+    mg_status status;
+    mg_op_cache *cache = mg_backend_op_cache(b);
+    mg_kernel *kernel;
+    if (!cache)
+        return MG_ERROR(MG_ERR_INTERNAL, "mg_fp8_act_scales_transpose: backend has no op cache");
+    if ((status = mg_op_cache_kernel(cache, "metrale", "fp8_act_scales_transpose", false, &kernel)))
         return status;
     uint32_t blocks = mg_fp8_k_blocks(k);
     mg_dim3 grid, block;

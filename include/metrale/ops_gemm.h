@@ -25,8 +25,9 @@
  *  - Calls are ordered on `s` (NULL: the backend's default stream) and return before the work
  *    is done (the CPU backend computes before returning).
  *  - After the first call of a shape (or mg_gemm_prewarm), a call creates no library object
- *    and allocates nothing, so it may be captured into a graph. A shape first seen while `s`
- *    is capturing is MG_ERR_CAPTURING: plan it with mg_gemm_prewarm, outside the capture.
+ *    and allocates nothing, so it may be captured into a graph. On CUDA a shape first seen
+ *    while `s` is capturing is MG_ERR_CAPTURING: plan it with mg_gemm_prewarm, outside the
+ *    capture. (The CPU backend plans nothing and captures any GEMM.)
  *  - Each stream has its own workspace, so GEMMs on different streams may run concurrently.
  *    A graph captured on stream s uses s's workspace: replay it on s (or on a stream ordered
  *    with s), not concurrently with other GEMMs issued to s.

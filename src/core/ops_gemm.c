@@ -1,11 +1,10 @@
 /* ops_gemm.c - the GEMM ops of metrale/ops_gemm.h: every argument checked once, then the CPU
  * reference or the CUDA (cuBLASLt) implementation. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend_impl.h"
 #include "cpu/gemm_cpu.h"
 #include "error.h"
+#include "metrale/launch.h"
+#include "op_cache.h"
 #include "ops_gemm_impl.h"
 #ifdef METRALE_HAVE_CUDA
 #include "cuda/cublaslt.h"
@@ -135,69 +134,58 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     return MG_OK;
 }
 
-/* ------------------------------------------------------------------ CPU backend */
+/* ------------------------------------------------------------------ built-in kernels */
 
-/* The CPU backend's device memory is reached through the public copies, which check every
- * range against the ledger; the reference then runs on host copies. */
-
-static mg_status fetch(mg_backend *b, const char *what, const char *name, mg_devptr src,
-                       size_t bytes, void **out) {
-    *out = malloc(bytes ? bytes : 1);
-    if (!*out) {
-        char text[32];
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: host copy of %s (%s)", what, name,
-                        mg_format_bytes(bytes, text, sizeof text));
-    }
-    mg_status st = mg_copy_d2h(b, *out, src, bytes);
-    if (st)
-        mg_error_append(" (%s: operand %s)", what, name);
-    return st;
+/* Launches kernel `function` of module "metrale" (memoised in the op cache). The CPU backend's
+ * reference kernels are registered on first use. */
+static mg_status launch_builtin(mg_backend *b, mg_stream *s, const char *function, mg_launch *l) {
+    mg_gemm_cpu_kernels_register();
+    mg_op_cache *cache = mg_backend_op_cache(b);
+    if (!cache)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend", function);
+    mg_kernel *k;
+    mg_status st = mg_op_cache_kernel(cache, "metrale", function, false, &k);
+    return st ? st : mg_launch_run(b, k, s, l);
 }
 
+static mg_fp8_scaling scaling_of(const mg_gemm_plan *p, bool is_act) {
+    if (p->kind == MG_GEMM_FP8_TENSORWISE)
+        return MG_FP8_SCALING_TENSOR;
+    if (p->kind == MG_GEMM_FP8_ROWWISE)
+        return MG_FP8_SCALING_ROW;
+    return (is_act ? p->act_mode : p->weight_mode) == MG_FP8_BLOCK_1X128 ? MG_FP8_SCALING_1X128
+                                                                        : MG_FP8_SCALING_128X128;
+}
+
+/* The CPU backend runs the reference as a kernel (gemm_cpu.h): stream-ordered, capturable,
+ * every buffer range checked against the live allocations when it runs. */
 static mg_status gemm_cpu(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {
     const mg_gemm_plan *p = &c->plan;
-    const char *what = kind_name(p->kind);
-    mg_status st = mg_stream_synchronize(s ? s : mg_stream_default(b));
-    if (st)
-        return st;
-    size_t in_bytes = mg_dtype_bytes(input_type(p->kind));
-    size_t out_bytes = ((size_t)(p->m - 1) * p->ldc + p->n) * mg_dtype_bytes(p->out_type);
-    void *act = NULL, *weight = NULL, *out = NULL, *act_scale = NULL, *weight_scale = NULL;
-    if ((st = fetch(b, what, "act", c->act, (size_t)p->m * p->k * in_bytes, &act)) ||
-        (st = fetch(b, what, "weight", c->weight, (size_t)p->n * p->k * in_bytes, &weight)) ||
-        (st = fetch(b, what, "out", c->out, out_bytes, &out)))
-        goto done;
-    if (is_fp8(p->kind) &&
-        ((st = fetch(b, what, "act_scale", c->act_scale, mg_gemm_scale_bytes(p, true),
-                     &act_scale)) ||
-         (st = fetch(b, what, "weight_scale", c->weight_scale, mg_gemm_scale_bytes(p, false),
-                     &weight_scale))))
-        goto done;
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
     if (p->kind == MG_GEMM_BF16) {
-        mg_gemm_bf16_cpu(p->m, p->n, p->k, act, weight, out, p->out_type, p->ldc);
-    } else {
-        mg_fp8_scaling act_scaling, weight_scaling;
-        if (p->kind == MG_GEMM_FP8_TENSORWISE) {
-            act_scaling = weight_scaling = MG_FP8_SCALING_TENSOR;
-        } else if (p->kind == MG_GEMM_FP8_ROWWISE) {
-            act_scaling = weight_scaling = MG_FP8_SCALING_ROW;
-        } else {
-            act_scaling = p->act_mode == MG_FP8_BLOCK_1X128 ? MG_FP8_SCALING_1X128
-                                                            : MG_FP8_SCALING_128X128;
-            weight_scaling = p->weight_mode == MG_FP8_BLOCK_1X128 ? MG_FP8_SCALING_1X128
-                                                                  : MG_FP8_SCALING_128X128;
-        }
-        mg_gemm_fp8_cpu(p->m, p->n, p->k, (mg_fp8_operand_host){act, act_scale, act_scaling},
-                        (mg_fp8_operand_host){weight, weight_scale, weight_scaling}, out, p->ldc);
+        mg_launch_arg_ptr(&l, c->act);
+        mg_launch_arg_ptr(&l, c->weight);
+        mg_launch_arg_ptr(&l, c->out);
+        mg_launch_arg_u32(&l, p->m);
+        mg_launch_arg_u32(&l, p->n);
+        mg_launch_arg_u32(&l, p->k);
+        mg_launch_arg_u32(&l, p->ldc);
+        mg_launch_arg_u32(&l, (uint32_t)p->out_type);
+        return launch_builtin(b, s, "gemm_bf16_ref", &l);
     }
-    st = mg_copy_h2d(b, c->out, out, out_bytes);
-done:
-    free(act);
-    free(weight);
-    free(out);
-    free(act_scale);
-    free(weight_scale);
-    return st;
+    mg_launch_arg_ptr(&l, c->act);
+    mg_launch_arg_ptr(&l, c->act_scale);
+    mg_launch_arg_ptr(&l, c->weight);
+    mg_launch_arg_ptr(&l, c->weight_scale);
+    mg_launch_arg_ptr(&l, c->out);
+    mg_launch_arg_u32(&l, p->m);
+    mg_launch_arg_u32(&l, p->n);
+    mg_launch_arg_u32(&l, p->k);
+    mg_launch_arg_u32(&l, p->ldc);
+    mg_launch_arg_u32(&l, (uint32_t)scaling_of(p, true));
+    mg_launch_arg_u32(&l, (uint32_t)scaling_of(p, false));
+    return launch_builtin(b, s, "gemm_fp8_ref", &l);
 }
 
 /* ------------------------------------------------------------------ dispatch */
@@ -265,28 +253,6 @@ mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint3
 
 /* ------------------------------------------------------------------ scale transpose */
 
-static mg_status transpose_cpu(mg_backend *b, mg_stream *s, uint32_t m, uint32_t m_pad,
-                               uint32_t k, mg_devptr src, mg_devptr dst) {
-    const char *what = "mg_fp8_act_scales_transpose";
-    mg_status st = mg_stream_synchronize(s ? s : mg_stream_default(b));
-    if (st)
-        return st;
-    size_t blocks = mg_fp8_k_blocks(k);
-    void *in = NULL, *out = malloc(blocks * m_pad * sizeof(float));
-    if (!out)
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: host copy of %zu scales", what,
-                        blocks * m_pad);
-    if (!(st = fetch(b, what, "src", src, blocks * m * sizeof(float), &in))) {
-        mg_fp8_act_scales_transpose_cpu(m, m_pad, k, in, out);
-        st = mg_copy_h2d(b, dst, out, blocks * m_pad * sizeof(float));
-        if (st)
-            mg_error_append(" (%s: dst)", what);
-    }
-    free(in);
-    free(out);
-    return st;
-}
-
 mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, uint32_t m_pad,
                                       uint32_t k, mg_devptr src, mg_devptr dst) {
     const char *what = "mg_fp8_act_scales_transpose";
@@ -304,15 +270,18 @@ mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, u
     uint64_t src_bytes = blocks * m * 4, dst_bytes = blocks * m_pad * 4;
     if (src < dst + dst_bytes && dst < src + src_bytes)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: src and dst overlap", what);
-    switch (mg_backend_get_kind(b)) {
-    case MG_BACKEND_CPU: return transpose_cpu(b, s, m, m_pad, k, src, dst);
-#ifdef METRALE_HAVE_CUDA
-    case MG_BACKEND_CUDA: return mg_cuda_fp8_act_scales_transpose(b, s, m, m_pad, k, src, dst);
-#endif
-    default: break;
-    }
-    return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: not implemented on the %s backend", what,
-                    mg_backend_kind_name(mg_backend_get_kind(b)));
+    /* The same kernel, with the same arguments, on every backend (CUDA:
+     * kernels/cuda/fp8_scale_layout.cu; CPU: gemm_cpu.c). */
+    mg_dim3 grid, block;
+    mg_launch_config_1d(blocks * m_pad, 256, &grid, &block);
+    mg_launch l;
+    mg_launch_init(&l, grid, block, 0);
+    mg_launch_arg_ptr(&l, src);
+    mg_launch_arg_ptr(&l, dst);
+    mg_launch_arg_u32(&l, m);
+    mg_launch_arg_u32(&l, m_pad);
+    mg_launch_arg_u32(&l, (uint32_t)blocks);
+    return launch_builtin(b, s, "fp8_act_scales_transpose", &l);
 }
 
 /* ------------------------------------------------------------------ planning and modes */

@@ -41,4 +41,14 @@ void mg_gemm_fp8_cpu(uint32_t m, uint32_t n, uint32_t k, mg_fp8_operand_host act
 void mg_fp8_act_scales_transpose_cpu(uint32_t m, uint32_t m_pad, uint32_t k, const float *src,
                                      float *dst);
 
+/* The GEMM ops run on the CPU backend as CPU kernels of module "metrale", launched through the
+ * public launch path like any kernel, so they are stream-ordered, recorded by captures and
+ * their buffers checked against the live allocations when they run. Argument lists:
+ *   gemm_bf16_ref(act, weight, out; u32 m, n, k, ldc, out_type)
+ *   gemm_fp8_ref(act, act_scale, weight, weight_scale, out; u32 m, n, k, ldc, act_scaling,
+ *                weight_scaling)                                     (mg_fp8_scaling values)
+ *   fp8_act_scales_transpose(src, dst; u32 m, m_pad, blocks)         (as the CUDA kernel)
+ * Registers them once per process; later calls do nothing. */
+void mg_gemm_cpu_kernels_register(void);
+
 #endif

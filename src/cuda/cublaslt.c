@@ -18,7 +18,6 @@
 #include "backend_impl.h"
 #include "cuda/cuda_backend.h"
 #include "error.h"
-#include "metrale/launch.h"
 #include "op_cache.h"
 
 /* ------------------------------------------------------------------ the library */
@@ -643,27 +642,4 @@ mg_status mg_cublaslt_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *p
         }
     }
     return MG_OK;
-}
-
-mg_status mg_cuda_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m,
-                                           uint32_t m_pad, uint32_t k, mg_devptr src,
-                                           mg_devptr dst) {
-    mg_status status;
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    mg_kernel *kernel;
-    if (!cache)
-        return MG_ERROR(MG_ERR_INTERNAL, "mg_fp8_act_scales_transpose: backend has no op cache");
-    if ((status = mg_op_cache_kernel(cache, "metrale", "fp8_act_scales_transpose", false, &kernel)))
-        return status;
-    uint32_t blocks = mg_fp8_k_blocks(k);
-    mg_dim3 grid, block;
-    mg_launch_config_1d((uint64_t)blocks * m_pad, 256, &grid, &block);
-    mg_launch launch;
-    mg_launch_init(&launch, grid, block, 0);
-    mg_launch_arg_ptr(&launch, src);
-    mg_launch_arg_ptr(&launch, dst);
-    mg_launch_arg_u32(&launch, m);
-    mg_launch_arg_u32(&launch, m_pad);
-    mg_launch_arg_u32(&launch, blocks);
-    return mg_launch_run(b, kernel, s, &launch);
 }

@@ -4,9 +4,9 @@
  * file), so the library loads and runs on machines without it.
  *
  * Per backend it keeps one cuBLASLt handle, a cache of plans (matmul descriptor, layouts and
- * the heuristic's algorithm per shape key) and one workspace per stream. Everything is
- * created on first use outside a capture (or by mg_gemm_prewarm) and released by
- * mg_cublaslt_release, which the CUDA backend calls when it closes.
+ * the heuristic's algorithm per shape key) and one workspace per stream (op-cache scratch).
+ * Everything is created on first use outside a capture (or by mg_gemm_prewarm); handle and
+ * plans are released by mg_cublaslt_release when the backend closes (mg_gemm_release).
  */
 #ifndef METRALE_CUBLASLT_H
 #define METRALE_CUBLASLT_H
@@ -32,13 +32,8 @@ mg_status mg_cublaslt_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *p
 mg_status mg_cublaslt_set_batch_invariant(mg_backend *b, bool enabled);
 bool mg_cublaslt_batch_invariant(mg_backend *b);
 
-/* The activation-scale transpose kernel (kernels/cuda/fp8_scale_layout.cu); checked args. */
-mg_status mg_cuda_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m,
-                                           uint32_t m_pad, uint32_t k, mg_devptr src,
-                                           mg_devptr dst);
-
-/* Frees everything kept for `b` (plans, handle, workspaces, kernel handle). For the CUDA
- * backend's close, before its allocations are swept; a no-op for a backend never used here. */
+/* Frees the handle and plans kept for `b` (the workspaces are the op cache's). Called by
+ * mg_backend_close through mg_gemm_release; a no-op for a backend never used here. */
 void mg_cublaslt_release(mg_backend *b);
 
 /* Plans and workspaces currently cached for `b`, for tests and benchmarks. */

@@ -24,10 +24,6 @@ static bool is_fp8(mg_gemm_kind kind) {
     return kind != MG_GEMM_BF16;
 }
 
-static mg_dtype input_type(mg_gemm_kind kind) {
-    return is_fp8(kind) ? MG_DTYPE_FP8_E4M3 : MG_DTYPE_BF16;
-}
-
 size_t mg_gemm_scale_bytes(const mg_gemm_plan *p, bool is_act) {
     uint32_t rows = is_act ? p->m : p->n;
     switch (p->kind) {

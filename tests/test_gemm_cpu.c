@@ -1,24 +1,26 @@
 /* test_gemm_cpu.c - the FP8 E4M3 conversions, the FP8 quantizer and scale layouts, and the
- * reference GEMMs against float64 on random awkward shapes. Runs without a GPU. */
-#include <inttypes.h>
+ * reference GEMMs against float64 on random awkward shapes; then the "gemm" check group on
+ * the CPU backend (the ops' dispatch, argument checks and reference kernels). Runs without a
+ * GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "check/check.h"
 #include "cpu/gemm_cpu.h"
 #include "metrale/dtype.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/status.h"
+#include "test_util.h"
 
-static int failures;
-
+/* CHECK with a formatted explanation of what was found. */
 #define EXPECT(cond, ...)                                                                      \
     do {                                                                                       \
+        test_checks++;                                                                         \
         if (!(cond)) {                                                                         \
-            failures++;                                                                        \
-            fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond);                \
+            test_failures++;                                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
             fprintf(stderr, __VA_ARGS__);                                                      \
             fputc('\n', stderr);                                                               \
         }                                                                                      \
@@ -26,22 +28,13 @@ static int failures;
 
 /* ------------------------------------------------------------------ random inputs */
 
-static uint64_t rng_state;
-
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [-1, 1). */
 static float rng_unit(void) {
-    return (float)((double)(rng_next() >> 11) * 0x1p-53 * 2.0 - 1.0);
+    return (float)((double)(test_rand() >> 11) * 0x1p-53 * 2.0 - 1.0);
 }
 
 static uint32_t rng_below(uint32_t n) {
-    return (uint32_t)(rng_next() % n);
+    return (uint32_t)(test_rand() % n);
 }
 
 static uint16_t *random_bf16(size_t count, float magnitude) {
@@ -418,7 +411,7 @@ static double fp8_ref(void *ctx, uint32_t t, uint32_t j, double *abs_sum) {
 static uint8_t *random_fp8(size_t count) {
     uint8_t *v = malloc(count);
     for (size_t i = 0; i < count; i++) {
-        v[i] = (uint8_t)rng_next();
+        v[i] = (uint8_t)test_rand();
         if ((v[i] & 0x7f) == 0x7f)
             v[i] ^= 1; /* no NaN inputs */
     }
@@ -512,11 +505,21 @@ static void test_untransposed_scales_trap(void) {
         free(bad), free(exact);
 }
 
+/* The ops through the public API on the CPU backend: the "gemm" check group, whose
+ * reference is the backend itself. */
+static void test_gemm_checks_on_cpu_backend(void) {
+    mg_backend *b = NULL;
+    EXPECT(mg_backend_open(MG_BACKEND_CPU, 0, &b) == MG_OK, "open: %s", mg_last_error());
+    if (!b)
+        return;
+    int passed = 0, skipped = 0;
+    int failed = mg_check_run_all(b, "gemm/", stdout, &passed, &skipped);
+    EXPECT(failed == 0 && passed >= 10, "%d gemm checks failed, %d passed", failed, passed);
+    EXPECT(mg_backend_close(b) == MG_OK, "close: %s", mg_last_error());
+}
+
 int main(void) {
-    const char *seed_env = getenv("METRALE_CHECK_SEED");
-    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
-    rng_state = seed;
-    printf("test_gemm_cpu: seed %" PRIu64 " (METRALE_CHECK_SEED reproduces)\n", seed);
+    test_seed();
     test_e4m3_all_codes();
     test_e4m3_encode_rounding();
     test_scale_layout_math();
@@ -526,10 +529,6 @@ int main(void) {
     test_gemm_bf16_reference();
     test_gemm_fp8_reference();
     test_untransposed_scales_trap();
-    if (failures) {
-        fprintf(stderr, "test_gemm_cpu: %d failures (seed %" PRIu64 ")\n", failures, seed);
-        return 1;
-    }
-    puts("test_gemm_cpu: ok");
-    return 0;
+    test_gemm_checks_on_cpu_backend();
+    return test_finish();
 }

@@ -106,8 +106,9 @@ static mg_status check_pointer(const char *what, const char *name, mg_devptr p,
 }
 
 static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
-    if (!b)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: backend is NULL", kind_name(c->plan.kind));
+    if (mg_backend_get_kind(b) == MG_BACKEND_AUTO) /* what a NULL or closed handle reads as */
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p",
+                        kind_name(c->plan.kind), (void *)b);
     mg_status st = check_plan(&c->plan);
     if (st)
         return st;
@@ -252,8 +253,9 @@ mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint3
 mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, uint32_t m_pad,
                                       uint32_t k, mg_devptr src, mg_devptr dst) {
     const char *what = "mg_fp8_act_scales_transpose";
-    if (!b)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: backend is NULL", what);
+    if (mg_backend_get_kind(b) == MG_BACKEND_AUTO)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", what,
+                        (void *)b);
     if (m == 0 || k == 0)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape M=%u K=%u", what, m, k);
     if (m_pad < m || m_pad % 4)

@@ -294,9 +294,9 @@ void mg_gemm_release(mg_backend *b) {
 }
 
 mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans, size_t count) {
-    if (!b || (count && !plans))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_prewarm: NULL %s",
-                        !b ? "backend" : "plans");
+    if (mg_backend_get_kind(b) == MG_BACKEND_AUTO || (count && !plans))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_prewarm: %s",
+                        count && !plans ? "NULL plans" : "NULL, invalid or closed backend");
     for (size_t i = 0; i < count; i++) {
         mg_status st = check_plan(&plans[i]);
         if (st) {
@@ -320,13 +320,26 @@ mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans
 }
 
 mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled) {
-    if (!b)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_set_batch_invariant: backend is NULL");
+    if (mg_backend_get_kind(b) == MG_BACKEND_AUTO)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_set_batch_invariant: NULL, invalid or "
+                        "closed backend %p", (void *)b);
 #ifdef METRALE_HAVE_CUDA
     if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
         return mg_cublaslt_set_batch_invariant(b, enabled);
 #endif
     (void)enabled; /* the CPU reference computes every row alike whatever M is */
+    return MG_OK;
+}
+
+mg_status mg_gemm_set_autotune(mg_backend *b, bool enabled) {
+    if (mg_backend_get_kind(b) == MG_BACKEND_AUTO)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_set_autotune: NULL, invalid or closed "
+                        "backend %p", (void *)b);
+#ifdef METRALE_HAVE_CUDA
+    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
+        return mg_cublaslt_set_autotune(b, enabled);
+#endif
+    (void)enabled; /* nothing to choose between on the CPU reference */
     return MG_OK;
 }
 

@@ -222,8 +222,8 @@ static void finish_sweep(mg_check_result *r, double worst, double bound, const c
     if (!(worst <= bound))
         fail(r, "%s: relative error %.3g exceeds %.0e", what, worst, bound);
     else
-        snprintf(r->detail, sizeof r->detail, "%s: M in {1,3,17,130}, worst relative error %.2e "
-                 "(bound %.0e)", what, worst, bound);
+        snprintf(r->detail, sizeof r->detail, "%s: worst relative error %.2e (bound %.0e)", what,
+                 worst, bound);
 }
 
 /* ------------------------------------------------------------------ BF16 */
@@ -250,8 +250,8 @@ static void check_bf16(mg_check_ctx *ctx, mg_check_result *r, mg_dtype out_type)
         free(weight);
     }
     finish_sweep(r, worst, out_type == MG_DTYPE_F32 ? BOUND_F32_OUT : BOUND_BF16_OUT,
-                 out_type == MG_DTYPE_F32 ? "bf16 -> f32, N=203 K=328 ldc=208"
-                                          : "bf16 -> bf16, N=203 K=328 ldc=208");
+                 out_type == MG_DTYPE_F32 ? "bf16 -> f32, M in {1,3,17,130}, N=203 K=328 ldc=208"
+                                          : "bf16 -> bf16, M in {1,3,17,130}, N=203 K=328 ldc=208");
 }
 
 static void check_bf16_out_bf16(mg_check_ctx *ctx, mg_check_result *r) {
@@ -318,11 +318,11 @@ static mg_status make_fp8_operands(uint64_t *rng, const mg_gemm_plan *p, uint32_
 }
 
 static void check_fp8(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
-                      mg_fp8_block_scale act_mode, mg_fp8_block_scale weight_mode,
+                      mg_fp8_block_scale act_mode, mg_fp8_block_scale weight_mode, uint32_t k,
                       const char *what) {
     r->passed = true; /* until fail() says otherwise */
-    uint64_t rng = ctx->seed ^ (0x100u + kind * 16 + act_mode * 4 + weight_mode);
-    const uint32_t n = 208, k = 400, ldc = 216; /* K = 3 full 128-blocks and a partial one */
+    uint64_t rng = ctx->seed ^ (0x100u + kind * 16 + act_mode * 4 + weight_mode + k * 64);
+    const uint32_t n = 208, ldc = 216;
     double worst = 0;
     for (size_t i = 0; i < AWKWARD_M_COUNT && r->passed; i++) {
         uint32_t m = awkward_m[i];
@@ -343,30 +343,78 @@ static void check_fp8(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
             worst = err;
         free_operands(&o);
     }
-    finish_sweep(r, worst, BOUND_BF16_OUT, what);
+    char text[192];
+    snprintf(text, sizeof text, "%s, M in {1,3,17,130}%s", what,
+             kind == MG_GEMM_FP8_BLOCKSCALED ? " padded to 4" : "");
+    finish_sweep(r, worst, BOUND_BF16_OUT, text);
 }
 
+/* K = 400 is 3 full 128-blocks and a partial one; K = 1152 is 9 blocks, not a multiple of
+ * 4, so the 128x128 layout has padding columns. */
 static void check_fp8_tensorwise(mg_check_ctx *ctx, mg_check_result *r) {
-    check_fp8(ctx, r, MG_GEMM_FP8_TENSORWISE, 0, 0, "fp8 per-tensor, N=208 K=400 ldc=216");
+    check_fp8(ctx, r, MG_GEMM_FP8_TENSORWISE, 0, 0, 400, "fp8 per-tensor, N=208 K=400 ldc=216");
 }
 
 static void check_fp8_rowwise(mg_check_ctx *ctx, mg_check_result *r) {
-    check_fp8(ctx, r, MG_GEMM_FP8_ROWWISE, 0, 0, "fp8 row-wise, N=208 K=400 ldc=216");
+    check_fp8(ctx, r, MG_GEMM_FP8_ROWWISE, 0, 0, 400, "fp8 row-wise, N=208 K=400 ldc=216");
 }
 
 static void check_fp8_block_1x128_128x128(mg_check_ctx *ctx, mg_check_result *r) {
-    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_1X128, MG_FP8_BLOCK_128X128,
-              "fp8 act 1x128 (transposed on the backend) x weight 128x128, N=208 K=400");
+    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_1X128, MG_FP8_BLOCK_128X128, 1152,
+              "fp8 act 1x128 (transposed on the backend) x weight 128x128, N=208 K=1152");
+}
+
+static void check_fp8_block_1x128_128x128_partial(mg_check_ctx *ctx, mg_check_result *r) {
+    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_1X128, MG_FP8_BLOCK_128X128, 400,
+              "fp8 act 1x128 x weight 128x128, partial last K-block, N=208 K=400");
 }
 
 static void check_fp8_block_1x128_1x128(mg_check_ctx *ctx, mg_check_result *r) {
-    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_1X128, MG_FP8_BLOCK_1X128,
-              "fp8 act 1x128 x weight 1x128, N=208 K=400");
+    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_1X128, MG_FP8_BLOCK_1X128, 1152,
+              "fp8 act 1x128 x weight 1x128, N=208 K=1152");
 }
 
 static void check_fp8_block_128x128_1x128(mg_check_ctx *ctx, mg_check_result *r) {
-    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_128X128, MG_FP8_BLOCK_1X128,
-              "fp8 act 128x128 x weight 1x128, N=208 K=400");
+    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_128X128, MG_FP8_BLOCK_1X128, 1152,
+              "fp8 act 128x128 x weight 1x128, N=208 K=1152");
+}
+
+/* ------------------------------------------------------------------ autotuning */
+
+/* With autotuning on, a shape tuned at its first call (on the call's buffers) and one tuned
+ * by mg_gemm_prewarm (on temporaries) both give the reference's result. */
+static void check_autotune(mg_check_ctx *ctx, mg_check_result *r) {
+    r->passed = true; /* until fail() says otherwise */
+    uint64_t rng = ctx->seed ^ 0xa7;
+    mg_status st = mg_gemm_set_autotune(ctx->backend, true);
+    if (st) {
+        fail(r, "mg_gemm_set_autotune: %s", mg_last_error());
+        return;
+    }
+    uint16_t *act = random_bf16(&rng, 48 * 640, 1.0f), *weight = random_bf16(&rng, 320 * 640, 1.0f);
+    gemm_inputs bf16_in = {.plan = {.kind = MG_GEMM_BF16, .m = 48, .n = 320, .k = 640, .ldc = 320,
+                                    .out_type = MG_DTYPE_BF16},
+                           .act = act, .weight = weight};
+    double worst = act && weight ? compare_with_reference(ctx, &bf16_in, 48, r) : -1;
+    mg_gemm_plan fp8_plan = {.kind = MG_GEMM_FP8_ROWWISE, .m = 40, .n = 272, .k = 512,
+                             .ldc = 280, .out_type = MG_DTYPE_BF16};
+    fp8_operands o;
+    if (r->passed && !(st = mg_gemm_prewarm(ctx->backend, NULL, &fp8_plan, 1)) &&
+        !(st = make_fp8_operands(&rng, &fp8_plan, fp8_plan.m, &o))) {
+        gemm_inputs in = {.plan = fp8_plan, .act = o.act, .weight = o.weight,
+                          .act_scale = o.act_scale, .weight_scale = o.weight_scale};
+        double err = compare_with_reference(ctx, &in, fp8_plan.m, r);
+        if (err > worst)
+            worst = err;
+        free_operands(&o);
+    } else if (r->passed) {
+        fail(r, "prewarm with autotuning: %s", mg_last_error());
+    }
+    mg_gemm_set_autotune(ctx->backend, false);
+    free(act);
+    free(weight);
+    finish_sweep(r, worst, BOUND_BF16_OUT, "autotuned bf16 48x320x640 (at the call) and fp8 "
+                 "row-wise 40x272x512 (prewarmed)");
 }
 
 /* ------------------------------------------------------------------ scale transpose */
@@ -768,6 +816,7 @@ const mg_check_case mg_checks_gemm[] = {
     {"gemm", "fp8_tensorwise", check_fp8_tensorwise},
     {"gemm", "fp8_rowwise", check_fp8_rowwise},
     {"gemm", "fp8_block_1x128_128x128", check_fp8_block_1x128_128x128},
+    {"gemm", "fp8_block_partial_k", check_fp8_block_1x128_128x128_partial},
     {"gemm", "fp8_block_1x128_1x128", check_fp8_block_1x128_1x128},
     {"gemm", "fp8_block_128x128_1x128", check_fp8_block_128x128_1x128},
     {"gemm", "fp8_scale_transpose", check_scale_transpose},
@@ -776,5 +825,6 @@ const mg_check_case mg_checks_gemm[] = {
     {"gemm", "batch_invariant", check_batch_invariant},
     {"gemm", "capture_after_prewarm", check_capture_after_prewarm},
     {"gemm", "two_streams", check_two_streams},
+    {"gemm", "autotune", check_autotune},
     {NULL, NULL, NULL},
 };

@@ -15,8 +15,12 @@ export PYTHONUNBUFFERED=1
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 } >"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
-"$dir/test_gemm_cpu" >"$out/test_gemm_cpu.txt" 2>&1; echo "test_gemm_cpu: exit $?"
-"$dir/metrale-gpu" --backend cuda check gemm 2>&1 | tee "$out/check.txt"
+{
+  "$dir/test_gemm_cpu" >/dev/null 2>&1; echo "test_gemm_cpu: exit $?"
+  "$dir/metrale-gpu" --backend cuda check gemm
+  compute-sanitizer --tool memcheck --error-exitcode 3 "$dir/metrale-gpu" --backend cuda check \
+    gemm/fp8_scale_transpose; echo "memcheck of the transpose: exit $?"
+} 2>&1 | tee "$out/check.txt"
 "$dir/metrale-gpu" --backend cuda bench gemm --iters 50 --warmup 10 --json-out "$out/ours.json" "$@" \
   >"$out/bench.txt" 2>&1; echo "bench: exit $?"
 python3 "$dir/peers_gemm.py" --out "$out/peers.json" >"$out/peers.log" 2>&1; echo "peers: exit $?"

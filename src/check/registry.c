@@ -1,9 +1,11 @@
 /* registry.c - every check group, in the order `metrale-gpu check` runs them. */
 #include "check.h"
 
+extern const mg_check_case mg_checks_conformance[];
 extern const mg_check_case mg_checks_gemm[];
 
 const mg_check_case *const mg_check_groups[] = {
+    mg_checks_conformance,
     mg_checks_gemm,
     NULL,
 };

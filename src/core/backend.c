@@ -11,6 +11,7 @@
 #include "error.h"
 #include "metrale/host_heap.h"
 #include "metrale/pinned.h"
+#include "metrale/timing.h"
 #include "op_cache.h"
 #include "ops_gemm_impl.h"
 
@@ -61,7 +62,7 @@ mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out) {
     if (!d) {
         snprintf(out->reason, sizeof out->reason, "%s",
                  kind == MG_BACKEND_METAL ? "not compiled in (Metal is built on macOS only)"
-                                          : "not compiled in (nvcc was not found at build time)");
+                                          : "not compiled in (built without nvcc or with -DMETRALE_CUDA=OFF)");
         return MG_OK;
     }
     out->compiled_in = true;
@@ -1344,7 +1345,13 @@ mg_status mg_launch_run(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_laun
                         "%s: %s has an empty grid (%u,%u,%u) or block (%u,%u,%u)", fn, k->name,
                         launch->grid.x, launch->grid.y, launch->grid.z, launch->block.x,
                         launch->block.y, launch->block.z);
+    mg_timing *timing = atomic_load(&b->launch_timing);
+    mg_timing_span span = 0;
+    if (timing)
+        mg_timing_kernel_begin(timing, k->name, rs, &span); /* a timing failure never fails a launch */
     st = b->ops->launch(b->ctx, k->impl, k->name, rs->impl, launch);
+    if (span)
+        mg_timing_span_end(timing, span, rs);
     if (st == MG_OK && debug_sync_enabled() && !atomic_load(&rs->capturing)) {
         st = b->ops->stream_synchronize(b->ctx, rs->impl);
         if (st) {
@@ -1354,6 +1361,24 @@ mg_status mg_launch_run(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_laun
         }
     }
     return st;
+}
+
+mg_status mg_backend_attach_launch_timing(mg_backend *b, mg_timing *t) {
+    if (!mg_handle_is(b, MG_HANDLE_BACKEND))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_timing_trace_launches: backend is closed");
+    mg_timing *expected = NULL;
+    if (!atomic_compare_exchange_strong(&b->launch_timing, &expected, t) && expected != t)
+        return MG_ERROR(MG_ERR_BUSY,
+                        "mg_timing_trace_launches: another timing object already traces this "
+                        "backend's launches");
+    return MG_OK;
+}
+
+void mg_backend_detach_launch_timing(mg_backend *b, mg_timing *t) {
+    if (!mg_handle_is(b, MG_HANDLE_BACKEND))
+        return;
+    mg_timing *expected = t;
+    atomic_compare_exchange_strong(&b->launch_timing, &expected, NULL);
 }
 
 /* ------------------------------------------------------------------ accessors for op layers */

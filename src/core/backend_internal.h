@@ -78,9 +78,16 @@ struct mg_backend {
     mg_module_record *modules;
     size_t module_count, module_capacity;
 
+    _Atomic(struct mg_timing *) launch_timing; /* mg_timing_trace_launches, or NULL */
+
     atomic_bool faulted;
     char fault_message[768];
 };
+
+/* Kernel spans around every mg_launch_run (metrale/timing.h). Attach fails with
+ * MG_ERR_BUSY when another timing object is attached; detach only detaches `t`. */
+mg_status mg_backend_attach_launch_timing(mg_backend *b, struct mg_timing *t);
+void mg_backend_detach_launch_timing(mg_backend *b, struct mg_timing *t);
 
 /* Registry of live handles (process-wide). */
 mg_status mg_handle_register(const void *handle, mg_handle_type type);

@@ -29,7 +29,8 @@ static void push_arg(mg_launch *l, mg_arg_kind kind, const void *data, size_t by
                             "launch builder: more than %d arguments", MG_LAUNCH_MAX_ARGS);
         return;
     }
-    size_t slots = bytes == 0 ? 1 : (bytes + 7) / 8;
+    /* Divide first: (bytes + 7) / 8 wraps to a tiny count for lengths near SIZE_MAX. */
+    size_t slots = bytes == 0 ? 1 : bytes / 8 + (bytes % 8 != 0);
     if (slots > (size_t)(MG_LAUNCH_MAX_SLOTS - l->slot_count)) {
         l->error = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                             "launch builder: argument %u of %zu bytes exceeds the %d-byte "
@@ -166,7 +167,7 @@ void mg_launch_describe(const mg_launch *l, const char *name, char *buf, size_t 
 void mg_launch_config_1d(uint64_t n, uint32_t block, mg_dim3 *grid_out, mg_dim3 *block_out) {
     if (block == 0)
         block = 256;
-    uint64_t blocks = (n + block - 1) / block;
+    uint64_t blocks = n / block + (n % block != 0); /* n + block - 1 could wrap */
     if (blocks == 0)
         blocks = 1;
     if (blocks > 0x7fffffffu)

@@ -250,7 +250,7 @@ static mg_status push_retired(mg_op_cache *c, mg_devptr ptr, mg_stream *s) {
 
 mg_status mg_op_cache_scratch(mg_op_cache *c, const char *tag, size_t bytes, mg_stream *s,
                               mg_devptr *out) {
-    if (!tag || strlen(tag) >= sizeof(((scratch_slot *)0)->tag) || bytes == 0 || !out)
+    if (!tag || !*tag || strlen(tag) >= sizeof(((scratch_slot *)0)->tag) || bytes == 0 || !out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "op cache scratch: bad tag or size %zu", bytes);
     pthread_mutex_lock(&c->scratch_lock);
     reclaim_retired(c, false);

@@ -16,5 +16,10 @@ typedef struct mg_cli_options {
 int mg_cmd_info(int argc, char **argv, const mg_cli_options *opts);
 int mg_cmd_check(int argc, char **argv, const mg_cli_options *opts);
 int mg_cmd_bench(int argc, char **argv, const mg_cli_options *opts);
+/* metrale-gpu arena --list | <preset> [--fp8] [--max-chunk-bytes N]: every buffer of a
+ * preset's arena plan (bytes, alignment, lifetime, chunk, offset), the unpacked total, the
+ * packed size, their ratio and the peak-live lower bound; --json prints one object. Needs
+ * no device. */
+int mg_cmd_arena(int argc, char **argv, const mg_cli_options *opts);
 
 #endif

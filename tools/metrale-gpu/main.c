@@ -1,7 +1,143 @@
-/* main.c - the metrale-gpu command line. */
+/* main.c - the metrale-gpu command line: global options, then one sub-command. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-int main(void) {
-    puts("metrale-gpu: not built yet");
-    return 1;
+#include "commands.h"
+
+typedef int (*mg_command_fn)(int argc, char **argv, const mg_cli_options *opts);
+
+static const struct {
+    const char *name;
+    mg_command_fn run;
+    const char *args;
+    const char *summary;
+} commands[] = {
+    {"info", mg_cmd_info, "",
+     "the backends compiled in, which are usable here (and why not), and each device"},
+    {"check", mg_cmd_check, "[FILTER]",
+     "run the conformance and op checks on the chosen backend; FILTER keeps the checks whose "
+     "\"group/name\" contains it"},
+    {"arena", mg_cmd_arena, "--list | PRESET [--fp8] [--max-chunk-bytes N]",
+     "the buffer-arena plan of a built-in model preset: buffers, offsets, packed vs unpacked"},
+#ifdef METRALE_CLI_HAVE_BENCH
+    {"bench", mg_cmd_bench, "[OP ...]", "time operations on the chosen backend"},
+#endif
+};
+#define COMMAND_COUNT (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f) {
+    fprintf(
+        f, "usage: metrale-gpu [OPTIONS] COMMAND [ARGS]\n"
+           "\n"
+           "options (before or after the command):\n"
+           "  --backend cpu|cuda|metal|auto  backend to use (default auto: CUDA, Metal, then CPU)\n"
+           "  --device N                     device ordinal (default 0)\n"
+           "  --json                         machine-readable output where supported (info)\n"
+           "  --help                         this text\n"
+           "\n"
+           "commands:\n");
+    for (size_t i = 0; i < COMMAND_COUNT; i++) {
+        char head[64];
+        snprintf(head, sizeof head, "%s %s", commands[i].name, commands[i].args);
+        fprintf(f, "  %-16s %s\n", head, commands[i].summary);
+    }
+    fprintf(f, "\nenvironment: METRALE_CHECK_SEED=N repeats a check run's random inputs.\n");
+}
+
+/* When argv[*i] is option `name` ("--name VALUE" or "--name=VALUE"): true, with *value set
+ * (NULL when the value is missing) and *i moved past it. */
+static bool option_with_value(int argc, char **argv, int *i, const char *name, const char **value) {
+    size_t len = strlen(name);
+    const char *arg = argv[*i];
+    if (strncmp(arg, name, len) != 0 || (arg[len] != '\0' && arg[len] != '='))
+        return false;
+    if (arg[len] == '=')
+        *value = arg + len + 1;
+    else
+        *value = *i + 1 < argc ? argv[++*i] : NULL;
+    return true;
+}
+
+/* Consumes the global option at argv[*i] (and its value): 1 when it was one, 0 when not,
+ * -1 on a bad or missing value (reported). */
+static int parse_global_option(int argc, char **argv, int *i, mg_cli_options *opts, bool *help) {
+    const char *arg = argv[*i], *value;
+    if (option_with_value(argc, argv, i, "--backend", &value)) {
+        if (!value || mg_backend_kind_parse(value, &opts->backend) != MG_OK) {
+            fprintf(stderr, "metrale-gpu: --backend '%s': expected cpu, cuda, metal or auto\n",
+                    value ? value : "");
+            return -1;
+        }
+        return 1;
+    }
+    if (option_with_value(argc, argv, i, "--device", &value)) {
+        char *end = NULL;
+        long device = value ? strtol(value, &end, 10) : -1;
+        if (!value || !*value || *end || device < 0 || device > 1024) {
+            fprintf(stderr, "metrale-gpu: --device '%s': expected a device ordinal\n",
+                    value ? value : "");
+            return -1;
+        }
+        opts->device = (int)device;
+        return 1;
+    }
+    if (!strcmp(arg, "--json")) {
+        opts->json = true;
+        return 1;
+    }
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+        *help = true;
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    mg_cli_options opts = {.backend = MG_BACKEND_AUTO, .device = 0, .json = false};
+    bool help = false;
+    /* Global options are removed wherever they appear; what remains is the command and its
+     * own arguments, in order. */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int rest_count = 0;
+    if (!rest) {
+        fprintf(stderr, "metrale-gpu: out of memory\n");
+        return 1;
+    }
+    for (int i = 1; i < argc; i++) {
+        int took = parse_global_option(argc, argv, &i, &opts, &help);
+        if (took < 0) {
+            free(rest);
+            return 2;
+        }
+        if (took == 0) {
+            if (rest_count == 0 && argv[i][0] == '-') {
+                fprintf(stderr, "metrale-gpu: unknown option '%s'\n\n", argv[i]);
+                usage(stderr);
+                free(rest);
+                return 2;
+            }
+            rest[rest_count++] = argv[i];
+        }
+    }
+    int status;
+    if (help) {
+        usage(stdout);
+        status = 0;
+    } else if (rest_count == 0) {
+        usage(stderr);
+        status = 2;
+    } else {
+        status = -1;
+        for (size_t i = 0; i < COMMAND_COUNT && status < 0; i++)
+            if (!strcmp(rest[0], commands[i].name))
+                status = commands[i].run(rest_count, rest, &opts);
+        if (status < 0) {
+            fprintf(stderr, "metrale-gpu: unknown command '%s'\n\n", rest[0]);
+            usage(stderr);
+            status = 2;
+        }
+    }
+    free(rest);
+    return status;
 }

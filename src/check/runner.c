@@ -1,0 +1,122 @@
+/* runner.c - runs the registered checks on one backend and prints the table
+ * (mg_check_run_all, check.h). */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+
+/* METRALE_CHECK_SEED (decimal or 0x hex) repeats a run; otherwise a fresh seed each run. */
+static uint64_t run_seed(void) {
+    const char *env = getenv("METRALE_CHECK_SEED");
+    if (env && *env) {
+        char *end;
+        unsigned long long v = strtoull(env, &end, 0);
+        if (*end == '\0')
+            return v;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
+}
+
+/* The CPU backend the op checks compare against: `b` itself when it is one, else the first
+ * CPU device this process can still open. NULL when none can be opened. */
+static mg_backend *open_reference(mg_backend *b, bool *opened) {
+    *opened = false;
+    if (mg_backend_get_kind(b) == MG_BACKEND_CPU)
+        return b;
+    for (int device = 0; device < 8; device++) {
+        mg_backend *ref;
+        if (mg_backend_open(MG_BACKEND_CPU, device, &ref) == MG_OK) {
+            *opened = true;
+            return ref;
+        }
+    }
+    return NULL;
+}
+
+static bool selected(const mg_check_case *c, const char *filter) {
+    if (!filter || !*filter)
+        return true;
+    char full[256];
+    snprintf(full, sizeof full, "%s/%s", c->group, c->name);
+    return strstr(full, filter) != NULL;
+}
+
+/* Details are printed on one line. */
+static void print_one_line(FILE *out, const char *text) {
+    for (const char *p = text; *p; p++)
+        fputc(*p == '\n' || *p == '\r' ? ' ' : *p, out);
+}
+
+int mg_check_run_all(mg_backend *b, const char *filter, FILE *out, int *passed_out,
+                     int *skipped_out) {
+    int passed = 0, failed = 0, skipped = 0;
+    int width = 5;
+    for (size_t g = 0; mg_check_groups[g]; g++)
+        for (const mg_check_case *c = mg_check_groups[g]; c->name; c++)
+            if (selected(c, filter)) {
+                int len = (int)(strlen(c->group) + 1 + strlen(c->name));
+                width = len > width ? len : width;
+            }
+
+    bool reference_opened;
+    mg_check_ctx ctx = {.backend = b, .seed = run_seed()};
+    ctx.reference = open_reference(b, &reference_opened);
+    if (out) {
+        mg_device_info info;
+        if (mg_device_get_info(b, &info) != MG_OK)
+            snprintf(info.name, sizeof info.name, "device info unavailable");
+        fprintf(out, "backend %s: %s; seed 0x%016" PRIx64 " (METRALE_CHECK_SEED repeats it)\n",
+                mg_backend_kind_name(mg_backend_get_kind(b)), info.name, ctx.seed);
+        if (!ctx.reference)
+            fprintf(out, "no CPU reference backend could be opened: op checks will fail\n");
+        fprintf(out, "%-*s  %-6s  %s\n", width, "check", "result", "error / detail");
+    }
+
+    for (size_t g = 0; mg_check_groups[g]; g++) {
+        for (const mg_check_case *c = mg_check_groups[g]; c->name; c++) {
+            if (!selected(c, filter))
+                continue;
+            mg_check_result result = {0};
+            mg_clear_error();
+            c->fn(&ctx, &result);
+            const char *verdict;
+            if (result.skipped) {
+                skipped++;
+                verdict = "skip";
+            } else if (result.passed) {
+                passed++;
+                verdict = "ok";
+            } else {
+                failed++;
+                verdict = "FAIL";
+            }
+            if (!out)
+                continue;
+            fprintf(out, "%s/%-*s  %-6s  ", c->group, width - (int)strlen(c->group) - 1, c->name,
+                    verdict);
+            if (result.error != 0.0)
+                fprintf(out, "err %.2e  ", result.error);
+            print_one_line(out, result.detail);
+            fputc('\n', out);
+            fflush(out);
+        }
+    }
+    if (out) {
+        fprintf(out, "%d passed, %d failed", passed, failed);
+        if (skipped)
+            fprintf(out, ", %d skipped", skipped);
+        fputc('\n', out);
+    }
+    if (reference_opened)
+        mg_backend_close(ctx.reference);
+    if (passed_out)
+        *passed_out = passed;
+    if (skipped_out)
+        *skipped_out = skipped;
+    return failed;
+}

@@ -115,7 +115,7 @@ static void test_e4m3_encode_rounding(void) {
             }
     }
     /* Random magnitudes over the whole range, including float subnormals and saturation. */
-    for (int i = 0; i < 200000; i++) {
+    for (int i = 0; i < 20000; i++) {
         float x = ldexpf(rng_unit(), (int)rng_below(40) - 30);
         EXPECT(mg_f32_to_fp8_e4m3(x) == e4m3_nearest(x), "encode(%.9g) = 0x%02x, want 0x%02x", x,
                mg_f32_to_fp8_e4m3(x), e4m3_nearest(x));

@@ -19,7 +19,7 @@ worst = None
 for r in ours["rows"]:
     if r["bench"] != "gemm":
         continue
-    key = (r["name"].replace("_tuned", ""), r["shape"], r["timing"])
+    key = (r["name"], r["shape"], r["timing"])
     p = index.get(key)
     graph = r["timing"] == "graph"
     us = r["per_item_us"] if graph else r["median_us"]
@@ -30,7 +30,7 @@ for r in ours["rows"]:
         q = pus / us
         ratio = f"{q:.2f}"
         if worst is None or q < worst[0]:
-            worst = (q, (r["name"], r["shape"], r["timing"]))
+            worst = (q, key)
     elif p:
         ptxt = "n/a"
     kind = "bf16" if r["name"].startswith("bf16") else "fp8"

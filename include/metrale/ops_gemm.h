@@ -177,16 +177,6 @@ mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans
 mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled);
 bool mg_gemm_batch_invariant(mg_backend *b);
 
-/* Autotuning (off by default; env METRALE_GEMM_AUTOTUNE=1 turns it on when a backend first
- * runs a GEMM): a shape planned while it is on (its first call, or mg_gemm_prewarm) times each
- * of the library heuristic's first 8 candidates on `s` (20 runs each) and keeps the fastest
- * if it beats the heuristic's first choice by 3% or more.
- * Planning then launches work and waits for it (mg_gemm_prewarm tunes on temporary buffers of
- * the plan's size); calls of shapes already planned are unaffected. Tuned and untuned plans
- * of a shape are kept apart. Batch-invariant mode takes precedence. The CPU backend ignores
- * it. */
-mg_status mg_gemm_set_autotune(mg_backend *b, bool enabled);
-
 #ifdef __cplusplus
 }
 #endif

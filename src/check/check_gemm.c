@@ -379,44 +379,6 @@ static void check_fp8_block_128x128_1x128(mg_check_ctx *ctx, mg_check_result *r)
               "fp8 act 128x128 x weight 1x128, N=208 K=1152");
 }
 
-/* ------------------------------------------------------------------ autotuning */
-
-/* With autotuning on, a shape tuned at its first call (on the call's buffers) and one tuned
- * by mg_gemm_prewarm (on temporaries) both give the reference's result. */
-static void check_autotune(mg_check_ctx *ctx, mg_check_result *r) {
-    r->passed = true; /* until fail() says otherwise */
-    uint64_t rng = ctx->seed ^ 0xa7;
-    mg_status st = mg_gemm_set_autotune(ctx->backend, true);
-    if (st) {
-        fail(r, "mg_gemm_set_autotune: %s", mg_last_error());
-        return;
-    }
-    uint16_t *act = random_bf16(&rng, 48 * 640, 1.0f), *weight = random_bf16(&rng, 320 * 640, 1.0f);
-    gemm_inputs bf16_in = {.plan = {.kind = MG_GEMM_BF16, .m = 48, .n = 320, .k = 640, .ldc = 320,
-                                    .out_type = MG_DTYPE_BF16},
-                           .act = act, .weight = weight};
-    double worst = act && weight ? compare_with_reference(ctx, &bf16_in, 48, r) : -1;
-    mg_gemm_plan fp8_plan = {.kind = MG_GEMM_FP8_ROWWISE, .m = 40, .n = 272, .k = 512,
-                             .ldc = 280, .out_type = MG_DTYPE_BF16};
-    fp8_operands o;
-    if (r->passed && !(st = mg_gemm_prewarm(ctx->backend, NULL, &fp8_plan, 1)) &&
-        !(st = make_fp8_operands(&rng, &fp8_plan, fp8_plan.m, &o))) {
-        gemm_inputs in = {.plan = fp8_plan, .act = o.act, .weight = o.weight,
-                          .act_scale = o.act_scale, .weight_scale = o.weight_scale};
-        double err = compare_with_reference(ctx, &in, fp8_plan.m, r);
-        if (err > worst)
-            worst = err;
-        free_operands(&o);
-    } else if (r->passed) {
-        fail(r, "prewarm with autotuning: %s", mg_last_error());
-    }
-    mg_gemm_set_autotune(ctx->backend, false);
-    free(act);
-    free(weight);
-    finish_sweep(r, worst, BOUND_BF16_OUT, "autotuned bf16 48x320x640 (at the call) and fp8 "
-                 "row-wise 40x272x512 (prewarmed)");
-}
-
 /* ------------------------------------------------------------------ scale transpose */
 
 static mg_status run_transpose(mg_backend *b, uint32_t m, uint32_t m_pad, uint32_t k,
@@ -825,6 +787,5 @@ const mg_check_case mg_checks_gemm[] = {
     {"gemm", "batch_invariant", check_batch_invariant},
     {"gemm", "capture_after_prewarm", check_capture_after_prewarm},
     {"gemm", "two_streams", check_two_streams},
-    {"gemm", "autotune", check_autotune},
     {NULL, NULL, NULL},
 };

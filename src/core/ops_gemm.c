@@ -331,18 +331,6 @@ mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled) {
     return MG_OK;
 }
 
-mg_status mg_gemm_set_autotune(mg_backend *b, bool enabled) {
-    if (mg_backend_get_kind(b) == MG_BACKEND_AUTO)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_set_autotune: NULL, invalid or closed "
-                        "backend %p", (void *)b);
-#ifdef METRALE_HAVE_CUDA
-    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
-        return mg_cublaslt_set_autotune(b, enabled);
-#endif
-    (void)enabled; /* nothing to choose between on the CPU reference */
-    return MG_OK;
-}
-
 bool mg_gemm_batch_invariant(mg_backend *b) {
 #ifdef METRALE_HAVE_CUDA
     if (b && mg_backend_get_kind(b) == MG_BACKEND_CUDA)

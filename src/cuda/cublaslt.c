@@ -9,7 +9,6 @@
 
 #include <cublasLt.h>
 #include <dlfcn.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -136,8 +135,7 @@ static mg_status lt_error(cublasStatus_t r, const char *call, const char *contex
 /* Plan keys are compared bytewise: all members are uint32_t, so there is no padding. M is 0
  * in the key of a batch-invariant algorithm family. */
 typedef struct plan_key {
-    uint32_t kind, m, n, k, ldc, out_type, act_mode, weight_mode, alignment, batch_invariant,
-        autotune;
+    uint32_t kind, m, n, k, ldc, out_type, act_mode, weight_mode, alignment, batch_invariant;
 } plan_key;
 
 typedef struct gemm_plan {
@@ -174,7 +172,6 @@ typedef struct lt_state {
     cublasLtHandle_t handle;
     int cc_major;
     atomic_bool batch_invariant;
-    atomic_bool autotune;
     pthread_mutex_t lock; /* plans, families, workspaces */
     gemm_plan *plans[PLAN_BUCKETS];
     size_t plan_count;
@@ -235,8 +232,6 @@ static mg_status get_state(mg_backend *b, const char *what, lt_state **out) {
     st->backend = b;
     st->cc_major = info.cc_major;
     atomic_init(&st->batch_invariant, false);
-    const char *tune = getenv("METRALE_GEMM_AUTOTUNE");
-    atomic_init(&st->autotune, tune && strcmp(tune, "1") == 0);
     pthread_mutex_init(&st->lock, NULL);
     st->next = states;
     states = st;
@@ -315,19 +310,9 @@ bool mg_cublaslt_batch_invariant(mg_backend *b) {
     return st && atomic_load(&st->batch_invariant);
 }
 
-mg_status mg_cublaslt_set_autotune(mg_backend *b, bool enabled) {
-    lt_state *st;
-    mg_status status = get_state(b, "mg_gemm_set_autotune", &st);
-    if (status)
-        return status;
-    atomic_store(&st->autotune, enabled);
-    return MG_OK;
-}
-
 /* ------------------------------------------------------------------ plans */
 
-static plan_key key_of(const mg_gemm_plan *p, const lt_state *st) {
-    bool batch_invariant = atomic_load(&st->batch_invariant);
+static plan_key key_of(const mg_gemm_plan *p, bool batch_invariant) {
     bool blocked = p->kind == MG_GEMM_FP8_BLOCKSCALED;
     plan_key key = {
         .kind = (uint32_t)p->kind,
@@ -340,8 +325,6 @@ static plan_key key_of(const mg_gemm_plan *p, const lt_state *st) {
         .weight_mode = blocked ? (uint32_t)p->weight_mode : 0,
         .alignment = p->pointer_alignment ? p->pointer_alignment : 16,
         .batch_invariant = batch_invariant,
-        /* batch-invariant plans take the family's algorithm, never a tuned one */
-        .autotune = !batch_invariant && atomic_load(&st->autotune),
     };
     return key;
 }
@@ -368,10 +351,9 @@ static const char *kind_text(uint32_t kind) {
 
 /* "bf16 GEMM M=1 N=4096 K=4096 ldc=4096 out bf16" for messages. */
 static void describe(const plan_key *key, char *buf, size_t bytes) {
-    snprintf(buf, bytes, "%s GEMM M=%u N=%u K=%u ldc=%u out %s align %u%s%s",
-             kind_text(key->kind), key->m, key->n, key->k, key->ldc,
-             mg_dtype_name((mg_dtype)key->out_type), key->alignment,
-             key->batch_invariant ? " batch-invariant" : "", key->autotune ? " autotuned" : "");
+    snprintf(buf, bytes, "%s GEMM M=%u N=%u K=%u ldc=%u out %s align %u%s", kind_text(key->kind),
+             key->m, key->n, key->k, key->ldc, mg_dtype_name((mg_dtype)key->out_type),
+             key->alignment, key->batch_invariant ? " batch-invariant" : "");
 }
 
 static cublasLtMatmulMatrixScale_t block_scale_mode(uint32_t mode) {
@@ -379,15 +361,14 @@ static cublasLtMatmulMatrixScale_t block_scale_mode(uint32_t mode) {
                                       : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
 }
 
-/* What a plan is made with: the stream and its workspace, and the call's pointers (zero in
+/* What a plan is made with: the stream, its workspace and the call's scale pointers (zero in
  * mg_gemm_prewarm). Vector and block scale modes need scale pointers in the descriptor before
- * the heuristic accepts it; without the call's, the workspace stands in (device memory,
- * 16-byte aligned) until a call sets its own. */
+ * the heuristic accepts it (CUBLAS_STATUS_INVALID_VALUE otherwise); without the call's, the
+ * workspace stands in (device memory, 16-byte aligned) until a call sets its own. */
 typedef struct plan_io {
     mg_stream *s;
-    CUstream stream;
     mg_devptr workspace;
-    mg_devptr act, weight, out, act_scale, weight_scale;
+    mg_devptr act_scale, weight_scale;
 } plan_io;
 
 /* Creates the descriptor and layouts of `key` (with `m` rows) into p. */
@@ -432,76 +413,19 @@ static mg_status create_objects(const plan_key *key, uint32_t m, const plan_io *
     return MG_OK;
 }
 
-/* Enqueues p's matmul with `algo` on io's stream and buffers. */
-static cublasStatus_t launch(lt_state *st, const gemm_plan *p, const cublasLtMatmulAlgo_t *algo,
-                             size_t workspace_bytes, mg_devptr act, mg_devptr weight,
+/* Enqueues p's matmul on `stream`: D = W^T-op x act with alpha 1 and beta 0, so C is D. */
+static cublasStatus_t launch(lt_state *st, const gemm_plan *p, mg_devptr act, mg_devptr weight,
                              mg_devptr out, mg_devptr workspace, CUstream stream) {
     static const float one = 1.0f, zero = 0.0f;
     void *d = (void *)(uintptr_t)out;
     return lt.matmul(st->handle, p->desc, &one, (const void *)(uintptr_t)weight, p->a,
-                     (const void *)(uintptr_t)act, p->b, &zero, d, p->d, d, p->d, algo,
-                     (void *)(uintptr_t)workspace, workspace_bytes, (cudaStream_t)stream);
+                     (const void *)(uintptr_t)act, p->b, &zero, d, p->d, d, p->d, &p->algo,
+                     (void *)(uintptr_t)workspace, p->workspace_bytes, (cudaStream_t)stream);
 }
 
-#define TUNE_CANDIDATES 8
-#define TUNE_WARMUP_RUNS 2
-#define TUNE_RUNS 20
-/* A candidate replaces the heuristic's first choice only when it is this much faster, so
- * measurement noise cannot make a tuned plan slower than the untuned one. */
-#define TUNE_MIN_GAIN 0.97f
-
-/* Device time per run over TUNE_RUNS back-to-back runs of one candidate, after
- * TUNE_WARMUP_RUNS untimed ones; a candidate that fails to launch gives +inf. */
-static mg_status time_candidate(lt_state *st, const gemm_plan *p,
-                                const cublasLtMatmulHeuristicResult_t *cand, const plan_io *io,
-                                mg_devptr act, mg_devptr weight, mg_devptr out, mg_event *start,
-                                mg_event *end, float *ms) {
-    mg_stream *s = io->s ? io->s : mg_stream_default(st->backend);
-    *ms = INFINITY;
-    for (int i = 0; i < TUNE_WARMUP_RUNS; i++)
-        if (launch(st, p, &cand->algo, cand->workspaceSize, act, weight, out, io->workspace,
-                   io->stream))
-            return MG_OK;
-    mg_status status = mg_event_record(start, s);
-    for (int i = 0; !status && i < TUNE_RUNS; i++)
-        if (launch(st, p, &cand->algo, cand->workspaceSize, act, weight, out, io->workspace,
-                   io->stream))
-            status = MG_ERROR(MG_ERR_DEVICE, "autotune: a candidate launched, then failed");
-    float total = INFINITY;
-    if (!status && !(status = mg_event_record(end, s)) && !(status = mg_event_synchronize(end)) &&
-        !(status = mg_event_elapsed_ms(start, end, &total)))
-        *ms = total / TUNE_RUNS;
-    return status;
-}
-
-/* Buffers to tune on: the call's, or (mg_gemm_prewarm) temporaries of the plan's size with
- * non-zero contents. */
-static mg_status tuning_buffers(lt_state *st, const plan_key *key, const plan_io *io,
-                                mg_devptr temp[3], mg_devptr *act, mg_devptr *weight,
-                                mg_devptr *out) {
-    if (io->act) {
-        *act = io->act, *weight = io->weight, *out = io->out;
-        return MG_OK;
-    }
-    size_t in = key->kind == MG_GEMM_BF16 ? 2 : 1;
-    size_t bytes[3] = {(size_t)key->m * key->k * in, (size_t)key->n * key->k * in,
-                       (size_t)key->m * key->ldc * mg_dtype_bytes((mg_dtype)key->out_type)};
-    for (int i = 0; i < 3; i++) {
-        mg_status status = mg_alloc(st->backend, bytes[i], &temp[i]);
-        if (!status && i < 2)
-            status = mg_memset(st->backend, temp[i], 0x3c, bytes[i]); /* ~1e-2 in BF16, 1.5 in FP8 */
-        if (status)
-            return status;
-    }
-    *act = temp[0], *weight = temp[1], *out = temp[2];
-    return MG_OK;
-}
-
-/* The heuristic's first choice for p's objects, or with autotuning the fastest of its first
- * TUNE_CANDIDATES when run on the device. Batch-invariant plans exclude split-K reductions,
- * whose partition could depend on M. */
-static mg_status choose_algo(lt_state *st, const plan_key *key, const plan_io *io, gemm_plan *p,
-                             const char *ctx) {
+/* The heuristic's first choice for p's objects (as PyTorch takes it). Batch-invariant plans
+ * exclude split-K reductions, whose partition could depend on M. */
+static mg_status choose_algo(lt_state *st, const plan_key *key, gemm_plan *p, const char *ctx) {
     cublasLtMatmulPreference_t pref;
     cublasStatus_t r = lt.pref_create(&pref);
     if (r)
@@ -523,46 +447,17 @@ static mg_status choose_algo(lt_state *st, const plan_key *key, const plan_io *i
         lt.pref_destroy(pref);
         return lt_error(r, "cublasLtMatmulPreferenceSetAttribute", ctx);
     }
-    cublasLtMatmulHeuristicResult_t results[TUNE_CANDIDATES];
+    cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    r = lt.heuristic(st->handle, p->desc, p->a, p->b, p->d, p->d, pref,
-                     key->autotune ? TUNE_CANDIDATES : 1, results, &found);
+    r = lt.heuristic(st->handle, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found);
     lt.pref_destroy(pref);
     if (r)
         return lt_error(r, "cublasLtMatmulAlgoGetHeuristic", ctx);
     if (found == 0)
         return MG_ERROR(MG_ERR_UNSUPPORTED, "cublasLtMatmulAlgoGetHeuristic: no algorithm for %s",
                         ctx);
-    int best = 0;
-    if (key->autotune && found > 1) {
-        mg_devptr temp[3] = {0, 0, 0}, act, weight, out;
-        mg_event *start = NULL, *end = NULL;
-        float ms[TUNE_CANDIDATES + 1];
-        mg_status status = tuning_buffers(st, key, io, temp, &act, &weight, &out);
-        if (!status && !(status = mg_event_create(st->backend, &start)))
-            status = mg_event_create(st->backend, &end);
-        /* The first choice is timed first and again last, and keeps its better time, so clocks
-         * ramping up during tuning do not count against it. */
-        for (int i = 0; !status && i <= found; i++)
-            status = time_candidate(st, p, &results[i % found], io, act, weight, out, start, end,
-                                    &ms[i]);
-        if (!status) {
-            float first = ms[0] < ms[found] ? ms[0] : ms[found], best_ms = first;
-            for (int i = 1; i < found; i++)
-                if (ms[i] < best_ms && ms[i] < TUNE_MIN_GAIN * first)
-                    best_ms = ms[i], best = i;
-        }
-        mg_event_destroy(start);
-        mg_event_destroy(end);
-        for (int i = 0; i < 3; i++)
-            mg_free(st->backend, temp[i]);
-        if (status) {
-            mg_error_append(" (autotuning %s)", ctx);
-            return status;
-        }
-    }
-    p->algo = results[best].algo;
-    p->workspace_bytes = results[best].workspaceSize;
+    p->algo = result.algo;
+    p->workspace_bytes = result.workspaceSize;
     return MG_OK;
 }
 
@@ -580,7 +475,7 @@ static mg_status invariant_algo(lt_state *st, const plan_key *key, const plan_io
         mg_status status =
             create_objects(key, MG_CUBLASLT_INVARIANT_REFERENCE_M, io, &reference, ctx);
         if (!status)
-            status = choose_algo(st, key, io, &reference, ctx);
+            status = choose_algo(st, key, &reference, ctx);
         cublasLtMatmulAlgo_t algo = reference.algo;
         if (reference.a)
             lt.layout_destroy(reference.a);
@@ -650,7 +545,7 @@ static mg_status get_plan(lt_state *st, const plan_io *io, const plan_key *key, 
     status = create_objects(key, key->m, io, p, ctx);
     if (!status)
         status = key->batch_invariant ? invariant_algo(st, key, io, p, ctx)
-                                      : choose_algo(st, key, io, p, ctx);
+                                      : choose_algo(st, key, p, ctx);
     if (status) {
         destroy_plan(p);
         pthread_mutex_unlock(&st->lock);
@@ -716,12 +611,12 @@ mg_status mg_cublaslt_gemm(mg_backend *b, mg_stream *s, const mg_gemm_call *call
     mg_status status = get_state(b, "mg_gemm", &st);
     if (status)
         return status;
-    plan_io io = {.s = s, .act = call->act, .weight = call->weight, .out = call->out,
-                  .act_scale = call->act_scale, .weight_scale = call->weight_scale};
-    if ((status = mg_cuda_stream(b, s, &io.stream)) ||
-        (status = get_workspace(st, s, io.stream, &io.workspace)))
+    plan_io io = {.s = s, .act_scale = call->act_scale, .weight_scale = call->weight_scale};
+    CUstream stream;
+    if ((status = mg_cuda_stream(b, s, &stream)) ||
+        (status = get_workspace(st, s, stream, &io.workspace)))
         return status;
-    plan_key key = key_of(&call->plan, st);
+    plan_key key = key_of(&call->plan, atomic_load(&st->batch_invariant));
     gemm_plan *p;
     if ((status = get_plan(st, &io, &key, &p)))
         return status;
@@ -744,8 +639,7 @@ mg_status mg_cublaslt_gemm(mg_backend *b, mg_stream *s, const mg_gemm_call *call
         p->weight_scale = call->weight_scale;
         p->act_scale = call->act_scale;
     }
-    r = launch(st, p, &p->algo, p->workspace_bytes, call->act, call->weight, call->out,
-               io.workspace, io.stream);
+    r = launch(st, p, call->act, call->weight, call->out, io.workspace, stream);
     if (fp8)
         pthread_mutex_unlock(&p->launch_lock);
     if (r) {
@@ -763,11 +657,13 @@ mg_status mg_cublaslt_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *p
     if (status)
         return status;
     plan_io io = {.s = s};
-    if ((status = mg_cuda_stream(b, s, &io.stream)) ||
-        (status = get_workspace(st, s, io.stream, &io.workspace)))
+    CUstream stream;
+    if ((status = mg_cuda_stream(b, s, &stream)) ||
+        (status = get_workspace(st, s, stream, &io.workspace)))
         return status;
+    bool invariant = atomic_load(&st->batch_invariant);
     for (size_t i = 0; i < count; i++) {
-        plan_key key = key_of(&plans[i], st);
+        plan_key key = key_of(&plans[i], invariant);
         gemm_plan *p;
         if ((status = get_plan(st, &io, &key, &p))) {
             mg_error_append(" (mg_gemm_prewarm: plan %zu)", i);

@@ -31,7 +31,6 @@ mg_status mg_cublaslt_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *p
                               size_t count);
 mg_status mg_cublaslt_set_batch_invariant(mg_backend *b, bool enabled);
 bool mg_cublaslt_batch_invariant(mg_backend *b);
-mg_status mg_cublaslt_set_autotune(mg_backend *b, bool enabled);
 
 /* Frees the handle and plans kept for `b` (the workspaces are the op cache's). Called by
  * mg_backend_close through mg_gemm_release; a no-op for a backend never used here. */

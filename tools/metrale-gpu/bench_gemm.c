@@ -6,8 +6,7 @@
  *  - "*_decode_graph" (M <= 16): graph replay of one GEMM per weight of a rotation larger
  *    than L2, so each GEMM streams its weights from memory with no launch gaps; GB/s counts
  *    weight bytes.
- * Options: --m LIST (comma-separated token counts), --decode-only, --no-decode, --autotune
- * (each case again with mg_gemm_set_autotune on, as "<case>_tuned"). */
+ * Options: --m LIST (comma-separated token counts), --decode-only, --no-decode. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,10 +98,9 @@ static void free_case(mg_bench *b, gemm_case *c, bool graph, mg_devptr single_we
 
 /* One row: `graph` selects decode-style graph replay over rotating weights. */
 static int run_case(mg_bench *b, mg_gemm_kind kind, uint32_t m, uint32_t n, uint32_t k,
-                    bool graph, bool tuned) {
+                    bool graph) {
     char name[48], shape[64];
-    snprintf(name, sizeof name, "%s%s%s", kind_case_name(kind), graph ? "_decode_graph" : "",
-             tuned ? "_tuned" : "");
+    snprintf(name, sizeof name, "%s%s", kind_case_name(kind), graph ? "_decode_graph" : "");
     snprintf(shape, sizeof shape, "%ux%ux%u", m, n, k);
     /* Block scaling needs M % 4 == 0; an engine pads its tokens to that. */
     if (!mg_bench_selected(b, name) || (kind == MG_GEMM_FP8_BLOCKSCALED && m % 4))
@@ -131,11 +129,7 @@ static int run_case(mg_bench *b, mg_gemm_kind kind, uint32_t m, uint32_t n, uint
         c.weights = (mg_bench_rotation){&single_weight, 1, weight_bytes};
     }
     /* The first call plans the shape (for graphs it must happen outside the capture). */
-    if ((st = mg_gemm_set_autotune(b->backend, tuned)))
-        goto fail;
-    st = body_gemm(b, &c, 0);
-    mg_gemm_set_autotune(b->backend, false);
-    if (st || (st = mg_stream_synchronize(b->stream)))
+    if ((st = body_gemm(b, &c, 0)) || (st = mg_stream_synchronize(b->stream)))
         goto fail;
     mg_bench_row row = mg_bench_row_make("gemm", name, shape);
     double gemms = c.per_iteration;
@@ -204,28 +198,23 @@ static int bench_gemm(mg_bench *b, int argc, char **argv) {
     }
     bool decode_only = has_flag(argc, argv, "--decode-only");
     bool no_decode = has_flag(argc, argv, "--no-decode");
-    int tunings = has_flag(argc, argv, "--autotune") ? 2 : 1;
     int failures = 0;
     size_t nk_count = b->quick ? 1 : 3;
     if (!decode_only) {
         for (size_t s = 0; s < nk_count; s++)
             for (size_t i = 0; i < m_count; i++)
                 for (size_t v = 0; v < sizeof kinds / sizeof kinds[0]; v++)
-                    for (int t = 0; t < tunings; t++)
-                        failures += run_case(b, kinds[v], ms[i], nk[s][0], nk[s][1], false, t);
+                    failures += run_case(b, kinds[v], ms[i], nk[s][0], nk[s][1], false);
         for (size_t s = 0; !b->quick && s < 2; s++)
             for (size_t v = 0; v < sizeof kinds / sizeof kinds[0]; v++)
-                for (int t = 0; t < tunings; t++)
-                    failures += run_case(b, kinds[v], big[s][0], big[s][1], big[s][2], false, t);
+                failures += run_case(b, kinds[v], big[s][0], big[s][1], big[s][2], false);
     }
     if (!no_decode && mg_backend_supports(b->backend, MG_CAP_GRAPHS)) {
         static const uint32_t decode_m[] = {1, 16};
         for (size_t s = 0; s < nk_count; s++)
             for (size_t i = 0; i < 2; i++)
                 for (size_t v = 0; v < sizeof decode_kinds / sizeof decode_kinds[0]; v++)
-                    for (int t = 0; t < tunings; t++)
-                        failures += run_case(b, decode_kinds[v], decode_m[i], nk[s][0], nk[s][1],
-                                             true, t);
+                    failures += run_case(b, decode_kinds[v], decode_m[i], nk[s][0], nk[s][1], true);
     }
     return failures;
 }

@@ -15,15 +15,15 @@
 #include "test_util.h"
 
 /* CHECK with a formatted explanation of what was found. */
-#define EXPECT(cond, ...)                                                                      \
-    do {                                                                                       \
-        test_checks++;                                                                         \
-        if (!(cond)) {                                                                         \
-            test_failures++;                                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        test_checks++;                                                                             \
+        if (!(cond)) {                                                                             \
+            test_failures++;                                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* ------------------------------------------------------------------ random inputs */
@@ -110,8 +110,9 @@ static void test_e4m3_encode_rounding(void) {
         for (int i = 0; i < 3; i++)
             for (int s = 0; s < 2; s++) {
                 float x = s ? -probes[i] : probes[i];
-                EXPECT(mg_f32_to_fp8_e4m3(x) == e4m3_nearest(x), "encode(%.9g) = 0x%02x, want 0x%02x",
-                       x, mg_f32_to_fp8_e4m3(x), e4m3_nearest(x));
+                EXPECT(mg_f32_to_fp8_e4m3(x) == e4m3_nearest(x),
+                       "encode(%.9g) = 0x%02x, want 0x%02x", x, mg_f32_to_fp8_e4m3(x),
+                       e4m3_nearest(x));
             }
     }
     /* Random magnitudes over the whole range, including float subnormals and saturation. */
@@ -136,15 +137,15 @@ static void test_scale_layout_math(void) {
     EXPECT(mg_fp8_k_blocks(1) == 1 && mg_fp8_k_blocks(128) == 1 && mg_fp8_k_blocks(129) == 2,
            "k_blocks");
     EXPECT(mg_fp8_k_blocks(0xffffffffu) == 33554432u, "k_blocks at the top of the range");
-    EXPECT(mg_fp8_rows_padded(1) == 4 && mg_fp8_rows_padded(4) == 4 && mg_fp8_rows_padded(130) == 132,
+    EXPECT(mg_fp8_rows_padded(1) == 4 && mg_fp8_rows_padded(4) == 4 &&
+               mg_fp8_rows_padded(130) == 132,
            "rows_padded");
     /* 1x128: [L, rows], rows contiguous. */
     EXPECT(mg_fp8_block_scale_count(MG_FP8_BLOCK_1X128, 8, 300) == 24, "1x128 count");
     EXPECT(mg_fp8_block_scale_index(MG_FP8_BLOCK_1X128, 8, 300, 5, 2) == 21, "1x128 index");
     /* 128x128: [ceil(rows/128), L4]; K = 600 -> L = 5, L4 = 8. */
     EXPECT(mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, 300, 600) == 24, "128x128 count");
-    EXPECT(mg_fp8_block_scale_index(MG_FP8_BLOCK_128X128, 300, 600, 257, 4) == 20,
-           "128x128 index");
+    EXPECT(mg_fp8_block_scale_index(MG_FP8_BLOCK_128X128, 300, 600, 257, 4) == 20, "128x128 index");
     EXPECT(mg_fp8_block_scale_index(MG_FP8_BLOCK_128X128, 300, 600, 127, 0) == 0,
            "rows of one block share a scale");
     EXPECT(mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, 128, 512) == 4, "no padding at L=4");
@@ -209,8 +210,7 @@ static void expect_quantized(const uint16_t *x, const uint8_t *q, size_t i, floa
     double v = mg_bf16_to_f32(x[i]);
     double back = (double)mg_fp8_e4m3_to_f32(q[i]) * scale;
     double bound = fmax(fabs(v) * 0x1p-4, scale * 0x1p-10) * (1 + 1e-6);
-    EXPECT(fabs(back - v) <= bound, "%s element %zu: %g -> %g (scale %g)", what, i, v, back,
-           scale);
+    EXPECT(fabs(back - v) <= bound, "%s element %zu: %g -> %g (scale %g)", what, i, v, back, scale);
 }
 
 static void test_quantizers(void) {
@@ -239,7 +239,8 @@ static void test_quantizers(void) {
         EXPECT(at_max >= 1, "the amax element quantizes to 448");
 
         float *row_scales = malloc(rows * sizeof *row_scales);
-        EXPECT(mg_fp8_quantize_rowwise(x, rows, cols, q, row_scales) == MG_OK, "%s", mg_last_error());
+        EXPECT(mg_fp8_quantize_rowwise(x, rows, cols, q, row_scales) == MG_OK, "%s",
+               mg_last_error());
         for (size_t i = 0; i < count; i++)
             expect_quantized(x, q, i, row_scales[i / cols], "rowwise");
         if (rows > 2) {
@@ -249,7 +250,8 @@ static void test_quantizers(void) {
         }
 
         float *block_scales = malloc((size_t)rows * blocks * sizeof *block_scales);
-        EXPECT(mg_fp8_quantize_1x128(x, rows, cols, q, block_scales) == MG_OK, "%s", mg_last_error());
+        EXPECT(mg_fp8_quantize_1x128(x, rows, cols, q, block_scales) == MG_OK, "%s",
+               mg_last_error());
         for (size_t i = 0; i < count; i++)
             expect_quantized(x, q, i,
                              block_scales[(i / cols) * blocks + (i % cols) / MG_FP8_SCALE_BLOCK],
@@ -362,7 +364,8 @@ static void test_gemm_bf16_reference(void) {
         uint32_t m = 1 + rng_below(40), n = 1 + rng_below(70), k = 1 + rng_below(600);
         uint32_t ldc = n + rng_below(5);
         mg_dtype out_type = trial % 2 ? MG_DTYPE_F32 : MG_DTYPE_BF16;
-        uint16_t *act = random_bf16((size_t)m * k, 3.0f), *weight = random_bf16((size_t)n * k, 0.5f);
+        uint16_t *act = random_bf16((size_t)m * k, 3.0f),
+                 *weight = random_bf16((size_t)n * k, 0.5f);
         void *out = poisoned((size_t)m * ldc * mg_dtype_bytes(out_type));
         mg_gemm_bf16_cpu(m, n, k, act, weight, out, out_type, ldc);
         bf16_case c = {act, weight, k};
@@ -385,10 +388,14 @@ static double fp8_scale(const mg_fp8_operand_host *op, uint32_t rows, uint32_t k
                         uint32_t i) {
     uint32_t g = i / 128, l4 = (mg_fp8_k_blocks(k) + 3) / 4 * 4;
     switch (op->scaling) {
-    case MG_FP8_SCALING_TENSOR: return op->scales[0];
-    case MG_FP8_SCALING_ROW: return op->scales[r];
-    case MG_FP8_SCALING_1X128: return op->scales[(size_t)g * rows + r];
-    case MG_FP8_SCALING_128X128: return op->scales[(size_t)(r / 128) * l4 + g];
+    case MG_FP8_SCALING_TENSOR:
+        return op->scales[0];
+    case MG_FP8_SCALING_ROW:
+        return op->scales[r];
+    case MG_FP8_SCALING_1X128:
+        return op->scales[(size_t)g * rows + r];
+    case MG_FP8_SCALING_128X128:
+        return op->scales[(size_t)(r / 128) * l4 + g];
     }
     return NAN;
 }
@@ -427,18 +434,24 @@ static float *random_scales(size_t count) {
 
 static size_t scale_count(mg_fp8_scaling s, uint32_t rows, uint32_t k) {
     switch (s) {
-    case MG_FP8_SCALING_TENSOR: return 1;
-    case MG_FP8_SCALING_ROW: return rows;
-    case MG_FP8_SCALING_1X128: return mg_fp8_block_scale_count(MG_FP8_BLOCK_1X128, rows, k);
-    case MG_FP8_SCALING_128X128: return mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, rows, k);
+    case MG_FP8_SCALING_TENSOR:
+        return 1;
+    case MG_FP8_SCALING_ROW:
+        return rows;
+    case MG_FP8_SCALING_1X128:
+        return mg_fp8_block_scale_count(MG_FP8_BLOCK_1X128, rows, k);
+    case MG_FP8_SCALING_128X128:
+        return mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, rows, k);
     }
     return 0;
 }
 
 static void test_gemm_fp8_reference(void) {
     static const mg_fp8_scaling pairs[][2] = {
-        {MG_FP8_SCALING_TENSOR, MG_FP8_SCALING_TENSOR}, {MG_FP8_SCALING_ROW, MG_FP8_SCALING_ROW},
-        {MG_FP8_SCALING_1X128, MG_FP8_SCALING_1X128}, {MG_FP8_SCALING_1X128, MG_FP8_SCALING_128X128},
+        {MG_FP8_SCALING_TENSOR, MG_FP8_SCALING_TENSOR},
+        {MG_FP8_SCALING_ROW, MG_FP8_SCALING_ROW},
+        {MG_FP8_SCALING_1X128, MG_FP8_SCALING_1X128},
+        {MG_FP8_SCALING_1X128, MG_FP8_SCALING_128X128},
         {MG_FP8_SCALING_128X128, MG_FP8_SCALING_1X128},
     };
     for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
@@ -446,7 +459,10 @@ static void test_gemm_fp8_reference(void) {
             uint32_t m = 1 + rng_below(150), n = 1 + rng_below(150), k = 1 + rng_below(700);
             uint32_t ldc = n + rng_below(9);
             fp8_case c = {{random_fp8((size_t)m * k), NULL, pairs[p][0]},
-                          {random_fp8((size_t)n * k), NULL, pairs[p][1]}, m, n, k};
+                          {random_fp8((size_t)n * k), NULL, pairs[p][1]},
+                          m,
+                          n,
+                          k};
             c.act.scales = random_scales(scale_count(pairs[p][0], m, k));
             c.weight.scales = random_scales(scale_count(pairs[p][1], n, k));
             uint16_t *out = poisoned((size_t)m * ldc * 2);
@@ -471,7 +487,8 @@ static void test_untransposed_scales_trap(void) {
         for (uint32_t g = 0; g < blocks; g++) {
             float magnitude = ldexpf(1.0f, (int)rng_below(7));
             for (uint32_t i = g * 128; i < (g + 1) * 128; i++)
-                x[(size_t)t * k + i] = mg_f32_to_bf16(mg_bf16_to_f32(x[(size_t)t * k + i]) * magnitude);
+                x[(size_t)t * k + i] =
+                    mg_f32_to_bf16(mg_bf16_to_f32(x[(size_t)t * k + i]) * magnitude);
         }
     uint8_t *xq = malloc((size_t)m * k), *wq = malloc((size_t)n * k);
     float *natural = malloc((size_t)m * blocks * sizeof(float));
@@ -483,10 +500,9 @@ static void test_untransposed_scales_trap(void) {
     uint16_t *good = malloc((size_t)m * n * 2), *bad = malloc((size_t)m * n * 2);
     float *exact = malloc((size_t)m * n * sizeof(float));
     mg_fp8_operand_host wop = {wq, ws, MG_FP8_SCALING_128X128};
-    mg_gemm_fp8_cpu(m, n, k, (mg_fp8_operand_host){xq, transposed, MG_FP8_SCALING_1X128}, wop,
-                    good, n);
-    mg_gemm_fp8_cpu(m, n, k, (mg_fp8_operand_host){xq, natural, MG_FP8_SCALING_1X128}, wop, bad,
+    mg_gemm_fp8_cpu(m, n, k, (mg_fp8_operand_host){xq, transposed, MG_FP8_SCALING_1X128}, wop, good,
                     n);
+    mg_gemm_fp8_cpu(m, n, k, (mg_fp8_operand_host){xq, natural, MG_FP8_SCALING_1X128}, wop, bad, n);
     mg_gemm_bf16_cpu(m, n, k, x, w, exact, MG_DTYPE_F32, n);
     double e_good = 0, e_bad = 0, norm = 0;
     for (size_t i = 0; i < (size_t)m * n; i++) {

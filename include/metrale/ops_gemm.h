@@ -92,11 +92,10 @@ typedef enum mg_fp8_block_scale {
  * the token count: mg_fp8_act_scales_transpose zero-fills the padding tokens' scales). The
  * pairs (1x128, 1x128), (1x128, 128x128) and (128x128, 1x128) are supported; (128x128,
  * 128x128) is MG_ERR_UNSUPPORTED. */
-mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
-                                  uint32_t k, mg_devptr act, mg_devptr act_scale,
-                                  mg_fp8_block_scale act_mode, mg_devptr weight,
-                                  mg_devptr weight_scale, mg_fp8_block_scale weight_mode,
-                                  mg_devptr out, uint32_t ldc);
+mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                  mg_devptr act, mg_devptr act_scale, mg_fp8_block_scale act_mode,
+                                  mg_devptr weight, mg_devptr weight_scale,
+                                  mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc);
 
 /* ------------------------------------------------------------------ FP8 scale layouts */
 
@@ -109,8 +108,8 @@ uint32_t mg_fp8_rows_padded(uint32_t m);
 /* FP32 elements of a block-scale tensor for an operand of `rows` rows (see
  * mg_fp8_block_scale), and the index of row `row`'s scale for K-block `k_block`. */
 size_t mg_fp8_block_scale_count(mg_fp8_block_scale mode, uint32_t rows, uint32_t k);
-size_t mg_fp8_block_scale_index(mg_fp8_block_scale mode, uint32_t rows, uint32_t k,
-                                uint32_t row, uint32_t k_block);
+size_t mg_fp8_block_scale_index(mg_fp8_block_scale mode, uint32_t rows, uint32_t k, uint32_t row,
+                                uint32_t k_block);
 
 /* The activation-scale transpose: src FP32 [m, L] (index t * L + g, the quantizer's layout)
  * -> dst FP32 [L, m_pad] (index g * m_pad + t, the 1x128 layout cuBLASLt reads), with
@@ -130,15 +129,15 @@ mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, u
 mg_status mg_fp8_quantize_tensorwise(const uint16_t *bf16, uint32_t rows, uint32_t cols,
                                      uint8_t *out, float *scale);
 /* scales[rows] */
-mg_status mg_fp8_quantize_rowwise(const uint16_t *bf16, uint32_t rows, uint32_t cols,
-                                  uint8_t *out, float *scales);
+mg_status mg_fp8_quantize_rowwise(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
+                                  float *scales);
 /* scales[rows * L], natural layout r * L + g */
 mg_status mg_fp8_quantize_1x128(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
                                 float *scales);
 /* scales[mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, rows, cols)], GEMM layout, padding
  * columns set to 0 */
-mg_status mg_fp8_quantize_128x128(const uint16_t *bf16, uint32_t rows, uint32_t cols,
-                                  uint8_t *out, float *scales);
+mg_status mg_fp8_quantize_128x128(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
+                                  float *scales);
 
 /* ------------------------------------------------------------------ planning and modes */
 
@@ -154,8 +153,8 @@ typedef struct mg_gemm_plan {
     mg_gemm_kind kind;
     uint32_t m, n, k;
     uint32_t ldc;
-    mg_dtype out_type;             /* BF16 or F32 for MG_GEMM_BF16; BF16 for FP8 */
-    mg_fp8_block_scale act_mode;   /* MG_GEMM_FP8_BLOCKSCALED only */
+    mg_dtype out_type;           /* BF16 or F32 for MG_GEMM_BF16; BF16 for FP8 */
+    mg_fp8_block_scale act_mode; /* MG_GEMM_FP8_BLOCKSCALED only */
     mg_fp8_block_scale weight_mode;
     /* The least alignment, in bytes, of the act, weight and out pointers the calls will pass
      * (0 means 16, the alignment of allocations). A call whose pointers are less aligned is

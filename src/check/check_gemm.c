@@ -85,9 +85,12 @@ static size_t input_bytes(const gemm_inputs *in, bool act) {
 static size_t scale_count(const mg_gemm_plan *p, bool act) {
     uint32_t rows = act ? p->m : p->n;
     switch (p->kind) {
-    case MG_GEMM_BF16: return 0;
-    case MG_GEMM_FP8_TENSORWISE: return 1;
-    case MG_GEMM_FP8_ROWWISE: return rows;
+    case MG_GEMM_BF16:
+        return 0;
+    case MG_GEMM_FP8_TENSORWISE:
+        return 1;
+    case MG_GEMM_FP8_ROWWISE:
+        return rows;
     case MG_GEMM_FP8_BLOCKSCALED:
         return mg_fp8_block_scale_count(act ? p->act_mode : p->weight_mode, rows, p->k);
     }
@@ -105,14 +108,14 @@ static mg_status launch_gemm(mg_backend *b, mg_stream *s, const mg_gemm_plan *p,
     case MG_GEMM_BF16:
         return mg_gemm_bf16(b, s, p->m, p->n, p->k, act, weight, out, p->out_type, p->ldc);
     case MG_GEMM_FP8_TENSORWISE:
-        return mg_gemm_fp8_tensorwise(b, s, p->m, p->n, p->k, act, act_scale, weight,
-                                      weight_scale, out, p->ldc);
+        return mg_gemm_fp8_tensorwise(b, s, p->m, p->n, p->k, act, act_scale, weight, weight_scale,
+                                      out, p->ldc);
     case MG_GEMM_FP8_ROWWISE:
         return mg_gemm_fp8_rowwise(b, s, p->m, p->n, p->k, act, act_scale, weight, weight_scale,
                                    out, p->ldc);
     case MG_GEMM_FP8_BLOCKSCALED:
-        return mg_gemm_fp8_blockscaled(b, s, p->m, p->n, p->k, act, act_scale, p->act_mode,
-                                       weight, weight_scale, p->weight_mode, out, p->ldc);
+        return mg_gemm_fp8_blockscaled(b, s, p->m, p->n, p->k, act, act_scale, p->act_mode, weight,
+                                       weight_scale, p->weight_mode, out, p->ldc);
     }
     return MG_ERR_INVALID_ARGUMENT;
 }
@@ -163,8 +166,8 @@ static double output_value(const mg_gemm_plan *p, const void *out, size_t i) {
 
 /* ||got - ref|| / ||ref|| over the M x N results (NaN and infinities give +inf); the padding
  * columns of `got` must still hold the poison (*padding_ok). */
-static double relative_error(const mg_gemm_plan *p, const void *got, const void *ref,
-                             uint32_t rows, bool *padding_ok) {
+static double relative_error(const mg_gemm_plan *p, const void *got, const void *ref, uint32_t rows,
+                             bool *padding_ok) {
     double diff = 0, norm = 0;
     size_t esize = mg_dtype_bytes(p->out_type);
     *padding_ok = true;
@@ -204,8 +207,8 @@ static double compare_with_reference(mg_check_ctx *ctx, const gemm_inputs *in, u
         bool padding_ok;
         err = relative_error(&in->plan, got, ref, rows, &padding_ok);
         if (!padding_ok) {
-            fail(r, "M=%u N=%u ldc=%u: the padding columns of the output were written",
-                 in->plan.m, in->plan.n, in->plan.ldc);
+            fail(r, "M=%u N=%u ldc=%u: the padding columns of the output were written", in->plan.m,
+                 in->plan.n, in->plan.ldc);
             err = -1;
         }
     }
@@ -237,8 +240,11 @@ static void check_bf16(mg_check_ctx *ctx, mg_check_result *r, mg_dtype out_type)
         uint32_t m = awkward_m[i];
         uint16_t *act = random_bf16(&rng, (size_t)m * k, 2.0f);
         uint16_t *weight = random_bf16(&rng, (size_t)n * k, 0.25f);
-        gemm_inputs in = {.plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = ldc, .out_type = out_type}, .act = act,
-                          .weight = weight};
+        gemm_inputs in = {
+            .plan =
+                {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = ldc, .out_type = out_type},
+            .act = act,
+            .weight = weight};
         if (!act || !weight)
             fail(r, "out of host memory");
         else {
@@ -280,12 +286,15 @@ static void free_operands(fp8_operands *o) {
     free(o->weight_scale);
 }
 
-static mg_status quantize(const mg_gemm_plan *p, bool is_act, const uint16_t *values,
-                          uint32_t rows, uint8_t *codes, float *scales) {
+static mg_status quantize(const mg_gemm_plan *p, bool is_act, const uint16_t *values, uint32_t rows,
+                          uint8_t *codes, float *scales) {
     switch (p->kind) {
-    case MG_GEMM_FP8_TENSORWISE: return mg_fp8_quantize_tensorwise(values, rows, p->k, codes, scales);
-    case MG_GEMM_FP8_ROWWISE: return mg_fp8_quantize_rowwise(values, rows, p->k, codes, scales);
-    default: break;
+    case MG_GEMM_FP8_TENSORWISE:
+        return mg_fp8_quantize_tensorwise(values, rows, p->k, codes, scales);
+    case MG_GEMM_FP8_ROWWISE:
+        return mg_fp8_quantize_rowwise(values, rows, p->k, codes, scales);
+    default:
+        break;
     }
     mg_fp8_block_scale mode = is_act ? p->act_mode : p->weight_mode;
     return mode == MG_FP8_BLOCK_1X128 ? mg_fp8_quantize_1x128(values, rows, p->k, codes, scales)
@@ -327,16 +336,22 @@ static void check_fp8(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
     for (size_t i = 0; i < AWKWARD_M_COUNT && r->passed; i++) {
         uint32_t m = awkward_m[i];
         bool blocked = kind == MG_GEMM_FP8_BLOCKSCALED;
-        mg_gemm_plan plan = {kind, blocked ? mg_fp8_rows_padded(m) : m, n, k, ldc, MG_DTYPE_BF16,
-                             act_mode, weight_mode, 0};
+        mg_gemm_plan plan = {kind,     blocked ? mg_fp8_rows_padded(m) : m,
+                             n,        k,
+                             ldc,      MG_DTYPE_BF16,
+                             act_mode, weight_mode,
+                             0};
         fp8_operands o;
         mg_status st = make_fp8_operands(&rng, &plan, m, &o);
         if (st) {
             fail(r, "quantizing the operands: %s", mg_last_error());
             break;
         }
-        gemm_inputs in = {.plan = plan, .act = o.act, .weight = o.weight,
-                          .act_scale = o.act_scale, .weight_scale = o.weight_scale,
+        gemm_inputs in = {.plan = plan,
+                          .act = o.act,
+                          .weight = o.weight,
+                          .act_scale = o.act_scale,
+                          .weight_scale = o.weight_scale,
                           .act_rows_natural = blocked && act_mode == MG_FP8_BLOCK_1X128 ? m : 0};
         double err = compare_with_reference(ctx, &in, plan.m, r);
         if (err > worst)
@@ -398,13 +413,14 @@ static mg_status run_transpose(mg_backend *b, uint32_t m, uint32_t m_pad, uint32
 
 static void check_scale_transpose(mg_check_ctx *ctx, mg_check_result *r) {
     r->passed = true; /* until fail() says otherwise */
-    static const uint32_t shapes[][3] = {{1, 4, 128}, {3, 8, 129}, {130, 132, 4096},
-                                         {517, 520, 7168}, {2048, 2048, 1000}};
+    static const uint32_t shapes[][3] = {
+        {1, 4, 128}, {3, 8, 129}, {130, 132, 4096}, {517, 520, 7168}, {2048, 2048, 1000}};
     uint64_t rng = ctx->seed ^ 0x7a;
     const size_t guard = 16;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] && r->passed; i++) {
         uint32_t m = shapes[i][0], m_pad = shapes[i][1], k = shapes[i][2];
-        size_t count = (size_t)m * mg_fp8_k_blocks(k), out_count = (size_t)m_pad * mg_fp8_k_blocks(k);
+        size_t count = (size_t)m * mg_fp8_k_blocks(k),
+               out_count = (size_t)m_pad * mg_fp8_k_blocks(k);
         float *src = malloc(count * 4), *got = malloc((out_count + guard) * 4),
               *ref = malloc((out_count + guard) * 4);
         for (size_t j = 0; src && j < count; j++) /* every bit pattern but NaN-free */
@@ -451,10 +467,10 @@ static void check_layout_trap(mg_check_ctx *ctx, mg_check_result *r) {
     }
     fp8_operands o = {malloc((size_t)m * k), malloc((size_t)n * k), malloc((size_t)m * blocks * 4),
                       malloc(mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, n, k) * 4)};
-    mg_gemm_plan exact_plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n,
-                               .out_type = MG_DTYPE_BF16};
-    mg_gemm_plan fp8_plan = {MG_GEMM_FP8_BLOCKSCALED, m, n, k, n, MG_DTYPE_BF16,
-                             MG_FP8_BLOCK_1X128, MG_FP8_BLOCK_128X128, 0};
+    mg_gemm_plan exact_plan = {
+        .kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_BF16};
+    mg_gemm_plan fp8_plan = {MG_GEMM_FP8_BLOCKSCALED, m, n, k, n, MG_DTYPE_BF16, MG_FP8_BLOCK_1X128,
+                             MG_FP8_BLOCK_128X128,    0};
     void *exact = malloc(output_bytes(&exact_plan)), *right = malloc(output_bytes(&fp8_plan)),
          *wrong = malloc(output_bytes(&fp8_plan));
     mg_status st = MG_ERR_OUT_OF_MEMORY;
@@ -462,8 +478,11 @@ static void check_layout_trap(mg_check_ctx *ctx, mg_check_result *r) {
         wrong && !(st = mg_fp8_quantize_1x128(act, m, k, o.act, o.act_scale)) &&
         !(st = mg_fp8_quantize_128x128(weight, n, k, o.weight, o.weight_scale))) {
         gemm_inputs bf16_in = {.plan = exact_plan, .act = act, .weight = weight};
-        gemm_inputs right_in = {.plan = fp8_plan, .act = o.act, .weight = o.weight,
-                                .act_scale = o.act_scale, .weight_scale = o.weight_scale,
+        gemm_inputs right_in = {.plan = fp8_plan,
+                                .act = o.act,
+                                .weight = o.weight,
+                                .act_scale = o.act_scale,
+                                .weight_scale = o.weight_scale,
                                 .act_rows_natural = m};
         gemm_inputs wrong_in = right_in;
         wrong_in.act_rows_natural = 0; /* [M, L] passed where [L, M] belongs */
@@ -526,7 +545,8 @@ static void check_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
     mg_status got[sizeof expected / sizeof expected[0]];
     char messages[sizeof expected / sizeof expected[0]][160];
     size_t i = 0;
-#define TRY(call) (got[i] = (call), snprintf(messages[i], sizeof messages[i], "%s", mg_last_error()), i++)
+#define TRY(call)                                                                                  \
+    (got[i] = (call), snprintf(messages[i], sizeof messages[i], "%s", mg_last_error()), i++)
     TRY(mg_gemm_bf16(b, NULL, m, n, k, act, weight, out, MG_DTYPE_BF16, n - 1));
     TRY(mg_gemm_bf16(b, NULL, 0, n, k, act, weight, out, MG_DTYPE_BF16, n));
     TRY(mg_gemm_bf16(b, NULL, m, n, k, act, weight, out, MG_DTYPE_F16, n));
@@ -537,8 +557,8 @@ static void check_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
     TRY(mg_gemm_fp8_tensorwise(b, NULL, m, 48, k, act, scales, weight, scales, out, 52));
     TRY(mg_gemm_fp8_blockscaled(b, NULL, 3, n, k, act, scales, MG_FP8_BLOCK_1X128, weight, scales,
                                 MG_FP8_BLOCK_128X128, out, n));
-    TRY(mg_gemm_fp8_blockscaled(b, NULL, m, n, k, act, scales, MG_FP8_BLOCK_128X128, weight,
-                                scales, MG_FP8_BLOCK_128X128, out, n));
+    TRY(mg_gemm_fp8_blockscaled(b, NULL, m, n, k, act, scales, MG_FP8_BLOCK_128X128, weight, scales,
+                                MG_FP8_BLOCK_128X128, out, n));
     TRY(mg_fp8_act_scales_transpose(b, NULL, 9, 8, k, scales, out));
 #undef TRY
     for (size_t j = 0; j < i && r->passed; j++)
@@ -560,7 +580,8 @@ static void check_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
     if (r->passed)
         snprintf(r->detail, sizeof r->detail,
                  "%zu bad calls rejected with the documented status and message; output "
-                 "untouched", i);
+                 "untouched",
+                 i);
 done:
     mg_free(b, act);
     mg_free(b, weight);
@@ -578,16 +599,19 @@ static void check_batch_invariant(mg_check_ctx *ctx, mg_check_result *r) {
     uint64_t rng = ctx->seed ^ 0x8b;
     const uint32_t big = 512, n = 1024, k = 768;
     static const uint32_t small[] = {1, 17};
-    uint16_t *act = random_bf16(&rng, (size_t)big * k, 1.0f), *weight = random_bf16(&rng, (size_t)n * k, 0.1f);
+    uint16_t *act = random_bf16(&rng, (size_t)big * k, 1.0f),
+             *weight = random_bf16(&rng, (size_t)n * k, 0.1f);
     uint16_t *full = malloc((size_t)big * n * 2), *part = malloc((size_t)big * n * 2);
     mg_status st = mg_gemm_set_batch_invariant(b, true);
     if (st || !act || !weight || !full || !part) {
         fail(r, "setup: %s", st ? mg_last_error() : "out of host memory");
         goto done;
     }
-    gemm_inputs in = {.plan = {.kind = MG_GEMM_BF16, .m = big, .n = n, .k = k, .ldc = n,
-                               .out_type = MG_DTYPE_BF16}, .act = act,
-                      .weight = weight};
+    gemm_inputs in = {
+        .plan =
+            {.kind = MG_GEMM_BF16, .m = big, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_BF16},
+        .act = act,
+        .weight = weight};
     if ((st = run_gemm(b, NULL, &in, full))) {
         fail(r, "M=%u: %s", big, mg_last_error());
         goto done;
@@ -627,16 +651,18 @@ static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
     }
     uint64_t rng = ctx->seed ^ 0x9c;
     const uint32_t m = 5, n = 136, k = 264; /* a shape no other check uses */
-    mg_gemm_plan plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n,
-                         .out_type = MG_DTYPE_F32};
-    uint16_t *act = random_bf16(&rng, (size_t)m * k, 1.0f), *weight = random_bf16(&rng, (size_t)n * k, 1.0f);
+    mg_gemm_plan plan = {
+        .kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_F32};
+    uint16_t *act = random_bf16(&rng, (size_t)m * k, 1.0f),
+             *weight = random_bf16(&rng, (size_t)n * k, 1.0f);
     float *got = malloc(output_bytes(&plan)), *ref = malloc(output_bytes(&plan));
     mg_stream *s = NULL;
     mg_graph *g = NULL;
     mg_devptr a = 0, w = 0, out = 0;
     mg_status st;
     if (!act || !weight || !got || !ref || (st = mg_stream_create(b, &s)) ||
-        (st = upload(b, act, (size_t)m * k * 2, &a)) || (st = upload(b, weight, (size_t)n * k * 2, &w)) ||
+        (st = upload(b, act, (size_t)m * k * 2, &a)) ||
+        (st = upload(b, weight, (size_t)n * k * 2, &w)) ||
         (st = alloc_poisoned(b, output_bytes(&plan), &out))) {
         fail(r, "setup: %s", mg_last_error());
         goto done;
@@ -653,8 +679,8 @@ static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
     snprintf(message, sizeof message, "%s", mg_last_error());
     mg_graph_abort_capture(s);
     if (plans ? !refused : st != MG_OK) {
-        fail(r, "an unplanned shape in a capture gave %s \"%s\", expected %s",
-             mg_status_name(st), message, plans ? "MG_ERR_CAPTURING" : "MG_OK");
+        fail(r, "an unplanned shape in a capture gave %s \"%s\", expected %s", mg_status_name(st),
+             message, plans ? "MG_ERR_CAPTURING" : "MG_OK");
         goto done;
     }
     size_t plans_before = 0, plans_after = 0;
@@ -696,8 +722,8 @@ static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
     else
         snprintf(r->detail, sizeof r->detail,
                  "%s; after prewarm captured and replayed, relative error %.2e, no plan "
-                 "created", plans ? "unplanned shape refused in capture" : "no planning needed",
-                 r->error);
+                 "created",
+                 plans ? "unplanned shape refused in capture" : "no planning needed", r->error);
 done:
     mg_graph_destroy(g);
     mg_free(b, a);
@@ -715,7 +741,11 @@ static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
     r->passed = true; /* until fail() says otherwise */
     mg_backend *b = ctx->backend;
     uint64_t rng = ctx->seed ^ 0xad;
-    mg_gemm_plan plan = {.kind = MG_GEMM_FP8_ROWWISE, .m = 256, .n = 512, .k = 1024, .ldc = 512,
+    mg_gemm_plan plan = {.kind = MG_GEMM_FP8_ROWWISE,
+                         .m = 256,
+                         .n = 512,
+                         .k = 1024,
+                         .ldc = 512,
                          .out_type = MG_DTYPE_BF16};
     fp8_operands o[2] = {0};
     mg_devptr dev[2][5] = {{0}};
@@ -724,9 +754,12 @@ static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
     uint16_t *ref = malloc(output_bytes(&plan));
     mg_status st = MG_OK;
     for (int i = 0; i < 2 && !st; i++) {
-        if ((st = make_fp8_operands(&rng, &plan, plan.m, &o[i])) || (st = mg_stream_create(b, &s[i])) ||
-            (st = upload(b, o[i].act, input_bytes(&(gemm_inputs){.plan = plan}, true), &dev[i][0])) ||
-            (st = upload(b, o[i].weight, input_bytes(&(gemm_inputs){.plan = plan}, false), &dev[i][1])) ||
+        if ((st = make_fp8_operands(&rng, &plan, plan.m, &o[i])) ||
+            (st = mg_stream_create(b, &s[i])) ||
+            (st = upload(b, o[i].act, input_bytes(&(gemm_inputs){.plan = plan}, true),
+                         &dev[i][0])) ||
+            (st = upload(b, o[i].weight, input_bytes(&(gemm_inputs){.plan = plan}, false),
+                         &dev[i][1])) ||
             (st = upload(b, o[i].act_scale, plan.m * 4, &dev[i][2])) ||
             (st = upload(b, o[i].weight_scale, plan.n * 4, &dev[i][3])) ||
             (st = alloc_poisoned(b, output_bytes(&plan), &dev[i][4])))
@@ -743,8 +776,11 @@ static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
             fail(r, "stream %d: %s", i, mg_last_error());
             break;
         }
-        gemm_inputs in = {.plan = plan, .act = o[i].act, .weight = o[i].weight,
-                          .act_scale = o[i].act_scale, .weight_scale = o[i].weight_scale};
+        gemm_inputs in = {.plan = plan,
+                          .act = o[i].act,
+                          .weight = o[i].weight,
+                          .act_scale = o[i].act_scale,
+                          .weight_scale = o[i].weight_scale};
         if ((st = run_gemm(ctx->reference, NULL, &in, ref))) {
             fail(r, "reference: %s", mg_last_error());
             break;
@@ -759,7 +795,8 @@ static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
     else if (r->passed)
         snprintf(r->detail, sizeof r->detail,
                  "fp8 row-wise 256x512x1024 on two streams, 4 rounds each: worst relative error "
-                 "%.2e", r->error);
+                 "%.2e",
+                 r->error);
     for (int i = 0; i < 2; i++) {
         for (int j = 0; j < 5; j++)
             mg_free(b, dev[i][j]);

@@ -6,26 +6,40 @@
 
 size_t mg_dtype_bytes(mg_dtype t) {
     switch (t) {
-    case MG_DTYPE_F32: return 4;
-    case MG_DTYPE_BF16: return 2;
-    case MG_DTYPE_F16: return 2;
-    case MG_DTYPE_FP8_E4M3: return 1;
-    case MG_DTYPE_U8: return 1;
-    case MG_DTYPE_I32: return 4;
-    case MG_DTYPE_U32: return 4;
+    case MG_DTYPE_F32:
+        return 4;
+    case MG_DTYPE_BF16:
+        return 2;
+    case MG_DTYPE_F16:
+        return 2;
+    case MG_DTYPE_FP8_E4M3:
+        return 1;
+    case MG_DTYPE_U8:
+        return 1;
+    case MG_DTYPE_I32:
+        return 4;
+    case MG_DTYPE_U32:
+        return 4;
     }
     return 0;
 }
 
 const char *mg_dtype_name(mg_dtype t) {
     switch (t) {
-    case MG_DTYPE_F32: return "f32";
-    case MG_DTYPE_BF16: return "bf16";
-    case MG_DTYPE_F16: return "f16";
-    case MG_DTYPE_FP8_E4M3: return "fp8_e4m3";
-    case MG_DTYPE_U8: return "u8";
-    case MG_DTYPE_I32: return "i32";
-    case MG_DTYPE_U32: return "u32";
+    case MG_DTYPE_F32:
+        return "f32";
+    case MG_DTYPE_BF16:
+        return "bf16";
+    case MG_DTYPE_F16:
+        return "f16";
+    case MG_DTYPE_FP8_E4M3:
+        return "fp8_e4m3";
+    case MG_DTYPE_U8:
+        return "u8";
+    case MG_DTYPE_I32:
+        return "i32";
+    case MG_DTYPE_U32:
+        return "u32";
     }
     return "?";
 }

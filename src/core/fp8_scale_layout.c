@@ -25,8 +25,8 @@ size_t mg_fp8_block_scale_count(mg_fp8_block_scale mode, uint32_t rows, uint32_t
     return (size_t)mg_fp8_k_blocks(rows) * k_blocks_padded(k);
 }
 
-size_t mg_fp8_block_scale_index(mg_fp8_block_scale mode, uint32_t rows, uint32_t k,
-                                uint32_t row, uint32_t k_block) {
+size_t mg_fp8_block_scale_index(mg_fp8_block_scale mode, uint32_t rows, uint32_t k, uint32_t row,
+                                uint32_t k_block) {
     if (mode == MG_FP8_BLOCK_1X128)
         return (size_t)k_block * rows + row;
     return (size_t)(row / MG_FP8_SCALE_BLOCK) * k_blocks_padded(k) + k_block;
@@ -38,7 +38,9 @@ static mg_status check_quantize_args(const char *what, const uint16_t *bf16, uin
                                      uint32_t cols, const uint8_t *out, const float *scales) {
     if (!bf16 || !out || !scales)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL %s", what,
-                        !bf16 ? "input" : !out ? "output" : "scales");
+                        !bf16  ? "input"
+                        : !out ? "output"
+                               : "scales");
     if (rows == 0 || cols == 0)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape %u x %u", what, rows, cols);
     return MG_OK;
@@ -46,8 +48,8 @@ static mg_status check_quantize_args(const char *what, const uint16_t *bf16, uin
 
 /* amax / 448 over rows [r0, r1) x columns [c0, c1); 1 for an all-zero group, so zero inputs
  * quantize to zero codes with a harmless scale. */
-static float group_scale(const uint16_t *bf16, uint32_t cols, uint32_t r0, uint32_t r1,
-                         uint32_t c0, uint32_t c1) {
+static float group_scale(const uint16_t *bf16, uint32_t cols, uint32_t r0, uint32_t r1, uint32_t c0,
+                         uint32_t c1) {
     float amax = 0.0f;
     for (uint32_t r = r0; r < r1; r++)
         for (uint32_t c = c0; c < c1; c++) {
@@ -81,8 +83,8 @@ mg_status mg_fp8_quantize_tensorwise(const uint16_t *bf16, uint32_t rows, uint32
     return MG_OK;
 }
 
-mg_status mg_fp8_quantize_rowwise(const uint16_t *bf16, uint32_t rows, uint32_t cols,
-                                  uint8_t *out, float *scales) {
+mg_status mg_fp8_quantize_rowwise(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
+                                  float *scales) {
     mg_status st = check_quantize_args("mg_fp8_quantize_rowwise", bf16, rows, cols, out, scales);
     if (st)
         return st;
@@ -109,8 +111,8 @@ mg_status mg_fp8_quantize_1x128(const uint16_t *bf16, uint32_t rows, uint32_t co
     return MG_OK;
 }
 
-mg_status mg_fp8_quantize_128x128(const uint16_t *bf16, uint32_t rows, uint32_t cols,
-                                  uint8_t *out, float *scales) {
+mg_status mg_fp8_quantize_128x128(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
+                                  float *scales) {
     mg_status st = check_quantize_args("mg_fp8_quantize_128x128", bf16, rows, cols, out, scales);
     if (st)
         return st;

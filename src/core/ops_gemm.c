@@ -12,10 +12,14 @@
 
 static const char *kind_name(mg_gemm_kind kind) {
     switch (kind) {
-    case MG_GEMM_BF16: return "mg_gemm_bf16";
-    case MG_GEMM_FP8_TENSORWISE: return "mg_gemm_fp8_tensorwise";
-    case MG_GEMM_FP8_ROWWISE: return "mg_gemm_fp8_rowwise";
-    case MG_GEMM_FP8_BLOCKSCALED: return "mg_gemm_fp8_blockscaled";
+    case MG_GEMM_BF16:
+        return "mg_gemm_bf16";
+    case MG_GEMM_FP8_TENSORWISE:
+        return "mg_gemm_fp8_tensorwise";
+    case MG_GEMM_FP8_ROWWISE:
+        return "mg_gemm_fp8_rowwise";
+    case MG_GEMM_FP8_BLOCKSCALED:
+        return "mg_gemm_fp8_blockscaled";
     }
     return "mg_gemm";
 }
@@ -27,9 +31,12 @@ static bool is_fp8(mg_gemm_kind kind) {
 size_t mg_gemm_scale_bytes(const mg_gemm_plan *p, bool is_act) {
     uint32_t rows = is_act ? p->m : p->n;
     switch (p->kind) {
-    case MG_GEMM_BF16: return 0;
-    case MG_GEMM_FP8_TENSORWISE: return sizeof(float);
-    case MG_GEMM_FP8_ROWWISE: return (size_t)rows * sizeof(float);
+    case MG_GEMM_BF16:
+        return 0;
+    case MG_GEMM_FP8_TENSORWISE:
+        return sizeof(float);
+    case MG_GEMM_FP8_ROWWISE:
+        return (size_t)rows * sizeof(float);
     case MG_GEMM_FP8_BLOCKSCALED:
         return mg_fp8_block_scale_count(is_act ? p->act_mode : p->weight_mode, rows, p->k) *
                sizeof(float);
@@ -43,16 +50,15 @@ static mg_status check_plan(const mg_gemm_plan *p) {
     if ((unsigned)p->kind > MG_GEMM_FP8_BLOCKSCALED)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm: unknown GEMM kind %d", (int)p->kind);
     if (p->m == 0 || p->n == 0 || p->k == 0)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape M=%u N=%u K=%u", what, p->m,
-                        p->n, p->k);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape M=%u N=%u K=%u", what, p->m, p->n,
+                        p->k);
     if (p->ldc < p->n)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: ldc=%u is less than N=%u", what, p->ldc,
                         p->n);
     if (p->kind == MG_GEMM_BF16) {
         if (p->out_type != MG_DTYPE_BF16 && p->out_type != MG_DTYPE_F32)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "%s: output type %s, expected bf16 or f32", what,
-                            mg_dtype_name(p->out_type));
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: output type %s, expected bf16 or f32",
+                            what, mg_dtype_name(p->out_type));
         return MG_OK;
     }
     if (p->out_type != MG_DTYPE_BF16)
@@ -65,8 +71,8 @@ static mg_status check_plan(const mg_gemm_plan *p) {
                         "%s: FP8 needs K and N multiples of 16, got N=%u K=%u", what, p->n, p->k);
     if (p->ldc % 8)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: FP8 needs 16-byte output rows (ldc a multiple of 8), got ldc=%u",
-                        what, p->ldc);
+                        "%s: FP8 needs 16-byte output rows (ldc a multiple of 8), got ldc=%u", what,
+                        p->ldc);
     if (p->kind != MG_GEMM_FP8_BLOCKSCALED)
         return MG_OK;
     if ((unsigned)p->act_mode > MG_FP8_BLOCK_128X128 ||
@@ -99,8 +105,7 @@ static mg_status check_pointer(const char *what, const char *name, mg_devptr p,
     if (!p)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", what, name);
     if (p % alignment)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: %s 0x%llx is not %u-byte aligned", what, name,
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %u-byte aligned", what, name,
                         (unsigned long long)p, alignment);
     return MG_OK;
 }
@@ -151,7 +156,7 @@ static mg_fp8_scaling scaling_of(const mg_gemm_plan *p, bool is_act) {
     if (p->kind == MG_GEMM_FP8_ROWWISE)
         return MG_FP8_SCALING_ROW;
     return (is_act ? p->act_mode : p->weight_mode) == MG_FP8_BLOCK_1X128 ? MG_FP8_SCALING_1X128
-                                                                        : MG_FP8_SCALING_128X128;
+                                                                         : MG_FP8_SCALING_128X128;
 }
 
 /* The CPU backend runs the reference as a kernel (gemm_cpu.h): stream-ordered, capturable,
@@ -192,11 +197,14 @@ static mg_status run_call(mg_backend *b, mg_stream *s, mg_gemm_call *c) {
     if (st)
         return st;
     switch (mg_backend_get_kind(b)) {
-    case MG_BACKEND_CPU: return gemm_cpu(b, s, c);
+    case MG_BACKEND_CPU:
+        return gemm_cpu(b, s, c);
 #ifdef METRALE_HAVE_CUDA
-    case MG_BACKEND_CUDA: return mg_cublaslt_gemm(b, s, c);
+    case MG_BACKEND_CUDA:
+        return mg_cublaslt_gemm(b, s, c);
 #endif
-    default: break;
+    default:
+        break;
     }
     return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: not implemented on the %s backend",
                     kind_name(c->plan.kind), mg_backend_kind_name(mg_backend_get_kind(b)));
@@ -205,19 +213,24 @@ static mg_status run_call(mg_backend *b, mg_stream *s, mg_gemm_call *c) {
 mg_status mg_gemm_bf16(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
                        mg_devptr act, mg_devptr weight, mg_devptr out, mg_dtype out_type,
                        uint32_t ldc) {
-    mg_gemm_call c = {.plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = ldc,
-                               .out_type = out_type},
-                      .act = act, .weight = weight, .out = out};
+    mg_gemm_call c = {
+        .plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = ldc, .out_type = out_type},
+        .act = act,
+        .weight = weight,
+        .out = out};
     return run_call(b, s, &c);
 }
 
 static mg_status fp8_call(mg_gemm_kind kind, mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
                           uint32_t k, mg_devptr act, mg_devptr act_scale, mg_devptr weight,
                           mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
-    mg_gemm_call c = {.plan = {.kind = kind, .m = m, .n = n, .k = k, .ldc = ldc,
-                               .out_type = MG_DTYPE_BF16},
-                      .act = act, .weight = weight, .out = out, .act_scale = act_scale,
-                      .weight_scale = weight_scale};
+    mg_gemm_call c = {
+        .plan = {.kind = kind, .m = m, .n = n, .k = k, .ldc = ldc, .out_type = MG_DTYPE_BF16},
+        .act = act,
+        .weight = weight,
+        .out = out,
+        .act_scale = act_scale,
+        .weight_scale = weight_scale};
     return run_call(b, s, &c);
 }
 
@@ -235,15 +248,22 @@ mg_status mg_gemm_fp8_rowwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t 
                     ldc);
 }
 
-mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
-                                  uint32_t k, mg_devptr act, mg_devptr act_scale,
-                                  mg_fp8_block_scale act_mode, mg_devptr weight,
-                                  mg_devptr weight_scale, mg_fp8_block_scale weight_mode,
-                                  mg_devptr out, uint32_t ldc) {
-    mg_gemm_call c = {.plan = {.kind = MG_GEMM_FP8_BLOCKSCALED, .m = m, .n = n, .k = k,
-                               .ldc = ldc, .out_type = MG_DTYPE_BF16, .act_mode = act_mode,
+mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                  mg_devptr act, mg_devptr act_scale, mg_fp8_block_scale act_mode,
+                                  mg_devptr weight, mg_devptr weight_scale,
+                                  mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc) {
+    mg_gemm_call c = {.plan = {.kind = MG_GEMM_FP8_BLOCKSCALED,
+                               .m = m,
+                               .n = n,
+                               .k = k,
+                               .ldc = ldc,
+                               .out_type = MG_DTYPE_BF16,
+                               .act_mode = act_mode,
                                .weight_mode = weight_mode},
-                      .act = act, .weight = weight, .out = out, .act_scale = act_scale,
+                      .act = act,
+                      .weight = weight,
+                      .out = out,
+                      .act_scale = act_scale,
                       .weight_scale = weight_scale};
     return run_call(b, s, &c);
 }
@@ -259,8 +279,8 @@ mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, u
     if (m == 0 || k == 0)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape M=%u K=%u", what, m, k);
     if (m_pad < m || m_pad % 4)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: m_pad=%u must be >= M=%u and a multiple of 4", what, m_pad, m);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m_pad=%u must be >= M=%u and a multiple of 4",
+                        what, m_pad, m);
     mg_status st;
     if ((st = check_pointer(what, "src", src, 4)) || (st = check_pointer(what, "dst", dst, 4)))
         return st;
@@ -307,7 +327,8 @@ mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans
         if (a != 0 && a != 1 && a != 2 && a != 4 && a != 8 && a != 16)
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                             "mg_gemm_prewarm: plan %zu: pointer_alignment %u is not 0 or a power "
-                            "of two <= 16", i, a);
+                            "of two <= 16",
+                            i, a);
     }
     mg_status st = mg_stream_check_not_capturing(b, s, "mg_gemm_prewarm");
     if (st)
@@ -321,8 +342,10 @@ mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans
 
 mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled) {
     if (mg_backend_get_kind(b) == MG_BACKEND_AUTO)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_set_batch_invariant: NULL, invalid or "
-                        "closed backend %p", (void *)b);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "mg_gemm_set_batch_invariant: NULL, invalid or "
+                        "closed backend %p",
+                        (void *)b);
 #ifdef METRALE_HAVE_CUDA
     if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
         return mg_cublaslt_set_batch_invariant(b, enabled);

@@ -32,8 +32,10 @@ void mg_gemm_bf16_cpu(uint32_t m, uint32_t n, uint32_t k, const uint16_t *act,
 static float operand_scale(const mg_fp8_operand_host *op, uint32_t rows, uint32_t k, uint32_t row,
                            uint32_t g) {
     switch (op->scaling) {
-    case MG_FP8_SCALING_TENSOR: return op->scales[0];
-    case MG_FP8_SCALING_ROW: return op->scales[row];
+    case MG_FP8_SCALING_TENSOR:
+        return op->scales[0];
+    case MG_FP8_SCALING_ROW:
+        return op->scales[row];
     case MG_FP8_SCALING_1X128:
         return op->scales[mg_fp8_block_scale_index(MG_FP8_BLOCK_1X128, rows, k, row, g)];
     case MG_FP8_SCALING_128X128:
@@ -63,8 +65,8 @@ void mg_gemm_fp8_cpu(uint32_t m, uint32_t n, uint32_t k, mg_fp8_operand_host act
                 float partial = 0.0f;
                 for (uint32_t i = k0; i < k1; i++)
                     partial += decoded[a[i]] * decoded[w[i]];
-                acc += partial * operand_scale(&act, m, k, t, g) *
-                       operand_scale(&weight, n, k, j, g);
+                acc +=
+                    partial * operand_scale(&act, m, k, t, g) * operand_scale(&weight, n, k, j, g);
             }
             out[(size_t)t * ldc + j] = mg_f32_to_bf16(acc);
         }
@@ -86,8 +88,10 @@ void mg_fp8_act_scales_transpose_cpu(uint32_t m, uint32_t m_pad, uint32_t k, con
 /* Bytes an FP8 operand's scales occupy under `scaling` (rows: M or N). */
 static uint64_t scale_bytes(mg_fp8_scaling scaling, uint32_t rows, uint32_t k) {
     switch (scaling) {
-    case MG_FP8_SCALING_TENSOR: return 4;
-    case MG_FP8_SCALING_ROW: return (uint64_t)rows * 4;
+    case MG_FP8_SCALING_TENSOR:
+        return 4;
+    case MG_FP8_SCALING_ROW:
+        return (uint64_t)rows * 4;
     case MG_FP8_SCALING_1X128:
         return mg_fp8_block_scale_count(MG_FP8_BLOCK_1X128, rows, k) * 4;
     case MG_FP8_SCALING_128X128:
@@ -123,10 +127,9 @@ static mg_status kernel_gemm_bf16(const mg_launch *l) {
 
 static mg_status kernel_gemm_fp8(const mg_launch *l) {
     static const char name[] = "metrale:gemm_fp8_ref";
-    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-                                        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,
-                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-                                        MG_ARG_U32,    MG_ARG_U32};
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 11);
     if (st)
         return st;

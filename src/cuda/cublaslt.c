@@ -30,8 +30,8 @@ typedef struct cublaslt_api {
     const char *(*status_string)(cublasStatus_t);
     cublasStatus_t (*desc_create)(cublasLtMatmulDesc_t *, cublasComputeType_t, cudaDataType_t);
     cublasStatus_t (*desc_destroy)(cublasLtMatmulDesc_t);
-    cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t,
-                               const void *, size_t);
+    cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, const void *,
+                               size_t);
     cublasStatus_t (*layout_create)(cublasLtMatrixLayout_t *, cudaDataType, uint64_t, uint64_t,
                                     int64_t);
     cublasStatus_t (*layout_destroy)(cublasLtMatrixLayout_t);
@@ -101,8 +101,8 @@ static void load_library(void) {
     /* Blockwise FP8 scale modes arrived in cuBLAS 12.9. */
     size_t version = lt.get_version();
     if (version < 120900) {
-        snprintf(lt_failure, sizeof lt_failure, "%s is version %zu; 12.9 or newer is needed",
-                 path, version);
+        snprintf(lt_failure, sizeof lt_failure, "%s is version %zu; 12.9 or newer is needed", path,
+                 version);
         dlclose(lib);
         return;
     }
@@ -220,8 +220,7 @@ static mg_status get_state(mg_backend *b, const char *what, lt_state **out) {
     st = calloc(1, sizeof *st);
     if (!st) {
         pthread_mutex_unlock(&states_lock);
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: cuBLASLt state (%zu bytes)", what,
-                        sizeof *st);
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: cuBLASLt state (%zu bytes)", what, sizeof *st);
     }
     cublasStatus_t r = lt.create(&st->handle);
     if (r != CUBLAS_STATUS_SUCCESS) {
@@ -399,7 +398,8 @@ static mg_status create_objects(const plan_key *key, uint32_t m, const plan_io *
     if (fp8) {
         p->weight_scale = io->weight_scale ? io->weight_scale : io->workspace;
         p->act_scale = io->act_scale ? io->act_scale : io->workspace;
-        void *a_scale = (void *)(uintptr_t)p->weight_scale, *b_scale = (void *)(uintptr_t)p->act_scale;
+        void *a_scale = (void *)(uintptr_t)p->weight_scale,
+             *b_scale = (void *)(uintptr_t)p->act_scale;
         if ((r = lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
                              sizeof a_scale)) ||
             (r = lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
@@ -434,10 +434,14 @@ static mg_status choose_algo(lt_state *st, const plan_key *key, gemm_plan *p, co
     uint32_t align = key->alignment;
     if (!(r = lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                           sizeof workspace)) &&
-        !(r = lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof align)) &&
-        !(r = lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof align)) &&
-        !(r = lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof align)) &&
-        !(r = lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof align))) {
+        !(r = lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align,
+                          sizeof align)) &&
+        !(r = lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align,
+                          sizeof align)) &&
+        !(r = lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align,
+                          sizeof align)) &&
+        !(r = lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align,
+                          sizeof align))) {
         if (key->batch_invariant) {
             uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
             r = lt.pref_set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &none, sizeof none);
@@ -463,8 +467,8 @@ static mg_status choose_algo(lt_state *st, const plan_key *key, gemm_plan *p, co
 
 /* Batch-invariant mode: the family's algorithm (chosen once, at the reference M), checked
  * at this plan's M. Called with st->lock held. */
-static mg_status invariant_algo(lt_state *st, const plan_key *key, const plan_io *io,
-                                gemm_plan *p, const char *ctx) {
+static mg_status invariant_algo(lt_state *st, const plan_key *key, const plan_io *io, gemm_plan *p,
+                                const char *ctx) {
     plan_key family_key = *key;
     family_key.m = 0;
     algo_family *f = st->families;
@@ -495,7 +499,8 @@ static mg_status invariant_algo(lt_state *st, const plan_key *key, const plan_io
         st->families = f;
     }
     cublasLtMatmulHeuristicResult_t result;
-    cublasStatus_t r = lt.algo_check(st->handle, p->desc, p->a, p->b, p->d, p->d, &f->algo, &result);
+    cublasStatus_t r =
+        lt.algo_check(st->handle, p->desc, p->a, p->b, p->d, p->d, &f->algo, &result);
     if (r != CUBLAS_STATUS_SUCCESS)
         return MG_ERROR(MG_ERR_UNSUPPORTED,
                         "batch-invariant mode: the algorithm chosen at M=%u cannot run %s: "
@@ -532,8 +537,8 @@ static mg_status get_plan(lt_state *st, const plan_io *io, const plan_key *key, 
     if (key->kind != MG_GEMM_BF16 && st->cc_major < 9) {
         pthread_mutex_unlock(&st->lock);
         return MG_ERROR(MG_ERR_UNSUPPORTED,
-                        "%s: FP8 GEMMs need compute capability 9.0 or newer, device has %d.x",
-                        ctx, st->cc_major);
+                        "%s: FP8 GEMMs need compute capability 9.0 or newer, device has %d.x", ctx,
+                        st->cc_major);
     }
     p = calloc(1, sizeof *p);
     if (!p) {
@@ -628,9 +633,11 @@ mg_status mg_cublaslt_gemm(mg_backend *b, mg_stream *s, const mg_gemm_call *call
         void *a_scale = (void *)(uintptr_t)call->weight_scale;
         void *b_scale = (void *)(uintptr_t)call->act_scale;
         if (p->weight_scale != call->weight_scale)
-            r = lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale);
+            r = lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                            sizeof a_scale);
         if (!r && p->act_scale != call->act_scale)
-            r = lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale);
+            r = lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                            sizeof b_scale);
         if (r) {
             p->weight_scale = p->act_scale = 0; /* unknown now: set both next time */
             pthread_mutex_unlock(&p->launch_lock);

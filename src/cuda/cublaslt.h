@@ -27,8 +27,7 @@ bool mg_cublaslt_available(char *reason, size_t reason_bytes);
 
 /* A checked GEMM call (ops_gemm.c) on CUDA backend `b`. */
 mg_status mg_cublaslt_gemm(mg_backend *b, mg_stream *s, const mg_gemm_call *call);
-mg_status mg_cublaslt_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans,
-                              size_t count);
+mg_status mg_cublaslt_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans, size_t count);
 mg_status mg_cublaslt_set_batch_invariant(mg_backend *b, bool enabled);
 bool mg_cublaslt_batch_invariant(mg_backend *b);
 

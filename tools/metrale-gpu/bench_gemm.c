@@ -37,8 +37,8 @@ static mg_status body_gemm(mg_bench *b, void *arg, int iteration) {
                                         c->act_scale, w, c->weight_scale, c->out, c->n);
             break;
         case MG_GEMM_FP8_ROWWISE:
-            st = mg_gemm_fp8_rowwise(b->backend, b->stream, c->m, c->n, c->k, c->act,
-                                     c->act_scale, w, c->weight_scale, c->out, c->n);
+            st = mg_gemm_fp8_rowwise(b->backend, b->stream, c->m, c->n, c->k, c->act, c->act_scale,
+                                     w, c->weight_scale, c->out, c->n);
             break;
         case MG_GEMM_FP8_BLOCKSCALED:
             st = mg_gemm_fp8_blockscaled(b->backend, b->stream, c->m, c->n, c->k, c->act,
@@ -52,10 +52,14 @@ static mg_status body_gemm(mg_bench *b, void *arg, int iteration) {
 
 static const char *kind_case_name(mg_gemm_kind kind) {
     switch (kind) {
-    case MG_GEMM_BF16: return "bf16";
-    case MG_GEMM_FP8_TENSORWISE: return "fp8_tensor";
-    case MG_GEMM_FP8_ROWWISE: return "fp8_row";
-    case MG_GEMM_FP8_BLOCKSCALED: return "fp8_block";
+    case MG_GEMM_BF16:
+        return "bf16";
+    case MG_GEMM_FP8_TENSORWISE:
+        return "fp8_tensor";
+    case MG_GEMM_FP8_ROWWISE:
+        return "fp8_row";
+    case MG_GEMM_FP8_BLOCKSCALED:
+        return "fp8_block";
     }
     return "?";
 }
@@ -76,9 +80,12 @@ static mg_status upload_ones(mg_bench *b, size_t count, mg_devptr *out) {
 
 static size_t scale_count(mg_gemm_kind kind, uint32_t rows, uint32_t k, bool is_act) {
     switch (kind) {
-    case MG_GEMM_BF16: return 1;
-    case MG_GEMM_FP8_TENSORWISE: return 1;
-    case MG_GEMM_FP8_ROWWISE: return rows;
+    case MG_GEMM_BF16:
+        return 1;
+    case MG_GEMM_FP8_TENSORWISE:
+        return 1;
+    case MG_GEMM_FP8_ROWWISE:
+        return rows;
     case MG_GEMM_FP8_BLOCKSCALED:
         return mg_fp8_block_scale_count(is_act ? MG_FP8_BLOCK_1X128 : MG_FP8_BLOCK_128X128, rows,
                                         k);
@@ -143,8 +150,7 @@ static int run_case(mg_bench *b, mg_gemm_kind kind, uint32_t m, uint32_t n, uint
         row.bytes = gemms * (double)weight_bytes;
         row.items = gemms;
         snprintf(row.item_unit, sizeof row.item_unit, "gemm");
-        snprintf(row.note, sizeof row.note, "GB/s of weights; %d weights rotated",
-                 c.weights.count);
+        snprintf(row.note, sizeof row.note, "GB/s of weights; %d weights rotated", c.weights.count);
     } else {
         row.bytes = (double)weight_bytes + (double)m * k * in_bytes + (double)m * n * 2;
     }

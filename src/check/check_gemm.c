@@ -229,9 +229,22 @@ static void finish_sweep(mg_check_result *r, double worst, double bound, const c
                  worst, bound);
 }
 
+/* Marks the check skipped when the backend cannot run the op (no cuBLASLt, an older GPU, a
+ * backend without GEMMs). */
+static bool skipped_without(mg_check_ctx *ctx, mg_check_result *r, mg_capability cap) {
+    if (mg_backend_supports(ctx->backend, cap))
+        return false;
+    r->skipped = true;
+    snprintf(r->detail, sizeof r->detail, "the backend has no %s GEMMs",
+             cap == MG_CAP_OP_GEMM_FP8 ? "FP8" : "BF16");
+    return true;
+}
+
 /* ------------------------------------------------------------------ BF16 */
 
 static void check_bf16(mg_check_ctx *ctx, mg_check_result *r, mg_dtype out_type) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
+        return;
     r->passed = true; /* until fail() says otherwise */
     uint64_t rng = ctx->seed ^ (out_type == MG_DTYPE_F32 ? 0x11 : 0x12);
     const uint32_t n = 203, k = 328, ldc = n + 5;
@@ -329,6 +342,8 @@ static mg_status make_fp8_operands(uint64_t *rng, const mg_gemm_plan *p, uint32_
 static void check_fp8(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
                       mg_fp8_block_scale act_mode, mg_fp8_block_scale weight_mode, uint32_t k,
                       const char *what) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+        return;
     r->passed = true; /* until fail() says otherwise */
     uint64_t rng = ctx->seed ^ (0x100u + kind * 16 + act_mode * 4 + weight_mode + k * 64);
     const uint32_t n = 208, ldc = 216;
@@ -412,6 +427,8 @@ static mg_status run_transpose(mg_backend *b, uint32_t m, uint32_t m_pad, uint32
 }
 
 static void check_scale_transpose(mg_check_ctx *ctx, mg_check_result *r) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+        return;
     r->passed = true; /* until fail() says otherwise */
     static const uint32_t shapes[][3] = {
         {1, 4, 128}, {3, 8, 129}, {130, 132, 4096}, {517, 520, 7168}, {2048, 2048, 1000}};
@@ -453,6 +470,8 @@ static void check_scale_transpose(mg_check_ctx *ctx, mg_check_result *r) {
 /* Measures what the transpose prevents: the same 1x128 x 128x128 GEMM given the quantizer's
  * untransposed [M, L] scales (a layout error nothing can detect) against the BF16 product. */
 static void check_layout_trap(mg_check_ctx *ctx, mg_check_result *r) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+        return;
     r->passed = true; /* until fail() says otherwise */
     uint64_t rng = ctx->seed ^ 0x7b;
     const uint32_t m = 64, n = 256, k = 1024, blocks = mg_fp8_k_blocks(k);
@@ -594,6 +613,8 @@ done:
 /* The rows of an M=512 batch, run again as M=1 and M=17 batches: bitwise the same in
  * batch-invariant mode. */
 static void check_batch_invariant(mg_check_ctx *ctx, mg_check_result *r) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
+        return;
     r->passed = true; /* until fail() says otherwise */
     mg_backend *b = ctx->backend;
     uint64_t rng = ctx->seed ^ 0x8b;
@@ -642,6 +663,8 @@ done:
  * mg_gemm_prewarm the same GEMM captures, replays to the reference's result, and steady-state
  * calls create no plans. */
 static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
+        return;
     r->passed = true; /* until fail() says otherwise */
     mg_backend *b = ctx->backend;
     if (!mg_backend_supports(b, MG_CAP_GRAPHS)) {
@@ -738,6 +761,8 @@ done:
 /* The same FP8 row-wise shape on two streams at once, each with its own inputs and scales:
  * separate workspaces and per-call scale pointers keep the results apart. */
 static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+        return;
     r->passed = true; /* until fail() says otherwise */
     mg_backend *b = ctx->backend;
     uint64_t rng = ctx->seed ^ 0xad;

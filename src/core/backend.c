@@ -473,6 +473,8 @@ mg_status mg_memory_device_free_bytes(mg_backend *b, uint64_t *free_bytes) {
 bool mg_backend_supports(const mg_backend *b, mg_capability cap) {
     if (!mg_handle_is(b, MG_HANDLE_BACKEND) || cap >= MG_CAP_COUNT)
         return false;
+    if (cap == MG_CAP_OP_GEMM_BF16 || cap == MG_CAP_OP_GEMM_FP8) /* the op layer knows */
+        return mg_gemm_supports((mg_backend *)b, cap);
     return b->ops->supports(b->ctx, cap);
 }
 

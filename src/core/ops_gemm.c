@@ -304,6 +304,26 @@ mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, u
 
 /* ------------------------------------------------------------------ planning and modes */
 
+bool mg_gemm_supports(mg_backend *b, mg_capability cap) {
+    if (cap != MG_CAP_OP_GEMM_BF16 && cap != MG_CAP_OP_GEMM_FP8)
+        return false;
+    switch (mg_backend_get_kind(b)) {
+    case MG_BACKEND_CPU:
+        return true;
+#ifdef METRALE_HAVE_CUDA
+    case MG_BACKEND_CUDA: {
+        mg_device_info info;
+        if (!mg_cublaslt_available(NULL, 0))
+            return false;
+        return cap == MG_CAP_OP_GEMM_BF16 ||
+               (mg_device_get_info(b, &info) == MG_OK && info.cc_major >= 9);
+    }
+#endif
+    default:
+        return false;
+    }
+}
+
 void mg_gemm_release(mg_backend *b) {
 #ifdef METRALE_HAVE_CUDA
     if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)

@@ -12,19 +12,7 @@
 #include "metrale/dtype.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/status.h"
-#include "test_util.h"
-
-/* CHECK with a formatted explanation of what was found. */
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        test_checks++;                                                                             \
-        if (!(cond)) {                                                                             \
-            test_failures++;                                                                       \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
+#include "utils_test_support.h" /* CHECKF; test_util.h */
 
 /* ------------------------------------------------------------------ random inputs */
 
@@ -84,20 +72,20 @@ static void test_e4m3_all_codes(void) {
         float f = mg_fp8_e4m3_to_f32((uint8_t)c);
         if ((c & 0x7f) == 0x7f) {
             nan_codes++;
-            EXPECT(isnan(f), "code 0x%02x decodes to %g, want NaN", c, f);
-            EXPECT((mg_f32_to_fp8_e4m3(f) & 0x7f) == 0x7f, "NaN code 0x%02x re-encodes to 0x%02x",
+            CHECKF(isnan(f), "code 0x%02x decodes to %g, want NaN", c, f);
+            CHECKF((mg_f32_to_fp8_e4m3(f) & 0x7f) == 0x7f, "NaN code 0x%02x re-encodes to 0x%02x",
                    c, mg_f32_to_fp8_e4m3(f));
             continue;
         }
-        EXPECT((double)f == e4m3_value(c), "code 0x%02x decodes to %.9g, want %.9g", c, f,
+        CHECKF((double)f == e4m3_value(c), "code 0x%02x decodes to %.9g, want %.9g", c, f,
                e4m3_value(c));
-        EXPECT((signbit(f) != 0) == ((c & 0x80) != 0), "code 0x%02x sign", c);
-        EXPECT(mg_f32_to_fp8_e4m3(f) == c, "code 0x%02x round-trips to 0x%02x", c,
+        CHECKF((signbit(f) != 0) == ((c & 0x80) != 0), "code 0x%02x sign", c);
+        CHECKF(mg_f32_to_fp8_e4m3(f) == c, "code 0x%02x round-trips to 0x%02x", c,
                mg_f32_to_fp8_e4m3(f));
     }
-    EXPECT(nan_codes == 2, "%d NaN codes", nan_codes);
-    EXPECT(mg_fp8_e4m3_to_f32(0x7e) == MG_FP8_E4M3_MAX, "max %g", mg_fp8_e4m3_to_f32(0x7e));
-    EXPECT(mg_fp8_e4m3_to_f32(0x01) == 0x1p-9f, "smallest subnormal %g", mg_fp8_e4m3_to_f32(1));
+    CHECKF(nan_codes == 2, "%d NaN codes", nan_codes);
+    CHECKF(mg_fp8_e4m3_to_f32(0x7e) == MG_FP8_E4M3_MAX, "max %g", mg_fp8_e4m3_to_f32(0x7e));
+    CHECKF(mg_fp8_e4m3_to_f32(0x01) == 0x1p-9f, "smallest subnormal %g", mg_fp8_e4m3_to_f32(1));
 }
 
 static void test_e4m3_encode_rounding(void) {
@@ -110,7 +98,7 @@ static void test_e4m3_encode_rounding(void) {
         for (int i = 0; i < 3; i++)
             for (int s = 0; s < 2; s++) {
                 float x = s ? -probes[i] : probes[i];
-                EXPECT(mg_f32_to_fp8_e4m3(x) == e4m3_nearest(x),
+                CHECKF(mg_f32_to_fp8_e4m3(x) == e4m3_nearest(x),
                        "encode(%.9g) = 0x%02x, want 0x%02x", x, mg_f32_to_fp8_e4m3(x),
                        e4m3_nearest(x));
             }
@@ -118,37 +106,37 @@ static void test_e4m3_encode_rounding(void) {
     /* Random magnitudes over the whole range, including float subnormals and saturation. */
     for (int i = 0; i < 20000; i++) {
         float x = ldexpf(rng_unit(), (int)rng_below(40) - 30);
-        EXPECT(mg_f32_to_fp8_e4m3(x) == e4m3_nearest(x), "encode(%.9g) = 0x%02x, want 0x%02x", x,
+        CHECKF(mg_f32_to_fp8_e4m3(x) == e4m3_nearest(x), "encode(%.9g) = 0x%02x, want 0x%02x", x,
                mg_f32_to_fp8_e4m3(x), e4m3_nearest(x));
     }
-    EXPECT(mg_f32_to_fp8_e4m3(INFINITY) == 0x7e, "inf saturates");
-    EXPECT(mg_f32_to_fp8_e4m3(-INFINITY) == 0xfe, "-inf saturates");
-    EXPECT(mg_f32_to_fp8_e4m3(1e30f) == 0x7e, "1e30 saturates");
-    EXPECT(mg_f32_to_fp8_e4m3(463.9f) == 0x7e, "463.9 rounds to 448");
-    EXPECT(mg_f32_to_fp8_e4m3(-0.0f) == 0x80, "-0 keeps its sign");
-    EXPECT(mg_f32_to_fp8_e4m3(NAN) == 0x7f, "NaN");
-    EXPECT(mg_f32_to_fp8_e4m3(0x1p-11f) == 0x00, "2^-11 rounds to 0 (tie to even)");
-    EXPECT(mg_f32_to_fp8_e4m3(0x1.8p-10f) == 0x01, "3*2^-11 rounds to 2^-9");
+    CHECKF(mg_f32_to_fp8_e4m3(INFINITY) == 0x7e, "inf saturates");
+    CHECKF(mg_f32_to_fp8_e4m3(-INFINITY) == 0xfe, "-inf saturates");
+    CHECKF(mg_f32_to_fp8_e4m3(1e30f) == 0x7e, "1e30 saturates");
+    CHECKF(mg_f32_to_fp8_e4m3(463.9f) == 0x7e, "463.9 rounds to 448");
+    CHECKF(mg_f32_to_fp8_e4m3(-0.0f) == 0x80, "-0 keeps its sign");
+    CHECKF(mg_f32_to_fp8_e4m3(NAN) == 0x7f, "NaN");
+    CHECKF(mg_f32_to_fp8_e4m3(0x1p-11f) == 0x00, "2^-11 rounds to 0 (tie to even)");
+    CHECKF(mg_f32_to_fp8_e4m3(0x1.8p-10f) == 0x01, "3*2^-11 rounds to 2^-9");
 }
 
 /* ------------------------------------------------------------------ scale layouts */
 
 static void test_scale_layout_math(void) {
-    EXPECT(mg_fp8_k_blocks(1) == 1 && mg_fp8_k_blocks(128) == 1 && mg_fp8_k_blocks(129) == 2,
+    CHECKF(mg_fp8_k_blocks(1) == 1 && mg_fp8_k_blocks(128) == 1 && mg_fp8_k_blocks(129) == 2,
            "k_blocks");
-    EXPECT(mg_fp8_k_blocks(0xffffffffu) == 33554432u, "k_blocks at the top of the range");
-    EXPECT(mg_fp8_rows_padded(1) == 4 && mg_fp8_rows_padded(4) == 4 &&
+    CHECKF(mg_fp8_k_blocks(0xffffffffu) == 33554432u, "k_blocks at the top of the range");
+    CHECKF(mg_fp8_rows_padded(1) == 4 && mg_fp8_rows_padded(4) == 4 &&
                mg_fp8_rows_padded(130) == 132,
            "rows_padded");
     /* 1x128: [L, rows], rows contiguous. */
-    EXPECT(mg_fp8_block_scale_count(MG_FP8_BLOCK_1X128, 8, 300) == 24, "1x128 count");
-    EXPECT(mg_fp8_block_scale_index(MG_FP8_BLOCK_1X128, 8, 300, 5, 2) == 21, "1x128 index");
+    CHECKF(mg_fp8_block_scale_count(MG_FP8_BLOCK_1X128, 8, 300) == 24, "1x128 count");
+    CHECKF(mg_fp8_block_scale_index(MG_FP8_BLOCK_1X128, 8, 300, 5, 2) == 21, "1x128 index");
     /* 128x128: [ceil(rows/128), L4]; K = 600 -> L = 5, L4 = 8. */
-    EXPECT(mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, 300, 600) == 24, "128x128 count");
-    EXPECT(mg_fp8_block_scale_index(MG_FP8_BLOCK_128X128, 300, 600, 257, 4) == 20, "128x128 index");
-    EXPECT(mg_fp8_block_scale_index(MG_FP8_BLOCK_128X128, 300, 600, 127, 0) == 0,
+    CHECKF(mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, 300, 600) == 24, "128x128 count");
+    CHECKF(mg_fp8_block_scale_index(MG_FP8_BLOCK_128X128, 300, 600, 257, 4) == 20, "128x128 index");
+    CHECKF(mg_fp8_block_scale_index(MG_FP8_BLOCK_128X128, 300, 600, 127, 0) == 0,
            "rows of one block share a scale");
-    EXPECT(mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, 128, 512) == 4, "no padding at L=4");
+    CHECKF(mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, 128, 512) == 4, "no padding at L=4");
 
     /* Every (row, block) lands inside the tensor; 1x128 is a bijection. */
     for (int trial = 0; trial < 50; trial++) {
@@ -159,14 +147,14 @@ static void test_scale_layout_math(void) {
             for (uint32_t r = 0; r < rows; r++)
                 for (uint32_t g = 0; g < mg_fp8_k_blocks(k); g++) {
                     size_t i = mg_fp8_block_scale_index((mg_fp8_block_scale)mode, rows, k, r, g);
-                    EXPECT(i < count, "mode %d rows %u k %u: index %zu >= %zu", mode, rows, k, i,
+                    CHECKF(i < count, "mode %d rows %u k %u: index %zu >= %zu", mode, rows, k, i,
                            count);
                     if (i < count)
                         seen[i]++;
                 }
             if (mode == MG_FP8_BLOCK_1X128)
                 for (size_t i = 0; i < count; i++)
-                    EXPECT(seen[i] == 1, "1x128 rows %u k %u: slot %zu used %d times", rows, k, i,
+                    CHECKF(seen[i] == 1, "1x128 rows %u k %u: slot %zu used %d times", rows, k, i,
                            seen[i]);
             free(seen);
         }
@@ -190,11 +178,11 @@ static void test_act_scales_transpose(void) {
             for (uint32_t t = 0; t < m_pad; t++) {
                 float want = t < m ? src[(size_t)t * blocks + g] : 0.0f;
                 float got = dst[mg_fp8_block_scale_index(MG_FP8_BLOCK_1X128, m_pad, k, t, g)];
-                EXPECT(memcmp(&got, &want, sizeof got) == 0, "m %u k %u t %u g %u: %g want %g", m,
+                CHECKF(memcmp(&got, &want, sizeof got) == 0, "m %u k %u t %u g %u: %g want %g", m,
                        k, t, g, got, want);
             }
         for (int i = 0; i < 8; i++)
-            EXPECT(memcmp(&dst[count + i], &guard, sizeof guard) == 0,
+            CHECKF(memcmp(&dst[count + i], &guard, sizeof guard) == 0,
                    "transpose wrote past its end");
         free(src);
         free(dst);
@@ -210,7 +198,7 @@ static void expect_quantized(const uint16_t *x, const uint8_t *q, size_t i, floa
     double v = mg_bf16_to_f32(x[i]);
     double back = (double)mg_fp8_e4m3_to_f32(q[i]) * scale;
     double bound = fmax(fabs(v) * 0x1p-4, scale * 0x1p-10) * (1 + 1e-6);
-    EXPECT(fabs(back - v) <= bound, "%s element %zu: %g -> %g (scale %g)", what, i, v, back, scale);
+    CHECKF(fabs(back - v) <= bound, "%s element %zu: %g -> %g (scale %g)", what, i, v, back, scale);
 }
 
 static void test_quantizers(void) {
@@ -225,32 +213,32 @@ static void test_quantizers(void) {
         uint32_t blocks = mg_fp8_k_blocks(cols);
 
         float tensor_scale = -1;
-        EXPECT(mg_fp8_quantize_tensorwise(x, rows, cols, q, &tensor_scale) == MG_OK, "%s",
+        CHECKF(mg_fp8_quantize_tensorwise(x, rows, cols, q, &tensor_scale) == MG_OK, "%s",
                mg_last_error());
         float amax = 0;
         for (size_t i = 0; i < count; i++)
             amax = fmaxf(amax, fabsf(mg_bf16_to_f32(x[i])));
-        EXPECT(tensor_scale == amax / 448.0f, "tensor scale %g, amax %g", tensor_scale, amax);
+        CHECKF(tensor_scale == amax / 448.0f, "tensor scale %g, amax %g", tensor_scale, amax);
         int at_max = 0;
         for (size_t i = 0; i < count; i++) {
             expect_quantized(x, q, i, tensor_scale, "tensorwise");
             at_max += (q[i] & 0x7f) == 0x7e;
         }
-        EXPECT(at_max >= 1, "the amax element quantizes to 448");
+        CHECKF(at_max >= 1, "the amax element quantizes to 448");
 
         float *row_scales = malloc(rows * sizeof *row_scales);
-        EXPECT(mg_fp8_quantize_rowwise(x, rows, cols, q, row_scales) == MG_OK, "%s",
+        CHECKF(mg_fp8_quantize_rowwise(x, rows, cols, q, row_scales) == MG_OK, "%s",
                mg_last_error());
         for (size_t i = 0; i < count; i++)
             expect_quantized(x, q, i, row_scales[i / cols], "rowwise");
         if (rows > 2) {
-            EXPECT(row_scales[1] == 1.0f, "all-zero row scale %g", row_scales[1]);
+            CHECKF(row_scales[1] == 1.0f, "all-zero row scale %g", row_scales[1]);
             for (uint32_t c = 0; c < cols; c++)
-                EXPECT(q[cols + c] == 0, "zero row code 0x%02x", q[cols + c]);
+                CHECKF(q[cols + c] == 0, "zero row code 0x%02x", q[cols + c]);
         }
 
         float *block_scales = malloc((size_t)rows * blocks * sizeof *block_scales);
-        EXPECT(mg_fp8_quantize_1x128(x, rows, cols, q, block_scales) == MG_OK, "%s",
+        CHECKF(mg_fp8_quantize_1x128(x, rows, cols, q, block_scales) == MG_OK, "%s",
                mg_last_error());
         for (size_t i = 0; i < count; i++)
             expect_quantized(x, q, i,
@@ -259,7 +247,7 @@ static void test_quantizers(void) {
 
         size_t tile_count = mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, rows, cols);
         float *tile_scales = poisoned(tile_count * sizeof *tile_scales);
-        EXPECT(mg_fp8_quantize_128x128(x, rows, cols, q, tile_scales) == MG_OK, "%s",
+        CHECKF(mg_fp8_quantize_128x128(x, rows, cols, q, tile_scales) == MG_OK, "%s",
                mg_last_error());
         for (size_t i = 0; i < count; i++)
             expect_quantized(x, q, i,
@@ -270,7 +258,7 @@ static void test_quantizers(void) {
         uint32_t l4 = (uint32_t)(tile_count / mg_fp8_k_blocks(rows));
         for (size_t i = 0; i < tile_count; i++)
             if (i % l4 >= blocks)
-                EXPECT(tile_scales[i] == 0.0f, "padding column %zu is %g", i, tile_scales[i]);
+                CHECKF(tile_scales[i] == 0.0f, "padding column %zu is %g", i, tile_scales[i]);
         free(x);
         free(q);
         free(row_scales);
@@ -284,16 +272,16 @@ static void test_quantizer_bad_input(void) {
     uint8_t q[4];
     float s[4];
     mg_clear_error();
-    EXPECT(mg_fp8_quantize_rowwise(NULL, 2, 2, q, s) == MG_ERR_INVALID_ARGUMENT, "NULL input");
-    EXPECT(strstr(mg_last_error(), "mg_fp8_quantize_rowwise") && strstr(mg_last_error(), "input"),
+    CHECKF(mg_fp8_quantize_rowwise(NULL, 2, 2, q, s) == MG_ERR_INVALID_ARGUMENT, "NULL input");
+    CHECKF(strstr(mg_last_error(), "mg_fp8_quantize_rowwise") && strstr(mg_last_error(), "input"),
            "message: %s", mg_last_error());
-    EXPECT(mg_fp8_quantize_1x128(x, 2, 2, q, NULL) == MG_ERR_INVALID_ARGUMENT, "NULL scales");
-    EXPECT(strstr(mg_last_error(), "scales"), "message: %s", mg_last_error());
+    CHECKF(mg_fp8_quantize_1x128(x, 2, 2, q, NULL) == MG_ERR_INVALID_ARGUMENT, "NULL scales");
+    CHECKF(strstr(mg_last_error(), "scales"), "message: %s", mg_last_error());
     memset(q, 0x5a, sizeof q);
-    EXPECT(mg_fp8_quantize_tensorwise(x, 0, 2, q, s) == MG_ERR_INVALID_ARGUMENT, "empty shape");
-    EXPECT(strstr(mg_last_error(), "0 x 2"), "message: %s", mg_last_error());
-    EXPECT(q[0] == 0x5a && q[3] == 0x5a, "nothing written on error");
-    EXPECT(mg_fp8_quantize_128x128(x, 2, 0, q, s) == MG_ERR_INVALID_ARGUMENT, "empty shape");
+    CHECKF(mg_fp8_quantize_tensorwise(x, 0, 2, q, s) == MG_ERR_INVALID_ARGUMENT, "empty shape");
+    CHECKF(strstr(mg_last_error(), "0 x 2"), "message: %s", mg_last_error());
+    CHECKF(q[0] == 0x5a && q[3] == 0x5a, "nothing written on error");
+    CHECKF(mg_fp8_quantize_128x128(x, 2, 0, q, s) == MG_ERR_INVALID_ARGUMENT, "empty shape");
 }
 
 /* ------------------------------------------------------------------ reference GEMMs */
@@ -329,13 +317,13 @@ static void check_output(const char *what, uint32_t m, uint32_t n, uint32_t k, u
             if (err > bound * worst || worst == 0)
                 worst = fmax(worst, err / bound);
             if (err > bound) {
-                EXPECT(err <= bound, "%s m %u n %u k %u: out[%u,%u] = %.9g, want %.9g (bound %g)",
+                CHECKF(err <= bound, "%s m %u n %u k %u: out[%u,%u] = %.9g, want %.9g (bound %g)",
                        what, m, n, k, t, j, got, want, bound);
                 return;
             }
         }
         for (uint32_t j = n; j < ldc; j++)
-            EXPECT(memcmp((const unsigned char *)out + ((size_t)t * ldc + j) * esize, poison,
+            CHECKF(memcmp((const unsigned char *)out + ((size_t)t * ldc + j) * esize, poison,
                           esize) == 0,
                    "%s: padding column %u of row %u was written", what, j, t);
     }
@@ -514,8 +502,8 @@ static void test_untransposed_scales_trap(void) {
     e_bad = sqrt(e_bad / norm);
     printf("layout trap: relative error %.2e with transposed scales, %.2e untransposed\n", e_good,
            e_bad);
-    EXPECT(e_good < 0.05, "FP8 error with the right layout %.3g", e_good);
-    EXPECT(e_bad > 10 * e_good, "the wrong layout should be visibly wrong: %.3g vs %.3g", e_bad,
+    CHECKF(e_good < 0.05, "FP8 error with the right layout %.3g", e_good);
+    CHECKF(e_bad > 10 * e_good, "the wrong layout should be visibly wrong: %.3g vs %.3g", e_bad,
            e_good);
     free(x), free(w), free(xq), free(wq), free(natural), free(transposed), free(ws), free(good),
         free(bad), free(exact);
@@ -525,13 +513,13 @@ static void test_untransposed_scales_trap(void) {
  * reference is the backend itself. */
 static void test_gemm_checks_on_cpu_backend(void) {
     mg_backend *b = NULL;
-    EXPECT(mg_backend_open(MG_BACKEND_CPU, 0, &b) == MG_OK, "open: %s", mg_last_error());
+    CHECKF(mg_backend_open(MG_BACKEND_CPU, 0, &b) == MG_OK, "open: %s", mg_last_error());
     if (!b)
         return;
     int passed = 0, skipped = 0;
     int failed = mg_check_run_all(b, "gemm/", stdout, &passed, &skipped);
-    EXPECT(failed == 0 && passed >= 10, "%d gemm checks failed, %d passed", failed, passed);
-    EXPECT(mg_backend_close(b) == MG_OK, "close: %s", mg_last_error());
+    CHECKF(failed == 0 && passed >= 10, "%d gemm checks failed, %d passed", failed, passed);
+    CHECKF(mg_backend_close(b) == MG_OK, "close: %s", mg_last_error());
 }
 
 int main(void) {

@@ -162,6 +162,11 @@ typedef struct mg_gemm_plan {
     uint32_t pointer_alignment;
 } mg_gemm_plan;
 
+/* FP32 elements of the activation's (act = true) or the weight's scale tensor that a GEMM of
+ * this plan reads: 1 per tensor, M or N row-wise, mg_fp8_block_scale_count for block modes;
+ * 0 for BF16. */
+size_t mg_gemm_scale_count(const mg_gemm_plan *plan, bool act);
+
 /* Plans every shape and gives stream `s` its workspace, so later calls of these shapes on
  * `s` create nothing and may be captured. Blocking host work (library heuristics); does not
  * launch. Not while `s` is capturing (MG_ERR_CAPTURING). The CPU backend checks the plans

@@ -82,19 +82,7 @@ static size_t input_bytes(const gemm_inputs *in, bool act) {
     return rows * in->plan.k * (in->plan.kind == MG_GEMM_BF16 ? 2 : 1);
 }
 
-static size_t scale_count(const mg_gemm_plan *p, bool act) {
-    uint32_t rows = act ? p->m : p->n;
-    switch (p->kind) {
-    case MG_GEMM_BF16:
-        return 0;
-    case MG_GEMM_FP8_TENSORWISE:
-        return 1;
-    case MG_GEMM_FP8_ROWWISE:
-        return rows;
-    case MG_GEMM_FP8_BLOCKSCALED:
-        return mg_fp8_block_scale_count(act ? p->act_mode : p->weight_mode, rows, p->k);
-    }
-    return 0;
+return 0;
 }
 
 static size_t output_bytes(const mg_gemm_plan *p) {
@@ -131,16 +119,16 @@ static mg_status run_gemm(mg_backend *b, mg_stream *s, const gemm_inputs *in, vo
         (st = alloc_poisoned(b, output_bytes(p), &out)))
         goto done;
     if (p->kind != MG_GEMM_BF16) {
-        if ((st = upload(b, in->weight_scale, scale_count(p, false) * 4, &weight_scale)))
+        if ((st = upload(b, in->weight_scale, mg_gemm_scale_count(p, false) * 4, &weight_scale)))
             goto done;
         if (in->act_rows_natural) {
             size_t natural_bytes = (size_t)in->act_rows_natural * mg_fp8_k_blocks(p->k) * 4;
             if ((st = upload(b, in->act_scale, natural_bytes, &natural)) ||
-                (st = alloc_poisoned(b, scale_count(p, true) * 4, &act_scale)) ||
+                (st = alloc_poisoned(b, mg_gemm_scale_count(p, true) * 4, &act_scale)) ||
                 (st = mg_fp8_act_scales_transpose(b, s, in->act_rows_natural, p->m, p->k, natural,
                                                   act_scale)))
                 goto done;
-        } else if ((st = upload(b, in->act_scale, scale_count(p, true) * 4, &act_scale))) {
+        } else if ((st = upload(b, in->act_scale, mg_gemm_scale_count(p, true) * 4, &act_scale))) {
             goto done;
         }
     }
@@ -322,8 +310,8 @@ static mg_status make_fp8_operands(uint64_t *rng, const mg_gemm_plan *p, uint32_
     uint16_t *weight = random_bf16(rng, (size_t)p->n * p->k, 0.05f);
     o->act = calloc((size_t)p->m * p->k, 1);
     o->weight = malloc((size_t)p->n * p->k);
-    o->act_scale = calloc(scale_count(p, true) + (size_t)p->m * mg_fp8_k_blocks(p->k), 4);
-    o->weight_scale = malloc(scale_count(p, false) * 4);
+    o->act_scale = calloc(mg_gemm_scale_count(p, true) + (size_t)p->m * mg_fp8_k_blocks(p->k), 4);
+    o->weight_scale = malloc(mg_gemm_scale_count(p, false) * 4);
     mg_status st = MG_ERR_OUT_OF_MEMORY;
     if (act && weight && o->act && o->weight && o->act_scale && o->weight_scale) {
         memset(act + (size_t)m * p->k, 0, (size_t)(p->m - m) * p->k * 2);

@@ -28,18 +28,17 @@ static bool is_fp8(mg_gemm_kind kind) {
     return kind != MG_GEMM_BF16;
 }
 
-size_t mg_gemm_scale_bytes(const mg_gemm_plan *p, bool is_act) {
-    uint32_t rows = is_act ? p->m : p->n;
+size_t mg_gemm_scale_count(const mg_gemm_plan *p, bool act) {
+    uint32_t rows = act ? p->m : p->n;
     switch (p->kind) {
     case MG_GEMM_BF16:
         return 0;
     case MG_GEMM_FP8_TENSORWISE:
-        return sizeof(float);
+        return 1;
     case MG_GEMM_FP8_ROWWISE:
-        return (size_t)rows * sizeof(float);
+        return rows;
     case MG_GEMM_FP8_BLOCKSCALED:
-        return mg_fp8_block_scale_count(is_act ? p->act_mode : p->weight_mode, rows, p->k) *
-               sizeof(float);
+        return mg_fp8_block_scale_count(act ? p->act_mode : p->weight_mode, rows, p->k);
     }
     return 0;
 }

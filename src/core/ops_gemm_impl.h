@@ -13,9 +13,6 @@ typedef struct mg_gemm_call {
     mg_devptr act_scale, weight_scale; /* FP8 only */
 } mg_gemm_call;
 
-/* Bytes of the FP32 scale tensor of one FP8 operand of `rows` rows. */
-size_t mg_gemm_scale_bytes(const mg_gemm_plan *p, bool is_act);
-
 /* Whether `b` can run the GEMM ops of capability `cap` (MG_CAP_OP_GEMM_BF16 or
  * MG_CAP_OP_GEMM_FP8): always on the CPU reference; on CUDA when cuBLASLt loads, and for FP8
  * on compute capability 9.0 or newer. mg_backend_supports answers these through it. */

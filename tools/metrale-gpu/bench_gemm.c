@@ -78,21 +78,6 @@ static mg_status upload_ones(mg_bench *b, size_t count, mg_devptr *out) {
     return st;
 }
 
-static size_t scale_count(mg_gemm_kind kind, uint32_t rows, uint32_t k, bool is_act) {
-    switch (kind) {
-    case MG_GEMM_BF16:
-        return 1;
-    case MG_GEMM_FP8_TENSORWISE:
-        return 1;
-    case MG_GEMM_FP8_ROWWISE:
-        return rows;
-    case MG_GEMM_FP8_BLOCKSCALED:
-        return mg_fp8_block_scale_count(is_act ? MG_FP8_BLOCK_1X128 : MG_FP8_BLOCK_128X128, rows,
-                                        k);
-    }
-    return 1;
-}
-
 static void free_case(mg_bench *b, gemm_case *c, bool graph, mg_devptr single_weight) {
     if (graph && c->weights.buffers)
         mg_bench_rotation_destroy(b, &c->weights);
@@ -115,13 +100,22 @@ static int run_case(mg_bench *b, mg_gemm_kind kind, uint32_t m, uint32_t n, uint
     size_t in_bytes = kind == MG_GEMM_BF16 ? 2 : 1;
     size_t weight_bytes = (size_t)n * k * in_bytes;
     gemm_case c = {.kind = kind, .m = m, .n = n, .k = k, .per_iteration = 1};
+    mg_gemm_plan plan = {.kind = kind,
+                         .m = m,
+                         .n = n,
+                         .k = k,
+                         .ldc = n,
+                         .out_type = MG_DTYPE_BF16,
+                         .act_mode = MG_FP8_BLOCK_1X128,
+                         .weight_mode = MG_FP8_BLOCK_128X128};
     mg_devptr single_weight = 0;
     mg_status st;
     if ((st = mg_alloc(b->backend, (size_t)m * k * in_bytes, &c.act)) ||
         (st = mg_bench_fill_random_device(b, c.act, (size_t)m * k * in_bytes, 7)) ||
         (st = mg_alloc(b->backend, (size_t)m * n * 2, &c.out)) ||
-        (st = upload_ones(b, scale_count(kind, m, k, true), &c.act_scale)) ||
-        (st = upload_ones(b, scale_count(kind, n, k, false), &c.weight_scale)))
+        (kind != MG_GEMM_BF16 &&
+         ((st = upload_ones(b, mg_gemm_scale_count(&plan, true), &c.act_scale)) ||
+          (st = upload_ones(b, mg_gemm_scale_count(&plan, false), &c.weight_scale)))))
         goto fail;
     /* Eager rows reuse one weight (as the PyTorch peer does); graph rows rotate through
      * enough weights to defeat L2 and issue one GEMM per weight in each replay. */

@@ -82,9 +82,6 @@ static size_t input_bytes(const gemm_inputs *in, bool act) {
     return rows * in->plan.k * (in->plan.kind == MG_GEMM_BF16 ? 2 : 1);
 }
 
-return 0;
-}
-
 static size_t output_bytes(const mg_gemm_plan *p) {
     return (size_t)p->m * p->ldc * mg_dtype_bytes(p->out_type);
 }

@@ -54,6 +54,15 @@ static void zone_free(zone *z) {
         CHECK_ZONE_UNCHANGED(z);                                                                   \
     } while (0)
 
+/* The argument list of metrale:vector_add(a, b, out, n) on one block of 64 threads. */
+static void vector_add_launch(mg_launch *l, mg_devptr a, mg_devptr b, mg_devptr out, uint32_t n) {
+    mg_launch_init(l, (mg_dim3){1, 1, 1}, (mg_dim3){64, 1, 1}, 0);
+    mg_launch_arg_ptr(l, a);
+    mg_launch_arg_ptr(l, b);
+    mg_launch_arg_ptr(l, out);
+    mg_launch_arg_u32(l, n);
+}
+
 static void test_null_handles(mg_backend *b) {
     zone z = zone_make(b, 100);
     uint8_t host[100] = {0};
@@ -134,11 +143,7 @@ static void test_foreign_handles(mg_backend *b, mg_backend *other) {
     CHECK_REFUSED(mg_graph_launch(g_other, s), MG_ERR_INVALID_ARGUMENT, "another backend", z);
     CHECK_ZONE_UNCHANGED(theirs); /* the other backend's graph did not run either */
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){64, 1, 1}, 0);
-    mg_launch_arg_ptr(&l, z.dst);
-    mg_launch_arg_ptr(&l, z.dst);
-    mg_launch_arg_ptr(&l, z.dst);
-    mg_launch_arg_u32(&l, 64);
+    vector_add_launch(&l, z.dst, z.dst, z.dst, 64);
     CHECK_REFUSED(mg_launch_run(b, k_other, s, &l), MG_ERR_INVALID_ARGUMENT, "another backend", z);
     /* Memory of the other backend is not this backend's. */
     CHECK_REFUSED(mg_copy_h2d(b, theirs.dst, host, 16), MG_ERR_INVALID_ARGUMENT,
@@ -248,18 +253,10 @@ static void test_pointers(mg_backend *b) {
     mg_kernel *k = NULL;
     CHECK_OK(mg_kernel_lookup(b, "metrale", "vector_add", &k));
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){64, 1, 1}, 0);
-    mg_launch_arg_ptr(&l, src.dst);
-    mg_launch_arg_ptr(&l, src.dst);
-    mg_launch_arg_ptr(&l, z.dst + 2);
-    mg_launch_arg_u32(&l, 16);
+    vector_add_launch(&l, src.dst, src.dst, z.dst + 2, 16);
     CHECK_REFUSED(mg_launch_run(b, k, s, &l), MG_ERR_INVALID_ARGUMENT, "misaligned", z);
     /* ... and so is one that runs past its buffer. */
-    mg_launch_clear_args(&l);
-    mg_launch_arg_ptr(&l, src.dst);
-    mg_launch_arg_ptr(&l, src.dst);
-    mg_launch_arg_ptr(&l, z.dst);
-    mg_launch_arg_u32(&l, (uint32_t)(z.bytes / 4 + GUARD / 4 + 1));
+    vector_add_launch(&l, src.dst, src.dst, z.dst, (uint32_t)(z.bytes / 4 + GUARD / 4 + 1));
     CHECK_REFUSED(mg_launch_run(b, k, s, &l), MG_ERR_INVALID_ARGUMENT, "overrun", z);
     /* Launch builder and configuration errors. */
     mg_launch_clear_args(&l);
@@ -306,11 +303,7 @@ static void test_free_errors(mg_backend *b) {
     mg_kernel *k = NULL;
     CHECK_OK(mg_kernel_lookup(b, "metrale", "vector_add", &k));
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){64, 1, 1}, 0);
-    mg_launch_arg_ptr(&l, p);
-    mg_launch_arg_ptr(&l, p);
-    mg_launch_arg_ptr(&l, z.dst);
-    mg_launch_arg_u32(&l, 16);
+    vector_add_launch(&l, p, p, z.dst, 16);
     CHECK_REFUSED(mg_launch_run(b, k, s, &l), MG_ERR_INVALID_ARGUMENT,
                   "not inside any live allocation", z);
     CHECK_OK(mg_kernel_release(k));

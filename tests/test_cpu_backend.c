@@ -113,6 +113,12 @@ static void test_allocation_cap(mg_backend *b) {
     uint64_t live, count;
     CHECK_OK(mg_ledger_live(b, &live, &count));
     CHECK(count == 1 && live == 600000); /* the failure left nothing behind */
+    /* A cap lowered below what is live refuses even the smallest allocation. */
+    CHECK_OK(mg_cpu_set_allocation_cap(b, 4096));
+    CHECK_STATUS(mg_alloc(b, 1, &c), MG_ERR_OUT_OF_MEMORY);
+    CHECK_OK(mg_memory_free_bytes(b, &free_bytes, &total_bytes));
+    CHECK(free_bytes == 0 && total_bytes == 4096);
+    CHECK_OK(mg_cpu_set_allocation_cap(b, 1 << 20));
     CHECK_OK(mg_free(b, a));
     a = 0;
     CHECK_OK(mg_alloc(b, 600001, &c)); /* fits again */

@@ -25,9 +25,12 @@
  *  - Calls named *_async are ordered on their stream and return before the work is done;
  *    everything else is blocking. A NULL stream means the backend's default stream, which is
  *    non-blocking with respect to other streams.
- *  - No call blocks, synchronizes, allocates or copies synchronously on a stream that is being
- *    captured: such calls return MG_ERR_CAPTURING instead (CUDA would fail with error 901 and
- *    invalidate the capture).
+ *  - While any stream of a backend is capturing a graph, that backend refuses blocking calls
+ *    (synchronize of the capturing stream, blocking copies and memsets) and allocations with
+ *    MG_ERR_CAPTURING instead of attempting them (CUDA would fail with error 901 and
+ *    invalidate the capture). The rule is per backend, not per stream, so one thread's
+ *    capture can never be broken by another thread's blocking call: set up memory before
+ *    mg_graph_begin_capture.
  *  - After a sticky device fault every call on that backend fails fast with
  *    MG_ERR_DEVICE_FAULT and the original message; free paths still succeed.
  */

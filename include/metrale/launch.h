@@ -57,6 +57,7 @@ struct mg_launch {
     uint32_t arg_count;
     uint32_t slot_count;
     mg_status error; /* first error while building; MG_OK otherwise */
+    char error_message[192]; /* its message, kept for mg_launch_run's report */
     mg_launch_arg args[MG_LAUNCH_MAX_ARGS];
     _Alignas(64) uint64_t slots[MG_LAUNCH_MAX_SLOTS];
 };

@@ -627,10 +627,7 @@ static void check_copy_async(mg_check_ctx *ctx, mg_check_result *result) {
     EXPECT(guarded_verify(b, &d2, why, sizeof why), "d2d_async on the default stream: %s", why);
     PASS();
 done:
-    if (s) {
-        mg_stream_synchronize(s);
-        mg_stream_destroy(s);
-    }
+    mg_stream_destroy(s); /* waits for the stream's work */
     mg_host_free(b, pinned);
     guarded_free(b, &d1);
     guarded_free(b, &d2);
@@ -801,8 +798,6 @@ static void check_events(mg_check_ctx *ctx, mg_check_result *result) {
     snprintf(result->detail, sizeof result->detail, "memset 4 MiB: %.3f ms", (double)ms);
     PASS();
 done:
-    if (s)
-        mg_stream_synchronize(s);
     mg_event_destroy(start);
     mg_event_destroy(end);
     mg_event_destroy(never);
@@ -840,10 +835,6 @@ static void check_stream_wait_event(mg_check_ctx *ctx, mg_check_result *result) 
     OK(mg_event_query(e));
     PASS();
 done:
-    if (s1)
-        mg_stream_synchronize(s1);
-    if (s2)
-        mg_stream_synchronize(s2);
     mg_event_destroy(e);
     mg_stream_destroy(s1);
     mg_stream_destroy(s2);
@@ -965,8 +956,6 @@ static void check_graph_capture_replay(mg_check_ctx *ctx, mg_check_result *resul
            "replay on the default stream differs");
     PASS();
 done:
-    if (s)
-        mg_stream_synchronize(s);
     mg_graph_destroy(g);
     mg_stream_destroy(s);
     mg_kernel_release(k);
@@ -1025,8 +1014,6 @@ static void check_graph_update(mg_check_ctx *ctx, mg_check_result *result) {
     EXPECT(at == SIZE_MAX, "re-instantiated graph: out[%zu] wrong", at);
     PASS();
 done:
-    if (s)
-        mg_stream_synchronize(s);
     mg_graph_destroy(g);
     mg_stream_destroy(s);
     mg_kernel_release(k);
@@ -1255,8 +1242,6 @@ static void check_kernel_vector_add(mg_check_ctx *ctx, mg_check_result *result) 
     OK(mg_stream_synchronize(s));
     PASS();
 done:
-    if (s)
-        mg_stream_synchronize(s);
     mg_stream_destroy(s);
     mg_kernel_release(k);
     mg_kernel_release(empty);

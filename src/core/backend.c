@@ -19,10 +19,14 @@
 
 const char *mg_backend_kind_name(mg_backend_kind kind) {
     switch (kind) {
-    case MG_BACKEND_CPU: return "cpu";
-    case MG_BACKEND_CUDA: return "cuda";
-    case MG_BACKEND_METAL: return "metal";
-    case MG_BACKEND_AUTO: return "auto";
+    case MG_BACKEND_CPU:
+        return "cpu";
+    case MG_BACKEND_CUDA:
+        return "cuda";
+    case MG_BACKEND_METAL:
+        return "metal";
+    case MG_BACKEND_AUTO:
+        return "auto";
     }
     return "?";
 }
@@ -42,14 +46,18 @@ mg_status mg_backend_kind_parse(const char *name, mg_backend_kind *out) {
 
 static const mg_backend_driver *driver_of(mg_backend_kind kind) {
     switch (kind) {
-    case MG_BACKEND_CPU: return &mg_cpu_backend_driver;
+    case MG_BACKEND_CPU:
+        return &mg_cpu_backend_driver;
 #ifdef METRALE_HAVE_CUDA
-    case MG_BACKEND_CUDA: return &mg_cuda_backend_driver;
+    case MG_BACKEND_CUDA:
+        return &mg_cuda_backend_driver;
 #endif
 #ifdef METRALE_HAVE_METAL
-    case MG_BACKEND_METAL: return &mg_metal_backend_driver;
+    case MG_BACKEND_METAL:
+        return &mg_metal_backend_driver;
 #endif
-    default: return NULL;
+    default:
+        return NULL;
     }
 }
 
@@ -61,8 +69,9 @@ mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out) {
     const mg_backend_driver *d = driver_of(kind);
     if (!d) {
         snprintf(out->reason, sizeof out->reason, "%s",
-                 kind == MG_BACKEND_METAL ? "not compiled in (Metal is built on macOS only)"
-                                          : "not compiled in (built without nvcc or with -DMETRALE_CUDA=OFF)");
+                 kind == MG_BACKEND_METAL
+                     ? "not compiled in (Metal is built on macOS only)"
+                     : "not compiled in (built without nvcc or with -DMETRALE_CUDA=OFF)");
         return MG_OK;
     }
     out->compiled_in = true;
@@ -140,7 +149,7 @@ static bool list_remove(void **items, size_t *count, const void *item) {
     return false;
 }
 
-#define LIST_PUSH(b, name, item)                                                               \
+#define LIST_PUSH(b, name, item)                                                                   \
     list_push((void ***)&(b)->name##s, &(b)->name##_count, &(b)->name##_capacity, (item))
 #define LIST_REMOVE(b, name, item) list_remove((void **)(b)->name##s, &(b)->name##_count, (item))
 
@@ -151,8 +160,10 @@ mg_status mg_backend_check_fault(mg_backend *b) {
     pthread_mutex_lock(&b->lock);
     memcpy(text, b->fault_message, sizeof text);
     pthread_mutex_unlock(&b->lock);
-    return mg_error_set(MG_ERR_DEVICE_FAULT, NULL, 0, "%s (sticky device fault: the %s backend "
-                        "is unusable until closed)", text, mg_backend_kind_name(b->kind));
+    return mg_error_set(MG_ERR_DEVICE_FAULT, NULL, 0,
+                        "%s (sticky device fault: the %s backend "
+                        "is unusable until closed)",
+                        text, mg_backend_kind_name(b->kind));
 }
 
 void mg_backend_set_fault(mg_backend *b, const char *message) {
@@ -200,6 +211,29 @@ static mg_status refuse_while_capturing(mg_backend *b, const char *fn) {
     return MG_OK;
 }
 
+/* Unregisters (before anyone else can reuse the memory) and frees one host block. */
+static mg_status release_host_block(mg_backend *b, void *host) {
+    if (b->ops->supports(b->ctx, MG_CAP_PINNED_HOST))
+        mg_pinned_unregister(host);
+    if (b->ops->host_free)
+        return b->ops->host_free(b->ctx, host);
+    mg_host_heap_free(host);
+    return MG_OK;
+}
+
+/* Is [p, p + bytes) inside a host block whose device address was handed out? */
+static bool in_mapped_host_block(mg_backend *b, mg_devptr p, size_t bytes) {
+    bool hit = false;
+    pthread_mutex_lock(&b->lock);
+    for (size_t i = 0; i < b->host_block_count && !hit; i++) {
+        const mg_host_block *h = b->host_blocks[i];
+        hit = h->mapped && p >= h->mapped && p - h->mapped < h->bytes &&
+              bytes <= h->bytes - (p - h->mapped);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return hit;
+}
+
 /* A device range must be non-null, must not wrap, and must lie inside one live allocation
  * when its start is in the ledger (always, for backends with strict pointers). */
 static mg_status check_device_range(mg_backend *b, mg_devptr p, size_t bytes, const char *fn,
@@ -207,8 +241,8 @@ static mg_status check_device_range(mg_backend *b, mg_devptr p, size_t bytes, co
     if (p == 0)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL device pointer for %s", fn, what);
     if (bytes > UINT64_MAX - p)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s range 0x%llx + %zu wraps around", fn,
-                        what, (unsigned long long)p, bytes);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s range 0x%llx + %zu wraps around", fn, what,
+                        (unsigned long long)p, bytes);
     mg_ledger_entry e;
     if (mg_ledger_find(&b->ledger, p, &e)) {
         uint64_t room = e.base + e.bytes - p;
@@ -221,7 +255,7 @@ static mg_status check_device_range(mg_backend *b, mg_devptr p, size_t bytes, co
                             (unsigned long long)(bytes - room));
         return MG_OK;
     }
-    if (b->ops->pointers_checked_strictly)
+    if (b->ops->pointers_checked_strictly && !in_mapped_host_block(b, p, bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: %s 0x%llx is not inside any live allocation of this backend "
                         "(never allocated, or already freed)",
@@ -267,7 +301,7 @@ static void free_backend_struct(mg_backend *b) {
     free(b->streams);
     free(b->events);
     free(b->graphs);
-    free(b->host_blocks);
+    free(b->host_blocks); /* the records themselves were freed with their blocks */
     free(b->modules);
     free(b);
 }
@@ -328,6 +362,8 @@ static mg_status open_kind(mg_backend_kind kind, int device, mg_backend **out) {
         release_device(kind, device);
         return st;
     }
+    if (ops->attach)
+        ops->attach(ctx, b);
     *out = b;
     return MG_OK;
 }
@@ -364,11 +400,11 @@ mg_status mg_backend_close(mg_backend *b) {
     mg_handle_unregister(b); /* no new calls get in from here on */
     const mg_backend_ops *ops = b->ops;
     mg_status first = MG_OK;
-#define KEEP_FIRST(expr)                                                                       \
-    do {                                                                                       \
-        mg_status st_ = (expr);                                                                \
-        if (st_ && !first)                                                                     \
-            first = st_;                                                                       \
+#define KEEP_FIRST(expr)                                                                           \
+    do {                                                                                           \
+        mg_status st_ = (expr);                                                                    \
+        if (st_ && !first)                                                                         \
+            first = st_;                                                                           \
     } while (0)
 
     /* Captures are abandoned, then all work is waited for before anything is freed. */
@@ -409,12 +445,8 @@ mg_status mg_backend_close(mg_backend *b) {
     free(b->default_stream);
 
     for (size_t i = 0; i < b->host_block_count; i++) {
-        if (ops->supports(b->ctx, MG_CAP_PINNED_HOST))
-            mg_pinned_unregister(b->host_blocks[i]);
-        if (ops->host_free)
-            KEEP_FIRST(ops->host_free(b->ctx, b->host_blocks[i]));
-        else
-            mg_host_heap_free(b->host_blocks[i]);
+        KEEP_FIRST(release_host_block(b, b->host_blocks[i]->host));
+        free(b->host_blocks[i]);
     }
     mg_ledger_entry e;
     while (mg_ledger_pop(&b->ledger, &e))
@@ -575,8 +607,7 @@ mg_status mg_ledger_report(mg_backend *b, FILE *f, size_t top_n, uint64_t min_by
     for (size_t i = 0; i < n; i++)
         fprintf(f, "  %12s in %4llu allocations at %s:%d\n",
                 mg_format_bytes(sites[i].bytes, size, sizeof size),
-                (unsigned long long)sites[i].count, mg_path_basename(sites[i].file),
-                sites[i].line);
+                (unsigned long long)sites[i].count, mg_path_basename(sites[i].file), sites[i].line);
     return MG_OK;
 }
 
@@ -661,13 +692,12 @@ mg_status mg_copy_h2d_async(mg_backend *b, mg_devptr dst, const void *src, size_
     return h2d_async(b, dst, src, bytes, s, false, "mg_copy_h2d_async");
 }
 
-mg_status mg_copy_h2d_async_retained(mg_backend *b, mg_devptr dst, const void *src,
-                                     size_t bytes, mg_stream *s) {
+mg_status mg_copy_h2d_async_retained(mg_backend *b, mg_devptr dst, const void *src, size_t bytes,
+                                     mg_stream *s) {
     return h2d_async(b, dst, src, bytes, s, true, "mg_copy_h2d_async_retained");
 }
 
-mg_status mg_copy_d2h_async(mg_backend *b, void *dst, mg_devptr src, size_t bytes,
-                            mg_stream *s) {
+mg_status mg_copy_d2h_async(mg_backend *b, void *dst, mg_devptr src, size_t bytes, mg_stream *s) {
     mg_stream *rs = NULL;
     mg_status st = enter(b, "mg_copy_d2h_async");
     if (!st)
@@ -697,8 +727,7 @@ mg_status mg_copy_d2d_async(mg_backend *b, mg_devptr dst, mg_devptr src, size_t 
 }
 
 mg_status mg_copy_2d_d2d_async(mg_backend *b, mg_devptr dst, size_t dst_pitch, mg_devptr src,
-                               size_t src_pitch, size_t width_bytes, size_t height,
-                               mg_stream *s) {
+                               size_t src_pitch, size_t width_bytes, size_t height, mg_stream *s) {
     const char *fn = "mg_copy_2d_d2d_async";
     mg_stream *rs = NULL;
     mg_status st = enter(b, fn);
@@ -737,8 +766,7 @@ mg_status mg_memset(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes) {
     return b->ops->memset(b->ctx, dst, value, bytes);
 }
 
-mg_status mg_memset_async(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes,
-                          mg_stream *s) {
+mg_status mg_memset_async(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes, mg_stream *s) {
     mg_stream *rs = NULL;
     mg_status st = enter(b, "mg_memset_async");
     if (!st)
@@ -783,8 +811,8 @@ mg_status mg_stream_destroy(mg_stream *s) {
     if (!s)
         return MG_OK;
     if (!mg_handle_is(s, MG_HANDLE_STREAM))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_stream_destroy: invalid or destroyed stream %p",
-                        (void *)s);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "mg_stream_destroy: invalid or destroyed stream %p", (void *)s);
     mg_backend *b = s->owner;
     if (s->is_default)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
@@ -954,7 +982,8 @@ mg_status mg_graph_begin_capture(mg_stream *s) {
         return st;
     bool expected = false;
     if (!atomic_compare_exchange_strong(&s->capturing, &expected, true))
-        return MG_ERROR(MG_ERR_CAPTURING, "mg_graph_begin_capture: the stream is already capturing");
+        return MG_ERROR(MG_ERR_CAPTURING,
+                        "mg_graph_begin_capture: the stream is already capturing");
     atomic_fetch_add(&s->owner->capturing_streams, 1);
     st = s->owner->ops->graph_begin_capture(s->owner->ctx, s->impl);
     if (st) {
@@ -975,8 +1004,8 @@ static mg_status capture_ended(mg_stream *s, const char *fn) {
 
 static mg_status wrap_graph(mg_backend *b, void *impl, mg_graph **out) {
     mg_graph *g = calloc(1, sizeof *g);
-    mg_status st = g ? mg_handle_register(g, MG_HANDLE_GRAPH)
-                     : MG_ERROR(MG_ERR_OUT_OF_MEMORY, "graph handle");
+    mg_status st =
+        g ? mg_handle_register(g, MG_HANDLE_GRAPH) : MG_ERROR(MG_ERR_OUT_OF_MEMORY, "graph handle");
     if (st == MG_OK) {
         g->owner = b;
         g->impl = impl;
@@ -1100,21 +1129,26 @@ mg_status mg_host_alloc(mg_backend *b, size_t bytes, void **out) {
     st = b->ops->host_alloc ? b->ops->host_alloc(b->ctx, bytes, &p) : mg_host_heap_alloc(bytes, &p);
     if (st)
         return st;
+    mg_host_block *block = malloc(sizeof *block);
     bool pinned = b->ops->supports(b->ctx, MG_CAP_PINNED_HOST);
-    if (pinned)
+    if (!block)
+        st = MG_ERROR(MG_ERR_OUT_OF_MEMORY, "mg_host_alloc: block record");
+    else if (pinned)
         st = mg_pinned_register(p, bytes);
     if (st == MG_OK) {
+        *block = (mg_host_block){p, bytes, 0};
         pthread_mutex_lock(&b->lock);
-        st = LIST_PUSH(b, host_block, p);
+        st = LIST_PUSH(b, host_block, block);
         pthread_mutex_unlock(&b->lock);
-        if (st && pinned)
-            mg_pinned_unregister(p);
     }
     if (st) {
-        if (b->ops->host_free)
+        if (block)
+            release_host_block(b, p);
+        else if (b->ops->host_free)
             b->ops->host_free(b->ctx, p);
         else
             mg_host_heap_free(p);
+        free(block);
         return st;
     }
     *out = p;
@@ -1127,20 +1161,20 @@ mg_status mg_host_free(mg_backend *b, void *host) {
     if (!host)
         return MG_OK;
     pthread_mutex_lock(&b->lock);
-    bool found = LIST_REMOVE(b, host_block, host);
+    mg_host_block *block = NULL;
+    for (size_t i = 0; i < b->host_block_count && !block; i++)
+        if (b->host_blocks[i]->host == host)
+            block = b->host_blocks[i];
+    if (block)
+        LIST_REMOVE(b, host_block, block);
     pthread_mutex_unlock(&b->lock);
-    if (!found)
+    if (!block)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "mg_host_free: %p was not returned by mg_host_alloc of this backend, or "
                         "was already freed",
                         host);
-    /* Unregister before the memory can be reused by anyone else. */
-    if (b->ops->supports(b->ctx, MG_CAP_PINNED_HOST))
-        mg_pinned_unregister(host);
-    if (b->ops->host_free)
-        return b->ops->host_free(b->ctx, host);
-    mg_host_heap_free(host);
-    return MG_OK;
+    free(block);
+    return release_host_block(b, host);
 }
 
 mg_status mg_host_device_pointer(mg_backend *b, void *host, mg_devptr *out) {
@@ -1155,14 +1189,18 @@ mg_status mg_host_device_pointer(mg_backend *b, void *host, mg_devptr *out) {
                         "mg_host_device_pointer: the %s backend cannot map host memory",
                         mg_backend_kind_name(b->kind));
     pthread_mutex_lock(&b->lock);
-    bool found = false;
-    for (size_t i = 0; i < b->host_block_count && !found; i++)
-        found = b->host_blocks[i] == host;
-    pthread_mutex_unlock(&b->lock);
-    if (!found)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+    mg_host_block *block = NULL;
+    for (size_t i = 0; i < b->host_block_count && !block; i++)
+        if (b->host_blocks[i]->host == host)
+            block = b->host_blocks[i];
+    st = block
+             ? b->ops->host_device_pointer(b->ctx, host, out)
+             : MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "mg_host_device_pointer: %p is not a live block from mg_host_alloc", host);
-    return b->ops->host_device_pointer(b->ctx, host, out);
+    if (st == MG_OK)
+        block->mapped = *out;
+    pthread_mutex_unlock(&b->lock);
+    return st;
 }
 
 /* ------------------------------------------------------------------ modules and kernels */
@@ -1260,8 +1298,8 @@ mg_status mg_module_unload_model(mg_backend *b, const char *model) {
     return st;
 }
 
-mg_status mg_module_symbol(mg_backend *b, const char *module, const char *symbol,
-                           mg_devptr *ptr, size_t *bytes) {
+mg_status mg_module_symbol(mg_backend *b, const char *module, const char *symbol, mg_devptr *ptr,
+                           size_t *bytes) {
     const char *fn = "mg_module_symbol";
     mg_status st = enter(b, fn);
     if (!st)
@@ -1335,12 +1373,9 @@ mg_status mg_launch_run(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_laun
                         fn, (void *)k);
     if (!launch)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL launch builder for %s", fn, k->name);
-    if (launch->error) {
-        char desc[512];
-        mg_launch_describe(launch, k->name, desc, sizeof desc);
-        return MG_ERROR(launch->error, "%s: the argument list of %s is invalid (%s)", fn, desc,
-                        mg_status_name(launch->error));
-    }
+    if (launch->error)
+        return MG_ERROR(launch->error, "%s: the argument list of %s is invalid: %s", fn, k->name,
+                        launch->error_message);
     if (!launch->grid.x || !launch->grid.y || !launch->grid.z || !launch->block.x ||
         !launch->block.y || !launch->block.z)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
@@ -1350,7 +1385,8 @@ mg_status mg_launch_run(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_laun
     mg_timing *timing = atomic_load(&b->launch_timing);
     mg_timing_span span = 0;
     if (timing)
-        mg_timing_kernel_begin(timing, k->name, rs, &span); /* a timing failure never fails a launch */
+        mg_timing_kernel_begin(timing, k->name, rs,
+                               &span); /* a timing failure never fails a launch */
     st = b->ops->launch(b->ctx, k->impl, k->name, rs->impl, launch);
     if (span)
         mg_timing_span_end(timing, span, rs);

@@ -105,6 +105,10 @@ typedef struct mg_backend_ops {
     /* `kernel_name` is "module:function", for error messages. */
     mg_status (*launch)(void *ctx, void *kernel, const char *kernel_name, void *stream,
                         const mg_launch *launch);
+
+    /* ---- optional: told the public handle once it exists, so a backend that detects sticky
+     * faults inside its ops can record them with mg_backend_set_fault. */
+    void (*attach)(void *ctx, mg_backend *b);
 } mg_backend_ops;
 
 /* Opening a backend kind: each backend exports one of these (NULL members when the backend

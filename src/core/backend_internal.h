@@ -50,6 +50,15 @@ struct mg_kernel {
     char name[226]; /* "module:function" */
 };
 
+/* A live block from mg_host_alloc. `mapped` is its device address once
+ * mg_host_device_pointer handed it out (0 before): device ranges inside it are then valid
+ * arguments even on backends that check pointers strictly. */
+typedef struct mg_host_block {
+    void *host;
+    size_t bytes;
+    mg_devptr mapped;
+} mg_host_block;
+
 /* A module loaded through mg_module_load, remembered for unload-by-model. */
 typedef struct mg_module_record {
     char model[96];
@@ -73,7 +82,7 @@ struct mg_backend {
     size_t event_count, event_capacity;
     mg_graph **graphs;
     size_t graph_count, graph_capacity;
-    void **host_blocks; /* from mg_host_alloc, still live */
+    struct mg_host_block **host_blocks; /* from mg_host_alloc, still live */
     size_t host_block_count, host_block_capacity;
     mg_module_record *modules;
     size_t module_count, module_capacity;

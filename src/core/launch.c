@@ -6,6 +6,16 @@
 
 #include "error.h"
 
+/* Keeps the first error and its message (callers format a message only while there is no
+ * error yet, so the thread's message stays the first one too): the thread-local message may be
+ * overwritten by the time mg_launch_run reports it. */
+static void builder_fail(mg_launch *l, mg_status st) {
+    if (l->error != MG_OK)
+        return;
+    l->error = st;
+    snprintf(l->error_message, sizeof l->error_message, "%s", mg_last_error());
+}
+
 void mg_launch_init(mg_launch *l, mg_dim3 grid, mg_dim3 block, uint32_t shared_bytes) {
     l->grid = grid;
     l->block = block;
@@ -17,6 +27,7 @@ void mg_launch_clear_args(mg_launch *l) {
     l->arg_count = 0;
     l->slot_count = 0;
     l->error = MG_OK;
+    l->error_message[0] = '\0';
 }
 
 /* Reserves the slots of one argument and copies its payload; the unused tail of the last
@@ -25,17 +36,17 @@ static void push_arg(mg_launch *l, mg_arg_kind kind, const void *data, size_t by
     if (l->error != MG_OK)
         return;
     if (l->arg_count >= MG_LAUNCH_MAX_ARGS) {
-        l->error = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "launch builder: more than %d arguments", MG_LAUNCH_MAX_ARGS);
+        builder_fail(l, MG_ERROR(MG_ERR_INVALID_ARGUMENT, "launch builder: more than %d arguments",
+                                 MG_LAUNCH_MAX_ARGS));
         return;
     }
     /* Divide first: (bytes + 7) / 8 wraps to a tiny count for lengths near SIZE_MAX. */
     size_t slots = bytes == 0 ? 1 : bytes / 8 + (bytes % 8 != 0);
     if (slots > (size_t)(MG_LAUNCH_MAX_SLOTS - l->slot_count)) {
-        l->error = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "launch builder: argument %u of %zu bytes exceeds the %d-byte "
-                            "argument space (%u bytes used)",
-                            l->arg_count, bytes, MG_LAUNCH_MAX_SLOTS * 8, l->slot_count * 8);
+        builder_fail(l, MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                                 "launch builder: argument %u of %zu bytes exceeds the %d-byte "
+                                 "argument space (%u bytes used)",
+                                 l->arg_count, bytes, MG_LAUNCH_MAX_SLOTS * 8, l->slot_count * 8));
         return;
     }
     uint64_t *first = &l->slots[l->slot_count];
@@ -65,8 +76,8 @@ void mg_launch_arg_f32(mg_launch *l, float v) {
 void mg_launch_arg_bytes(mg_launch *l, const void *data, size_t bytes) {
     if (bytes && !data) {
         if (l->error == MG_OK)
-            l->error = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                                "launch builder: NULL data for a %zu-byte argument", bytes);
+            builder_fail(l, MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                                     "launch builder: NULL data for a %zu-byte argument", bytes));
         return;
     }
     push_arg(l, MG_ARG_BYTES, data, bytes);
@@ -74,7 +85,7 @@ void mg_launch_arg_bytes(mg_launch *l, const void *data, size_t bytes) {
 void mg_launch_arg_tensor_map(mg_launch *l, const void *map128) {
     if (!map128) {
         if (l->error == MG_OK)
-            l->error = MG_ERROR(MG_ERR_INVALID_ARGUMENT, "launch builder: NULL tensor map");
+            builder_fail(l, MG_ERROR(MG_ERR_INVALID_ARGUMENT, "launch builder: NULL tensor map"));
         return;
     }
     push_arg(l, MG_ARG_TENSOR_MAP, map128, MG_TENSOR_MAP_BYTES);
@@ -125,8 +136,8 @@ void mg_launch_describe(const mg_launch *l, const char *name, char *buf, size_t 
     if (!buf || buf_bytes == 0)
         return;
     size_t used = (size_t)snprintf(buf, buf_bytes, "%s<<<(%u,%u,%u),(%u,%u,%u),%u>>>(",
-                                   name ? name : "?", l->grid.x, l->grid.y, l->grid.z,
-                                   l->block.x, l->block.y, l->block.z, l->shared_bytes);
+                                   name ? name : "?", l->grid.x, l->grid.y, l->grid.z, l->block.x,
+                                   l->block.y, l->block.z, l->shared_bytes);
     for (uint32_t i = 0; i < l->arg_count && used < buf_bytes; i++) {
         const char *sep = i ? ", " : "";
         int n = 0;

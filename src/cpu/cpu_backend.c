@@ -49,6 +49,8 @@ static void cpu_destroy(void *ctx) {
     mg_cpu_backend *c = ctx;
     mg_cpu_release_all_objects(c);
     mg_cpu_release_all_ranges(c);
+    mg_ledger_destroy(&c->device_ranges);
+    mg_ledger_destroy(&c->host_ranges);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -181,6 +183,8 @@ static mg_status cpu_open(int device, const mg_backend_ops **ops_out, void **ctx
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory opening device %d",
                         device);
     c->device = device;
+    mg_ledger_init(&c->device_ranges);
+    mg_ledger_init(&c->host_ranges);
     pthread_mutex_init(&c->lock, NULL);
     for (int i = 0; i < MG_CPU_COUNTER_COUNT; i++)
         atomic_init(&c->counters[i], 0);

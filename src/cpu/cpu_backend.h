@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "core/backend_impl.h"
+#include "core/ledger.h"
 #include "metrale/cpu.h"
 
 #define MG_CPU_DEVICE_COUNT 8
@@ -43,20 +44,6 @@ typedef enum mg_cpu_counter {
 } mg_cpu_counter;
 /* clang-format on */
 
-/* One live range the backend can address: a device allocation or a host allocation from
- * host_alloc (whose device address is its host address). */
-typedef enum mg_cpu_range_kind {
-    MG_CPU_RANGE_DEVICE, /* device, managed or arena allocation */
-    MG_CPU_RANGE_HOST,   /* host_alloc */
-} mg_cpu_range_kind;
-
-typedef struct mg_cpu_range {
-    uintptr_t base;
-    size_t bytes;   /* as requested */
-    size_t rounded; /* as charged against the cap: bytes rounded up to 256 */
-    mg_cpu_range_kind kind;
-} mg_cpu_range;
-
 typedef struct mg_cpu_stream mg_cpu_stream;
 typedef struct mg_cpu_event mg_cpu_event;
 typedef struct mg_cpu_graph mg_cpu_graph;
@@ -65,11 +52,16 @@ typedef struct mg_cpu_backend {
     int device;
     _Atomic uint64_t counters[MG_CPU_COUNTER_COUNT];
 
+    /* The ranges this device can address, each sorted by base (the core's ledger type, here
+     * without call sites): device, managed and arena allocations, and host_alloc memory
+     * (whose device address is its host address). Every device address is checked against
+     * them when work runs. */
+    mg_ledger device_ranges;
+    mg_ledger host_ranges;
+
     /* Guards everything below. Work itself runs outside it. */
     pthread_mutex_t lock;
-    mg_cpu_range *ranges; /* sorted by base, non-overlapping */
-    size_t range_count, range_capacity;
-    uint64_t live_device_bytes;    /* sum of `rounded` over device ranges */
+    uint64_t live_device_bytes;    /* device ranges, each rounded up to 256 bytes */
     uint64_t allocation_cap_bytes; /* 0: none */
     uint64_t fail_countdown;       /* 0: off; 1: the next allocation fails */
     /* Objects still alive, so destroy releases what the core did not. */

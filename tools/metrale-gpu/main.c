@@ -16,8 +16,7 @@ static const struct {
     {"info", mg_cmd_info, "",
      "the backends compiled in, which are usable here (and why not), and each device"},
     {"check", mg_cmd_check, "[FILTER]",
-     "run the conformance and op checks on the chosen backend; FILTER keeps the checks whose "
-     "\"group/name\" contains it"},
+     "the conformance and op checks on the chosen backend (FILTER: group/name substring)"},
     {"arena", mg_cmd_arena, "--list | PRESET [--fp8] [--max-chunk-bytes N]",
      "the buffer-arena plan of a built-in model preset: buffers, offsets, packed vs unpacked"},
 #ifdef METRALE_CLI_HAVE_BENCH
@@ -28,20 +27,19 @@ static const struct {
 
 static void usage(FILE *f) {
     fprintf(
-        f, "usage: metrale-gpu [OPTIONS] COMMAND [ARGS]\n"
-           "\n"
-           "options (before or after the command):\n"
-           "  --backend cpu|cuda|metal|auto  backend to use (default auto: CUDA, Metal, then CPU)\n"
-           "  --device N                     device ordinal (default 0)\n"
-           "  --json                         machine-readable output where supported (info)\n"
-           "  --help                         this text\n"
-           "\n"
-           "commands:\n");
-    for (size_t i = 0; i < COMMAND_COUNT; i++) {
-        char head[64];
-        snprintf(head, sizeof head, "%s %s", commands[i].name, commands[i].args);
-        fprintf(f, "  %-16s %s\n", head, commands[i].summary);
-    }
+        f,
+        "usage: metrale-gpu [OPTIONS] COMMAND [ARGS]\n"
+        "\n"
+        "options (before or after the command):\n"
+        "  --backend cpu|cuda|metal|auto  backend to use (default auto: CUDA, Metal, then CPU)\n"
+        "  --device N                     device ordinal (default 0)\n"
+        "  --json                         machine-readable output where supported (info, arena)\n"
+        "  --help                         this text\n"
+        "\n"
+        "commands:\n");
+    for (size_t i = 0; i < COMMAND_COUNT; i++)
+        fprintf(f, "  %s%s%s\n      %s\n", commands[i].name, commands[i].args[0] ? " " : "",
+                commands[i].args, commands[i].summary);
     fprintf(f, "\nenvironment: METRALE_CHECK_SEED=N repeats a check run's random inputs.\n");
 }
 

@@ -1,0 +1,82 @@
+/* test_core_dispatch.c - core rules that are not a backend's: builder errors reported at
+ * launch with their reason, device ranges of mapped host blocks on a strict backend, and
+ * the backend-wide capture rule. */
+#include "metrale/gpu.h"
+#include "metrale/launch.h"
+#include "test_util.h"
+
+static void test_builder_error_reason(mg_backend *b) {
+    mg_kernel *k = NULL;
+    CHECK_OK(mg_kernel_lookup(b, "metrale", "vector_add", &k));
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){32, 1, 1}, 0);
+    for (int i = 0; i < MG_LAUNCH_MAX_ARGS + 3; i++)
+        mg_launch_arg_u32(&l, (uint32_t)i);
+    mg_clear_error();
+    CHECK_STATUS(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("more than 64 arguments");
+    CHECK_MESSAGE("metrale:vector_add");
+    CHECK_OK(mg_kernel_release(k));
+}
+
+static void test_mapped_host_ranges(mg_backend *b) {
+    if (!mg_backend_supports(b, MG_CAP_HOST_DEVICE_POINTER))
+        return;
+    size_t bytes = (size_t)test_rand_range(1000, 5000);
+    unsigned char *host = NULL;
+    CHECK_OK(mg_host_alloc(b, bytes, (void **)&host));
+    if (!host)
+        return;
+    test_fill_random(host, bytes);
+    mg_devptr dev = 0, mapped = 0;
+    CHECK_OK(mg_alloc(b, bytes, &dev));
+    /* Before the device address is handed out, it is not a device range of this backend. */
+    CHECK_STATUS(mg_copy_d2d(b, dev, (mg_devptr)(uintptr_t)host, bytes), MG_ERR_INVALID_ARGUMENT);
+    CHECK_OK(mg_host_device_pointer(b, host, &mapped));
+    CHECK(mapped != 0);
+    CHECK_OK(mg_copy_d2d(b, dev, mapped + 1, bytes - 1)); /* interior range of the block */
+    unsigned char *back = malloc(bytes);
+    CHECK_OK(mg_copy_d2h(b, back, dev, bytes - 1));
+    CHECK(back && memcmp(back, host + 1, bytes - 1) == 0);
+    free(back);
+    CHECK_STATUS(mg_copy_d2d(b, dev, mapped + 1, bytes), MG_ERR_INVALID_ARGUMENT); /* overrun */
+    CHECK_OK(mg_host_free(b, host));
+    CHECK_STATUS(mg_copy_d2d(b, dev, mapped, 16), MG_ERR_INVALID_ARGUMENT); /* freed */
+    CHECK_OK(mg_free(b, dev));
+}
+
+static void test_capture_rule_is_backend_wide(mg_backend *b) {
+    if (!mg_backend_supports(b, MG_CAP_GRAPHS))
+        return;
+    mg_stream *capturing = NULL, *other = NULL;
+    CHECK_OK(mg_stream_create(b, &capturing));
+    CHECK_OK(mg_stream_create(b, &other));
+    mg_devptr p = 0;
+    CHECK_OK(mg_alloc(b, 64, &p));
+    CHECK_OK(mg_graph_begin_capture(capturing));
+    mg_devptr q = 0;
+    CHECK_STATUS(mg_alloc(b, 64, &q), MG_ERR_CAPTURING);
+    CHECK_STATUS(mg_memset(b, p, 1, 64), MG_ERR_CAPTURING);
+    CHECK_OK(mg_memset_async(b, p, 1, 64, other)); /* async work elsewhere is fine */
+    CHECK_OK(mg_stream_synchronize(other));        /* and so is waiting for another stream */
+    CHECK_STATUS(mg_stream_synchronize(capturing), MG_ERR_CAPTURING);
+    CHECK_OK(mg_graph_abort_capture(capturing));
+    CHECK_OK(mg_alloc(b, 64, &q));
+    CHECK_OK(mg_free(b, q));
+    CHECK_OK(mg_free(b, p));
+    CHECK_OK(mg_stream_destroy(capturing));
+    CHECK_OK(mg_stream_destroy(other));
+}
+
+int main(void) {
+    test_seed();
+    mg_backend *b = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 3, &b));
+    if (!b)
+        return test_finish();
+    test_builder_error_reason(b);
+    test_mapped_host_ranges(b);
+    test_capture_rule_is_backend_wide(b);
+    CHECK_OK(mg_backend_close(b));
+    return test_finish();
+}

@@ -12,8 +12,9 @@
  *
  * Typical use in an engine:
  *
- *   mg_gemm_plan plans[] = {{MG_GEMM_BF16, 1, 4096, 4096, 4096, MG_DTYPE_BF16}, ...};
- *   mg_gemm_prewarm(b, s, plans, 2);                      // before capturing s
+ *   mg_gemm_plan plans[] = {{.kind = MG_GEMM_BF16, .m = 1, .n = 4096, .k = 4096,
+ *                            .ldc = 4096, .out_type = MG_DTYPE_BF16}, ...};
+ *   mg_gemm_prewarm(b, s, plans, count);                  // before capturing s
  *   mg_graph_begin_capture(s);
  *   mg_gemm_bf16(b, s, 1, 4096, 4096, x, w, y, MG_DTYPE_BF16, 4096);
  *   ...
@@ -23,7 +24,8 @@
  *    alignment or scale mode is MG_ERR_INVALID_ARGUMENT (MG_ERR_UNSUPPORTED for a scale pair
  *    cuBLASLt cannot run) with a message naming the argument, and nothing is written.
  *  - Calls are ordered on `s` (NULL: the backend's default stream) and return before the work
- *    is done (the CPU backend computes before returning).
+ *    is done (the CPU backend runs its reference kernel when the work is enqueued, or at
+ *    replay when captured).
  *  - After the first call of a shape (or mg_gemm_prewarm), a call creates no library object
  *    and allocates nothing, so it may be captured into a graph. On CUDA a shape first seen
  *    while `s` is capturing is MG_ERR_CAPTURING: plan it with mg_gemm_prewarm, outside the

@@ -153,6 +153,17 @@ static bool list_remove(void **items, size_t *count, const void *item) {
     list_push((void ***)&(b)->name##s, &(b)->name##_count, &(b)->name##_capacity, (item))
 #define LIST_REMOVE(b, name, item) list_remove((void **)(b)->name##s, &(b)->name##_count, (item))
 
+/* The end of every destroy: drop the handle from its backend's list and the registry, then
+ * free it. */
+#define FORGET_HANDLE(b, name, handle)                                                         \
+    do {                                                                                       \
+        pthread_mutex_lock(&(b)->lock);                                                        \
+        LIST_REMOVE(b, name, handle);                                                          \
+        pthread_mutex_unlock(&(b)->lock);                                                      \
+        mg_handle_unregister(handle);                                                          \
+        free(handle);                                                                          \
+    } while (0)
+
 mg_status mg_backend_check_fault(mg_backend *b) {
     if (!atomic_load(&b->faulted))
         return MG_OK;
@@ -824,11 +835,7 @@ mg_status mg_stream_destroy(mg_stream *s) {
     if (!atomic_load(&b->faulted))
         st = b->ops->stream_synchronize(b->ctx, s->impl);
     mg_status destroyed = b->ops->stream_destroy(b->ctx, s->impl);
-    pthread_mutex_lock(&b->lock);
-    LIST_REMOVE(b, stream, s);
-    pthread_mutex_unlock(&b->lock);
-    mg_handle_unregister(s);
-    free(s);
+    FORGET_HANDLE(b, stream, s);
     return st ? st : destroyed;
 }
 
@@ -957,11 +964,7 @@ mg_status mg_event_destroy(mg_event *e) {
                         (void *)e);
     mg_backend *b = e->owner;
     mg_status st = b->ops->event_destroy(b->ctx, e->impl);
-    pthread_mutex_lock(&b->lock);
-    LIST_REMOVE(b, event, e);
-    pthread_mutex_unlock(&b->lock);
-    mg_handle_unregister(e);
-    free(e);
+    FORGET_HANDLE(b, event, e);
     return st;
 }
 
@@ -1104,11 +1107,7 @@ mg_status mg_graph_destroy(mg_graph *g) {
                         (void *)g);
     mg_backend *b = g->owner;
     mg_status st = b->ops->graph_destroy(b->ctx, g->impl);
-    pthread_mutex_lock(&b->lock);
-    LIST_REMOVE(b, graph, g);
-    pthread_mutex_unlock(&b->lock);
-    mg_handle_unregister(g);
-    free(g);
+    FORGET_HANDLE(b, graph, g);
     return st;
 }
 

@@ -194,7 +194,7 @@ static void test_capabilities(mg_backend *b) {
     CHECK(mg_backend_supports(b, MG_CAP_HOST_DEVICE_POINTER));
     CHECK(!mg_backend_supports(b, MG_CAP_MODULES));
     CHECK(mg_backend_supports(b, MG_CAP_EVENT_TIMING));
-    CHECK(!mg_backend_supports(b, MG_CAP_OP_GEMM_BF16));
+    CHECK(mg_backend_supports(b, MG_CAP_OP_GEMM_BF16)); /* the reference GEMMs, ops_gemm.c */
     CHECK_STATUS(mg_module_load(b, "m", "x", "ptx", 3), MG_ERR_UNSUPPORTED);
 }
 

@@ -13,6 +13,7 @@
 #include "metrale/pinned.h"
 #include "metrale/timing.h"
 #include "op_cache.h"
+#include "ops_gemm_impl.h"
 
 /* ------------------------------------------------------------------ kinds and drivers */
 
@@ -151,6 +152,17 @@ static bool list_remove(void **items, size_t *count, const void *item) {
 #define LIST_PUSH(b, name, item)                                                                   \
     list_push((void ***)&(b)->name##s, &(b)->name##_count, &(b)->name##_capacity, (item))
 #define LIST_REMOVE(b, name, item) list_remove((void **)(b)->name##s, &(b)->name##_count, (item))
+
+/* The end of every destroy: drop the handle from its backend's list and the registry, then
+ * free it. */
+#define FORGET_HANDLE(b, name, handle)                                                         \
+    do {                                                                                       \
+        pthread_mutex_lock(&(b)->lock);                                                        \
+        LIST_REMOVE(b, name, handle);                                                          \
+        pthread_mutex_unlock(&(b)->lock);                                                      \
+        mg_handle_unregister(handle);                                                          \
+        free(handle);                                                                          \
+    } while (0)
 
 mg_status mg_backend_check_fault(mg_backend *b) {
     if (!atomic_load(&b->faulted))
@@ -420,6 +432,7 @@ mg_status mg_backend_close(mg_backend *b) {
     /* The op cache frees scratch through the public API, which needs the handle live. */
     mg_handle_register(b, MG_HANDLE_BACKEND);
     atomic_store(&b->capturing_streams, 0);
+    mg_gemm_release(b); /* cuBLASLt handle and plans; its workspaces are op-cache scratch */
     mg_op_cache_release(b->op_cache);
     mg_handle_unregister(b);
 
@@ -503,6 +516,8 @@ mg_status mg_memory_device_free_bytes(mg_backend *b, uint64_t *free_bytes) {
 bool mg_backend_supports(const mg_backend *b, mg_capability cap) {
     if (!mg_handle_is(b, MG_HANDLE_BACKEND) || cap >= MG_CAP_COUNT)
         return false;
+    if (cap == MG_CAP_OP_GEMM_BF16 || cap == MG_CAP_OP_GEMM_FP8) /* the op layer knows */
+        return mg_gemm_supports((mg_backend *)b, cap);
     return b->ops->supports(b->ctx, cap);
 }
 
@@ -820,11 +835,7 @@ mg_status mg_stream_destroy(mg_stream *s) {
     if (!atomic_load(&b->faulted))
         st = b->ops->stream_synchronize(b->ctx, s->impl);
     mg_status destroyed = b->ops->stream_destroy(b->ctx, s->impl);
-    pthread_mutex_lock(&b->lock);
-    LIST_REMOVE(b, stream, s);
-    pthread_mutex_unlock(&b->lock);
-    mg_handle_unregister(s);
-    free(s);
+    FORGET_HANDLE(b, stream, s);
     return st ? st : destroyed;
 }
 
@@ -953,11 +964,7 @@ mg_status mg_event_destroy(mg_event *e) {
                         (void *)e);
     mg_backend *b = e->owner;
     mg_status st = b->ops->event_destroy(b->ctx, e->impl);
-    pthread_mutex_lock(&b->lock);
-    LIST_REMOVE(b, event, e);
-    pthread_mutex_unlock(&b->lock);
-    mg_handle_unregister(e);
-    free(e);
+    FORGET_HANDLE(b, event, e);
     return st;
 }
 
@@ -1100,11 +1107,7 @@ mg_status mg_graph_destroy(mg_graph *g) {
                         (void *)g);
     mg_backend *b = g->owner;
     mg_status st = b->ops->graph_destroy(b->ctx, g->impl);
-    pthread_mutex_lock(&b->lock);
-    LIST_REMOVE(b, graph, g);
-    pthread_mutex_unlock(&b->lock);
-    mg_handle_unregister(g);
-    free(g);
+    FORGET_HANDLE(b, graph, g);
     return st;
 }
 

@@ -1,0 +1,189 @@
+/*
+ * metrale/ops_gemm.h - dense GEMMs in BF16 and FP8 E4M3, the FP8 scale layouts and an FP8
+ * quantizer.
+ *
+ * Every GEMM computes
+ *
+ *     out[M, N] = act[M, K] · weight[N, K]ᵀ
+ *
+ * row-major, K contiguous in both inputs, `out` row-major with a row pitch of `ldc` elements
+ * (ldc >= N), accumulating in FP32. On the CPU backend the result is computed by the reference
+ * implementation (FP8 values decoded exactly); on CUDA by cuBLASLt, loaded at first use.
+ *
+ * Typical use in an engine:
+ *
+ *   mg_gemm_plan plans[] = {{.kind = MG_GEMM_BF16, .m = 1, .n = 4096, .k = 4096,
+ *                            .ldc = 4096, .out_type = MG_DTYPE_BF16}, ...};
+ *   mg_gemm_prewarm(b, s, plans, count);                  // before capturing s
+ *   mg_graph_begin_capture(s);
+ *   mg_gemm_bf16(b, s, 1, 4096, 4096, x, w, y, MG_DTYPE_BF16, 4096);
+ *   ...
+ *
+ * What a caller may rely on:
+ *  - Arguments are checked before anything is launched: a bad shape, pitch, dtype, pointer
+ *    alignment or scale mode is MG_ERR_INVALID_ARGUMENT (MG_ERR_UNSUPPORTED for a scale pair
+ *    cuBLASLt cannot run) with a message naming the argument, and nothing is written.
+ *  - Calls are ordered on `s` (NULL: the backend's default stream) and return before the work
+ *    is done (the CPU backend runs its reference kernel when the work is enqueued, or at
+ *    replay when captured).
+ *  - After the first call of a shape (or mg_gemm_prewarm), a call creates no library object
+ *    and allocates nothing, so it may be captured into a graph. On CUDA a shape first seen
+ *    while `s` is capturing is MG_ERR_CAPTURING: plan it with mg_gemm_prewarm, outside the
+ *    capture. (The CPU backend plans nothing and captures any GEMM.)
+ *  - Each stream has its own workspace, so GEMMs on different streams may run concurrently.
+ *    A graph captured on stream s uses s's workspace: replay it on s (or on a stream ordered
+ *    with s), not concurrently with other GEMMs issued to s.
+ *
+ * FP8 requirements (cuBLASLt's "TN" FP8 kernels): K and N multiples of 16; act, weight and out
+ * 16-byte aligned; ldc * 2 bytes a multiple of 16 (ldc % 8 == 0); out is BF16. Scale vectors
+ * are FP32 in device memory, 16-byte aligned (per-tensor scales: 4-byte aligned), so a graph
+ * replay reads the scales current at replay time.
+ */
+#ifndef METRALE_OPS_GEMM_H
+#define METRALE_OPS_GEMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrale/dtype.h"
+#include "metrale/gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ BF16 */
+
+/* act, weight BF16; out BF16 or F32 (out_type). Any M, N, K >= 1; pointers aligned to their
+ * element size. */
+mg_status mg_gemm_bf16(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                       mg_devptr act, mg_devptr weight, mg_devptr out, mg_dtype out_type,
+                       uint32_t ldc);
+
+/* ------------------------------------------------------------------ FP8 E4M3 -> BF16 */
+
+/* Per-tensor scales: out = (act_fp8 · weight_fp8ᵀ) * act_scale[0] * weight_scale[0]. */
+mg_status mg_gemm_fp8_tensorwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                 mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                                 mg_devptr weight_scale, mg_devptr out, uint32_t ldc);
+
+/* Row-wise scales: out[t, j] = (act_fp8[t] · weight_fp8[j]) * act_scale[t] * weight_scale[j],
+ * act_scale FP32 [M], weight_scale FP32 [N]. */
+mg_status mg_gemm_fp8_rowwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                              mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                              mg_devptr weight_scale, mg_devptr out, uint32_t ldc);
+
+/* Block scales along K (DeepSeek-style). For an operand of `rows` rows (M for act, N for
+ * weight) and L = ceil(K / 128) K-blocks, the FP32 scale tensors are laid out as cuBLASLt
+ * reads them:
+ *   MG_FP8_BLOCK_1X128   one scale per row per K-block, K-block-major with rows contiguous:
+ *                        [L, rows], index g * rows + r. (A quantizer naturally writes the
+ *                        transpose [rows, L]; mg_fp8_act_scales_transpose converts. Passing
+ *                        the untransposed layout is not detected and gives 1e-2..1e-1 error.)
+ *   MG_FP8_BLOCK_128X128 one scale per 128 rows x 128 K: [ceil(rows / 128), L4], index
+ *                        (r / 128) * L4 + g, with L4 = L rounded up to a multiple of 4 (the
+ *                        padding columns are never read but must exist). */
+typedef enum mg_fp8_block_scale {
+    MG_FP8_BLOCK_1X128 = 0,
+    MG_FP8_BLOCK_128X128 = 1,
+} mg_fp8_block_scale;
+
+/* out[t, j] = sum over K-blocks g of (act_fp8[t, g-block] · weight_fp8[j, g-block]) *
+ * act_scale(t, g) * weight_scale(j, g), with the layouts above. M and N multiples of 4 (pad
+ * the token count: mg_fp8_act_scales_transpose zero-fills the padding tokens' scales). The
+ * pairs (1x128, 1x128), (1x128, 128x128) and (128x128, 1x128) are supported; (128x128,
+ * 128x128) is MG_ERR_UNSUPPORTED. */
+mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                  mg_devptr act, mg_devptr act_scale, mg_fp8_block_scale act_mode,
+                                  mg_devptr weight, mg_devptr weight_scale,
+                                  mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc);
+
+/* ------------------------------------------------------------------ FP8 scale layouts */
+
+#define MG_FP8_SCALE_BLOCK 128
+
+/* L = ceil(k / 128): the number of K-blocks. */
+uint32_t mg_fp8_k_blocks(uint32_t k);
+/* The token count a block-scaled GEMM runs with: m rounded up to a multiple of 4. */
+uint32_t mg_fp8_rows_padded(uint32_t m);
+/* FP32 elements of a block-scale tensor for an operand of `rows` rows (see
+ * mg_fp8_block_scale), and the index of row `row`'s scale for K-block `k_block`. */
+size_t mg_fp8_block_scale_count(mg_fp8_block_scale mode, uint32_t rows, uint32_t k);
+size_t mg_fp8_block_scale_index(mg_fp8_block_scale mode, uint32_t rows, uint32_t k, uint32_t row,
+                                uint32_t k_block);
+
+/* The activation-scale transpose: src FP32 [m, L] (index t * L + g, the quantizer's layout)
+ * -> dst FP32 [L, m_pad] (index g * m_pad + t, the 1x128 layout cuBLASLt reads), with
+ * dst = 0 for the padding tokens m <= t < m_pad. m_pad >= m and a multiple of 4; src and dst
+ * 4-byte aligned and not overlapping. Stream-ordered; capture-safe. */
+mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, uint32_t m_pad,
+                                      uint32_t k, mg_devptr src, mg_devptr dst);
+
+/* ------------------------------------------------------------------ FP8 quantizer (host) */
+
+/* BF16 [rows, cols] row-major (host memory) -> E4M3 codes [rows, cols] and FP32 scales, with
+ * value ~= decode(code) * scale. Each scale is amax / 448 over its group (1 for an all-zero
+ * group); codes are round-to-nearest-even of value / scale. The scales are written as the
+ * GEMMs above read them, except 1x128, which is written in the natural [rows, L] layout
+ * (index r * L + g), as a per-token quantizer on a GPU would; transpose it for the GEMM.
+ * MG_ERR_INVALID_ARGUMENT for NULL pointers or zero sizes. */
+mg_status mg_fp8_quantize_tensorwise(const uint16_t *bf16, uint32_t rows, uint32_t cols,
+                                     uint8_t *out, float *scale);
+/* scales[rows] */
+mg_status mg_fp8_quantize_rowwise(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
+                                  float *scales);
+/* scales[rows * L], natural layout r * L + g */
+mg_status mg_fp8_quantize_1x128(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
+                                float *scales);
+/* scales[mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, rows, cols)], GEMM layout, padding
+ * columns set to 0 */
+mg_status mg_fp8_quantize_128x128(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
+                                  float *scales);
+
+/* ------------------------------------------------------------------ planning and modes */
+
+typedef enum mg_gemm_kind {
+    MG_GEMM_BF16 = 0,
+    MG_GEMM_FP8_TENSORWISE,
+    MG_GEMM_FP8_ROWWISE,
+    MG_GEMM_FP8_BLOCKSCALED,
+} mg_gemm_kind;
+
+/* One GEMM shape to plan ahead of a capture. */
+typedef struct mg_gemm_plan {
+    mg_gemm_kind kind;
+    uint32_t m, n, k;
+    uint32_t ldc;
+    mg_dtype out_type;           /* BF16 or F32 for MG_GEMM_BF16; BF16 for FP8 */
+    mg_fp8_block_scale act_mode; /* MG_GEMM_FP8_BLOCKSCALED only */
+    mg_fp8_block_scale weight_mode;
+    /* The least alignment, in bytes, of the act, weight and out pointers the calls will pass
+     * (0 means 16, the alignment of allocations). A call whose pointers are less aligned is
+     * a different plan. */
+    uint32_t pointer_alignment;
+} mg_gemm_plan;
+
+/* FP32 elements of the activation's (act = true) or the weight's scale tensor that a GEMM of
+ * this plan reads: 1 per tensor, M or N row-wise, mg_fp8_block_scale_count for block modes;
+ * 0 for BF16. */
+size_t mg_gemm_scale_count(const mg_gemm_plan *plan, bool act);
+
+/* Plans every shape and gives stream `s` its workspace, so later calls of these shapes on
+ * `s` create nothing and may be captured. Blocking host work (library heuristics); does not
+ * launch. Not while `s` is capturing (MG_ERR_CAPTURING). The CPU backend checks the plans
+ * and does nothing else. */
+mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans, size_t count);
+
+/* Batch-invariant mode (off by default): one algorithm per (N, K, kind, scale modes, output
+ * type), chosen once, and checked to run at each call's M, so the bits of an output row do not
+ * depend on how many rows the batch has. Slower for some M. A shape whose algorithm cannot run
+ * at some M fails with MG_ERR_UNSUPPORTED. Applies to calls made after it; the CPU reference
+ * is batch-invariant always. */
+mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled);
+bool mg_gemm_batch_invariant(mg_backend *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

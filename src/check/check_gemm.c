@@ -1,0 +1,838 @@
+/* check_gemm.c - the "gemm" check group: every GEMM variant and the FP8 scale transpose on the
+ * backend under test against the CPU reference backend, on fresh random inputs of awkward
+ * shapes with poisoned outputs; bad arguments; the activation-scale layout trap; batch
+ * invariance; capture after prewarm; two streams at once. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "metrale/dtype.h"
+#include "metrale/ops_gemm.h"
+#include "metrale/status.h"
+#ifdef METRALE_HAVE_CUDA
+#include "cuda/cublaslt.h"
+#endif
+
+/* Relative error bounds, norm-wise ||out - ref|| / ||ref||. Both sides compute from the same
+ * BF16 or FP8 inputs in FP32; what differs is the summation order and, for BF16 outputs, one
+ * rounding each (2^-9 relative), so the bounds sit at the top of the 1e-3..1e-2 range the GPU
+ * machine's method allows for BF16 inputs. */
+#define BOUND_BF16_OUT 1e-2
+#define BOUND_F32_OUT 1e-3
+
+static const uint32_t awkward_m[] = {1, 3, 17, 130};
+#define AWKWARD_M_COUNT (sizeof awkward_m / sizeof awkward_m[0])
+
+#define POISON 0xa5
+
+/* ------------------------------------------------------------------ helpers */
+
+static void fail(mg_check_result *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
+    va_end(ap);
+    r->passed = false;
+}
+
+static uint64_t rng_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* BF16 values uniform in [-magnitude, magnitude). */
+static uint16_t *random_bf16(uint64_t *rng, size_t count, float magnitude) {
+    uint16_t *v = malloc(count * sizeof *v);
+    for (size_t i = 0; v && i < count; i++)
+        v[i] = mg_f32_to_bf16(((float)(rng_next(rng) >> 40) * 0x1p-24f * 2.0f - 1.0f) * magnitude);
+    return v;
+}
+
+static mg_status upload(mg_backend *b, const void *host, size_t bytes, mg_devptr *out) {
+    mg_status st = mg_alloc(b, bytes, out);
+    if (st == MG_OK)
+        st = mg_copy_h2d(b, *out, host, bytes);
+    return st;
+}
+
+static mg_status alloc_poisoned(mg_backend *b, size_t bytes, mg_devptr *out) {
+    mg_status st = mg_alloc(b, bytes, out);
+    if (st == MG_OK)
+        st = mg_memset(b, *out, POISON, bytes);
+    return st;
+}
+
+/* One GEMM's host inputs. act/weight are BF16 values or E4M3 codes; the scales are in the
+ * GEMM's layout, except when act_rows_natural != 0: then act_scale is the quantizer's
+ * [act_rows_natural, L] layout and is transposed on the backend into [L, plan.m]. */
+typedef struct gemm_inputs {
+    mg_gemm_plan plan;
+    const void *act, *weight;
+    const float *act_scale, *weight_scale;
+    uint32_t act_rows_natural;
+} gemm_inputs;
+
+static size_t input_bytes(const gemm_inputs *in, bool act) {
+    size_t rows = act ? in->plan.m : in->plan.n;
+    return rows * in->plan.k * (in->plan.kind == MG_GEMM_BF16 ? 2 : 1);
+}
+
+static size_t output_bytes(const mg_gemm_plan *p) {
+    return (size_t)p->m * p->ldc * mg_dtype_bytes(p->out_type);
+}
+
+static mg_status launch_gemm(mg_backend *b, mg_stream *s, const mg_gemm_plan *p, mg_devptr act,
+                             mg_devptr act_scale, mg_devptr weight, mg_devptr weight_scale,
+                             mg_devptr out) {
+    switch (p->kind) {
+    case MG_GEMM_BF16:
+        return mg_gemm_bf16(b, s, p->m, p->n, p->k, act, weight, out, p->out_type, p->ldc);
+    case MG_GEMM_FP8_TENSORWISE:
+        return mg_gemm_fp8_tensorwise(b, s, p->m, p->n, p->k, act, act_scale, weight, weight_scale,
+                                      out, p->ldc);
+    case MG_GEMM_FP8_ROWWISE:
+        return mg_gemm_fp8_rowwise(b, s, p->m, p->n, p->k, act, act_scale, weight, weight_scale,
+                                   out, p->ldc);
+    case MG_GEMM_FP8_BLOCKSCALED:
+        return mg_gemm_fp8_blockscaled(b, s, p->m, p->n, p->k, act, act_scale, p->act_mode, weight,
+                                       weight_scale, p->weight_mode, out, p->ldc);
+    }
+    return MG_ERR_INVALID_ARGUMENT;
+}
+
+/* Uploads the inputs to `b`, poisons the output, runs the GEMM on stream `s` and downloads
+ * the whole output (padding columns included) to out_host. */
+static mg_status run_gemm(mg_backend *b, mg_stream *s, const gemm_inputs *in, void *out_host) {
+    const mg_gemm_plan *p = &in->plan;
+    mg_devptr act = 0, weight = 0, act_scale = 0, weight_scale = 0, natural = 0, out = 0;
+    mg_status st;
+    if ((st = upload(b, in->act, input_bytes(in, true), &act)) ||
+        (st = upload(b, in->weight, input_bytes(in, false), &weight)) ||
+        (st = alloc_poisoned(b, output_bytes(p), &out)))
+        goto done;
+    if (p->kind != MG_GEMM_BF16) {
+        if ((st = upload(b, in->weight_scale, mg_gemm_scale_count(p, false) * 4, &weight_scale)))
+            goto done;
+        if (in->act_rows_natural) {
+            size_t natural_bytes = (size_t)in->act_rows_natural * mg_fp8_k_blocks(p->k) * 4;
+            if ((st = upload(b, in->act_scale, natural_bytes, &natural)) ||
+                (st = alloc_poisoned(b, mg_gemm_scale_count(p, true) * 4, &act_scale)) ||
+                (st = mg_fp8_act_scales_transpose(b, s, in->act_rows_natural, p->m, p->k, natural,
+                                                  act_scale)))
+                goto done;
+        } else if ((st = upload(b, in->act_scale, mg_gemm_scale_count(p, true) * 4, &act_scale))) {
+            goto done;
+        }
+    }
+    if ((st = launch_gemm(b, s, p, act, act_scale, weight, weight_scale, out)))
+        goto done;
+    if ((st = mg_stream_synchronize(s ? s : mg_stream_default(b))))
+        goto done;
+    st = mg_copy_d2h(b, out_host, out, output_bytes(p));
+done:
+    mg_free(b, act);
+    mg_free(b, weight);
+    mg_free(b, act_scale);
+    mg_free(b, weight_scale);
+    mg_free(b, natural);
+    mg_free(b, out);
+    return st;
+}
+
+static double output_value(const mg_gemm_plan *p, const void *out, size_t i) {
+    return p->out_type == MG_DTYPE_F32 ? ((const float *)out)[i]
+                                       : mg_bf16_to_f32(((const uint16_t *)out)[i]);
+}
+
+/* ||got - ref|| / ||ref|| over the M x N results (NaN and infinities give +inf); the padding
+ * columns of `got` must still hold the poison (*padding_ok). */
+static double relative_error(const mg_gemm_plan *p, const void *got, const void *ref, uint32_t rows,
+                             bool *padding_ok) {
+    double diff = 0, norm = 0;
+    size_t esize = mg_dtype_bytes(p->out_type);
+    *padding_ok = true;
+    for (uint32_t t = 0; t < rows; t++) {
+        for (uint32_t j = 0; j < p->n; j++) {
+            size_t i = (size_t)t * p->ldc + j;
+            double g = output_value(p, got, i), r = output_value(p, ref, i);
+            if (!isfinite(g))
+                return INFINITY;
+            diff += (g - r) * (g - r);
+            norm += r * r;
+        }
+        for (uint32_t j = p->n; j < p->ldc; j++)
+            for (size_t byte = 0; byte < esize; byte++)
+                if (((const unsigned char *)got)[((size_t)t * p->ldc + j) * esize + byte] != POISON)
+                    *padding_ok = false;
+    }
+    return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+}
+
+/* Runs `in` on the backend under test and on the reference; returns the relative error, or
+ * a negative value after filling r on failure. */
+static double compare_with_reference(mg_check_ctx *ctx, const gemm_inputs *in, uint32_t rows,
+                                     mg_check_result *r) {
+    size_t bytes = output_bytes(&in->plan);
+    void *got = malloc(bytes), *ref = malloc(bytes);
+    double err = -1;
+    mg_status st;
+    if (!got || !ref) {
+        fail(r, "out of host memory for %zu-byte outputs", bytes);
+    } else if ((st = run_gemm(ctx->backend, NULL, in, got))) {
+        fail(r, "M=%u N=%u K=%u on the backend: %s: %s", in->plan.m, in->plan.n, in->plan.k,
+             mg_status_name(st), mg_last_error());
+    } else if ((st = run_gemm(ctx->reference, NULL, in, ref))) {
+        fail(r, "M=%u on the reference: %s: %s", in->plan.m, mg_status_name(st), mg_last_error());
+    } else {
+        bool padding_ok;
+        err = relative_error(&in->plan, got, ref, rows, &padding_ok);
+        if (!padding_ok) {
+            fail(r, "M=%u N=%u ldc=%u: the padding columns of the output were written", in->plan.m,
+                 in->plan.n, in->plan.ldc);
+            err = -1;
+        }
+    }
+    free(got);
+    free(ref);
+    return err;
+}
+
+/* Records the worst error over a sweep and the verdict against `bound`. */
+static void finish_sweep(mg_check_result *r, double worst, double bound, const char *what) {
+    r->error = worst;
+    if (!r->passed)
+        return;
+    if (!(worst <= bound))
+        fail(r, "%s: relative error %.3g exceeds %.0e", what, worst, bound);
+    else
+        snprintf(r->detail, sizeof r->detail, "%s: worst relative error %.2e (bound %.0e)", what,
+                 worst, bound);
+}
+
+/* Marks the check skipped when the backend cannot run the op (no cuBLASLt, an older GPU, a
+ * backend without GEMMs). */
+static bool skipped_without(mg_check_ctx *ctx, mg_check_result *r, mg_capability cap) {
+    if (mg_backend_supports(ctx->backend, cap))
+        return false;
+    r->skipped = true;
+    snprintf(r->detail, sizeof r->detail, "the backend has no %s GEMMs",
+             cap == MG_CAP_OP_GEMM_FP8 ? "FP8" : "BF16");
+    return true;
+}
+
+/* ------------------------------------------------------------------ BF16 */
+
+static void check_bf16(mg_check_ctx *ctx, mg_check_result *r, mg_dtype out_type) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
+        return;
+    r->passed = true; /* until fail() says otherwise */
+    uint64_t rng = ctx->seed ^ (out_type == MG_DTYPE_F32 ? 0x11 : 0x12);
+    const uint32_t n = 203, k = 328, ldc = n + 5;
+    double worst = 0;
+    for (size_t i = 0; i < AWKWARD_M_COUNT && r->passed; i++) {
+        uint32_t m = awkward_m[i];
+        uint16_t *act = random_bf16(&rng, (size_t)m * k, 2.0f);
+        uint16_t *weight = random_bf16(&rng, (size_t)n * k, 0.25f);
+        gemm_inputs in = {
+            .plan =
+                {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = ldc, .out_type = out_type},
+            .act = act,
+            .weight = weight};
+        if (!act || !weight)
+            fail(r, "out of host memory");
+        else {
+            double err = compare_with_reference(ctx, &in, m, r);
+            if (err > worst)
+                worst = err;
+        }
+        free(act);
+        free(weight);
+    }
+    finish_sweep(r, worst, out_type == MG_DTYPE_F32 ? BOUND_F32_OUT : BOUND_BF16_OUT,
+                 out_type == MG_DTYPE_F32 ? "bf16 -> f32, M in {1,3,17,130}, N=203 K=328 ldc=208"
+                                          : "bf16 -> bf16, M in {1,3,17,130}, N=203 K=328 ldc=208");
+}
+
+static void check_bf16_out_bf16(mg_check_ctx *ctx, mg_check_result *r) {
+    check_bf16(ctx, r, MG_DTYPE_BF16);
+}
+
+static void check_bf16_out_f32(mg_check_ctx *ctx, mg_check_result *r) {
+    check_bf16(ctx, r, MG_DTYPE_F32);
+}
+
+/* ------------------------------------------------------------------ FP8 */
+
+/* FP8 operands made by the host quantizer from random BF16 values, in the layouts a caller
+ * hands to the GEMM. For a 1x128 activation the scales stay in the quantizer's natural
+ * layout and the backend transposes them (act_rows_natural = m), which is the documented
+ * flow; `m_pad` rows are given to the GEMM, the padding rows zero. */
+typedef struct fp8_operands {
+    uint8_t *act, *weight;
+    float *act_scale, *weight_scale;
+} fp8_operands;
+
+static void free_operands(fp8_operands *o) {
+    free(o->act);
+    free(o->weight);
+    free(o->act_scale);
+    free(o->weight_scale);
+}
+
+static mg_status quantize(const mg_gemm_plan *p, bool is_act, const uint16_t *values, uint32_t rows,
+                          uint8_t *codes, float *scales) {
+    switch (p->kind) {
+    case MG_GEMM_FP8_TENSORWISE:
+        return mg_fp8_quantize_tensorwise(values, rows, p->k, codes, scales);
+    case MG_GEMM_FP8_ROWWISE:
+        return mg_fp8_quantize_rowwise(values, rows, p->k, codes, scales);
+    default:
+        break;
+    }
+    mg_fp8_block_scale mode = is_act ? p->act_mode : p->weight_mode;
+    return mode == MG_FP8_BLOCK_1X128 ? mg_fp8_quantize_1x128(values, rows, p->k, codes, scales)
+                                      : mg_fp8_quantize_128x128(values, rows, p->k, codes, scales);
+}
+
+/* Quantizes random activations of `m` real rows (padded with zero rows to p->m) and weights. */
+static mg_status make_fp8_operands(uint64_t *rng, const mg_gemm_plan *p, uint32_t m,
+                                   fp8_operands *o) {
+    memset(o, 0, sizeof *o);
+    uint16_t *act = random_bf16(rng, (size_t)p->m * p->k, 4.0f);
+    uint16_t *weight = random_bf16(rng, (size_t)p->n * p->k, 0.05f);
+    o->act = calloc((size_t)p->m * p->k, 1);
+    o->weight = malloc((size_t)p->n * p->k);
+    o->act_scale = calloc(mg_gemm_scale_count(p, true) + (size_t)p->m * mg_fp8_k_blocks(p->k), 4);
+    o->weight_scale = malloc(mg_gemm_scale_count(p, false) * 4);
+    mg_status st = MG_ERR_OUT_OF_MEMORY;
+    if (act && weight && o->act && o->weight && o->act_scale && o->weight_scale) {
+        memset(act + (size_t)m * p->k, 0, (size_t)(p->m - m) * p->k * 2);
+        bool natural = p->kind == MG_GEMM_FP8_BLOCKSCALED && p->act_mode == MG_FP8_BLOCK_1X128;
+        st = quantize(p, true, act, natural ? m : p->m, o->act, o->act_scale);
+        if (st == MG_OK)
+            st = quantize(p, false, weight, p->n, o->weight, o->weight_scale);
+    }
+    free(act);
+    free(weight);
+    if (st)
+        free_operands(o);
+    return st;
+}
+
+static void check_fp8(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
+                      mg_fp8_block_scale act_mode, mg_fp8_block_scale weight_mode, uint32_t k,
+                      const char *what) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+        return;
+    r->passed = true; /* until fail() says otherwise */
+    uint64_t rng = ctx->seed ^ (0x100u + kind * 16 + act_mode * 4 + weight_mode + k * 64);
+    const uint32_t n = 208, ldc = 216;
+    double worst = 0;
+    for (size_t i = 0; i < AWKWARD_M_COUNT && r->passed; i++) {
+        uint32_t m = awkward_m[i];
+        bool blocked = kind == MG_GEMM_FP8_BLOCKSCALED;
+        mg_gemm_plan plan = {kind,     blocked ? mg_fp8_rows_padded(m) : m,
+                             n,        k,
+                             ldc,      MG_DTYPE_BF16,
+                             act_mode, weight_mode,
+                             0};
+        fp8_operands o;
+        mg_status st = make_fp8_operands(&rng, &plan, m, &o);
+        if (st) {
+            fail(r, "quantizing the operands: %s", mg_last_error());
+            break;
+        }
+        gemm_inputs in = {.plan = plan,
+                          .act = o.act,
+                          .weight = o.weight,
+                          .act_scale = o.act_scale,
+                          .weight_scale = o.weight_scale,
+                          .act_rows_natural = blocked && act_mode == MG_FP8_BLOCK_1X128 ? m : 0};
+        double err = compare_with_reference(ctx, &in, plan.m, r);
+        if (err > worst)
+            worst = err;
+        free_operands(&o);
+    }
+    char text[192];
+    snprintf(text, sizeof text, "%s, M in {1,3,17,130}%s", what,
+             kind == MG_GEMM_FP8_BLOCKSCALED ? " padded to 4" : "");
+    finish_sweep(r, worst, BOUND_BF16_OUT, text);
+}
+
+/* K = 400 is 3 full 128-blocks and a partial one; K = 1152 is 9 blocks, not a multiple of
+ * 4, so the 128x128 layout has padding columns. */
+static void check_fp8_tensorwise(mg_check_ctx *ctx, mg_check_result *r) {
+    check_fp8(ctx, r, MG_GEMM_FP8_TENSORWISE, 0, 0, 400, "fp8 per-tensor, N=208 K=400 ldc=216");
+}
+
+static void check_fp8_rowwise(mg_check_ctx *ctx, mg_check_result *r) {
+    check_fp8(ctx, r, MG_GEMM_FP8_ROWWISE, 0, 0, 400, "fp8 row-wise, N=208 K=400 ldc=216");
+}
+
+static void check_fp8_block_1x128_128x128(mg_check_ctx *ctx, mg_check_result *r) {
+    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_1X128, MG_FP8_BLOCK_128X128, 1152,
+              "fp8 act 1x128 (transposed on the backend) x weight 128x128, N=208 K=1152");
+}
+
+static void check_fp8_block_1x128_128x128_partial(mg_check_ctx *ctx, mg_check_result *r) {
+    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_1X128, MG_FP8_BLOCK_128X128, 400,
+              "fp8 act 1x128 x weight 128x128, partial last K-block, N=208 K=400");
+}
+
+static void check_fp8_block_1x128_1x128(mg_check_ctx *ctx, mg_check_result *r) {
+    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_1X128, MG_FP8_BLOCK_1X128, 1152,
+              "fp8 act 1x128 x weight 1x128, N=208 K=1152");
+}
+
+static void check_fp8_block_128x128_1x128(mg_check_ctx *ctx, mg_check_result *r) {
+    check_fp8(ctx, r, MG_GEMM_FP8_BLOCKSCALED, MG_FP8_BLOCK_128X128, MG_FP8_BLOCK_1X128, 1152,
+              "fp8 act 128x128 x weight 1x128, N=208 K=1152");
+}
+
+/* ------------------------------------------------------------------ scale transpose */
+
+static mg_status run_transpose(mg_backend *b, uint32_t m, uint32_t m_pad, uint32_t k,
+                               const float *src, float *dst_host, size_t guard_floats) {
+    size_t src_bytes = (size_t)m * mg_fp8_k_blocks(k) * 4;
+    size_t dst_bytes = ((size_t)m_pad * mg_fp8_k_blocks(k) + guard_floats) * 4;
+    mg_devptr s = 0, d = 0;
+    mg_status st;
+    if (!(st = upload(b, src, src_bytes, &s)) && !(st = alloc_poisoned(b, dst_bytes, &d)) &&
+        !(st = mg_fp8_act_scales_transpose(b, NULL, m, m_pad, k, s, d)) &&
+        !(st = mg_stream_synchronize(mg_stream_default(b))))
+        st = mg_copy_d2h(b, dst_host, d, dst_bytes);
+    mg_free(b, s);
+    mg_free(b, d);
+    return st;
+}
+
+static void check_scale_transpose(mg_check_ctx *ctx, mg_check_result *r) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+        return;
+    r->passed = true; /* until fail() says otherwise */
+    static const uint32_t shapes[][3] = {
+        {1, 4, 128}, {3, 8, 129}, {130, 132, 4096}, {517, 520, 7168}, {2048, 2048, 1000}};
+    uint64_t rng = ctx->seed ^ 0x7a;
+    const size_t guard = 16;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] && r->passed; i++) {
+        uint32_t m = shapes[i][0], m_pad = shapes[i][1], k = shapes[i][2];
+        size_t count = (size_t)m * mg_fp8_k_blocks(k),
+               out_count = (size_t)m_pad * mg_fp8_k_blocks(k);
+        float *src = malloc(count * 4), *got = malloc((out_count + guard) * 4),
+              *ref = malloc((out_count + guard) * 4);
+        for (size_t j = 0; src && j < count; j++) /* every bit pattern but NaN-free */
+            src[j] = ldexpf((float)(rng_next(&rng) >> 41), -(int)(rng_next(&rng) % 40));
+        mg_status st = MG_ERR_OUT_OF_MEMORY;
+        if (src && got && ref && !(st = run_transpose(ctx->backend, m, m_pad, k, src, got, guard)))
+            st = run_transpose(ctx->reference, m, m_pad, k, src, ref, guard);
+        if (st)
+            fail(r, "M=%u m_pad=%u K=%u: %s: %s", m, m_pad, k, mg_status_name(st), mg_last_error());
+        else if (memcmp(got, ref, out_count * 4))
+            fail(r, "M=%u m_pad=%u K=%u: the result differs from the CPU reference", m, m_pad, k);
+        else
+            for (size_t j = 0; j < guard * 4; j++)
+                if (((unsigned char *)(got + out_count))[j] != POISON) {
+                    fail(r, "M=%u m_pad=%u K=%u: wrote past the end of dst", m, m_pad, k);
+                    break;
+                }
+        free(src);
+        free(got);
+        free(ref);
+    }
+    if (r->passed)
+        snprintf(r->detail, sizeof r->detail,
+                 "bit-exact vs CPU, padding zero-filled, nothing past dst (5 shapes up to "
+                 "2048 x 1000)");
+}
+
+/* ------------------------------------------------------------------ the layout trap */
+
+/* Measures what the transpose prevents: the same 1x128 x 128x128 GEMM given the quantizer's
+ * untransposed [M, L] scales (a layout error nothing can detect) against the BF16 product. */
+static void check_layout_trap(mg_check_ctx *ctx, mg_check_result *r) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+        return;
+    r->passed = true; /* until fail() says otherwise */
+    uint64_t rng = ctx->seed ^ 0x7b;
+    const uint32_t m = 64, n = 256, k = 1024, blocks = mg_fp8_k_blocks(k);
+    uint16_t *act = random_bf16(&rng, (size_t)m * k, 1.0f);
+    uint16_t *weight = random_bf16(&rng, (size_t)n * k, 1.0f);
+    for (size_t i = 0; act && i < (size_t)m * blocks; i++) { /* per-block magnitudes 1..64 */
+        float magnitude = ldexpf(1.0f, (int)(rng_next(&rng) % 7));
+        for (uint32_t j = 0; j < 128; j++) {
+            uint16_t *v = &act[(i / blocks) * k + (i % blocks) * 128 + j];
+            *v = mg_f32_to_bf16(mg_bf16_to_f32(*v) * magnitude);
+        }
+    }
+    fp8_operands o = {malloc((size_t)m * k), malloc((size_t)n * k), malloc((size_t)m * blocks * 4),
+                      malloc(mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, n, k) * 4)};
+    mg_gemm_plan exact_plan = {
+        .kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_BF16};
+    mg_gemm_plan fp8_plan = {MG_GEMM_FP8_BLOCKSCALED, m, n, k, n, MG_DTYPE_BF16, MG_FP8_BLOCK_1X128,
+                             MG_FP8_BLOCK_128X128,    0};
+    void *exact = malloc(output_bytes(&exact_plan)), *right = malloc(output_bytes(&fp8_plan)),
+         *wrong = malloc(output_bytes(&fp8_plan));
+    mg_status st = MG_ERR_OUT_OF_MEMORY;
+    if (act && weight && o.act && o.weight && o.act_scale && o.weight_scale && exact && right &&
+        wrong && !(st = mg_fp8_quantize_1x128(act, m, k, o.act, o.act_scale)) &&
+        !(st = mg_fp8_quantize_128x128(weight, n, k, o.weight, o.weight_scale))) {
+        gemm_inputs bf16_in = {.plan = exact_plan, .act = act, .weight = weight};
+        gemm_inputs right_in = {.plan = fp8_plan,
+                                .act = o.act,
+                                .weight = o.weight,
+                                .act_scale = o.act_scale,
+                                .weight_scale = o.weight_scale,
+                                .act_rows_natural = m};
+        gemm_inputs wrong_in = right_in;
+        wrong_in.act_rows_natural = 0; /* [M, L] passed where [L, M] belongs */
+        if (!(st = run_gemm(ctx->reference, NULL, &bf16_in, exact)) &&
+            !(st = run_gemm(ctx->backend, NULL, &right_in, right)))
+            st = run_gemm(ctx->backend, NULL, &wrong_in, wrong);
+    }
+    if (st) {
+        fail(r, "%s: %s", mg_status_name(st), mg_last_error());
+    } else {
+        bool padding_ok;
+        double e_right = relative_error(&fp8_plan, right, exact, m, &padding_ok);
+        double e_wrong = relative_error(&fp8_plan, wrong, exact, m, &padding_ok);
+        r->error = e_right;
+        if (!(e_right < 0.06) || !(e_wrong > 10 * e_right))
+            fail(r, "relative error vs BF16: %.2e with transposed scales, %.2e untransposed",
+                 e_right, e_wrong);
+        else
+            snprintf(r->detail, sizeof r->detail,
+                     "relative error vs BF16: %.2e with transposed scales (FP8 quantization), "
+                     "%.2e with the untransposed layout the transpose prevents",
+                     e_right, e_wrong);
+    }
+    free(act), free(weight), free(exact), free(right), free(wrong);
+    free_operands(&o);
+}
+
+/* ------------------------------------------------------------------ bad arguments */
+
+static void check_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
+    r->passed = true; /* until fail() says otherwise */
+    mg_backend *b = ctx->backend;
+    const uint32_t m = 8, n = 64, k = 128;
+    mg_devptr act = 0, weight = 0, scales = 0, out = 0;
+    size_t out_bytes = (size_t)m * n * 4;
+    mg_status st;
+    if ((st = alloc_poisoned(b, (size_t)m * k * 2, &act)) ||
+        (st = alloc_poisoned(b, (size_t)n * k * 2, &weight)) ||
+        (st = alloc_poisoned(b, 4096, &scales)) || (st = alloc_poisoned(b, out_bytes, &out))) {
+        fail(r, "setup: %s", mg_last_error());
+        goto done;
+    }
+    struct {
+        const char *what;
+        mg_status status;
+        const char *needle;
+    } expected[] = {
+        {"ldc < N", MG_ERR_INVALID_ARGUMENT, "ldc"},
+        {"M = 0", MG_ERR_INVALID_ARGUMENT, "empty shape"},
+        {"bf16 -> f16 output", MG_ERR_INVALID_ARGUMENT, "output type"},
+        {"misaligned bf16 weight", MG_ERR_INVALID_ARGUMENT, "aligned"},
+        {"fp8 K = 120", MG_ERR_INVALID_ARGUMENT, "multiples of 16"},
+        {"fp8 misaligned act", MG_ERR_INVALID_ARGUMENT, "16-byte aligned"},
+        {"fp8 null scale", MG_ERR_INVALID_ARGUMENT, "act_scale is null"},
+        {"fp8 ldc % 8", MG_ERR_INVALID_ARGUMENT, "ldc"},
+        {"block M = 3", MG_ERR_INVALID_ARGUMENT, "multiple of 4"},
+        {"block 128x128 pair", MG_ERR_UNSUPPORTED, "not supported"},
+        {"transpose m_pad < M", MG_ERR_INVALID_ARGUMENT, "m_pad"},
+    };
+    mg_status got[sizeof expected / sizeof expected[0]];
+    char messages[sizeof expected / sizeof expected[0]][160];
+    size_t i = 0;
+#define TRY(call)                                                                                  \
+    (got[i] = (call), snprintf(messages[i], sizeof messages[i], "%s", mg_last_error()), i++)
+    TRY(mg_gemm_bf16(b, NULL, m, n, k, act, weight, out, MG_DTYPE_BF16, n - 1));
+    TRY(mg_gemm_bf16(b, NULL, 0, n, k, act, weight, out, MG_DTYPE_BF16, n));
+    TRY(mg_gemm_bf16(b, NULL, m, n, k, act, weight, out, MG_DTYPE_F16, n));
+    TRY(mg_gemm_bf16(b, NULL, m, n, k, act, weight + 1, out, MG_DTYPE_BF16, n));
+    TRY(mg_gemm_fp8_tensorwise(b, NULL, m, n, 120, act, scales, weight, scales, out, n));
+    TRY(mg_gemm_fp8_rowwise(b, NULL, m, n, k, act + 8, scales, weight, scales, out, n));
+    TRY(mg_gemm_fp8_tensorwise(b, NULL, m, n, k, act, 0, weight, scales, out, n));
+    TRY(mg_gemm_fp8_tensorwise(b, NULL, m, 48, k, act, scales, weight, scales, out, 52));
+    TRY(mg_gemm_fp8_blockscaled(b, NULL, 3, n, k, act, scales, MG_FP8_BLOCK_1X128, weight, scales,
+                                MG_FP8_BLOCK_128X128, out, n));
+    TRY(mg_gemm_fp8_blockscaled(b, NULL, m, n, k, act, scales, MG_FP8_BLOCK_128X128, weight, scales,
+                                MG_FP8_BLOCK_128X128, out, n));
+    TRY(mg_fp8_act_scales_transpose(b, NULL, 9, 8, k, scales, out));
+#undef TRY
+    for (size_t j = 0; j < i && r->passed; j++)
+        if (got[j] != expected[j].status || !strstr(messages[j], expected[j].needle))
+            fail(r, "%s: got %s \"%s\", expected %s mentioning \"%s\"", expected[j].what,
+                 mg_status_name(got[j]), messages[j], mg_status_name(expected[j].status),
+                 expected[j].needle);
+    unsigned char *host = malloc(out_bytes);
+    if (r->passed && host && mg_copy_d2h(b, host, out, out_bytes) == MG_OK) {
+        for (size_t j = 0; j < out_bytes; j++)
+            if (host[j] != POISON) {
+                fail(r, "a rejected call wrote the output (byte %zu)", j);
+                break;
+            }
+    } else if (r->passed) {
+        fail(r, "reading the output back: %s", mg_last_error());
+    }
+    free(host);
+    if (r->passed)
+        snprintf(r->detail, sizeof r->detail,
+                 "%zu bad calls rejected with the documented status and message; output "
+                 "untouched",
+                 i);
+done:
+    mg_free(b, act);
+    mg_free(b, weight);
+    mg_free(b, scales);
+    mg_free(b, out);
+}
+
+/* ------------------------------------------------------------------ batch invariance */
+
+/* The rows of an M=512 batch, run again as M=1 and M=17 batches: bitwise the same in
+ * batch-invariant mode. */
+static void check_batch_invariant(mg_check_ctx *ctx, mg_check_result *r) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
+        return;
+    r->passed = true; /* until fail() says otherwise */
+    mg_backend *b = ctx->backend;
+    uint64_t rng = ctx->seed ^ 0x8b;
+    const uint32_t big = 512, n = 1024, k = 768;
+    static const uint32_t small[] = {1, 17};
+    uint16_t *act = random_bf16(&rng, (size_t)big * k, 1.0f),
+             *weight = random_bf16(&rng, (size_t)n * k, 0.1f);
+    uint16_t *full = malloc((size_t)big * n * 2), *part = malloc((size_t)big * n * 2);
+    mg_status st = mg_gemm_set_batch_invariant(b, true);
+    if (st || !act || !weight || !full || !part) {
+        fail(r, "setup: %s", st ? mg_last_error() : "out of host memory");
+        goto done;
+    }
+    gemm_inputs in = {
+        .plan =
+            {.kind = MG_GEMM_BF16, .m = big, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_BF16},
+        .act = act,
+        .weight = weight};
+    if ((st = run_gemm(b, NULL, &in, full))) {
+        fail(r, "M=%u: %s", big, mg_last_error());
+        goto done;
+    }
+    for (size_t i = 0; i < sizeof small / sizeof small[0] && r->passed; i++) {
+        /* The same leading rows, and rows from the middle of the batch. */
+        for (uint32_t first = 0; first + small[i] <= big && r->passed; first += 255) {
+            in.plan.m = small[i];
+            in.act = act + (size_t)first * k;
+            if ((st = run_gemm(b, NULL, &in, part)))
+                fail(r, "M=%u: %s", small[i], mg_last_error());
+            else if (memcmp(part, full + (size_t)first * n, (size_t)small[i] * n * 2))
+                fail(r, "rows %u..%u differ between M=%u and M=%u", first, first + small[i] - 1,
+                     small[i], big);
+        }
+    }
+    if (r->passed)
+        snprintf(r->detail, sizeof r->detail,
+                 "bf16 N=%u K=%u: rows of an M=%u batch bitwise equal at M=1 and M=17", n, k, big);
+done:
+    mg_gemm_set_batch_invariant(b, false);
+    free(act), free(weight), free(full), free(part);
+}
+
+/* ------------------------------------------------------------------ capture */
+
+/* A shape first seen inside a capture is refused with MG_ERR_CAPTURING; after
+ * mg_gemm_prewarm the same GEMM captures, replays to the reference's result, and steady-state
+ * calls create no plans. */
+static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
+        return;
+    r->passed = true; /* until fail() says otherwise */
+    mg_backend *b = ctx->backend;
+    if (!mg_backend_supports(b, MG_CAP_GRAPHS)) {
+        r->skipped = true;
+        snprintf(r->detail, sizeof r->detail, "backend has no graphs");
+        return;
+    }
+    uint64_t rng = ctx->seed ^ 0x9c;
+    const uint32_t m = 5, n = 136, k = 264; /* a shape no other check uses */
+    mg_gemm_plan plan = {
+        .kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_F32};
+    uint16_t *act = random_bf16(&rng, (size_t)m * k, 1.0f),
+             *weight = random_bf16(&rng, (size_t)n * k, 1.0f);
+    float *got = malloc(output_bytes(&plan)), *ref = malloc(output_bytes(&plan));
+    mg_stream *s = NULL;
+    mg_graph *g = NULL;
+    mg_devptr a = 0, w = 0, out = 0;
+    mg_status st;
+    if (!act || !weight || !got || !ref || (st = mg_stream_create(b, &s)) ||
+        (st = upload(b, act, (size_t)m * k * 2, &a)) ||
+        (st = upload(b, weight, (size_t)n * k * 2, &w)) ||
+        (st = alloc_poisoned(b, output_bytes(&plan), &out))) {
+        fail(r, "setup: %s", mg_last_error());
+        goto done;
+    }
+    if ((st = mg_graph_begin_capture(s))) {
+        fail(r, "begin capture: %s", mg_last_error());
+        goto done;
+    }
+    /* Only backends that plan (CUDA) refuse; the CPU reference captures any GEMM. */
+    bool plans = mg_backend_get_kind(b) == MG_BACKEND_CUDA;
+    st = mg_gemm_bf16(b, s, m, n, k, a, w, out, MG_DTYPE_F32, n);
+    bool refused = st == MG_ERR_CAPTURING && strstr(mg_last_error(), "mg_gemm_prewarm");
+    char message[200];
+    snprintf(message, sizeof message, "%s", mg_last_error());
+    mg_graph_abort_capture(s);
+    if (plans ? !refused : st != MG_OK) {
+        fail(r, "an unplanned shape in a capture gave %s \"%s\", expected %s", mg_status_name(st),
+             message, plans ? "MG_ERR_CAPTURING" : "MG_OK");
+        goto done;
+    }
+    size_t plans_before = 0, plans_after = 0;
+    if ((st = mg_gemm_prewarm(b, s, &plan, 1)) || (st = mg_graph_begin_capture(s))) {
+        fail(r, "prewarm: %s", mg_last_error());
+        goto done;
+    }
+#ifdef METRALE_HAVE_CUDA
+    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
+        mg_cublaslt_cache_counts(b, &plans_before, NULL);
+#endif
+    st = mg_gemm_bf16(b, s, m, n, k, a, w, out, MG_DTYPE_F32, n);
+    if (st) {
+        fail(r, "GEMM in the capture after prewarm: %s", mg_last_error());
+        mg_graph_abort_capture(s);
+        goto done;
+    }
+    if ((st = mg_graph_end_capture(s, &g)) || (st = mg_graph_launch(g, s)) ||
+        (st = mg_graph_launch(g, s)) || (st = mg_stream_synchronize(s)) ||
+        (st = mg_copy_d2h(b, got, out, output_bytes(&plan)))) {
+        fail(r, "replay: %s", mg_last_error());
+        goto done;
+    }
+#ifdef METRALE_HAVE_CUDA
+    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
+        mg_cublaslt_cache_counts(b, &plans_after, NULL);
+#endif
+    gemm_inputs in = {.plan = plan, .act = act, .weight = weight};
+    if ((st = run_gemm(ctx->reference, NULL, &in, ref))) {
+        fail(r, "reference: %s", mg_last_error());
+        goto done;
+    }
+    bool padding_ok;
+    r->error = relative_error(&plan, got, ref, m, &padding_ok);
+    if (!(r->error <= BOUND_F32_OUT))
+        fail(r, "replayed result: relative error %.3g", r->error);
+    else if (plans_after != plans_before)
+        fail(r, "steady-state calls created %zu plans", plans_after - plans_before);
+    else
+        snprintf(r->detail, sizeof r->detail,
+                 "%s; after prewarm captured and replayed, relative error %.2e, no plan "
+                 "created",
+                 plans ? "unplanned shape refused in capture" : "no planning needed", r->error);
+done:
+    mg_graph_destroy(g);
+    mg_free(b, a);
+    mg_free(b, w);
+    mg_free(b, out);
+    mg_stream_destroy(s);
+    free(act), free(weight), free(got), free(ref);
+}
+
+/* ------------------------------------------------------------------ two streams */
+
+/* The same FP8 row-wise shape on two streams at once, each with its own inputs and scales:
+ * separate workspaces and per-call scale pointers keep the results apart. */
+static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
+    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+        return;
+    r->passed = true; /* until fail() says otherwise */
+    mg_backend *b = ctx->backend;
+    uint64_t rng = ctx->seed ^ 0xad;
+    mg_gemm_plan plan = {.kind = MG_GEMM_FP8_ROWWISE,
+                         .m = 256,
+                         .n = 512,
+                         .k = 1024,
+                         .ldc = 512,
+                         .out_type = MG_DTYPE_BF16};
+    fp8_operands o[2] = {0};
+    mg_devptr dev[2][5] = {{0}};
+    mg_stream *s[2] = {NULL, NULL};
+    uint16_t *got[2] = {malloc(output_bytes(&plan)), malloc(output_bytes(&plan))};
+    uint16_t *ref = malloc(output_bytes(&plan));
+    mg_status st = MG_OK;
+    for (int i = 0; i < 2 && !st; i++) {
+        if ((st = make_fp8_operands(&rng, &plan, plan.m, &o[i])) ||
+            (st = mg_stream_create(b, &s[i])) ||
+            (st = upload(b, o[i].act, input_bytes(&(gemm_inputs){.plan = plan}, true),
+                         &dev[i][0])) ||
+            (st = upload(b, o[i].weight, input_bytes(&(gemm_inputs){.plan = plan}, false),
+                         &dev[i][1])) ||
+            (st = upload(b, o[i].act_scale, plan.m * 4, &dev[i][2])) ||
+            (st = upload(b, o[i].weight_scale, plan.n * 4, &dev[i][3])) ||
+            (st = alloc_poisoned(b, output_bytes(&plan), &dev[i][4])))
+            fail(r, "setup: %s", mg_last_error());
+    }
+    for (int rep = 0; rep < 4 && !st; rep++)
+        for (int i = 0; i < 2 && !st; i++)
+            if ((st = mg_gemm_fp8_rowwise(b, s[i], plan.m, plan.n, plan.k, dev[i][0], dev[i][2],
+                                          dev[i][1], dev[i][3], dev[i][4], plan.ldc)))
+                fail(r, "stream %d: %s", i, mg_last_error());
+    for (int i = 0; i < 2 && !st; i++) {
+        if ((st = mg_stream_synchronize(s[i])) ||
+            (st = mg_copy_d2h(b, got[i], dev[i][4], output_bytes(&plan)))) {
+            fail(r, "stream %d: %s", i, mg_last_error());
+            break;
+        }
+        gemm_inputs in = {.plan = plan,
+                          .act = o[i].act,
+                          .weight = o[i].weight,
+                          .act_scale = o[i].act_scale,
+                          .weight_scale = o[i].weight_scale};
+        if ((st = run_gemm(ctx->reference, NULL, &in, ref))) {
+            fail(r, "reference: %s", mg_last_error());
+            break;
+        }
+        bool padding_ok;
+        double err = relative_error(&plan, got[i], ref, plan.m, &padding_ok);
+        if (err > r->error)
+            r->error = err;
+    }
+    if (r->passed && !(r->error <= BOUND_BF16_OUT))
+        fail(r, "relative error %.3g on one of the streams", r->error);
+    else if (r->passed)
+        snprintf(r->detail, sizeof r->detail,
+                 "fp8 row-wise 256x512x1024 on two streams, 4 rounds each: worst relative error "
+                 "%.2e",
+                 r->error);
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < 5; j++)
+            mg_free(b, dev[i][j]);
+        mg_stream_destroy(s[i]);
+        free_operands(&o[i]);
+        free(got[i]);
+    }
+    free(ref);
+}
+
+/* ------------------------------------------------------------------ the group */
+
+const mg_check_case mg_checks_gemm[] = {
+    {"gemm", "bf16_out_bf16", check_bf16_out_bf16},
+    {"gemm", "bf16_out_f32", check_bf16_out_f32},
+    {"gemm", "fp8_tensorwise", check_fp8_tensorwise},
+    {"gemm", "fp8_rowwise", check_fp8_rowwise},
+    {"gemm", "fp8_block_1x128_128x128", check_fp8_block_1x128_128x128},
+    {"gemm", "fp8_block_partial_k", check_fp8_block_1x128_128x128_partial},
+    {"gemm", "fp8_block_1x128_1x128", check_fp8_block_1x128_1x128},
+    {"gemm", "fp8_block_128x128_1x128", check_fp8_block_128x128_1x128},
+    {"gemm", "fp8_scale_transpose", check_scale_transpose},
+    {"gemm", "fp8_scale_layout_trap", check_layout_trap},
+    {"gemm", "bad_arguments", check_bad_arguments},
+    {"gemm", "batch_invariant", check_batch_invariant},
+    {"gemm", "capture_after_prewarm", check_capture_after_prewarm},
+    {"gemm", "two_streams", check_two_streams},
+    {NULL, NULL, NULL},
+};

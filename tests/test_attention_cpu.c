@@ -420,11 +420,16 @@ static void test_validation(mg_backend *be, mg_backend *other) {
     EXPECT_RUN_ERROR(at.k = t.k + 2, "k 0x");
     EXPECT_RUN_ERROR(at.v = t.v + 8, "16-byte aligned");
     EXPECT_RUN_ERROR(at.lse = t.lse + 2, "lse 0x");
-    /* o too short for the rows: the kernel's range check refuses before writing anything. */
+    /* Tensors too short for their rows: the op refuses before launching anything. */
     mg_devptr short_o = 0;
     CHECK_OK(mg_alloc(be, 2 * 6 * 4 * 128 - 16, &short_o));
-    EXPECT_RUN_ERROR(at.o = short_o, "argument 3");
+    EXPECT_RUN_ERROR(at.o = short_o, "o range");
+    CHECK_MESSAGE("overruns its allocation");
     mg_free(be, short_o);
+    mg_devptr short_k = 0; /* one element short of 10 rows x 2 heads x 128 */
+    CHECK_OK(mg_alloc(be, 10 * 2 * 128 * 2 - 2, &short_k));
+    EXPECT_RUN_ERROR(at.k = short_k, "k range");
+    mg_free(be, short_k);
     CHECK_STATUS(mg_attention_run(p, &good, foreign), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("not a stream of the plan's backend");
     CHECK_STATUS(mg_attention_run(NULL, &good, NULL), MG_ERR_INVALID_ARGUMENT);

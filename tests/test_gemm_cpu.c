@@ -522,6 +522,34 @@ static void test_gemm_checks_on_cpu_backend(void) {
     CHECKF(mg_backend_close(b) == MG_OK, "close: %s", mg_last_error());
 }
 
+/* Operands that overrun their buffers are rejected before anything runs, and the output's
+ * neighbours are untouched. */
+static void test_gemm_operand_ranges(void) {
+    mg_backend *b = NULL;
+    if (mg_backend_open(MG_BACKEND_CPU, 5, &b) != MG_OK) {
+        CHECK(0);
+        return;
+    }
+    uint32_t m = 3, n = 5, k = 7, ldc = 9;
+    mg_devptr act = 0, weight = 0, out = 0;
+    CHECK(mg_alloc(b, (size_t)m * k * 2, &act) == MG_OK);
+    CHECK(mg_alloc(b, (size_t)n * k * 2 - 2, &weight) == MG_OK); /* one element short */
+    size_t out_bytes = ((size_t)(m - 1) * ldc + n) * 4;
+    CHECK(mg_alloc(b, out_bytes, &out) == MG_OK);
+    CHECK(mg_gemm_bf16(b, NULL, m, n, k, act, weight, out, MG_DTYPE_F32, ldc) ==
+          MG_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(mg_last_error(), "weight") && strstr(mg_last_error(), "overruns"));
+    /* The last output row needs only N elements, not a whole ldc: this fits exactly. */
+    mg_devptr weight_ok = 0;
+    CHECK(mg_alloc(b, (size_t)n * k * 2, &weight_ok) == MG_OK);
+    CHECK(mg_memset(b, act, 0x3c, (size_t)m * k * 2) == MG_OK);
+    CHECK(mg_memset(b, weight_ok, 0x3c, (size_t)n * k * 2) == MG_OK);
+    CHECK(mg_gemm_bf16(b, NULL, m, n, k, act, weight_ok, out, MG_DTYPE_F32, ldc) == MG_OK);
+    CHECK(mg_gemm_bf16(b, NULL, m + 1, n, k, act, weight_ok, out, MG_DTYPE_F32, ldc) ==
+          MG_ERR_INVALID_ARGUMENT);
+    CHECK(mg_backend_close(b) == MG_OK);
+}
+
 int main(void) {
     test_seed();
     test_e4m3_all_codes();
@@ -534,5 +562,6 @@ int main(void) {
     test_gemm_fp8_reference();
     test_untransposed_scales_trap();
     test_gemm_checks_on_cpu_backend();
+    test_gemm_operand_ranges();
     return test_finish();
 }

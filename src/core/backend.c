@@ -13,6 +13,7 @@
 #include "metrale/pinned.h"
 #include "metrale/timing.h"
 #include "op_cache.h"
+#include "ops_attention_impl.h"
 #include "ops_gemm_impl.h"
 
 /* ------------------------------------------------------------------ kinds and drivers */
@@ -247,8 +248,8 @@ static bool in_mapped_host_block(mg_backend *b, mg_devptr p, size_t bytes) {
 
 /* A device range must be non-null, must not wrap, and must lie inside one live allocation
  * when its start is in the ledger (always, for backends with strict pointers). */
-static mg_status check_device_range(mg_backend *b, mg_devptr p, size_t bytes, const char *fn,
-                                    const char *what) {
+mg_status mg_backend_check_device_range(mg_backend *b, mg_devptr p, size_t bytes,
+                                        const char *fn, const char *what) {
     if (p == 0)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL device pointer for %s", fn, what);
     if (bytes > UINT64_MAX - p)
@@ -518,6 +519,8 @@ bool mg_backend_supports(const mg_backend *b, mg_capability cap) {
         return false;
     if (cap == MG_CAP_OP_GEMM_BF16 || cap == MG_CAP_OP_GEMM_FP8) /* the op layer knows */
         return mg_gemm_supports((mg_backend *)b, cap);
+    if (cap == MG_CAP_OP_ATTENTION_RAGGED)
+        return mg_attention_supports((mg_backend *)b);
     return b->ops->supports(b->ctx, cap);
 }
 
@@ -651,7 +654,7 @@ mg_status mg_copy_h2d(mg_backend *b, mg_devptr dst, const void *src, size_t byte
     if (!st)
         st = check_host(src, bytes, "mg_copy_h2d", "source");
     if (!st)
-        st = check_device_range(b, dst, bytes, "mg_copy_h2d", "destination");
+        st = mg_backend_check_device_range(b, dst, bytes, "mg_copy_h2d", "destination");
     if (st || bytes == 0)
         return st;
     return b->ops->copy_h2d(b->ctx, dst, src, bytes);
@@ -664,7 +667,7 @@ mg_status mg_copy_d2h(mg_backend *b, void *dst, mg_devptr src, size_t bytes) {
     if (!st)
         st = check_host(dst, bytes, "mg_copy_d2h", "destination");
     if (!st)
-        st = check_device_range(b, src, bytes, "mg_copy_d2h", "source");
+        st = mg_backend_check_device_range(b, src, bytes, "mg_copy_d2h", "source");
     if (st || bytes == 0)
         return st;
     return b->ops->copy_d2h(b->ctx, dst, src, bytes);
@@ -675,9 +678,9 @@ mg_status mg_copy_d2d(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes)
     if (!st)
         st = refuse_while_capturing(b, "mg_copy_d2d");
     if (!st)
-        st = check_device_range(b, dst, bytes, "mg_copy_d2d", "destination");
+        st = mg_backend_check_device_range(b, dst, bytes, "mg_copy_d2d", "destination");
     if (!st)
-        st = check_device_range(b, src, bytes, "mg_copy_d2d", "source");
+        st = mg_backend_check_device_range(b, src, bytes, "mg_copy_d2d", "source");
     if (st || bytes == 0)
         return st;
     return b->ops->copy_d2d(b->ctx, dst, src, bytes);
@@ -692,7 +695,7 @@ static mg_status h2d_async(mg_backend *b, mg_devptr dst, const void *src, size_t
     if (!st)
         st = check_host(src, bytes, fn, "source");
     if (!st)
-        st = check_device_range(b, dst, bytes, fn, "destination");
+        st = mg_backend_check_device_range(b, dst, bytes, fn, "destination");
     if (st || bytes == 0)
         return st;
     return b->ops->copy_h2d_async(b->ctx, dst, src, bytes, rs->impl, retained);
@@ -716,7 +719,7 @@ mg_status mg_copy_d2h_async(mg_backend *b, void *dst, mg_devptr src, size_t byte
     if (!st)
         st = check_host(dst, bytes, "mg_copy_d2h_async", "destination");
     if (!st)
-        st = check_device_range(b, src, bytes, "mg_copy_d2h_async", "source");
+        st = mg_backend_check_device_range(b, src, bytes, "mg_copy_d2h_async", "source");
     if (st || bytes == 0)
         return st;
     return b->ops->copy_d2h_async(b->ctx, dst, src, bytes, rs->impl);
@@ -729,9 +732,9 @@ mg_status mg_copy_d2d_async(mg_backend *b, mg_devptr dst, mg_devptr src, size_t 
     if (!st)
         st = resolve_stream(b, s, "mg_copy_d2d_async", &rs);
     if (!st)
-        st = check_device_range(b, dst, bytes, "mg_copy_d2d_async", "destination");
+        st = mg_backend_check_device_range(b, dst, bytes, "mg_copy_d2d_async", "destination");
     if (!st)
-        st = check_device_range(b, src, bytes, "mg_copy_d2d_async", "source");
+        st = mg_backend_check_device_range(b, src, bytes, "mg_copy_d2d_async", "source");
     if (st || bytes == 0)
         return st;
     return b->ops->copy_d2d_async(b->ctx, dst, src, bytes, rs->impl);
@@ -758,9 +761,9 @@ mg_status mg_copy_2d_d2d_async(mg_backend *b, mg_devptr dst, size_t dst_pitch, m
                         dst_pitch > src_pitch ? dst_pitch : src_pitch);
     size_t dst_span = dst_pitch * (height - 1) + width_bytes;
     size_t src_span = src_pitch * (height - 1) + width_bytes;
-    if ((st = check_device_range(b, dst, dst_span, fn, "destination")))
+    if ((st = mg_backend_check_device_range(b, dst, dst_span, fn, "destination")))
         return st;
-    if ((st = check_device_range(b, src, src_span, fn, "source")))
+    if ((st = mg_backend_check_device_range(b, src, src_span, fn, "source")))
         return st;
     return b->ops->copy_2d_d2d_async(b->ctx, dst, dst_pitch, src, src_pitch, width_bytes, height,
                                      rs->impl);
@@ -771,7 +774,7 @@ mg_status mg_memset(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes) {
     if (!st)
         st = refuse_while_capturing(b, "mg_memset");
     if (!st)
-        st = check_device_range(b, dst, bytes, "mg_memset", "destination");
+        st = mg_backend_check_device_range(b, dst, bytes, "mg_memset", "destination");
     if (st || bytes == 0)
         return st;
     return b->ops->memset(b->ctx, dst, value, bytes);
@@ -783,7 +786,7 @@ mg_status mg_memset_async(mg_backend *b, mg_devptr dst, uint8_t value, size_t by
     if (!st)
         st = resolve_stream(b, s, "mg_memset_async", &rs);
     if (!st)
-        st = check_device_range(b, dst, bytes, "mg_memset_async", "destination");
+        st = mg_backend_check_device_range(b, dst, bytes, "mg_memset_async", "destination");
     if (st || bytes == 0)
         return st;
     return b->ops->memset_async(b->ctx, dst, value, bytes, rs->impl);

@@ -138,6 +138,11 @@ void *mg_stream_impl(mg_backend *b, mg_stream *s);
 mg_backend *mg_stream_backend(mg_stream *s);
 /* MG_ERR_CAPTURING (message names `what`) when `s` is capturing, MG_OK otherwise. */
 mg_status mg_stream_check_not_capturing(mg_backend *b, mg_stream *s, const char *what);
+/* The check every public call makes of a device range: non-null, not wrapping, inside one
+ * live allocation when its start is in the ledger (always, on strict backends), so op layers
+ * reject a tensor that overruns its buffer before anything is launched. */
+mg_status mg_backend_check_device_range(mg_backend *b, mg_devptr p, size_t bytes,
+                                        const char *fn, const char *what);
 /* Is any stream of `b` capturing? Allocation paths refuse then. */
 bool mg_backend_any_capturing(mg_backend *b);
 /* Records a sticky device fault: every later call on `b` fails with MG_ERR_DEVICE_FAULT and

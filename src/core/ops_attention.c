@@ -41,6 +41,11 @@ static const mg_attention_backend_ops *ops_of(mg_backend *b, const char *fn) {
     return NULL;
 }
 
+bool mg_attention_supports(mg_backend *b) {
+    const mg_attention_backend_ops *ops = ops_of(b, "mg_backend_supports");
+    return ops && (!ops->available || ops->available(b));
+}
+
 static mg_status check_desc(const mg_attention_desc *d, const char *fn) {
     if (!d)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL descriptor", fn);
@@ -276,6 +281,18 @@ mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, 
                         "qo_rows %u and kv_rows %u",
                         fn, qo_total, kv_total, t->qo_rows, t->kv_rows);
     }
+    /* Every tensor must fit its buffer: nothing is read or written out of bounds. */
+    const size_t qo_bytes = (size_t)t->qo_rows * d->num_qo_heads * d->head_dim * 2;
+    const size_t kv_bytes = (size_t)t->kv_rows * d->num_kv_heads * d->head_dim * 2;
+    mg_backend *b = p->backend;
+    if ((st = mg_backend_check_device_range(b, t->q, qo_bytes, fn, "q")) ||
+        (st = mg_backend_check_device_range(b, t->k, kv_bytes, fn, "k")) ||
+        (st = mg_backend_check_device_range(b, t->v, kv_bytes, fn, "v")) ||
+        (st = mg_backend_check_device_range(b, t->o, qo_bytes, fn, "o")))
+        return st;
+    if (t->lse && (st = mg_backend_check_device_range(
+                       b, t->lse, (size_t)t->qo_rows * d->num_qo_heads * 4, fn, "lse")))
+        return st;
     if ((st = check_stream(p->backend, s, fn)))
         return st;
     return p->ops->run(p, t, s);

@@ -35,7 +35,13 @@ struct mg_attention_backend_ops {
     void (*release)(mg_attention_plan *p);
     /* Fills impl, workspace_bytes and pinned_bytes. */
     void (*info)(const mg_attention_plan *p, mg_attention_plan_info *out);
+    /* Whether the op can run on `b` (e.g. its kernel library loads and the device is new
+     * enough); NULL means always. Answers MG_CAP_OP_ATTENTION_RAGGED. */
+    bool (*available)(mg_backend *b);
 };
+
+/* mg_backend_supports(b, MG_CAP_OP_ATTENTION_RAGGED). */
+bool mg_attention_supports(mg_backend *b);
 
 extern const mg_attention_backend_ops mg_cpu_attention_ops;
 #ifdef METRALE_HAVE_CUDA

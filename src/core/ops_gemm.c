@@ -130,6 +130,22 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
             (st = check_pointer(what, "weight_scale", c->weight_scale, scale_align)))
             return st;
     }
+    /* Every operand must fit its buffer: nothing is read or written out of bounds. */
+    size_t in_bytes = fp8 ? 1 : 2, out_bytes = mg_dtype_bytes(p->out_type);
+    size_t out_span = ((size_t)p->m - 1) * p->ldc * out_bytes + (size_t)p->n * out_bytes;
+    if ((st = mg_backend_check_device_range(b, c->act, (size_t)p->m * p->k * in_bytes, what,
+                                            "act")) ||
+        (st = mg_backend_check_device_range(b, c->weight, (size_t)p->n * p->k * in_bytes, what,
+                                            "weight")) ||
+        (st = mg_backend_check_device_range(b, c->out, out_span, what, "out")))
+        return st;
+    if (fp8 && ((st = mg_backend_check_device_range(b, c->act_scale,
+                                                    mg_gemm_scale_count(p, true) * 4, what,
+                                                    "act_scale")) ||
+                (st = mg_backend_check_device_range(b, c->weight_scale,
+                                                    mg_gemm_scale_count(p, false) * 4, what,
+                                                    "weight_scale"))))
+        return st;
     uint32_t a = pointer_alignment(c->act | c->weight | c->out);
     c->plan.pointer_alignment = a;
     return MG_OK;

@@ -262,9 +262,17 @@ static void cuda_info(const mg_attention_plan *p, mg_attention_plan_info *out) {
     out->pinned_bytes = c->mirror_bytes[0] + c->mirror_bytes[1];
 }
 
+/* FlashInfer's FA2 kernels need sm_80 or newer; the plugin must load. */
+static bool cuda_available(mg_backend *b) {
+    mg_device_info info;
+    return plugin_ready() == MG_OK && mg_device_get_info(b, &info) == MG_OK &&
+           info.cc_major >= 8;
+}
+
 const mg_attention_backend_ops mg_cuda_attention_ops = {
     .plan = cuda_plan,
     .run = cuda_run,
     .release = cuda_release,
     .info = cuda_info,
+    .available = cuda_available,
 };

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # carry.sh BUILD_DIR DEST_DIR - copies what bench/gpu_run.sh needs onto the GPU machine into
-# DEST_DIR: the metrale-gpu CLI and the test programs of BUILD_DIR (bin/), the run script,
+# DEST_DIR: the metrale-gpu CLI, the test programs and the op plugins of BUILD_DIR (bin/), the run script,
 # the peers and report scripts (peers/), and a cubin of the test kernels built here for the
 # module test (nvcc -cubin; skipped without nvcc). Then run there: bash DEST_DIR/gpu_run.sh
 set -euo pipefail
@@ -9,7 +9,7 @@ BUILD="${1:?usage: carry.sh BUILD_DIR DEST_DIR}"
 DEST="${2:?usage: carry.sh BUILD_DIR DEST_DIR}"
 rm -rf "$DEST"
 mkdir -p "$DEST/bin" "$DEST/peers"
-for f in "$BUILD"/metrale-gpu "$BUILD"/test_*; do
+for f in "$BUILD"/metrale-gpu "$BUILD"/test_* "$BUILD"/lib*.so; do
     [ -f "$f" ] && [ -x "$f" ] && cp "$f" "$DEST/bin/"
 done
 cp "$REPO/bench/gpu_run.sh" "$DEST/"

@@ -13,12 +13,12 @@
 #   $HERE/peers/       peers_*.py and report.py
 #   $HERE/*.cubin      optional cubins for the module test (METRALE_TEST_CUBIN)
 # METRALE_BIN overrides bin/ (e.g. a build tree). METRALE_RUN_STEPS picks steps (default
-# "env,ctest,check,sanitize,bench,peers,report"). Output in $OUT (default
+# "env,ctest,check,bench,peers,report,sanitize"). Output in $OUT (default
 # /tmp/metrale-gpu-run), few files since few come back: summary.txt, results.md and
 # logs.tgz (every log and JSON file).
 #
-# A later op adds a line in the marked places: `bench_step gemm` and
-# `peer_step gemm "$PEERS/peers_gemm.py"`; the report picks up every file they write.
+# Each op has a `bench_step NAME` and a `peer_step NAME SCRIPT` line; the report picks up every
+# file they write. The op libraries (libmetrale_gpu_attention.so) sit next to the binaries.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -114,15 +114,19 @@ if want bench; then
     # Short bursts: the launch queue never fills, so this is the host's own issue cost.
     SUFFIX=".b100" bench_step launch --launches 100 --suffix ".b100"
     # Pageable staging with other helper-thread counts (rows get a ".tN" suffix).
-    for threads in 1 2 8; do
-        METRALE_STAGING_THREADS=$threads SUFFIX=".t$threads" bench_step copy --only pageable \
-            --suffix ".t$threads"
-    done
-    # later benchmarks: bench_step gemm ...; bench_step attention ...
+    if want staging_sweep; then
+        for threads in 1 2 8; do
+            METRALE_STAGING_THREADS=$threads SUFFIX=".t$threads" bench_step copy --only pageable \
+                --suffix ".t$threads"
+        done
+    fi
+    bench_step gemm --iters 50 --warmup 10
+    bench_step attention
 fi
 if want peers; then
     peer_step copy_launch "$PEERS/peers_copy_launch.py"
-    # later peers: peer_step gemm "$PEERS/peers_gemm.py" ...
+    peer_step gemm "$PEERS/peers_gemm.py"
+    peer_step attention "$PEERS/peers_attention.py"
 fi
 
 # ---------------------------------------------------------------- 5. report
@@ -135,6 +139,12 @@ if want report && [ ${#metrale_json[@]} -gt 0 ]; then
         --out "$OUT/results.md"
 fi
 
+# The GEMM table also gives each row's fraction of the ceiling (dense peak, copy bandwidth).
+if want report && [ -f "$JSON/metrale_gemm.json" ] && [ -f "$JSON/peers_gemm.json" ]; then
+    python3 "$PEERS/compare_gemm.py" "$JSON/metrale_gemm.json" "$JSON/peers_gemm.json" \
+        >"$OUT/gemm_table.md" 2>"$LOGS/compare_gemm.log" || echo "compare_gemm failed" | tee -a "$SUMMARY"
+fi
+
 # ---------------------------------------------------------------- 6. sanitizers (last: slow)
 if ! want sanitize; then
     :
@@ -145,6 +155,11 @@ elif [ -x "$BIN/test_conformance" ] && command -v compute-sanitizer >/dev/null; 
         "$BIN/test_conformance"
     step racecheck 180 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 \
         "$BIN/test_conformance"
+    # Our own op kernels and the plugin's, each under memcheck once.
+    step memcheck_ops 240 compute-sanitizer --tool memcheck --report-api-errors no \
+        --error-exitcode 99 "$BIN/metrale-gpu" --backend cuda check fp8_scale_transpose
+    step memcheck_attention 240 compute-sanitizer --tool memcheck --report-api-errors no \
+        --error-exitcode 99 "$BIN/metrale-gpu" --backend cuda check attention/graph
 else
     echo "compute-sanitizer or test_conformance missing: sanitizer runs skipped" | tee -a "$SUMMARY"
 fi

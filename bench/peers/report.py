@@ -57,7 +57,11 @@ def main():
             print(f"report: skipping {path}: {e}", file=sys.stderr)
             continue
         peer_meta = peer_meta or data
-        peers.update(data.get("rows", {}))
+        rows = data.get("rows", {})
+        if isinstance(rows, list):  # peers_gemm.py: its own table, compare_gemm.py
+            print(f"report: {path} has per-shape rows; compare_gemm.py reports them", file=sys.stderr)
+            continue
+        peers.update(rows)
 
     lines = [f"# {args.title}", ""]
     lines.append(f"- date: {meta.get('date', '?')}")

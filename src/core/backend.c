@@ -156,13 +156,13 @@ static bool list_remove(void **items, size_t *count, const void *item) {
 
 /* The end of every destroy: drop the handle from its backend's list and the registry, then
  * free it. */
-#define FORGET_HANDLE(b, name, handle)                                                         \
-    do {                                                                                       \
-        pthread_mutex_lock(&(b)->lock);                                                        \
-        LIST_REMOVE(b, name, handle);                                                          \
-        pthread_mutex_unlock(&(b)->lock);                                                      \
-        mg_handle_unregister(handle);                                                          \
-        free(handle);                                                                          \
+#define FORGET_HANDLE(b, name, handle)                                                             \
+    do {                                                                                           \
+        pthread_mutex_lock(&(b)->lock);                                                            \
+        LIST_REMOVE(b, name, handle);                                                              \
+        pthread_mutex_unlock(&(b)->lock);                                                          \
+        mg_handle_unregister(handle);                                                              \
+        free(handle);                                                                              \
     } while (0)
 
 mg_status mg_backend_check_fault(mg_backend *b) {
@@ -248,8 +248,8 @@ static bool in_mapped_host_block(mg_backend *b, mg_devptr p, size_t bytes) {
 
 /* A device range must be non-null, must not wrap, and must lie inside one live allocation
  * when its start is in the ledger (always, for backends with strict pointers). */
-mg_status mg_backend_check_device_range(mg_backend *b, mg_devptr p, size_t bytes,
-                                        const char *fn, const char *what) {
+mg_status mg_backend_check_device_range(mg_backend *b, mg_devptr p, size_t bytes, const char *fn,
+                                        const char *what) {
     if (p == 0)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL device pointer for %s", fn, what);
     if (bytes > UINT64_MAX - p)
@@ -647,58 +647,73 @@ mg_status mg_ledger_sweep(mg_backend *b, uint64_t *freed_bytes, uint64_t *freed_
 
 /* ------------------------------------------------------------------ copies */
 
-mg_status mg_copy_h2d(mg_backend *b, mg_devptr dst, const void *src, size_t bytes) {
-    mg_status st = enter(b, "mg_copy_h2d");
-    if (!st)
-        st = refuse_while_capturing(b, "mg_copy_h2d");
-    if (!st)
-        st = check_host(src, bytes, "mg_copy_h2d", "source");
-    if (!st)
-        st = mg_backend_check_device_range(b, dst, bytes, "mg_copy_h2d", "destination");
-    if (st || bytes == 0)
+/* What one copy or memset touches. Every transfer makes the same checks (check_transfer),
+ * then dispatches; `bytes` 0 is validated and does nothing. */
+typedef struct transfer {
+    const char *fn;
+    bool async;            /* stream-ordered, else blocking (refused during a capture) */
+    mg_stream *stream;     /* async: NULL is the default stream */
+    const char *host_role; /* "source" / "destination", NULL when no host side */
+    const void *host;
+    const char *dst_role, *src_role; /* non-NULL for each device side */
+    mg_devptr dst, src;
+    size_t dst_span, src_span;
+} transfer;
+
+/* Validates a transfer; *rs receives the backend's stream object of an async one. */
+static mg_status check_transfer(mg_backend *b, const transfer *t, size_t bytes, void **rs) {
+    mg_status st = enter(b, t->fn);
+    if (st)
         return st;
-    return b->ops->copy_h2d(b->ctx, dst, src, bytes);
+    if (t->async) {
+        mg_stream *resolved = NULL;
+        if ((st = resolve_stream(b, t->stream, t->fn, &resolved)))
+            return st;
+        *rs = resolved->impl;
+    } else if ((st = refuse_while_capturing(b, t->fn))) {
+        return st;
+    }
+    if (t->host_role && (st = check_host(t->host, bytes, t->fn, t->host_role)))
+        return st;
+    if (t->dst_role &&
+        (st = mg_backend_check_device_range(b, t->dst, t->dst_span, t->fn, t->dst_role)))
+        return st;
+    if (t->src_role &&
+        (st = mg_backend_check_device_range(b, t->src, t->src_span, t->fn, t->src_role)))
+        return st;
+    return MG_OK;
+}
+
+#define H2D(name, d, h, n)                                                                         \
+    .fn = name, .host_role = "source", .host = h, .dst_role = "destination", .dst = d, .dst_span = n
+#define D2H(name, h, sp, n)                                                                        \
+    .fn = name, .host_role = "destination", .host = h, .src_role = "source", .src = sp,            \
+    .src_span = n
+#define D2D(name, d, sp, n)                                                                        \
+    .fn = name, .dst_role = "destination", .dst = d, .dst_span = n, .src_role = "source",          \
+    .src = sp, .src_span = n
+
+mg_status mg_copy_h2d(mg_backend *b, mg_devptr dst, const void *src, size_t bytes) {
+    mg_status st = check_transfer(b, &(transfer){H2D("mg_copy_h2d", dst, src, bytes)}, bytes, NULL);
+    return st || !bytes ? st : b->ops->copy_h2d(b->ctx, dst, src, bytes);
 }
 
 mg_status mg_copy_d2h(mg_backend *b, void *dst, mg_devptr src, size_t bytes) {
-    mg_status st = enter(b, "mg_copy_d2h");
-    if (!st)
-        st = refuse_while_capturing(b, "mg_copy_d2h");
-    if (!st)
-        st = check_host(dst, bytes, "mg_copy_d2h", "destination");
-    if (!st)
-        st = mg_backend_check_device_range(b, src, bytes, "mg_copy_d2h", "source");
-    if (st || bytes == 0)
-        return st;
-    return b->ops->copy_d2h(b->ctx, dst, src, bytes);
+    mg_status st = check_transfer(b, &(transfer){D2H("mg_copy_d2h", dst, src, bytes)}, bytes, NULL);
+    return st || !bytes ? st : b->ops->copy_d2h(b->ctx, dst, src, bytes);
 }
 
 mg_status mg_copy_d2d(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes) {
-    mg_status st = enter(b, "mg_copy_d2d");
-    if (!st)
-        st = refuse_while_capturing(b, "mg_copy_d2d");
-    if (!st)
-        st = mg_backend_check_device_range(b, dst, bytes, "mg_copy_d2d", "destination");
-    if (!st)
-        st = mg_backend_check_device_range(b, src, bytes, "mg_copy_d2d", "source");
-    if (st || bytes == 0)
-        return st;
-    return b->ops->copy_d2d(b->ctx, dst, src, bytes);
+    mg_status st = check_transfer(b, &(transfer){D2D("mg_copy_d2d", dst, src, bytes)}, bytes, NULL);
+    return st || !bytes ? st : b->ops->copy_d2d(b->ctx, dst, src, bytes);
 }
 
 static mg_status h2d_async(mg_backend *b, mg_devptr dst, const void *src, size_t bytes,
                            mg_stream *s, bool retained, const char *fn) {
-    mg_stream *rs = NULL;
-    mg_status st = enter(b, fn);
-    if (!st)
-        st = resolve_stream(b, s, fn, &rs);
-    if (!st)
-        st = check_host(src, bytes, fn, "source");
-    if (!st)
-        st = mg_backend_check_device_range(b, dst, bytes, fn, "destination");
-    if (st || bytes == 0)
-        return st;
-    return b->ops->copy_h2d_async(b->ctx, dst, src, bytes, rs->impl, retained);
+    void *rs = NULL;
+    mg_status st = check_transfer(
+        b, &(transfer){H2D(fn, dst, src, bytes), .async = true, .stream = s}, bytes, &rs);
+    return st || !bytes ? st : b->ops->copy_h2d_async(b->ctx, dst, src, bytes, rs, retained);
 }
 
 mg_status mg_copy_h2d_async(mg_backend *b, mg_devptr dst, const void *src, size_t bytes,
@@ -712,85 +727,67 @@ mg_status mg_copy_h2d_async_retained(mg_backend *b, mg_devptr dst, const void *s
 }
 
 mg_status mg_copy_d2h_async(mg_backend *b, void *dst, mg_devptr src, size_t bytes, mg_stream *s) {
-    mg_stream *rs = NULL;
-    mg_status st = enter(b, "mg_copy_d2h_async");
-    if (!st)
-        st = resolve_stream(b, s, "mg_copy_d2h_async", &rs);
-    if (!st)
-        st = check_host(dst, bytes, "mg_copy_d2h_async", "destination");
-    if (!st)
-        st = mg_backend_check_device_range(b, src, bytes, "mg_copy_d2h_async", "source");
-    if (st || bytes == 0)
-        return st;
-    return b->ops->copy_d2h_async(b->ctx, dst, src, bytes, rs->impl);
+    void *rs = NULL;
+    mg_status st = check_transfer(
+        b, &(transfer){D2H("mg_copy_d2h_async", dst, src, bytes), .async = true, .stream = s},
+        bytes, &rs);
+    return st || !bytes ? st : b->ops->copy_d2h_async(b->ctx, dst, src, bytes, rs);
 }
 
 mg_status mg_copy_d2d_async(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes,
                             mg_stream *s) {
-    mg_stream *rs = NULL;
-    mg_status st = enter(b, "mg_copy_d2d_async");
-    if (!st)
-        st = resolve_stream(b, s, "mg_copy_d2d_async", &rs);
-    if (!st)
-        st = mg_backend_check_device_range(b, dst, bytes, "mg_copy_d2d_async", "destination");
-    if (!st)
-        st = mg_backend_check_device_range(b, src, bytes, "mg_copy_d2d_async", "source");
-    if (st || bytes == 0)
-        return st;
-    return b->ops->copy_d2d_async(b->ctx, dst, src, bytes, rs->impl);
+    void *rs = NULL;
+    mg_status st = check_transfer(
+        b, &(transfer){D2D("mg_copy_d2d_async", dst, src, bytes), .async = true, .stream = s},
+        bytes, &rs);
+    return st || !bytes ? st : b->ops->copy_d2d_async(b->ctx, dst, src, bytes, rs);
 }
 
 mg_status mg_copy_2d_d2d_async(mg_backend *b, mg_devptr dst, size_t dst_pitch, mg_devptr src,
                                size_t src_pitch, size_t width_bytes, size_t height, mg_stream *s) {
     const char *fn = "mg_copy_2d_d2d_async";
-    mg_stream *rs = NULL;
-    mg_status st = enter(b, fn);
-    if (!st)
-        st = resolve_stream(b, s, fn, &rs);
-    if (st)
-        return st;
     if (dst_pitch < width_bytes || src_pitch < width_bytes)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: pitches (dst %zu, src %zu) must be >= the row width %zu bytes", fn,
                         dst_pitch, src_pitch, width_bytes);
-    if (width_bytes == 0 || height == 0)
-        return MG_OK;
-    /* The last row needs only width_bytes, not a whole pitch. */
-    if (height - 1 > (SIZE_MAX - width_bytes) / (dst_pitch > src_pitch ? dst_pitch : src_pitch))
+    size_t widest = dst_pitch > src_pitch ? dst_pitch : src_pitch;
+    if (height > 1 && height - 1 > (SIZE_MAX - width_bytes) / widest)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %zu rows of pitch %zu overflow", fn, height,
-                        dst_pitch > src_pitch ? dst_pitch : src_pitch);
-    size_t dst_span = dst_pitch * (height - 1) + width_bytes;
-    size_t src_span = src_pitch * (height - 1) + width_bytes;
-    if ((st = mg_backend_check_device_range(b, dst, dst_span, fn, "destination")))
-        return st;
-    if ((st = mg_backend_check_device_range(b, src, src_span, fn, "source")))
+                        widest);
+    /* The last row needs only width_bytes, not a whole pitch. */
+    bool empty = width_bytes == 0 || height == 0;
+    transfer t = {D2D(fn, dst, src, 0), .async = true, .stream = s};
+    t.dst_span = empty ? 0 : dst_pitch * (height - 1) + width_bytes;
+    t.src_span = empty ? 0 : src_pitch * (height - 1) + width_bytes;
+    void *rs = NULL;
+    mg_status st = check_transfer(b, &t, 0, &rs);
+    if (st || empty)
         return st;
     return b->ops->copy_2d_d2d_async(b->ctx, dst, dst_pitch, src, src_pitch, width_bytes, height,
-                                     rs->impl);
+                                     rs);
 }
 
 mg_status mg_memset(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes) {
-    mg_status st = enter(b, "mg_memset");
-    if (!st)
-        st = refuse_while_capturing(b, "mg_memset");
-    if (!st)
-        st = mg_backend_check_device_range(b, dst, bytes, "mg_memset", "destination");
-    if (st || bytes == 0)
-        return st;
-    return b->ops->memset(b->ctx, dst, value, bytes);
+    transfer t = {.fn = "mg_memset", .dst_role = "destination", .dst = dst, .dst_span = bytes};
+    mg_status st = check_transfer(b, &t, bytes, NULL);
+    return st || !bytes ? st : b->ops->memset(b->ctx, dst, value, bytes);
 }
 
 mg_status mg_memset_async(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes, mg_stream *s) {
-    mg_stream *rs = NULL;
-    mg_status st = enter(b, "mg_memset_async");
-    if (!st)
-        st = resolve_stream(b, s, "mg_memset_async", &rs);
-    if (!st)
-        st = mg_backend_check_device_range(b, dst, bytes, "mg_memset_async", "destination");
-    if (st || bytes == 0)
-        return st;
-    return b->ops->memset_async(b->ctx, dst, value, bytes, rs->impl);
+    transfer t = {.fn = "mg_memset_async",
+                  .async = true,
+                  .stream = s,
+                  .dst_role = "destination",
+                  .dst = dst,
+                  .dst_span = bytes};
+    void *rs = NULL;
+    mg_status st = check_transfer(b, &t, bytes, &rs);
+    return st || !bytes ? st : b->ops->memset_async(b->ctx, dst, value, bytes, rs);
 }
+
+#undef H2D
+#undef D2H
+#undef D2D
 
 /* ------------------------------------------------------------------ streams */
 

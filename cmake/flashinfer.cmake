@@ -1,5 +1,5 @@
 # cmake/flashinfer.cmake - the CUDA kernel plugin libmetrale_gpu_attention.so: FlashInfer's
-# ragged BF16 prefill attention (head_dim 128) behind the C ABI of
+# ragged BF16 prefill attention (head_dim 64, 128, 256) behind the C ABI of
 # kernels/cuda/flashinfer_ragged_prefill.h.
 #
 # FlashInfer launches through the CUDA runtime, so its kernels live in a shared library of their
@@ -8,9 +8,19 @@
 # headers come from the pinned flashinfer-python wheel (scripts/fetch_flashinfer.sh) into
 # third_party/, at configure time.
 #
-# Translation units: one host TU (plan/run glue), FA2 kernels in two TUs (causal, no mask; each
-# with and without a sliding window) for every architecture in METRALE_CUDA_ARCHS, and when
-# 90a is among them the Hopper FA3 kernels in two TUs for sm_90a only.
+# Translation units: one host unit (plan/run glue); FA2 kernels, one unit per (head_dim, mask),
+# each with and without a sliding window, for every architecture in METRALE_CUDA_ARCHS; and when
+# 90a is among them the Hopper FA3 kernels, one unit per (head_dim, mask), for sm_90a only.
+#
+# Compile time per unit (nvcc 13.0, METRALE_CUDA_ARCHS=90a, 2-core build machine at -j2 with
+# other builds running, load ~2.5; seconds of wall time each, two units at a time):
+#                   FA2 causal  FA2 full  FA3 causal  FA3 full
+#   head_dim 64         28        25          88         85
+#   head_dim 128        26        29          61         58
+#   head_dim 256        37        39          66         67
+#   host unit 11. All 13 units: ~620 unit-seconds, ~5 min of wall time at -j2 (head_dim 128
+# alone: ~185 unit-seconds, ~1.5 min), so 64 and 256 add ~3.5 min to a clean CI build. A first,
+# busier run measured 33-73 s (FA2) and 51-102 s (FA3) per unit, in the same proportions.
 if(NOT METRALE_CUDA_KERNELS)
   message(STATUS "metrale: METRALE_CUDA_KERNELS is off, so no FlashInfer attention plugin")
   return()
@@ -49,28 +59,66 @@ if("90a" IN_LIST METRALE_CUDA_ARCHS)
   set(have_fa3 1)
 endif()
 
-# name -> extra nvcc arguments
-set(fi_units flashinfer_ragged_prefill flashinfer_ragged_prefill_fa2_causal
-             flashinfer_ragged_prefill_fa2_full)
+# The kernel units: flashinfer_ragged_prefill_fa2.cu compiled once per (head_dim, mask) for every
+# architecture in METRALE_CUDA_ARCHS, flashinfer_ragged_prefill_sm90.cu once per (head_dim, mask)
+# of fi_fa3_head_dims for sm_90a only, each with and without a sliding window where the path has
+# one. The host unit learns which FA3 head_dims exist from METRALE_FI_FA3_HD<d>.
+set(fi_fa2_head_dims 64 128 256)
+set(fi_fa3_head_dims "")
 if(have_fa3)
-  list(APPEND fi_units flashinfer_ragged_prefill_sm90_causal flashinfer_ragged_prefill_sm90_full)
+  set(fi_fa3_head_dims 64 128 256)
 endif()
+
+set(fi_host_defines -DMETRALE_FI_HAVE_FA3=${have_fa3})
+foreach(head_dim ${fi_fa3_head_dims})
+  list(APPEND fi_host_defines -DMETRALE_FI_FA3_HD${head_dim}=1)
+endforeach()
+
+# Each unit: "<object name>|<source>|<sm90 or all>|<head_dim>|<causal>".
+set(fi_units "flashinfer_ragged_prefill|flashinfer_ragged_prefill|all||")
+foreach(path fa2 sm90)
+  set(head_dims ${fi_fa2_head_dims})
+  set(archs all)
+  if(path STREQUAL "sm90")
+    set(head_dims ${fi_fa3_head_dims})
+    set(archs sm90)
+  endif()
+  foreach(head_dim ${head_dims})
+    foreach(mask causal full)
+      set(causal 0)
+      if(mask STREQUAL "causal")
+        set(causal 1)
+      endif()
+      list(APPEND fi_units "flashinfer_ragged_prefill_${path}_hd${head_dim}_${mask}|flashinfer_ragged_prefill_${path}|${archs}|${head_dim}|${causal}")
+    endforeach()
+  endforeach()
+endforeach()
 
 set(fi_objects "")
 foreach(unit ${fi_units})
+  string(REPLACE "|" ";" fields "${unit}")
+  list(GET fields 0 name)
+  list(GET fields 1 source)
+  list(GET fields 2 archs)
+  list(GET fields 3 head_dim)
+  list(GET fields 4 causal)
   set(gencode ${fa2_gencode})
-  if(unit MATCHES "_sm90_")
+  if(archs STREQUAL "sm90")
     set(gencode "-gencode=arch=compute_90a,code=sm_90a")
   endif()
-  set(obj ${fi_out}/${unit}.o)
+  set(defines ${fi_host_defines})
+  if(NOT head_dim STREQUAL "")
+    set(defines -DMG_FI_UNIT_HEAD_DIM=${head_dim} -DMG_FI_UNIT_CAUSAL=${causal})
+  endif()
+  set(obj ${fi_out}/${name}.o)
   add_custom_command(
     OUTPUT ${obj}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${fi_out}
-    COMMAND ${CMAKE_CUDA_COMPILER} -c ${fi_flags} ${gencode} -DMETRALE_FI_HAVE_FA3=${have_fa3}
-            ${fi_includes} -MD -MF ${obj}.d -o ${obj} ${fi_src}/${unit}.cu
-    DEPENDS ${fi_src}/${unit}.cu
+    COMMAND ${CMAKE_CUDA_COMPILER} -c ${fi_flags} ${gencode} ${defines} ${fi_includes} -MD -MF
+            ${obj}.d -o ${obj} ${fi_src}/${source}.cu
+    DEPENDS ${fi_src}/${source}.cu
     DEPFILE ${obj}.d
-    COMMENT "nvcc ${unit}.cu (FlashInfer instantiations)"
+    COMMENT "nvcc ${name} (FlashInfer instantiations)"
     VERBATIM)
   list(APPEND fi_objects ${obj})
 endforeach()
@@ -84,5 +132,6 @@ add_custom_command(
   COMMENT "nvcc -shared libmetrale_gpu_attention.so (cudart static)"
   VERBATIM)
 add_custom_target(metrale_gpu_attention ALL DEPENDS ${METRALE_ATTENTION_PLUGIN})
-message(STATUS "metrale: FlashInfer ${METRALE_FI_VERSION} attention plugin, FA2 for "
-               "${METRALE_CUDA_ARCHS}, FA3 ${have_fa3}")
+message(STATUS "metrale: FlashInfer ${METRALE_FI_VERSION} attention plugin, FA2 head_dims "
+               "${fi_fa2_head_dims} for ${METRALE_CUDA_ARCHS}, FA3 head_dims "
+               "'${fi_fa3_head_dims}' for sm_90a")

@@ -1,6 +1,7 @@
 // flashinfer_ragged_prefill.cu - the C ABI of the attention plugin: path choice, workspace
-// sizing, planning and launch of FlashInfer's ragged BF16 prefill (head_dim 128). The kernels
-// themselves are instantiated in flashinfer_ragged_prefill_{fa2,sm90}_*.cu.
+// sizing, planning and launch of FlashInfer's ragged BF16 prefill (head_dim 64, 128, 256). The
+// kernels themselves are instantiated in flashinfer_ragged_prefill_{fa2,sm90}.cu, one unit per
+// (head_dim, mask).
 //
 // Every entry point catches what FlashInfer throws and turns it, like a failed CUDA call, into a
 // status and a message (mg_fi_error); nothing propagates across the C boundary.
@@ -21,10 +22,14 @@ namespace {
 using metrale_fi::Fa2Params;
 using metrale_fi::Fa3Params;
 
-// FA3 keeps one CTA tile of 128 query rows (head_dim 128) and falls back to one schedule shared
-// by all heads above this many tiles per head, a variant this plugin does not instantiate.
-constexpr uint32_t kFa3CtaTileQ = 128;
+// FA3's scheduler (PrefillSM90Plan) falls back to one schedule shared by all heads above this
+// many tiles per head, a variant this plugin does not instantiate.
 constexpr int64_t kFa3MaxWorksPerHead = 4096;
+
+// Query rows per FA3 CTA tile, as FlashInfer's PrefillSM90Plan and getCTATileSize choose them.
+int64_t fa3_cta_tile_q(uint32_t head_dim) {
+    return head_dim == 64 ? 192 : 128;
+}
 
 mg_status fail(mg_fi_error *err, mg_status st, int32_t cuda_error, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -87,13 +92,21 @@ cudaError_t sm_count(int *out) {
     return e;
 }
 
+// FlashInfer's bound on FA3 work items per head (PrefillSM90Plan's max_num_works_per_head): what
+// it compares with kFa3MaxWorksPerHead, and what it sizes graph-mode schedules for.
+int64_t fa3_works_bound(const mg_fi_shape *s, const int32_t *qo_indptr) {
+    const int64_t tile = fa3_cta_tile_q(s->head_dim);
+    return (int64_t(total_qo_rows(s, qo_indptr)) + tile - 1) / tile + s->batch_size - 1;
+}
+
 // Work items per head of FA3's scheduler: actual tiles (eager) or the graph-mode bound.
 int64_t fa3_works_per_head(const mg_fi_shape *s, const int32_t *qo_indptr) {
+    const int64_t tile = fa3_cta_tile_q(s->head_dim);
     if (s->graph_mode)
-        return (int64_t(s->graph_qo_rows) + kFa3CtaTileQ - 1) / kFa3CtaTileQ + s->batch_size - 1;
+        return fa3_works_bound(s, qo_indptr);
     int64_t works = 0;
     for (uint32_t i = 0; i < s->batch_size; i++)
-        works += (int64_t(qo_indptr[i + 1] - qo_indptr[i]) + kFa3CtaTileQ - 1) / kFa3CtaTileQ;
+        works += (int64_t(qo_indptr[i + 1] - qo_indptr[i]) + tile - 1) / tile;
     return works;
 }
 
@@ -104,15 +117,26 @@ size_t fa3_int_bytes(const mg_fi_shape *s, const int32_t *qo_indptr, int num_sm)
     return 7 * align16(sizeof(int32_t) * works) + align16(sizeof(int32_t) * (size_t(num_sm) + 1));
 }
 
-#if METRALE_FI_HAVE_FA3
-bool fa3_built() {
-    return true;
-}
-#else
-bool fa3_built() {
-    return false;
-}
+// Whether the FA3 kernels of this head_dim were built (cmake/flashinfer.cmake defines
+// METRALE_FI_FA3_HD<d> for each).
+bool fa3_built(uint32_t head_dim) {
+    switch (head_dim) {
+#if METRALE_FI_FA3_HD64
+    case 64:
+        return true;
 #endif
+#if METRALE_FI_FA3_HD128
+    case 128:
+        return true;
+#endif
+#if METRALE_FI_FA3_HD256
+    case 256:
+        return true;
+#endif
+    default:
+        return false;
+    }
+}
 
 // Why FA3 cannot serve this plan on the current device (nullptr: it can), and the device's
 // compute capability as major * 10 + minor.
@@ -127,13 +151,14 @@ cudaError_t fa3_unsuitable(const mg_fi_shape *s, const int32_t *qo_indptr, const
     if (e != cudaSuccess)
         return e;
     *cc_out = major * 10 + minor;
-    if (!fa3_built())
-        *why = "the plugin was built without sm_90a";
+    if (!fa3_built(s->head_dim))
+        *why = METRALE_FI_HAVE_FA3 ? "the plugin has no Hopper kernels for this head_dim"
+                                   : "the plugin was built without sm_90a";
     else if (major != 9 || minor != 0)
         *why = "the device is not compute capability 9.0";
     else if (s->window_left >= 0)
         *why = "the Hopper path is built without sliding windows";
-    else if (fa3_works_per_head(s, qo_indptr) > kFa3MaxWorksPerHead)
+    else if (fa3_works_bound(s, qo_indptr) > kFa3MaxWorksPerHead)
         *why = "the batch needs the shared-schedule variant, which is not built";
     else if (!s->graph_mode && kv_indptr[s->batch_size] == 0)
         *why = "no key rows at all (its TMA descriptors need at least one)";
@@ -147,6 +172,43 @@ cudaError_t fa3_unsuitable(const mg_fi_shape *s, const int32_t *qo_indptr, const
 template <typename T> T *at(void *base, int64_t offset) {
     return reinterpret_cast<T *>(static_cast<char *>(base) + offset);
 }
+
+// The FA2 launcher of the shape's mask and window.
+template <uint32_t HEAD_DIM>
+cudaError_t fa2_launch_masked(const mg_fi_shape *s, Fa2Params &p, uint32_t tile,
+                              __nv_bfloat16 *tmp_v, float *tmp_s, cudaStream_t stream) {
+    using metrale_fi::fa2_launch;
+    const bool window = s->window_left >= 0;
+    if (s->causal)
+        return window ? fa2_launch<HEAD_DIM, true, true>(p, tile, tmp_v, tmp_s, stream)
+                      : fa2_launch<HEAD_DIM, true, false>(p, tile, tmp_v, tmp_s, stream);
+    return window ? fa2_launch<HEAD_DIM, false, true>(p, tile, tmp_v, tmp_s, stream)
+                  : fa2_launch<HEAD_DIM, false, false>(p, tile, tmp_v, tmp_s, stream);
+}
+
+#if METRALE_FI_HAVE_FA3
+// The FA3 launcher of the shape's head_dim and mask; cudaErrorNotSupported for a head_dim
+// without Hopper kernels (the path choice never plans one).
+cudaError_t fa3_launch_for(const mg_fi_shape *s, Fa3Params &p, cudaStream_t stream) {
+    using metrale_fi::fa3_launch;
+    switch (s->head_dim) {
+#if METRALE_FI_FA3_HD64
+    case 64:
+        return s->causal ? fa3_launch<64, true>(p, stream) : fa3_launch<64, false>(p, stream);
+#endif
+#if METRALE_FI_FA3_HD128
+    case 128:
+        return s->causal ? fa3_launch<128, true>(p, stream) : fa3_launch<128, false>(p, stream);
+#endif
+#if METRALE_FI_FA3_HD256
+    case 256:
+        return s->causal ? fa3_launch<256, true>(p, stream) : fa3_launch<256, false>(p, stream);
+#endif
+    default:
+        return cudaErrorNotSupported;
+    }
+}
+#endif
 
 mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
                   cudaStream_t stream, mg_fi_error *err) {
@@ -192,15 +254,21 @@ mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
         p.total_num_rows = at<uint32_t>(fi_int, plan.total_num_rows_offset);
     }
 
-    const uint32_t tile = uint32_t(plan.cta_tile_q);
     cudaError_t e;
-    if (s->causal)
-        e = s->window_left >= 0
-                ? metrale_fi::fa2_launch_causal_window(p, tile, tmp_v, tmp_s, stream)
-                : metrale_fi::fa2_launch_causal(p, tile, tmp_v, tmp_s, stream);
-    else
-        e = s->window_left >= 0 ? metrale_fi::fa2_launch_full_window(p, tile, tmp_v, tmp_s, stream)
-                                : metrale_fi::fa2_launch_full(p, tile, tmp_v, tmp_s, stream);
+    switch (s->head_dim) {
+    case 64:
+        e = fa2_launch_masked<64>(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
+        break;
+    case 128:
+        e = fa2_launch_masked<128>(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
+        break;
+    case 256:
+        e = fa2_launch_masked<256>(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
+        break;
+    default:
+        return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no FA2 kernels",
+                    s->head_dim);
+    }
     if (e != cudaSuccess)
         return cuda_fail(err, e, "flashinfer FA2 BatchPrefillWithRaggedKVCache");
     return MG_OK;
@@ -241,8 +309,10 @@ mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
     p.group_size = int(s->num_qo_heads / s->num_kv_heads);
     p.window_left = s->window_left;
     p.causal = s->causal != 0;
-    cudaError_t e = s->causal ? metrale_fi::fa3_launch_causal(p, stream)
-                              : metrale_fi::fa3_launch_full(p, stream);
+    if (!fa3_built(s->head_dim))
+        return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no FA3 kernels",
+                    s->head_dim);
+    cudaError_t e = fa3_launch_for(s, p, stream);
     if (e != cudaSuccess)
         return cuda_fail(err, e, "flashinfer FA3 BatchPrefillWithRaggedKVCache (sm90)");
     return MG_OK;
@@ -262,10 +332,11 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
                                          const int32_t *kv_indptr, mg_fi_path forced,
                                          mg_fi_path *out, mg_fi_error *err) {
     return guarded("mg_fi_choose_path", err, [&]() -> mg_status {
-        if (shape->head_dim != MG_FI_HEAD_DIM)
+        if (!mg_fi_head_dim_built(shape->head_dim))
             return fail(err, MG_ERR_UNSUPPORTED, 0,
-                        "mg_fi_choose_path: head_dim %u is not built (only %d)", shape->head_dim,
-                        MG_FI_HEAD_DIM);
+                        "mg_fi_choose_path: head_dim %u is not built (" MG_FI_HEAD_DIMS_TEXT
+                        " are)",
+                        shape->head_dim);
         if (!shape->graph_mode && qo_indptr[shape->batch_size] == 0 && forced == MG_FI_PATH_NONE) {
             *out = MG_FI_PATH_NONE;
             return MG_OK;

@@ -3,9 +3,9 @@
  * (libmetrale_gpu_attention.so, built from kernels/cuda/flashinfer_ragged_prefill*.cu) and, for
  * C++ only, the launchers its translation units share.
  *
- * The plugin wraps FlashInfer's ragged (varlen) BF16 prefill attention, head_dim 128, through two
- * paths: FA2 (any sm_80+, kernels built for the configured architectures) and the Hopper FA3
- * path (sm_90a only). src/cuda/attention_cuda.c loads it with dlopen and calls only the
+ * The plugin wraps FlashInfer's ragged (varlen) BF16 prefill attention, head_dim 64, 128 or 256,
+ * through two paths: FA2 (any sm_80+, kernels built for the configured architectures) and the
+ * Hopper FA3 path (sm_90a only). src/cuda/attention_cuda.c loads it with dlopen and calls only the
  * functions below; every one returns an mg_status and fills `err` on failure, never throws and
  * never exits. They use the CUDA runtime, which runs in the device's primary
  * context: the caller makes that context current first (mg_cuda_bind).
@@ -28,8 +28,14 @@ extern "C" {
 
 /* Bumped whenever a struct or signature below changes; the loader refuses a mismatch. */
 #define MG_FI_ABI_VERSION 1
-#define MG_FI_HEAD_DIM 128
 #define MG_FI_MESSAGE_BYTES 512
+
+/* The head_dims the plugin has kernels for: FA2 for each, FA3 for those built for sm_90a
+ * (mg_fi_choose_path says when FA3 lacks one). */
+#define MG_FI_HEAD_DIMS_TEXT "64, 128 and 256"
+static inline int mg_fi_head_dim_built(uint32_t head_dim) {
+    return head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
 
 /* What went wrong in a failed call: the message, and the CUDA runtime error code when a CUDA
  * call failed (0 otherwise), so the caller can record sticky device faults. */
@@ -48,7 +54,7 @@ typedef enum mg_fi_path {
 typedef struct mg_fi_shape {
     uint32_t num_qo_heads;
     uint32_t num_kv_heads;
-    uint32_t head_dim;      /* MG_FI_HEAD_DIM */
+    uint32_t head_dim;      /* mg_fi_head_dim_built */
     int32_t window_left;    /* -1: none */
     uint32_t causal;        /* 0 or 1 */
     uint32_t graph_mode;    /* fixed grid: runs may be captured and replayed after re-plans */
@@ -206,21 +212,17 @@ struct Fa3Params {
     bool causal;
 };
 
-/* One launcher per (mask, sliding window) variant, each in its own translation unit so the
- * heavy template instantiations compile in parallel. FA2 launchers dispatch on the plan's
- * CTA_TILE_Q; tmp_v/tmp_s are the split-KV partials (NULL when the plan did not split). */
-cudaError_t fa2_launch_causal(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v, float *tmp_s,
-                              cudaStream_t stream);
-cudaError_t fa2_launch_causal_window(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
-                                     float *tmp_s, cudaStream_t stream);
-cudaError_t fa2_launch_full(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v, float *tmp_s,
-                            cudaStream_t stream);
-cudaError_t fa2_launch_full_window(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
-                                   float *tmp_s, cudaStream_t stream);
+/* The kernel launchers, one explicit instantiation per (head_dim, mask, sliding window), built
+ * by compiling flashinfer_ragged_prefill_{fa2,sm90}.cu once per (head_dim, mask) so the heavy
+ * template instantiations compile in parallel. FA2 launchers dispatch on the plan's CTA_TILE_Q;
+ * tmp_v/tmp_s are the split-KV partials (NULL when the plan did not split). */
+template <uint32_t HEAD_DIM, bool CAUSAL, bool WINDOW>
+cudaError_t fa2_launch(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v, float *tmp_s,
+                       cudaStream_t stream);
 
-/* FA3 launchers (per-head schedule, no sliding window); defined only when built for sm_90a. */
-cudaError_t fa3_launch_causal(Fa3Params &p, cudaStream_t stream);
-cudaError_t fa3_launch_full(Fa3Params &p, cudaStream_t stream);
+/* FA3 (per-head schedule, no sliding window); instantiated only for the head_dims built for
+ * sm_90a (METRALE_FI_FA3_HD<d>). */
+template <uint32_t HEAD_DIM, bool CAUSAL> cudaError_t fa3_launch(Fa3Params &p, cudaStream_t stream);
 
 } // namespace metrale_fi
 #endif

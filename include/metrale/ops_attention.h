@@ -1,8 +1,8 @@
 /*
  * metrale/ops_attention.h - ragged (varlen) BF16 prefill attention: several requests' attention
  * in one launch, delimited by qo_indptr / kv_indptr. CUDA runs FlashInfer's kernels (head_dim
- * 128; FA2 on sm_80+, the Hopper FA3 path on sm_90a, the faster chosen per plan); the CPU backend
- * runs the reference (FP32 softmax) that defines the result.
+ * 64, 128 or 256; FA2 on sm_80+, the Hopper FA3 path on sm_90a, the faster chosen per plan); the
+ * CPU backend runs the reference (FP32 softmax) that defines the result.
  *
  *   mg_attention_desc d = {.num_qo_heads = 32, .num_kv_heads = 8, .head_dim = 128,
  *                          .causal = true, .window_left = -1, .sm_scale = 0.08838835f};
@@ -42,7 +42,9 @@
  * capacities) replaying the graph computes the new batch; rows past a batch's totals are left
  * untouched. Every run of such a plan passes exactly the capacities as qo_rows / kv_rows.
  *
- * Bad arguments return MG_ERR_INVALID_ARGUMENT, naming the problem, and launch nothing.
+ * Bad arguments return MG_ERR_INVALID_ARGUMENT, naming the problem, and launch nothing. A
+ * head_dim the backend has no kernels for (CUDA: other than 64, 128, 256) returns
+ * MG_ERR_UNSUPPORTED at plan creation.
  */
 #ifndef METRALE_OPS_ATTENTION_H
 #define METRALE_OPS_ATTENTION_H
@@ -62,7 +64,9 @@ typedef struct mg_attention_plan mg_attention_plan;
 typedef enum mg_attention_impl {
     MG_ATTENTION_IMPL_AUTO = 0, /* the fastest that can serve the plan on this device */
     MG_ATTENTION_IMPL_FA2 = 1,  /* FlashInfer FA2 templates */
-    MG_ATTENTION_IMPL_FA3 = 2,  /* FlashInfer Hopper path; MG_ERR_UNSUPPORTED where it cannot run */
+    MG_ATTENTION_IMPL_FA3 = 2,  /* FlashInfer Hopper path; MG_ERR_UNSUPPORTED where it cannot run
+                                 * (no sm_90a device, a sliding window, or a head_dim it was not
+                                 * built for) */
 } mg_attention_impl;
 
 /* "auto", "fa2", "fa3". */
@@ -71,7 +75,7 @@ const char *mg_attention_impl_name(mg_attention_impl impl);
 typedef struct mg_attention_desc {
     uint32_t num_qo_heads;  /* Hq > 0 */
     uint32_t num_kv_heads;  /* Hkv > 0, divides Hq */
-    uint32_t head_dim;      /* 128 on CUDA; CPU: any multiple of 8 up to 512 */
+    uint32_t head_dim;      /* CUDA: 64, 128 or 256; CPU: any multiple of 8 up to 512 */
     bool causal;            /* bottom-right aligned */
     int32_t window_left;    /* -1: no window; else >= 0, and only with causal (see above) */
     float sm_scale;         /* finite, > 0; usually 1 / sqrt(head_dim) */

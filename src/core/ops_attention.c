@@ -201,6 +201,8 @@ mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
     const mg_attention_backend_ops *ops = ops_of(b, fn);
     if (!ops)
         return MG_ERR_UNSUPPORTED;
+    if (ops->check_desc && (st = ops->check_desc(desc, fn)))
+        return st;
     mg_attention_plan *p = calloc(1, sizeof *p);
     if (!p)
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);

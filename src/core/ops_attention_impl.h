@@ -35,6 +35,10 @@ struct mg_attention_backend_ops {
     void (*release)(mg_attention_plan *p);
     /* Fills impl, workspace_bytes and pinned_bytes. */
     void (*info)(const mg_attention_plan *p, mg_attention_plan_info *out);
+    /* The backend's own limits on a descriptor that passed the common checks (e.g. the head_dims
+     * it has kernels for), run before anything is planned; NULL means none. Returns
+     * MG_ERR_UNSUPPORTED naming `fn` and the limit. */
+    mg_status (*check_desc)(const mg_attention_desc *d, const char *fn);
     /* Whether the op can run on `b` (e.g. its kernel library loads and the device is new
      * enough); NULL means always. Answers MG_CAP_OP_ATTENTION_RAGGED. */
     bool (*available)(mg_backend *b);

@@ -262,6 +262,16 @@ static void cuda_info(const mg_attention_plan *p, mg_attention_plan_info *out) {
     out->pinned_bytes = c->mirror_bytes[0] + c->mirror_bytes[1];
 }
 
+/* The plugin has kernels for a few head_dims only; the CPU reference takes any. */
+static mg_status cuda_check_desc(const mg_attention_desc *d, const char *fn) {
+    if (!mg_fi_head_dim_built(d->head_dim))
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "%s: head_dim %u has no CUDA kernels (FlashInfer's are built for "
+                        "head_dim " MG_FI_HEAD_DIMS_TEXT ")",
+                        fn, d->head_dim);
+    return MG_OK;
+}
+
 /* FlashInfer's FA2 kernels need sm_80 or newer; the plugin must load. */
 static bool cuda_available(mg_backend *b) {
     mg_device_info info;
@@ -274,5 +284,6 @@ const mg_attention_backend_ops mg_cuda_attention_ops = {
     .run = cuda_run,
     .release = cuda_release,
     .info = cuda_info,
+    .check_desc = cuda_check_desc,
     .available = cuda_available,
 };

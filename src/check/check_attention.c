@@ -1,7 +1,7 @@
 /* check_attention.c - the ragged prefill attention (metrale/ops_attention.h) on the backend
  * under test against the CPU reference backend: fresh random ragged batches (lengths 0, 1, odd,
  * up to a few thousand; kv longer than qo; causal or not; GQA groups 1, 4, 8; causal sliding
- * windows),
+ * windows; head_dim 128, and 64 and 256 through every path built for them),
  * outputs poisoned first, both FlashInfer paths where the device has them, graph capture then
  * replay after a re-plan with new data, and the validation errors on this backend.
  *
@@ -81,6 +81,7 @@ typedef struct attn_case {
     int32_t window_left;
     mg_attention_impl impl;
     bool one_long; /* one request of max_len, the rest short */
+    uint32_t head_dim;
 } attn_case;
 
 typedef struct attn_batch {
@@ -107,13 +108,14 @@ static void free_batch(attn_batch *b) {
 /* Random lengths: 0, 1, odd and long; a random prefix makes kv longer than qo. */
 static bool make_batch(const mg_check_ctx *ctx, rng *r, const attn_case *c, attn_batch *b) {
     const uint32_t max_len = is_reference(ctx) ? (c->max_len + 7) / 8 : c->max_len;
+    const uint32_t d = c->head_dim;
     *b = (attn_batch){.batch_size = c->batch_size};
     b->desc = (mg_attention_desc){.num_qo_heads = c->hq,
                                   .num_kv_heads = c->hkv,
-                                  .head_dim = 128,
+                                  .head_dim = d,
                                   .causal = c->causal,
                                   .window_left = c->window_left,
-                                  .sm_scale = 1.0f / sqrtf(128.0f),
+                                  .sm_scale = 1.0f / sqrtf((float)d),
                                   .impl = c->impl};
     b->qo_indptr = calloc(c->batch_size + 1, sizeof(int32_t));
     b->kv_indptr = calloc(c->batch_size + 1, sizeof(int32_t));
@@ -133,7 +135,7 @@ static bool make_batch(const mg_check_ctx *ctx, rng *r, const attn_case *c, attn
     }
     b->qo_rows = (uint32_t)b->qo_indptr[c->batch_size];
     b->kv_rows = (uint32_t)b->kv_indptr[c->batch_size];
-    size_t nq = (size_t)b->qo_rows * c->hq * 128, nk = (size_t)b->kv_rows * c->hkv * 128;
+    size_t nq = (size_t)b->qo_rows * c->hq * d, nk = (size_t)b->kv_rows * c->hkv * d;
     b->q = malloc(2 * (nq + 1));
     b->k = malloc(2 * (nk + 1));
     b->v = malloc(2 * (nk + 1));
@@ -186,9 +188,9 @@ static mg_status poison_outputs(attn_buffers *t) {
 static mg_status alloc_buffers(mg_backend *be, const attn_batch *b, uint32_t qo_rows,
                                uint32_t kv_rows, attn_buffers *t) {
     *t = (attn_buffers){.backend = be};
-    const uint32_t hq = b->desc.num_qo_heads, hkv = b->desc.num_kv_heads;
-    t->q_elems = (size_t)qo_rows * hq * 128;
-    t->kv_elems = (size_t)kv_rows * hkv * 128;
+    const uint32_t hq = b->desc.num_qo_heads, hkv = b->desc.num_kv_heads, d = b->desc.head_dim;
+    t->q_elems = (size_t)qo_rows * hq * d;
+    t->kv_elems = (size_t)kv_rows * hkv * d;
     t->lse_elems = (size_t)qo_rows * hq;
     /* At least one element, so empty batches still have valid pointers. */
     mg_status st = mg_alloc(be, 2 * t->q_elems + 256, &t->q);
@@ -206,8 +208,8 @@ static mg_status alloc_buffers(mg_backend *be, const attn_batch *b, uint32_t qo_
 }
 
 static mg_status upload_inputs(const attn_batch *b, attn_buffers *t) {
-    const size_t nq = (size_t)b->qo_rows * b->desc.num_qo_heads * 128;
-    const size_t nk = (size_t)b->kv_rows * b->desc.num_kv_heads * 128;
+    const size_t nq = (size_t)b->qo_rows * b->desc.num_qo_heads * b->desc.head_dim;
+    const size_t nk = (size_t)b->kv_rows * b->desc.num_kv_heads * b->desc.head_dim;
     mg_status st = nq ? mg_copy_h2d(t->backend, t->q, b->q, 2 * nq) : MG_OK;
     if (!st && nk)
         st = mg_copy_h2d(t->backend, t->k, b->k, 2 * nk);
@@ -246,8 +248,9 @@ static mg_status run_eager(const attn_batch *b, attn_buffers *t, mg_attention_im
 /* Compares o and lse of the first `qo_rows` rows of `got` with `want`, and requires rows
  * [qo_rows, capacity) of `got` to be still poisoned. Returns false with `why` on mismatch. */
 static bool compare_outputs(const attn_buffers *got, const attn_buffers *want, uint32_t qo_rows,
-                            uint32_t hq, double *rel_l2_out, char *why, size_t why_bytes) {
-    const size_t n = (size_t)qo_rows * hq * 128, nl = (size_t)qo_rows * hq;
+                            uint32_t hq, uint32_t head_dim, double *rel_l2_out, char *why,
+                            size_t why_bytes) {
+    const size_t n = (size_t)qo_rows * hq * head_dim, nl = (size_t)qo_rows * hq;
     uint16_t *go = malloc(2 * (got->q_elems + 1)), *wo = malloc(2 * (n + 1));
     float *gl = malloc(4 * (got->lse_elems + 1)), *wl = malloc(4 * (nl + 1));
     bool ok = go && wo && gl && wl;
@@ -278,11 +281,11 @@ static bool compare_outputs(const attn_buffers *got, const attn_buffers *want, u
     const double rel_l2 = ref2 > 0 ? sqrt(diff2 / ref2) : sqrt(diff2);
     *rel_l2_out = rel_l2;
     if (ok && (worst > MAX_ABS_ERROR || rel_l2 > MAX_REL_L2_ERROR)) {
-        size_t row = worst_at / (hq * 128);
+        size_t row = worst_at / (hq * head_dim);
         snprintf(why, why_bytes,
                  "o: max |diff| %.3g at row %zu head %zu dim %zu (got %g, want %g), rel L2 %.3g "
                  "(bounds %.0e, %.0e)",
-                 worst, row, worst_at / 128 % hq, worst_at % 128,
+                 worst, row, worst_at / head_dim % hq, worst_at % head_dim,
                  (double)mg_bf16_to_f32(go[worst_at]), (double)mg_bf16_to_f32(wo[worst_at]), rel_l2,
                  MAX_ABS_ERROR, MAX_REL_L2_ERROR);
         ok = false;
@@ -342,14 +345,14 @@ static void run_case(mg_check_ctx *ctx, mg_check_result *result, const attn_case
         FAIL("run on the backend under test: %s: %s", mg_status_name(st), mg_last_error());
     b.desc.impl = MG_ATTENTION_IMPL_AUTO;
     OK(run_eager(&b, &want, NULL));
-    if (!compare_outputs(&got, &want, b.qo_rows, b.desc.num_qo_heads, &result->error, why,
-                         sizeof why))
+    if (!compare_outputs(&got, &want, b.qo_rows, b.desc.num_qo_heads, b.desc.head_dim,
+                         &result->error, why, sizeof why))
         FAIL("%s", why);
     result->passed = true;
-    snprintf(result->detail, sizeof result->detail, "%s, B=%u, %u q / %u kv rows",
+    snprintf(result->detail, sizeof result->detail, "%s, D=%u, B=%u, %u q / %u kv rows",
              mg_backend_get_kind(ctx->backend) == MG_BACKEND_CPU ? "reference"
                                                                  : mg_attention_impl_name(impl),
-             b.batch_size, b.qo_rows, b.kv_rows);
+             b.desc.head_dim, b.batch_size, b.qo_rows, b.kv_rows);
 done:
     free_buffers(&got);
     free_buffers(&want);
@@ -362,29 +365,46 @@ done:
         run_case(ctx, result, &c);                                                                 \
     }
 
-/* name, batch size, Hq, Hkv, longest request, causal, window_left, path, one request that long */
-CASE(causal_mha, 6, 8, 8, 700, true, -1, MG_ATTENTION_IMPL_AUTO, false)
-CASE(causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_AUTO, false)
-CASE(causal_gqa8, 5, 32, 4, 600, true, -1, MG_ATTENTION_IMPL_AUTO, false)
-CASE(causal_long, 3, 8, 8, 3000, true, -1, MG_ATTENTION_IMPL_AUTO, true)
-CASE(full_gqa4, 7, 16, 4, 800, false, -1, MG_ATTENTION_IMPL_AUTO, false)
-CASE(full_long, 2, 8, 8, 2500, false, -1, MG_ATTENTION_IMPL_AUTO, true)
-CASE(causal_window, 6, 16, 4, 1200, true, 255, MG_ATTENTION_IMPL_AUTO, false)
-CASE(causal_window_mha, 5, 8, 8, 700, true, 100, MG_ATTENTION_IMPL_AUTO, false)
-CASE(window_zero, 4, 8, 1, 300, true, 0, MG_ATTENTION_IMPL_AUTO, false)
-CASE(fa2_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA2, false)
-CASE(fa2_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA2, false)
-CASE(fa3_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA3, false)
-CASE(fa3_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA3, false)
-CASE(many_short, 48, 8, 2, 40, true, -1, MG_ATTENTION_IMPL_AUTO, false)
+/* name, batch size, Hq, Hkv, longest request, causal, window_left, path, one request that long,
+ * head_dim */
+CASE(causal_mha, 6, 8, 8, 700, true, -1, MG_ATTENTION_IMPL_AUTO, false, 128)
+CASE(causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_AUTO, false, 128)
+CASE(causal_gqa8, 5, 32, 4, 600, true, -1, MG_ATTENTION_IMPL_AUTO, false, 128)
+CASE(causal_long, 3, 8, 8, 3000, true, -1, MG_ATTENTION_IMPL_AUTO, true, 128)
+CASE(full_gqa4, 7, 16, 4, 800, false, -1, MG_ATTENTION_IMPL_AUTO, false, 128)
+CASE(full_long, 2, 8, 8, 2500, false, -1, MG_ATTENTION_IMPL_AUTO, true, 128)
+CASE(causal_window, 6, 16, 4, 1200, true, 255, MG_ATTENTION_IMPL_AUTO, false, 128)
+CASE(causal_window_mha, 5, 8, 8, 700, true, 100, MG_ATTENTION_IMPL_AUTO, false, 128)
+CASE(window_zero, 4, 8, 1, 300, true, 0, MG_ATTENTION_IMPL_AUTO, false, 128)
+CASE(fa2_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA2, false, 128)
+CASE(fa2_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA2, false, 128)
+CASE(fa3_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA3, false, 128)
+CASE(fa3_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA3, false, 128)
+CASE(many_short, 48, 8, 2, 40, true, -1, MG_ATTENTION_IMPL_AUTO, false, 128)
+CASE(hd64_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_AUTO, false, 64)
+CASE(hd64_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_AUTO, false, 64)
+CASE(hd64_causal_long, 3, 8, 8, 3000, true, -1, MG_ATTENTION_IMPL_AUTO, true, 64)
+CASE(hd64_causal_window, 6, 16, 4, 1200, true, 255, MG_ATTENTION_IMPL_AUTO, false, 64)
+CASE(hd64_fa2_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA2, false, 64)
+CASE(hd64_fa2_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA2, false, 64)
+CASE(hd64_fa3_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA3, false, 64)
+CASE(hd64_fa3_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA3, false, 64)
+CASE(hd256_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_AUTO, false, 256)
+CASE(hd256_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_AUTO, false, 256)
+CASE(hd256_causal_long, 3, 8, 8, 2000, true, -1, MG_ATTENTION_IMPL_AUTO, true, 256)
+CASE(hd256_causal_window, 6, 16, 4, 1200, true, 255, MG_ATTENTION_IMPL_AUTO, false, 256)
+CASE(hd256_fa2_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA2, false, 256)
+CASE(hd256_fa2_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA2, false, 256)
+CASE(hd256_fa3_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA3, false, 256)
+CASE(hd256_fa3_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA3, false, 256)
 
 /* Fixed-grid plan: capture a run, re-plan a different batch (same batch size) and upload its
  * data into the same buffers, replay; the result must equal an eager reference run of the new
  * batch, and rows past its totals stay poisoned. Once per implementation the device has. */
 static void graph_case(mg_check_ctx *ctx, mg_check_result *result, mg_attention_impl impl,
-                       const char *name) {
+                       const char *name, uint32_t head_dim) {
     rng r = rng_for(ctx, name);
-    const attn_case c = {name, 5, 16, 4, 500, true, -1, impl, false};
+    const attn_case c = {name, 5, 16, 4, 500, true, -1, impl, false, head_dim};
     attn_batch first = {0}, second = {0};
     attn_buffers got = {0}, want = {0};
     mg_attention_plan *p = NULL;
@@ -432,8 +452,8 @@ static void graph_case(mg_check_ctx *ctx, mg_check_result *result, mg_attention_
     OK(mg_stream_synchronize(s));
     second.desc.impl = MG_ATTENTION_IMPL_AUTO;
     OK(run_eager(&second, &want, NULL));
-    if (!compare_outputs(&got, &want, second.qo_rows, second.desc.num_qo_heads, &result->error, why,
-                         sizeof why))
+    if (!compare_outputs(&got, &want, second.qo_rows, second.desc.num_qo_heads,
+                         second.desc.head_dim, &result->error, why, sizeof why))
         FAIL("replay after re-plan: %s", why);
     result->passed = true;
     snprintf(result->detail, sizeof result->detail, "replayed batch of %u q rows in a %u-row grid",
@@ -449,10 +469,13 @@ done:
 }
 
 static void check_graph_replay(mg_check_ctx *ctx, mg_check_result *result) {
-    graph_case(ctx, result, MG_ATTENTION_IMPL_AUTO, "graph_replay");
+    graph_case(ctx, result, MG_ATTENTION_IMPL_AUTO, "graph_replay", 128);
 }
 static void check_graph_replay_fa2(mg_check_ctx *ctx, mg_check_result *result) {
-    graph_case(ctx, result, MG_ATTENTION_IMPL_FA2, "graph_replay_fa2");
+    graph_case(ctx, result, MG_ATTENTION_IMPL_FA2, "graph_replay_fa2", 128);
+}
+static void check_graph_replay_hd256(mg_check_ctx *ctx, mg_check_result *result) {
+    graph_case(ctx, result, MG_ATTENTION_IMPL_AUTO, "graph_replay_hd256", 256);
 }
 
 /* ------------------------------------------------------------------ validation on this backend */
@@ -522,6 +545,15 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
             FAIL("bad plan %zu: %s \"%s\", expected MG_ERR_INVALID_ARGUMENT naming \"%s\"", i,
                  mg_status_name(st), mg_last_error(), plan_errors[i].needle);
     }
+    /* CUDA has kernels for head_dim 64, 128 and 256 only; the CPU reference takes any. */
+    if (mg_backend_get_kind(ctx->backend) == MG_BACKEND_CUDA) {
+        mg_attention_desc d = desc;
+        d.head_dim = 96;
+        mg_status unsupported = mg_attention_plan_create(ctx->backend, &d, qo, kv, 3, NULL, &p);
+        if (unsupported != MG_ERR_UNSUPPORTED || !strstr(mg_last_error(), "head_dim 96") || p)
+            FAIL("head_dim 96 on CUDA: %s \"%s\", expected MG_ERR_UNSUPPORTED naming it",
+                 mg_status_name(unsupported), mg_last_error());
+    }
     mg_status st = mg_attention_plan_create(ctx->backend, &desc, qo, kv, 3, NULL, &p);
     if (st == MG_ERR_UNAVAILABLE) {
         result->skipped = true;
@@ -567,7 +599,7 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
     /* Nothing ran: o and lse are still all poison. */
     double unused;
     attn_buffers none = {.backend = ctx->backend};
-    if (!compare_outputs(&t, &none, 0, desc.num_qo_heads, &unused, why, sizeof why))
+    if (!compare_outputs(&t, &none, 0, desc.num_qo_heads, desc.head_dim, &unused, why, sizeof why))
         FAIL("a rejected call wrote output: %s", why);
     result->passed = true;
     snprintf(result->detail, sizeof result->detail, "10 plan and 6 run errors rejected");
@@ -591,8 +623,25 @@ const mg_check_case mg_checks_attention[] = {
     {"attention", "fa3_causal_gqa4", check_fa3_causal_gqa4},
     {"attention", "fa3_full_gqa8", check_fa3_full_gqa8},
     {"attention", "many_short", check_many_short},
+    {"attention", "hd64_causal_gqa4", check_hd64_causal_gqa4},
+    {"attention", "hd64_full_gqa8", check_hd64_full_gqa8},
+    {"attention", "hd64_causal_long", check_hd64_causal_long},
+    {"attention", "hd64_causal_window", check_hd64_causal_window},
+    {"attention", "hd64_fa2_causal_gqa4", check_hd64_fa2_causal_gqa4},
+    {"attention", "hd64_fa2_full_gqa8", check_hd64_fa2_full_gqa8},
+    {"attention", "hd64_fa3_causal_gqa4", check_hd64_fa3_causal_gqa4},
+    {"attention", "hd64_fa3_full_gqa8", check_hd64_fa3_full_gqa8},
+    {"attention", "hd256_causal_gqa4", check_hd256_causal_gqa4},
+    {"attention", "hd256_full_gqa8", check_hd256_full_gqa8},
+    {"attention", "hd256_causal_long", check_hd256_causal_long},
+    {"attention", "hd256_causal_window", check_hd256_causal_window},
+    {"attention", "hd256_fa2_causal_gqa4", check_hd256_fa2_causal_gqa4},
+    {"attention", "hd256_fa2_full_gqa8", check_hd256_fa2_full_gqa8},
+    {"attention", "hd256_fa3_causal_gqa4", check_hd256_fa3_causal_gqa4},
+    {"attention", "hd256_fa3_full_gqa8", check_hd256_fa3_full_gqa8},
     {"attention", "graph_replay", check_graph_replay},
     {"attention", "graph_replay_fa2", check_graph_replay_fa2},
+    {"attention", "graph_replay_hd256", check_graph_replay_hd256},
     {"attention", "validation", check_validation},
     {NULL, NULL, NULL},
 };

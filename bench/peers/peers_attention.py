@@ -5,7 +5,8 @@
 
 Hq=32, Hkv=8, D=128, BF16, causal (bottom-right aligned) and full; B x S in {1x8192, 4x4096,
 8x2048, 32x512}, a ragged mix of 16 requests with lengths 1..4096 (the generator of
-tools/metrale-gpu/bench_attention.c) and a prefix case (4 x 1024 queries over 4096 keys).
+tools/metrale-gpu/bench_attention.c), a prefix case (4 x 1024 queries over 4096 keys), and
+causal 4x4096 at D=64 and D=256 (cases 4x4096_hd64, 4x4096_hd256).
 
 Rows (keys as metrale's rows, for bench/peers/report.py):
   attention/<case>      cuDNN through SDPA (fixed shapes; K/V heads repeated to Hq, as SDPA
@@ -36,9 +37,9 @@ def ragged_lengths(count, max_len):
     return out
 
 
-def flops(qo, kv, causal):
+def flops(qo, kv, causal, d):
     pairs = sum(q * k - (q * (q - 1) // 2 if causal else 0) for q, k in zip(qo, kv))
-    return 4.0 * D * HQ * pairs
+    return 4.0 * d * HQ * pairs
 
 
 def main():
@@ -50,33 +51,37 @@ def main():
     torch.manual_seed(0)
     rows = {}
 
-    cases = [(f"{b}x{s}", [s] * b, [s] * b, True) for b, s in
+    # (name, q lengths, kv lengths, fixed length, head_dim, masks)
+    both = (True, False)
+    cases = [(f"{b}x{s}", [s] * b, [s] * b, True, D, both) for b, s in
              [(1, 8192), (4, 4096), (8, 2048), (32, 512)]]
     lens = ragged_lengths(16, 4096)
-    cases.append(("ragged16", lens, lens, False))
-    cases.append(("prefix4", [1024] * 4, [4096] * 4, False))
+    cases.append(("ragged16", lens, lens, False, D, both))
+    cases.append(("prefix4", [1024] * 4, [4096] * 4, False, D, both))
+    for d in (64, 256):
+        cases.append((f"4x4096_hd{d}", [4096] * 4, [4096] * 4, True, d, (True,)))
 
-    for name, qo, kv, fixed in cases:
-        for causal in (True, False):
+    for name, qo, kv, fixed, hd, masks in cases:
+        for causal in masks:
             key = f"attention/{'causal' if causal else 'full'}_{name}"
-            fl = flops(qo, kv, causal)
+            fl = flops(qo, kv, causal, hd)
             figures = {}
-            q = torch.rand(sum(qo), HQ, D, device=dev, dtype=torch.bfloat16) * 2 - 1
-            k = torch.rand(sum(kv), HKV, D, device=dev, dtype=torch.bfloat16) * 2 - 1
+            q = torch.rand(sum(qo), HQ, hd, device=dev, dtype=torch.bfloat16) * 2 - 1
+            k = torch.rand(sum(kv), HKV, hd, device=dev, dtype=torch.bfloat16) * 2 - 1
             v = torch.rand_like(k) * 2 - 1
             cu_q = torch.tensor([0] + list(torch.tensor(qo).cumsum(0)), device=dev, dtype=torch.int32)
             cu_k = torch.tensor([0] + list(torch.tensor(kv).cumsum(0)), device=dev, dtype=torch.int32)
             try:  # FA2 varlen: bottom-right causal, native GQA
                 fn = lambda: torch.ops.aten._flash_attention_forward(
-                    q, k, v, cu_q, cu_k, max(qo), max(kv), 0.0, causal, False, scale=D ** -0.5)
+                    q, k, v, cu_q, cu_k, max(qo), max(kv), 0.0, causal, False, scale=hd ** -0.5)
                 figures["flash_varlen"] = fl / event_median_us(fn, args.iters, 3) / 1e6
             except Exception as e:  # noqa: BLE001 - record why a backend is missing
                 figures["flash_varlen_error"] = str(e)[:200]
             if fixed:
                 b, s = len(qo), qo[0]
-                q4 = q.view(b, s, HQ, D).transpose(1, 2)
-                k4 = k.view(b, s, HKV, D).transpose(1, 2).repeat_interleave(HQ // HKV, dim=1)
-                v4 = v.view(b, s, HKV, D).transpose(1, 2).repeat_interleave(HQ // HKV, dim=1)
+                q4 = q.view(b, s, HQ, hd).transpose(1, 2)
+                k4 = k.view(b, s, HKV, hd).transpose(1, 2).repeat_interleave(HQ // HKV, dim=1)
+                v4 = v.view(b, s, HKV, hd).transpose(1, 2).repeat_interleave(HQ // HKV, dim=1)
                 for label, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
                                        ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
                     try:

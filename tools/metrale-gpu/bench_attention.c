@@ -1,9 +1,10 @@
 /* bench_attention.c - `metrale-gpu bench attention`: ragged BF16 prefill attention, Hq=32,
  * Hkv=8, D=128, causal and not, on the shapes of bench/peers/peers_attention.py: B x S in
  * {1x8192, 4x4096, 8x2048, 32x512}, a ragged mix of 16 requests with lengths 1..4096 (the same
- * generator as the peers script), and a prefix case (4 requests of 1024 queries over 4096 keys).
- * Each case runs with the automatic choice (FA3 on Hopper) and, as "<case>.fa2", with FA2
- * forced. FLOPs as REFERENCE.md counts them (mg_attention_plan_flops). Options:
+ * generator as the peers script), a prefix case (4 requests of 1024 queries over 4096 keys), and
+ * causal 4x4096 at D=64 and D=256 (cases 4x4096_hd64, 4x4096_hd256). Each case runs with the
+ * automatic choice (FA3 on Hopper) and, as "<case>.fa2", with FA2 forced. FLOPs as REFERENCE.md
+ * counts them (mg_attention_plan_flops). Options:
  *   --impl auto|fa2|both (default both)
  */
 #include <math.h>
@@ -17,7 +18,7 @@
 
 #define HQ 32
 #define HKV 8
-#define HEAD_DIM 128
+#define HEAD_DIM 128 /* unless a case names another */
 #define RAGGED_REQUESTS 16
 #define RAGGED_MAX_LEN 4096
 
@@ -26,6 +27,8 @@ typedef struct attention_case {
     char shape[64];
     uint32_t batch_size;
     int32_t *qo_indptr, *kv_indptr;
+    uint32_t head_dim;
+    bool causal_only;
 } attention_case;
 
 typedef struct attention_run {
@@ -50,6 +53,7 @@ static bool make_case(attention_case *c, const char *name, uint32_t batch_size,
                       const uint32_t *qo_lens, const uint32_t *kv_lens) {
     snprintf(c->name, sizeof c->name, "%s", name);
     c->batch_size = batch_size;
+    c->head_dim = HEAD_DIM;
     c->qo_indptr = calloc(batch_size + 1, sizeof(int32_t));
     c->kv_indptr = calloc(batch_size + 1, sizeof(int32_t));
     if (!c->qo_indptr || !c->kv_indptr)
@@ -87,20 +91,21 @@ static int bench_case(mg_bench *b, const attention_case *c, bool causal, mg_atte
     char name[48];
     snprintf(name, sizeof name, "%s_%s%s", causal ? "causal" : "full", c->name,
              impl == MG_ATTENTION_IMPL_FA2 ? ".fa2" : "");
-    if (!mg_bench_selected(b, name))
+    if (!mg_bench_selected(b, name) || (c->causal_only && !causal))
         return 0;
     const uint32_t qo_rows = (uint32_t)c->qo_indptr[c->batch_size];
     const uint32_t kv_rows = (uint32_t)c->kv_indptr[c->batch_size];
-    const size_t q_elems = (size_t)qo_rows * HQ * HEAD_DIM,
-                 kv_elems = (size_t)kv_rows * HKV * HEAD_DIM;
+    const uint32_t head_dim = c->head_dim;
+    const size_t q_elems = (size_t)qo_rows * HQ * head_dim,
+                 kv_elems = (size_t)kv_rows * HKV * head_dim;
     mg_devptr q = 0, k = 0, v = 0, o = 0;
     attention_run r = {0};
     const mg_attention_desc desc = {.num_qo_heads = HQ,
                                     .num_kv_heads = HKV,
-                                    .head_dim = HEAD_DIM,
+                                    .head_dim = head_dim,
                                     .causal = causal,
                                     .window_left = -1,
-                                    .sm_scale = 1.0f / sqrtf((float)HEAD_DIM),
+                                    .sm_scale = 1.0f / sqrtf((float)head_dim),
                                     .impl = impl};
     mg_status st = mg_alloc(b->backend, 2 * q_elems, &q);
     if (!st)
@@ -132,7 +137,7 @@ static int bench_case(mg_bench *b, const attention_case *c, bool causal, mg_atte
         row.flops = mg_attention_plan_flops(r.plan);
         snprintf(row.timing, sizeof row.timing, "events");
         snprintf(row.note, sizeof row.note, "%s, Hq=%d Hkv=%d D=%d, %u q / %u kv rows, ws %.1f MiB",
-                 mg_attention_impl_name(info.impl), HQ, HKV, HEAD_DIM, qo_rows, kv_rows,
+                 mg_attention_impl_name(info.impl), HQ, HKV, head_dim, qo_rows, kv_rows,
                  (double)info.workspace_bytes / (1 << 20));
         mg_bench_add(b, &row);
     }
@@ -158,7 +163,7 @@ static int bench_attention(mg_bench *b, int argc, char **argv) {
     }
     static const uint32_t fixed[][2] = {{1, 8192}, {4, 4096}, {8, 2048}, {32, 512}};
     const size_t fixed_count = b->quick ? 1 : sizeof fixed / sizeof fixed[0];
-    attention_case cases[8] = {0};
+    attention_case cases[10] = {0};
     size_t count = 0;
     uint32_t qo_lens[RAGGED_REQUESTS > 32 ? RAGGED_REQUESTS : 32], kv_lens[32];
     bool ok = true;
@@ -188,6 +193,21 @@ static int bench_attention(mg_bench *b, int argc, char **argv) {
     if (ok && (ok = make_case(&cases[count], "prefix4", 4, qo_lens, kv_lens)))
         snprintf(cases[count++].shape, sizeof cases[0].shape, "B=4 q=%u kv=%u", qo_lens[0],
                  kv_lens[0]);
+    /* The other head_dims the CUDA kernels are built for, on one fixed shape, causal only. */
+    static const uint32_t other_head_dims[] = {64, 256};
+    for (size_t i = 0; ok && i < sizeof other_head_dims / sizeof other_head_dims[0]; i++) {
+        const uint32_t len = b->quick ? 512 : 4096;
+        for (uint32_t j = 0; j < 4; j++)
+            qo_lens[j] = kv_lens[j] = len;
+        char name[32];
+        snprintf(name, sizeof name, "4x%u_hd%u", len, other_head_dims[i]);
+        if ((ok = make_case(&cases[count], name, 4, qo_lens, kv_lens))) {
+            cases[count].head_dim = other_head_dims[i];
+            cases[count].causal_only = true;
+            snprintf(cases[count++].shape, sizeof cases[0].shape, "B=4 S=%u D=%u", len,
+                     other_head_dims[i]);
+        }
+    }
     int failures = ok ? 0 : mg_bench_fail(b, "attention setup");
     for (size_t i = 0; ok && i < count; i++)
         for (int causal = 1; causal >= 0; causal--) {
@@ -203,5 +223,5 @@ static int bench_attention(mg_bench *b, int argc, char **argv) {
 
 MG_BENCH_REGISTER(attention, "attention",
                   "ragged BF16 prefill attention (FlashInfer FA3/FA2), Hq=32 Hkv=8 D=128, "
-                  "causal and full, fixed, ragged and prefix batches",
+                  "causal and full, fixed, ragged and prefix batches; causal 4x4096 at D=64, 256",
                   bench_attention)

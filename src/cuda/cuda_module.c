@@ -227,54 +227,49 @@ static CUresult get_function(mg_cuda_context *c, CUmodule m, const char *name, m
     return c->drv->ModuleGetFunction(&out->function, m, name);
 }
 
-/* Asks each loaded module called `module` for `name` with `get` until one has it; the caller
- * holds module_lock. Returns CUDA_SUCCESS with *from set to that module, CUDA_ERROR_NOT_FOUND
- * when none has it (*module_found says whether any module has that name), or the first other
- * error of `get`. */
-static CUresult find_in_modules(mg_cuda_context *c, const char *module, const char *name,
-                                CUresult (*get)(mg_cuda_context *, CUmodule, const char *,
-                                                module_lookup *),
-                                module_lookup *out, bool *module_found, mg_cuda_module **from) {
-    *module_found = false;
-    for (mg_cuda_module *m = c->modules; m; m = m->next) {
+/* Enters the context and asks each loaded module called `module` for the `what` named `name`
+ * with `get` (the driver call `driver_call`) until one has it. On MG_OK, `*from` is that module
+ * and module_lock is held: the caller unlocks. Otherwise the lock is released and the status
+ * says whether the module or the name was missing, or what the driver reported. */
+static mg_status
+find_in_modules(mg_cuda_context *c, const char *call, const char *module, const char *what,
+                const char *name,
+                CUresult (*get)(mg_cuda_context *, CUmodule, const char *, module_lookup *),
+                const char *driver_call, module_lookup *out, mg_cuda_module **from) {
+    mg_status st = mg_cuda_enter(c);
+    if (st)
+        return st;
+    bool module_found = false;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    pthread_mutex_lock(&c->module_lock);
+    for (mg_cuda_module *m = c->modules; m && r == CUDA_ERROR_NOT_FOUND; m = m->next) {
         if (strcmp(m->name, module) != 0)
             continue;
-        *module_found = true;
-        CUresult r = get(c, m->module, name, out);
-        if (r == CUDA_ERROR_NOT_FOUND)
-            continue;
+        module_found = true;
+        r = get(c, m->module, name, out);
         *from = m;
-        return r;
     }
-    return CUDA_ERROR_NOT_FOUND;
-}
-
-/* The MG_ERR_NOT_FOUND of a failed lookup: no such module, or no such `what` in it. */
-static mg_status lookup_not_found(const char *call, const char *module, bool module_found,
-                                  const char *what, const char *name) {
+    if (r == CUDA_SUCCESS)
+        return MG_OK;
+    pthread_mutex_unlock(&c->module_lock);
     if (!module_found)
         return MG_ERROR(MG_ERR_NOT_FOUND, "%s: no module named \"%s\"", call, module);
-    return MG_ERROR(MG_ERR_NOT_FOUND, "%s: module \"%s\" has no %s \"%s\"", call, module, what,
-                    name);
+    if (r == CUDA_ERROR_NOT_FOUND)
+        return MG_ERROR(MG_ERR_NOT_FOUND, "%s: module \"%s\" has no %s \"%s\"", call, module, what,
+                        name);
+    return MG_CUDA_FAIL(c, r, driver_call, "%s \"%s\" in module \"%s\"", what, name, module);
 }
 
 mg_status mg_cuda_module_symbol(void *ctx, const char *module, const char *symbol, mg_devptr *ptr,
                                 size_t *bytes) {
     mg_cuda_context *c = ctx;
-    mg_status st = mg_cuda_enter(c);
-    if (st)
-        return st;
-    bool module_found;
     mg_cuda_module *from = NULL;
     module_lookup found = {0};
-    pthread_mutex_lock(&c->module_lock);
-    CUresult r = find_in_modules(c, module, symbol, get_global, &found, &module_found, &from);
+    mg_status st = find_in_modules(c, "mg_module_symbol", module, "global", symbol, get_global,
+                                   "cuModuleGetGlobal", &found, &from);
+    if (st)
+        return st;
     pthread_mutex_unlock(&c->module_lock);
-    if (r == CUDA_ERROR_NOT_FOUND)
-        return lookup_not_found("mg_module_symbol", module, module_found, "global", symbol);
-    if (r != CUDA_SUCCESS)
-        return MG_CUDA_FAIL(c, r, "cuModuleGetGlobal", "symbol \"%s\" of module \"%s\"", symbol,
-                            module);
     if (ptr)
         *ptr = (mg_devptr)found.global;
     if (bytes)
@@ -284,21 +279,12 @@ mg_status mg_cuda_module_symbol(void *ctx, const char *module, const char *symbo
 
 mg_status mg_cuda_kernel_lookup(void *ctx, const char *module, const char *function, void **out) {
     mg_cuda_context *c = ctx;
-    mg_status st = mg_cuda_enter(c);
-    if (st)
-        return st;
-    bool module_found;
     mg_cuda_module *from = NULL;
     module_lookup found = {0};
-    pthread_mutex_lock(&c->module_lock);
-    CUresult r = find_in_modules(c, module, function, get_function, &found, &module_found, &from);
-    if (r != CUDA_SUCCESS) {
-        pthread_mutex_unlock(&c->module_lock);
-        if (r == CUDA_ERROR_NOT_FOUND)
-            return lookup_not_found("mg_kernel_lookup", module, module_found, "kernel", function);
-        return MG_CUDA_FAIL(c, r, "cuModuleGetFunction", "\"%s\" in module \"%s\"", function,
-                            module);
-    }
+    mg_status st = find_in_modules(c, "mg_kernel_lookup", module, "kernel", function, get_function,
+                                   "cuModuleGetFunction", &found, &from);
+    if (st)
+        return st;
     mg_cuda_kernel *k = calloc(1, sizeof *k);
     if (!k) {
         pthread_mutex_unlock(&c->module_lock);

@@ -139,12 +139,10 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
                                             "weight")) ||
         (st = mg_backend_check_device_range(b, c->out, out_span, what, "out")))
         return st;
-    if (fp8 && ((st = mg_backend_check_device_range(b, c->act_scale,
-                                                    mg_gemm_scale_count(p, true) * 4, what,
-                                                    "act_scale")) ||
-                (st = mg_backend_check_device_range(b, c->weight_scale,
-                                                    mg_gemm_scale_count(p, false) * 4, what,
-                                                    "weight_scale"))))
+    if (fp8 && ((st = mg_backend_check_device_range(
+                     b, c->act_scale, mg_gemm_scale_count(p, true) * 4, what, "act_scale")) ||
+                (st = mg_backend_check_device_range(
+                     b, c->weight_scale, mg_gemm_scale_count(p, false) * 4, what, "weight_scale"))))
         return st;
     uint32_t a = pointer_alignment(c->act | c->weight | c->out);
     c->plan.pointer_alignment = a;
@@ -236,38 +234,13 @@ mg_status mg_gemm_bf16(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint
     return run_call(b, s, &c);
 }
 
+/* The block modes matter only to MG_GEMM_FP8_BLOCKSCALED; the per-tensor and per-row kinds
+ * pass MG_FP8_BLOCK_1X128, the zero value their plans always held. */
 static mg_status fp8_call(mg_gemm_kind kind, mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
-                          uint32_t k, mg_devptr act, mg_devptr act_scale, mg_devptr weight,
-                          mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
-    mg_gemm_call c = {
-        .plan = {.kind = kind, .m = m, .n = n, .k = k, .ldc = ldc, .out_type = MG_DTYPE_BF16},
-        .act = act,
-        .weight = weight,
-        .out = out,
-        .act_scale = act_scale,
-        .weight_scale = weight_scale};
-    return run_call(b, s, &c);
-}
-
-mg_status mg_gemm_fp8_tensorwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
-                                 mg_devptr act, mg_devptr act_scale, mg_devptr weight,
-                                 mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
-    return fp8_call(MG_GEMM_FP8_TENSORWISE, b, s, m, n, k, act, act_scale, weight, weight_scale,
-                    out, ldc);
-}
-
-mg_status mg_gemm_fp8_rowwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
-                              mg_devptr act, mg_devptr act_scale, mg_devptr weight,
-                              mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
-    return fp8_call(MG_GEMM_FP8_ROWWISE, b, s, m, n, k, act, act_scale, weight, weight_scale, out,
-                    ldc);
-}
-
-mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
-                                  mg_devptr act, mg_devptr act_scale, mg_fp8_block_scale act_mode,
-                                  mg_devptr weight, mg_devptr weight_scale,
-                                  mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc) {
-    mg_gemm_call c = {.plan = {.kind = MG_GEMM_FP8_BLOCKSCALED,
+                          uint32_t k, mg_devptr act, mg_devptr act_scale,
+                          mg_fp8_block_scale act_mode, mg_devptr weight, mg_devptr weight_scale,
+                          mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc) {
+    mg_gemm_call c = {.plan = {.kind = kind,
                                .m = m,
                                .n = n,
                                .k = k,
@@ -281,6 +254,28 @@ mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint3
                       .act_scale = act_scale,
                       .weight_scale = weight_scale};
     return run_call(b, s, &c);
+}
+
+mg_status mg_gemm_fp8_tensorwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                 mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                                 mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_TENSORWISE, b, s, m, n, k, act, act_scale, MG_FP8_BLOCK_1X128,
+                    weight, weight_scale, MG_FP8_BLOCK_1X128, out, ldc);
+}
+
+mg_status mg_gemm_fp8_rowwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                              mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                              mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_ROWWISE, b, s, m, n, k, act, act_scale, MG_FP8_BLOCK_1X128, weight,
+                    weight_scale, MG_FP8_BLOCK_1X128, out, ldc);
+}
+
+mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                  mg_devptr act, mg_devptr act_scale, mg_fp8_block_scale act_mode,
+                                  mg_devptr weight, mg_devptr weight_scale,
+                                  mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_BLOCKSCALED, b, s, m, n, k, act, act_scale, act_mode, weight,
+                    weight_scale, weight_mode, out, ldc);
 }
 
 /* ------------------------------------------------------------------ scale transpose */

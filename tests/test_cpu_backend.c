@@ -11,13 +11,6 @@
 #include "metrale/pinned.h"
 #include "test_util.h"
 
-static mg_cpu_counters counters(mg_backend *b) {
-    mg_cpu_counters c;
-    memset(&c, 0, sizeof c);
-    CHECK_OK(mg_cpu_get_counters(b, &c));
-    return c;
-}
-
 /* Each public call reaches its backend method exactly once; lookups are memoised. */
 static void test_counters(mg_backend *b) {
     mg_stream *s = NULL;
@@ -29,7 +22,7 @@ static void test_counters(mg_backend *b) {
     uint8_t host[512];
     test_fill_random(host, sizeof host);
 
-    mg_cpu_counters c0 = counters(b);
+    mg_cpu_counters c0 = test_cpu_counters(b);
     CHECK_OK(mg_alloc(b, 512, &d));
     CHECK_OK(mg_alloc(b, 512, &d2));
     CHECK_OK(mg_copy_h2d(b, d, host, 512));
@@ -67,7 +60,7 @@ static void test_counters(mg_backend *b) {
     CHECK_OK(mg_event_destroy(e2));
     CHECK_OK(mg_free(b, d));
     CHECK_OK(mg_free(b, d2));
-    mg_cpu_counters c1 = counters(b);
+    mg_cpu_counters c1 = test_cpu_counters(b);
 
 #define DELTA(name) (c1.name - c0.name)
     CHECK(DELTA(alloc) == 2 && DELTA(free) == 2);

@@ -67,6 +67,16 @@ static void test_scratch(mg_backend *b) {
                      MG_ERR_CAPTURING);
         CHECK_OK(mg_graph_abort_capture(s));
     }
+    /* A sweep frees what the caller allocated and leaves the cache's own buffers live. */
+    mg_devptr user = 0;
+    CHECK_OK(mg_alloc(b, 777, &user));
+    uint64_t swept_bytes = 0, swept_count = 0;
+    CHECK_OK(mg_ledger_sweep(b, &swept_bytes, &swept_count));
+    CHECK(swept_count == live_count0 + 1 && swept_bytes == live_bytes0 + 777);
+    CHECK_OK(mg_ledger_live(b, &live_bytes, &live_count));
+    CHECK(live_count == 2 && live_bytes == 50064);
+    CHECK_OK(mg_op_cache_scratch(c, "gemm.workspace", 100, s, &a2));
+    CHECK(a2 == big); /* still the cache's, still usable */
     CHECK_STATUS(mg_op_cache_scratch(c, "", 10, s, &a), MG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(mg_op_cache_scratch(c, "x", 0, s, &a), MG_ERR_INVALID_ARGUMENT);
     CHECK_OK(mg_stream_destroy(s));

@@ -413,13 +413,6 @@ static void spin_us(unsigned us) {
     } while ((b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000 < (long)us);
 }
 
-static mg_cpu_counters cpu_counters(mg_backend *b) {
-    mg_cpu_counters c;
-    memset(&c, 0, sizeof c);
-    CHECK_OK(mg_cpu_get_counters(b, &c));
-    return c;
-}
-
 static mg_timing_counters timing_counters(mg_timing *t) {
     mg_timing_counters c;
     memset(&c, 0xA5, sizeof c);
@@ -454,10 +447,10 @@ static mg_timing *timing_with_lane(mg_backend *b, mg_timing_options o, const cha
 
 static void test_create_and_lanes(mg_backend *b) {
     CHECK(mg_backend_supports(b, MG_CAP_EVENT_TIMING));
-    mg_cpu_counters c0 = cpu_counters(b);
+    mg_cpu_counters c0 = test_cpu_counters(b);
     mg_timing *t = NULL;
     CHECK_OK(mg_timing_create(b, NULL, &t));
-    mg_cpu_counters c1 = cpu_counters(b);
+    mg_cpu_counters c1 = test_cpu_counters(b);
     /* the whole pool up front: two events per pair plus the two epoch events */
     CHECK(c1.event_create - c0.event_create == 2 * MG_TIMING_DEFAULT_POOL_PAIRS + 2);
     CHECK(mg_timing_level(t) == MG_TELEMETRY_BASIC);
@@ -489,7 +482,7 @@ static void test_create_and_lanes(mg_backend *b) {
     CHECK_STATUS(mg_timing_kernel_begin(t, NULL, NULL, &span), MG_ERR_INVALID_ARGUMENT);
     CHECK_OK(mg_timing_destroy(t));
     CHECK_OK(mg_timing_destroy(NULL));
-    mg_cpu_counters c2 = cpu_counters(b);
+    mg_cpu_counters c2 = test_cpu_counters(b);
     CHECK(c2.event_destroy - c1.event_destroy == 2 * MG_TIMING_DEFAULT_POOL_PAIRS + 2);
 
     mg_timing_options bad = {.level = (mg_telemetry_level)7};
@@ -623,7 +616,7 @@ static void test_levels(mg_backend *b) {
     mg_timing *t = timing_with_lane(b, o, "decode", &lane);
     if (!t)
         return;
-    mg_cpu_counters c0 = cpu_counters(b);
+    mg_cpu_counters c0 = test_cpu_counters(b);
     mg_timing_span span = 5;
     CHECK_OK(mg_timing_step_begin(t, 0));
     CHECK(!mg_timing_kernel_spans_armed(t));
@@ -631,7 +624,7 @@ static void test_levels(mg_backend *b) {
     CHECK(span == 0);
     CHECK_OK(mg_timing_kernel_begin(t, "k", NULL, &span));
     CHECK(span == 0);
-    CHECK(cpu_counters(b).event_record == c0.event_record); /* nothing touched the device */
+    CHECK(test_cpu_counters(b).event_record == c0.event_record); /* nothing touched the device */
 
     mg_timing_set_level(t, MG_TELEMETRY_BASIC);
     CHECK_OK(mg_timing_step_begin(t, 0));
@@ -677,7 +670,7 @@ static void test_capture(mg_backend *b) {
     CHECK(before != 0);
 
     CHECK_OK(mg_graph_begin_capture(s));
-    mg_cpu_counters c0 = cpu_counters(b);
+    mg_cpu_counters c0 = test_cpu_counters(b);
     CHECK_OK(mg_timing_lane_begin(t, lane, s, &span));
     CHECK(span == 0);
     CHECK_OK(mg_timing_kernel_begin(t, "k", s, &kspan));
@@ -685,7 +678,7 @@ static void test_capture(mg_backend *b) {
     CHECK_OK(mg_timing_span_end(t, before, s)); /* would land in the graph: abandoned */
     CHECK_OK(mg_timing_span_end(t, span, s));   /* no span: no-op */
     CHECK_OK(mg_timing_step_begin(t, 1));       /* harvest + re-anchor check while capturing */
-    mg_cpu_counters c1 = cpu_counters(b);
+    mg_cpu_counters c1 = test_cpu_counters(b);
     CHECK(c1.event_record == c0.event_record);
     mg_graph *g = NULL;
     CHECK_OK(mg_graph_end_capture(s, &g));
@@ -738,7 +731,7 @@ static void test_pool(mg_backend *b) {
     CHECK(timing_counters(t).dropped_pool_full == 2);
 
     /* open spans are not harvested; ended ones are, and only with event queries */
-    mg_cpu_counters c0 = cpu_counters(b);
+    mg_cpu_counters c0 = test_cpu_counters(b);
     size_t harvested = 9;
     CHECK_OK(mg_timing_harvest(t, &harvested));
     CHECK(harvested == 0 && timing_counters(t).open == pairs);
@@ -747,7 +740,7 @@ static void test_pool(mg_backend *b) {
     CHECK_OK(mg_timing_step_begin(t, 1)); /* harvests */
     mg_timing_counters c = timing_counters(t);
     CHECK(c.open == 2 && c.pending == 0 && c.harvested == 3 * pairs + 2);
-    mg_cpu_counters c1 = cpu_counters(b);
+    mg_cpu_counters c1 = test_cpu_counters(b);
     CHECK(c1.event_synchronize == c0.event_synchronize);
     CHECK(c1.stream_synchronize == c0.stream_synchronize);
     CHECK(c1.event_query > c0.event_query);
@@ -911,7 +904,7 @@ int main(void) {
         test_pool(b);
         test_trace_capacity_and_epochs(b);
         test_empty_trace(b);
-    test_traced_launches(b);
+        test_traced_launches(b);
         test_many_kernel_names(b);
         CHECK_OK(mg_backend_close(b));
     }

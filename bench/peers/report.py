@@ -29,6 +29,16 @@ def fmt(value, metric):
     return f"{value:.3g}"
 
 
+def load_json_files(paths):
+    """Yields (path, parsed JSON) for each readable file; says which it skips and why."""
+    for path in paths:
+        try:
+            with open(path) as f:
+                yield path, json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"report: skipping {path}: {e}", file=sys.stderr)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--metrale", nargs="+", required=True)
@@ -40,22 +50,12 @@ def main():
     args = parser.parse_args()
 
     ours, meta = {}, {}
-    for path in args.metrale:
-        try:
-            data = json.load(open(path))
-        except (OSError, ValueError) as e:
-            print(f"report: skipping {path}: {e}", file=sys.stderr)
-            continue
+    for path, data in load_json_files(args.metrale):
         meta = meta or data
         for row in data.get("rows", []):
             ours.setdefault(f"{row['bench']}/{row['name']}", row)
     peers, peer_meta = {}, {}
-    for path in args.peers:
-        try:
-            data = json.load(open(path))
-        except (OSError, ValueError) as e:
-            print(f"report: skipping {path}: {e}", file=sys.stderr)
-            continue
+    for path, data in load_json_files(args.peers):
         peer_meta = peer_meta or data
         rows = data.get("rows", {})
         if isinstance(rows, list):  # peers_gemm.py: its own table, compare_gemm.py

@@ -180,7 +180,10 @@ mg_status mg_ledger_top_sites(mg_backend *b, uint64_t min_bytes, mg_ledger_site 
 /* Prints the top-N sites (as above) and the totals to `f`, one line each. */
 mg_status mg_ledger_report(mg_backend *b, FILE *f, size_t top_n, uint64_t min_bytes);
 
-/* Frees everything still live and says how much that was. For teardown and leak tests. */
+/* Frees every live allocation the caller made (mg_alloc, mg_alloc_managed) and says how much
+ * that was: for teardown and leak tests. Memory that library objects own (buffer arenas, op
+ * scratch and workspaces) stays live and counted until its owner releases it or the backend
+ * closes, so no owner can later free an address the sweep gave away. */
 mg_status mg_ledger_sweep(mg_backend *b, uint64_t *freed_bytes, uint64_t *freed_count);
 
 /* ------------------------------------------------------------------ copies and memsets */

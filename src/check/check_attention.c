@@ -13,12 +13,12 @@
  * H200), so the LSE bound is 5e-3 base-2 units, scaled by its size.
  * On the CPU backend (reference against itself) sizes shrink eightfold to keep CI fast. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "check_util.h"
 #include "metrale/dtype.h"
 #include "metrale/ops_attention.h"
 
@@ -27,49 +27,9 @@
 #define MAX_REL_L2_ERROR 1e-2
 #define MAX_LSE_ERROR 5e-3
 
-static void fail_at(mg_check_result *r, int line, const char *fmt, ...) {
-    if (r->detail[0] && !r->passed)
-        return;
-    r->passed = false;
-    int n = snprintf(r->detail, sizeof r->detail, "line %d: ", line);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->detail + n, sizeof r->detail - (size_t)n, fmt, ap);
-    va_end(ap);
-}
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        fail_at(result, __LINE__, __VA_ARGS__);                                                    \
-        goto done;                                                                                 \
-    } while (0)
-#define OK(call)                                                                                   \
-    do {                                                                                           \
-        mg_status st_ = (call);                                                                    \
-        if (st_)                                                                                   \
-            FAIL("%s: %s: %s", #call, mg_status_name(st_), mg_last_error());                       \
-    } while (0)
-
-/* splitmix64 stream seeded from the run's seed and the check name. */
-typedef struct rng {
-    uint64_t state;
-} rng;
-
-static rng rng_for(const mg_check_ctx *ctx, const char *name) {
-    uint64_t h = 1469598103934665603ull ^ ctx->seed;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ull;
-    return (rng){h};
-}
-
-static uint64_t rng_next(rng *r) {
-    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t rng_range(rng *r, uint32_t lo, uint32_t hi) {
-    return lo + (uint32_t)(rng_next(r) % ((uint64_t)hi - lo + 1));
+/* A draw uniform in [lo, hi]. */
+static uint32_t rng_range(uint64_t *r, uint32_t lo, uint32_t hi) {
+    return lo + (uint32_t)(mg_check_rng_next(r) % ((uint64_t)hi - lo + 1));
 }
 
 /* ------------------------------------------------------------------ batches */
@@ -106,7 +66,7 @@ static void free_batch(attn_batch *b) {
 }
 
 /* Random lengths: 0, 1, odd and long; a random prefix makes kv longer than qo. */
-static bool make_batch(const mg_check_ctx *ctx, rng *r, const attn_case *c, attn_batch *b) {
+static bool make_batch(const mg_check_ctx *ctx, uint64_t *r, const attn_case *c, attn_batch *b) {
     const uint32_t max_len = is_reference(ctx) ? (c->max_len + 7) / 8 : c->max_len;
     const uint32_t d = c->head_dim;
     *b = (attn_batch){.batch_size = c->batch_size};
@@ -142,10 +102,10 @@ static bool make_batch(const mg_check_ctx *ctx, rng *r, const attn_case *c, attn
     if (!b->q || !b->k || !b->v)
         return false;
     for (size_t i = 0; i < nq; i++)
-        b->q[i] = mg_f32_to_bf16((float)((double)(rng_next(r) >> 11) / 0x1p52 - 1.0));
+        b->q[i] = mg_f32_to_bf16((float)((double)(mg_check_rng_next(r) >> 11) / 0x1p52 - 1.0));
     for (size_t i = 0; i < nk; i++) {
-        b->k[i] = mg_f32_to_bf16((float)((double)(rng_next(r) >> 11) / 0x1p52 - 1.0));
-        b->v[i] = mg_f32_to_bf16((float)((double)(rng_next(r) >> 11) / 0x1p52 - 1.0));
+        b->k[i] = mg_f32_to_bf16((float)((double)(mg_check_rng_next(r) >> 11) / 0x1p52 - 1.0));
+        b->v[i] = mg_f32_to_bf16((float)((double)(mg_check_rng_next(r) >> 11) / 0x1p52 - 1.0));
     }
     return true;
 }
@@ -319,7 +279,7 @@ static bool compare_outputs(const attn_buffers *got, const attn_buffers *want, u
 /* ------------------------------------------------------------------ numeric checks */
 
 static void run_case(mg_check_ctx *ctx, mg_check_result *result, const attn_case *c) {
-    rng r = rng_for(ctx, c->name);
+    uint64_t r = mg_check_rng_seed(ctx, c->name);
     attn_batch b = {0};
     attn_buffers got = {0}, want = {0};
     char why[400];
@@ -403,7 +363,7 @@ CASE(hd256_fa3_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA3, false
  * batch, and rows past its totals stay poisoned. Once per implementation the device has. */
 static void graph_case(mg_check_ctx *ctx, mg_check_result *result, mg_attention_impl impl,
                        const char *name, uint32_t head_dim) {
-    rng r = rng_for(ctx, name);
+    uint64_t r = mg_check_rng_seed(ctx, name);
     const attn_case c = {name, 5, 16, 4, 500, true, -1, impl, false, head_dim};
     attn_batch first = {0}, second = {0};
     attn_buffers got = {0}, want = {0};

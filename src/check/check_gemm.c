@@ -3,12 +3,12 @@
  * shapes with poisoned outputs; bad arguments; the activation-scale layout trap; batch
  * invariance; capture after prewarm; two streams at once. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "check_util.h"
 #include "metrale/dtype.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/status.h"
@@ -30,26 +30,12 @@ static const uint32_t awkward_m[] = {1, 3, 17, 130};
 
 /* ------------------------------------------------------------------ helpers */
 
-static void fail(mg_check_result *r, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
-    va_end(ap);
-    r->passed = false;
-}
-
-static uint64_t rng_next(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* BF16 values uniform in [-magnitude, magnitude). */
 static uint16_t *random_bf16(uint64_t *rng, size_t count, float magnitude) {
     uint16_t *v = malloc(count * sizeof *v);
     for (size_t i = 0; v && i < count; i++)
-        v[i] = mg_f32_to_bf16(((float)(rng_next(rng) >> 40) * 0x1p-24f * 2.0f - 1.0f) * magnitude);
+        v[i] = mg_f32_to_bf16(((float)(mg_check_rng_next(rng) >> 40) * 0x1p-24f * 2.0f - 1.0f) *
+                              magnitude);
     return v;
 }
 
@@ -182,18 +168,19 @@ static double compare_with_reference(mg_check_ctx *ctx, const gemm_inputs *in, u
     double err = -1;
     mg_status st;
     if (!got || !ref) {
-        fail(r, "out of host memory for %zu-byte outputs", bytes);
+        MG_CHECK_FAIL(r, "out of host memory for %zu-byte outputs", bytes);
     } else if ((st = run_gemm(ctx->backend, NULL, in, got))) {
-        fail(r, "M=%u N=%u K=%u on the backend: %s: %s", in->plan.m, in->plan.n, in->plan.k,
-             mg_status_name(st), mg_last_error());
+        MG_CHECK_FAIL(r, "M=%u N=%u K=%u on the backend: %s: %s", in->plan.m, in->plan.n,
+                      in->plan.k, mg_status_name(st), mg_last_error());
     } else if ((st = run_gemm(ctx->reference, NULL, in, ref))) {
-        fail(r, "M=%u on the reference: %s: %s", in->plan.m, mg_status_name(st), mg_last_error());
+        MG_CHECK_FAIL(r, "M=%u on the reference: %s: %s", in->plan.m, mg_status_name(st),
+                      mg_last_error());
     } else {
         bool padding_ok;
         err = relative_error(&in->plan, got, ref, rows, &padding_ok);
         if (!padding_ok) {
-            fail(r, "M=%u N=%u ldc=%u: the padding columns of the output were written", in->plan.m,
-                 in->plan.n, in->plan.ldc);
+            MG_CHECK_FAIL(r, "M=%u N=%u ldc=%u: the padding columns of the output were written",
+                          in->plan.m, in->plan.n, in->plan.ldc);
             err = -1;
         }
     }
@@ -208,7 +195,7 @@ static void finish_sweep(mg_check_result *r, double worst, double bound, const c
     if (!r->passed)
         return;
     if (!(worst <= bound))
-        fail(r, "%s: relative error %.3g exceeds %.0e", what, worst, bound);
+        MG_CHECK_FAIL(r, "%s: relative error %.3g exceeds %.0e", what, worst, bound);
     else
         snprintf(r->detail, sizeof r->detail, "%s: worst relative error %.2e (bound %.0e)", what,
                  worst, bound);
@@ -230,7 +217,7 @@ static bool skipped_without(mg_check_ctx *ctx, mg_check_result *r, mg_capability
 static void check_bf16(mg_check_ctx *ctx, mg_check_result *r, mg_dtype out_type) {
     if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
         return;
-    r->passed = true; /* until fail() says otherwise */
+    r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     uint64_t rng = ctx->seed ^ (out_type == MG_DTYPE_F32 ? 0x11 : 0x12);
     const uint32_t n = 203, k = 328, ldc = n + 5;
     double worst = 0;
@@ -244,7 +231,7 @@ static void check_bf16(mg_check_ctx *ctx, mg_check_result *r, mg_dtype out_type)
             .act = act,
             .weight = weight};
         if (!act || !weight)
-            fail(r, "out of host memory");
+            MG_CHECK_FAIL(r, "out of host memory");
         else {
             double err = compare_with_reference(ctx, &in, m, r);
             if (err > worst)
@@ -329,7 +316,7 @@ static void check_fp8(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
                       const char *what) {
     if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
         return;
-    r->passed = true; /* until fail() says otherwise */
+    r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     uint64_t rng = ctx->seed ^ (0x100u + kind * 16 + act_mode * 4 + weight_mode + k * 64);
     const uint32_t n = 208, ldc = 216;
     double worst = 0;
@@ -344,7 +331,7 @@ static void check_fp8(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
         fp8_operands o;
         mg_status st = make_fp8_operands(&rng, &plan, m, &o);
         if (st) {
-            fail(r, "quantizing the operands: %s", mg_last_error());
+            MG_CHECK_FAIL(r, "quantizing the operands: %s", mg_last_error());
             break;
         }
         gemm_inputs in = {.plan = plan,
@@ -414,7 +401,7 @@ static mg_status run_transpose(mg_backend *b, uint32_t m, uint32_t m_pad, uint32
 static void check_scale_transpose(mg_check_ctx *ctx, mg_check_result *r) {
     if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
         return;
-    r->passed = true; /* until fail() says otherwise */
+    r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     static const uint32_t shapes[][3] = {
         {1, 4, 128}, {3, 8, 129}, {130, 132, 4096}, {517, 520, 7168}, {2048, 2048, 1000}};
     uint64_t rng = ctx->seed ^ 0x7a;
@@ -426,18 +413,21 @@ static void check_scale_transpose(mg_check_ctx *ctx, mg_check_result *r) {
         float *src = malloc(count * 4), *got = malloc((out_count + guard) * 4),
               *ref = malloc((out_count + guard) * 4);
         for (size_t j = 0; src && j < count; j++) /* every bit pattern but NaN-free */
-            src[j] = ldexpf((float)(rng_next(&rng) >> 41), -(int)(rng_next(&rng) % 40));
+            src[j] = ldexpf((float)(mg_check_rng_next(&rng) >> 41),
+                            -(int)(mg_check_rng_next(&rng) % 40));
         mg_status st = MG_ERR_OUT_OF_MEMORY;
         if (src && got && ref && !(st = run_transpose(ctx->backend, m, m_pad, k, src, got, guard)))
             st = run_transpose(ctx->reference, m, m_pad, k, src, ref, guard);
         if (st)
-            fail(r, "M=%u m_pad=%u K=%u: %s: %s", m, m_pad, k, mg_status_name(st), mg_last_error());
+            MG_CHECK_FAIL(r, "M=%u m_pad=%u K=%u: %s: %s", m, m_pad, k, mg_status_name(st),
+                          mg_last_error());
         else if (memcmp(got, ref, out_count * 4))
-            fail(r, "M=%u m_pad=%u K=%u: the result differs from the CPU reference", m, m_pad, k);
+            MG_CHECK_FAIL(r, "M=%u m_pad=%u K=%u: the result differs from the CPU reference", m,
+                          m_pad, k);
         else
             for (size_t j = 0; j < guard * 4; j++)
                 if (((unsigned char *)(got + out_count))[j] != POISON) {
-                    fail(r, "M=%u m_pad=%u K=%u: wrote past the end of dst", m, m_pad, k);
+                    MG_CHECK_FAIL(r, "M=%u m_pad=%u K=%u: wrote past the end of dst", m, m_pad, k);
                     break;
                 }
         free(src);
@@ -457,13 +447,13 @@ static void check_scale_transpose(mg_check_ctx *ctx, mg_check_result *r) {
 static void check_layout_trap(mg_check_ctx *ctx, mg_check_result *r) {
     if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
         return;
-    r->passed = true; /* until fail() says otherwise */
+    r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     uint64_t rng = ctx->seed ^ 0x7b;
     const uint32_t m = 64, n = 256, k = 1024, blocks = mg_fp8_k_blocks(k);
     uint16_t *act = random_bf16(&rng, (size_t)m * k, 1.0f);
     uint16_t *weight = random_bf16(&rng, (size_t)n * k, 1.0f);
     for (size_t i = 0; act && i < (size_t)m * blocks; i++) { /* per-block magnitudes 1..64 */
-        float magnitude = ldexpf(1.0f, (int)(rng_next(&rng) % 7));
+        float magnitude = ldexpf(1.0f, (int)(mg_check_rng_next(&rng) % 7));
         for (uint32_t j = 0; j < 128; j++) {
             uint16_t *v = &act[(i / blocks) * k + (i % blocks) * 128 + j];
             *v = mg_f32_to_bf16(mg_bf16_to_f32(*v) * magnitude);
@@ -495,15 +485,16 @@ static void check_layout_trap(mg_check_ctx *ctx, mg_check_result *r) {
             st = run_gemm(ctx->backend, NULL, &wrong_in, wrong);
     }
     if (st) {
-        fail(r, "%s: %s", mg_status_name(st), mg_last_error());
+        MG_CHECK_FAIL(r, "%s: %s", mg_status_name(st), mg_last_error());
     } else {
         bool padding_ok;
         double e_right = relative_error(&fp8_plan, right, exact, m, &padding_ok);
         double e_wrong = relative_error(&fp8_plan, wrong, exact, m, &padding_ok);
         r->error = e_right;
         if (!(e_right < 0.06) || !(e_wrong > 10 * e_right))
-            fail(r, "relative error vs BF16: %.2e with transposed scales, %.2e untransposed",
-                 e_right, e_wrong);
+            MG_CHECK_FAIL(r,
+                          "relative error vs BF16: %.2e with transposed scales, %.2e untransposed",
+                          e_right, e_wrong);
         else
             snprintf(r->detail, sizeof r->detail,
                      "relative error vs BF16: %.2e with transposed scales (FP8 quantization), "
@@ -517,7 +508,7 @@ static void check_layout_trap(mg_check_ctx *ctx, mg_check_result *r) {
 /* ------------------------------------------------------------------ bad arguments */
 
 static void check_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
-    r->passed = true; /* until fail() says otherwise */
+    r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     mg_backend *b = ctx->backend;
     const uint32_t m = 8, n = 64, k = 128;
     mg_devptr act = 0, weight = 0, scales = 0, out = 0;
@@ -526,7 +517,7 @@ static void check_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
     if ((st = alloc_poisoned(b, (size_t)m * k * 2, &act)) ||
         (st = alloc_poisoned(b, (size_t)n * k * 2, &weight)) ||
         (st = alloc_poisoned(b, 4096, &scales)) || (st = alloc_poisoned(b, out_bytes, &out))) {
-        fail(r, "setup: %s", mg_last_error());
+        MG_CHECK_FAIL(r, "setup: %s", mg_last_error());
         goto done;
     }
     struct {
@@ -567,18 +558,18 @@ static void check_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
 #undef TRY
     for (size_t j = 0; j < i && r->passed; j++)
         if (got[j] != expected[j].status || !strstr(messages[j], expected[j].needle))
-            fail(r, "%s: got %s \"%s\", expected %s mentioning \"%s\"", expected[j].what,
-                 mg_status_name(got[j]), messages[j], mg_status_name(expected[j].status),
-                 expected[j].needle);
+            MG_CHECK_FAIL(r, "%s: got %s \"%s\", expected %s mentioning \"%s\"", expected[j].what,
+                          mg_status_name(got[j]), messages[j], mg_status_name(expected[j].status),
+                          expected[j].needle);
     unsigned char *host = malloc(out_bytes);
     if (r->passed && host && mg_copy_d2h(b, host, out, out_bytes) == MG_OK) {
         for (size_t j = 0; j < out_bytes; j++)
             if (host[j] != POISON) {
-                fail(r, "a rejected call wrote the output (byte %zu)", j);
+                MG_CHECK_FAIL(r, "a rejected call wrote the output (byte %zu)", j);
                 break;
             }
     } else if (r->passed) {
-        fail(r, "reading the output back: %s", mg_last_error());
+        MG_CHECK_FAIL(r, "reading the output back: %s", mg_last_error());
     }
     free(host);
     if (r->passed)
@@ -600,7 +591,7 @@ done:
 static void check_batch_invariant(mg_check_ctx *ctx, mg_check_result *r) {
     if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
         return;
-    r->passed = true; /* until fail() says otherwise */
+    r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     mg_backend *b = ctx->backend;
     uint64_t rng = ctx->seed ^ 0x8b;
     const uint32_t big = 512, n = 1024, k = 768;
@@ -610,7 +601,7 @@ static void check_batch_invariant(mg_check_ctx *ctx, mg_check_result *r) {
     uint16_t *full = malloc((size_t)big * n * 2), *part = malloc((size_t)big * n * 2);
     mg_status st = mg_gemm_set_batch_invariant(b, true);
     if (st || !act || !weight || !full || !part) {
-        fail(r, "setup: %s", st ? mg_last_error() : "out of host memory");
+        MG_CHECK_FAIL(r, "setup: %s", st ? mg_last_error() : "out of host memory");
         goto done;
     }
     gemm_inputs in = {
@@ -619,7 +610,7 @@ static void check_batch_invariant(mg_check_ctx *ctx, mg_check_result *r) {
         .act = act,
         .weight = weight};
     if ((st = run_gemm(b, NULL, &in, full))) {
-        fail(r, "M=%u: %s", big, mg_last_error());
+        MG_CHECK_FAIL(r, "M=%u: %s", big, mg_last_error());
         goto done;
     }
     for (size_t i = 0; i < sizeof small / sizeof small[0] && r->passed; i++) {
@@ -628,10 +619,10 @@ static void check_batch_invariant(mg_check_ctx *ctx, mg_check_result *r) {
             in.plan.m = small[i];
             in.act = act + (size_t)first * k;
             if ((st = run_gemm(b, NULL, &in, part)))
-                fail(r, "M=%u: %s", small[i], mg_last_error());
+                MG_CHECK_FAIL(r, "M=%u: %s", small[i], mg_last_error());
             else if (memcmp(part, full + (size_t)first * n, (size_t)small[i] * n * 2))
-                fail(r, "rows %u..%u differ between M=%u and M=%u", first, first + small[i] - 1,
-                     small[i], big);
+                MG_CHECK_FAIL(r, "rows %u..%u differ between M=%u and M=%u", first,
+                              first + small[i] - 1, small[i], big);
         }
     }
     if (r->passed)
@@ -650,7 +641,7 @@ done:
 static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
     if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
         return;
-    r->passed = true; /* until fail() says otherwise */
+    r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     mg_backend *b = ctx->backend;
     if (!mg_backend_supports(b, MG_CAP_GRAPHS)) {
         r->skipped = true;
@@ -672,11 +663,11 @@ static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
         (st = upload(b, act, (size_t)m * k * 2, &a)) ||
         (st = upload(b, weight, (size_t)n * k * 2, &w)) ||
         (st = alloc_poisoned(b, output_bytes(&plan), &out))) {
-        fail(r, "setup: %s", mg_last_error());
+        MG_CHECK_FAIL(r, "setup: %s", mg_last_error());
         goto done;
     }
     if ((st = mg_graph_begin_capture(s))) {
-        fail(r, "begin capture: %s", mg_last_error());
+        MG_CHECK_FAIL(r, "begin capture: %s", mg_last_error());
         goto done;
     }
     /* Only backends that plan (CUDA) refuse; the CPU reference captures any GEMM. */
@@ -687,13 +678,13 @@ static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
     snprintf(message, sizeof message, "%s", mg_last_error());
     mg_graph_abort_capture(s);
     if (plans ? !refused : st != MG_OK) {
-        fail(r, "an unplanned shape in a capture gave %s \"%s\", expected %s", mg_status_name(st),
-             message, plans ? "MG_ERR_CAPTURING" : "MG_OK");
+        MG_CHECK_FAIL(r, "an unplanned shape in a capture gave %s \"%s\", expected %s",
+                      mg_status_name(st), message, plans ? "MG_ERR_CAPTURING" : "MG_OK");
         goto done;
     }
     size_t plans_before = 0, plans_after = 0;
     if ((st = mg_gemm_prewarm(b, s, &plan, 1)) || (st = mg_graph_begin_capture(s))) {
-        fail(r, "prewarm: %s", mg_last_error());
+        MG_CHECK_FAIL(r, "prewarm: %s", mg_last_error());
         goto done;
     }
 #ifdef METRALE_HAVE_CUDA
@@ -702,14 +693,14 @@ static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
 #endif
     st = mg_gemm_bf16(b, s, m, n, k, a, w, out, MG_DTYPE_F32, n);
     if (st) {
-        fail(r, "GEMM in the capture after prewarm: %s", mg_last_error());
+        MG_CHECK_FAIL(r, "GEMM in the capture after prewarm: %s", mg_last_error());
         mg_graph_abort_capture(s);
         goto done;
     }
     if ((st = mg_graph_end_capture(s, &g)) || (st = mg_graph_launch(g, s)) ||
         (st = mg_graph_launch(g, s)) || (st = mg_stream_synchronize(s)) ||
         (st = mg_copy_d2h(b, got, out, output_bytes(&plan)))) {
-        fail(r, "replay: %s", mg_last_error());
+        MG_CHECK_FAIL(r, "replay: %s", mg_last_error());
         goto done;
     }
 #ifdef METRALE_HAVE_CUDA
@@ -718,15 +709,15 @@ static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
 #endif
     gemm_inputs in = {.plan = plan, .act = act, .weight = weight};
     if ((st = run_gemm(ctx->reference, NULL, &in, ref))) {
-        fail(r, "reference: %s", mg_last_error());
+        MG_CHECK_FAIL(r, "reference: %s", mg_last_error());
         goto done;
     }
     bool padding_ok;
     r->error = relative_error(&plan, got, ref, m, &padding_ok);
     if (!(r->error <= BOUND_F32_OUT))
-        fail(r, "replayed result: relative error %.3g", r->error);
+        MG_CHECK_FAIL(r, "replayed result: relative error %.3g", r->error);
     else if (plans_after != plans_before)
-        fail(r, "steady-state calls created %zu plans", plans_after - plans_before);
+        MG_CHECK_FAIL(r, "steady-state calls created %zu plans", plans_after - plans_before);
     else
         snprintf(r->detail, sizeof r->detail,
                  "%s; after prewarm captured and replayed, relative error %.2e, no plan "
@@ -748,7 +739,7 @@ done:
 static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
     if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
         return;
-    r->passed = true; /* until fail() says otherwise */
+    r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     mg_backend *b = ctx->backend;
     uint64_t rng = ctx->seed ^ 0xad;
     mg_gemm_plan plan = {.kind = MG_GEMM_FP8_ROWWISE,
@@ -773,17 +764,17 @@ static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
             (st = upload(b, o[i].act_scale, plan.m * 4, &dev[i][2])) ||
             (st = upload(b, o[i].weight_scale, plan.n * 4, &dev[i][3])) ||
             (st = alloc_poisoned(b, output_bytes(&plan), &dev[i][4])))
-            fail(r, "setup: %s", mg_last_error());
+            MG_CHECK_FAIL(r, "setup: %s", mg_last_error());
     }
     for (int rep = 0; rep < 4 && !st; rep++)
         for (int i = 0; i < 2 && !st; i++)
             if ((st = mg_gemm_fp8_rowwise(b, s[i], plan.m, plan.n, plan.k, dev[i][0], dev[i][2],
                                           dev[i][1], dev[i][3], dev[i][4], plan.ldc)))
-                fail(r, "stream %d: %s", i, mg_last_error());
+                MG_CHECK_FAIL(r, "stream %d: %s", i, mg_last_error());
     for (int i = 0; i < 2 && !st; i++) {
         if ((st = mg_stream_synchronize(s[i])) ||
             (st = mg_copy_d2h(b, got[i], dev[i][4], output_bytes(&plan)))) {
-            fail(r, "stream %d: %s", i, mg_last_error());
+            MG_CHECK_FAIL(r, "stream %d: %s", i, mg_last_error());
             break;
         }
         gemm_inputs in = {.plan = plan,
@@ -792,7 +783,7 @@ static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
                           .act_scale = o[i].act_scale,
                           .weight_scale = o[i].weight_scale};
         if ((st = run_gemm(ctx->reference, NULL, &in, ref))) {
-            fail(r, "reference: %s", mg_last_error());
+            MG_CHECK_FAIL(r, "reference: %s", mg_last_error());
             break;
         }
         bool padding_ok;
@@ -801,7 +792,7 @@ static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
             r->error = err;
     }
     if (r->passed && !(r->error <= BOUND_BF16_OUT))
-        fail(r, "relative error %.3g on one of the streams", r->error);
+        MG_CHECK_FAIL(r, "relative error %.3g on one of the streams", r->error);
     else if (r->passed)
         snprintf(r->detail, sizeof r->detail,
                  "fp8 row-wise 256x512x1024 on two streams, 4 rounds each: worst relative error "

@@ -9,85 +9,29 @@
  * captured copy touches comes from mg_host_alloc, kernel buffers are 256-byte aligned.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 
 #include "check.h"
+#include "check_util.h"
 #include "metrale/launch.h"
 
 /* ------------------------------------------------------------------ small framework */
 
-/* Records why a check failed (the first failure wins) and jumps to its cleanup. */
-static void check_fail(mg_check_result *result, int line, const char *fmt, ...) {
-    if (!result->passed && result->detail[0])
-        return;
-    result->passed = false;
-    int n = snprintf(result->detail, sizeof result->detail, "line %d: ", line);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(result->detail + n, sizeof result->detail - (size_t)n, fmt, ap);
-    va_end(ap);
-}
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        check_fail(result, __LINE__, __VA_ARGS__);                                                 \
-        goto done;                                                                                 \
-    } while (0)
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            FAIL(__VA_ARGS__);                                                                     \
-    } while (0)
-/* The call must return `want`; the detail names the call, both statuses and the message. */
-#define EXPECT_STATUS(call, want)                                                                  \
-    do {                                                                                           \
-        mg_status got_ = (call);                                                                   \
-        if (got_ != (want))                                                                        \
-            FAIL("%s returned %s, expected %s: %s", #call, mg_status_name(got_),                   \
-                 mg_status_name(want), mg_last_error());                                           \
-    } while (0)
-#define OK(call) EXPECT_STATUS(call, MG_OK)
-#define PASS() (result->passed = true)
-
-/* xorshift64*, seeded per check from the run's seed and the check's name, so one failing
- * check reproduces alone with the same METRALE_CHECK_SEED. */
-typedef struct rng {
-    uint64_t state;
-} rng;
-
-static rng rng_for(const mg_check_ctx *ctx, const char *check_name) {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = check_name; *p; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ull;
-    uint64_t z = ctx->seed ^ h;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix finaliser: no zero state */
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (rng){(z ^ (z >> 31)) | 1};
-}
-
-static uint64_t rng_next(rng *r) {
-    r->state ^= r->state >> 12;
-    r->state ^= r->state << 25;
-    r->state ^= r->state >> 27;
-    return r->state * 2685821657736338717ull;
-}
-
-static void rng_fill(rng *r, void *dst, size_t bytes) {
+static void rng_fill(uint64_t *r, void *dst, size_t bytes) {
     uint8_t *p = dst;
     for (size_t i = 0; i < bytes; i++)
-        p[i] = (uint8_t)(rng_next(r) >> 56);
+        p[i] = (uint8_t)(mg_check_rng_next(r) >> 56);
 }
 
 /* Uniform in [-1, 1). */
-static float rng_float(rng *r) {
-    return (float)((double)(rng_next(r) >> 40) / (double)(1ull << 23) - 1.0);
+static float rng_float(uint64_t *r) {
+    return (float)((double)(mg_check_rng_next(r) >> 40) / (double)(1ull << 23) - 1.0);
 }
 
-static void rng_floats(rng *r, float *dst, size_t n) {
+static void rng_floats(uint64_t *r, float *dst, size_t n) {
     for (size_t i = 0; i < n; i++)
         dst[i] = rng_float(r);
 }
@@ -110,7 +54,7 @@ typedef struct guarded {
     uint8_t *image;
 } guarded;
 
-static mg_status guarded_alloc(mg_backend *b, rng *r, size_t bytes, size_t guard, guarded *g) {
+static mg_status guarded_alloc(mg_backend *b, uint64_t *r, size_t bytes, size_t guard, guarded *g) {
     *g = (guarded){0};
     size_t total = bytes + 2 * guard;
     g->image = malloc(total);
@@ -167,7 +111,7 @@ typedef struct host_guarded {
     size_t bytes, guard;
 } host_guarded;
 
-static bool host_guarded_alloc(rng *r, size_t bytes, size_t guard, host_guarded *h) {
+static bool host_guarded_alloc(uint64_t *r, size_t bytes, size_t guard, host_guarded *h) {
     *h = (host_guarded){0};
     h->whole = malloc(bytes + 2 * guard);
     h->image = malloc(bytes + 2 * guard);
@@ -320,7 +264,7 @@ done:;
 
 static void check_alloc_free(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "alloc_free");
+    uint64_t r = mg_check_rng_seed(ctx, "alloc_free");
     static const size_t sizes[] = {1, 255, 257, 4099, AWKWARD_BYTES};
     enum { COUNT = sizeof sizes / sizeof sizes[0] };
     mg_devptr p[COUNT] = {0};
@@ -373,7 +317,7 @@ done:
 
 static void check_alloc_managed(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "alloc_managed");
+    uint64_t r = mg_check_rng_seed(ctx, "alloc_managed");
     mg_devptr p = 0;
     uint8_t data[3001], back[3001];
     if (!mg_backend_supports(b, MG_CAP_MANAGED_MEMORY)) {
@@ -530,7 +474,7 @@ done:
 
 static void check_copy_blocking(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "copy_blocking");
+    uint64_t r = mg_check_rng_seed(ctx, "copy_blocking");
     const size_t n = AWKWARD_BYTES;
     guarded d1 = {0}, d2 = {0};
     host_guarded h = {0};
@@ -574,7 +518,7 @@ done:
 
 static void check_copy_async(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "copy_async");
+    uint64_t r = mg_check_rng_seed(ctx, "copy_async");
     const size_t n = AWKWARD_BYTES;
     guarded d1 = {0}, d2 = {0}, d3 = {0};
     host_guarded h = {0};
@@ -639,7 +583,7 @@ done:
 
 static void check_copy_2d(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "copy_2d");
+    uint64_t r = mg_check_rng_seed(ctx, "copy_2d");
     const size_t width = 37, height = 19, src_pitch = 64, dst_pitch = 45;
     guarded src = {0}, dst = {0};
     char why[256];
@@ -666,12 +610,12 @@ done:
 
 static void check_memset(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "memset");
+    uint64_t r = mg_check_rng_seed(ctx, "memset");
     guarded d = {0};
     mg_stream *s = NULL;
     char why[256];
     OK(guarded_alloc(b, &r, AWKWARD_BYTES, GUARD_BYTES, &d));
-    uint8_t value = (uint8_t)(rng_next(&r) >> 56);
+    uint8_t value = (uint8_t)(mg_check_rng_next(&r) >> 56);
     OK(mg_memset(b, d.dst + 5, value, AWKWARD_BYTES - 12));
     memset(guarded_payload(&d) + 5, value, AWKWARD_BYTES - 12);
     EXPECT(guarded_verify(b, &d, why, sizeof why), "memset 0x%02x: %s", value, why);
@@ -715,7 +659,7 @@ done:;
 /* Work on one stream runs in order: upload, copy, overwrite part, download. */
 static void check_stream_order(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "stream_order");
+    uint64_t r = mg_check_rng_seed(ctx, "stream_order");
     enum { STREAMS = 3 };
     const size_t n = 65537;
     mg_stream *s[STREAMS] = {0};
@@ -759,7 +703,7 @@ done:
 
 static void check_events(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "events");
+    uint64_t r = mg_check_rng_seed(ctx, "events");
     mg_event *start = NULL, *end = NULL, *never = NULL;
     mg_stream *s = NULL;
     guarded d = {0};
@@ -808,7 +752,7 @@ done:
 /* Stream 2 waits on an event recorded after stream 1's upload, then reads what it wrote. */
 static void check_stream_wait_event(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "stream_wait_event");
+    uint64_t r = mg_check_rng_seed(ctx, "stream_wait_event");
     const size_t n = 1u << 22;
     mg_stream *s1 = NULL, *s2 = NULL;
     mg_event *e = NULL;
@@ -880,7 +824,7 @@ static void graph_io_free(mg_backend *b, graph_io *io) {
 
 /* New random inputs: a in pinned host memory, b uploaded into the staging buffer; the
  * output poisoned on the device and on the host. */
-static mg_status graph_io_new_inputs(mg_backend *b, rng *r, graph_io *io) {
+static mg_status graph_io_new_inputs(mg_backend *b, uint64_t *r, graph_io *io) {
     size_t bytes = (size_t)io->n * sizeof(float);
     rng_floats(r, io->host_a, io->n);
     rng_floats(r, io->want_b, io->n);
@@ -907,7 +851,7 @@ static mg_status graph_io_record_step(mg_backend *b, mg_kernel *k, mg_stream *s,
 
 static void check_graph_capture_replay(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "graph_capture_replay");
+    uint64_t r = mg_check_rng_seed(ctx, "graph_capture_replay");
     mg_stream *s = NULL;
     mg_graph *g = NULL;
     mg_kernel *k = NULL;
@@ -965,7 +909,7 @@ done:
 
 static void check_graph_update(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "graph_update");
+    uint64_t r = mg_check_rng_seed(ctx, "graph_update");
     mg_stream *s = NULL;
     mg_graph *g = NULL;
     mg_kernel *k = NULL;
@@ -1022,7 +966,7 @@ done:
 
 static void check_graph_abort(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "graph_abort");
+    uint64_t r = mg_check_rng_seed(ctx, "graph_abort");
     mg_stream *s = NULL;
     guarded d = {0};
     bool capturing = true;
@@ -1094,7 +1038,7 @@ done:
 
 static void check_host_alloc(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "host_alloc");
+    uint64_t r = mg_check_rng_seed(ctx, "host_alloc");
     static const size_t sizes[] = {1, 63, 65, AWKWARD_BYTES};
     uint8_t *h[4] = {0};
     guarded d = {0};
@@ -1130,7 +1074,7 @@ done:
 /* A kernel reads host_alloc memory through its device address. */
 static void check_host_device_pointer(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "host_device_pointer");
+    uint64_t r = mg_check_rng_seed(ctx, "host_device_pointer");
     const uint32_t n = 4099;
     float *ha = NULL, *hb = NULL, *out = NULL;
     mg_devptr da = 0, db = 0, dout = 0;
@@ -1196,7 +1140,7 @@ done:
 
 static void check_kernel_vector_add(mg_check_ctx *ctx, mg_check_result *result) {
     mg_backend *b = ctx->backend;
-    rng r = rng_for(ctx, "kernel_vector_add");
+    uint64_t r = mg_check_rng_seed(ctx, "kernel_vector_add");
     const uint32_t n = AWKWARD_FLOATS;
     const size_t bytes = (size_t)n * sizeof(float);
     float *ha = malloc(bytes), *hb = malloc(bytes), *hout = malloc(bytes);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "arena_pack.h"
+#include "backend_impl.h"
 #include "error.h"
 
 typedef struct plan_buffer {
@@ -388,7 +389,7 @@ mg_status mg_arena_create_at(mg_backend *b, mg_arena_plan *plan, mg_arena **out,
             break;
         }
         mg_devptr raw = 0;
-        mg_status a = mg_alloc_at(b, (size_t)alloc_bytes, MG_ALLOC_ARENA, &raw, file, line);
+        mg_status a = mg_alloc_owned_at(b, (size_t)alloc_bytes, MG_ALLOC_ARENA, &raw, file, line);
         if (a != MG_OK) {
             st = report_chunk_failure(&arena->plan, c, alloc_bytes, a, file, line);
             break;

@@ -461,7 +461,7 @@ mg_status mg_backend_close(mg_backend *b) {
         free(b->host_blocks[i]);
     }
     mg_ledger_entry e;
-    while (mg_ledger_pop(&b->ledger, &e))
+    while (mg_ledger_pop(&b->ledger, true, &e))
         KEEP_FIRST(ops->free(b->ctx, e.base, e.kind));
     if (b->module_count && ops->module_unload_model)
         for (size_t i = 0; i < b->module_count; i++)
@@ -526,8 +526,8 @@ bool mg_backend_supports(const mg_backend *b, mg_capability cap) {
 
 /* ------------------------------------------------------------------ memory and ledger */
 
-mg_status mg_alloc_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_devptr *out,
-                      const char *file, int line) {
+static mg_status alloc_impl(mg_backend *b, size_t bytes, mg_alloc_kind kind, bool owned,
+                            mg_devptr *out, const char *file, int line) {
     mg_status st = enter(b, "mg_alloc");
     if (st)
         return st;
@@ -554,7 +554,7 @@ mg_status mg_alloc_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_devptr
         return mg_error_set(st, file, line, "%s, requested %s", reason,
                             mg_format_bytes(bytes, size, sizeof size));
     }
-    mg_ledger_entry e = {p, bytes, kind, file, line};
+    mg_ledger_entry e = {p, bytes, kind, file, line, owned};
     st = mg_ledger_add(&b->ledger, &e);
     if (st) {
         b->ops->free(b->ctx, p, kind);
@@ -562,6 +562,16 @@ mg_status mg_alloc_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_devptr
     }
     *out = p;
     return MG_OK;
+}
+
+mg_status mg_alloc_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_devptr *out,
+                      const char *file, int line) {
+    return alloc_impl(b, bytes, kind, false, out, file, line);
+}
+
+mg_status mg_alloc_owned_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_devptr *out,
+                            const char *file, int line) {
+    return alloc_impl(b, bytes, kind, true, out, file, line);
 }
 
 mg_status mg_free(mg_backend *b, mg_devptr ptr) {
@@ -631,7 +641,7 @@ mg_status mg_ledger_sweep(mg_backend *b, uint64_t *freed_bytes, uint64_t *freed_
     uint64_t bytes = 0, count = 0;
     mg_status first = MG_OK;
     mg_ledger_entry e;
-    while (mg_ledger_pop(&b->ledger, &e)) {
+    while (mg_ledger_pop(&b->ledger, false, &e)) {
         mg_status st = b->ops->free(b->ctx, e.base, e.kind);
         if (st && !first)
             first = st;

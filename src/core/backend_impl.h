@@ -138,6 +138,13 @@ void *mg_stream_impl(mg_backend *b, mg_stream *s);
 mg_backend *mg_stream_backend(mg_stream *s);
 /* MG_ERR_CAPTURING (message names `what`) when `s` is capturing, MG_OK otherwise. */
 mg_status mg_stream_check_not_capturing(mg_backend *b, mg_stream *s, const char *what);
+/* mg_alloc_at for memory a library object owns and frees itself (op-cache scratch, op
+ * workspaces, arena chunks): it counts in the ledger like any allocation, but
+ * mg_ledger_sweep leaves it to its owner, so the owner never frees an address the sweep
+ * already released (and someone else may have been given since). */
+mg_status mg_alloc_owned_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_devptr *out,
+                            const char *file, int line);
+
 /* The check every public call makes of a device range: non-null, not wrapping, inside one
  * live allocation when its start is in the ledger (always, on strict backends), so op layers
  * reject a tensor that overruns its buffer before anything is launched. */

@@ -69,48 +69,51 @@ static void quantize_group(const uint16_t *bf16, uint8_t *out, uint32_t cols, ui
         }
 }
 
-static uint32_t min_u32(uint32_t a, uint32_t b) {
-    return a < b ? a : b;
+/* Quantizes `bf16` in tiles of tile_rows x tile_cols (the last row and column of tiles cut at
+ * the matrix edge), one scale per tile: tile (i, j) stores its scale at
+ * scales[i * scale_pitch + j]. */
+static void quantize_tiles(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
+                           float *scales, uint32_t tile_rows, uint32_t tile_cols,
+                           size_t scale_pitch) {
+    size_t i = 0;
+    for (uint64_t r0 = 0; r0 < rows; r0 += tile_rows, i++) {
+        uint32_t r1 = (uint32_t)(r0 + tile_rows < rows ? r0 + tile_rows : rows);
+        size_t j = 0;
+        for (uint64_t c0 = 0; c0 < cols; c0 += tile_cols, j++) {
+            uint32_t c1 = (uint32_t)(c0 + tile_cols < cols ? c0 + tile_cols : cols);
+            float scale = group_scale(bf16, cols, (uint32_t)r0, r1, (uint32_t)c0, c1);
+            scales[i * scale_pitch + j] = scale;
+            quantize_group(bf16, out, cols, (uint32_t)r0, r1, (uint32_t)c0, c1, scale);
+        }
+    }
 }
 
 mg_status mg_fp8_quantize_tensorwise(const uint16_t *bf16, uint32_t rows, uint32_t cols,
                                      uint8_t *out, float *scale) {
     mg_status st = check_quantize_args("mg_fp8_quantize_tensorwise", bf16, rows, cols, out, scale);
-    if (st)
-        return st;
-    *scale = group_scale(bf16, cols, 0, rows, 0, cols);
-    quantize_group(bf16, out, cols, 0, rows, 0, cols, *scale);
-    return MG_OK;
+    if (!st)
+        quantize_tiles(bf16, rows, cols, out, scale, rows, cols, 1);
+    return st;
 }
 
 mg_status mg_fp8_quantize_rowwise(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
                                   float *scales) {
     mg_status st = check_quantize_args("mg_fp8_quantize_rowwise", bf16, rows, cols, out, scales);
-    if (st)
-        return st;
-    for (uint32_t r = 0; r < rows; r++) {
-        scales[r] = group_scale(bf16, cols, r, r + 1, 0, cols);
-        quantize_group(bf16, out, cols, r, r + 1, 0, cols, scales[r]);
-    }
-    return MG_OK;
+    if (!st)
+        quantize_tiles(bf16, rows, cols, out, scales, 1, cols, 1);
+    return st;
 }
 
+/* Scales in the quantizer's natural [rows, L] layout. */
 mg_status mg_fp8_quantize_1x128(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
                                 float *scales) {
     mg_status st = check_quantize_args("mg_fp8_quantize_1x128", bf16, rows, cols, out, scales);
-    if (st)
-        return st;
-    uint32_t blocks = mg_fp8_k_blocks(cols);
-    for (uint32_t r = 0; r < rows; r++)
-        for (uint32_t g = 0; g < blocks; g++) {
-            uint32_t c0 = g * MG_FP8_SCALE_BLOCK, c1 = min_u32(cols, c0 + MG_FP8_SCALE_BLOCK);
-            float scale = group_scale(bf16, cols, r, r + 1, c0, c1);
-            scales[(size_t)r * blocks + g] = scale;
-            quantize_group(bf16, out, cols, r, r + 1, c0, c1, scale);
-        }
-    return MG_OK;
+    if (!st)
+        quantize_tiles(bf16, rows, cols, out, scales, 1, MG_FP8_SCALE_BLOCK, mg_fp8_k_blocks(cols));
+    return st;
 }
 
+/* Scales in the GEMM's [ceil(rows / 128), L4] layout; the padding columns are zeroed. */
 mg_status mg_fp8_quantize_128x128(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
                                   float *scales) {
     mg_status st = check_quantize_args("mg_fp8_quantize_128x128", bf16, rows, cols, out, scales);
@@ -119,15 +122,7 @@ mg_status mg_fp8_quantize_128x128(const uint16_t *bf16, uint32_t rows, uint32_t 
     size_t count = mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, rows, cols);
     for (size_t i = 0; i < count; i++)
         scales[i] = 0.0f;
-    uint32_t blocks = mg_fp8_k_blocks(cols);
-    for (uint32_t r0 = 0; r0 < rows; r0 += MG_FP8_SCALE_BLOCK) {
-        uint32_t r1 = min_u32(rows, r0 + MG_FP8_SCALE_BLOCK);
-        for (uint32_t g = 0; g < blocks; g++) {
-            uint32_t c0 = g * MG_FP8_SCALE_BLOCK, c1 = min_u32(cols, c0 + MG_FP8_SCALE_BLOCK);
-            float scale = group_scale(bf16, cols, r0, r1, c0, c1);
-            scales[mg_fp8_block_scale_index(MG_FP8_BLOCK_128X128, rows, cols, r0, g)] = scale;
-            quantize_group(bf16, out, cols, r0, r1, c0, c1, scale);
-        }
-    }
+    quantize_tiles(bf16, rows, cols, out, scales, MG_FP8_SCALE_BLOCK, MG_FP8_SCALE_BLOCK,
+                   k_blocks_padded(cols));
     return MG_OK;
 }

@@ -80,11 +80,14 @@ bool mg_ledger_remove(mg_ledger *l, mg_devptr base, mg_ledger_entry *out) {
     return hit;
 }
 
-bool mg_ledger_pop(mg_ledger *l, mg_ledger_entry *out) {
+bool mg_ledger_pop(mg_ledger *l, bool include_owned, mg_ledger_entry *out) {
     pthread_mutex_lock(&l->lock);
-    bool hit = l->count > 0;
+    size_t i = l->count;
+    while (i > 0 && !include_owned && l->entries[i - 1].owned)
+        i--;
+    bool hit = i > 0;
     if (hit)
-        remove_at(l, l->count - 1, out);
+        remove_at(l, i - 1, out);
     pthread_mutex_unlock(&l->lock);
     return hit;
 }

@@ -19,6 +19,7 @@ typedef struct mg_ledger_entry {
     mg_alloc_kind kind;
     const char *file; /* call site; static storage (__FILE__) */
     int line;
+    bool owned; /* made for a library object (scratch, workspace, arena), which frees it */
 } mg_ledger_entry;
 
 typedef struct mg_ledger {
@@ -36,8 +37,9 @@ mg_status mg_ledger_add(mg_ledger *l, const mg_ledger_entry *e);
 bool mg_ledger_find(mg_ledger *l, mg_devptr ptr, mg_ledger_entry *out);
 /* Removes the allocation whose base is exactly `base`; false when there is none. */
 bool mg_ledger_remove(mg_ledger *l, mg_devptr base, mg_ledger_entry *out);
-/* Removes and returns any one live allocation (the highest base); false when empty. */
-bool mg_ledger_pop(mg_ledger *l, mg_ledger_entry *out);
+/* Removes and returns one live allocation (the highest base), skipping owned ones unless
+ * `include_owned`; false when there is none. */
+bool mg_ledger_pop(mg_ledger *l, bool include_owned, mg_ledger_entry *out);
 void mg_ledger_totals(mg_ledger *l, uint64_t *bytes, uint64_t *count);
 /* Aggregates live allocations by call site, keeps sites with >= min_bytes, largest first. */
 size_t mg_ledger_sites(mg_ledger *l, uint64_t min_bytes, mg_ledger_site *out, size_t max_sites);

@@ -276,7 +276,7 @@ mg_status mg_op_cache_scratch(mg_op_cache *c, const char *tag, size_t bytes, mg_
     }
     mg_devptr fresh = 0;
     if (st == MG_OK)
-        st = mg_alloc_at(c->backend, bytes, MG_ALLOC_DEVICE, &fresh, __FILE__, __LINE__);
+        st = mg_alloc_owned_at(c->backend, bytes, MG_ALLOC_DEVICE, &fresh, __FILE__, __LINE__);
     if (st == MG_OK && slot) {
         st = push_retired(c, slot->ptr, s);
         if (st) {

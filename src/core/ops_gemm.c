@@ -1,6 +1,7 @@
 /* ops_gemm.c - the GEMM ops of metrale/ops_gemm.h: every argument checked once, then the CPU
  * reference or the CUDA (cuBLASLt) implementation. */
 #include "backend_impl.h"
+#include "checked_math.h"
 #include "cpu/gemm_cpu.h"
 #include "error.h"
 #include "metrale/launch.h"
@@ -132,19 +133,21 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     }
     /* Every operand must fit its buffer: nothing is read or written out of bounds. */
     size_t in_bytes = fp8 ? 1 : 2, out_bytes = mg_dtype_bytes(p->out_type);
-    size_t out_span = ((size_t)p->m - 1) * p->ldc * out_bytes + (size_t)p->n * out_bytes;
-    if ((st = mg_backend_check_device_range(b, c->act, (size_t)p->m * p->k * in_bytes, what,
-                                            "act")) ||
-        (st = mg_backend_check_device_range(b, c->weight, (size_t)p->n * p->k * in_bytes, what,
-                                            "weight")) ||
+    size_t act_span, weight_span, out_span;
+    if (!mg_matrix_span_bytes(p->m, p->k, p->k, in_bytes, &act_span) ||
+        !mg_matrix_span_bytes(p->n, p->k, p->k, in_bytes, &weight_span) ||
+        !mg_matrix_span_bytes(p->m, p->n, p->ldc, out_bytes, &out_span))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: M=%u N=%u K=%u ldc=%u spans more bytes than the address space", what,
+                        p->m, p->n, p->k, p->ldc);
+    if ((st = mg_backend_check_device_range(b, c->act, act_span, what, "act")) ||
+        (st = mg_backend_check_device_range(b, c->weight, weight_span, what, "weight")) ||
         (st = mg_backend_check_device_range(b, c->out, out_span, what, "out")))
         return st;
-    if (fp8 && ((st = mg_backend_check_device_range(b, c->act_scale,
-                                                    mg_gemm_scale_count(p, true) * 4, what,
-                                                    "act_scale")) ||
-                (st = mg_backend_check_device_range(b, c->weight_scale,
-                                                    mg_gemm_scale_count(p, false) * 4, what,
-                                                    "weight_scale"))))
+    if (fp8 && ((st = mg_backend_check_device_range(
+                     b, c->act_scale, mg_gemm_scale_count(p, true) * 4, what, "act_scale")) ||
+                (st = mg_backend_check_device_range(
+                     b, c->weight_scale, mg_gemm_scale_count(p, false) * 4, what, "weight_scale"))))
         return st;
     uint32_t a = pointer_alignment(c->act | c->weight | c->out);
     c->plan.pointer_alignment = a;
@@ -236,38 +239,13 @@ mg_status mg_gemm_bf16(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint
     return run_call(b, s, &c);
 }
 
+/* The block modes matter only to MG_GEMM_FP8_BLOCKSCALED; the per-tensor and per-row kinds
+ * pass MG_FP8_BLOCK_1X128, the zero value their plans always held. */
 static mg_status fp8_call(mg_gemm_kind kind, mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
-                          uint32_t k, mg_devptr act, mg_devptr act_scale, mg_devptr weight,
-                          mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
-    mg_gemm_call c = {
-        .plan = {.kind = kind, .m = m, .n = n, .k = k, .ldc = ldc, .out_type = MG_DTYPE_BF16},
-        .act = act,
-        .weight = weight,
-        .out = out,
-        .act_scale = act_scale,
-        .weight_scale = weight_scale};
-    return run_call(b, s, &c);
-}
-
-mg_status mg_gemm_fp8_tensorwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
-                                 mg_devptr act, mg_devptr act_scale, mg_devptr weight,
-                                 mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
-    return fp8_call(MG_GEMM_FP8_TENSORWISE, b, s, m, n, k, act, act_scale, weight, weight_scale,
-                    out, ldc);
-}
-
-mg_status mg_gemm_fp8_rowwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
-                              mg_devptr act, mg_devptr act_scale, mg_devptr weight,
-                              mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
-    return fp8_call(MG_GEMM_FP8_ROWWISE, b, s, m, n, k, act, act_scale, weight, weight_scale, out,
-                    ldc);
-}
-
-mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
-                                  mg_devptr act, mg_devptr act_scale, mg_fp8_block_scale act_mode,
-                                  mg_devptr weight, mg_devptr weight_scale,
-                                  mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc) {
-    mg_gemm_call c = {.plan = {.kind = MG_GEMM_FP8_BLOCKSCALED,
+                          uint32_t k, mg_devptr act, mg_devptr act_scale,
+                          mg_fp8_block_scale act_mode, mg_devptr weight, mg_devptr weight_scale,
+                          mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc) {
+    mg_gemm_call c = {.plan = {.kind = kind,
                                .m = m,
                                .n = n,
                                .k = k,
@@ -281,6 +259,28 @@ mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint3
                       .act_scale = act_scale,
                       .weight_scale = weight_scale};
     return run_call(b, s, &c);
+}
+
+mg_status mg_gemm_fp8_tensorwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                 mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                                 mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_TENSORWISE, b, s, m, n, k, act, act_scale, MG_FP8_BLOCK_1X128,
+                    weight, weight_scale, MG_FP8_BLOCK_1X128, out, ldc);
+}
+
+mg_status mg_gemm_fp8_rowwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                              mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                              mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_ROWWISE, b, s, m, n, k, act, act_scale, MG_FP8_BLOCK_1X128, weight,
+                    weight_scale, MG_FP8_BLOCK_1X128, out, ldc);
+}
+
+mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                  mg_devptr act, mg_devptr act_scale, mg_fp8_block_scale act_mode,
+                                  mg_devptr weight, mg_devptr weight_scale,
+                                  mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_BLOCKSCALED, b, s, m, n, k, act, act_scale, act_mode, weight,
+                    weight_scale, weight_mode, out, ldc);
 }
 
 /* ------------------------------------------------------------------ scale transpose */
@@ -300,7 +300,10 @@ mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, u
     if ((st = check_pointer(what, "src", src, 4)) || (st = check_pointer(what, "dst", dst, 4)))
         return st;
     uint64_t blocks = mg_fp8_k_blocks(k);
-    uint64_t src_bytes = blocks * m * 4, dst_bytes = blocks * m_pad * 4;
+    uint64_t src_bytes = blocks * m * 4, dst_bytes = blocks * m_pad * 4; /* < 2^62 */
+    if ((st = mg_backend_check_device_range(b, src, src_bytes, what, "src")) ||
+        (st = mg_backend_check_device_range(b, dst, dst_bytes, what, "dst")))
+        return st;
     if (src < dst + dst_bytes && dst < src + src_bytes)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: src and dst overlap", what);
     /* The same kernel, with the same arguments, on every backend (CUDA:

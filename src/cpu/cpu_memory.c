@@ -166,11 +166,11 @@ mg_status mg_cpu_host_device_pointer(void *ctx, void *host, mg_devptr *out) {
 
 void mg_cpu_release_all_ranges(mg_cpu_backend *c) {
     mg_ledger_entry e;
-    while (mg_ledger_pop(&c->host_ranges, &e)) {
+    while (mg_ledger_pop(&c->host_ranges, true, &e)) {
         mg_pinned_unregister((void *)(uintptr_t)e.base);
         mg_host_heap_free((void *)(uintptr_t)e.base);
     }
-    while (mg_ledger_pop(&c->device_ranges, &e))
+    while (mg_ledger_pop(&c->device_ranges, true, &e))
         free((void *)(uintptr_t)e.base);
     pthread_mutex_lock(&c->lock);
     c->live_device_bytes = 0;

@@ -22,8 +22,13 @@ mg_status mg_cuda_graph_begin_capture(void *ctx, void *stream) {
     return MG_OK;
 }
 
-/* Ends the capture of `stream`; the graph is NULL when the capture was invalidated. */
+/* Enters the context and ends the capture of `stream`; the graph is NULL when the capture was
+ * invalidated. */
 static mg_status end_capture(mg_cuda_context *c, CUstream stream, CUgraph *graph_out) {
+    *graph_out = NULL;
+    mg_status st = mg_cuda_enter(c);
+    if (st)
+        return st;
     CUgraph graph = NULL;
     CUresult r = c->drv->StreamEndCapture(stream, &graph);
     if (r != CUDA_SUCCESS) {
@@ -38,11 +43,13 @@ static mg_status end_capture(mg_cuda_context *c, CUstream stream, CUgraph *graph
     return MG_OK;
 }
 
-/* `stream` has just ended its capture: the upload is ordered there. */
+/* `stream` has just ended its capture: the upload is ordered there. On failure `graph` is
+ * destroyed. */
 static mg_status instantiate(mg_cuda_context *c, CUgraph graph, CUstream stream, CUgraphExec *out) {
     CUresult r = c->drv->GraphInstantiateWithFlags(out, graph, 0);
     if (r != CUDA_SUCCESS) {
         *out = NULL;
+        (void)c->drv->GraphDestroy(graph);
         return MG_CUDA_FAIL(c, r, "cuGraphInstantiateWithFlags", NULL);
     }
     /* Uploading now keeps the first launch as fast as the rest; failing it is harmless. */
@@ -53,11 +60,9 @@ static mg_status instantiate(mg_cuda_context *c, CUgraph graph, CUstream stream,
 
 mg_status mg_cuda_graph_end_capture(void *ctx, void *stream, void **graph_out) {
     mg_cuda_context *c = ctx;
-    mg_status st = mg_cuda_enter(c);
-    if (st)
-        return st;
     CUgraph graph;
-    if ((st = end_capture(c, stream, &graph)))
+    mg_status st = end_capture(c, stream, &graph);
+    if (st)
         return st;
     mg_cuda_graph *g = calloc(1, sizeof *g);
     if (!g) {
@@ -66,7 +71,6 @@ mg_status mg_cuda_graph_end_capture(void *ctx, void *stream, void **graph_out) {
     }
     g->graph = graph;
     if ((st = instantiate(c, graph, stream, &g->exec))) {
-        (void)c->drv->GraphDestroy(graph);
         free(g);
         return st;
     }
@@ -79,11 +83,9 @@ mg_status mg_cuda_graph_end_capture_update(void *ctx, void *stream, void *graph,
     mg_cuda_context *c = ctx;
     mg_cuda_graph *g = graph;
     *updated_in_place = false;
-    mg_status st = mg_cuda_enter(c);
-    if (st)
-        return st;
     CUgraph fresh;
-    if ((st = end_capture(c, stream, &fresh)))
+    mg_status st = end_capture(c, stream, &fresh);
+    if (st)
         return st;
     CUgraphExecUpdateResultInfo info;
     CUresult r = c->drv->GraphExecUpdate(g->exec, fresh, &info);
@@ -100,10 +102,8 @@ mg_status mg_cuda_graph_end_capture_update(void *ctx, void *stream, void *graph,
     /* Topology or node kinds changed: a new executable replaces the old one; `g` keeps its
      * identity so the caller's handle stays valid. */
     CUgraphExec exec;
-    if ((st = instantiate(c, fresh, stream, &exec))) {
-        (void)c->drv->GraphDestroy(fresh);
+    if ((st = instantiate(c, fresh, stream, &exec)))
         return st; /* `g` still holds the old, valid executable */
-    }
     (void)c->drv->GraphExecDestroy(g->exec);
     (void)c->drv->GraphDestroy(g->graph);
     g->exec = exec;

@@ -460,6 +460,13 @@ static mg_status dma_d2d(mg_cuda_context *c, mg_devptr dst, mg_devptr src, size_
                         (unsigned long long)dst);
 }
 
+/* Ends a blocking call whose work was queued on the blocking stream `s` by its async form:
+ * waits for it unless queuing failed or there was nothing to do. */
+static mg_status wait_blocking(mg_cuda_context *c, CUstream s, mg_status queued, size_t bytes,
+                               const char *what) {
+    return queued || bytes == 0 ? queued : mg_cuda_sync_stream(c, s, what);
+}
+
 mg_status mg_cuda_copy_h2d(void *ctx, mg_devptr dst, const void *src, size_t bytes) {
     mg_cuda_context *c = ctx;
     mg_status st = mg_cuda_enter(c);
@@ -468,7 +475,7 @@ mg_status mg_cuda_copy_h2d(void *ctx, mg_devptr dst, const void *src, size_t byt
     CUstream s = mg_cuda_blocking_stream(c);
     st = mg_pinned_contains(src, bytes) ? dma_h2d(c, dst, src, bytes, s)
                                         : staged_h2d(c, (CUdeviceptr)dst, src, bytes, s);
-    return st ? st : mg_cuda_sync_stream(c, s, "a blocking host-to-device copy");
+    return wait_blocking(c, s, st, bytes, "a blocking host-to-device copy");
 }
 
 mg_status mg_cuda_copy_d2h(void *ctx, void *dst, mg_devptr src, size_t bytes) {
@@ -480,17 +487,13 @@ mg_status mg_cuda_copy_d2h(void *ctx, void *dst, mg_devptr src, size_t bytes) {
     if (!mg_pinned_contains(dst, bytes))
         return staged_d2h(c, dst, (CUdeviceptr)src, bytes, s);
     st = dma_d2h(c, dst, src, bytes, s);
-    return st ? st : mg_cuda_sync_stream(c, s, "a blocking device-to-host copy");
+    return wait_blocking(c, s, st, bytes, "a blocking device-to-host copy");
 }
 
 mg_status mg_cuda_copy_d2d(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes) {
-    mg_cuda_context *c = ctx;
-    mg_status st = mg_cuda_enter(c);
-    if (st || bytes == 0)
-        return st;
-    CUstream s = mg_cuda_blocking_stream(c);
-    st = dma_d2d(c, dst, src, bytes, s);
-    return st ? st : mg_cuda_sync_stream(c, s, "a blocking device-to-device copy");
+    CUstream s = mg_cuda_blocking_stream(ctx);
+    return wait_blocking(ctx, s, mg_cuda_copy_d2d_async(ctx, dst, src, bytes, s), bytes,
+                         "a blocking device-to-device copy");
 }
 
 mg_status mg_cuda_copy_h2d_async(void *ctx, mg_devptr dst, const void *src, size_t bytes,
@@ -586,13 +589,9 @@ static mg_status memset_on(mg_cuda_context *c, mg_devptr dst, uint8_t value, siz
 }
 
 mg_status mg_cuda_memset(void *ctx, mg_devptr dst, uint8_t value, size_t bytes) {
-    mg_cuda_context *c = ctx;
-    mg_status st = mg_cuda_enter(c);
-    if (st || bytes == 0)
-        return st;
-    CUstream s = mg_cuda_blocking_stream(c);
-    st = memset_on(c, dst, value, bytes, s);
-    return st ? st : mg_cuda_sync_stream(c, s, "a blocking memset");
+    CUstream s = mg_cuda_blocking_stream(ctx);
+    return wait_blocking(ctx, s, mg_cuda_memset_async(ctx, dst, value, bytes, s), bytes,
+                         "a blocking memset");
 }
 
 mg_status mg_cuda_memset_async(void *ctx, mg_devptr dst, uint8_t value, size_t bytes,

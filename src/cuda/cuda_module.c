@@ -212,81 +212,94 @@ mg_status mg_cuda_module_unload_model(void *ctx, const char *model) {
     return MG_OK;
 }
 
-mg_status mg_cuda_module_symbol(void *ctx, const char *module, const char *symbol, mg_devptr *ptr,
-                                size_t *bytes) {
-    mg_cuda_context *c = ctx;
+/* One per-module lookup of find_in_modules: cuModuleGetGlobal or cuModuleGetFunction. */
+typedef struct module_lookup {
+    CUdeviceptr global;
+    size_t global_bytes;
+    CUfunction function;
+} module_lookup;
+
+static CUresult get_global(mg_cuda_context *c, CUmodule m, const char *name, module_lookup *out) {
+    return c->drv->ModuleGetGlobal(&out->global, &out->global_bytes, m, name);
+}
+
+static CUresult get_function(mg_cuda_context *c, CUmodule m, const char *name, module_lookup *out) {
+    return c->drv->ModuleGetFunction(&out->function, m, name);
+}
+
+/* Enters the context and asks each loaded module called `module` for the `what` named `name`
+ * with `get` (the driver call `driver_call`) until one has it. On MG_OK, `*from` is that module
+ * and module_lock is held: the caller unlocks. Otherwise the lock is released and the status
+ * says whether the module or the name was missing, or what the driver reported. */
+static mg_status
+find_in_modules(mg_cuda_context *c, const char *call, const char *module, const char *what,
+                const char *name,
+                CUresult (*get)(mg_cuda_context *, CUmodule, const char *, module_lookup *),
+                const char *driver_call, module_lookup *out, mg_cuda_module **from) {
     mg_status st = mg_cuda_enter(c);
     if (st)
         return st;
     bool module_found = false;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&c->module_lock);
-    for (mg_cuda_module *m = c->modules; m; m = m->next) {
+    for (mg_cuda_module *m = c->modules; m && r == CUDA_ERROR_NOT_FOUND; m = m->next) {
         if (strcmp(m->name, module) != 0)
             continue;
         module_found = true;
-        CUdeviceptr p = 0;
-        size_t size = 0;
-        CUresult r = c->drv->ModuleGetGlobal(&p, &size, m->module, symbol);
-        if (r == CUDA_ERROR_NOT_FOUND)
-            continue;
-        pthread_mutex_unlock(&c->module_lock);
-        if (r != CUDA_SUCCESS)
-            return MG_CUDA_FAIL(c, r, "cuModuleGetGlobal", "symbol \"%s\" of module \"%s\"", symbol,
-                                module);
-        if (ptr)
-            *ptr = (mg_devptr)p;
-        if (bytes)
-            *bytes = size;
-        return MG_OK;
+        r = get(c, m->module, name, out);
+        *from = m;
     }
+    if (r == CUDA_SUCCESS)
+        return MG_OK;
     pthread_mutex_unlock(&c->module_lock);
     if (!module_found)
-        return MG_ERROR(MG_ERR_NOT_FOUND, "mg_module_symbol: no module named \"%s\"", module);
-    return MG_ERROR(MG_ERR_NOT_FOUND, "mg_module_symbol: module \"%s\" has no global \"%s\"",
-                    module, symbol);
+        return MG_ERROR(MG_ERR_NOT_FOUND, "%s: no module named \"%s\"", call, module);
+    if (r == CUDA_ERROR_NOT_FOUND)
+        return MG_ERROR(MG_ERR_NOT_FOUND, "%s: module \"%s\" has no %s \"%s\"", call, module, what,
+                        name);
+    return MG_CUDA_FAIL(c, r, driver_call, "%s \"%s\" in module \"%s\"", what, name, module);
+}
+
+mg_status mg_cuda_module_symbol(void *ctx, const char *module, const char *symbol, mg_devptr *ptr,
+                                size_t *bytes) {
+    mg_cuda_context *c = ctx;
+    mg_cuda_module *from = NULL;
+    module_lookup found = {0};
+    mg_status st = find_in_modules(c, "mg_module_symbol", module, "global", symbol, get_global,
+                                   "cuModuleGetGlobal", &found, &from);
+    if (st)
+        return st;
+    pthread_mutex_unlock(&c->module_lock);
+    if (ptr)
+        *ptr = (mg_devptr)found.global;
+    if (bytes)
+        *bytes = found.global_bytes;
+    return MG_OK;
 }
 
 mg_status mg_cuda_kernel_lookup(void *ctx, const char *module, const char *function, void **out) {
     mg_cuda_context *c = ctx;
-    mg_status st = mg_cuda_enter(c);
+    mg_cuda_module *from = NULL;
+    module_lookup found = {0};
+    mg_status st = find_in_modules(c, "mg_kernel_lookup", module, "kernel", function, get_function,
+                                   "cuModuleGetFunction", &found, &from);
     if (st)
         return st;
-    bool module_found = false;
-    pthread_mutex_lock(&c->module_lock);
-    for (mg_cuda_module *m = c->modules; m; m = m->next) {
-        if (strcmp(m->name, module) != 0)
-            continue;
-        module_found = true;
-        CUfunction f = NULL;
-        CUresult r = c->drv->ModuleGetFunction(&f, m->module, function);
-        if (r == CUDA_ERROR_NOT_FOUND)
-            continue;
-        if (r != CUDA_SUCCESS) {
-            pthread_mutex_unlock(&c->module_lock);
-            return MG_CUDA_FAIL(c, r, "cuModuleGetFunction", "\"%s\" in module \"%s\"", function,
-                                module);
-        }
-        mg_cuda_kernel *k = calloc(1, sizeof *k);
-        if (!k) {
-            pthread_mutex_unlock(&c->module_lock);
-            return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "kernel object for %s:%s", module, function);
-        }
-        k->function = f;
-        k->module = m->module;
-        atomic_init(&k->shared_limit_bytes, DEFAULT_SHARED_LIMIT_BYTES);
-        atomic_init(&k->unloaded, false);
-        snprintf(k->name, sizeof k->name, "%s:%s", module, function);
-        k->next = c->kernels;
-        c->kernels = k;
+    mg_cuda_kernel *k = calloc(1, sizeof *k);
+    if (!k) {
         pthread_mutex_unlock(&c->module_lock);
-        *out = k;
-        return MG_OK;
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "kernel object for %s:%s", module, function);
     }
+    k->function = found.function;
+    k->module = from->module;
+    atomic_init(&k->shared_limit_bytes, DEFAULT_SHARED_LIMIT_BYTES);
+    atomic_init(&k->unloaded, false);
+    snprintf(k->name, sizeof k->name, "%s:%s", module, function);
+    k->next = c->kernels;
+    c->kernels = k;
     pthread_mutex_unlock(&c->module_lock);
-    if (!module_found)
-        return MG_ERROR(MG_ERR_NOT_FOUND, "mg_kernel_lookup: no module named \"%s\"", module);
-    return MG_ERROR(MG_ERR_NOT_FOUND, "mg_kernel_lookup: module \"%s\" has no kernel \"%s\"",
-                    module, function);
+    *out = k;
+    return MG_OK;
 }
 
 /* ------------------------------------------------------------------ launch */

@@ -123,6 +123,11 @@ mg_status mg_bench_time_host(mg_bench *b, mg_bench_body body, void *arg, int war
     return st;
 }
 
+static mg_status launch_graph_body(mg_bench *b, void *graph, int iteration) {
+    (void)iteration;
+    return mg_graph_launch(graph, b->stream);
+}
+
 mg_status mg_bench_time_graph(mg_bench *b, mg_bench_body body, void *arg, int warmup, int iters,
                               mg_bench_stats *out) {
     mg_graph *g = NULL;
@@ -136,30 +141,9 @@ mg_status mg_bench_time_graph(mg_bench *b, mg_bench_body body, void *arg, int wa
     }
     if ((st = mg_graph_end_capture(b->stream, &g)))
         return st;
-    double *samples = calloc((size_t)(iters > 0 ? iters : 1), sizeof *samples);
-    mg_event *start = NULL, *end = NULL;
-    st = samples ? MG_OK : MG_ERR_OUT_OF_MEMORY;
-    if (!st)
-        st = mg_event_create(b->backend, &start);
-    if (!st)
-        st = mg_event_create(b->backend, &end);
-    for (int i = 0; !st && i < warmup; i++)
-        st = mg_graph_launch(g, b->stream);
-    if (!st)
-        st = mg_stream_synchronize(b->stream);
-    for (int i = 0; !st && i < iters; i++) {
-        float ms = 0;
-        if (!(st = mg_event_record(start, b->stream)) && !(st = mg_graph_launch(g, b->stream)) &&
-            !(st = mg_event_record(end, b->stream)) && !(st = mg_event_synchronize(end)) &&
-            !(st = mg_event_elapsed_ms(start, end, &ms)))
-            samples[i] = (double)ms * 1e3;
-    }
-    if (!st)
-        mg_bench_stats_from(samples, iters, out);
-    mg_event_destroy(start);
-    mg_event_destroy(end);
+    /* Each replay is timed as one event-timed iteration. */
+    st = mg_bench_time_events(b, launch_graph_body, g, warmup, iters, out);
     mg_graph_destroy(g);
-    free(samples);
     return st;
 }
 

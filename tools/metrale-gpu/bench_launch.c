@@ -2,6 +2,7 @@
  * launch builder, eager (host time per launch, and device-event time like PyTorch's figure)
  * and per kernel node under graph replay. The kernel is vector_add over one element, a tiny
  * kernel with four arguments, like PyTorch's x.add_(1.0) in bench/peers/peers_copy_launch.py. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,32 +19,40 @@ typedef struct launch_case {
     int launches; /* per iteration */
 } launch_case;
 
-static mg_status body_launches(mg_bench *b, void *arg, int iteration) {
-    (void)iteration;
-    launch_case *c = arg;
+/* One block of 32 threads, with vector_add's arguments over one element or, for
+ * empty_kernel, none. */
+static void one_block_launch(const launch_case *c, bool vector_add_args, mg_launch *l) {
+    mg_launch_init(l, (mg_dim3){1, 1, 1}, (mg_dim3){32, 1, 1}, 0);
+    if (!vector_add_args)
+        return;
+    mg_launch_arg_ptr(l, c->a);
+    mg_launch_arg_ptr(l, c->b);
+    mg_launch_arg_ptr(l, c->out);
+    mg_launch_arg_u32(l, 1);
+}
+
+/* c->launches launches of `kernel`, each built afresh: the builder is part of the cost. */
+static mg_status run_launches(mg_bench *b, const launch_case *c, mg_kernel *kernel,
+                              bool vector_add_args) {
     mg_status st = MG_OK;
     for (int i = 0; !st && i < c->launches; i++) {
         mg_launch l;
-        mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){32, 1, 1}, 0);
-        mg_launch_arg_ptr(&l, c->a);
-        mg_launch_arg_ptr(&l, c->b);
-        mg_launch_arg_ptr(&l, c->out);
-        mg_launch_arg_u32(&l, 1);
-        st = mg_launch_run(b->backend, c->kernel, b->stream, &l);
+        one_block_launch(c, vector_add_args, &l);
+        st = mg_launch_run(b->backend, kernel, b->stream, &l);
     }
     return st;
+}
+
+static mg_status body_launches(mg_bench *b, void *arg, int iteration) {
+    (void)iteration;
+    launch_case *c = arg;
+    return run_launches(b, c, c->kernel, true);
 }
 
 static mg_status body_empty_launches(mg_bench *b, void *arg, int iteration) {
     (void)iteration;
     launch_case *c = arg;
-    mg_status st = MG_OK;
-    for (int i = 0; !st && i < c->launches; i++) {
-        mg_launch l;
-        mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){32, 1, 1}, 0);
-        st = mg_launch_run(b->backend, c->empty, b->stream, &l);
-    }
-    return st;
+    return run_launches(b, c, c->empty, false);
 }
 
 #ifdef METRALE_HAVE_CUDA
@@ -52,11 +61,7 @@ static mg_status body_driver_launches(mg_bench *b, void *arg, int iteration) {
     (void)iteration;
     launch_case *c = arg;
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){32, 1, 1}, 0);
-    mg_launch_arg_ptr(&l, c->a);
-    mg_launch_arg_ptr(&l, c->b);
-    mg_launch_arg_ptr(&l, c->out);
-    mg_launch_arg_u32(&l, 1);
+    one_block_launch(c, true, &l);
     return mg_cuda_diag_driver_launches(b->backend, b->stream, "vector_add", &l, c->launches);
 }
 #endif

@@ -77,8 +77,11 @@ typedef struct mg_cuda_kernel {
     CUfunction function;
     CUmodule module;       /* the module it came from */
     _Atomic bool unloaded; /* its module was unloaded: launching it is an error */
-    /* Dynamic shared memory the function may use; raised on demand past the 48 KiB default. */
+    /* Dynamic shared memory the function may use; raised on demand past the 48 KiB default.
+     * Only ever raised, under shared_limit_lock, and only after the driver attribute is set:
+     * a launch that reads a value here may rely on the function allowing that much. */
     _Atomic uint32_t shared_limit_bytes;
+    pthread_mutex_t shared_limit_lock;
     struct mg_cuda_kernel *next; /* every kernel object of the context, freed at destroy */
     char name[226];              /* "module:function" */
 } mg_cuda_kernel;

@@ -29,7 +29,7 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${fetch_script})
 
 set(fi_src ${PROJECT_SOURCE_DIR}/kernels/cuda)
 set(fi_out ${PROJECT_BINARY_DIR}/kernels/attention)
-# FlashInfer's bundled CCCL comes before the toolkit's (REFERENCE.md section 5).
+# FlashInfer's bundled CCCL comes before the toolkit's: its templates need that CCCL version.
 set(fi_includes
   -I${METRALE_FI_ROOT}/cccl/libcudacxx/include -I${METRALE_FI_ROOT}/cccl/cub
   -I${METRALE_FI_ROOT}/cccl/thrust -I${METRALE_FI_ROOT}/include

@@ -547,6 +547,21 @@ static void test_gemm_operand_ranges(void) {
     CHECK(mg_gemm_bf16(b, NULL, m, n, k, act, weight_ok, out, MG_DTYPE_F32, ldc) == MG_OK);
     CHECK(mg_gemm_bf16(b, NULL, m + 1, n, k, act, weight_ok, out, MG_DTYPE_F32, ldc) ==
           MG_ERR_INVALID_ARGUMENT);
+    /* The scale transpose checks both of its buffers: [M, L] in, [L, M_pad] out. */
+    mg_devptr scales = 0, scales_t = 0;
+    uint32_t tm = 5, tm_pad = 8, tk = 300; /* L = 3 */
+    CHECK(mg_alloc(b, (size_t)tm * 3 * 4, &scales) == MG_OK);
+    CHECK(mg_alloc(b, (size_t)tm_pad * 3 * 4 - 4, &scales_t) == MG_OK); /* one short */
+    CHECK(mg_fp8_act_scales_transpose(b, NULL, tm, tm_pad, tk, scales, scales_t) ==
+          MG_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(mg_last_error(), "dst") && strstr(mg_last_error(), "overruns"));
+    CHECK(mg_fp8_act_scales_transpose(b, NULL, tm + 1, tm_pad, tk, scales, scales_t + 64) ==
+          MG_ERR_INVALID_ARGUMENT);
+    /* Shapes whose spans overflow 64 bits are refused, not wrapped into small spans. */
+    CHECK(mg_gemm_bf16(b, NULL, 0x80000001u, 1, 1, act, weight_ok, out, MG_DTYPE_F32,
+                       0x80000000u) == MG_ERR_INVALID_ARGUMENT);
+    CHECK(mg_gemm_bf16(b, NULL, 0xffffffffu, 0xffffffffu, 0xffffffffu, act, weight_ok, out,
+                       MG_DTYPE_BF16, 0xffffffffu) == MG_ERR_INVALID_ARGUMENT);
     CHECK(mg_backend_close(b) == MG_OK);
 }
 

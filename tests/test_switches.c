@@ -1,5 +1,5 @@
 /*
- * test_switches.c - the process switches (metrale/switches.h) against REFERENCE.md section 1.
+ * test_switches.c - the process switches (metrale/switches.h) against their specified semantics.
  *
  * The switches cache their value once per process, so every scenario that involves the
  * environment or the order of setter and first read runs in a fresh child: this program
@@ -229,7 +229,7 @@ static bool boundary_by_scan(uint64_t total, uint64_t bs, uint64_t *out) {
 }
 
 static void test_boundary(void) {
-    /* REFERENCE.md section 1 vectors */
+    /* the specified boundary vectors */
     check_boundary(17, 16, true, 16);
     check_boundary(32, 16, true, 16);
     check_boundary(33, 16, true, 32);

@@ -14,7 +14,7 @@ Rows (keys as metrale's rows, for bench/peers/report.py):
   attention/<case>.fa2  FlashAttention-2 varlen through PyTorch (native GQA, packed rows), the
                         peer of our FA2 path, target 1.0x.
   attention/<case>.sdpa_flash / .cudnn / .flash_varlen  every figure, for the record.
-FLOPs as REFERENCE.md counts them: 4*D*Hq*(Lq*Lk - Lq*(Lq-1)/2) causal, 4*D*Hq*Lq*Lk full.
+FLOPs counted per request: 4*D*Hq*(Lq*Lk - Lq*(Lq-1)/2) causal, 4*D*Hq*Lq*Lk full.
 """
 import argparse
 import json

@@ -72,7 +72,7 @@ def main():
                      "target_ratio": target, "how": how}
         print(f"{key:28s} {nbytes / (us * 1e3):10.1f} GB/s  ({how})", flush=True)
 
-    # device to device: bytes read + written, as in ../shared/peers/h200_peers.py
+    # device to device: bytes read + written
     n = args.d2d_mib << 20
     a = torch.empty(n, dtype=torch.uint8, device=dev)
     b = torch.empty_like(a)
@@ -98,7 +98,7 @@ def main():
               "pageable.copy_(d), wall clock with sync")
     rows["copy/h2d_pageable_events"] = {
         "metric": "info", "value": n / (event_median_us(lambda: d.copy_(pageable), 10, 3) * 1e3),
-        "how": "d.copy_(pageable), events (the method of REFERENCE.md's 6.1 GB/s anchor)"}
+        "how": "d.copy_(pageable), events around one copy"}
     print(f"{'copy/h2d_pageable_events':28s} {rows['copy/h2d_pageable_events']['value']:10.1f} GB/s",
           flush=True)
 
@@ -117,7 +117,7 @@ def main():
     print(f"{'copy/h2d_pageable_4k':28s} {us / 256:10.3f} us/copy", flush=True)
     del d, pinned, pageable
 
-    # launches: x.add_(1.0) on one element, as in ../shared/peers/h200_peers.py
+    # launches: x.add_(1.0) on one element, PyTorch's cheapest eager kernel
     x = torch.zeros(1, device=dev)
     count = args.launches
 

@@ -121,7 +121,7 @@ typedef struct mg_attention_plan_info {
 
 mg_status mg_attention_plan_get_info(const mg_attention_plan *p, mg_attention_plan_info *out);
 
-/* FLOPs of the planned batch as REFERENCE.md counts them (4 * D * Hq * visible pairs; causal
+/* FLOPs of the planned batch as attention FLOPs are usually counted (4 * D * Hq * visible pairs; causal
  * without a window: Lq * Lk - Lq * (Lq - 1) / 2 pairs per request). */
 double mg_attention_plan_flops(const mg_attention_plan *p);
 

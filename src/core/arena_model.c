@@ -4,7 +4,7 @@
  *
  * Choices written down here:
  *  - decode rows = max_batch_size: at most one sampled row per sequence in a pass;
- *  - logits rows = min(M, max(160, decode_rows + 1)) as the seed sized them, and the logits
+ *  - logits rows = min(M, max(160, decode_rows + 1)), and the logits
  *    buffers get ceil16 of that because the LM head is a cuBLASLt GEMM;
  *  - MoE expert rows = ceil16(M * top_k + experts * 15): the routed rows plus room to pad
  *    every expert's group to a multiple of 16 rows;

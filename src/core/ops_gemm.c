@@ -1,6 +1,7 @@
 /* ops_gemm.c - the GEMM ops of metrale/ops_gemm.h: every argument checked once, then the CPU
  * reference or the CUDA (cuBLASLt) implementation. */
 #include "backend_impl.h"
+#include "checked_math.h"
 #include "cpu/gemm_cpu.h"
 #include "error.h"
 #include "metrale/launch.h"
@@ -132,11 +133,15 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     }
     /* Every operand must fit its buffer: nothing is read or written out of bounds. */
     size_t in_bytes = fp8 ? 1 : 2, out_bytes = mg_dtype_bytes(p->out_type);
-    size_t out_span = ((size_t)p->m - 1) * p->ldc * out_bytes + (size_t)p->n * out_bytes;
-    if ((st = mg_backend_check_device_range(b, c->act, (size_t)p->m * p->k * in_bytes, what,
-                                            "act")) ||
-        (st = mg_backend_check_device_range(b, c->weight, (size_t)p->n * p->k * in_bytes, what,
-                                            "weight")) ||
+    size_t act_span, weight_span, out_span;
+    if (!mg_matrix_span_bytes(p->m, p->k, p->k, in_bytes, &act_span) ||
+        !mg_matrix_span_bytes(p->n, p->k, p->k, in_bytes, &weight_span) ||
+        !mg_matrix_span_bytes(p->m, p->n, p->ldc, out_bytes, &out_span))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: M=%u N=%u K=%u ldc=%u spans more bytes than the address space", what,
+                        p->m, p->n, p->k, p->ldc);
+    if ((st = mg_backend_check_device_range(b, c->act, act_span, what, "act")) ||
+        (st = mg_backend_check_device_range(b, c->weight, weight_span, what, "weight")) ||
         (st = mg_backend_check_device_range(b, c->out, out_span, what, "out")))
         return st;
     if (fp8 && ((st = mg_backend_check_device_range(
@@ -295,7 +300,10 @@ mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, u
     if ((st = check_pointer(what, "src", src, 4)) || (st = check_pointer(what, "dst", dst, 4)))
         return st;
     uint64_t blocks = mg_fp8_k_blocks(k);
-    uint64_t src_bytes = blocks * m * 4, dst_bytes = blocks * m_pad * 4;
+    uint64_t src_bytes = blocks * m * 4, dst_bytes = blocks * m_pad * 4; /* < 2^62 */
+    if ((st = mg_backend_check_device_range(b, src, src_bytes, what, "src")) ||
+        (st = mg_backend_check_device_range(b, dst, dst_bytes, what, "dst")))
+        return st;
     if (src < dst + dst_bytes && dst < src + src_bytes)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: src and dst overlap", what);
     /* The same kernel, with the same arguments, on every backend (CUDA:

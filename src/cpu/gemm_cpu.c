@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "checked_math.h"
 #include "cpu/cpu_kernels.h"
 #include "metrale/launch.h"
 
@@ -100,9 +101,11 @@ static uint64_t scale_bytes(mg_fp8_scaling scaling, uint32_t rows, uint32_t k) {
     return 0;
 }
 
-/* Bytes from the first output element to one past the last: (m - 1) * ldc + n elements. */
-static uint64_t output_span(uint32_t m, uint32_t n, uint32_t ldc, uint64_t element_bytes) {
-    return ((uint64_t)(m - 1) * ldc + n) * element_bytes;
+/* Bytes from the first element of a row-major matrix to one past the last: (m - 1) * ldc + n
+ * elements; UINT64_MAX (which no buffer holds) when that overflows. */
+static uint64_t matrix_span(uint32_t m, uint32_t n, uint32_t ldc, uint64_t element_bytes) {
+    size_t span;
+    return mg_matrix_span_bytes(m, n, ldc, element_bytes, &span) ? span : UINT64_MAX;
 }
 
 static mg_status kernel_gemm_bf16(const mg_launch *l) {
@@ -117,9 +120,9 @@ static mg_status kernel_gemm_bf16(const mg_launch *l) {
     mg_dtype out_type = (mg_dtype)mg_launch_get_u32(l, 7);
     uint32_t out_bytes = (uint32_t)mg_dtype_bytes(out_type);
     void *act, *weight, *out;
-    if ((st = mg_cpu_kernel_buffer(l, 0, (uint64_t)m * k * 2, 2, name, &act)) ||
-        (st = mg_cpu_kernel_buffer(l, 1, (uint64_t)n * k * 2, 2, name, &weight)) ||
-        (st = mg_cpu_kernel_buffer(l, 2, output_span(m, n, ldc, out_bytes), out_bytes, name, &out)))
+    if ((st = mg_cpu_kernel_buffer(l, 0, matrix_span(m, k, k, 2), 2, name, &act)) ||
+        (st = mg_cpu_kernel_buffer(l, 1, matrix_span(n, k, k, 2), 2, name, &weight)) ||
+        (st = mg_cpu_kernel_buffer(l, 2, matrix_span(m, n, ldc, out_bytes), out_bytes, name, &out)))
         return st;
     mg_gemm_bf16_cpu(m, n, k, act, weight, out, out_type, ldc);
     return MG_OK;
@@ -138,12 +141,12 @@ static mg_status kernel_gemm_fp8(const mg_launch *l) {
     mg_fp8_scaling act_scaling = (mg_fp8_scaling)mg_launch_get_u32(l, 9);
     mg_fp8_scaling weight_scaling = (mg_fp8_scaling)mg_launch_get_u32(l, 10);
     void *act, *act_scale, *weight, *weight_scale, *out;
-    if ((st = mg_cpu_kernel_buffer(l, 0, (uint64_t)m * k, 16, name, &act)) ||
+    if ((st = mg_cpu_kernel_buffer(l, 0, matrix_span(m, k, k, 1), 16, name, &act)) ||
         (st = mg_cpu_kernel_buffer(l, 1, scale_bytes(act_scaling, m, k), 4, name, &act_scale)) ||
-        (st = mg_cpu_kernel_buffer(l, 2, (uint64_t)n * k, 16, name, &weight)) ||
+        (st = mg_cpu_kernel_buffer(l, 2, matrix_span(n, k, k, 1), 16, name, &weight)) ||
         (st = mg_cpu_kernel_buffer(l, 3, scale_bytes(weight_scaling, n, k), 4, name,
                                    &weight_scale)) ||
-        (st = mg_cpu_kernel_buffer(l, 4, output_span(m, n, ldc, 2), 16, name, &out)))
+        (st = mg_cpu_kernel_buffer(l, 4, matrix_span(m, n, ldc, 2), 16, name, &out)))
         return st;
     mg_gemm_fp8_cpu(m, n, k, (mg_fp8_operand_host){act, act_scale, act_scaling},
                     (mg_fp8_operand_host){weight, weight_scale, weight_scaling}, out, ldc);

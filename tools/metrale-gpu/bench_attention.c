@@ -3,7 +3,7 @@
  * {1x8192, 4x4096, 8x2048, 32x512}, a ragged mix of 16 requests with lengths 1..4096 (the same
  * generator as the peers script), and a prefix case (4 requests of 1024 queries over 4096 keys).
  * Each case runs with the automatic choice (FA3 on Hopper) and, as "<case>.fa2", with FA2
- * forced. FLOPs as REFERENCE.md counts them (mg_attention_plan_flops). Options:
+ * forced. FLOPs as mg_attention_plan_flops counts them. Options:
  *   --impl auto|fa2|both (default both)
  */
 #include <math.h>

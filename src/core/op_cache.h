@@ -29,8 +29,8 @@ void mg_op_cache_release(mg_op_cache *c);
 
 /* The memoised handle of (module, function). `hold` counts a public hold
  * (mg_kernel_lookup); internal users of the cache pass false. */
-mg_status mg_op_cache_kernel(mg_op_cache *c, const char *module, const char *function,
-                             bool hold, mg_kernel **out);
+mg_status mg_op_cache_kernel(mg_op_cache *c, const char *module, const char *function, bool hold,
+                             mg_kernel **out);
 /* Forgets the kernels of the given modules; MG_ERR_BUSY (forgetting nothing) while any of
  * them is held. */
 mg_status mg_op_cache_forget_modules(mg_op_cache *c, const char *const *modules, size_t count);
@@ -41,6 +41,14 @@ size_t mg_op_cache_kernel_count(mg_op_cache *c);
  * while `s` is capturing. */
 mg_status mg_op_cache_scratch(mg_op_cache *c, const char *tag, size_t bytes, mg_stream *s,
                               mg_devptr *out);
+/* Like mg_op_cache_scratch, but private to the created stream `s`: the buffer is freed when
+ * `s` is destroyed (mg_op_cache_stream_destroyed). For the default stream (or NULL), which
+ * lives as long as the backend, it is ordinary scratch freed at close. */
+mg_status mg_op_cache_stream_scratch(mg_op_cache *c, const char *tag, size_t bytes, mg_stream *s,
+                                     mg_devptr *out);
+/* Frees the scratch private to `s`. mg_stream_destroy calls it after the stream's work has
+ * completed, so nothing queued can still use the buffers. */
+void mg_op_cache_stream_destroyed(mg_op_cache *c, mg_stream *s);
 /* Scratch buffers live and retired (tests, diagnostics). */
 void mg_op_cache_scratch_counts(mg_op_cache *c, size_t *live, size_t *retired);
 

@@ -283,6 +283,24 @@ void mg_cublaslt_release(mg_backend *b) {
     free(st);
 }
 
+void mg_cublaslt_stream_destroyed(mg_backend *b, mg_stream *s) {
+    lt_state *st = find_state(b);
+    CUstream stream;
+    if (!st || !s || mg_cuda_stream(b, s, &stream) != MG_OK)
+        return;
+    pthread_mutex_lock(&st->lock);
+    for (stream_workspace **link = &st->workspaces; *link; link = &(*link)->next) {
+        if ((*link)->stream == stream) {
+            stream_workspace *w = *link;
+            *link = w->next;
+            free(w);
+            st->workspace_count--;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
 void mg_cublaslt_cache_counts(mg_backend *b, size_t *plans, size_t *workspaces) {
     lt_state *st = find_state(b);
     if (st)
@@ -565,8 +583,9 @@ static mg_status get_plan(lt_state *st, const plan_io *io, const plan_key *key, 
     return MG_OK;
 }
 
-/* The workspace of `stream`: op-cache scratch under a per-stream tag (so the op cache frees
- * it when the backend closes), remembered here so a steady-state call does no tag lookup. */
+/* The workspace of `stream`: op-cache scratch private to the stream under a per-stream tag
+ * (the op cache frees it when the stream is destroyed, or for the default stream when the
+ * backend closes), remembered here so a steady-state call does no tag lookup. */
 static mg_status get_workspace(lt_state *st, mg_stream *s, CUstream stream, mg_devptr *out) {
     pthread_mutex_lock(&st->lock);
     stream_workspace *w = st->workspaces;
@@ -592,8 +611,9 @@ static mg_status get_workspace(lt_state *st, mg_stream *s, CUstream stream, mg_d
     char tag[64];
     snprintf(tag, sizeof tag, "cublaslt workspace %p", (void *)stream);
     mg_op_cache *cache = mg_backend_op_cache(st->backend);
-    status = cache ? mg_op_cache_scratch(cache, tag, MG_CUBLASLT_WORKSPACE_BYTES, s, &w->memory)
-                   : MG_ERROR(MG_ERR_INTERNAL, "GEMM workspace: backend has no op cache");
+    status =
+        cache ? mg_op_cache_stream_scratch(cache, tag, MG_CUBLASLT_WORKSPACE_BYTES, s, &w->memory)
+              : MG_ERROR(MG_ERR_INTERNAL, "GEMM workspace: backend has no op cache");
     if (status) {
         free(w);
         pthread_mutex_unlock(&st->lock);

@@ -124,6 +124,15 @@ struct mg_cuda_context {
  * contexts, so the driver is asked rather than a cached value trusted. */
 mg_status mg_cuda_make_current(mg_cuda_context *c);
 
+/* The free paths start here: makes the context current, or sets *gone (returning MG_OK)
+ * when the context was torn down (driver results 4, 201, 709) or has a sticky fault, so the
+ * memory is gone with it. Any other failure is returned with its message. */
+mg_status mg_cuda_enter_to_free(mg_cuda_context *c, bool *gone);
+
+/* Fills c->info and the capability flags from the driver (at open). A required attribute
+ * the driver cannot answer fails, naming it; optional ones count as absent. */
+mg_status mg_cuda_read_device_info(mg_cuda_context *c);
+
 /* Every entry point but the free paths starts here: MG_ERR_DEVICE_FAULT after a sticky
  * fault, else the context is made current. */
 mg_status mg_cuda_enter(mg_cuda_context *c);

@@ -87,12 +87,14 @@ mg_status mg_cuda_alloc(void *ctx, size_t bytes, mg_alloc_kind kind, mg_devptr *
 }
 
 /* Free paths succeed after a sticky fault and during teardown: the memory is gone with the
- * context either way. */
+ * context either way. Any other failure, making the context current included, is reported. */
 mg_status mg_cuda_free(void *ctx, mg_devptr base, mg_alloc_kind kind) {
     (void)kind;
     mg_cuda_context *c = ctx;
-    if (mg_cuda_make_current(c) != MG_OK)
-        return MG_OK;
+    bool gone = false;
+    mg_status st = mg_cuda_enter_to_free(c, &gone);
+    if (st || gone)
+        return st;
     CUresult r = c->drv->MemFree((CUdeviceptr)base);
     if (r == CUDA_SUCCESS || mg_cuda_result_is_teardown(r) || mg_cuda_result_is_sticky(r) ||
         c->faulted)

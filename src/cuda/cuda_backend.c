@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "host_memory.h"
 
 /* ------------------------------------------------------------------ errors and faults */
 
@@ -386,20 +387,6 @@ static mg_status cuda_device_info(void *ctx, mg_device_info *out) {
     return MG_OK;
 }
 
-/* MemAvailable from /proc/meminfo in bytes; 0 when unreadable. */
-static uint64_t host_mem_available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kib * 1024;
-}
-
 static mg_status cuda_memory_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes,
                                   uint64_t *device_free_bytes) {
     mg_cuda_context *c = ctx;
@@ -413,7 +400,7 @@ static mg_status cuda_memory_info(void *ctx, uint64_t *free_bytes, uint64_t *tot
     uint64_t free_total = free_b;
     /* An integrated GPU shares host memory; the driver undercounts what it can still get. */
     if (c->info.integrated) {
-        uint64_t host = host_mem_available_bytes();
+        uint64_t host = mg_host_available_bytes();
         if (host > free_total)
             free_total = host;
     }

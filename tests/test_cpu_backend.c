@@ -76,6 +76,50 @@ static void test_counters(mg_backend *b) {
     CHECK(DELTA(host_alloc) == 1 && DELTA(host_free) == 1);
     CHECK(DELTA(kernel_lookup) <= 1 && DELTA(launch) == 1);
     CHECK(k == k2);
+    CHECK(DELTA(graph_begin_capture) == 1 && DELTA(graph_abort_capture) == 0);
+#undef DELTA
+
+    /* The queries and the capture calls counted one by one. */
+    bool capturing = true;
+    float ms = -1;
+    mg_device_info info;
+    uint64_t free_bytes = 0, total_bytes = 0;
+    mg_devptr host_dev = 0;
+    mg_cpu_counters c2 = test_cpu_counters(b);
+#define DELTA(name) (c3.name - c2.name)
+    CHECK_OK(mg_stream_is_capturing(s, &capturing));
+    CHECK(!capturing);
+    mg_cpu_counters c3 = test_cpu_counters(b);
+    CHECK(DELTA(stream_is_capturing) == 1);
+    CHECK_OK(mg_graph_begin_capture(s));
+    c3 = test_cpu_counters(b);
+    CHECK(DELTA(graph_begin_capture) == 1 && DELTA(graph_abort_capture) == 0);
+    CHECK_OK(mg_graph_abort_capture(s));
+    c3 = test_cpu_counters(b);
+    CHECK(DELTA(graph_abort_capture) == 1 && DELTA(graph_capture) == 0);
+    CHECK_OK(mg_event_create(b, &e1));
+    CHECK_OK(mg_event_record(e1, s));
+    CHECK_OK(mg_event_synchronize(e1));
+    c2 = test_cpu_counters(b);
+    CHECK_OK(mg_event_elapsed_ms(e1, e1, &ms));
+    CHECK(ms == 0.0f);
+    c3 = test_cpu_counters(b);
+    CHECK(DELTA(event_elapsed) == 1);
+    CHECK_OK(mg_event_destroy(e1));
+    CHECK_OK(mg_host_alloc(b, 64, &h));
+    c2 = test_cpu_counters(b);
+    CHECK_OK(mg_host_device_pointer(b, h, &host_dev));
+    c3 = test_cpu_counters(b);
+    CHECK(DELTA(host_device_pointer) == 1);
+    CHECK_OK(mg_host_free(b, h));
+    c2 = test_cpu_counters(b);
+    CHECK_OK(mg_device_get_info(b, &info));
+    c3 = test_cpu_counters(b);
+    CHECK(DELTA(device_info) == 1 && DELTA(memory_info) == 0);
+    c2 = c3;
+    CHECK_OK(mg_memory_free_bytes(b, &free_bytes, &total_bytes));
+    c3 = test_cpu_counters(b);
+    CHECK(DELTA(memory_info) == 1 && DELTA(device_info) == 0);
 #undef DELTA
     mg_kernel_release(k);
     mg_kernel_release(k2);

@@ -39,6 +39,7 @@ static void cpu_destroy(void *ctx) {
 
 static mg_status cpu_device_info(void *ctx, mg_device_info *out) {
     mg_cpu_backend *c = ctx;
+    mg_cpu_count(c, MG_CPU_COUNT_device_info);
     struct utsname host;
     const char *machine = uname(&host) == 0 ? host.machine : "unknown";
     memset(out, 0, sizeof *out);
@@ -64,6 +65,7 @@ static mg_status cpu_device_info(void *ctx, mg_device_info *out) {
 static mg_status cpu_memory_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes,
                                  uint64_t *device_free_bytes) {
     mg_cpu_backend *c = ctx;
+    mg_cpu_count(c, MG_CPU_COUNT_memory_info);
     uint64_t total = mg_cpu_physical_bytes();
     uint64_t available = mg_host_available_bytes();
     pthread_mutex_lock(&c->lock);

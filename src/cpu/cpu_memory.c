@@ -150,6 +150,7 @@ mg_status mg_cpu_host_free(void *ctx, void *host) {
 
 mg_status mg_cpu_host_device_pointer(void *ctx, void *host, mg_devptr *out) {
     mg_cpu_backend *c = ctx;
+    mg_cpu_count(c, MG_CPU_COUNT_host_device_pointer);
     if (!mg_ledger_find(&c->host_ranges, (uintptr_t)host, NULL))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "cpu host_device_pointer: %p is not inside memory from mg_host_alloc",

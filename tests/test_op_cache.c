@@ -138,6 +138,18 @@ static void test_gates(void) {
     CHECK(mg_gate_once("test.once.other"));
     CHECK(!mg_gate_once("test.once"));
     CHECK(mg_gate_first_shape("gemm_fp8", 16, 4096, 0)); /* names are part of the key */
+
+    /* Diagnostic switches: exactly "1", read once and kept. */
+    static atomic_int on = -1, off = -1, other = -1;
+    setenv("METRALE_TEST_DIAG_ON", "1", 1);
+    setenv("METRALE_TEST_DIAG_OFF", "true", 1);
+    CHECK(mg_diag_env_enabled("METRALE_TEST_DIAG_ON", &on));
+    CHECK(!mg_diag_env_enabled("METRALE_TEST_DIAG_OFF", &off));
+    CHECK(!mg_diag_env_enabled("METRALE_TEST_DIAG_UNSET", &other));
+    setenv("METRALE_TEST_DIAG_ON", "0", 1);
+    setenv("METRALE_TEST_DIAG_UNSET", "1", 1);
+    CHECK(mg_diag_env_enabled("METRALE_TEST_DIAG_ON", &on)); /* cached */
+    CHECK(!mg_diag_env_enabled("METRALE_TEST_DIAG_UNSET", &other));
 }
 
 int main(void) {

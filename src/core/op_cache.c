@@ -402,6 +402,16 @@ static bool gate_pass(const char *key, uint32_t limit) {
     return pass;
 }
 
+bool mg_diag_env_enabled(const char *name, atomic_int *cached) {
+    int v = atomic_load_explicit(cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *env = getenv(name);
+        v = env && !strcmp(env, "1");
+        atomic_store_explicit(cached, v, memory_order_relaxed);
+    }
+    return v == 1;
+}
+
 bool mg_gate_once(const char *key) {
     return gate_pass(key, 1);
 }

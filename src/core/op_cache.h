@@ -7,11 +7,16 @@
  *    freed as soon as that event has completed (checked on every scratch call), so an
  *    outgrown buffer is freed once no queued work can still use it, not leaked.
  *  - Diagnostic gates, process-wide: once per key, the first N calls per key, the first call
- *    of each (name, m, n, k).
+ *    of each (name, m, n, k). Diagnostics print only when their environment switch is "1":
+ *      METRALE_DEBUG_GEMM=1    the cuBLASLt algorithm chosen for the first plan of each
+ *                              (kind, M, N, K) (src/cuda/cublaslt.c)
+ *      METRALE_DEBUG_COPIES=1  once per process, the first host-to-device copy from pageable
+ *                              memory staged through pinned buffers (src/cuda/cuda_memory.c)
  */
 #ifndef METRALE_OP_CACHE_H
 #define METRALE_OP_CACHE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,6 +56,10 @@ mg_status mg_op_cache_stream_scratch(mg_op_cache *c, const char *tag, size_t byt
 void mg_op_cache_stream_destroyed(mg_op_cache *c, mg_stream *s);
 /* Scratch buffers live and retired (tests, diagnostics). */
 void mg_op_cache_scratch_counts(mg_op_cache *c, size_t *live, size_t *retired);
+
+/* Whether environment variable `name` is exactly "1", read once and kept in *cached (a
+ * static of the caller, initialised to -1; racing first calls agree). */
+bool mg_diag_env_enabled(const char *name, atomic_int *cached);
 
 bool mg_gate_once(const char *key);
 bool mg_gate_first_n(const char *key, uint32_t n);

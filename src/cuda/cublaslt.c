@@ -52,6 +52,9 @@ typedef struct cublaslt_api {
                              const void *, const void *, cublasLtMatrixLayout_t, void *,
                              cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *, size_t,
                              cudaStream_t);
+    cublasStatus_t (*algo_config_get)(const cublasLtMatmulAlgo_t *,
+                                      cublasLtMatmulAlgoConfigAttributes_t, void *, size_t,
+                                      size_t *);
 } cublaslt_api;
 
 static cublaslt_api lt;
@@ -88,6 +91,7 @@ static void load_library(void) {
         {(void **)&lt.heuristic, "cublasLtMatmulAlgoGetHeuristic"},
         {(void **)&lt.algo_check, "cublasLtMatmulAlgoCheck"},
         {(void **)&lt.matmul, "cublasLtMatmul"},
+        {(void **)&lt.algo_config_get, "cublasLtMatmulAlgoConfigGetAttribute"},
     };
     for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
         *symbols[i].slot = dlsym(lib, symbols[i].name);
@@ -533,6 +537,28 @@ static mg_status invariant_algo(lt_state *st, const plan_key *key, const plan_io
     return MG_OK;
 }
 
+/* METRALE_DEBUG_GEMM=1: the algorithm chosen for the first plan of each (kind, M, N, K),
+ * on stderr. */
+static void report_plan(const plan_key *key, const gemm_plan *p, const char *ctx) {
+    static atomic_int debug_gemm = -1;
+    if (!mg_diag_env_enabled("METRALE_DEBUG_GEMM", &debug_gemm) ||
+        !mg_gate_first_shape(kind_text(key->kind), key->m, key->n, key->k))
+        return;
+    int algo_id = -1;
+    uint32_t tile = 0, stages = 0;
+    int32_t split_k = 0;
+    size_t written;
+    lt.algo_config_get(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof algo_id, &written);
+    lt.algo_config_get(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &written);
+    lt.algo_config_get(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &written);
+    lt.algo_config_get(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof split_k,
+                       &written);
+    fprintf(stderr,
+            "metrale: cuBLASLt plan for %s: algorithm %d, tile %u, stages %u, split-K %d, "
+            "%zu workspace bytes\n",
+            ctx, algo_id, tile, stages, split_k, p->workspace_bytes);
+}
+
 /* Finds or creates the plan of `key`. A miss while `s` is capturing is MG_ERR_CAPTURING. */
 static mg_status get_plan(lt_state *st, const plan_io *io, const plan_key *key, gemm_plan **out) {
     pthread_mutex_lock(&st->lock);
@@ -579,6 +605,7 @@ static mg_status get_plan(lt_state *st, const plan_io *io, const plan_key *key, 
     st->plans[bucket] = p;
     st->plan_count++;
     pthread_mutex_unlock(&st->lock);
+    report_plan(key, p, ctx);
     *out = p;
     return MG_OK;
 }

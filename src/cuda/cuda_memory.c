@@ -25,12 +25,14 @@
  * Blocking copies and memsets run on the backend's default stream and wait for it, so they
  * are ordered after work issued there (e.g. a d2h of a kernel's output).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cuda_internal.h"
 #include "metrale/pinned.h"
+#include "op_cache.h"
 
 #define STAGING_ALIGN_BYTES 256
 /* A copy smaller than this is done by the calling thread alone. */
@@ -339,6 +341,14 @@ static mg_status slot_mark(mg_cuda_context *c, mg_cuda_staging_slot *s, CUstream
 
 static mg_status staged_h2d(mg_cuda_context *c, CUdeviceptr dst, const char *src, size_t bytes,
                             CUstream stream) {
+    static atomic_int debug_copies = -1;
+    if (mg_diag_env_enabled("METRALE_DEBUG_COPIES", &debug_copies) &&
+        mg_gate_once("cuda.pageable_h2d_staging"))
+        fprintf(stderr,
+                "metrale: a host-to-device copy of %zu bytes from %p is staged through pinned "
+                "buffers (the source is not registered page-locked memory); mg_host_alloc or "
+                "mg_pinned_register avoids the extra host copy (reported once per process)\n",
+                bytes, (const void *)src);
     mg_cuda_staging *st = &c->staging;
     pthread_mutex_lock(&st->lock);
     mg_status status = staging_ensure(c);

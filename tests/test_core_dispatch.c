@@ -68,8 +68,21 @@ static void test_capture_rule_is_backend_wide(mg_backend *b) {
     CHECK_OK(mg_stream_destroy(other));
 }
 
+/* MG_BACKEND_METAL is only declared in this tree: the probe says so, opening it fails. */
+static void test_metal_not_built(void) {
+    mg_backend_probe probe;
+    CHECK_OK(mg_backend_probe_kind(MG_BACKEND_METAL, &probe));
+    CHECK(!probe.compiled_in && !probe.usable && probe.device_count == 0);
+    CHECK(strstr(probe.reason, "no Metal backend") != NULL);
+    mg_backend *m = (mg_backend *)1;
+    CHECK_STATUS(mg_backend_open(MG_BACKEND_METAL, 0, &m), MG_ERR_UNAVAILABLE);
+    CHECK_MESSAGE("not compiled in");
+    CHECK(m == NULL);
+}
+
 int main(void) {
     test_seed();
+    test_metal_not_built();
     mg_backend *b = NULL;
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 3, &b));
     if (!b)

@@ -1,5 +1,6 @@
-/* test_op_cache.c - kernel memo, grow-only scratch that frees what it outgrows, module-hold
- * rules and the diagnostic gates, on the CPU backend. */
+/* test_op_cache.c - kernel memo, grow-only scratch that frees what it outgrows, stream-private
+ * scratch freed with its stream, module-hold rules and the diagnostic gates, on the CPU
+ * backend. */
 #include "metrale/cpu.h"
 #include "metrale/gpu.h"
 #include "op_cache.h"
@@ -82,6 +83,48 @@ static void test_scratch(mg_backend *b) {
     CHECK_OK(mg_stream_destroy(s));
 }
 
+/* Scratch private to a created stream is freed when that stream is destroyed (with what it
+ * outgrew); shared scratch and the default stream's private scratch stay until close. */
+static void test_stream_scratch(mg_backend *b) {
+    mg_op_cache *c = mg_backend_op_cache(b);
+    uint64_t bytes0 = 0, count0 = 0, bytes = 0, count = 0;
+    size_t slots0 = 0, slots = 0, retired = 0;
+    CHECK_OK(mg_ledger_live(b, &bytes0, &count0));
+    mg_op_cache_scratch_counts(c, &slots0, &retired);
+    mg_devptr on_default = 0, shared = 0, small = 0, grown = 0, other = 0;
+    CHECK_OK(
+        mg_op_cache_stream_scratch(c, "private default", 300, mg_stream_default(b), &on_default));
+    CHECK(on_default != 0);
+    for (int round = 0; round < 3; round++) {
+        mg_stream *s = NULL, *t = NULL;
+        CHECK_OK(mg_stream_create(b, &s));
+        CHECK_OK(mg_stream_create(b, &t));
+        if (!s || !t)
+            return;
+        CHECK_OK(mg_op_cache_stream_scratch(c, "private s", 1000, s, &small));
+        CHECK_OK(mg_op_cache_stream_scratch(c, "private s", 4000, s, &grown)); /* retires */
+        CHECK(small && grown && grown != small);
+        CHECK_OK(mg_op_cache_stream_scratch(c, "private t", 500, t, &other));
+        if (round == 0)
+            CHECK_OK(mg_op_cache_scratch(c, "shared on s", 200, s, &shared));
+        CHECK_OK(mg_stream_destroy(s));
+        CHECK_OK(mg_ledger_live(b, &bytes, &count));
+        CHECK(count == count0 + 3 && bytes == bytes0 + 300 + 200 + 500);
+        mg_op_cache_scratch_counts(c, &slots, &retired);
+        CHECK(slots == slots0 + 3 && retired == 0);
+        CHECK_OK(mg_stream_destroy(t));
+        CHECK_OK(mg_ledger_live(b, &bytes, &count));
+        CHECK(count == count0 + 2 && bytes == bytes0 + 300 + 200);
+        mg_op_cache_scratch_counts(c, &slots, &retired);
+        CHECK(slots == slots0 + 2);
+    }
+    mg_devptr again = 0;
+    CHECK_OK(mg_op_cache_scratch(c, "shared on s", 100, NULL, &again));
+    CHECK(again == shared);
+    CHECK_OK(mg_op_cache_stream_scratch(c, "private default", 300, NULL, &again));
+    CHECK(again == on_default);
+}
+
 static void test_gates(void) {
     int once = 0, first3 = 0, shapes = 0;
     for (int i = 0; i < 10; i++) {
@@ -95,6 +138,18 @@ static void test_gates(void) {
     CHECK(mg_gate_once("test.once.other"));
     CHECK(!mg_gate_once("test.once"));
     CHECK(mg_gate_first_shape("gemm_fp8", 16, 4096, 0)); /* names are part of the key */
+
+    /* Diagnostic switches: exactly "1", read once and kept. */
+    static atomic_int on = -1, off = -1, other = -1;
+    setenv("METRALE_TEST_DIAG_ON", "1", 1);
+    setenv("METRALE_TEST_DIAG_OFF", "true", 1);
+    CHECK(mg_diag_env_enabled("METRALE_TEST_DIAG_ON", &on));
+    CHECK(!mg_diag_env_enabled("METRALE_TEST_DIAG_OFF", &off));
+    CHECK(!mg_diag_env_enabled("METRALE_TEST_DIAG_UNSET", &other));
+    setenv("METRALE_TEST_DIAG_ON", "0", 1);
+    setenv("METRALE_TEST_DIAG_UNSET", "1", 1);
+    CHECK(mg_diag_env_enabled("METRALE_TEST_DIAG_ON", &on)); /* cached */
+    CHECK(!mg_diag_env_enabled("METRALE_TEST_DIAG_UNSET", &other));
 }
 
 int main(void) {
@@ -105,6 +160,7 @@ int main(void) {
         return test_finish();
     test_kernel_memo(b);
     test_scratch(b);
+    test_stream_scratch(b);
     test_gates();
     CHECK_OK(mg_backend_close(b));
     return test_finish();

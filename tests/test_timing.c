@@ -490,6 +490,14 @@ static void test_create_and_lanes(mg_backend *b) {
     CHECK_STATUS(mg_timing_create(b, &bad, &t), MG_ERR_INVALID_ARGUMENT);
     CHECK(t == NULL);
     CHECK_STATUS(mg_timing_create(NULL, NULL, &t), MG_ERR_INVALID_ARGUMENT);
+    /* A closed backend is a bad argument, not a backend without event timing. */
+    mg_backend *closed = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 1, &closed));
+    CHECK_OK(mg_backend_close(closed));
+    t = (mg_timing *)1;
+    CHECK_STATUS(mg_timing_create(closed, NULL, &t), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("invalid or closed backend");
+    CHECK(t == NULL);
 }
 
 /* Steps with a lane span around kernel spans: order, nesting, the armed-step rule. */

@@ -23,15 +23,20 @@ extern "C" {
 
 /* How many times each backend method was called since the backend was opened, counting
  * calls that failed. Work recorded into a capture counts when it is recorded, not when a
- * graph replays it; graph_capture counts captures ended (end_capture and
- * end_capture_update); event_wait counts mg_stream_wait_event; kernel_lookup counts lookups
- * that reached the backend (the core memoises, so normally once per name). */
+ * graph replays it; graph_begin_capture counts captures begun, graph_capture captures ended
+ * (end_capture and end_capture_update), graph_abort_capture captures aborted; event_wait
+ * counts mg_stream_wait_event; event_elapsed mg_event_elapsed_ms; stream_is_capturing,
+ * host_device_pointer, device_info and memory_info the queries that reached the backend
+ * (device_info and memory_info include those the core makes itself, e.g. at open);
+ * kernel_lookup counts lookups that reached the backend (the core memoises, so normally once
+ * per name). */
 typedef struct mg_cpu_counters {
     uint64_t alloc, free, copy_h2d, copy_d2h, copy_d2d, copy_h2d_async, copy_d2h_async,
         copy_d2d_async, copy_2d, memset, memset_async, stream_create, stream_destroy,
         stream_synchronize, event_create, event_record, event_wait, event_synchronize, event_query,
         event_destroy, graph_capture, graph_launch, graph_destroy, host_alloc, host_free,
-        kernel_lookup, launch;
+        kernel_lookup, launch, graph_begin_capture, graph_abort_capture, stream_is_capturing,
+        event_elapsed, host_device_pointer, device_info, memory_info;
 } mg_cpu_counters;
 
 mg_status mg_cpu_get_counters(mg_backend *b, mg_cpu_counters *out);

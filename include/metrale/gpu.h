@@ -1,7 +1,10 @@
 /*
  * metrale/gpu.h - the backend interface: one device, its memory, streams, events, graphs
- * and kernels. Every backend (CPU, CUDA, Metal) implements the same calls; the CPU backend
- * really computes and is the reference the others are checked against.
+ * and kernels. Every backend implements the same calls; this tree builds the CPU backend
+ * (always) and the CUDA backend (where nvcc is found). MG_BACKEND_METAL is declared for a
+ * Metal backend but none is built here: probing it reports it not compiled in and opening it
+ * fails with MG_ERR_UNAVAILABLE. The CPU backend really computes and is the reference the
+ * others are checked against.
  *
  * Typical call sequence of an inference engine:
  *
@@ -69,7 +72,7 @@ typedef enum mg_backend_kind {
     MG_BACKEND_CPU = 0,
     MG_BACKEND_CUDA = 1,
     MG_BACKEND_METAL = 2,
-    MG_BACKEND_AUTO = 3, /* mg_backend_open only: CUDA, then Metal, then CPU */
+    MG_BACKEND_AUTO = 3, /* mg_backend_open only: CUDA, then Metal (not built), then CPU */
 } mg_backend_kind;
 
 /* "cpu", "cuda", "metal", "auto". */
@@ -88,7 +91,8 @@ typedef struct mg_backend_probe {
 /* Never fails for a valid kind (not AUTO): unusable is reported through the struct. */
 mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out);
 
-/* Opens device `device` of `kind`. AUTO picks the first usable kind (CUDA, Metal, CPU).
+/* Opens device `device` of `kind`. AUTO picks the first usable kind (CUDA, then CPU; Metal
+ * would come between them but is not built in this tree).
  * One backend per (kind, device) at a time within a process: opening it again while open
  * is MG_ERR_BUSY. Backends of different devices coexist. */
 mg_status mg_backend_open(mg_backend_kind kind, int device, mg_backend **out);
@@ -190,21 +194,47 @@ mg_status mg_ledger_sweep(mg_backend *b, uint64_t *freed_bytes, uint64_t *freed_
 
 /* Blocking copies: on return the data has arrived. Device ranges must lie inside one live
  * allocation (backends that can tell check this; the CPU backend always does). bytes == 0
- * is a no-op that still validates the handles. */
+ * is a no-op that still validates the handles.
+ *
+ * Ordering (CUDA): blocking copies and mg_memset are queued on the backend's default stream
+ * (mg_stream_default) and wait for it, so they run after the work already queued there, and
+ * only after that: they neither wait for nor order themselves after work on streams from
+ * mg_stream_create, which is non-blocking with respect to the default stream. To read or
+ * overwrite memory another stream is still using, synchronize that stream first (or make the
+ * default stream wait on an event recorded there). The CPU backend runs each call's work
+ * when it is queued, so no earlier work is pending when a blocking copy runs. */
 mg_status mg_copy_h2d(mg_backend *b, mg_devptr dst, const void *src, size_t bytes);
 mg_status mg_copy_d2h(mg_backend *b, void *dst, mg_devptr src, size_t bytes);
 mg_status mg_copy_d2d(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes);
 
 /* Stream-ordered host-to-device copy. The caller may reuse or free `src` as soon as this
- * returns: pageable sources are staged through pinned buffers, registered pinned sources
- * (metrale/pinned.h) are copied from directly once it is safe. */
+ * returns. On CUDA every source is staged: copied on the host into the backend's pinned
+ * staging buffers before this returns (waiting, if the buffers are all in use, for earlier
+ * staged copies to drain), and the device copies from there in stream order. That holds for
+ * registered page-locked sources (metrale/pinned.h, mg_host_alloc) too. Because it copies on
+ * the host now, it is refused with MG_ERR_CAPTURING while `s` is capturing. The CPU backend
+ * snapshots `src` when the call is made (when recorded, under capture).
+ *
+ *   source \ call      mg_copy_h2d_async          mg_copy_h2d_async_retained
+ *   pageable           staged; refused in capture  staged; refused in capture
+ *   registered pinned  staged; refused in capture  DMA from src in stream order, no host
+ *                                                  wait; captured (read at each replay)
+ */
 mg_status mg_copy_h2d_async(mg_backend *b, mg_devptr dst, const void *src, size_t bytes,
                             mg_stream *s);
 /* Same, but the caller promises `src` stays valid and unchanged until the stream has
- * finished this copy (e.g. until mg_stream_synchronize): no staging, no host wait. */
+ * finished this copy (e.g. until mg_stream_synchronize; for a captured copy, while the graph
+ * is used). On CUDA a registered page-locked source is then copied from directly (no
+ * staging, no host wait); a pageable one is still staged as above. The CPU backend reads
+ * `src` when the copy executes (at each replay when captured). */
 mg_status mg_copy_h2d_async_retained(mg_backend *b, mg_devptr dst, const void *src,
                                      size_t bytes, mg_stream *s);
-/* `dst` must stay valid until the stream has finished the copy. */
+/* `dst` must stay valid until the stream has finished the copy. On CUDA a registered
+ * page-locked destination (metrale/pinned.h, mg_host_alloc) is written by DMA in stream
+ * order and this returns at once; a pageable destination cannot be written by DMA later, so
+ * the call stages it and waits: it returns after the stream's earlier work and this copy
+ * have completed and the data is in `dst`. A pageable destination is refused with
+ * MG_ERR_CAPTURING while `s` is capturing (a graph cannot replay the host-side copy). */
 mg_status mg_copy_d2h_async(mg_backend *b, void *dst, mg_devptr src, size_t bytes,
                             mg_stream *s);
 mg_status mg_copy_d2d_async(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes,

@@ -37,8 +37,9 @@ typedef enum mg_status {
 /* Stable upper-case name of a status, e.g. "MG_ERR_OUT_OF_MEMORY". Never NULL. */
 const char *mg_status_name(mg_status status);
 
-/* The message of the last failing call on this thread; "" if none. Valid until the next
- * library call on this thread. */
+/* The message of the last failing call on this thread; "" if none. The text stays until the
+ * next failing call on this thread or mg_clear_error() (successful calls leave it); copy it
+ * to keep it past that. The pointer itself stays valid for the life of the thread. */
 const char *mg_last_error(void);
 
 /* Forget the message of the last failing call on this thread. */

@@ -22,16 +22,18 @@ static uint64_t run_seed(void) {
     return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
 }
 
-/* The CPU backend the op checks compare against: `b` itself when it is one, else the first
- * CPU device this process can still open. NULL when none can be opened. */
-static mg_backend *open_reference(mg_backend *b, bool *opened) {
-    *opened = false;
-    if (mg_backend_get_kind(b) == MG_BACKEND_CPU)
-        return b;
-    for (int device = 0; device < 8; device++) {
+/* The CPU backend the op checks compare against: a CPU device of its own, even when `b` is
+ * a CPU backend too (then any other free CPU device), so every op check compares results of
+ * two backends. NULL when none can be opened. */
+static mg_backend *open_reference(int *device_out) {
+    *device_out = -1;
+    mg_backend_probe probe;
+    if (mg_backend_probe_kind(MG_BACKEND_CPU, &probe) != MG_OK || !probe.usable)
+        return NULL;
+    for (int device = 0; device < probe.device_count; device++) {
         mg_backend *ref;
         if (mg_backend_open(MG_BACKEND_CPU, device, &ref) == MG_OK) {
-            *opened = true;
+            *device_out = device;
             return ref;
         }
     }
@@ -63,16 +65,18 @@ int mg_check_run_all(mg_backend *b, const char *filter, FILE *out, int *passed_o
                 width = len > width ? len : width;
             }
 
-    bool reference_opened;
+    int reference_device;
     mg_check_ctx ctx = {.backend = b, .seed = run_seed()};
-    ctx.reference = open_reference(b, &reference_opened);
+    ctx.reference = open_reference(&reference_device);
     if (out) {
         mg_device_info info;
         if (mg_device_get_info(b, &info) != MG_OK)
             snprintf(info.name, sizeof info.name, "device info unavailable");
         fprintf(out, "backend %s: %s; seed 0x%016" PRIx64 " (METRALE_CHECK_SEED repeats it)\n",
                 mg_backend_kind_name(mg_backend_get_kind(b)), info.name, ctx.seed);
-        if (!ctx.reference)
+        if (ctx.reference)
+            fprintf(out, "reference: cpu device %d\n", reference_device);
+        else
             fprintf(out, "no CPU reference backend could be opened: op checks will fail\n");
         fprintf(out, "%-*s  %-6s  %s\n", width, "check", "result", "error / detail");
     }
@@ -112,7 +116,7 @@ int mg_check_run_all(mg_backend *b, const char *filter, FILE *out, int *passed_o
             fprintf(out, ", %d skipped", skipped);
         fputc('\n', out);
     }
-    if (reference_opened)
+    if (ctx.reference)
         mg_backend_close(ctx.reference);
     if (passed_out)
         *passed_out = passed;

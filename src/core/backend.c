@@ -71,7 +71,7 @@ mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out) {
     if (!d) {
         snprintf(out->reason, sizeof out->reason, "%s",
                  kind == MG_BACKEND_METAL
-                     ? "not compiled in (Metal is built on macOS only)"
+                     ? "not compiled in (this tree has no Metal backend; the kind is only declared)"
                      : "not compiled in (built without nvcc or with -DMETRALE_CUDA=OFF)");
         return MG_OK;
     }
@@ -844,6 +844,10 @@ mg_status mg_stream_destroy(mg_stream *s) {
     mg_status st = MG_OK;
     if (!atomic_load(&b->faulted))
         st = b->ops->stream_synchronize(b->ctx, s->impl);
+    /* The stream's work has completed (or the backend faulted and its memory is gone with
+     * it): what the ops keep per stream can be freed before the stream goes. */
+    mg_gemm_stream_destroyed(b, s);
+    mg_op_cache_stream_destroyed(b->op_cache, s);
     mg_status destroyed = b->ops->stream_destroy(b->ctx, s->impl);
     FORGET_HANDLE(b, stream, s);
     return st ? st : destroyed;

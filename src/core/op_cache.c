@@ -13,6 +13,7 @@ typedef struct scratch_slot {
     char tag[64];
     mg_devptr ptr;
     size_t bytes;
+    mg_stream *stream; /* the stream it is private to (freed with it), or NULL when shared */
 } scratch_slot;
 
 typedef struct retired_block {
@@ -88,8 +89,8 @@ mg_status mg_op_cache_create(mg_backend *b, mg_op_cache **out) {
     return MG_OK;
 }
 
-mg_status mg_op_cache_kernel(mg_op_cache *c, const char *module, const char *function,
-                             bool hold, mg_kernel **out) {
+mg_status mg_op_cache_kernel(mg_op_cache *c, const char *module, const char *function, bool hold,
+                             mg_kernel **out) {
     size_t module_len = strlen(module), function_len = strlen(function);
     if (module_len >= sizeof(((mg_kernel *)0)->module) ||
         function_len >= sizeof(((mg_kernel *)0)->function))
@@ -248,8 +249,8 @@ static mg_status push_retired(mg_op_cache *c, mg_devptr ptr, mg_stream *s) {
     return MG_OK;
 }
 
-mg_status mg_op_cache_scratch(mg_op_cache *c, const char *tag, size_t bytes, mg_stream *s,
-                              mg_devptr *out) {
+static mg_status scratch(mg_op_cache *c, const char *tag, size_t bytes, mg_stream *s,
+                         bool stream_private, mg_devptr *out) {
     if (!tag || !*tag || strlen(tag) >= sizeof(((scratch_slot *)0)->tag) || bytes == 0 || !out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "op cache scratch: bad tag or size %zu", bytes);
     pthread_mutex_lock(&c->scratch_lock);
@@ -287,6 +288,7 @@ mg_status mg_op_cache_scratch(mg_op_cache *c, const char *tag, size_t bytes, mg_
         if (!slot) {
             slot = &c->slots[c->slot_count++];
             snprintf(slot->tag, sizeof slot->tag, "%s", tag);
+            slot->stream = stream_private ? s : NULL;
         }
         slot->ptr = fresh;
         slot->bytes = bytes;
@@ -294,6 +296,33 @@ mg_status mg_op_cache_scratch(mg_op_cache *c, const char *tag, size_t bytes, mg_
     }
     pthread_mutex_unlock(&c->scratch_lock);
     return st;
+}
+
+mg_status mg_op_cache_scratch(mg_op_cache *c, const char *tag, size_t bytes, mg_stream *s,
+                              mg_devptr *out) {
+    return scratch(c, tag, bytes, s, false, out);
+}
+
+mg_status mg_op_cache_stream_scratch(mg_op_cache *c, const char *tag, size_t bytes, mg_stream *s,
+                                     mg_devptr *out) {
+    /* the default stream lives as long as the backend: its scratch is shared scratch */
+    return scratch(c, tag, bytes, s, s && !s->is_default, out);
+}
+
+void mg_op_cache_stream_destroyed(mg_op_cache *c, mg_stream *s) {
+    if (!c || !s)
+        return;
+    pthread_mutex_lock(&c->scratch_lock);
+    reclaim_retired(c, false);
+    size_t kept = 0;
+    for (size_t i = 0; i < c->slot_count; i++) {
+        if (c->slots[i].stream == s)
+            mg_free(c->backend, c->slots[i].ptr);
+        else
+            c->slots[kept++] = c->slots[i];
+    }
+    c->slot_count = kept;
+    pthread_mutex_unlock(&c->scratch_lock);
 }
 
 void mg_op_cache_scratch_counts(mg_op_cache *c, size_t *live, size_t *retired) {
@@ -371,6 +400,16 @@ static bool gate_pass(const char *key, uint32_t limit) {
         g->calls++;
     pthread_mutex_unlock(&gate_lock);
     return pass;
+}
+
+bool mg_diag_env_enabled(const char *name, atomic_int *cached) {
+    int v = atomic_load_explicit(cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *env = getenv(name);
+        v = env && !strcmp(env, "1");
+        atomic_store_explicit(cached, v, memory_order_relaxed);
+    }
+    return v == 1;
 }
 
 bool mg_gate_once(const char *key) {

@@ -351,6 +351,16 @@ void mg_gemm_release(mg_backend *b) {
 #endif
 }
 
+void mg_gemm_stream_destroyed(mg_backend *b, mg_stream *s) {
+#ifdef METRALE_HAVE_CUDA
+    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
+        mg_cublaslt_stream_destroyed(b, s);
+#else
+    (void)b;
+    (void)s;
+#endif
+}
+
 mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans, size_t count) {
     if (mg_backend_get_kind(b) == MG_BACKEND_AUTO || (count && !plans))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_prewarm: %s",

@@ -22,4 +22,9 @@ bool mg_gemm_supports(mg_backend *b, mg_capability cap);
  * after the streams have drained and before the op cache (which owns the workspaces) goes. */
 void mg_gemm_release(mg_backend *b);
 
+/* Forgets what the GEMM ops keep for stream `s` of `b` (its cuBLASLt workspace record; the
+ * workspace itself is stream-private op-cache scratch). mg_stream_destroy calls it after the
+ * stream's work has completed and before the stream and its scratch go. */
+void mg_gemm_stream_destroyed(mg_backend *b, mg_stream *s);
+
 #endif

@@ -13,31 +13,13 @@
 #endif
 
 #include "error.h"
+#include "host_memory.h"
 
 uint64_t mg_cpu_physical_bytes(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page_bytes <= 0)
         return 0;
     return (uint64_t)pages * (uint64_t)page_bytes;
-}
-
-/* Host memory the kernel says can be allocated without swapping (MemAvailable), or the
- * free pages where /proc/meminfo is missing. */
-static uint64_t host_available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        unsigned long long kib;
-        while (fgets(line, sizeof line, f)) {
-            if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
-                fclose(f);
-                return (uint64_t)kib * 1024u;
-            }
-        }
-        fclose(f);
-    }
-    long pages = sysconf(_SC_AVPHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page_bytes > 0 ? (uint64_t)pages * (uint64_t)page_bytes : 0;
 }
 
 static int host_threads(void) {
@@ -57,6 +39,7 @@ static void cpu_destroy(void *ctx) {
 
 static mg_status cpu_device_info(void *ctx, mg_device_info *out) {
     mg_cpu_backend *c = ctx;
+    mg_cpu_count(c, MG_CPU_COUNT_device_info);
     struct utsname host;
     const char *machine = uname(&host) == 0 ? host.machine : "unknown";
     memset(out, 0, sizeof *out);
@@ -82,8 +65,9 @@ static mg_status cpu_device_info(void *ctx, mg_device_info *out) {
 static mg_status cpu_memory_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes,
                                  uint64_t *device_free_bytes) {
     mg_cpu_backend *c = ctx;
+    mg_cpu_count(c, MG_CPU_COUNT_memory_info);
     uint64_t total = mg_cpu_physical_bytes();
-    uint64_t available = host_available_bytes();
+    uint64_t available = mg_host_available_bytes();
     pthread_mutex_lock(&c->lock);
     if (c->allocation_cap_bytes) {
         uint64_t headroom = c->allocation_cap_bytes > c->live_device_bytes

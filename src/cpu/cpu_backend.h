@@ -34,7 +34,9 @@
     X(copy_d2d_async) X(copy_2d) X(memset) X(memset_async) X(stream_create) X(stream_destroy)   \
     X(stream_synchronize) X(event_create) X(event_record) X(event_wait) X(event_synchronize)    \
     X(event_query) X(event_destroy) X(graph_capture) X(graph_launch) X(graph_destroy)           \
-    X(host_alloc) X(host_free) X(kernel_lookup) X(launch)
+    X(host_alloc) X(host_free) X(kernel_lookup) X(launch) X(graph_begin_capture)               \
+    X(graph_abort_capture) X(stream_is_capturing) X(event_elapsed) X(host_device_pointer)       \
+    X(device_info) X(memory_info)
 
 typedef enum mg_cpu_counter {
 #define MG_CPU_COUNTER_ENUM(name) MG_CPU_COUNT_##name,

@@ -6,7 +6,6 @@
 #include "cpu/cpu_backend.h"
 #include "error.h"
 #include "metrale/host_heap.h"
-#include "metrale/pinned.h"
 
 static size_t round_to_alignment(size_t bytes) {
     return (bytes + MG_CPU_ALLOC_ALIGNMENT - 1) & ~(size_t)(MG_CPU_ALLOC_ALIGNMENT - 1);
@@ -127,15 +126,11 @@ mg_status mg_cpu_host_alloc(void *ctx, size_t bytes, void **out) {
     mg_status st = mg_host_heap_alloc(bytes, &p);
     if (st)
         return st;
-    /* Registered so async copies treat it as page-locked, as they would on CUDA. */
-    st = mg_pinned_register(p, bytes);
-    if (st) {
-        mg_host_heap_free(p);
-        return st;
-    }
+    /* Plain heap memory, not page-locked: it stays out of the process-wide pinned registry,
+     * where another backend (CUDA) would take it for DMA-able memory. This backend's copies
+     * run on the host and need no page-locked memory. */
     st = mg_ledger_add(&c->host_ranges, &(mg_ledger_entry){.base = (uintptr_t)p, .bytes = bytes});
     if (st) {
-        mg_pinned_unregister(p);
         mg_host_heap_free(p);
         return st;
     }
@@ -149,13 +144,13 @@ mg_status mg_cpu_host_free(void *ctx, void *host) {
     if (!mg_ledger_remove(&c->host_ranges, (uintptr_t)host, NULL))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "cpu host_free: %p is not live memory from mg_host_alloc", host);
-    mg_pinned_unregister(host);
     mg_host_heap_free(host);
     return MG_OK;
 }
 
 mg_status mg_cpu_host_device_pointer(void *ctx, void *host, mg_devptr *out) {
     mg_cpu_backend *c = ctx;
+    mg_cpu_count(c, MG_CPU_COUNT_host_device_pointer);
     if (!mg_ledger_find(&c->host_ranges, (uintptr_t)host, NULL))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "cpu host_device_pointer: %p is not inside memory from mg_host_alloc",
@@ -166,10 +161,8 @@ mg_status mg_cpu_host_device_pointer(void *ctx, void *host, mg_devptr *out) {
 
 void mg_cpu_release_all_ranges(mg_cpu_backend *c) {
     mg_ledger_entry e;
-    while (mg_ledger_pop(&c->host_ranges, true, &e)) {
-        mg_pinned_unregister((void *)(uintptr_t)e.base);
+    while (mg_ledger_pop(&c->host_ranges, true, &e))
         mg_host_heap_free((void *)(uintptr_t)e.base);
-    }
     while (mg_ledger_pop(&c->device_ranges, true, &e))
         free((void *)(uintptr_t)e.base);
     pthread_mutex_lock(&c->lock);

@@ -420,7 +420,7 @@ mg_status mg_cpu_stream_synchronize(void *ctx, void *stream) {
 }
 
 mg_status mg_cpu_stream_is_capturing(void *ctx, void *stream, bool *capturing) {
-    (void)ctx;
+    mg_cpu_count(ctx, MG_CPU_COUNT_stream_is_capturing);
     mg_cpu_stream *s = stream;
     pthread_mutex_lock(&s->lock);
     *capturing = s->capturing;
@@ -480,7 +480,7 @@ mg_status mg_cpu_event_query(void *ctx, void *event) {
 }
 
 mg_status mg_cpu_event_elapsed_ms(void *ctx, void *start, void *end, float *ms) {
-    (void)ctx;
+    mg_cpu_count(ctx, MG_CPU_COUNT_event_elapsed);
     uint64_t start_ns = atomic_load(&((mg_cpu_event *)start)->completed_ns);
     uint64_t end_ns = atomic_load(&((mg_cpu_event *)end)->completed_ns);
     if (!start_ns || !end_ns)
@@ -502,7 +502,7 @@ mg_status mg_cpu_event_destroy(void *ctx, void *event) {
 /* ------------------------------------------------------------------ graphs */
 
 mg_status mg_cpu_graph_begin_capture(void *ctx, void *stream) {
-    (void)ctx;
+    mg_cpu_count(ctx, MG_CPU_COUNT_graph_begin_capture);
     mg_cpu_stream *s = stream;
     pthread_mutex_lock(&s->lock);
     bool already = s->capturing;
@@ -580,7 +580,7 @@ mg_status mg_cpu_graph_end_capture_update(void *ctx, void *stream, void *graph,
 }
 
 mg_status mg_cpu_graph_abort_capture(void *ctx, void *stream) {
-    (void)ctx;
+    mg_cpu_count(ctx, MG_CPU_COUNT_graph_abort_capture);
     cpu_command_list recorded;
     mg_status st = capture_take(stream, "graph_abort_capture", &recorded);
     list_clear(&recorded);

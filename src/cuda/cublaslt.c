@@ -52,6 +52,9 @@ typedef struct cublaslt_api {
                              const void *, const void *, cublasLtMatrixLayout_t, void *,
                              cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *, size_t,
                              cudaStream_t);
+    cublasStatus_t (*algo_config_get)(const cublasLtMatmulAlgo_t *,
+                                      cublasLtMatmulAlgoConfigAttributes_t, void *, size_t,
+                                      size_t *);
 } cublaslt_api;
 
 static cublaslt_api lt;
@@ -88,6 +91,7 @@ static void load_library(void) {
         {(void **)&lt.heuristic, "cublasLtMatmulAlgoGetHeuristic"},
         {(void **)&lt.algo_check, "cublasLtMatmulAlgoCheck"},
         {(void **)&lt.matmul, "cublasLtMatmul"},
+        {(void **)&lt.algo_config_get, "cublasLtMatmulAlgoConfigGetAttribute"},
     };
     for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
         *symbols[i].slot = dlsym(lib, symbols[i].name);
@@ -281,6 +285,24 @@ void mg_cublaslt_release(mg_backend *b) {
         lt.destroy(st->handle);
     pthread_mutex_destroy(&st->lock);
     free(st);
+}
+
+void mg_cublaslt_stream_destroyed(mg_backend *b, mg_stream *s) {
+    lt_state *st = find_state(b);
+    CUstream stream;
+    if (!st || !s || mg_cuda_stream(b, s, &stream) != MG_OK)
+        return;
+    pthread_mutex_lock(&st->lock);
+    for (stream_workspace **link = &st->workspaces; *link; link = &(*link)->next) {
+        if ((*link)->stream == stream) {
+            stream_workspace *w = *link;
+            *link = w->next;
+            free(w);
+            st->workspace_count--;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
 }
 
 void mg_cublaslt_cache_counts(mg_backend *b, size_t *plans, size_t *workspaces) {
@@ -515,6 +537,28 @@ static mg_status invariant_algo(lt_state *st, const plan_key *key, const plan_io
     return MG_OK;
 }
 
+/* METRALE_DEBUG_GEMM=1: the algorithm chosen for the first plan of each (kind, M, N, K),
+ * on stderr. */
+static void report_plan(const plan_key *key, const gemm_plan *p, const char *ctx) {
+    static atomic_int debug_gemm = -1;
+    if (!mg_diag_env_enabled("METRALE_DEBUG_GEMM", &debug_gemm) ||
+        !mg_gate_first_shape(kind_text(key->kind), key->m, key->n, key->k))
+        return;
+    int algo_id = -1;
+    uint32_t tile = 0, stages = 0;
+    int32_t split_k = 0;
+    size_t written;
+    lt.algo_config_get(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof algo_id, &written);
+    lt.algo_config_get(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &written);
+    lt.algo_config_get(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &written);
+    lt.algo_config_get(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof split_k,
+                       &written);
+    fprintf(stderr,
+            "metrale: cuBLASLt plan for %s: algorithm %d, tile %u, stages %u, split-K %d, "
+            "%zu workspace bytes\n",
+            ctx, algo_id, tile, stages, split_k, p->workspace_bytes);
+}
+
 /* Finds or creates the plan of `key`. A miss while `s` is capturing is MG_ERR_CAPTURING. */
 static mg_status get_plan(lt_state *st, const plan_io *io, const plan_key *key, gemm_plan **out) {
     pthread_mutex_lock(&st->lock);
@@ -561,12 +605,14 @@ static mg_status get_plan(lt_state *st, const plan_io *io, const plan_key *key, 
     st->plans[bucket] = p;
     st->plan_count++;
     pthread_mutex_unlock(&st->lock);
+    report_plan(key, p, ctx);
     *out = p;
     return MG_OK;
 }
 
-/* The workspace of `stream`: op-cache scratch under a per-stream tag (so the op cache frees
- * it when the backend closes), remembered here so a steady-state call does no tag lookup. */
+/* The workspace of `stream`: op-cache scratch private to the stream under a per-stream tag
+ * (the op cache frees it when the stream is destroyed, or for the default stream when the
+ * backend closes), remembered here so a steady-state call does no tag lookup. */
 static mg_status get_workspace(lt_state *st, mg_stream *s, CUstream stream, mg_devptr *out) {
     pthread_mutex_lock(&st->lock);
     stream_workspace *w = st->workspaces;
@@ -592,8 +638,9 @@ static mg_status get_workspace(lt_state *st, mg_stream *s, CUstream stream, mg_d
     char tag[64];
     snprintf(tag, sizeof tag, "cublaslt workspace %p", (void *)stream);
     mg_op_cache *cache = mg_backend_op_cache(st->backend);
-    status = cache ? mg_op_cache_scratch(cache, tag, MG_CUBLASLT_WORKSPACE_BYTES, s, &w->memory)
-                   : MG_ERROR(MG_ERR_INTERNAL, "GEMM workspace: backend has no op cache");
+    status =
+        cache ? mg_op_cache_stream_scratch(cache, tag, MG_CUBLASLT_WORKSPACE_BYTES, s, &w->memory)
+              : MG_ERROR(MG_ERR_INTERNAL, "GEMM workspace: backend has no op cache");
     if (status) {
         free(w);
         pthread_mutex_unlock(&st->lock);

@@ -6,7 +6,8 @@
  * Per backend it keeps one cuBLASLt handle, a cache of plans (matmul descriptor, layouts and
  * the heuristic's algorithm per shape key) and one workspace per stream (op-cache scratch).
  * Everything is created on first use outside a capture (or by mg_gemm_prewarm); handle and
- * plans are released by mg_cublaslt_release when the backend closes (mg_gemm_release).
+ * plans are released by mg_cublaslt_release when the backend closes (mg_gemm_release); a
+ * stream's workspace goes when the stream is destroyed (mg_cublaslt_stream_destroyed).
  */
 #ifndef METRALE_CUBLASLT_H
 #define METRALE_CUBLASLT_H
@@ -34,6 +35,10 @@ bool mg_cublaslt_batch_invariant(mg_backend *b);
 /* Frees the handle and plans kept for `b` (the workspaces are the op cache's). Called by
  * mg_backend_close through mg_gemm_release; a no-op for a backend never used here. */
 void mg_cublaslt_release(mg_backend *b);
+
+/* Forgets the workspace record of stream `s` (mg_gemm_stream_destroyed); the workspace
+ * memory is stream-private op-cache scratch, freed by the op cache with the stream. */
+void mg_cublaslt_stream_destroyed(mg_backend *b, mg_stream *s);
 
 /* Plans and workspaces currently cached for `b`, for tests and benchmarks. */
 void mg_cublaslt_cache_counts(mg_backend *b, size_t *plans, size_t *workspaces);

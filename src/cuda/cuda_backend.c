@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "host_memory.h"
 
 /* ------------------------------------------------------------------ errors and faults */
 
@@ -62,6 +63,24 @@ mg_status mg_cuda_make_current(mg_cuda_context *c) {
     if (r != CUDA_SUCCESS)
         return MG_CUDA_FAIL(c, r, "cuCtxSetCurrent", "CUDA device %d", c->ordinal);
     return MG_OK;
+}
+
+mg_status mg_cuda_enter_to_free(mg_cuda_context *c, bool *gone) {
+    *gone = false;
+    CUcontext current = NULL;
+    CUresult r = c->drv->CtxGetCurrent(&current);
+    if (r == CUDA_SUCCESS && current == c->primary)
+        return MG_OK;
+    r = c->drv->CtxSetCurrent(c->primary);
+    if (r == CUDA_SUCCESS)
+        return MG_OK;
+    if (mg_cuda_result_is_teardown(r) || mg_cuda_result_is_sticky(r) ||
+        atomic_load_explicit(&c->faulted, memory_order_acquire)) {
+        *gone = true;
+        return MG_OK;
+    }
+    return MG_CUDA_FAIL(c, r, "cuCtxSetCurrent", "CUDA device %d, before freeing memory",
+                        c->ordinal);
 }
 
 mg_status mg_cuda_enter(mg_cuda_context *c) {
@@ -185,11 +204,20 @@ static void cuda_probe(mg_backend_probe *out) {
     restore_error(&saved);
 }
 
-static int device_attribute(mg_cuda_context *c, CUdevice_attribute a) {
+/* One device attribute; a failure is reported (naming the attribute) for a required one,
+ * and leaves 0 (the capability absent) for an optional one. */
+static mg_status device_attribute(mg_cuda_context *c, CUdevice_attribute a, const char *name,
+                                  bool required, int *out) {
     int v = 0;
-    if (c->drv->DeviceGetAttribute(&v, a, c->device) != CUDA_SUCCESS)
-        return 0;
-    return v;
+    CUresult r = c->drv->DeviceGetAttribute(&v, a, c->device);
+    if (r != CUDA_SUCCESS) {
+        *out = 0;
+        if (!required)
+            return MG_OK;
+        return MG_CUDA_FAIL(c, r, "cuDeviceGetAttribute", "%s of CUDA device %d", name, c->ordinal);
+    }
+    *out = v;
+    return MG_OK;
 }
 
 /* The first word of `line` shaped like a driver version ("580.159.04"), or "". */
@@ -227,7 +255,7 @@ static void driver_text(const mg_cuda_driver *drv, char *buf, size_t buf_bytes) 
         snprintf(buf, buf_bytes, "CUDA %d.%d", v / 1000, (v % 1000) / 10);
 }
 
-static mg_status read_device_info(mg_cuda_context *c) {
+mg_status mg_cuda_read_device_info(mg_cuda_context *c) {
     mg_device_info *info = &c->info;
     memset(info, 0, sizeof *info);
     CUresult r = c->drv->DeviceGetName(info->name, (int)sizeof info->name, c->device);
@@ -238,16 +266,32 @@ static mg_status read_device_info(mg_cuda_context *c) {
     if (r != CUDA_SUCCESS)
         return MG_CUDA_FAIL(c, r, "cuDeviceTotalMem", "CUDA device %d", c->ordinal);
     info->total_bytes = total;
-    info->multiprocessors = device_attribute(c, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-    info->cc_major = device_attribute(c, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-    info->cc_minor = device_attribute(c, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-    info->integrated = device_attribute(c, CU_DEVICE_ATTRIBUTE_INTEGRATED) != 0;
-    info->l2_bytes = (uint64_t)device_attribute(c, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
-    info->max_shared_per_block_optin =
-        (uint32_t)device_attribute(c, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    int sms = 0, major = 0, minor = 0, integrated = 0, l2 = 0, shared_optin = 0, managed = 0,
+        map_host = 0;
+    mg_status st;
+#define ATTRIBUTE(name, required, out)                                                             \
+    if ((st = device_attribute(c, CU_DEVICE_ATTRIBUTE_##name, #name, required, out)))              \
+        return st;
+    /* Required: launch checks, planning and the device report depend on them. */
+    ATTRIBUTE(MULTIPROCESSOR_COUNT, true, &sms)
+    ATTRIBUTE(COMPUTE_CAPABILITY_MAJOR, true, &major)
+    ATTRIBUTE(COMPUTE_CAPABILITY_MINOR, true, &minor)
+    ATTRIBUTE(INTEGRATED, true, &integrated)
+    ATTRIBUTE(L2_CACHE_SIZE, true, &l2)
+    ATTRIBUTE(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, true, &shared_optin)
+    /* Optional: without an answer the capability counts as absent. */
+    ATTRIBUTE(MANAGED_MEMORY, false, &managed)
+    ATTRIBUTE(CAN_MAP_HOST_MEMORY, false, &map_host)
+#undef ATTRIBUTE
+    info->multiprocessors = sms;
+    info->cc_major = major;
+    info->cc_minor = minor;
+    info->integrated = integrated != 0;
+    info->l2_bytes = (uint64_t)l2;
+    info->max_shared_per_block_optin = (uint32_t)shared_optin;
     driver_text(c->drv, info->driver, sizeof info->driver);
-    c->managed_memory = device_attribute(c, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) != 0;
-    c->map_host_memory = device_attribute(c, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) != 0;
+    c->managed_memory = managed != 0;
+    c->map_host_memory = map_host != 0;
     return MG_OK;
 }
 
@@ -285,7 +329,7 @@ static mg_status cuda_open(int device, const mg_backend_ops **ops_out, void **ct
         st = MG_CUDA_FAIL(c, r, "cuDevicePrimaryCtxRetain", "CUDA device %d", device);
         goto fail;
     }
-    if ((st = mg_cuda_make_current(c)) || (st = read_device_info(c)))
+    if ((st = mg_cuda_make_current(c)) || (st = mg_cuda_read_device_info(c)))
         goto fail;
     r = drv->StreamCreate(&c->default_stream, CU_STREAM_NON_BLOCKING);
     if (r != CUDA_SUCCESS) {
@@ -343,20 +387,6 @@ static mg_status cuda_device_info(void *ctx, mg_device_info *out) {
     return MG_OK;
 }
 
-/* MemAvailable from /proc/meminfo in bytes; 0 when unreadable. */
-static uint64_t host_mem_available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kib * 1024;
-}
-
 static mg_status cuda_memory_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes,
                                   uint64_t *device_free_bytes) {
     mg_cuda_context *c = ctx;
@@ -370,7 +400,7 @@ static mg_status cuda_memory_info(void *ctx, uint64_t *free_bytes, uint64_t *tot
     uint64_t free_total = free_b;
     /* An integrated GPU shares host memory; the driver undercounts what it can still get. */
     if (c->info.integrated) {
-        uint64_t host = host_mem_available_bytes();
+        uint64_t host = mg_host_available_bytes();
         if (host > free_total)
             free_total = host;
     }
@@ -562,8 +592,10 @@ static mg_status cuda_host_alloc(void *ctx, size_t bytes, void **out) {
 
 static mg_status cuda_host_free(void *ctx, void *host) {
     mg_cuda_context *c = ctx;
-    if (mg_cuda_make_current(c) != MG_OK)
-        return MG_OK; /* the context is gone, and the memory with it */
+    bool gone = false;
+    mg_status st = mg_cuda_enter_to_free(c, &gone);
+    if (st || gone)
+        return st; /* gone: the context is, and the memory with it */
     CUresult r = c->drv->MemFreeHost(host);
     if (r != CUDA_SUCCESS && !mg_cuda_result_is_teardown(r) && !mg_cuda_result_is_sticky(r) &&
         !c->faulted)

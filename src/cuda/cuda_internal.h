@@ -77,8 +77,11 @@ typedef struct mg_cuda_kernel {
     CUfunction function;
     CUmodule module;       /* the module it came from */
     _Atomic bool unloaded; /* its module was unloaded: launching it is an error */
-    /* Dynamic shared memory the function may use; raised on demand past the 48 KiB default. */
+    /* Dynamic shared memory the function may use; raised on demand past the 48 KiB default.
+     * Only ever raised, under shared_limit_lock, and only after the driver attribute is set:
+     * a launch that reads a value here may rely on the function allowing that much. */
     _Atomic uint32_t shared_limit_bytes;
+    pthread_mutex_t shared_limit_lock;
     struct mg_cuda_kernel *next; /* every kernel object of the context, freed at destroy */
     char name[226];              /* "module:function" */
 } mg_cuda_kernel;
@@ -120,6 +123,15 @@ struct mg_cuda_context {
  * already is). Other libraries on the thread (the CUDA runtime, cuBLASLt) may switch
  * contexts, so the driver is asked rather than a cached value trusted. */
 mg_status mg_cuda_make_current(mg_cuda_context *c);
+
+/* The free paths start here: makes the context current, or sets *gone (returning MG_OK)
+ * when the context was torn down (driver results 4, 201, 709) or has a sticky fault, so the
+ * memory is gone with it. Any other failure is returned with its message. */
+mg_status mg_cuda_enter_to_free(mg_cuda_context *c, bool *gone);
+
+/* Fills c->info and the capability flags from the driver (at open). A required attribute
+ * the driver cannot answer fails, naming it; optional ones count as absent. */
+mg_status mg_cuda_read_device_info(mg_cuda_context *c);
 
 /* Every entry point but the free paths starts here: MG_ERR_DEVICE_FAULT after a sticky
  * fault, else the context is made current. */

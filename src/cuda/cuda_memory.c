@@ -25,12 +25,14 @@
  * Blocking copies and memsets run on the backend's default stream and wait for it, so they
  * are ordered after work issued there (e.g. a d2h of a kernel's output).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cuda_internal.h"
 #include "metrale/pinned.h"
+#include "op_cache.h"
 
 #define STAGING_ALIGN_BYTES 256
 /* A copy smaller than this is done by the calling thread alone. */
@@ -87,12 +89,14 @@ mg_status mg_cuda_alloc(void *ctx, size_t bytes, mg_alloc_kind kind, mg_devptr *
 }
 
 /* Free paths succeed after a sticky fault and during teardown: the memory is gone with the
- * context either way. */
+ * context either way. Any other failure, making the context current included, is reported. */
 mg_status mg_cuda_free(void *ctx, mg_devptr base, mg_alloc_kind kind) {
     (void)kind;
     mg_cuda_context *c = ctx;
-    if (mg_cuda_make_current(c) != MG_OK)
-        return MG_OK;
+    bool gone = false;
+    mg_status st = mg_cuda_enter_to_free(c, &gone);
+    if (st || gone)
+        return st;
     CUresult r = c->drv->MemFree((CUdeviceptr)base);
     if (r == CUDA_SUCCESS || mg_cuda_result_is_teardown(r) || mg_cuda_result_is_sticky(r) ||
         c->faulted)
@@ -337,6 +341,14 @@ static mg_status slot_mark(mg_cuda_context *c, mg_cuda_staging_slot *s, CUstream
 
 static mg_status staged_h2d(mg_cuda_context *c, CUdeviceptr dst, const char *src, size_t bytes,
                             CUstream stream) {
+    static atomic_int debug_copies = -1;
+    if (mg_diag_env_enabled("METRALE_DEBUG_COPIES", &debug_copies) &&
+        mg_gate_once("cuda.pageable_h2d_staging"))
+        fprintf(stderr,
+                "metrale: a host-to-device copy of %zu bytes from %p is staged through pinned "
+                "buffers (the source is not registered page-locked memory); mg_host_alloc or "
+                "mg_pinned_register avoids the extra host copy (reported once per process)\n",
+                bytes, (const void *)src);
     mg_cuda_staging *st = &c->staging;
     pthread_mutex_lock(&st->lock);
     mg_status status = staging_ensure(c);

@@ -155,6 +155,7 @@ void mg_cuda_modules_destroy(mg_cuda_context *c) {
     c->modules = NULL;
     for (mg_cuda_kernel *k = c->kernels, *next; k; k = next) {
         next = k->next;
+        pthread_mutex_destroy(&k->shared_limit_lock);
         free(k);
     }
     c->kernels = NULL;
@@ -293,6 +294,7 @@ mg_status mg_cuda_kernel_lookup(void *ctx, const char *module, const char *funct
     k->function = found.function;
     k->module = from->module;
     atomic_init(&k->shared_limit_bytes, DEFAULT_SHARED_LIMIT_BYTES);
+    pthread_mutex_init(&k->shared_limit_lock, NULL);
     atomic_init(&k->unloaded, false);
     snprintf(k->name, sizeof k->name, "%s:%s", module, function);
     k->next = c->kernels;
@@ -304,25 +306,34 @@ mg_status mg_cuda_kernel_lookup(void *ctx, const char *module, const char *funct
 
 /* ------------------------------------------------------------------ launch */
 
-/* Raises the function's dynamic shared memory limit when a launch needs more than it has. */
+/* Raises the function's dynamic shared memory limit when a launch needs more than it has.
+ * Concurrent launches raise it under the kernel's lock and only upward, and the stored limit
+ * follows the driver attribute: a launch that passes the fast check never sees a limit the
+ * function does not have, and a smaller concurrent raise never lowers a larger one. */
 static mg_status ensure_shared_limit(mg_cuda_context *c, mg_cuda_kernel *k, const char *name,
                                      uint32_t shared_bytes) {
-    if (shared_bytes <= atomic_load_explicit(&k->shared_limit_bytes, memory_order_relaxed))
+    if (shared_bytes <= atomic_load_explicit(&k->shared_limit_bytes, memory_order_acquire))
         return MG_OK;
     if (shared_bytes > c->info.max_shared_per_block_optin)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "launch of %s: %u bytes of dynamic shared memory requested, %s allows "
                         "at most %u per block",
                         name, shared_bytes, c->info.name, c->info.max_shared_per_block_optin);
-    CUresult r = c->drv->FuncSetAttribute(
-        k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shared_bytes);
-    if (r != CUDA_SUCCESS)
-        return MG_CUDA_FAIL(c, r, "cuFuncSetAttribute",
-                            "MAX_DYNAMIC_SHARED_SIZE_BYTES = %u for %s (its static shared "
-                            "memory counts against the %u-byte limit)",
-                            shared_bytes, name, c->info.max_shared_per_block_optin);
-    atomic_store_explicit(&k->shared_limit_bytes, shared_bytes, memory_order_relaxed);
-    return MG_OK;
+    mg_status st = MG_OK;
+    pthread_mutex_lock(&k->shared_limit_lock);
+    if (shared_bytes > atomic_load_explicit(&k->shared_limit_bytes, memory_order_relaxed)) {
+        CUresult r = c->drv->FuncSetAttribute(
+            k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shared_bytes);
+        if (r == CUDA_SUCCESS)
+            atomic_store_explicit(&k->shared_limit_bytes, shared_bytes, memory_order_release);
+        else
+            st = MG_CUDA_FAIL(c, r, "cuFuncSetAttribute",
+                              "MAX_DYNAMIC_SHARED_SIZE_BYTES = %u for %s (its static shared "
+                              "memory counts against the %u-byte limit)",
+                              shared_bytes, name, c->info.max_shared_per_block_optin);
+    }
+    pthread_mutex_unlock(&k->shared_limit_lock);
+    return st;
 }
 
 mg_status mg_cuda_launch(void *ctx, void *kernel, const char *kernel_name, void *stream,

@@ -73,7 +73,7 @@ typedef enum mg_attention_impl {
 const char *mg_attention_impl_name(mg_attention_impl impl);
 
 typedef struct mg_attention_desc {
-    uint32_t num_qo_heads;  /* Hq > 0 */
+    uint32_t num_qo_heads;  /* 0 < Hq <= 1024 */
     uint32_t num_kv_heads;  /* Hkv > 0, divides Hq */
     uint32_t head_dim;      /* CUDA: 64, 128 or 256; CPU: any multiple of 8 up to 512 */
     bool causal;            /* bottom-right aligned */
@@ -125,8 +125,8 @@ typedef struct mg_attention_plan_info {
 
 mg_status mg_attention_plan_get_info(const mg_attention_plan *p, mg_attention_plan_info *out);
 
-/* FLOPs of the planned batch as attention FLOPs are usually counted (4 * D * Hq * visible pairs; causal
- * without a window: Lq * Lk - Lq * (Lq - 1) / 2 pairs per request). */
+/* FLOPs of the planned batch as attention FLOPs are usually counted (4 * D * Hq * visible pairs;
+ * causal without a window: Lq * Lk - Lq * (Lq - 1) / 2 pairs per request). */
 double mg_attention_plan_flops(const mg_attention_plan *p);
 
 #ifdef __cplusplus

@@ -6,12 +6,16 @@
 #include <string.h>
 
 #include "backend_impl.h"
+#include "checked_math.h"
 #include "error.h"
 #include "ops_attention_impl.h"
 
 /* Beyond this, a batch is certainly a bug (and indptr arrays would be huge). */
 #define MG_ATTENTION_MAX_BATCH (1u << 20)
 #define MG_ATTENTION_MAX_HEAD_DIM 512u
+/* Far above any model (the largest use 128 query heads); it keeps a row of q or o
+ * (num_qo_heads * head_dim elements, at most 2^19) well inside the kernels' 32-bit strides. */
+#define MG_ATTENTION_MAX_HEADS 1024u
 
 const char *mg_attention_impl_name(mg_attention_impl impl) {
     switch (impl) {
@@ -53,6 +57,9 @@ static mg_status check_desc(const mg_attention_desc *d, const char *fn) {
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: head counts must be positive (num_qo_heads %u, num_kv_heads %u)", fn,
                         d->num_qo_heads, d->num_kv_heads);
+    if (d->num_qo_heads > MG_ATTENTION_MAX_HEADS)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: num_qo_heads %u exceeds the limit of %u", fn,
+                        d->num_qo_heads, MG_ATTENTION_MAX_HEADS);
     if (d->num_qo_heads % d->num_kv_heads)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: num_kv_heads %u does not divide num_qo_heads %u (GQA groups)", fn,
@@ -250,6 +257,21 @@ static mg_status check_tensor_ptr(mg_devptr ptr, uint64_t alignment, const char 
     return MG_OK;
 }
 
+/* Bytes of a contiguous [rows, heads, head_dim] tensor; MG_ERR_INVALID_ARGUMENT when the
+ * product does not fit size_t, so a huge shape can never pass the range checks as a small
+ * wrapped span. */
+static mg_status tensor_bytes(uint32_t rows, uint32_t heads, uint32_t head_dim,
+                              uint32_t element_bytes, const char *what, const char *fn,
+                              size_t *out) {
+    size_t row_elements;
+    if (mg_mul_size(heads, head_dim, &row_elements) &&
+        mg_matrix_span_bytes(rows, row_elements, row_elements, element_bytes, out))
+        return MG_OK;
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                    "%s: %s of %u rows x %u heads x %u x %u bytes overflows the address space", fn,
+                    what, rows, heads, head_dim, element_bytes);
+}
+
 mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
     const char *fn = "mg_attention_run";
     if (!p)
@@ -284,16 +306,18 @@ mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, 
                         fn, qo_total, kv_total, t->qo_rows, t->kv_rows);
     }
     /* Every tensor must fit its buffer: nothing is read or written out of bounds. */
-    const size_t qo_bytes = (size_t)t->qo_rows * d->num_qo_heads * d->head_dim * 2;
-    const size_t kv_bytes = (size_t)t->kv_rows * d->num_kv_heads * d->head_dim * 2;
+    size_t qo_bytes, kv_bytes, lse_bytes;
+    if ((st = tensor_bytes(t->qo_rows, d->num_qo_heads, d->head_dim, 2, "q/o", fn, &qo_bytes)) ||
+        (st = tensor_bytes(t->kv_rows, d->num_kv_heads, d->head_dim, 2, "k/v", fn, &kv_bytes)) ||
+        (st = tensor_bytes(t->qo_rows, d->num_qo_heads, 1, 4, "lse", fn, &lse_bytes)))
+        return st;
     mg_backend *b = p->backend;
     if ((st = mg_backend_check_device_range(b, t->q, qo_bytes, fn, "q")) ||
         (st = mg_backend_check_device_range(b, t->k, kv_bytes, fn, "k")) ||
         (st = mg_backend_check_device_range(b, t->v, kv_bytes, fn, "v")) ||
         (st = mg_backend_check_device_range(b, t->o, qo_bytes, fn, "o")))
         return st;
-    if (t->lse && (st = mg_backend_check_device_range(
-                       b, t->lse, (size_t)t->qo_rows * d->num_qo_heads * 4, fn, "lse")))
+    if (t->lse && (st = mg_backend_check_device_range(b, t->lse, lse_bytes, fn, "lse")))
         return st;
     if ((st = check_stream(p->backend, s, fn)))
         return st;

@@ -551,6 +551,50 @@ static void test_size_overflow(mg_backend *be) {
     mg_free(be, o);
 }
 
+/* An eager plan is never captured (a later update may free the workspaces a graph would
+ * keep); refused before anything is recorded, it still runs once the capture is over. */
+static void test_eager_capture_refused(mg_backend *be) {
+    batch b;
+    make_batch(&b, 3, 4, 2, 64, true, -1, 20);
+    tensors t;
+    CHECK_OK(upload(be, &b, 2, &t));
+    mg_attention_desc desc = desc_of(&b);
+    mg_attention_plan *p = NULL;
+    mg_stream *s = NULL;
+    mg_graph *g = NULL;
+    CHECK_OK(mg_stream_create(be, &s));
+    CHECK_OK(mg_attention_plan_create(be, &desc, b.qo_indptr, b.kv_indptr, 3, s, &p));
+    mg_attention_tensors at = {.q = t.q,
+                               .k = t.k,
+                               .v = t.v,
+                               .o = t.o,
+                               .lse = t.lse,
+                               .qo_rows = b.qo_rows,
+                               .kv_rows = b.kv_rows};
+    CHECK_OK(mg_graph_begin_capture(s));
+    CHECK_STATUS(mg_attention_run(p, &at, s), MG_ERR_CAPTURING);
+    CHECK_MESSAGE("an eager plan");
+    CHECK_OK(mg_graph_end_capture(s, &g));
+    /* The graph recorded nothing: replaying it leaves the output poisoned. */
+    CHECK_OK(mg_graph_launch(g, s));
+    CHECK_OK(mg_stream_synchronize(s));
+    uint16_t *o = malloc(2 * (t.o_elems + 1));
+    CHECK_OK(mg_copy_d2h(be, o, t.o, 2 * t.o_elems));
+    size_t written = 0;
+    for (size_t i = 0; i < t.o_elems; i++)
+        written += o[i] != POISON_BF16;
+    CHECK(written == 0);
+    free(o);
+    CHECK_OK(mg_attention_run(p, &at, s));
+    CHECK_OK(mg_stream_synchronize(s));
+    compare_with_f64(be, &b, &t, 2, "eager run after a refused capture");
+    mg_graph_destroy(g);
+    mg_attention_plan_destroy(p);
+    mg_stream_destroy(s);
+    free_tensors(be, &t);
+    free_batch(&b);
+}
+
 int main(void) {
     test_seed();
     mg_backend *be = NULL, *other = NULL;
@@ -562,6 +606,7 @@ int main(void) {
     test_graph_replay(be);
     test_validation(be, other);
     test_size_overflow(be);
+    test_eager_capture_refused(be);
     uint64_t live_bytes = 0, live_count = 0;
     CHECK_OK(mg_ledger_live(be, &live_bytes, &live_count));
     CHECK(live_count == 0);

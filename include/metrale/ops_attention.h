@@ -107,7 +107,8 @@ mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indpt
                                    const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s);
 
 /* Launches the planned attention on `s` (NULL: default stream of the plan's backend).
- * Asynchronous; capturable for fixed-grid plans. */
+ * Asynchronous; capturable for fixed-grid plans only: an eager plan on a capturing stream
+ * returns MG_ERR_CAPTURING (a later update may free the workspaces a graph would keep). */
 mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s);
 
 /* Waits only for the plan's own uploads; the caller must make sure no run of `p` is still

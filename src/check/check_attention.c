@@ -438,6 +438,72 @@ static void check_graph_replay_hd256(mg_check_ctx *ctx, mg_check_result *result)
     graph_case(ctx, result, MG_ATTENTION_IMPL_AUTO, "graph_replay_hd256", 256);
 }
 
+/* An eager plan is never captured: its run on a capturing stream returns MG_ERR_CAPTURING and
+ * records nothing (replaying the graph leaves the output poisoned), and the plan still runs
+ * correctly once the capture is over. */
+static void check_eager_capture_refused(mg_check_ctx *ctx, mg_check_result *result) {
+    uint64_t r = mg_check_rng_seed(ctx, "eager_capture_refused");
+    const attn_case c = {"eager_capture_refused", 4,     16, 4, 300, true, -1,
+                         MG_ATTENTION_IMPL_AUTO,  false, 128};
+    attn_batch b = {0};
+    attn_buffers got = {0}, want = {0};
+    mg_attention_plan *p = NULL;
+    mg_stream *s = NULL;
+    mg_graph *g = NULL;
+    char why[400];
+    if (!ctx->reference)
+        FAIL("no CPU reference backend");
+    if (!make_batch(ctx, &r, &c, &b))
+        FAIL("out of host memory");
+    OK(alloc_buffers(ctx->backend, &b, b.qo_rows, b.kv_rows, &got));
+    OK(alloc_buffers(ctx->reference, &b, b.qo_rows, b.kv_rows, &want));
+    OK(upload_inputs(&b, &got));
+    OK(upload_inputs(&b, &want));
+    OK(mg_stream_create(ctx->backend, &s));
+    mg_status st = mg_attention_plan_create(ctx->backend, &b.desc, b.qo_indptr, b.kv_indptr,
+                                            b.batch_size, s, &p);
+    if (st == MG_ERR_UNAVAILABLE) {
+        result->skipped = true;
+        snprintf(result->detail, sizeof result->detail, "%s", mg_last_error());
+        goto done;
+    }
+    OK(st);
+    mg_attention_tensors at = tensors_of(&got, b.qo_rows, b.kv_rows);
+    OK(mg_graph_begin_capture(s));
+    st = mg_attention_run(p, &at, s);
+    char message[512];
+    snprintf(message, sizeof message, "%s", mg_last_error());
+    mg_status ended = mg_graph_end_capture(s, &g);
+    if (st != MG_ERR_CAPTURING || !strstr(message, "eager plan"))
+        FAIL("eager run while capturing: %s \"%s\", expected MG_ERR_CAPTURING naming the eager "
+             "plan",
+             mg_status_name(st), message);
+    OK(ended);
+    OK(mg_graph_launch(g, s));
+    OK(mg_stream_synchronize(s));
+    double unused;
+    attn_buffers none = {.backend = ctx->backend};
+    if (!compare_outputs(&got, &none, 0, b.desc.num_qo_heads, b.desc.head_dim, &unused, why,
+                         sizeof why))
+        FAIL("the graph of a refused capture wrote output: %s", why);
+    OK(mg_attention_run(p, &at, s));
+    OK(mg_stream_synchronize(s));
+    OK(run_eager(&b, &want, NULL));
+    if (!compare_outputs(&got, &want, b.qo_rows, b.desc.num_qo_heads, b.desc.head_dim,
+                         &result->error, why, sizeof why))
+        FAIL("eager run after the refused capture: %s", why);
+    result->passed = true;
+    snprintf(result->detail, sizeof result->detail,
+             "capture refused, empty graph, then %u q rows computed", b.qo_rows);
+done:
+    mg_graph_destroy(g);
+    mg_attention_plan_destroy(p);
+    mg_stream_destroy(s);
+    free_buffers(&got);
+    free_buffers(&want);
+    free_batch(&b);
+}
+
 /* ------------------------------------------------------------------ validation on this backend */
 
 /* Every validation error is rejected before anything runs: status, message, untouched output. */
@@ -602,6 +668,7 @@ const mg_check_case mg_checks_attention[] = {
     {"attention", "graph_replay", check_graph_replay},
     {"attention", "graph_replay_fa2", check_graph_replay_fa2},
     {"attention", "graph_replay_hd256", check_graph_replay_hd256},
+    {"attention", "eager_capture_refused", check_eager_capture_refused},
     {"attention", "validation", check_validation},
     {NULL, NULL, NULL},
 };

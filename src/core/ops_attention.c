@@ -321,6 +321,14 @@ mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, 
         return st;
     if ((st = check_stream(p->backend, s, fn)))
         return st;
+    /* An eager plan's workspaces are replaced when a later update needs more (the old ones
+     * are freed), so no graph may keep its launch: only fixed-grid plans are capturable. */
+    if (!d->graph_qo_rows &&
+        (st = mg_stream_check_not_capturing(
+             p->backend, s,
+             "mg_attention_run: an eager plan (capture needs a fixed-grid plan: set "
+             "graph_qo_rows / graph_kv_rows)")))
+        return st;
     return p->ops->run(p, t, s);
 }
 

@@ -595,6 +595,43 @@ static void test_eager_capture_refused(mg_backend *be) {
     free_batch(&b);
 }
 
+/* A plan outliving its backend: mg_backend_close freed the backend (and the plan's device
+ * memory), so update and run refuse without touching it, and destroy frees host memory only.
+ * Under AddressSanitizer any access to the closed backend is a reported use after free. */
+static void test_plan_outlives_backend(void) {
+    mg_backend *be = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 1, &be));
+    if (!be)
+        return;
+    batch b;
+    make_batch(&b, 2, 2, 1, 64, true, -1, 9);
+    tensors t;
+    CHECK_OK(upload(be, &b, 0, &t));
+    mg_attention_desc desc = desc_of(&b);
+    mg_attention_plan *p = NULL;
+    CHECK_OK(mg_attention_plan_create(be, &desc, b.qo_indptr, b.kv_indptr, 2, NULL, &p));
+    mg_attention_tensors at = {.q = t.q,
+                               .k = t.k,
+                               .v = t.v,
+                               .o = t.o,
+                               .lse = t.lse,
+                               .qo_rows = b.qo_rows,
+                               .kv_rows = b.kv_rows};
+    CHECK_OK(mg_attention_run(p, &at, NULL));
+    CHECK_OK(mg_backend_close(be)); /* frees the tensors and the plan's indptr buffer too */
+    CHECK_STATUS(mg_attention_plan_update(p, b.qo_indptr, b.kv_indptr, 2, NULL),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("backend");
+    CHECK_MESSAGE("was closed");
+    CHECK_STATUS(mg_attention_run(p, &at, NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("was closed");
+    mg_attention_plan_info info;
+    CHECK_OK(mg_attention_plan_get_info(p, &info));
+    CHECK(info.batch_size == 2);
+    CHECK_OK(mg_attention_plan_destroy(p));
+    free_batch(&b);
+}
+
 int main(void) {
     test_seed();
     mg_backend *be = NULL, *other = NULL;
@@ -611,6 +648,7 @@ int main(void) {
     CHECK_OK(mg_ledger_live(be, &live_bytes, &live_count));
     CHECK(live_count == 0);
     mg_backend_close(other);
+    test_plan_outlives_backend(); /* opens device 1 again, now that `other` is closed */
     mg_backend_close(be);
     return test_finish();
 }

@@ -138,6 +138,23 @@ static mg_status check_batch(const mg_attention_desc *d, const int32_t *qo_indpt
     return MG_OK;
 }
 
+/* After mg_backend_close the plan's backend pointer dangles: it is only used once the handle
+ * registry (mg_backend_context) confirms the backend still exists, and still has the context
+ * the plan was created on. */
+static bool backend_live(const mg_attention_plan *p) {
+    void *ctx = mg_backend_context(p->backend);
+    return ctx && ctx == p->backend_ctx;
+}
+
+static mg_status check_backend_live(const mg_attention_plan *p, const char *fn) {
+    if (backend_live(p))
+        return MG_OK;
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                    "%s: the plan's backend %p was closed; only mg_attention_plan_destroy is "
+                    "allowed on this plan",
+                    fn, (void *)p->backend);
+}
+
 static mg_status check_stream(mg_backend *b, mg_stream *s, const char *fn) {
     if (s && mg_stream_backend(s) != b)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
@@ -214,6 +231,7 @@ mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
     if (!p)
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     p->backend = b;
+    p->backend_ctx = mg_backend_context(b);
     p->ops = ops;
     p->desc = *desc;
     st = plan_batch(p, qo_indptr, kv_indptr, batch_size, s, fn);
@@ -230,7 +248,9 @@ mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indpt
     const char *fn = "mg_attention_plan_update";
     if (!p)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
-    mg_status st = mg_backend_check_fault(p->backend);
+    mg_status st = check_backend_live(p, fn);
+    if (!st)
+        st = mg_backend_check_fault(p->backend);
     if (!st)
         st = check_batch(&p->desc, qo_indptr, kv_indptr, batch_size, fn);
     if (!st && p->desc.graph_qo_rows && batch_size != p->batch_size)
@@ -278,7 +298,9 @@ mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, 
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
     if (!t)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL tensors", fn);
-    mg_status st = mg_backend_check_fault(p->backend);
+    mg_status st = check_backend_live(p, fn);
+    if (!st)
+        st = mg_backend_check_fault(p->backend);
     if (st)
         return st;
     if (!p->usable)
@@ -336,7 +358,7 @@ mg_status mg_attention_plan_destroy(mg_attention_plan *p) {
     if (!p)
         return MG_OK;
     if (p->ops)
-        p->ops->release(p);
+        p->ops->release(p, backend_live(p));
     free(p->qo_indptr);
     free(p->kv_indptr);
     free(p);

@@ -332,12 +332,14 @@ static mg_status cpu_run(mg_attention_plan *p, const mg_attention_tensors *t, mg
     return mg_launch_run(p->backend, c->kernel, s, &l);
 }
 
-static void cpu_release(mg_attention_plan *p) {
+static void cpu_release(mg_attention_plan *p, bool backend_live) {
     cpu_attention_plan *c = p->impl;
     if (!c)
         return;
-    mg_free(p->backend, c->indptrs);
-    mg_kernel_release(c->kernel);
+    if (backend_live) {
+        mg_free(p->backend, c->indptrs);
+        mg_kernel_release(c->kernel);
+    }
     free(c);
     p->impl = NULL;
 }

@@ -235,18 +235,20 @@ static mg_status cuda_run(mg_attention_plan *p, const mg_attention_tensors *t, m
     return MG_OK;
 }
 
-static void cuda_release(mg_attention_plan *p) {
+static void cuda_release(mg_attention_plan *p, bool backend_live) {
     cuda_attention_plan *c = p->impl;
     if (!c)
         return;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; backend_live && i < 2; i++) {
         if (c->mirror_in_flight[i])
             mg_event_synchronize(c->mirror_copied[i]);
         mg_event_destroy(c->mirror_copied[i]);
         mg_host_free(p->backend, c->mirror[i]);
     }
-    mg_free(p->backend, c->float_workspace);
-    mg_free(p->backend, c->int_workspace);
+    if (backend_live) {
+        mg_free(p->backend, c->float_workspace);
+        mg_free(p->backend, c->int_workspace);
+    }
     free(c);
     p->impl = NULL;
 }

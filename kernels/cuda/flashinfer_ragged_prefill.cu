@@ -43,9 +43,12 @@ mg_status fail(mg_fi_error *err, mg_status st, int32_t cuda_error, const char *f
     return st;
 }
 
+// Running out of device memory is a resource limit the caller may act on (free something,
+// retry smaller), not a broken device.
 mg_status cuda_fail(mg_fi_error *err, cudaError_t e, const char *call) {
-    return fail(err, MG_ERR_DEVICE, (int32_t)e, "%s: %s (%d): %s", call, cudaGetErrorName(e),
-                (int)e, cudaGetErrorString(e));
+    const mg_status st = e == cudaErrorMemoryAllocation ? MG_ERR_OUT_OF_MEMORY : MG_ERR_DEVICE;
+    return fail(err, st, (int32_t)e, "%s: %s (%d): %s", call, cudaGetErrorName(e), (int)e,
+                cudaGetErrorString(e));
 }
 
 // Runs `body` with every C++ exception turned into a status: FlashInfer reports invalid

@@ -37,8 +37,10 @@ static inline int mg_fi_head_dim_built(uint32_t head_dim) {
     return head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
-/* What went wrong in a failed call: the message, and the CUDA runtime error code when a CUDA
- * call failed (0 otherwise), so the caller can record sticky device faults. */
+/* What went wrong in a failed call: the message (naming the CUDA error and its number), and
+ * the CUDA runtime error code when a CUDA call failed (0 otherwise), so the caller can record
+ * sticky device faults. A failed CUDA call returns MG_ERR_OUT_OF_MEMORY for
+ * cudaErrorMemoryAllocation, MG_ERR_DEVICE for anything else. */
 typedef struct mg_fi_error {
     int32_t cuda_error;
     char message[MG_FI_MESSAGE_BYTES];

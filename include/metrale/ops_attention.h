@@ -100,9 +100,12 @@ mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
                                    uint32_t batch_size, mg_stream *s, mg_attention_plan **out);
 
 /* Re-plans for a new batch on stream `s`, growing the workspaces when needed (which waits for
- * `s`). Fixed-grid plans keep their batch_size, launch layout and workspaces, so a captured run
- * replays the new batch. On failure the plan keeps its previous batch, except after a device
- * error, which leaves it unusable until an update succeeds. */
+ * `s`; refused with MG_ERR_CAPTURING while any stream of the backend captures). Fixed-grid
+ * plans keep their batch_size, launch layout and workspaces, so a captured run replays the new
+ * batch; a batch that would need another layout or more workspace returns
+ * MG_ERR_INVALID_ARGUMENT before anything is uploaded. On failure the plan keeps its previous
+ * batch, except when a device error interrupted the upload of the new schedule, which leaves
+ * it unusable until an update succeeds. */
 mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indptr,
                                    const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s);
 

@@ -3,7 +3,8 @@
  * up to a few thousand; kv longer than qo; causal or not; GQA groups 1, 4, 8; causal sliding
  * windows; head_dim 128, and 64 and 256 through every path built for them),
  * outputs poisoned first, both FlashInfer paths where the device has them, graph capture then
- * replay after a re-plan with new data, and the validation errors on this backend.
+ * replay after a re-plan with new data (and after a refused re-plan), eager plans refused while
+ * capturing, and the validation errors on this backend.
  *
  * Error bounds: the reference computes in FP32 from the same BF16 inputs and rounds once; a
  * GPU kernel also rounds the softmax weights to BF16 before P.V. Both roundings are 2^-9
@@ -415,8 +416,45 @@ static void graph_case(mg_check_ctx *ctx, mg_check_result *result, mg_attention_
     if (!compare_outputs(&got, &want, second.qo_rows, second.desc.num_qo_heads,
                          second.desc.head_dim, &result->error, why, sizeof why))
         FAIL("replay after re-plan: %s", why);
+    /* A batch the grid cannot serve (one more query row than the capacity) is refused with
+     * nothing uploaded: the plan keeps the second batch, and a replay still computes it. */
+    mg_attention_plan_info before, after;
+    OK(mg_attention_plan_get_info(p, &before));
+    int32_t *over = malloc(sizeof(int32_t) * (second.batch_size + 1));
+    if (!over)
+        FAIL("out of host memory");
+    memcpy(over, second.qo_indptr, sizeof(int32_t) * (second.batch_size + 1));
+    over[second.batch_size] = (int32_t)cap_q + 1;
+    int32_t *over_kv = malloc(sizeof(int32_t) * (second.batch_size + 1));
+    if (!over_kv) {
+        free(over);
+        FAIL("out of host memory");
+    }
+    memcpy(over_kv, second.kv_indptr, sizeof(int32_t) * (second.batch_size + 1));
+    /* The last request gains as many keys as queries, so the causal rule still holds. */
+    over_kv[second.batch_size] += over[second.batch_size] - second.qo_indptr[second.batch_size];
+    st = mg_attention_plan_update(p, over, over_kv, second.batch_size, s);
+    free(over);
+    free(over_kv);
+    if (st != MG_ERR_INVALID_ARGUMENT || !strstr(mg_last_error(), "capacities"))
+        FAIL("update beyond the capacities: %s \"%s\", expected MG_ERR_INVALID_ARGUMENT naming "
+             "the capacities",
+             mg_status_name(st), mg_last_error());
+    OK(mg_attention_plan_get_info(p, &after));
+    if (after.qo_total != before.qo_total || after.kv_total != before.kv_total ||
+        after.workspace_bytes != before.workspace_bytes || after.impl != before.impl)
+        FAIL("a rejected update changed the plan (q rows %u -> %u, workspace %llu -> %llu)",
+             before.qo_total, after.qo_total, (unsigned long long)before.workspace_bytes,
+             (unsigned long long)after.workspace_bytes);
+    OK(poison_outputs(&got));
+    OK(mg_graph_launch(g, s));
+    OK(mg_stream_synchronize(s));
+    if (!compare_outputs(&got, &want, second.qo_rows, second.desc.num_qo_heads,
+                         second.desc.head_dim, &result->error, why, sizeof why))
+        FAIL("replay after a rejected update: %s", why);
     result->passed = true;
-    snprintf(result->detail, sizeof result->detail, "replayed batch of %u q rows in a %u-row grid",
+    snprintf(result->detail, sizeof result->detail,
+             "replayed batch of %u q rows in a %u-row grid; a rejected update kept it",
              second.qo_rows, cap_q);
 done:
     mg_graph_destroy(g);

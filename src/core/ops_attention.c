@@ -186,14 +186,8 @@ static mg_status plan_batch(mg_attention_plan *p, const int32_t *qo_indptr,
         p->indptr_capacity = batch_size + 1;
     }
     mg_status st = p->ops->plan(p, qo_indptr, kv_indptr, batch_size, s);
-    if (st) {
-        /* Bad input and missing memory leave the previous plan in place; anything else may
-         * have half-written the device schedule. */
-        if (st != MG_ERR_INVALID_ARGUMENT && st != MG_ERR_UNSUPPORTED &&
-            st != MG_ERR_OUT_OF_MEMORY && st != MG_ERR_CAPTURING)
-            p->usable = false;
-        return st;
-    }
+    if (st)
+        return st; /* the backend cleared p->usable if the device schedule may be half-written */
     memcpy(p->qo_indptr, qo_indptr, sizeof(int32_t) * (batch_size + 1));
     memcpy(p->kv_indptr, kv_indptr, sizeof(int32_t) * (batch_size + 1));
     p->batch_size = batch_size;

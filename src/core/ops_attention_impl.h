@@ -22,14 +22,17 @@ struct mg_attention_plan {
     uint32_t batch_size;
     int32_t *qo_indptr, *kv_indptr;
     uint32_t indptr_capacity; /* entries allocated in each array */
-    bool usable;              /* false after a device error during planning */
+    bool usable;              /* false once a failed plan may have half-written the device
+                               * schedule; true again after the next successful plan */
     void *impl;               /* the backend's state */
 };
 
 struct mg_attention_backend_ops {
     /* Plans `qo_indptr` / `kv_indptr` (validated; batch_size + 1 entries) for `p`, whose
      * batch fields still describe the previous plan (batch_size 0 before the first). On
-     * failure the backend keeps its previous state where it can. */
+     * failure the backend keeps its previous state where it can; where a copy into the device
+     * schedule the runs read may have started, it sets p->usable = false (whatever the
+     * status), so runs are refused until a plan succeeds. */
     mg_status (*plan)(mg_attention_plan *p, const int32_t *qo_indptr, const int32_t *kv_indptr,
                       uint32_t batch_size, mg_stream *s);
     mg_status (*run)(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s);

@@ -292,8 +292,12 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
     }
     const size_t entries = (size_t)batch_size + 1;
     if (entries > c->indptrs_capacity) {
+        /* Owned by the plan (mg_ledger_sweep leaves it alone). CPU streams run work when it is
+         * enqueued, so nothing queued still reads the old buffer; and eager plans are never
+         * captured, so no graph does either (fixed-grid plans never grow). */
         mg_devptr grown;
-        mg_status st = mg_alloc(p->backend, 2 * sizeof(int32_t) * entries, &grown);
+        mg_status st = mg_alloc_owned_at(p->backend, 2 * sizeof(int32_t) * entries, MG_ALLOC_DEVICE,
+                                         &grown, __FILE__, __LINE__);
         if (st)
             return st;
         mg_free(p->backend, c->indptrs);
@@ -302,9 +306,9 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
     }
     mg_status st =
         mg_copy_h2d_async(p->backend, c->indptrs, qo_indptr, sizeof(int32_t) * entries, s);
-    if (!st)
-        st = mg_copy_h2d_async(p->backend, c->indptrs + sizeof(int32_t) * entries, kv_indptr,
-                               sizeof(int32_t) * entries, s);
+    if (!st && (st = mg_copy_h2d_async(p->backend, c->indptrs + sizeof(int32_t) * entries,
+                                       kv_indptr, sizeof(int32_t) * entries, s)))
+        p->usable = false; /* the new qo_indptr landed next to the old kv_indptr */
     return st;
 }
 

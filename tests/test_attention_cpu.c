@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "metrale/dtype.h"
+#include "metrale/launch.h"
 #include "metrale/ops_attention.h"
 #include "test_util.h"
 
@@ -469,6 +470,168 @@ static void test_validation(mg_backend *be, mg_backend *other) {
     free_batch(&b);
 }
 
+/* Huge shapes are errors, never wrapped spans: through the plan API (head count bound, rows
+ * far beyond the buffers) and through the public kernel itself, whose arguments anyone can
+ * pass. The poisoned output must stay untouched. */
+static void test_size_overflow(mg_backend *be) {
+    const int32_t small_qo[2] = {0, 1}, small_kv[2] = {0, 1};
+    mg_attention_desc desc = {.num_qo_heads = 0x80000000u,
+                              .num_kv_heads = 1,
+                              .head_dim = 512,
+                              .window_left = -1,
+                              .sm_scale = 0.04f};
+    mg_attention_plan *p = NULL;
+    CHECK_STATUS(mg_attention_plan_create(be, &desc, small_qo, small_kv, 1, NULL, &p),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("num_qo_heads 2147483648 exceeds the limit of 1024");
+    CHECK(p == NULL);
+    desc.num_qo_heads = 1025;
+    CHECK_STATUS(mg_attention_plan_create(be, &desc, small_qo, small_kv, 1, NULL, &p),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("num_qo_heads 1025");
+
+    /* The largest heads allowed and INT32_MAX rows: planned (nothing is allocated for rows),
+     * but a run on small buffers is refused by the range checks. */
+    desc.num_qo_heads = 1024, desc.num_kv_heads = 1024;
+    const int32_t huge[2] = {0, INT32_MAX};
+    mg_devptr buf = 0, o = 0;
+    CHECK_OK(mg_alloc(be, 4096, &buf));
+    CHECK_OK(mg_alloc(be, 4096, &o));
+    uint16_t poison[2048];
+    for (size_t i = 0; i < 2048; i++)
+        poison[i] = POISON_BF16;
+    CHECK_OK(mg_copy_h2d(be, o, poison, sizeof poison));
+    CHECK_OK(mg_attention_plan_create(be, &desc, huge, huge, 1, NULL, &p));
+    mg_attention_tensors at = {
+        .q = buf, .k = buf, .v = buf, .o = o, .qo_rows = INT32_MAX, .kv_rows = INT32_MAX};
+    CHECK_STATUS(mg_attention_run(p, &at, NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("q range");
+
+    /* The kernel launched directly (registered by the plan above) with sizes whose byte spans
+     * wrap 64 bits: 2^16 rows x 2^24 heads x 2^24 x 2 bytes = 2^65. */
+    mg_kernel *kernel = NULL;
+    mg_devptr indptrs = 0;
+    const int32_t one[4] = {0, 1, 0, 1};
+    CHECK_OK(mg_kernel_lookup(be, "metrale_ops", "attention_ragged_prefill", &kernel));
+    CHECK_OK(mg_alloc(be, sizeof one, &indptrs));
+    CHECK_OK(mg_copy_h2d(be, indptrs, one, sizeof one));
+    const struct {
+        uint32_t rows, heads, head_dim;
+    } wraps[] = {{1u << 16, 1u << 24, 1u << 24}, {0xffffffffu, 0x80000000u, 0x80000000u}};
+    for (size_t i = 0; kernel && i < sizeof wraps / sizeof wraps[0]; i++) {
+        mg_launch l;
+        mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
+        mg_launch_arg_ptr(&l, buf);
+        mg_launch_arg_ptr(&l, buf);
+        mg_launch_arg_ptr(&l, buf);
+        mg_launch_arg_ptr(&l, o);
+        mg_launch_arg_ptr(&l, 0);
+        mg_launch_arg_ptr(&l, indptrs);
+        mg_launch_arg_u32(&l, 1);                 /* batch */
+        mg_launch_arg_u32(&l, wraps[i].heads);    /* qo heads */
+        mg_launch_arg_u32(&l, wraps[i].heads);    /* kv heads */
+        mg_launch_arg_u32(&l, wraps[i].head_dim); /* head_dim */
+        mg_launch_arg_u32(&l, 0);
+        mg_launch_arg_i32(&l, -1);
+        mg_launch_arg_f32(&l, 1.0f);
+        mg_launch_arg_u32(&l, wraps[i].rows);
+        mg_launch_arg_u32(&l, wraps[i].rows);
+        mg_launch_arg_u32(&l, 0);
+        CHECK_STATUS(mg_launch_run(be, kernel, NULL, &l), MG_ERR_INVALID_ARGUMENT);
+        CHECK_MESSAGE("overflows the address space");
+    }
+    uint16_t after[2048];
+    CHECK_OK(mg_copy_d2h(be, after, o, sizeof after));
+    CHECK(memcmp(after, poison, sizeof after) == 0);
+    if (kernel)
+        mg_kernel_release(kernel);
+    mg_attention_plan_destroy(p);
+    mg_free(be, indptrs);
+    mg_free(be, buf);
+    mg_free(be, o);
+}
+
+/* An eager plan is never captured (a later update may free the workspaces a graph would
+ * keep); refused before anything is recorded, it still runs once the capture is over. */
+static void test_eager_capture_refused(mg_backend *be) {
+    batch b;
+    make_batch(&b, 3, 4, 2, 64, true, -1, 20);
+    tensors t;
+    CHECK_OK(upload(be, &b, 2, &t));
+    mg_attention_desc desc = desc_of(&b);
+    mg_attention_plan *p = NULL;
+    mg_stream *s = NULL;
+    mg_graph *g = NULL;
+    CHECK_OK(mg_stream_create(be, &s));
+    CHECK_OK(mg_attention_plan_create(be, &desc, b.qo_indptr, b.kv_indptr, 3, s, &p));
+    mg_attention_tensors at = {.q = t.q,
+                               .k = t.k,
+                               .v = t.v,
+                               .o = t.o,
+                               .lse = t.lse,
+                               .qo_rows = b.qo_rows,
+                               .kv_rows = b.kv_rows};
+    CHECK_OK(mg_graph_begin_capture(s));
+    CHECK_STATUS(mg_attention_run(p, &at, s), MG_ERR_CAPTURING);
+    CHECK_MESSAGE("an eager plan");
+    CHECK_OK(mg_graph_end_capture(s, &g));
+    /* The graph recorded nothing: replaying it leaves the output poisoned. */
+    CHECK_OK(mg_graph_launch(g, s));
+    CHECK_OK(mg_stream_synchronize(s));
+    uint16_t *o = malloc(2 * (t.o_elems + 1));
+    CHECK_OK(mg_copy_d2h(be, o, t.o, 2 * t.o_elems));
+    size_t written = 0;
+    for (size_t i = 0; i < t.o_elems; i++)
+        written += o[i] != POISON_BF16;
+    CHECK(written == 0);
+    free(o);
+    CHECK_OK(mg_attention_run(p, &at, s));
+    CHECK_OK(mg_stream_synchronize(s));
+    compare_with_f64(be, &b, &t, 2, "eager run after a refused capture");
+    mg_graph_destroy(g);
+    mg_attention_plan_destroy(p);
+    mg_stream_destroy(s);
+    free_tensors(be, &t);
+    free_batch(&b);
+}
+
+/* A plan outliving its backend: mg_backend_close freed the backend (and the plan's device
+ * memory), so update and run refuse without touching it, and destroy frees host memory only.
+ * Under AddressSanitizer any access to the closed backend is a reported use after free. */
+static void test_plan_outlives_backend(void) {
+    mg_backend *be = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 1, &be));
+    if (!be)
+        return;
+    batch b;
+    make_batch(&b, 2, 2, 1, 64, true, -1, 9);
+    tensors t;
+    CHECK_OK(upload(be, &b, 0, &t));
+    mg_attention_desc desc = desc_of(&b);
+    mg_attention_plan *p = NULL;
+    CHECK_OK(mg_attention_plan_create(be, &desc, b.qo_indptr, b.kv_indptr, 2, NULL, &p));
+    mg_attention_tensors at = {.q = t.q,
+                               .k = t.k,
+                               .v = t.v,
+                               .o = t.o,
+                               .lse = t.lse,
+                               .qo_rows = b.qo_rows,
+                               .kv_rows = b.kv_rows};
+    CHECK_OK(mg_attention_run(p, &at, NULL));
+    CHECK_OK(mg_backend_close(be)); /* frees the tensors and the plan's indptr buffer too */
+    CHECK_STATUS(mg_attention_plan_update(p, b.qo_indptr, b.kv_indptr, 2, NULL),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("backend");
+    CHECK_MESSAGE("was closed");
+    CHECK_STATUS(mg_attention_run(p, &at, NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("was closed");
+    mg_attention_plan_info info;
+    CHECK_OK(mg_attention_plan_get_info(p, &info));
+    CHECK(info.batch_size == 2);
+    CHECK_OK(mg_attention_plan_destroy(p));
+    free_batch(&b);
+}
+
 int main(void) {
     test_seed();
     mg_backend *be = NULL, *other = NULL;
@@ -479,10 +642,13 @@ int main(void) {
     test_against_f64(be);
     test_graph_replay(be);
     test_validation(be, other);
+    test_size_overflow(be);
+    test_eager_capture_refused(be);
     uint64_t live_bytes = 0, live_count = 0;
     CHECK_OK(mg_ledger_live(be, &live_bytes, &live_count));
     CHECK(live_count == 0);
     mg_backend_close(other);
+    test_plan_outlives_backend(); /* opens device 1 again, now that `other` is closed */
     mg_backend_close(be);
     return test_finish();
 }

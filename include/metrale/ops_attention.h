@@ -73,7 +73,7 @@ typedef enum mg_attention_impl {
 const char *mg_attention_impl_name(mg_attention_impl impl);
 
 typedef struct mg_attention_desc {
-    uint32_t num_qo_heads;  /* Hq > 0 */
+    uint32_t num_qo_heads;  /* 0 < Hq <= 1024 */
     uint32_t num_kv_heads;  /* Hkv > 0, divides Hq */
     uint32_t head_dim;      /* CUDA: 64, 128 or 256; CPU: any multiple of 8 up to 512 */
     bool causal;            /* bottom-right aligned */
@@ -100,19 +100,26 @@ mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
                                    uint32_t batch_size, mg_stream *s, mg_attention_plan **out);
 
 /* Re-plans for a new batch on stream `s`, growing the workspaces when needed (which waits for
- * `s`). Fixed-grid plans keep their batch_size, launch layout and workspaces, so a captured run
- * replays the new batch. On failure the plan keeps its previous batch, except after a device
- * error, which leaves it unusable until an update succeeds. */
+ * `s`; refused with MG_ERR_CAPTURING while any stream of the backend captures). Fixed-grid
+ * plans keep their batch_size, launch layout and workspaces, so a captured run replays the new
+ * batch; a batch that would need another layout or more workspace returns
+ * MG_ERR_INVALID_ARGUMENT before anything is uploaded. On failure the plan keeps its previous
+ * batch, except when a device error interrupted the upload of the new schedule, which leaves
+ * it unusable until an update succeeds. */
 mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indptr,
                                    const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s);
 
 /* Launches the planned attention on `s` (NULL: default stream of the plan's backend).
- * Asynchronous; capturable for fixed-grid plans. */
+ * Asynchronous; capturable for fixed-grid plans only: an eager plan on a capturing stream
+ * returns MG_ERR_CAPTURING (a later update may free the workspaces a graph would keep). */
 mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s);
 
 /* Waits only for the plan's own uploads; the caller must make sure no run of `p` is still
  * executing or will be replayed (a captured graph keeps using its workspaces). NULL is a
- * no-op. */
+ * no-op. A plan may outlive its backend: mg_backend_close already released the plan's device
+ * and pinned memory, so destroy then frees only the plan's host memory, and every other call
+ * on the plan returns MG_ERR_INVALID_ARGUMENT. Destroy plans before closing their backend
+ * where possible (a backend opened later at the same address cannot always be told apart). */
 mg_status mg_attention_plan_destroy(mg_attention_plan *p);
 
 typedef struct mg_attention_plan_info {
@@ -125,8 +132,8 @@ typedef struct mg_attention_plan_info {
 
 mg_status mg_attention_plan_get_info(const mg_attention_plan *p, mg_attention_plan_info *out);
 
-/* FLOPs of the planned batch as attention FLOPs are usually counted (4 * D * Hq * visible pairs; causal
- * without a window: Lq * Lk - Lq * (Lq - 1) / 2 pairs per request). */
+/* FLOPs of the planned batch as attention FLOPs are usually counted (4 * D * Hq * visible pairs;
+ * causal without a window: Lq * Lk - Lq * (Lq - 1) / 2 pairs per request). */
 double mg_attention_plan_flops(const mg_attention_plan *p);
 
 #ifdef __cplusplus

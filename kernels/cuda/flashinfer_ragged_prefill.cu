@@ -43,9 +43,12 @@ mg_status fail(mg_fi_error *err, mg_status st, int32_t cuda_error, const char *f
     return st;
 }
 
+// Running out of device memory is a resource limit the caller may act on (free something,
+// retry smaller), not a broken device.
 mg_status cuda_fail(mg_fi_error *err, cudaError_t e, const char *call) {
-    return fail(err, MG_ERR_DEVICE, (int32_t)e, "%s: %s (%d): %s", call, cudaGetErrorName(e),
-                (int)e, cudaGetErrorString(e));
+    const mg_status st = e == cudaErrorMemoryAllocation ? MG_ERR_OUT_OF_MEMORY : MG_ERR_DEVICE;
+    return fail(err, st, (int32_t)e, "%s: %s (%d): %s", call, cudaGetErrorName(e), (int)e,
+                cudaGetErrorString(e));
 }
 
 // Runs `body` with every C++ exception turned into a status: FlashInfer reports invalid
@@ -393,7 +396,7 @@ MG_FI_EXPORT mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int
 
 MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_indptr,
                                   const int32_t *kv_indptr, void *float_workspace,
-                                  size_t float_bytes, void *int_workspace, void *pinned,
+                                  size_t float_bytes, void *flashinfer_copy_target, void *pinned,
                                   size_t int_bytes, void *stream, mg_fi_plan_info *out,
                                   mg_fi_error *err) {
     return guarded("mg_fi_plan", err, [&]() -> mg_status {
@@ -407,7 +410,7 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
         const size_t indptr_bytes = sizeof(int32_t) * (size_t(shape->batch_size) + 1);
         std::memcpy(pinned, qo_indptr, indptr_bytes);
         std::memcpy(static_cast<char *>(pinned) + region / 2, kv_indptr, indptr_bytes);
-        void *fi_int = static_cast<char *>(int_workspace) + region;
+        void *fi_int = static_cast<char *>(flashinfer_copy_target) + region;
         void *fi_pinned = static_cast<char *>(pinned) + region;
         int32_t *qo = const_cast<int32_t *>(qo_indptr), *kv = const_cast<int32_t *>(kv_indptr);
         cudaError_t e;
@@ -448,10 +451,26 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
             return fail(err, MG_ERR_UNSUPPORTED, 0, "mg_fi_plan: the plugin was built without sm_90a");
 #endif
         }
-        // After FlashInfer's own copy, so one stream-ordered pair carries the whole plan.
-        e = cudaMemcpyAsync(int_workspace, pinned, region, cudaMemcpyHostToDevice, s);
+        return MG_OK;
+    });
+}
+
+MG_FI_EXPORT mg_status mg_fi_upload(const mg_fi_shape *shape, void *int_workspace,
+                                    const void *pinned, size_t int_bytes, uint32_t whole_image,
+                                    void *stream, mg_fi_error *err) {
+    return guarded("mg_fi_upload", err, [&]() -> mg_status {
+        if (shape->path == MG_FI_PATH_NONE)
+            return MG_OK;
+        const size_t region = indptr_region_bytes(shape->batch_size);
+        const size_t bytes = whole_image ? int_bytes : region;
+        if (bytes < region || bytes > int_bytes)
+            return fail(err, MG_ERR_INTERNAL, 0,
+                        "mg_fi_upload: %zu bytes to copy, the image has %zu (indptrs %zu)", bytes,
+                        int_bytes, region);
+        cudaError_t e = cudaMemcpyAsync(int_workspace, pinned, bytes, cudaMemcpyHostToDevice,
+                                        static_cast<cudaStream_t>(stream));
         if (e != cudaSuccess)
-            return cuda_fail(err, e, "mg_fi_plan: cudaMemcpyAsync of the indptrs");
+            return cuda_fail(err, e, "mg_fi_upload: cudaMemcpyAsync of the schedule");
         return MG_OK;
     });
 }

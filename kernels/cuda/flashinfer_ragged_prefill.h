@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or signature below changes; the loader refuses a mismatch. */
-#define MG_FI_ABI_VERSION 1
+#define MG_FI_ABI_VERSION 2
 #define MG_FI_MESSAGE_BYTES 512
 
 /* The head_dims the plugin has kernels for: FA2 for each, FA3 for those built for sm_90a
@@ -37,8 +37,10 @@ static inline int mg_fi_head_dim_built(uint32_t head_dim) {
     return head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
-/* What went wrong in a failed call: the message, and the CUDA runtime error code when a CUDA
- * call failed (0 otherwise), so the caller can record sticky device faults. */
+/* What went wrong in a failed call: the message (naming the CUDA error and its number), and
+ * the CUDA runtime error code when a CUDA call failed (0 otherwise), so the caller can record
+ * sticky device faults. A failed CUDA call returns MG_ERR_OUT_OF_MEMORY for
+ * cudaErrorMemoryAllocation, MG_ERR_DEVICE for anything else. */
 typedef struct mg_fi_error {
     int32_t cuda_error;
     char message[MG_FI_MESSAGE_BYTES];
@@ -103,17 +105,31 @@ mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int32_t *qo_indp
                                 const int32_t *kv_indptr, size_t *float_bytes, size_t *int_bytes,
                                 mg_fi_error *err);
 
-/* Builds the schedule on the host into `pinned` (page-locked, int_bytes long) and copies it to
- * `int_workspace` on `stream` (asynchronously: `pinned` must not be rewritten until that copy
- * is done). Not capturable. */
+/* Builds the schedule on the host into `pinned` (page-locked, int_bytes long): the indptr
+ * region, then FlashInfer's schedule, an image of the whole int workspace. FlashInfer itself
+ * always queues a copy of its part on `stream`, into `flashinfer_copy_target` (past the indptr
+ * region): the live int workspace, or a scratch buffer of int_bytes when the caller wants to
+ * compare the new plan's layout before anything it runs reads changes. The indptr region is
+ * copied by mg_fi_upload only. `pinned` must not be rewritten until the copies are done. Not
+ * capturable. */
 typedef mg_status (*mg_fi_plan_fn)(const mg_fi_shape *shape, const int32_t *qo_indptr,
                                    const int32_t *kv_indptr, void *float_workspace,
-                                   size_t float_bytes, void *int_workspace, void *pinned,
+                                   size_t float_bytes, void *flashinfer_copy_target, void *pinned,
                                    size_t int_bytes, void *stream, mg_fi_plan_info *out,
                                    mg_fi_error *err);
 mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_indptr, const int32_t *kv_indptr,
-                     void *float_workspace, size_t float_bytes, void *int_workspace, void *pinned,
-                     size_t int_bytes, void *stream, mg_fi_plan_info *out, mg_fi_error *err);
+                     void *float_workspace, size_t float_bytes, void *flashinfer_copy_target,
+                     void *pinned, size_t int_bytes, void *stream, mg_fi_plan_info *out,
+                     mg_fi_error *err);
+
+/* Queues the copy of the image mg_fi_plan built in `pinned` into `int_workspace` on `stream`:
+ * the indptr region only (`whole_image` 0: FlashInfer already copied its part there), or all
+ * int_bytes (`whole_image` 1: FlashInfer's copy went to a scratch buffer). */
+typedef mg_status (*mg_fi_upload_fn)(const mg_fi_shape *shape, void *int_workspace,
+                                     const void *pinned, size_t int_bytes, uint32_t whole_image,
+                                     void *stream, mg_fi_error *err);
+mg_status mg_fi_upload(const mg_fi_shape *shape, void *int_workspace, const void *pinned,
+                       size_t int_bytes, uint32_t whole_image, void *stream, mg_fi_error *err);
 
 /* Launches the attention planned in `info` on `stream` (a cudaStream_t / CUstream). Capturable
  * when the shape is in graph mode. */

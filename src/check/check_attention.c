@@ -3,7 +3,8 @@
  * up to a few thousand; kv longer than qo; causal or not; GQA groups 1, 4, 8; causal sliding
  * windows; head_dim 128, and 64 and 256 through every path built for them),
  * outputs poisoned first, both FlashInfer paths where the device has them, graph capture then
- * replay after a re-plan with new data, and the validation errors on this backend.
+ * replay after a re-plan with new data (and after a refused re-plan), eager plans refused while
+ * capturing, and the validation errors on this backend.
  *
  * Error bounds: the reference computes in FP32 from the same BF16 inputs and rounds once; a
  * GPU kernel also rounds the softmax weights to BF16 before P.V. Both roundings are 2^-9
@@ -415,8 +416,45 @@ static void graph_case(mg_check_ctx *ctx, mg_check_result *result, mg_attention_
     if (!compare_outputs(&got, &want, second.qo_rows, second.desc.num_qo_heads,
                          second.desc.head_dim, &result->error, why, sizeof why))
         FAIL("replay after re-plan: %s", why);
+    /* A batch the grid cannot serve (one more query row than the capacity) is refused with
+     * nothing uploaded: the plan keeps the second batch, and a replay still computes it. */
+    mg_attention_plan_info before, after;
+    OK(mg_attention_plan_get_info(p, &before));
+    int32_t *over = malloc(sizeof(int32_t) * (second.batch_size + 1));
+    if (!over)
+        FAIL("out of host memory");
+    memcpy(over, second.qo_indptr, sizeof(int32_t) * (second.batch_size + 1));
+    over[second.batch_size] = (int32_t)cap_q + 1;
+    int32_t *over_kv = malloc(sizeof(int32_t) * (second.batch_size + 1));
+    if (!over_kv) {
+        free(over);
+        FAIL("out of host memory");
+    }
+    memcpy(over_kv, second.kv_indptr, sizeof(int32_t) * (second.batch_size + 1));
+    /* The last request gains as many keys as queries, so the causal rule still holds. */
+    over_kv[second.batch_size] += over[second.batch_size] - second.qo_indptr[second.batch_size];
+    st = mg_attention_plan_update(p, over, over_kv, second.batch_size, s);
+    free(over);
+    free(over_kv);
+    if (st != MG_ERR_INVALID_ARGUMENT || !strstr(mg_last_error(), "capacities"))
+        FAIL("update beyond the capacities: %s \"%s\", expected MG_ERR_INVALID_ARGUMENT naming "
+             "the capacities",
+             mg_status_name(st), mg_last_error());
+    OK(mg_attention_plan_get_info(p, &after));
+    if (after.qo_total != before.qo_total || after.kv_total != before.kv_total ||
+        after.workspace_bytes != before.workspace_bytes || after.impl != before.impl)
+        FAIL("a rejected update changed the plan (q rows %u -> %u, workspace %llu -> %llu)",
+             before.qo_total, after.qo_total, (unsigned long long)before.workspace_bytes,
+             (unsigned long long)after.workspace_bytes);
+    OK(poison_outputs(&got));
+    OK(mg_graph_launch(g, s));
+    OK(mg_stream_synchronize(s));
+    if (!compare_outputs(&got, &want, second.qo_rows, second.desc.num_qo_heads,
+                         second.desc.head_dim, &result->error, why, sizeof why))
+        FAIL("replay after a rejected update: %s", why);
     result->passed = true;
-    snprintf(result->detail, sizeof result->detail, "replayed batch of %u q rows in a %u-row grid",
+    snprintf(result->detail, sizeof result->detail,
+             "replayed batch of %u q rows in a %u-row grid; a rejected update kept it",
              second.qo_rows, cap_q);
 done:
     mg_graph_destroy(g);
@@ -436,6 +474,72 @@ static void check_graph_replay_fa2(mg_check_ctx *ctx, mg_check_result *result) {
 }
 static void check_graph_replay_hd256(mg_check_ctx *ctx, mg_check_result *result) {
     graph_case(ctx, result, MG_ATTENTION_IMPL_AUTO, "graph_replay_hd256", 256);
+}
+
+/* An eager plan is never captured: its run on a capturing stream returns MG_ERR_CAPTURING and
+ * records nothing (replaying the graph leaves the output poisoned), and the plan still runs
+ * correctly once the capture is over. */
+static void check_eager_capture_refused(mg_check_ctx *ctx, mg_check_result *result) {
+    uint64_t r = mg_check_rng_seed(ctx, "eager_capture_refused");
+    const attn_case c = {"eager_capture_refused", 4,     16, 4, 300, true, -1,
+                         MG_ATTENTION_IMPL_AUTO,  false, 128};
+    attn_batch b = {0};
+    attn_buffers got = {0}, want = {0};
+    mg_attention_plan *p = NULL;
+    mg_stream *s = NULL;
+    mg_graph *g = NULL;
+    char why[400];
+    if (!ctx->reference)
+        FAIL("no CPU reference backend");
+    if (!make_batch(ctx, &r, &c, &b))
+        FAIL("out of host memory");
+    OK(alloc_buffers(ctx->backend, &b, b.qo_rows, b.kv_rows, &got));
+    OK(alloc_buffers(ctx->reference, &b, b.qo_rows, b.kv_rows, &want));
+    OK(upload_inputs(&b, &got));
+    OK(upload_inputs(&b, &want));
+    OK(mg_stream_create(ctx->backend, &s));
+    mg_status st = mg_attention_plan_create(ctx->backend, &b.desc, b.qo_indptr, b.kv_indptr,
+                                            b.batch_size, s, &p);
+    if (st == MG_ERR_UNAVAILABLE) {
+        result->skipped = true;
+        snprintf(result->detail, sizeof result->detail, "%s", mg_last_error());
+        goto done;
+    }
+    OK(st);
+    mg_attention_tensors at = tensors_of(&got, b.qo_rows, b.kv_rows);
+    OK(mg_graph_begin_capture(s));
+    st = mg_attention_run(p, &at, s);
+    char message[512];
+    snprintf(message, sizeof message, "%s", mg_last_error());
+    mg_status ended = mg_graph_end_capture(s, &g);
+    if (st != MG_ERR_CAPTURING || !strstr(message, "eager plan"))
+        FAIL("eager run while capturing: %s \"%s\", expected MG_ERR_CAPTURING naming the eager "
+             "plan",
+             mg_status_name(st), message);
+    OK(ended);
+    OK(mg_graph_launch(g, s));
+    OK(mg_stream_synchronize(s));
+    double unused;
+    attn_buffers none = {.backend = ctx->backend};
+    if (!compare_outputs(&got, &none, 0, b.desc.num_qo_heads, b.desc.head_dim, &unused, why,
+                         sizeof why))
+        FAIL("the graph of a refused capture wrote output: %s", why);
+    OK(mg_attention_run(p, &at, s));
+    OK(mg_stream_synchronize(s));
+    OK(run_eager(&b, &want, NULL));
+    if (!compare_outputs(&got, &want, b.qo_rows, b.desc.num_qo_heads, b.desc.head_dim,
+                         &result->error, why, sizeof why))
+        FAIL("eager run after the refused capture: %s", why);
+    result->passed = true;
+    snprintf(result->detail, sizeof result->detail,
+             "capture refused, empty graph, then %u q rows computed", b.qo_rows);
+done:
+    mg_graph_destroy(g);
+    mg_attention_plan_destroy(p);
+    mg_stream_destroy(s);
+    free_buffers(&got);
+    free_buffers(&want);
+    free_batch(&b);
 }
 
 /* ------------------------------------------------------------------ validation on this backend */
@@ -602,6 +706,7 @@ const mg_check_case mg_checks_attention[] = {
     {"attention", "graph_replay", check_graph_replay},
     {"attention", "graph_replay_fa2", check_graph_replay_fa2},
     {"attention", "graph_replay_hd256", check_graph_replay_hd256},
+    {"attention", "eager_capture_refused", check_eager_capture_refused},
     {"attention", "validation", check_validation},
     {NULL, NULL, NULL},
 };

@@ -6,12 +6,16 @@
 #include <string.h>
 
 #include "backend_impl.h"
+#include "checked_math.h"
 #include "error.h"
 #include "ops_attention_impl.h"
 
 /* Beyond this, a batch is certainly a bug (and indptr arrays would be huge). */
 #define MG_ATTENTION_MAX_BATCH (1u << 20)
 #define MG_ATTENTION_MAX_HEAD_DIM 512u
+/* Far above any model (the largest use 128 query heads); it keeps a row of q or o
+ * (num_qo_heads * head_dim elements, at most 2^19) well inside the kernels' 32-bit strides. */
+#define MG_ATTENTION_MAX_HEADS 1024u
 
 const char *mg_attention_impl_name(mg_attention_impl impl) {
     switch (impl) {
@@ -53,6 +57,9 @@ static mg_status check_desc(const mg_attention_desc *d, const char *fn) {
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: head counts must be positive (num_qo_heads %u, num_kv_heads %u)", fn,
                         d->num_qo_heads, d->num_kv_heads);
+    if (d->num_qo_heads > MG_ATTENTION_MAX_HEADS)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: num_qo_heads %u exceeds the limit of %u", fn,
+                        d->num_qo_heads, MG_ATTENTION_MAX_HEADS);
     if (d->num_qo_heads % d->num_kv_heads)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: num_kv_heads %u does not divide num_qo_heads %u (GQA groups)", fn,
@@ -131,6 +138,23 @@ static mg_status check_batch(const mg_attention_desc *d, const int32_t *qo_indpt
     return MG_OK;
 }
 
+/* After mg_backend_close the plan's backend pointer dangles: it is only used once the handle
+ * registry (mg_backend_context) confirms the backend still exists, and still has the context
+ * the plan was created on. */
+static bool backend_live(const mg_attention_plan *p) {
+    void *ctx = mg_backend_context(p->backend);
+    return ctx && ctx == p->backend_ctx;
+}
+
+static mg_status check_backend_live(const mg_attention_plan *p, const char *fn) {
+    if (backend_live(p))
+        return MG_OK;
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                    "%s: the plan's backend %p was closed; only mg_attention_plan_destroy is "
+                    "allowed on this plan",
+                    fn, (void *)p->backend);
+}
+
 static mg_status check_stream(mg_backend *b, mg_stream *s, const char *fn) {
     if (s && mg_stream_backend(s) != b)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
@@ -162,14 +186,8 @@ static mg_status plan_batch(mg_attention_plan *p, const int32_t *qo_indptr,
         p->indptr_capacity = batch_size + 1;
     }
     mg_status st = p->ops->plan(p, qo_indptr, kv_indptr, batch_size, s);
-    if (st) {
-        /* Bad input and missing memory leave the previous plan in place; anything else may
-         * have half-written the device schedule. */
-        if (st != MG_ERR_INVALID_ARGUMENT && st != MG_ERR_UNSUPPORTED &&
-            st != MG_ERR_OUT_OF_MEMORY && st != MG_ERR_CAPTURING)
-            p->usable = false;
-        return st;
-    }
+    if (st)
+        return st; /* the backend cleared p->usable if the device schedule may be half-written */
     memcpy(p->qo_indptr, qo_indptr, sizeof(int32_t) * (batch_size + 1));
     memcpy(p->kv_indptr, kv_indptr, sizeof(int32_t) * (batch_size + 1));
     p->batch_size = batch_size;
@@ -207,6 +225,7 @@ mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
     if (!p)
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     p->backend = b;
+    p->backend_ctx = mg_backend_context(b);
     p->ops = ops;
     p->desc = *desc;
     st = plan_batch(p, qo_indptr, kv_indptr, batch_size, s, fn);
@@ -223,7 +242,9 @@ mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indpt
     const char *fn = "mg_attention_plan_update";
     if (!p)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
-    mg_status st = mg_backend_check_fault(p->backend);
+    mg_status st = check_backend_live(p, fn);
+    if (!st)
+        st = mg_backend_check_fault(p->backend);
     if (!st)
         st = check_batch(&p->desc, qo_indptr, kv_indptr, batch_size, fn);
     if (!st && p->desc.graph_qo_rows && batch_size != p->batch_size)
@@ -250,13 +271,30 @@ static mg_status check_tensor_ptr(mg_devptr ptr, uint64_t alignment, const char 
     return MG_OK;
 }
 
+/* Bytes of a contiguous [rows, heads, head_dim] tensor; MG_ERR_INVALID_ARGUMENT when the
+ * product does not fit size_t, so a huge shape can never pass the range checks as a small
+ * wrapped span. */
+static mg_status tensor_bytes(uint32_t rows, uint32_t heads, uint32_t head_dim,
+                              uint32_t element_bytes, const char *what, const char *fn,
+                              size_t *out) {
+    size_t row_elements;
+    if (mg_mul_size(heads, head_dim, &row_elements) &&
+        mg_matrix_span_bytes(rows, row_elements, row_elements, element_bytes, out))
+        return MG_OK;
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                    "%s: %s of %u rows x %u heads x %u x %u bytes overflows the address space", fn,
+                    what, rows, heads, head_dim, element_bytes);
+}
+
 mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
     const char *fn = "mg_attention_run";
     if (!p)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
     if (!t)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL tensors", fn);
-    mg_status st = mg_backend_check_fault(p->backend);
+    mg_status st = check_backend_live(p, fn);
+    if (!st)
+        st = mg_backend_check_fault(p->backend);
     if (st)
         return st;
     if (!p->usable)
@@ -284,18 +322,28 @@ mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, 
                         fn, qo_total, kv_total, t->qo_rows, t->kv_rows);
     }
     /* Every tensor must fit its buffer: nothing is read or written out of bounds. */
-    const size_t qo_bytes = (size_t)t->qo_rows * d->num_qo_heads * d->head_dim * 2;
-    const size_t kv_bytes = (size_t)t->kv_rows * d->num_kv_heads * d->head_dim * 2;
+    size_t qo_bytes, kv_bytes, lse_bytes;
+    if ((st = tensor_bytes(t->qo_rows, d->num_qo_heads, d->head_dim, 2, "q/o", fn, &qo_bytes)) ||
+        (st = tensor_bytes(t->kv_rows, d->num_kv_heads, d->head_dim, 2, "k/v", fn, &kv_bytes)) ||
+        (st = tensor_bytes(t->qo_rows, d->num_qo_heads, 1, 4, "lse", fn, &lse_bytes)))
+        return st;
     mg_backend *b = p->backend;
     if ((st = mg_backend_check_device_range(b, t->q, qo_bytes, fn, "q")) ||
         (st = mg_backend_check_device_range(b, t->k, kv_bytes, fn, "k")) ||
         (st = mg_backend_check_device_range(b, t->v, kv_bytes, fn, "v")) ||
         (st = mg_backend_check_device_range(b, t->o, qo_bytes, fn, "o")))
         return st;
-    if (t->lse && (st = mg_backend_check_device_range(
-                       b, t->lse, (size_t)t->qo_rows * d->num_qo_heads * 4, fn, "lse")))
+    if (t->lse && (st = mg_backend_check_device_range(b, t->lse, lse_bytes, fn, "lse")))
         return st;
     if ((st = check_stream(p->backend, s, fn)))
+        return st;
+    /* An eager plan's workspaces are replaced when a later update needs more (the old ones
+     * are freed), so no graph may keep its launch: only fixed-grid plans are capturable. */
+    if (!d->graph_qo_rows &&
+        (st = mg_stream_check_not_capturing(
+             p->backend, s,
+             "mg_attention_run: an eager plan (capture needs a fixed-grid plan: set "
+             "graph_qo_rows / graph_kv_rows)")))
         return st;
     return p->ops->run(p, t, s);
 }
@@ -304,7 +352,7 @@ mg_status mg_attention_plan_destroy(mg_attention_plan *p) {
     if (!p)
         return MG_OK;
     if (p->ops)
-        p->ops->release(p);
+        p->ops->release(p, backend_live(p));
     free(p->qo_indptr);
     free(p->kv_indptr);
     free(p);

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/backend_impl.h"
+#include "core/checked_math.h"
 #include "core/ops_attention_impl.h"
 #include "cpu/cpu_kernels.h"
 #include "error.h"
@@ -182,7 +184,16 @@ static mg_status compute(const attention_args *a) {
         uint32_t lk = (uint32_t)(a->kv_indptr[i + 1] - a->kv_indptr[i]);
         max_lk = lk > max_lk ? lk : max_lk;
     }
-    work_queue w = {.args = a, .scratch_floats = (size_t)max_lk * (2 * a->d + 1) + 2 * a->d};
+    /* max_lk * (2 * d + 1) + 2 * d floats; d is any u32 a caller launched with. */
+    size_t per_key = 2 * (size_t)a->d + 1, scratch_floats, scratch_bytes;
+    if (!mg_mul_size(max_lk, per_key, &scratch_floats) ||
+        __builtin_add_overflow(scratch_floats, per_key - 1, &scratch_floats) ||
+        !mg_mul_size(scratch_floats, sizeof(float), &scratch_bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: scratch for %u keys of head_dim %u overflows the address "
+                        "space",
+                        KERNEL_NAME, max_lk, a->d);
+    work_queue w = {.args = a, .scratch_floats = scratch_floats};
     const uint64_t items = (uint64_t)a->batch * a->kv_heads;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     uint64_t threads = cores > 1 ? (uint64_t)cores : 1;
@@ -226,8 +237,17 @@ static mg_status kernel_attention(const mg_launch *l) {
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "cpu kernel %s: bad shape (batch %u, heads %u/%u, head_dim %u)",
                         KERNEL_NAME, a.batch, a.qo_heads, a.kv_heads, a.d);
-    const uint64_t q_bytes = (uint64_t)a.qo_rows * a.qo_heads * a.d * 2;
-    const uint64_t kv_bytes = (uint64_t)a.kv_rows * a.kv_heads * a.d * 2;
+    /* The launch arguments are anyone's (the kernel is public): a shape whose spans or
+     * scratch do not fit size_t is refused, never wrapped into a small span. */
+    size_t q_row, kv_row, q_bytes, kv_bytes, lse_bytes;
+    if (!mg_mul_size(a.qo_heads, a.d, &q_row) || !mg_mul_size(a.kv_heads, a.d, &kv_row) ||
+        !mg_matrix_span_bytes(a.qo_rows, q_row, q_row, 2, &q_bytes) ||
+        !mg_matrix_span_bytes(a.kv_rows, kv_row, kv_row, 2, &kv_bytes) ||
+        !mg_matrix_span_bytes(a.qo_rows, a.qo_heads, a.qo_heads, 4, &lse_bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: shape overflows the address space (%u / %u rows, heads "
+                        "%u/%u, head_dim %u)",
+                        KERNEL_NAME, a.qo_rows, a.kv_rows, a.qo_heads, a.kv_heads, a.d);
     void *q, *k, *v, *o, *indptrs, *lse = NULL;
     /* The alignments the GPU kernels' vector loads need. */
     if ((st = mg_cpu_kernel_buffer(l, ARG_Q, q_bytes, 16, KERNEL_NAME, &q)) ||
@@ -237,8 +257,7 @@ static mg_status kernel_attention(const mg_launch *l) {
         (st = mg_cpu_kernel_buffer(l, ARG_INDPTRS, 8ull * (a.batch + 1), 4, KERNEL_NAME, &indptrs)))
         return st;
     if (mg_launch_get_u32(l, ARG_HAS_LSE) &&
-        (st = mg_cpu_kernel_buffer(l, ARG_LSE, (uint64_t)a.qo_rows * a.qo_heads * 4, 4, KERNEL_NAME,
-                                   &lse)))
+        (st = mg_cpu_kernel_buffer(l, ARG_LSE, lse_bytes, 4, KERNEL_NAME, &lse)))
         return st;
     a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
     a.qo_indptr = indptrs;
@@ -273,8 +292,12 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
     }
     const size_t entries = (size_t)batch_size + 1;
     if (entries > c->indptrs_capacity) {
+        /* Owned by the plan (mg_ledger_sweep leaves it alone). CPU streams run work when it is
+         * enqueued, so nothing queued still reads the old buffer; and eager plans are never
+         * captured, so no graph does either (fixed-grid plans never grow). */
         mg_devptr grown;
-        mg_status st = mg_alloc(p->backend, 2 * sizeof(int32_t) * entries, &grown);
+        mg_status st = mg_alloc_owned_at(p->backend, 2 * sizeof(int32_t) * entries, MG_ALLOC_DEVICE,
+                                         &grown, __FILE__, __LINE__);
         if (st)
             return st;
         mg_free(p->backend, c->indptrs);
@@ -283,9 +306,9 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
     }
     mg_status st =
         mg_copy_h2d_async(p->backend, c->indptrs, qo_indptr, sizeof(int32_t) * entries, s);
-    if (!st)
-        st = mg_copy_h2d_async(p->backend, c->indptrs + sizeof(int32_t) * entries, kv_indptr,
-                               sizeof(int32_t) * entries, s);
+    if (!st && (st = mg_copy_h2d_async(p->backend, c->indptrs + sizeof(int32_t) * entries,
+                                       kv_indptr, sizeof(int32_t) * entries, s)))
+        p->usable = false; /* the new qo_indptr landed next to the old kv_indptr */
     return st;
 }
 
@@ -313,12 +336,14 @@ static mg_status cpu_run(mg_attention_plan *p, const mg_attention_tensors *t, mg
     return mg_launch_run(p->backend, c->kernel, s, &l);
 }
 
-static void cpu_release(mg_attention_plan *p) {
+static void cpu_release(mg_attention_plan *p, bool backend_live) {
     cpu_attention_plan *c = p->impl;
     if (!c)
         return;
-    mg_free(p->backend, c->indptrs);
-    mg_kernel_release(c->kernel);
+    if (backend_live) {
+        mg_free(p->backend, c->indptrs);
+        mg_kernel_release(c->kernel);
+    }
     free(c);
     p->impl = NULL;
 }

@@ -5,7 +5,18 @@
  * a later eager plan needs more), and two page-locked mirrors of the int workspace. Planning
  * writes the schedule into one mirror and queues its copy on the stream; the next plan uses the
  * other mirror, and before a mirror is written again the event recorded after its last copy is
- * waited for, so host writes never race a copy in flight. */
+ * waited for, so host writes never race a copy in flight.
+ *
+ * Workspaces are library-owned ledger allocations (mg_alloc_owned_at): mg_ledger_sweep leaves
+ * them to the plan. Growth allocates the new buffers first and frees the old ones only after
+ * the plan's stream has drained; it is refused (MG_ERR_CAPTURING) while any stream of the
+ * backend captures, like every allocation.
+ *
+ * A fixed-grid plan also holds a staging int buffer. FlashInfer always queues the copy of a
+ * schedule it plans; an update points that copy at the staging buffer, compares the new launch
+ * layout with the captured one, and only when they match uploads the mirror into the live int
+ * workspace that captured graphs read. A batch the grid cannot serve is refused
+ * (MG_ERR_INVALID_ARGUMENT) with the previous batch still planned. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +24,7 @@
 #include <string.h>
 
 #include "../../kernels/cuda/flashinfer_ragged_prefill.h"
+#include "core/backend_impl.h"
 #include "core/ops_attention_impl.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_plugin.h"
@@ -25,6 +37,7 @@ static struct {
     mg_fi_choose_path_fn choose_path;
     mg_fi_workspace_bytes_fn workspace_bytes;
     mg_fi_plan_fn plan;
+    mg_fi_upload_fn upload;
     mg_fi_run_fn run;
 } fi;
 
@@ -38,6 +51,7 @@ static mg_status load_plugin(void) {
         {"mg_fi_choose_path", (void **)&fi.choose_path},
         {"mg_fi_workspace_bytes", (void **)&fi.workspace_bytes},
         {"mg_fi_plan", (void **)&fi.plan},
+        {"mg_fi_upload", (void **)&fi.upload},
         {"mg_fi_run", (void **)&fi.run},
     };
     mg_status st = mg_cuda_plugin_load(PLUGIN_FILE, symbols, sizeof symbols / sizeof symbols[0]);
@@ -68,7 +82,8 @@ typedef struct cuda_attention_plan {
     mg_fi_shape shape;
     mg_fi_plan_info info;
     mg_devptr float_workspace, int_workspace;
-    size_t float_bytes, int_bytes; /* allocated */
+    mg_devptr int_staging;                        /* fixed-grid plans: FlashInfer's copy target */
+    size_t float_bytes, int_bytes, staging_bytes; /* allocated */
     void *mirror[2];
     size_t mirror_bytes[2];
     mg_event *mirror_copied[2]; /* recorded after the copy out of each mirror */
@@ -94,24 +109,35 @@ static mg_fi_path forced_path(mg_attention_impl impl) {
                                            : MG_FI_PATH_NONE;
 }
 
-/* Device buffer of at least `bytes`: kept when large enough, else replaced once the stream's
- * earlier work (which may read it) is done. */
-static mg_status ensure_device(mg_attention_plan *p, mg_stream *s, mg_devptr *buf, size_t *have,
-                               size_t bytes) {
-    if (bytes <= *have)
-        return MG_OK;
-    mg_devptr grown;
-    mg_status st = mg_alloc(p->backend, bytes, &grown);
-    if (st)
-        return st;
-    if (*buf && (st = mg_stream_synchronize(s ? s : mg_stream_default(p->backend)))) {
-        mg_free(p->backend, grown);
-        return st;
+/* Grows the `count` workspaces to at least need[i] bytes. New buffers are allocated first, so
+ * a failure (out of memory, or MG_ERR_CAPTURING while a stream captures) changes nothing; the
+ * old ones are freed only after stream `s` has finished the work queued on it, which may still
+ * read them (updates and runs of a plan share one stream). */
+static mg_status grow_workspaces(mg_attention_plan *p, mg_stream *s, mg_devptr *const buf[],
+                                 size_t *const have[], const size_t need[], int count) {
+    mg_devptr grown[3] = {0};
+    bool replaces = false;
+    mg_status st = MG_OK;
+    for (int i = 0; i < count && !st; i++) {
+        if (need[i] <= *have[i])
+            continue;
+        st = mg_alloc_owned_at(p->backend, need[i], MG_ALLOC_DEVICE, &grown[i], __FILE__, __LINE__);
+        replaces = replaces || *buf[i];
     }
-    mg_free(p->backend, *buf);
-    *buf = grown;
-    *have = bytes;
-    return MG_OK;
+    if (!st && replaces)
+        st = mg_stream_synchronize(s ? s : mg_stream_default(p->backend));
+    for (int i = 0; i < count; i++) {
+        if (!grown[i])
+            continue;
+        if (st) {
+            mg_free(p->backend, grown[i]);
+            continue;
+        }
+        mg_free(p->backend, *buf[i]);
+        *buf[i] = grown[i];
+        *have[i] = need[i];
+    }
+    return st;
 }
 
 /* The mirror to write next, after its previous copy has completed. */
@@ -165,8 +191,10 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
         .graph_qo_rows = d->graph_qo_rows,
         .batch_size = batch_size,
     };
+    /* An update of a fixed-grid plan: captured graphs read its workspaces and launch layout. */
+    const bool fixed_update = shape.graph_mode && p->batch_size;
     mg_fi_error err;
-    if (shape.graph_mode && p->batch_size) {
+    if (fixed_update) {
         shape.path = c->shape.path; /* captured launches are of this path */
     } else if ((st = fi.choose_path(&shape, qo_indptr, kv_indptr, forced_path(d->impl), &shape.path,
                                     &err))) {
@@ -175,34 +203,60 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
     size_t float_bytes, int_bytes;
     if ((st = fi.workspace_bytes(&shape, qo_indptr, kv_indptr, &float_bytes, &int_bytes, &err)))
         return plugin_failure(ctx, st, &err);
-    if (shape.graph_mode && p->batch_size &&
-        (float_bytes > c->float_bytes || int_bytes > c->int_bytes))
-        return MG_ERROR(MG_ERR_INTERNAL,
-                        "mg_attention_plan_update: a fixed-grid plan needs %zu + %zu workspace "
-                        "bytes, more than the %zu + %zu it was created with",
+    if (fixed_update && (float_bytes > c->float_bytes || int_bytes > c->int_bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "mg_attention_plan_update: this batch needs %zu float + %zu int workspace "
+                        "bytes, more than the %zu + %zu of the fixed-grid plan (a fixed grid "
+                        "never grows; the plan keeps its previous batch)",
                         float_bytes, int_bytes, c->float_bytes, c->int_bytes);
+    if (!fixed_update) {
+        mg_devptr *const bufs[3] = {&c->float_workspace, &c->int_workspace, &c->int_staging};
+        size_t *const have[3] = {&c->float_bytes, &c->int_bytes, &c->staging_bytes};
+        const size_t need[3] = {float_bytes, int_bytes, int_bytes};
+        if ((st = grow_workspaces(p, s, bufs, have, need, shape.graph_mode ? 3 : 2)))
+            return st;
+    }
     int mirror = 0;
-    if ((st = ensure_device(p, s, &c->float_workspace, &c->float_bytes, float_bytes)) ||
-        (st = ensure_device(p, s, &c->int_workspace, &c->int_bytes, int_bytes)) ||
-        (st = take_mirror(p, c, int_bytes, &mirror)))
+    if ((st = take_mirror(p, c, int_bytes, &mirror)))
         return st;
 
+    /* Planned on the host into the mirror; FlashInfer's own copy of its part goes to the
+     * staging buffer on an update, to the live workspace otherwise. */
     mg_fi_plan_info info;
+    const mg_devptr copy_target = fixed_update ? c->int_staging : c->int_workspace;
     st = fi.plan(&shape, qo_indptr, kv_indptr, (void *)(uintptr_t)c->float_workspace,
-                 c->float_bytes, (void *)(uintptr_t)c->int_workspace, c->mirror[mirror], int_bytes,
+                 c->float_bytes, (void *)(uintptr_t)copy_target, c->mirror[mirror], int_bytes,
                  (void *)stream, &info, &err);
-    /* Even a failed plan may have queued its copy: the mirror counts as in flight. */
+    const bool layout_changed =
+        !st && fixed_update && memcmp(info.words, c->info.words, sizeof info.words);
+    mg_status up = MG_OK;
+    if (!st && !layout_changed)
+        up = fi.upload(&shape, (void *)(uintptr_t)c->int_workspace, c->mirror[mirror], int_bytes,
+                       fixed_update, (void *)stream, &err);
+    /* Even a failed plan may have queued copies out of the mirror: it counts as in flight. */
     mg_status rec = mg_event_record(c->mirror_copied[mirror], s);
     c->mirror_in_flight[mirror] = rec == MG_OK;
     c->next_mirror = mirror ^ 1;
-    if (st)
+    if (st) {
+        /* An eager plan's FlashInfer copy targets the live workspace: unless the failure is
+         * one raised before any copy (bad input, missing memory), the schedule may be mixed. */
+        if (!fixed_update && st != MG_ERR_INVALID_ARGUMENT && st != MG_ERR_UNSUPPORTED &&
+            st != MG_ERR_OUT_OF_MEMORY)
+            p->usable = false;
         return plugin_failure(ctx, st, &err);
+    }
+    if (layout_changed)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "mg_attention_plan_update: this batch changes the fixed-grid launch "
+                        "layout (%s path) that captured graphs depend on; nothing was uploaded "
+                        "and the plan keeps its previous batch",
+                        shape.path == MG_FI_PATH_FA3 ? "FA3" : "FA2");
+    if (up) {
+        p->usable = false; /* part of the new schedule may have landed */
+        return plugin_failure(ctx, up, &err);
+    }
     if (rec)
         return rec;
-    if (shape.graph_mode && p->batch_size && memcmp(info.words, c->info.words, sizeof info.words))
-        return MG_ERROR(MG_ERR_INTERNAL,
-                        "mg_attention_plan_update: the new batch changed the fixed-grid launch "
-                        "layout, which captured graphs depend on");
     c->shape = shape;
     c->info = info;
     return MG_OK;
@@ -235,18 +289,21 @@ static mg_status cuda_run(mg_attention_plan *p, const mg_attention_tensors *t, m
     return MG_OK;
 }
 
-static void cuda_release(mg_attention_plan *p) {
+static void cuda_release(mg_attention_plan *p, bool backend_live) {
     cuda_attention_plan *c = p->impl;
     if (!c)
         return;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; backend_live && i < 2; i++) {
         if (c->mirror_in_flight[i])
             mg_event_synchronize(c->mirror_copied[i]);
         mg_event_destroy(c->mirror_copied[i]);
         mg_host_free(p->backend, c->mirror[i]);
     }
-    mg_free(p->backend, c->float_workspace);
-    mg_free(p->backend, c->int_workspace);
+    if (backend_live) {
+        mg_free(p->backend, c->float_workspace);
+        mg_free(p->backend, c->int_workspace);
+        mg_free(p->backend, c->int_staging);
+    }
     free(c);
     p->impl = NULL;
 }
@@ -275,8 +332,7 @@ static mg_status cuda_check_desc(const mg_attention_desc *d, const char *fn) {
 /* FlashInfer's FA2 kernels need sm_80 or newer; the plugin must load. */
 static bool cuda_available(mg_backend *b) {
     mg_device_info info;
-    return plugin_ready() == MG_OK && mg_device_get_info(b, &info) == MG_OK &&
-           info.cc_major >= 8;
+    return plugin_ready() == MG_OK && mg_device_get_info(b, &info) == MG_OK && info.cc_major >= 8;
 }
 
 const mg_attention_backend_ops mg_cuda_attention_ops = {

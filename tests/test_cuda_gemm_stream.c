@@ -45,7 +45,7 @@ static void gemm_on_stream(mg_backend *b, mg_stream *s) {
     CHECK_OK(mg_copy_h2d(b, d_weight, weight, weight_n * 2));
     CHECK_OK(mg_memset(b, d_out, 0x7F, out_n * 4)); /* poison: NaN-like pattern */
     CHECK_OK(mg_gemm_bf16(b, s, m, n, k, d_act, d_weight, d_out, MG_DTYPE_F32, n));
-    CHECK_OK(mg_stream_synchronize(s));
+    CHECK_OK(mg_stream_synchronize(s ? s : mg_stream_default(b)));
     CHECK_OK(mg_copy_d2h(b, out, d_out, out_n * 4));
     size_t wrong = 0;
     for (uint32_t i = 0; i < m; i++)

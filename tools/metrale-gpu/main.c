@@ -19,24 +19,23 @@ static const struct {
      "the conformance and op checks on the chosen backend (FILTER: group/name substring)"},
     {"arena", mg_cmd_arena, "--list | PRESET [--fp8] [--max-chunk-bytes N]",
      "the buffer-arena plan of a built-in model preset: buffers, offsets, packed vs unpacked"},
-#ifdef METRALE_CLI_HAVE_BENCH
-    {"bench", mg_cmd_bench, "[OP ...]", "time operations on the chosen backend"},
-#endif
+    {"bench", mg_cmd_bench, "NAME|all|list [OPTIONS]",
+     "time copy, launch, gemm or attention on the chosen backend (bench list: the options)"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 
 static void usage(FILE *f) {
     fprintf(
-        f,
-        "usage: metrale-gpu [OPTIONS] COMMAND [ARGS]\n"
-        "\n"
-        "options (before or after the command):\n"
-        "  --backend cpu|cuda|metal|auto  backend to use (default auto: CUDA, Metal, then CPU)\n"
-        "  --device N                     device ordinal (default 0)\n"
-        "  --json                         machine-readable output where supported (info, arena)\n"
-        "  --help                         this text\n"
-        "\n"
-        "commands:\n");
+        f, "usage: metrale-gpu [OPTIONS] COMMAND [ARGS]\n"
+           "\n"
+           "options (before or after the command):\n"
+           "  --backend cpu|cuda|metal|auto  backend to use (default auto: CUDA, Metal, then CPU)\n"
+           "  --device N                     device ordinal (default 0)\n"
+           "  --json                         machine-readable output where supported (info, arena, "
+           "bench)\n"
+           "  --help                         this text\n"
+           "\n"
+           "commands:\n");
     for (size_t i = 0; i < COMMAND_COUNT; i++)
         fprintf(f, "  %s%s%s\n      %s\n", commands[i].name, commands[i].args[0] ? " " : "",
                 commands[i].args, commands[i].summary);

@@ -1,10 +1,10 @@
 # cmake/flashinfer.cmake - the CUDA kernel plugin libmetrale_gpu_attention.so: FlashInfer's
 # ragged BF16 prefill attention (head_dim 64, 128, 256) behind the C ABI of
-# kernels/cuda/flashinfer_ragged_prefill.h.
+# kernels/cuda/attention/flashinfer_ragged_prefill.h.
 #
 # FlashInfer launches through the CUDA runtime, so its kernels live in a shared library of their
 # own, with cudart linked statically and only the mg_fi_* entry points exported; the CUDA backend
-# dlopens it on first use (src/cuda/cuda_plugin.c) and the core links no CUDA library. The
+# dlopens it on first use (src/backends/cuda/cuda_plugin.c) and the core links no CUDA library. The
 # headers come from the pinned flashinfer-python wheel (scripts/fetch_flashinfer.sh) into
 # third_party/, at configure time.
 #
@@ -37,7 +37,7 @@ if(NOT fetch_rc EQUAL 0)
 endif()
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${fetch_script})
 
-set(fi_src ${PROJECT_SOURCE_DIR}/kernels/cuda)
+set(fi_src ${PROJECT_SOURCE_DIR}/kernels/cuda/attention)
 set(fi_out ${PROJECT_BINARY_DIR}/kernels/attention)
 # FlashInfer's bundled CCCL comes before the toolkit's: its templates need that CCCL version.
 set(fi_includes
@@ -114,7 +114,7 @@ foreach(unit ${fi_units})
   add_custom_command(
     OUTPUT ${obj}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${fi_out}
-    COMMAND ${CMAKE_CUDA_COMPILER} -c ${fi_flags} ${gencode} ${defines} ${fi_includes} -MD -MF
+    COMMAND ${METRALE_NVCC_LAUNCHER} ${CMAKE_CUDA_COMPILER} -c ${fi_flags} ${gencode} ${defines} ${fi_includes} -MD -MF
             ${obj}.d -o ${obj} ${fi_src}/${source}.cu
     DEPENDS ${fi_src}/${source}.cu
     DEPFILE ${obj}.d

@@ -512,7 +512,7 @@ static void test_size_overflow(mg_backend *be) {
     mg_kernel *kernel = NULL;
     mg_devptr indptrs = 0;
     const int32_t one[4] = {0, 1, 0, 1};
-    CHECK_OK(mg_kernel_lookup(be, "metrale_ops", "attention_ragged_prefill", &kernel));
+    CHECK_OK(mg_kernel_lookup(be, "metrale", "attention_ragged_prefill", &kernel));
     CHECK_OK(mg_alloc(be, sizeof one, &indptrs));
     CHECK_OK(mg_copy_h2d(be, indptrs, one, sizeof one));
     const struct {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check/check.h"
+#include "check.h"
 #include "test_util.h"
 
 /* Runs the checks matching `filter` on `b`; the report goes to `report` (NUL-terminated). */

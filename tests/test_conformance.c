@@ -3,7 +3,7 @@
  * A kind that is not usable is reported with its reason; any failing check fails the test. */
 #include <stdio.h>
 
-#include "check/check.h"
+#include "check.h"
 
 int main(void) {
     static const mg_backend_kind kinds[] = {MG_BACKEND_CPU, MG_BACKEND_CUDA, MG_BACKEND_METAL};

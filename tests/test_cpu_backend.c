@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "metrale/cpu.h"
+#include "metrale/ops.h"
 #include "metrale/gpu.h"
 #include "metrale/launch.h"
 #include "metrale/pinned.h"
@@ -231,7 +232,7 @@ static void test_capabilities(mg_backend *b) {
     CHECK(mg_backend_supports(b, MG_CAP_HOST_DEVICE_POINTER));
     CHECK(!mg_backend_supports(b, MG_CAP_MODULES));
     CHECK(mg_backend_supports(b, MG_CAP_EVENT_TIMING));
-    CHECK(mg_backend_supports(b, MG_CAP_OP_GEMM_BF16)); /* the reference GEMMs, ops_gemm.c */
+    CHECK(mg_op_supported(b, MG_OP_GEMM_BF16)); /* the reference GEMMs, src/ops/gemm */
     CHECK_STATUS(mg_module_load(b, "m", "x", "ptx", 3), MG_ERR_UNSUPPORTED);
 }
 

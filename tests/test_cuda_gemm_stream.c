@@ -9,18 +9,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "metrale/ops.h"
 #include "metrale/ops_gemm.h"
 #include "test_cuda_util.h"
-#ifdef METRALE_HAVE_CUDA
-#include "cuda/cublaslt.h"
-#else
-/* Built without the CUDA backend: the device check below skips before these are used. */
-#define MG_CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
-static void mg_cublaslt_cache_counts(mg_backend *b, size_t *plans, size_t *workspaces) {
-    (void)b;
-    *plans = *workspaces = 0;
+
+/* The workspace bytes the GEMM ops of `b` hold now (each stream's, shared by both ops). */
+static uint64_t gemm_workspace_bytes(mg_backend *b) {
+    mg_op_stats stats;
+    CHECK_OK(mg_op_stats_get(b, MG_OP_GEMM_BF16, &stats));
+    return stats.workspace_bytes;
 }
-#endif
 
 /* One BF16 GEMM with F32 output on `s`, checked against float64 (small integer inputs make
  * every product and sum exact in FP32). */
@@ -71,7 +69,7 @@ done:
 int main(void) {
     test_seed();
     mg_backend *b = cuda_test_open_or_skip("test_cuda_gemm_stream");
-    if (!mg_backend_supports(b, MG_CAP_OP_GEMM_BF16)) {
+    if (!mg_op_supported(b, MG_OP_GEMM_BF16)) {
         printf("test_cuda_gemm_stream: skipped: no BF16 GEMM here (cuBLASLt not loadable)\n");
         mg_backend_close(b);
         return TEST_SKIP_EXIT;
@@ -79,9 +77,14 @@ int main(void) {
     /* The default stream's workspace lives as long as the backend: create it first. */
     gemm_on_stream(b, NULL);
     uint64_t bytes0 = 0, count0 = 0, bytes = 0, count = 0;
-    size_t plans = 0, workspaces0 = 0, workspaces = 0;
+    mg_gemm_plan plan = {.kind = MG_GEMM_BF16, .m = 1, .n = 8, .k = 8, .ldc = 8,
+                         .out_type = MG_DTYPE_F32};
+    size_t workspace_bytes = 0;
+    CHECK_OK(mg_gemm_workspace_bytes(b, &plan, &workspace_bytes));
+    CHECK(workspace_bytes > 0);
     CHECK_OK(mg_ledger_live(b, &bytes0, &count0));
-    mg_cublaslt_cache_counts(b, &plans, &workspaces0);
+    uint64_t held0 = gemm_workspace_bytes(b);
+    CHECK(held0 == workspace_bytes); /* the default stream's */
     for (int round = 0; round < 3; round++) {
         mg_stream *s = NULL;
         CHECK_OK(mg_stream_create(b, &s));
@@ -90,9 +93,8 @@ int main(void) {
         gemm_on_stream(b, s);
         gemm_on_stream(b, s);
         CHECK_OK(mg_ledger_live(b, &bytes, &count));
-        CHECK(count == count0 + 1 && bytes == bytes0 + MG_CUBLASLT_WORKSPACE_BYTES);
-        mg_cublaslt_cache_counts(b, &plans, &workspaces);
-        CHECK(workspaces == workspaces0 + 1);
+        CHECK(count == count0 + 1 && bytes == bytes0 + workspace_bytes);
+        CHECK(gemm_workspace_bytes(b) == held0 + workspace_bytes);
         CHECK_OK(mg_stream_destroy(s));
         CHECK_OK(mg_ledger_live(b, &bytes, &count));
         if (count != count0 || bytes != bytes0)
@@ -102,8 +104,7 @@ int main(void) {
                     round, (unsigned long long)bytes, (unsigned long long)count,
                     (unsigned long long)bytes0, (unsigned long long)count0);
         CHECK(count == count0 && bytes == bytes0);
-        mg_cublaslt_cache_counts(b, &plans, &workspaces);
-        CHECK(workspaces == workspaces0);
+        CHECK(gemm_workspace_bytes(b) == held0);
     }
     /* The default stream keeps its workspace and still computes. */
     gemm_on_stream(b, NULL);

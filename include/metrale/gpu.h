@@ -123,7 +123,8 @@ mg_status mg_memory_free_bytes(mg_backend *b, uint64_t *free_bytes, uint64_t *to
 /* The driver's own free figure, without the integrated-GPU adjustment. */
 mg_status mg_memory_device_free_bytes(mg_backend *b, uint64_t *free_bytes);
 
-/* Capabilities are asked, never discovered by failing. */
+/* Capabilities of the backend itself are asked, never discovered by failing; what ops a
+ * backend can run is asked of the op registry (metrale/ops.h: mg_op_supported). */
 typedef enum mg_capability {
     MG_CAP_MANAGED_MEMORY = 0,  /* mg_alloc_managed */
     MG_CAP_GRAPHS,              /* stream capture and graph replay */
@@ -132,11 +133,6 @@ typedef enum mg_capability {
     MG_CAP_HOST_DEVICE_POINTER, /* mg_host_device_pointer works */
     MG_CAP_MODULES,             /* mg_module_load of PTX / cubin / fatbin */
     MG_CAP_EVENT_TIMING,        /* mg_event_elapsed_ms */
-    MG_CAP_OP_GEMM_BF16,        /* metrale/ops_gemm.h */
-    MG_CAP_OP_GEMM_FP8,
-    MG_CAP_OP_ATTENTION_RAGGED, /* metrale/ops_attention.h */
-    MG_CAP_OP_NVFP4,
-    MG_CAP_OP_MLX_INT8,
     MG_CAP_COUNT
 } mg_capability;
 

@@ -78,6 +78,12 @@ void mg_launch_arg_tensor_map(mg_launch *l, const void *map128);
 /* MG_OK, or the first error met while adding arguments (message set at that time). */
 mg_status mg_launch_status(const mg_launch *l);
 
+/* Enqueues `count` launches of kernel `k` with the same builder on `s`, checking handles and
+ * arguments once and skipping per-launch timing and debug synchronisation: the backend's
+ * own launch floor, which benchmarks compare mg_launch_run's per-call cost against. */
+mg_status mg_launch_run_repeated(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_launch *launch,
+                                 uint32_t count);
+
 /* Pointer to argument i's first slot, or NULL if i is out of range. */
 const void *mg_launch_arg_data(const mg_launch *l, uint32_t i);
 

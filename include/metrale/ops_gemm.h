@@ -164,6 +164,28 @@ typedef struct mg_gemm_plan {
     uint32_t pointer_alignment;
 } mg_gemm_plan;
 
+/* The operands of one GEMM call (mg_gemm). Scales are used by the FP8 kinds only (layouts
+ * above). `workspace`, when not 0, is device memory of `workspace_bytes` (16-byte aligned, at
+ * least mg_gemm_workspace_bytes) that the call uses instead of the stream's own workspace,
+ * so a model whose arena holds it allocates nothing afterwards. Calls that may overlap (other
+ * streams, concurrent graph replays) need workspaces of their own. */
+typedef struct mg_gemm_tensors {
+    mg_devptr act, weight, out;
+    mg_devptr act_scale, weight_scale;
+    mg_devptr workspace;
+    size_t workspace_bytes;
+} mg_gemm_tensors;
+
+/* The one GEMM entry point: `plan` says what (kind, shape, output type, block modes; its
+ * pointer_alignment is ignored: the pointers give it), `t` the operands. mg_gemm_bf16 and the
+ * mg_gemm_fp8_* calls above are this with the library-owned workspace. */
+mg_status mg_gemm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plan,
+                  const mg_gemm_tensors *t);
+
+/* The workspace bytes a call of `plan` on `b` needs from a caller who supplies one: 32 MiB with
+ * cuBLASLt, 0 on the CPU reference. Host-only; creates nothing. */
+mg_status mg_gemm_workspace_bytes(mg_backend *b, const mg_gemm_plan *plan, size_t *bytes);
+
 /* FP32 elements of the activation's (act = true) or the weight's scale tensor that a GEMM of
  * this plan reads: 1 per tensor, M or N row-wise, mg_fp8_block_scale_count for block modes;
  * 0 for BF16. */

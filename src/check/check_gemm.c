@@ -10,11 +10,9 @@
 #include "check.h"
 #include "check_util.h"
 #include "metrale/dtype.h"
+#include "metrale/ops.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/status.h"
-#ifdef METRALE_HAVE_CUDA
-#include "cuda/cublaslt.h"
-#endif
 
 /* Relative error bounds, norm-wise ||out - ref|| / ||ref||. Both sides compute from the same
  * BF16 or FP8 inputs in FP32; what differs is the summation order and, for BF16 outputs, one
@@ -203,19 +201,19 @@ static void finish_sweep(mg_check_result *r, double worst, double bound, const c
 
 /* Marks the check skipped when the backend cannot run the op (no cuBLASLt, an older GPU, a
  * backend without GEMMs). */
-static bool skipped_without(mg_check_ctx *ctx, mg_check_result *r, mg_capability cap) {
-    if (mg_backend_supports(ctx->backend, cap))
+static bool skipped_without(mg_check_ctx *ctx, mg_check_result *r, mg_op op) {
+    if (mg_op_supported(ctx->backend, op))
         return false;
     r->skipped = true;
     snprintf(r->detail, sizeof r->detail, "the backend has no %s GEMMs",
-             cap == MG_CAP_OP_GEMM_FP8 ? "FP8" : "BF16");
+             op == MG_OP_GEMM_FP8 ? "FP8" : "BF16");
     return true;
 }
 
 /* ------------------------------------------------------------------ BF16 */
 
 static void check_bf16(mg_check_ctx *ctx, mg_check_result *r, mg_dtype out_type) {
-    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
+    if (skipped_without(ctx, r, MG_OP_GEMM_BF16))
         return;
     r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     uint64_t rng = ctx->seed ^ (out_type == MG_DTYPE_F32 ? 0x11 : 0x12);
@@ -314,7 +312,7 @@ static mg_status make_fp8_operands(uint64_t *rng, const mg_gemm_plan *p, uint32_
 static void check_fp8(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
                       mg_fp8_block_scale act_mode, mg_fp8_block_scale weight_mode, uint32_t k,
                       const char *what) {
-    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+    if (skipped_without(ctx, r, MG_OP_GEMM_FP8))
         return;
     r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     uint64_t rng = ctx->seed ^ (0x100u + kind * 16 + act_mode * 4 + weight_mode + k * 64);
@@ -399,7 +397,7 @@ static mg_status run_transpose(mg_backend *b, uint32_t m, uint32_t m_pad, uint32
 }
 
 static void check_scale_transpose(mg_check_ctx *ctx, mg_check_result *r) {
-    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+    if (skipped_without(ctx, r, MG_OP_GEMM_FP8))
         return;
     r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     static const uint32_t shapes[][3] = {
@@ -445,7 +443,7 @@ static void check_scale_transpose(mg_check_ctx *ctx, mg_check_result *r) {
 /* Measures what the transpose prevents: the same 1x128 x 128x128 GEMM given the quantizer's
  * untransposed [M, L] scales (a layout error nothing can detect) against the BF16 product. */
 static void check_layout_trap(mg_check_ctx *ctx, mg_check_result *r) {
-    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+    if (skipped_without(ctx, r, MG_OP_GEMM_FP8))
         return;
     r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     uint64_t rng = ctx->seed ^ 0x7b;
@@ -589,7 +587,7 @@ done:
 /* The rows of an M=512 batch, run again as M=1 and M=17 batches: bitwise the same in
  * batch-invariant mode. */
 static void check_batch_invariant(mg_check_ctx *ctx, mg_check_result *r) {
-    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
+    if (skipped_without(ctx, r, MG_OP_GEMM_BF16))
         return;
     r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     mg_backend *b = ctx->backend;
@@ -639,7 +637,7 @@ done:
  * mg_gemm_prewarm the same GEMM captures, replays to the reference's result, and steady-state
  * calls create no plans. */
 static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
-    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_BF16))
+    if (skipped_without(ctx, r, MG_OP_GEMM_BF16))
         return;
     r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     mg_backend *b = ctx->backend;
@@ -687,10 +685,9 @@ static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
         MG_CHECK_FAIL(r, "prewarm: %s", mg_last_error());
         goto done;
     }
-#ifdef METRALE_HAVE_CUDA
-    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
-        mg_cublaslt_cache_counts(b, &plans_before, NULL);
-#endif
+    mg_op_stats stats;
+    if (mg_op_stats_get(b, MG_OP_GEMM_BF16, &stats) == MG_OK)
+        plans_before = stats.plans;
     st = mg_gemm_bf16(b, s, m, n, k, a, w, out, MG_DTYPE_F32, n);
     if (st) {
         MG_CHECK_FAIL(r, "GEMM in the capture after prewarm: %s", mg_last_error());
@@ -703,10 +700,8 @@ static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
         MG_CHECK_FAIL(r, "replay: %s", mg_last_error());
         goto done;
     }
-#ifdef METRALE_HAVE_CUDA
-    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA)
-        mg_cublaslt_cache_counts(b, &plans_after, NULL);
-#endif
+    if (mg_op_stats_get(b, MG_OP_GEMM_BF16, &stats) == MG_OK)
+        plans_after = stats.plans;
     gemm_inputs in = {.plan = plan, .act = act, .weight = weight};
     if ((st = run_gemm(ctx->reference, NULL, &in, ref))) {
         MG_CHECK_FAIL(r, "reference: %s", mg_last_error());
@@ -737,7 +732,7 @@ done:
 /* The same FP8 row-wise shape on two streams at once, each with its own inputs and scales:
  * separate workspaces and per-call scale pointers keep the results apart. */
 static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
-    if (skipped_without(ctx, r, MG_CAP_OP_GEMM_FP8))
+    if (skipped_without(ctx, r, MG_OP_GEMM_FP8))
         return;
     r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     mg_backend *b = ctx->backend;

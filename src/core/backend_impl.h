@@ -121,13 +121,12 @@ typedef struct mg_backend_driver {
     mg_status (*open)(int device, const mg_backend_ops **ops_out, void **ctx_out);
 } mg_backend_driver;
 
-extern const mg_backend_driver mg_cpu_backend_driver;
-#ifdef METRALE_HAVE_CUDA
-extern const mg_backend_driver mg_cuda_backend_driver;
-#endif
-#ifdef METRALE_HAVE_METAL
-extern const mg_backend_driver mg_metal_backend_driver;
-#endif
+/* The driver of backend kind `kind`, or NULL when it is not compiled in. The backend
+ * registry (src/backends/registry.c) lists them; the core names none. */
+const mg_backend_driver *mg_backend_driver_of(mg_backend_kind kind);
+
+/* Whether `b` is a live (opened, not closed) backend handle. Never sets an error. */
+bool mg_backend_is_live(const mg_backend *b);
 
 /* Accessors the op layers (GEMM, attention, ...) use to reach a backend's own objects after
  * the core has validated the public handles. Implemented in src/core/backend.c. */

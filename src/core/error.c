@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MG_ERROR_MESSAGE_BYTES 1024
-
 static _Thread_local char tls_message[MG_ERROR_MESSAGE_BYTES];
 
 const char *mg_status_name(mg_status status) {
@@ -33,6 +31,14 @@ const char *mg_last_error(void) {
 
 void mg_clear_error(void) {
     tls_message[0] = '\0';
+}
+
+void mg_error_save(mg_error_state *saved) {
+    memcpy(saved->message, tls_message, sizeof tls_message);
+}
+
+void mg_error_restore(const mg_error_state *saved) {
+    memcpy(tls_message, saved->message, sizeof tls_message);
 }
 
 const char *mg_path_basename(const char *path) {

@@ -28,6 +28,15 @@ mg_status mg_error_set(mg_status status, const char *file, int line, const char 
 /* Appends text to the current message (e.g. the kernel that was running). */
 void mg_error_append(const char *fmt, ...) MG_PRINTF(1, 2);
 
+/* A copy of this thread's message, so a query that may fail internally (a capability
+ * probe, a statistics update) leaves the caller's last error as it was. */
+#define MG_ERROR_MESSAGE_BYTES 1024
+typedef struct mg_error_state {
+    char message[MG_ERROR_MESSAGE_BYTES];
+} mg_error_state;
+void mg_error_save(mg_error_state *saved);
+void mg_error_restore(const mg_error_state *saved);
+
 /* "80.0 GiB", "512 B", "1.5 MiB": binary units, one decimal. Returns buf. */
 const char *mg_format_bytes(uint64_t bytes, char *buf, size_t buf_bytes);
 

@@ -9,9 +9,6 @@
 
 #include "bench.h"
 #include "metrale/launch.h"
-#ifdef METRALE_HAVE_CUDA
-#include "cuda/cuda_diag.h"
-#endif
 
 typedef struct launch_case {
     mg_kernel *kernel, *empty; /* vector_add; empty_kernel (no arguments) */
@@ -55,16 +52,15 @@ static mg_status body_empty_launches(mg_bench *b, void *arg, int iteration) {
     return run_launches(b, c, c->empty, false);
 }
 
-#ifdef METRALE_HAVE_CUDA
-/* The same launches straight into cuLaunchKernel: the driver's floor under eager_host. */
+/* The same launches checked once and sent straight to the backend (on CUDA: cuLaunchKernel
+ * alone): the driver's floor under eager_host. */
 static mg_status body_driver_launches(mg_bench *b, void *arg, int iteration) {
     (void)iteration;
     launch_case *c = arg;
     mg_launch l;
     one_block_launch(c, true, &l);
-    return mg_cuda_diag_driver_launches(b->backend, b->stream, "vector_add", &l, c->launches);
+    return mg_launch_run_repeated(b->backend, c->kernel, b->stream, &l, (uint32_t)c->launches);
 }
-#endif
 
 static int add_row(mg_bench *b, const char *name, const char *timing, mg_status st,
                    mg_bench_row *row, int launches, const char *unit, const char *note) {
@@ -108,7 +104,6 @@ static int bench_launch(mg_bench *b, int argc, char **argv) {
             failures += add_row(b, "eager_host", "issue", st, &row, c.launches, "launch",
                                 "host time to issue, builder + mg_launch_run");
         }
-#ifdef METRALE_HAVE_CUDA
         if (mg_backend_get_kind(b->backend) == MG_BACKEND_CUDA &&
             mg_bench_selected(b, "eager_driver_floor")) {
             mg_bench_row row = mg_bench_row_make("launch", "eager_driver_floor", shape);
@@ -116,7 +111,6 @@ static int bench_launch(mg_bench *b, int argc, char **argv) {
             failures += add_row(b, "eager_driver_floor", "issue", st, &row, c.launches, "launch",
                                 "cuLaunchKernel alone, same arguments (no library layers)");
         }
-#endif
         if (mg_bench_selected(b, "eager_empty_host")) {
             char empty_shape[48];
             snprintf(empty_shape, sizeof empty_shape, "%d x empty_kernel()", c.launches);

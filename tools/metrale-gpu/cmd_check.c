@@ -3,7 +3,7 @@
  * "N passed, N failed[, N skipped]". Exit status 1 when any check fails. */
 #include <stdio.h>
 
-#include "check/check.h"
+#include "check.h"
 #include "commands.h"
 
 int mg_cmd_check(int argc, char **argv, const mg_cli_options *opts) {

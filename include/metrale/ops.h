@@ -1,0 +1,79 @@
+/*
+ * metrale/ops.h - the ops a backend can run, which provider runs them, and what they did.
+ *
+ * An op (a GEMM family, attention, a quantizer) has a front that checks every argument and
+ * one or more providers: the CPU reference ("reference"), a library (e.g. "cublaslt",
+ * "flashinfer") or our own kernels ("kernels", which run on every backend that ships the
+ * kernels under their names). For each call the front takes the first provider, in the
+ * op's order of preference, that works on the backend and supports the call's shape, or the
+ * one a caller forced.
+ *
+ *   if (!mg_op_supported(b, MG_OP_GEMM_FP8)) ...                  // no error message set
+ *   mg_op_force_provider(b, MG_OP_GEMM_BF16, "cublaslt");         // tests and benchmarks
+ *   mg_op_stats st;
+ *   mg_op_stats_get(b, MG_OP_GEMM_BF16, &st);                     // calls, plans, workspace
+ *
+ * What a caller may rely on:
+ *  - mg_op_supported and mg_op_provider_available never change mg_last_error().
+ *  - Forcing applies to calls made after it on that backend, from any thread. Forcing a
+ *    provider the op does not have, or one of another backend, is MG_ERR_INVALID_ARGUMENT; a
+ *    forced provider that is unavailable on the backend or does not support a call's shape
+ *    makes that call fail with MG_ERR_UNSUPPORTED naming the provider and the reason, and
+ *    nothing is launched.
+ *  - Statistics count per backend since it was opened; they are updated by successful calls.
+ */
+#ifndef METRALE_OPS_H
+#define METRALE_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrale/gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mg_op {
+    MG_OP_GEMM_BF16 = 0,    /* metrale/ops_gemm.h: BF16 GEMMs */
+    MG_OP_GEMM_FP8,         /* metrale/ops_gemm.h: FP8 E4M3 GEMMs, every scale mode */
+    MG_OP_ATTENTION_RAGGED, /* metrale/ops_attention.h */
+    MG_OP_COUNT
+} mg_op;
+
+/* "gemm_bf16", "gemm_fp8", "attention_ragged"; "?" for an unknown op. */
+const char *mg_op_name(mg_op op);
+/* The op named `name` (as mg_op_name spells it). MG_ERR_INVALID_ARGUMENT for another name. */
+mg_status mg_op_parse(const char *name, mg_op *out);
+
+/* Whether some provider of `op` can run on `b` (its library loads, the device is new enough).
+ * A particular shape may still be refused by the call. False for a NULL or closed backend. */
+bool mg_op_supported(mg_backend *b, mg_op op);
+/* Whether provider `provider` of `op` can run on `b`; if not, `reason` (when not NULL) says
+ * why: no such provider, another backend, or what it lacks here. */
+bool mg_op_provider_available(mg_backend *b, mg_op op, const char *provider, char *reason,
+                              size_t reason_bytes);
+/* The names of the providers of `op` for backend kind `kind`, in order of preference, into
+ * names[0 .. max); returns how many there are (which may exceed max). */
+size_t mg_op_providers(mg_op op, mg_backend_kind kind, const char **names, size_t max);
+
+/* Makes every later call of `op` on `b` use `provider`; NULL or "auto" restores the
+ * automatic choice. */
+mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider);
+
+typedef struct mg_op_stats {
+    uint64_t calls;            /* calls that were enqueued */
+    uint64_t plans;            /* plans created (per shape, per batch layout) */
+    uint64_t workspace_bytes;  /* device workspace the op's providers hold now for `b` */
+    uint64_t caller_workspace_calls; /* calls that ran in a workspace the caller supplied */
+    char provider[32];         /* provider of the latest call; "" before the first */
+    char forced[32];           /* the forced provider; "" when automatic */
+} mg_op_stats;
+
+mg_status mg_op_stats_get(mg_backend *b, mg_op op, mg_op_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

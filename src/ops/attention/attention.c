@@ -1,0 +1,377 @@
+/* attention.c - the front of metrale/ops_attention.h: argument validation, then the ragged
+ * prefill attention of the provider the op registry chooses (attention_provider.h). Every check runs before anything is
+ * planned or launched, so a rejected call changes nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_impl.h"
+#include "checked_math.h"
+#include "error.h"
+#include "attention_provider.h"
+
+/* Beyond this, a batch is certainly a bug (and indptr arrays would be huge). */
+#define MG_ATTENTION_MAX_BATCH (1u << 20)
+#define MG_ATTENTION_MAX_HEAD_DIM 512u
+/* Far above any model (the largest use 128 query heads); it keeps a row of q or o
+ * (num_qo_heads * head_dim elements, at most 2^19) well inside the kernels' 32-bit strides. */
+#define MG_ATTENTION_MAX_HEADS 1024u
+
+const char *mg_attention_impl_name(mg_attention_impl impl) {
+    switch (impl) {
+    case MG_ATTENTION_IMPL_AUTO:
+        return "auto";
+    case MG_ATTENTION_IMPL_FA2:
+        return "fa2";
+    case MG_ATTENTION_IMPL_FA3:
+        return "fa3";
+    }
+    return "?";
+}
+
+/* The providers, in order of preference. */
+static const mg_op_provider *const attention_providers[] = {
+#ifdef METRALE_HAVE_CUDA
+    &mg_attention_flashinfer_provider.base,
+#endif
+    &mg_attention_reference_provider.base,
+    NULL,
+};
+
+const mg_op_def mg_attention_ragged_op = {MG_OP_ATTENTION_RAGGED, "attention_ragged",
+                                          attention_providers};
+
+static mg_status check_desc(const mg_attention_desc *d, const char *fn) {
+    if (!d)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL descriptor", fn);
+    if (!d->num_qo_heads || !d->num_kv_heads)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: head counts must be positive (num_qo_heads %u, num_kv_heads %u)", fn,
+                        d->num_qo_heads, d->num_kv_heads);
+    if (d->num_qo_heads > MG_ATTENTION_MAX_HEADS)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: num_qo_heads %u exceeds the limit of %u", fn,
+                        d->num_qo_heads, MG_ATTENTION_MAX_HEADS);
+    if (d->num_qo_heads % d->num_kv_heads)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: num_kv_heads %u does not divide num_qo_heads %u (GQA groups)", fn,
+                        d->num_kv_heads, d->num_qo_heads);
+    if (!d->head_dim || d->head_dim % 8 || d->head_dim > MG_ATTENTION_MAX_HEAD_DIM)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: head_dim %u must be a positive multiple of 8 up to %u", fn,
+                        d->head_dim, MG_ATTENTION_MAX_HEAD_DIM);
+    if (d->window_left < -1)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: window_left %d must be -1 (no window) or >= 0", fn, d->window_left);
+    /* FlashInfer schedules a window as the causal band [p - w, p]; a one-sided bound without
+     * causal would need the whole tail of the keys, which its split-KV plan drops. */
+    if (d->window_left >= 0 && !d->causal)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: window_left %d needs causal (a sliding window is a causal band)", fn,
+                        d->window_left);
+    if (!isfinite(d->sm_scale) || !(d->sm_scale > 0.0f))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: sm_scale %g must be finite and > 0", fn,
+                        (double)d->sm_scale);
+    if ((d->graph_qo_rows == 0) != (d->graph_kv_rows == 0))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: fixed-grid mode needs both graph_qo_rows (%u) and graph_kv_rows (%u) "
+                        "> 0, eager mode both 0",
+                        fn, d->graph_qo_rows, d->graph_kv_rows);
+    if (d->graph_qo_rows > (uint32_t)INT32_MAX || d->graph_kv_rows > (uint32_t)INT32_MAX)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: capacities %u / %u rows exceed INT32_MAX", fn,
+                        d->graph_qo_rows, d->graph_kv_rows);
+    if (d->impl != MG_ATTENTION_IMPL_AUTO && d->impl != MG_ATTENTION_IMPL_FA2 &&
+        d->impl != MG_ATTENTION_IMPL_FA3)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown impl %d", fn, (int)d->impl);
+    return MG_OK;
+}
+
+/* One indptr array: starts at 0, never decreases. */
+static mg_status check_indptr(const int32_t *indptr, uint32_t batch_size, const char *name,
+                              const char *fn) {
+    if (!indptr)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, name);
+    if (indptr[0] != 0)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s[0] = %d, must be 0", fn, name, indptr[0]);
+    for (uint32_t i = 0; i < batch_size; i++)
+        if (indptr[i + 1] < indptr[i])
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "%s: %s decreases at request %u (%s[%u] = %d < %s[%u] = %d)", fn, name,
+                            i, name, i + 1, indptr[i + 1], name, i, indptr[i]);
+    return MG_OK;
+}
+
+static mg_status check_batch(const mg_attention_desc *d, const int32_t *qo_indptr,
+                             const int32_t *kv_indptr, uint32_t batch_size, const char *fn) {
+    if (batch_size == 0 || batch_size > MG_ATTENTION_MAX_BATCH)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: batch_size %u must be in 1..%u", fn,
+                        batch_size, MG_ATTENTION_MAX_BATCH);
+    mg_status st = check_indptr(qo_indptr, batch_size, "qo_indptr", fn);
+    if (!st)
+        st = check_indptr(kv_indptr, batch_size, "kv_indptr", fn);
+    if (st)
+        return st;
+    if (d->causal)
+        for (uint32_t i = 0; i < batch_size; i++) {
+            int32_t lq = qo_indptr[i + 1] - qo_indptr[i], lk = kv_indptr[i + 1] - kv_indptr[i];
+            if (lq > lk)
+                return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                                "%s: request %u has %d queries but only %d keys; a causal "
+                                "(bottom-right aligned) mask needs qo length <= kv length",
+                                fn, i, lq, lk);
+        }
+    if (d->graph_qo_rows && ((uint32_t)qo_indptr[batch_size] > d->graph_qo_rows ||
+                             (uint32_t)kv_indptr[batch_size] > d->graph_kv_rows))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: the batch needs %d query and %d key rows, beyond the fixed-grid "
+                        "capacities %u and %u",
+                        fn, qo_indptr[batch_size], kv_indptr[batch_size], d->graph_qo_rows,
+                        d->graph_kv_rows);
+    return MG_OK;
+}
+
+/* After mg_backend_close the plan's backend pointer dangles: it is only used once the handle
+ * registry (mg_backend_context) confirms the backend still exists, and still has the context
+ * the plan was created on. */
+static bool backend_live(const mg_attention_plan *p) {
+    void *ctx = mg_backend_context(p->backend);
+    return ctx && ctx == p->backend_ctx;
+}
+
+static mg_status check_backend_live(const mg_attention_plan *p, const char *fn) {
+    if (backend_live(p))
+        return MG_OK;
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                    "%s: the plan's backend %p was closed; only mg_attention_plan_destroy is "
+                    "allowed on this plan",
+                    fn, (void *)p->backend);
+}
+
+static mg_status check_stream(mg_backend *b, mg_stream *s, const char *fn) {
+    if (s && mg_stream_backend(s) != b)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: stream %p is not a stream of the plan's backend", fn, (void *)s);
+    return mg_stream_impl(b, s) ? MG_OK : MG_ERR_INVALID_ARGUMENT;
+}
+
+/* Plans the validated batch and, on success, keeps its host indptrs. */
+static mg_status plan_batch(mg_attention_plan *p, const int32_t *qo_indptr,
+                            const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s,
+                            const char *fn) {
+    if (batch_size + 1 > p->indptr_capacity) {
+        int32_t *qo = malloc(sizeof(int32_t) * (batch_size + 1));
+        int32_t *kv = malloc(sizeof(int32_t) * (batch_size + 1));
+        if (!qo || !kv) {
+            free(qo);
+            free(kv);
+            return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory for %u indptrs", fn,
+                            batch_size + 1);
+        }
+        if (p->batch_size) {
+            memcpy(qo, p->qo_indptr, sizeof(int32_t) * (p->batch_size + 1));
+            memcpy(kv, p->kv_indptr, sizeof(int32_t) * (p->batch_size + 1));
+        }
+        free(p->qo_indptr);
+        free(p->kv_indptr);
+        p->qo_indptr = qo;
+        p->kv_indptr = kv;
+        p->indptr_capacity = batch_size + 1;
+    }
+    mg_status st = p->provider->plan(p, qo_indptr, kv_indptr, batch_size, s);
+    if (st)
+        return st; /* the backend cleared p->usable if the device schedule may be half-written */
+    memcpy(p->qo_indptr, qo_indptr, sizeof(int32_t) * (batch_size + 1));
+    memcpy(p->kv_indptr, kv_indptr, sizeof(int32_t) * (batch_size + 1));
+    p->batch_size = batch_size;
+    p->usable = true;
+    return MG_OK;
+}
+
+mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
+                                   const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                   uint32_t batch_size, mg_stream *s, mg_attention_plan **out) {
+    const char *fn = "mg_attention_plan_create";
+    if (!out)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
+    *out = NULL;
+    if (!mg_backend_context(b))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend handle %p", fn,
+                        (void *)b);
+    mg_status st = mg_backend_check_fault(b);
+    if (!st)
+        st = check_desc(desc, fn);
+    if (!st)
+        st = check_batch(desc, qo_indptr, kv_indptr, batch_size, fn);
+    if (!st)
+        st = check_stream(b, s, fn);
+    if (!st)
+        st = mg_stream_check_not_capturing(b, s, fn);
+    if (st)
+        return st;
+    const mg_op_provider *chosen;
+    if ((st = mg_op_choose(b, MG_OP_ATTENTION_RAGGED, desc, fn, &chosen)))
+        return st;
+    mg_attention_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    p->backend = b;
+    p->backend_ctx = mg_backend_context(b);
+    p->provider = (const mg_attention_provider *)chosen;
+    p->desc = *desc;
+    st = plan_batch(p, qo_indptr, kv_indptr, batch_size, s, fn);
+    if (st) {
+        mg_attention_plan_destroy(p);
+        return st;
+    }
+    mg_op_count_plans(b, MG_OP_ATTENTION_RAGGED, 1);
+    *out = p;
+    return MG_OK;
+}
+
+mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indptr,
+                                   const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s) {
+    const char *fn = "mg_attention_plan_update";
+    if (!p)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
+    mg_status st = check_backend_live(p, fn);
+    if (!st)
+        st = mg_backend_check_fault(p->backend);
+    if (!st)
+        st = check_batch(&p->desc, qo_indptr, kv_indptr, batch_size, fn);
+    if (!st && p->desc.graph_qo_rows && batch_size != p->batch_size)
+        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                      "%s: a fixed-grid plan keeps its batch_size %u (asked %u): captured "
+                      "launches depend on it",
+                      fn, p->batch_size, batch_size);
+    if (!st)
+        st = check_stream(p->backend, s, fn);
+    if (!st)
+        st = mg_stream_check_not_capturing(p->backend, s, fn);
+    if (st)
+        return st;
+    return plan_batch(p, qo_indptr, kv_indptr, batch_size, s, fn);
+}
+
+static mg_status check_tensor_ptr(mg_devptr ptr, uint64_t alignment, const char *name,
+                                  const char *fn) {
+    if (!ptr)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL device pointer for %s", fn, name);
+    if (ptr % alignment)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %llu-byte aligned", fn, name,
+                        (unsigned long long)ptr, (unsigned long long)alignment);
+    return MG_OK;
+}
+
+/* Bytes of a contiguous [rows, heads, head_dim] tensor; MG_ERR_INVALID_ARGUMENT when the
+ * product does not fit size_t, so a huge shape can never pass the range checks as a small
+ * wrapped span. */
+static mg_status tensor_bytes(uint32_t rows, uint32_t heads, uint32_t head_dim,
+                              uint32_t element_bytes, const char *what, const char *fn,
+                              size_t *out) {
+    size_t row_elements;
+    if (mg_mul_size(heads, head_dim, &row_elements) &&
+        mg_matrix_span_bytes(rows, row_elements, row_elements, element_bytes, out))
+        return MG_OK;
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                    "%s: %s of %u rows x %u heads x %u x %u bytes overflows the address space", fn,
+                    what, rows, heads, head_dim, element_bytes);
+}
+
+mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
+    const char *fn = "mg_attention_run";
+    if (!p)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
+    if (!t)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL tensors", fn);
+    mg_status st = check_backend_live(p, fn);
+    if (!st)
+        st = mg_backend_check_fault(p->backend);
+    if (st)
+        return st;
+    if (!p->usable)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: the plan's last update failed on the device; update it again first",
+                        fn);
+    if ((st = check_tensor_ptr(t->q, 16, "q", fn)) || (st = check_tensor_ptr(t->k, 16, "k", fn)) ||
+        (st = check_tensor_ptr(t->v, 16, "v", fn)) || (st = check_tensor_ptr(t->o, 16, "o", fn)))
+        return st;
+    if (t->lse && (st = check_tensor_ptr(t->lse, 4, "lse", fn)))
+        return st;
+    const mg_attention_desc *d = &p->desc;
+    const uint32_t qo_total = (uint32_t)p->qo_indptr[p->batch_size];
+    const uint32_t kv_total = (uint32_t)p->kv_indptr[p->batch_size];
+    if (d->graph_qo_rows) {
+        if (t->qo_rows != d->graph_qo_rows || t->kv_rows != d->graph_kv_rows)
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "%s: a fixed-grid plan runs on its capacities: qo_rows %u / kv_rows "
+                            "%u given, %u / %u planned",
+                            fn, t->qo_rows, t->kv_rows, d->graph_qo_rows, d->graph_kv_rows);
+    } else if (t->qo_rows != qo_total || t->kv_rows != kv_total) {
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: the indptrs end at %u query and %u key rows, the tensors have "
+                        "qo_rows %u and kv_rows %u",
+                        fn, qo_total, kv_total, t->qo_rows, t->kv_rows);
+    }
+    /* Every tensor must fit its buffer: nothing is read or written out of bounds. */
+    size_t qo_bytes, kv_bytes, lse_bytes;
+    if ((st = tensor_bytes(t->qo_rows, d->num_qo_heads, d->head_dim, 2, "q/o", fn, &qo_bytes)) ||
+        (st = tensor_bytes(t->kv_rows, d->num_kv_heads, d->head_dim, 2, "k/v", fn, &kv_bytes)) ||
+        (st = tensor_bytes(t->qo_rows, d->num_qo_heads, 1, 4, "lse", fn, &lse_bytes)))
+        return st;
+    mg_backend *b = p->backend;
+    if ((st = mg_backend_check_device_range(b, t->q, qo_bytes, fn, "q")) ||
+        (st = mg_backend_check_device_range(b, t->k, kv_bytes, fn, "k")) ||
+        (st = mg_backend_check_device_range(b, t->v, kv_bytes, fn, "v")) ||
+        (st = mg_backend_check_device_range(b, t->o, qo_bytes, fn, "o")))
+        return st;
+    if (t->lse && (st = mg_backend_check_device_range(b, t->lse, lse_bytes, fn, "lse")))
+        return st;
+    if ((st = check_stream(p->backend, s, fn)))
+        return st;
+    /* An eager plan's workspaces are replaced when a later update needs more (the old ones
+     * are freed), so no graph may keep its launch: only fixed-grid plans are capturable. */
+    if (!d->graph_qo_rows &&
+        (st = mg_stream_check_not_capturing(
+             p->backend, s,
+             "mg_attention_run: an eager plan (capture needs a fixed-grid plan: set "
+             "graph_qo_rows / graph_kv_rows)")))
+        return st;
+    if ((st = p->provider->run(p, t, s)))
+        return st;
+    mg_op_count_call(b, MG_OP_ATTENTION_RAGGED, &p->provider->base, false);
+    return MG_OK;
+}
+
+mg_status mg_attention_plan_destroy(mg_attention_plan *p) {
+    if (!p)
+        return MG_OK;
+    if (p->provider)
+        p->provider->release(p, backend_live(p));
+    free(p->qo_indptr);
+    free(p->kv_indptr);
+    free(p);
+    return MG_OK;
+}
+
+mg_status mg_attention_plan_get_info(const mg_attention_plan *p, mg_attention_plan_info *out) {
+    if (!p || !out)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_attention_plan_get_info: NULL %s",
+                        p ? "output" : "plan");
+    memset(out, 0, sizeof *out);
+    out->batch_size = p->batch_size;
+    out->qo_total = (uint32_t)p->qo_indptr[p->batch_size];
+    out->kv_total = (uint32_t)p->kv_indptr[p->batch_size];
+    p->provider->info(p, out);
+    return MG_OK;
+}
+
+double mg_attention_plan_flops(const mg_attention_plan *p) {
+    if (!p)
+        return 0.0;
+    double pairs = 0.0;
+    for (uint32_t i = 0; i < p->batch_size; i++) {
+        double lq = p->qo_indptr[i + 1] - p->qo_indptr[i];
+        double lk = p->kv_indptr[i + 1] - p->kv_indptr[i];
+        pairs += p->desc.causal ? lq * lk - lq * (lq - 1.0) / 2.0 : lq * lk;
+    }
+    return 4.0 * p->desc.head_dim * p->desc.num_qo_heads * pairs;
+}

@@ -1,0 +1,57 @@
+/*
+ * attention_provider.h - private to src/ops/attention: the attention plan object and what a
+ * provider implements for metrale/ops_attention.h. attention.c validates every argument, then
+ * lets the op registry choose the provider (the CPU reference, FlashInfer on CUDA); a provider
+ * receives only validated plans, indptrs and tensors.
+ */
+#ifndef METRALE_ATTENTION_PROVIDER_H
+#define METRALE_ATTENTION_PROVIDER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "metrale/ops_attention.h"
+#include "op_registry.h"
+
+typedef struct mg_attention_provider mg_attention_provider;
+
+struct mg_attention_plan {
+    mg_backend *backend; /* dangles once the backend is closed: see backend_live */
+    void *backend_ctx;   /* the backend's context at creation, to tell a closed backend apart */
+    const mg_attention_provider *provider;
+    mg_attention_desc desc;
+    /* The planned batch: host copies of its indptrs (batch_size + 1 entries each). */
+    uint32_t batch_size;
+    int32_t *qo_indptr, *kv_indptr;
+    uint32_t indptr_capacity; /* entries allocated in each array */
+    bool usable;              /* false once a failed plan may have half-written the device
+                               * schedule; true again after the next successful plan */
+    void *impl;               /* the backend's state */
+};
+
+struct mg_attention_provider {
+    /* First: the registry hands this back as an mg_op_provider. Its `supports` hook gets the
+     * validated mg_attention_desc (e.g. the head_dims the provider has kernels for). */
+    mg_op_provider base;
+    /* Plans `qo_indptr` / `kv_indptr` (validated; batch_size + 1 entries) for `p`, whose
+     * batch fields still describe the previous plan (batch_size 0 before the first). On
+     * failure the backend keeps its previous state where it can; where a copy into the device
+     * schedule the runs read may have started, it sets p->usable = false (whatever the
+     * status), so runs are refused until a plan succeeds. */
+    mg_status (*plan)(mg_attention_plan *p, const int32_t *qo_indptr, const int32_t *kv_indptr,
+                      uint32_t batch_size, mg_stream *s);
+    mg_status (*run)(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s);
+    /* Frees the backend's state. `backend_live` false: the backend was closed, which already
+     * released the plan's device memory, events, kernels and pinned memory; only host memory
+     * may be freed then (no call on the dead backend). */
+    void (*release)(mg_attention_plan *p, bool backend_live);
+    /* Fills impl, workspace_bytes and pinned_bytes. */
+    void (*info)(const mg_attention_plan *p, mg_attention_plan_info *out);
+};
+
+extern const mg_attention_provider mg_attention_reference_provider;
+#ifdef METRALE_HAVE_CUDA
+extern const mg_attention_provider mg_attention_flashinfer_provider;
+#endif
+
+#endif

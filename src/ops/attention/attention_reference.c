@@ -1,0 +1,363 @@
+/* attention_reference.c - the reference ragged prefill attention (metrale/ops_attention.h) on the CPU
+ * backend: BF16 inputs widened exactly to FP32, FP32 dot products and softmax, output rounded to
+ * BF16 once. It defines the op's result; GPU implementations are checked against it.
+ *
+ * A plan keeps its indptrs in a device buffer of the CPU backend (written on the plan's stream,
+ * like the GPU's int workspace), and a run is a launch of the CPU kernel
+ * "metrale:attention_ragged_prefill" that reads them there. So a captured run replays the
+ * batch of the latest update, exactly as on CUDA. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attention_provider.h"
+#include "backend_impl.h"
+#include "checked_math.h"
+#include "cpu_kernels.h"
+#include "error.h"
+#include "metrale/dtype.h"
+#include "metrale/launch.h"
+
+#define KERNEL_MODULE "metrale"
+#define KERNEL_FUNCTION "attention_ragged_prefill"
+#define KERNEL_NAME KERNEL_MODULE ":" KERNEL_FUNCTION
+#define MAX_THREADS 32
+
+typedef struct cpu_attention_plan {
+    mg_devptr indptrs;         /* qo_indptr then kv_indptr, batch_size + 1 int32 each */
+    uint32_t indptrs_capacity; /* batch_size + 1 the buffer holds per array */
+    mg_kernel *kernel;
+} cpu_attention_plan;
+
+/* Launch argument indices of the kernel. */
+enum {
+    ARG_Q,
+    ARG_K,
+    ARG_V,
+    ARG_O,
+    ARG_LSE,
+    ARG_INDPTRS,
+    ARG_BATCH,
+    ARG_QO_HEADS,
+    ARG_KV_HEADS,
+    ARG_HEAD_DIM,
+    ARG_CAUSAL,
+    ARG_WINDOW_LEFT,
+    ARG_SM_SCALE,
+    ARG_QO_ROWS,
+    ARG_KV_ROWS,
+    ARG_HAS_LSE,
+    ARG_COUNT
+};
+
+/* Softmax attention of one query row of one head over the keys [k_begin, k_end) of its
+ * request; `kf`/`vf` hold the request's keys/values of this KV head widened to FP32
+ * ([lk][d]); `scores` has room for lk floats. Writes d outputs (FP32) and returns the base-2
+ * log-sum-exp (-inf when no key is visible, with zero output). */
+static float attend_row(const float *qf, const float *kf, const float *vf, uint32_t d,
+                        uint32_t k_begin, uint32_t k_end, float sm_scale, float *scores,
+                        float *out) {
+    for (uint32_t c = 0; c < d; c++)
+        out[c] = 0.0f;
+    if (k_begin >= k_end)
+        return -INFINITY;
+    float max_score = -INFINITY;
+    for (uint32_t j = k_begin; j < k_end; j++) {
+        const float *kr = kf + (size_t)j * d;
+        float partial[8] = {0};
+        for (uint32_t c = 0; c < d; c += 8)
+            for (uint32_t u = 0; u < 8; u++)
+                partial[u] += qf[c + u] * kr[c + u];
+        float dot = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                    ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+        scores[j] = dot * sm_scale;
+        if (scores[j] > max_score)
+            max_score = scores[j];
+    }
+    float sum = 0.0f;
+    for (uint32_t j = k_begin; j < k_end; j++) {
+        float e = expf(scores[j] - max_score);
+        sum += e;
+        const float *vr = vf + (size_t)j * d;
+        for (uint32_t c = 0; c < d; c++)
+            out[c] += e * vr[c];
+    }
+    for (uint32_t c = 0; c < d; c++)
+        out[c] /= sum;
+    return (max_score + logf(sum)) * (float)M_LOG2E;
+}
+
+typedef struct attention_args {
+    const uint16_t *q, *k, *v;
+    uint16_t *o;
+    float *lse;
+    const int32_t *qo_indptr, *kv_indptr;
+    uint32_t batch, qo_heads, kv_heads, d, causal, qo_rows, kv_rows;
+    int32_t window_left;
+    float sm_scale;
+} attention_args;
+
+/* The indptrs come from the plan's device buffer, which only the plan writes, but the kernel
+ * still refuses anything that would read or write outside the tensors. */
+static mg_status check_indptrs(const attention_args *a) {
+    for (uint32_t i = 0; i < a->batch; i++)
+        if (a->qo_indptr[i + 1] < a->qo_indptr[i] || a->kv_indptr[i + 1] < a->kv_indptr[i])
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: indptrs decrease at %u",
+                            KERNEL_NAME, i);
+    if (a->qo_indptr[0] != 0 || a->kv_indptr[0] != 0 ||
+        (uint32_t)a->qo_indptr[a->batch] > a->qo_rows ||
+        (uint32_t)a->kv_indptr[a->batch] > a->kv_rows)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: indptrs [%d..%d] / [%d..%d] outside %u / %u rows",
+                        KERNEL_NAME, a->qo_indptr[0], a->qo_indptr[a->batch], a->kv_indptr[0],
+                        a->kv_indptr[a->batch], a->qo_rows, a->kv_rows);
+    return MG_OK;
+}
+
+/* One (request, KV head) pair: widens its keys and values once, then attends every query row
+ * of the heads of its GQA group. `scratch` holds 2 * lk * d + lk + 2 * d floats. */
+static void compute_item(const attention_args *a, uint32_t request, uint32_t kvh, float *scratch) {
+    const uint32_t d = a->d, group = a->qo_heads / a->kv_heads;
+    const uint32_t q0 = (uint32_t)a->qo_indptr[request], k0 = (uint32_t)a->kv_indptr[request];
+    const uint32_t lq = (uint32_t)a->qo_indptr[request + 1] - q0;
+    const uint32_t lk = (uint32_t)a->kv_indptr[request + 1] - k0;
+    float *kf = scratch, *vf = kf + (size_t)lk * d, *scores = vf + (size_t)lk * d;
+    float *qf = scores + lk, *out = qf + d;
+    for (uint32_t j = 0; j < lk; j++) {
+        const size_t src = ((size_t)(k0 + j) * a->kv_heads + kvh) * d;
+        for (uint32_t c = 0; c < d; c++) {
+            kf[(size_t)j * d + c] = mg_bf16_to_f32(a->k[src + c]);
+            vf[(size_t)j * d + c] = mg_bf16_to_f32(a->v[src + c]);
+        }
+    }
+    for (uint32_t h = kvh * group; h < (kvh + 1) * group; h++)
+        for (uint32_t r = 0; r < lq; r++) {
+            /* Position of query r among the keys (bottom-right aligned). */
+            const int64_t pos = (int64_t)lk - lq + r;
+            int64_t end = a->causal ? pos + 1 : (int64_t)lk;
+            int64_t begin = a->window_left >= 0 ? pos - a->window_left : 0;
+            begin = begin < 0 ? 0 : begin;
+            end = end > (int64_t)lk ? (int64_t)lk : end;
+            const size_t row = ((size_t)(q0 + r) * a->qo_heads + h) * d;
+            for (uint32_t c = 0; c < d; c++)
+                qf[c] = mg_bf16_to_f32(a->q[row + c]);
+            float lse =
+                attend_row(qf, kf, vf, d, (uint32_t)begin,
+                           end > begin ? (uint32_t)end : (uint32_t)begin, a->sm_scale, scores, out);
+            for (uint32_t c = 0; c < d; c++)
+                a->o[row + c] = mg_f32_to_bf16(out[c]);
+            if (a->lse)
+                a->lse[(size_t)(q0 + r) * a->qo_heads + h] = lse;
+        }
+}
+
+/* Work items (request, KV head) are shared out to up to one thread per core: they write
+ * disjoint rows and heads, so the result does not depend on the thread count. */
+typedef struct work_queue {
+    const attention_args *args;
+    size_t scratch_floats;
+    _Atomic uint64_t next;
+    _Atomic int failed; /* a thread could not get scratch memory */
+} work_queue;
+
+static void *worker(void *arg) {
+    work_queue *w = arg;
+    const attention_args *a = w->args;
+    float *scratch = malloc(sizeof(float) * w->scratch_floats);
+    if (!scratch) {
+        atomic_store(&w->failed, 1);
+        return NULL;
+    }
+    const uint64_t items = (uint64_t)a->batch * a->kv_heads;
+    for (uint64_t i; (i = atomic_fetch_add(&w->next, 1)) < items;)
+        compute_item(a, (uint32_t)(i / a->kv_heads), (uint32_t)(i % a->kv_heads), scratch);
+    free(scratch);
+    return NULL;
+}
+
+static mg_status compute(const attention_args *a) {
+    uint32_t max_lk = 0;
+    for (uint32_t i = 0; i < a->batch; i++) {
+        uint32_t lk = (uint32_t)(a->kv_indptr[i + 1] - a->kv_indptr[i]);
+        max_lk = lk > max_lk ? lk : max_lk;
+    }
+    /* max_lk * (2 * d + 1) + 2 * d floats; d is any u32 a caller launched with. */
+    size_t per_key = 2 * (size_t)a->d + 1, scratch_floats, scratch_bytes;
+    if (!mg_mul_size(max_lk, per_key, &scratch_floats) ||
+        __builtin_add_overflow(scratch_floats, per_key - 1, &scratch_floats) ||
+        !mg_mul_size(scratch_floats, sizeof(float), &scratch_bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: scratch for %u keys of head_dim %u overflows the address "
+                        "space",
+                        KERNEL_NAME, max_lk, a->d);
+    work_queue w = {.args = a, .scratch_floats = scratch_floats};
+    const uint64_t items = (uint64_t)a->batch * a->kv_heads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t threads = cores > 1 ? (uint64_t)cores : 1;
+    threads = threads > MAX_THREADS ? MAX_THREADS : threads;
+    threads = threads > items ? items : threads;
+    pthread_t tids[MAX_THREADS];
+    uint64_t started = 0;
+    for (; started + 1 < threads; started++)
+        if (pthread_create(&tids[started], NULL, worker, &w))
+            break;
+    worker(&w); /* the calling thread works too, so zero extra threads still finishes */
+    for (uint64_t i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
+    if (atomic_load(&w.failed))
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
+                        "cpu kernel %s: out of host memory for %zu floats of scratch", KERNEL_NAME,
+                        w.scratch_floats);
+    return MG_OK;
+}
+
+static mg_status kernel_attention(const mg_launch *l) {
+    static const mg_arg_kind kinds[ARG_COUNT] = {
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_I32,
+        MG_ARG_F32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
+    mg_status st = mg_cpu_kernel_check_args(l, KERNEL_NAME, kinds, ARG_COUNT);
+    if (st)
+        return st;
+    attention_args a = {
+        .batch = mg_launch_get_u32(l, ARG_BATCH),
+        .qo_heads = mg_launch_get_u32(l, ARG_QO_HEADS),
+        .kv_heads = mg_launch_get_u32(l, ARG_KV_HEADS),
+        .d = mg_launch_get_u32(l, ARG_HEAD_DIM),
+        .causal = mg_launch_get_u32(l, ARG_CAUSAL),
+        .window_left = mg_launch_get_i32(l, ARG_WINDOW_LEFT),
+        .sm_scale = mg_launch_get_f32(l, ARG_SM_SCALE),
+        .qo_rows = mg_launch_get_u32(l, ARG_QO_ROWS),
+        .kv_rows = mg_launch_get_u32(l, ARG_KV_ROWS),
+    };
+    if (!a.batch || !a.qo_heads || !a.kv_heads || a.qo_heads % a.kv_heads || !a.d || a.d % 8)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: bad shape (batch %u, heads %u/%u, head_dim %u)",
+                        KERNEL_NAME, a.batch, a.qo_heads, a.kv_heads, a.d);
+    /* The launch arguments are anyone's (the kernel is public): a shape whose spans or
+     * scratch do not fit size_t is refused, never wrapped into a small span. */
+    size_t q_row, kv_row, q_bytes, kv_bytes, lse_bytes;
+    if (!mg_mul_size(a.qo_heads, a.d, &q_row) || !mg_mul_size(a.kv_heads, a.d, &kv_row) ||
+        !mg_matrix_span_bytes(a.qo_rows, q_row, q_row, 2, &q_bytes) ||
+        !mg_matrix_span_bytes(a.kv_rows, kv_row, kv_row, 2, &kv_bytes) ||
+        !mg_matrix_span_bytes(a.qo_rows, a.qo_heads, a.qo_heads, 4, &lse_bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: shape overflows the address space (%u / %u rows, heads "
+                        "%u/%u, head_dim %u)",
+                        KERNEL_NAME, a.qo_rows, a.kv_rows, a.qo_heads, a.kv_heads, a.d);
+    void *q, *k, *v, *o, *indptrs, *lse = NULL;
+    /* The alignments the GPU kernels' vector loads need. */
+    if ((st = mg_cpu_kernel_buffer(l, ARG_Q, q_bytes, 16, KERNEL_NAME, &q)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_K, kv_bytes, 16, KERNEL_NAME, &k)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_V, kv_bytes, 16, KERNEL_NAME, &v)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_O, q_bytes, 16, KERNEL_NAME, &o)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_INDPTRS, 8ull * (a.batch + 1), 4, KERNEL_NAME, &indptrs)))
+        return st;
+    if (mg_launch_get_u32(l, ARG_HAS_LSE) &&
+        (st = mg_cpu_kernel_buffer(l, ARG_LSE, lse_bytes, 4, KERNEL_NAME, &lse)))
+        return st;
+    a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
+    a.qo_indptr = indptrs;
+    a.kv_indptr = a.qo_indptr + a.batch + 1;
+    if ((st = check_indptrs(&a)))
+        return st;
+    return compute(&a);
+}
+
+static pthread_once_t register_once = PTHREAD_ONCE_INIT;
+static mg_status register_status;
+
+static void register_kernel(void) {
+    register_status = mg_cpu_kernel_register(KERNEL_MODULE, KERNEL_FUNCTION, kernel_attention);
+}
+
+static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const int32_t *kv_indptr,
+                          uint32_t batch_size, mg_stream *s) {
+    cpu_attention_plan *c = p->impl;
+    if (!c) {
+        pthread_once(&register_once, register_kernel);
+        if (register_status)
+            return register_status;
+        if (!(c = calloc(1, sizeof *c)))
+            return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu attention plan: out of host memory");
+        mg_status st = mg_kernel_lookup(p->backend, KERNEL_MODULE, KERNEL_FUNCTION, &c->kernel);
+        if (st) {
+            free(c);
+            return st;
+        }
+        p->impl = c;
+    }
+    const size_t entries = (size_t)batch_size + 1;
+    if (entries > c->indptrs_capacity) {
+        /* Owned by the plan (mg_ledger_sweep leaves it alone). CPU streams run work when it is
+         * enqueued, so nothing queued still reads the old buffer; and eager plans are never
+         * captured, so no graph does either (fixed-grid plans never grow). */
+        mg_devptr grown;
+        mg_status st = mg_alloc_owned_at(p->backend, 2 * sizeof(int32_t) * entries, MG_ALLOC_DEVICE,
+                                         &grown, __FILE__, __LINE__);
+        if (st)
+            return st;
+        mg_free(p->backend, c->indptrs);
+        c->indptrs = grown;
+        c->indptrs_capacity = (uint32_t)entries;
+    }
+    mg_status st =
+        mg_copy_h2d_async(p->backend, c->indptrs, qo_indptr, sizeof(int32_t) * entries, s);
+    if (!st && (st = mg_copy_h2d_async(p->backend, c->indptrs + sizeof(int32_t) * entries,
+                                       kv_indptr, sizeof(int32_t) * entries, s)))
+        p->usable = false; /* the new qo_indptr landed next to the old kv_indptr */
+    return st;
+}
+
+static mg_status cpu_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
+    const cpu_attention_plan *c = p->impl;
+    const mg_attention_desc *d = &p->desc;
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, t->q);
+    mg_launch_arg_ptr(&l, t->k);
+    mg_launch_arg_ptr(&l, t->v);
+    mg_launch_arg_ptr(&l, t->o);
+    mg_launch_arg_ptr(&l, t->lse);
+    mg_launch_arg_ptr(&l, c->indptrs);
+    mg_launch_arg_u32(&l, p->batch_size);
+    mg_launch_arg_u32(&l, d->num_qo_heads);
+    mg_launch_arg_u32(&l, d->num_kv_heads);
+    mg_launch_arg_u32(&l, d->head_dim);
+    mg_launch_arg_u32(&l, d->causal);
+    mg_launch_arg_i32(&l, d->window_left);
+    mg_launch_arg_f32(&l, d->sm_scale);
+    mg_launch_arg_u32(&l, t->qo_rows);
+    mg_launch_arg_u32(&l, t->kv_rows);
+    mg_launch_arg_u32(&l, t->lse != 0);
+    return mg_launch_run(p->backend, c->kernel, s, &l);
+}
+
+static void cpu_release(mg_attention_plan *p, bool backend_live) {
+    cpu_attention_plan *c = p->impl;
+    if (!c)
+        return;
+    if (backend_live) {
+        mg_free(p->backend, c->indptrs);
+        mg_kernel_release(c->kernel);
+    }
+    free(c);
+    p->impl = NULL;
+}
+
+static void cpu_info(const mg_attention_plan *p, mg_attention_plan_info *out) {
+    const cpu_attention_plan *c = p->impl;
+    out->impl = MG_ATTENTION_IMPL_AUTO;
+    out->workspace_bytes = c ? 2ull * sizeof(int32_t) * c->indptrs_capacity : 0;
+}
+
+const mg_attention_provider mg_attention_reference_provider = {
+    .base = {.name = "reference", .backend = MG_BACKEND_CPU},
+    .plan = cpu_plan,
+    .run = cpu_run,
+    .release = cpu_release,
+    .info = cpu_info,
+};

@@ -1,0 +1,392 @@
+/* gemm.c - the front of the GEMM ops (metrale/ops_gemm.h): every argument checked once, then
+ * the provider the op registry chooses (gemm_provider.h). */
+#include "backend_impl.h"
+#include "checked_math.h"
+#include "error.h"
+#include "gemm_provider.h"
+#include "gemm_reference.h"
+#include "metrale/launch.h"
+
+/* The providers of both GEMM ops, in order of preference. */
+static const mg_op_provider *const gemm_providers[] = {
+#ifdef METRALE_HAVE_CUDA
+    &mg_gemm_cublaslt_provider.base,
+#endif
+    &mg_gemm_reference_provider.base,
+    NULL,
+};
+
+const mg_op_def mg_gemm_bf16_op = {MG_OP_GEMM_BF16, "gemm_bf16", gemm_providers};
+const mg_op_def mg_gemm_fp8_op = {MG_OP_GEMM_FP8, "gemm_fp8", gemm_providers};
+
+static mg_op op_of(mg_gemm_kind kind) {
+    return kind == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8;
+}
+
+static const char *kind_name(mg_gemm_kind kind) {
+    switch (kind) {
+    case MG_GEMM_BF16:
+        return "mg_gemm_bf16";
+    case MG_GEMM_FP8_TENSORWISE:
+        return "mg_gemm_fp8_tensorwise";
+    case MG_GEMM_FP8_ROWWISE:
+        return "mg_gemm_fp8_rowwise";
+    case MG_GEMM_FP8_BLOCKSCALED:
+        return "mg_gemm_fp8_blockscaled";
+    }
+    return "mg_gemm";
+}
+
+static bool is_fp8(mg_gemm_kind kind) {
+    return kind != MG_GEMM_BF16;
+}
+
+size_t mg_gemm_scale_count(const mg_gemm_plan *p, bool act) {
+    uint32_t rows = act ? p->m : p->n;
+    switch (p->kind) {
+    case MG_GEMM_BF16:
+        return 0;
+    case MG_GEMM_FP8_TENSORWISE:
+        return 1;
+    case MG_GEMM_FP8_ROWWISE:
+        return rows;
+    case MG_GEMM_FP8_BLOCKSCALED:
+        return mg_fp8_block_scale_count(act ? p->act_mode : p->weight_mode, rows, p->k);
+    }
+    return 0;
+}
+
+/* The shape, types and modes of a plan; shared by the calls and mg_gemm_prewarm. */
+static mg_status check_plan(const mg_gemm_plan *p) {
+    const char *what = kind_name(p->kind);
+    if ((unsigned)p->kind > MG_GEMM_FP8_BLOCKSCALED)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm: unknown GEMM kind %d", (int)p->kind);
+    if (p->m == 0 || p->n == 0 || p->k == 0)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape M=%u N=%u K=%u", what, p->m, p->n,
+                        p->k);
+    if (p->ldc < p->n)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: ldc=%u is less than N=%u", what, p->ldc,
+                        p->n);
+    if (p->kind == MG_GEMM_BF16) {
+        if (p->out_type != MG_DTYPE_BF16 && p->out_type != MG_DTYPE_F32)
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: output type %s, expected bf16 or f32",
+                            what, mg_dtype_name(p->out_type));
+        return MG_OK;
+    }
+    if (p->out_type != MG_DTYPE_BF16)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: output type %s, expected bf16", what,
+                        mg_dtype_name(p->out_type));
+    /* cuBLASLt's FP8 kernels read 16-byte rows; the CPU reference enforces the same so a
+     * program that runs here runs on a GPU. */
+    if (p->k % 16 || p->n % 16)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: FP8 needs K and N multiples of 16, got N=%u K=%u", what, p->n, p->k);
+    if (p->ldc % 8)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: FP8 needs 16-byte output rows (ldc a multiple of 8), got ldc=%u", what,
+                        p->ldc);
+    if (p->kind != MG_GEMM_FP8_BLOCKSCALED)
+        return MG_OK;
+    if ((unsigned)p->act_mode > MG_FP8_BLOCK_128X128 ||
+        (unsigned)p->weight_mode > MG_FP8_BLOCK_128X128)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown block scale mode (act %d, weight %d)",
+                        what, (int)p->act_mode, (int)p->weight_mode);
+    if (p->act_mode == MG_FP8_BLOCK_128X128 && p->weight_mode == MG_FP8_BLOCK_128X128)
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "%s: scale pair act 128x128 with weight 128x128 is not supported by "
+                        "cuBLASLt; use 1x128 scales for one operand",
+                        what);
+    if (p->m % 4)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: block scaling needs M a multiple of 4, got M=%u (pad the tokens to "
+                        "%u; mg_fp8_act_scales_transpose zero-fills the padding scales)",
+                        what, p->m, mg_fp8_rows_padded(p->m));
+    return MG_OK;
+}
+
+/* Largest power of two dividing the address, capped at 16. */
+static uint32_t pointer_alignment(mg_devptr p) {
+    uint32_t a = 16;
+    while (a > 1 && (p % a))
+        a /= 2;
+    return a;
+}
+
+static mg_status check_pointer(const char *what, const char *name, mg_devptr p,
+                               uint32_t alignment) {
+    if (!p)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", what, name);
+    if (p % alignment)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %u-byte aligned", what, name,
+                        (unsigned long long)p, alignment);
+    return MG_OK;
+}
+
+/* NULL, a stale handle and a closed backend are one error: the handle is not a live backend. */
+static mg_status check_backend(mg_backend *b, const char *fn) {
+    if (!mg_backend_is_live(b))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
+                        (void *)b);
+    return MG_OK;
+}
+
+static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
+    mg_status st = check_backend(b, kind_name(c->plan.kind));
+    if (st)
+        return st;
+    st = check_plan(&c->plan);
+    if (st)
+        return st;
+    const mg_gemm_plan *p = &c->plan;
+    const char *what = kind_name(p->kind);
+    bool fp8 = is_fp8(p->kind);
+    uint32_t in_align = fp8 ? 16 : 2, out_align = fp8 ? 16 : (uint32_t)mg_dtype_bytes(p->out_type);
+    if ((st = check_pointer(what, "act", c->t.act, in_align)) ||
+        (st = check_pointer(what, "weight", c->t.weight, in_align)) ||
+        (st = check_pointer(what, "out", c->t.out, out_align)))
+        return st;
+    if (fp8) {
+        uint32_t scale_align = p->kind == MG_GEMM_FP8_TENSORWISE ? 4 : 16;
+        if ((st = check_pointer(what, "act_scale", c->t.act_scale, scale_align)) ||
+            (st = check_pointer(what, "weight_scale", c->t.weight_scale, scale_align)))
+            return st;
+    }
+    /* Every operand must fit its buffer: nothing is read or written out of bounds. */
+    size_t in_bytes = fp8 ? 1 : 2, out_bytes = mg_dtype_bytes(p->out_type);
+    size_t act_span, weight_span, out_span;
+    if (!mg_matrix_span_bytes(p->m, p->k, p->k, in_bytes, &act_span) ||
+        !mg_matrix_span_bytes(p->n, p->k, p->k, in_bytes, &weight_span) ||
+        !mg_matrix_span_bytes(p->m, p->n, p->ldc, out_bytes, &out_span))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: M=%u N=%u K=%u ldc=%u spans more bytes than the address space", what,
+                        p->m, p->n, p->k, p->ldc);
+    if ((st = mg_backend_check_device_range(b, c->t.act, act_span, what, "act")) ||
+        (st = mg_backend_check_device_range(b, c->t.weight, weight_span, what, "weight")) ||
+        (st = mg_backend_check_device_range(b, c->t.out, out_span, what, "out")))
+        return st;
+    if (fp8 && ((st = mg_backend_check_device_range(
+                     b, c->t.act_scale, mg_gemm_scale_count(p, true) * 4, what, "act_scale")) ||
+                (st = mg_backend_check_device_range(
+                     b, c->t.weight_scale, mg_gemm_scale_count(p, false) * 4, what, "weight_scale"))))
+        return st;
+    uint32_t a = pointer_alignment(c->t.act | c->t.weight | c->t.out);
+    c->plan.pointer_alignment = a;
+    if (c->t.workspace || c->t.workspace_bytes) {
+        if ((st = check_pointer(what, "workspace", c->t.workspace, 16)) ||
+            (st = mg_backend_check_device_range(b, c->t.workspace, c->t.workspace_bytes, what,
+                                                "workspace")))
+            return st;
+    }
+    return MG_OK;
+}
+
+/* ------------------------------------------------------------------ dispatch */
+
+/* The workspace a caller must supply to `p` on `b` (0: none). */
+static size_t workspace_need(mg_backend *b, const mg_op_provider *p) {
+    const mg_gemm_provider *g = (const mg_gemm_provider *)p;
+    return g->workspace_bytes ? g->workspace_bytes(b) : 0;
+}
+
+static mg_status run_call(mg_backend *b, mg_stream *s, mg_gemm_call *c) {
+    mg_status st = check_call(b, c);
+    if (st)
+        return st;
+    const char *what = kind_name(c->plan.kind);
+    const mg_op_provider *p;
+    if ((st = mg_op_choose(b, op_of(c->plan.kind), &c->plan, what, &p)))
+        return st;
+    bool caller_workspace = c->t.workspace != 0;
+    size_t need = workspace_need(b, p);
+    if (caller_workspace && c->t.workspace_bytes < need) {
+        char have[32], want[32];
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: the caller's workspace has %s, provider %s needs %s "
+                        "(mg_gemm_workspace_bytes)",
+                        what, mg_format_bytes(c->t.workspace_bytes, have, sizeof have), p->name,
+                        mg_format_bytes(need, want, sizeof want));
+    }
+    if ((st = ((const mg_gemm_provider *)p)->run(b, s, c)))
+        return st;
+    mg_op_count_call(b, op_of(c->plan.kind), p, caller_workspace);
+    return MG_OK;
+}
+
+mg_status mg_gemm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plan,
+                  const mg_gemm_tensors *tensors) {
+    if (!plan || !tensors)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm: NULL %s",
+                        plan ? "tensors" : "plan");
+    mg_gemm_call c = {.plan = *plan, .t = *tensors};
+    return run_call(b, s, &c);
+}
+
+mg_status mg_gemm_workspace_bytes(mg_backend *b, const mg_gemm_plan *plan, size_t *bytes) {
+    const char *fn = "mg_gemm_workspace_bytes";
+    mg_status st = check_backend(b, fn);
+    if (st)
+        return st;
+    if (!plan || !bytes)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, plan ? "output" : "plan");
+    if ((st = check_plan(plan)))
+        return st;
+    const mg_op_provider *p;
+    if ((st = mg_op_choose(b, op_of(plan->kind), plan, fn, &p)))
+        return st;
+    *bytes = workspace_need(b, p);
+    return MG_OK;
+}
+
+mg_status mg_gemm_bf16(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                       mg_devptr act, mg_devptr weight, mg_devptr out, mg_dtype out_type,
+                       uint32_t ldc) {
+    mg_gemm_call c = {
+        .plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = ldc, .out_type = out_type},
+        .t = {.act = act, .weight = weight, .out = out}};
+    return run_call(b, s, &c);
+}
+
+/* The block modes matter only to MG_GEMM_FP8_BLOCKSCALED; the per-tensor and per-row kinds
+ * pass MG_FP8_BLOCK_1X128, the zero value their plans always held. */
+static mg_status fp8_call(mg_gemm_kind kind, mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                          uint32_t k, mg_devptr act, mg_devptr act_scale,
+                          mg_fp8_block_scale act_mode, mg_devptr weight, mg_devptr weight_scale,
+                          mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc) {
+    mg_gemm_call c = {.plan = {.kind = kind,
+                               .m = m,
+                               .n = n,
+                               .k = k,
+                               .ldc = ldc,
+                               .out_type = MG_DTYPE_BF16,
+                               .act_mode = act_mode,
+                               .weight_mode = weight_mode},
+                      .t = {.act = act,
+                            .weight = weight,
+                            .out = out,
+                            .act_scale = act_scale,
+                            .weight_scale = weight_scale}};
+    return run_call(b, s, &c);
+}
+
+mg_status mg_gemm_fp8_tensorwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                 mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                                 mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_TENSORWISE, b, s, m, n, k, act, act_scale, MG_FP8_BLOCK_1X128,
+                    weight, weight_scale, MG_FP8_BLOCK_1X128, out, ldc);
+}
+
+mg_status mg_gemm_fp8_rowwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                              mg_devptr act, mg_devptr act_scale, mg_devptr weight,
+                              mg_devptr weight_scale, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_ROWWISE, b, s, m, n, k, act, act_scale, MG_FP8_BLOCK_1X128, weight,
+                    weight_scale, MG_FP8_BLOCK_1X128, out, ldc);
+}
+
+mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                  mg_devptr act, mg_devptr act_scale, mg_fp8_block_scale act_mode,
+                                  mg_devptr weight, mg_devptr weight_scale,
+                                  mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc) {
+    return fp8_call(MG_GEMM_FP8_BLOCKSCALED, b, s, m, n, k, act, act_scale, act_mode, weight,
+                    weight_scale, weight_mode, out, ldc);
+}
+
+/* ------------------------------------------------------------------ scale transpose */
+
+mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, uint32_t m_pad,
+                                      uint32_t k, mg_devptr src, mg_devptr dst) {
+    const char *what = "mg_fp8_act_scales_transpose";
+    mg_status st = check_backend(b, what);
+    if (st)
+        return st;
+    if (m == 0 || k == 0)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape M=%u K=%u", what, m, k);
+    if (m_pad < m || m_pad % 4)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m_pad=%u must be >= M=%u and a multiple of 4",
+                        what, m_pad, m);
+    if ((st = check_pointer(what, "src", src, 4)) || (st = check_pointer(what, "dst", dst, 4)))
+        return st;
+    uint64_t blocks = mg_fp8_k_blocks(k);
+    uint64_t src_bytes = blocks * m * 4, dst_bytes = blocks * m_pad * 4; /* < 2^62 */
+    if ((st = mg_backend_check_device_range(b, src, src_bytes, what, "src")) ||
+        (st = mg_backend_check_device_range(b, dst, dst_bytes, what, "dst")))
+        return st;
+    if (src < dst + dst_bytes && dst < src + src_bytes)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: src and dst overlap", what);
+    /* The same kernel, with the same arguments, on every backend (CUDA:
+     * kernels/cuda/gemm/fp8_scale_layout.cu; CPU: gemm_reference.c). */
+    mg_dim3 grid, block;
+    mg_launch_config_1d(blocks * m_pad, 256, &grid, &block);
+    mg_launch l;
+    mg_launch_init(&l, grid, block, 0);
+    mg_launch_arg_ptr(&l, src);
+    mg_launch_arg_ptr(&l, dst);
+    mg_launch_arg_u32(&l, m);
+    mg_launch_arg_u32(&l, m_pad);
+    mg_launch_arg_u32(&l, (uint32_t)blocks);
+    mg_gemm_reference_kernels_register();
+    return mg_op_launch_builtin(b, s, "fp8_act_scales_transpose", &l);
+}
+
+/* ------------------------------------------------------------------ planning and modes */
+
+mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans, size_t count) {
+    const char *fn = "mg_gemm_prewarm";
+    mg_status st = check_backend(b, fn);
+    if (st)
+        return st;
+    if (count && !plans)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plans", fn);
+    for (size_t i = 0; i < count; i++) {
+        st = check_plan(&plans[i]);
+        if (st) {
+            mg_error_append(" (mg_gemm_prewarm: plan %zu)", i);
+            return st;
+        }
+        uint32_t a = plans[i].pointer_alignment;
+        if (a != 0 && a != 1 && a != 2 && a != 4 && a != 8 && a != 16)
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "mg_gemm_prewarm: plan %zu: pointer_alignment %u is not 0 or a power "
+                            "of two <= 16",
+                            i, a);
+    }
+    if ((st = mg_stream_check_not_capturing(b, s, fn)))
+        return st;
+    /* Each plan goes to the provider its calls will use. */
+    for (size_t i = 0; i < count; i++) {
+        const mg_op_provider *p;
+        if ((st = mg_op_choose(b, op_of(plans[i].kind), &plans[i], fn, &p))) {
+            mg_error_append(" (plan %zu)", i);
+            return st;
+        }
+        const mg_gemm_provider *g = (const mg_gemm_provider *)p;
+        if (g->prewarm && (st = g->prewarm(b, s, &plans[i], 1))) {
+            mg_error_append(" (plan %zu)", i);
+            return st;
+        }
+    }
+    return MG_OK;
+}
+
+/* Applies to every GEMM provider of the backend, so a forced provider honours it too. */
+mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled) {
+    mg_status st = check_backend(b, "mg_gemm_set_batch_invariant");
+    for (const mg_op_provider *const *p = gemm_providers; !st && *p; p++) {
+        const mg_gemm_provider *g = (const mg_gemm_provider *)*p;
+        if (g->set_batch_invariant && mg_op_provider_available(b, MG_OP_GEMM_BF16, (*p)->name,
+                                                               NULL, 0))
+            st = g->set_batch_invariant(b, enabled);
+    }
+    return st;
+}
+
+bool mg_gemm_batch_invariant(mg_backend *b) {
+    if (!mg_backend_is_live(b))
+        return false;
+    for (const mg_op_provider *const *p = gemm_providers; *p; p++) {
+        const mg_gemm_provider *g = (const mg_gemm_provider *)*p;
+        if (g->batch_invariant && mg_op_provider_available(b, MG_OP_GEMM_BF16, (*p)->name, NULL, 0) &&
+            !g->batch_invariant(b))
+            return false;
+    }
+    return true;
+}

@@ -1,0 +1,39 @@
+/*
+ * gemm_provider.h - private to src/ops/gemm: one GEMM call after the front (gemm.c) checked
+ * it, and what a GEMM provider implements. The providers are listed in gemm.c's op
+ * definitions, in order of preference.
+ */
+#ifndef METRALE_GEMM_PROVIDER_H
+#define METRALE_GEMM_PROVIDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "metrale/ops_gemm.h"
+#include "op_registry.h"
+
+typedef struct mg_gemm_call {
+    mg_gemm_plan plan; /* shape, types, scale modes; pointer_alignment from the pointers */
+    mg_gemm_tensors t; /* checked: every range inside its buffer, the workspace big enough */
+} mg_gemm_call;
+
+typedef struct mg_gemm_provider {
+    mg_op_provider base; /* first: the registry hands this back as an mg_op_provider */
+    /* Enqueues `call` on `s` (validated; NULL is the default stream). */
+    mg_status (*run)(mg_backend *b, mg_stream *s, const mg_gemm_call *call);
+    /* Optional: plans the shapes ahead of a capture (mg_gemm_prewarm). */
+    mg_status (*prewarm)(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans, size_t count);
+    /* Bytes of device workspace a call needs when the caller supplies it; 0 or NULL: none. */
+    size_t (*workspace_bytes)(mg_backend *b);
+    /* Optional (NULL: always batch-invariant): mg_gemm_set_batch_invariant and its query. */
+    mg_status (*set_batch_invariant)(mg_backend *b, bool enabled);
+    bool (*batch_invariant)(mg_backend *b);
+} mg_gemm_provider;
+
+/* The providers, in gemm_reference.c and gemm_cublaslt.c. */
+extern const mg_gemm_provider mg_gemm_reference_provider;
+#ifdef METRALE_HAVE_CUDA
+extern const mg_gemm_provider mg_gemm_cublaslt_provider;
+#endif
+
+#endif

@@ -1,0 +1,236 @@
+/* gemm_cpu.c - reference GEMMs and FP8 scale transpose on host memory (gemm_cpu.h). */
+#include "gemm_reference.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "checked_math.h"
+#include "cpu_kernels.h"
+#include "error.h"
+#include "gemm_provider.h"
+#include "metrale/launch.h"
+
+static void store_output(void *out, mg_dtype out_type, size_t index, float value) {
+    if (out_type == MG_DTYPE_F32)
+        ((float *)out)[index] = value;
+    else
+        ((uint16_t *)out)[index] = mg_f32_to_bf16(value);
+}
+
+void mg_gemm_bf16_cpu(uint32_t m, uint32_t n, uint32_t k, const uint16_t *act,
+                      const uint16_t *weight, void *out, mg_dtype out_type, uint32_t ldc) {
+    for (uint32_t t = 0; t < m; t++) {
+        const uint16_t *a = act + (size_t)t * k;
+        for (uint32_t j = 0; j < n; j++) {
+            const uint16_t *w = weight + (size_t)j * k;
+            float acc = 0.0f;
+            for (uint32_t i = 0; i < k; i++)
+                acc += mg_bf16_to_f32(a[i]) * mg_bf16_to_f32(w[i]);
+            store_output(out, out_type, (size_t)t * ldc + j, acc);
+        }
+    }
+}
+
+/* The scale of `row` for K-block g; rows is the operand's row count (M or N). */
+static float operand_scale(const mg_fp8_operand_host *op, uint32_t rows, uint32_t k, uint32_t row,
+                           uint32_t g) {
+    switch (op->scaling) {
+    case MG_FP8_SCALING_TENSOR:
+        return op->scales[0];
+    case MG_FP8_SCALING_ROW:
+        return op->scales[row];
+    case MG_FP8_SCALING_1X128:
+        return op->scales[mg_fp8_block_scale_index(MG_FP8_BLOCK_1X128, rows, k, row, g)];
+    case MG_FP8_SCALING_128X128:
+        return op->scales[mg_fp8_block_scale_index(MG_FP8_BLOCK_128X128, rows, k, row, g)];
+    }
+    return 0.0f;
+}
+
+static bool scaling_is_blocked(mg_fp8_scaling s) {
+    return s == MG_FP8_SCALING_1X128 || s == MG_FP8_SCALING_128X128;
+}
+
+void mg_gemm_fp8_cpu(uint32_t m, uint32_t n, uint32_t k, mg_fp8_operand_host act,
+                     mg_fp8_operand_host weight, uint16_t *out, uint32_t ldc) {
+    float decoded[256];
+    for (int c = 0; c < 256; c++)
+        decoded[c] = mg_fp8_e4m3_to_f32((uint8_t)c);
+    bool blocked = scaling_is_blocked(act.scaling) || scaling_is_blocked(weight.scaling);
+    uint32_t block = blocked ? MG_FP8_SCALE_BLOCK : k;
+    for (uint32_t t = 0; t < m; t++) {
+        const uint8_t *a = act.codes + (size_t)t * k;
+        for (uint32_t j = 0; j < n; j++) {
+            const uint8_t *w = weight.codes + (size_t)j * k;
+            float acc = 0.0f;
+            for (uint32_t k0 = 0, g = 0; k0 < k; k0 += block, g++) {
+                uint32_t k1 = k - k0 < block ? k : k0 + block;
+                float partial = 0.0f;
+                for (uint32_t i = k0; i < k1; i++)
+                    partial += decoded[a[i]] * decoded[w[i]];
+                acc +=
+                    partial * operand_scale(&act, m, k, t, g) * operand_scale(&weight, n, k, j, g);
+            }
+            out[(size_t)t * ldc + j] = mg_f32_to_bf16(acc);
+        }
+    }
+}
+
+void mg_fp8_act_scales_transpose_cpu(uint32_t m, uint32_t m_pad, uint32_t k, const float *src,
+                                     float *dst) {
+    uint32_t blocks = mg_fp8_k_blocks(k);
+    for (uint32_t g = 0; g < blocks; g++) {
+        for (uint32_t t = 0; t < m; t++)
+            dst[(size_t)g * m_pad + t] = src[(size_t)t * blocks + g];
+        memset(dst + (size_t)g * m_pad + m, 0, (size_t)(m_pad - m) * sizeof(float));
+    }
+}
+
+/* ------------------------------------------------------------------ CPU kernels */
+
+/* Bytes an FP8 operand's scales occupy under `scaling` (rows: M or N). */
+static uint64_t scale_bytes(mg_fp8_scaling scaling, uint32_t rows, uint32_t k) {
+    switch (scaling) {
+    case MG_FP8_SCALING_TENSOR:
+        return 4;
+    case MG_FP8_SCALING_ROW:
+        return (uint64_t)rows * 4;
+    case MG_FP8_SCALING_1X128:
+        return mg_fp8_block_scale_count(MG_FP8_BLOCK_1X128, rows, k) * 4;
+    case MG_FP8_SCALING_128X128:
+        return mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, rows, k) * 4;
+    }
+    return 0;
+}
+
+/* Bytes from the first element of a row-major matrix to one past the last: (m - 1) * ldc + n
+ * elements; UINT64_MAX (which no buffer holds) when that overflows. */
+static uint64_t matrix_span(uint32_t m, uint32_t n, uint32_t ldc, uint64_t element_bytes) {
+    size_t span;
+    return mg_matrix_span_bytes(m, n, ldc, element_bytes, &span) ? span : UINT64_MAX;
+}
+
+static mg_status kernel_gemm_bf16(const mg_launch *l) {
+    static const char name[] = "metrale:gemm_bf16_ref";
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,
+                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 8);
+    if (st)
+        return st;
+    uint32_t m = mg_launch_get_u32(l, 3), n = mg_launch_get_u32(l, 4), k = mg_launch_get_u32(l, 5);
+    uint32_t ldc = mg_launch_get_u32(l, 6);
+    mg_dtype out_type = (mg_dtype)mg_launch_get_u32(l, 7);
+    uint32_t out_bytes = (uint32_t)mg_dtype_bytes(out_type);
+    void *act, *weight, *out;
+    if ((st = mg_cpu_kernel_buffer(l, 0, matrix_span(m, k, k, 2), 2, name, &act)) ||
+        (st = mg_cpu_kernel_buffer(l, 1, matrix_span(n, k, k, 2), 2, name, &weight)) ||
+        (st = mg_cpu_kernel_buffer(l, 2, matrix_span(m, n, ldc, out_bytes), out_bytes, name, &out)))
+        return st;
+    mg_gemm_bf16_cpu(m, n, k, act, weight, out, out_type, ldc);
+    return MG_OK;
+}
+
+static mg_status kernel_gemm_fp8(const mg_launch *l) {
+    static const char name[] = "metrale:gemm_fp8_ref";
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 11);
+    if (st)
+        return st;
+    uint32_t m = mg_launch_get_u32(l, 5), n = mg_launch_get_u32(l, 6), k = mg_launch_get_u32(l, 7);
+    uint32_t ldc = mg_launch_get_u32(l, 8);
+    mg_fp8_scaling act_scaling = (mg_fp8_scaling)mg_launch_get_u32(l, 9);
+    mg_fp8_scaling weight_scaling = (mg_fp8_scaling)mg_launch_get_u32(l, 10);
+    void *act, *act_scale, *weight, *weight_scale, *out;
+    if ((st = mg_cpu_kernel_buffer(l, 0, matrix_span(m, k, k, 1), 16, name, &act)) ||
+        (st = mg_cpu_kernel_buffer(l, 1, scale_bytes(act_scaling, m, k), 4, name, &act_scale)) ||
+        (st = mg_cpu_kernel_buffer(l, 2, matrix_span(n, k, k, 1), 16, name, &weight)) ||
+        (st = mg_cpu_kernel_buffer(l, 3, scale_bytes(weight_scaling, n, k), 4, name,
+                                   &weight_scale)) ||
+        (st = mg_cpu_kernel_buffer(l, 4, matrix_span(m, n, ldc, 2), 16, name, &out)))
+        return st;
+    mg_gemm_fp8_cpu(m, n, k, (mg_fp8_operand_host){act, act_scale, act_scaling},
+                    (mg_fp8_operand_host){weight, weight_scale, weight_scaling}, out, ldc);
+    return MG_OK;
+}
+
+static mg_status kernel_act_scales_transpose(const mg_launch *l) {
+    static const char name[] = "metrale:fp8_act_scales_transpose";
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32, MG_ARG_U32,
+                                        MG_ARG_U32};
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 5);
+    if (st)
+        return st;
+    uint32_t m = mg_launch_get_u32(l, 2), m_pad = mg_launch_get_u32(l, 3);
+    uint32_t blocks = mg_launch_get_u32(l, 4);
+    void *src, *dst;
+    if ((st = mg_cpu_kernel_buffer(l, 0, (uint64_t)m * blocks * 4, 4, name, &src)) ||
+        (st = mg_cpu_kernel_buffer(l, 1, (uint64_t)m_pad * blocks * 4, 4, name, &dst)))
+        return st;
+    /* Any K with this many blocks gives the same layout. */
+    mg_fp8_act_scales_transpose_cpu(m, m_pad, blocks * MG_FP8_SCALE_BLOCK, src, dst);
+    return MG_OK;
+}
+
+static void register_kernels(void) {
+    /* Failure is out of host memory at start-up; the lookups then report NOT_FOUND. */
+    mg_cpu_kernel_register("metrale", "gemm_bf16_ref", kernel_gemm_bf16);
+    mg_cpu_kernel_register("metrale", "gemm_fp8_ref", kernel_gemm_fp8);
+    mg_cpu_kernel_register("metrale", "fp8_act_scales_transpose", kernel_act_scales_transpose);
+}
+
+void mg_gemm_reference_kernels_register(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_kernels);
+}
+
+/* ------------------------------------------------------------------ the provider */
+
+static mg_fp8_scaling scaling_of(const mg_gemm_plan *p, bool is_act) {
+    if (p->kind == MG_GEMM_FP8_TENSORWISE)
+        return MG_FP8_SCALING_TENSOR;
+    if (p->kind == MG_GEMM_FP8_ROWWISE)
+        return MG_FP8_SCALING_ROW;
+    return (is_act ? p->act_mode : p->weight_mode) == MG_FP8_BLOCK_1X128 ? MG_FP8_SCALING_1X128
+                                                                         : MG_FP8_SCALING_128X128;
+}
+
+/* The provider runs the reference as a CPU kernel (gemm_reference.h): stream-ordered, capturable,
+ * every buffer range checked against the live allocations when it runs. */
+static mg_status gemm_reference_run(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {
+    const mg_gemm_plan *p = &c->plan;
+    mg_gemm_reference_kernels_register();
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
+    if (p->kind == MG_GEMM_BF16) {
+        mg_launch_arg_ptr(&l, c->t.act);
+        mg_launch_arg_ptr(&l, c->t.weight);
+        mg_launch_arg_ptr(&l, c->t.out);
+        mg_launch_arg_u32(&l, p->m);
+        mg_launch_arg_u32(&l, p->n);
+        mg_launch_arg_u32(&l, p->k);
+        mg_launch_arg_u32(&l, p->ldc);
+        mg_launch_arg_u32(&l, (uint32_t)p->out_type);
+        return mg_op_launch_builtin(b, s, "gemm_bf16_ref", &l);
+    }
+    mg_launch_arg_ptr(&l, c->t.act);
+    mg_launch_arg_ptr(&l, c->t.act_scale);
+    mg_launch_arg_ptr(&l, c->t.weight);
+    mg_launch_arg_ptr(&l, c->t.weight_scale);
+    mg_launch_arg_ptr(&l, c->t.out);
+    mg_launch_arg_u32(&l, p->m);
+    mg_launch_arg_u32(&l, p->n);
+    mg_launch_arg_u32(&l, p->k);
+    mg_launch_arg_u32(&l, p->ldc);
+    mg_launch_arg_u32(&l, (uint32_t)scaling_of(p, true));
+    mg_launch_arg_u32(&l, (uint32_t)scaling_of(p, false));
+    return mg_op_launch_builtin(b, s, "gemm_fp8_ref", &l);
+}
+
+/* The reference GEMMs run on the CPU backend for every shape the front accepts; they are
+ * batch-invariant by construction and need no workspace. */
+const mg_gemm_provider mg_gemm_reference_provider = {
+    .base = {.name = "reference", .backend = MG_BACKEND_CPU},
+    .run = gemm_reference_run,
+};

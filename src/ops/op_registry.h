@@ -1,0 +1,65 @@
+/*
+ * op_registry.h - private to src/ops: how an op front finds its providers (metrale/ops.h).
+ *
+ * Each op lists its providers once, in order of preference, in an mg_op_def; src/ops/
+ * registry.c lists the ops (one line each). A provider struct of an op embeds mg_op_provider
+ * as its first member, so the front gets its own table back from mg_op_choose:
+ *
+ *   typedef struct mg_gemm_provider { mg_op_provider base; mg_status (*run)(...); } ...;
+ *   const mg_op_provider *p;
+ *   if (!(st = mg_op_choose(b, MG_OP_GEMM_BF16, &call, "mg_gemm", &p)))
+ *       st = ((const mg_gemm_provider *)p)->run(...);
+ */
+#ifndef METRALE_OP_REGISTRY_H
+#define METRALE_OP_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrale/launch.h"
+#include "metrale/ops.h"
+
+/* A provider that runs our own kernels by name works on any backend that ships them. */
+#define MG_OP_ANY_BACKEND MG_BACKEND_AUTO
+
+typedef struct mg_op_provider {
+    const char *name;       /* "reference", "cublaslt", "flashinfer", "kernels", ... */
+    mg_backend_kind backend; /* the backend kind it runs on, or MG_OP_ANY_BACKEND */
+    /* Whether it can run on `b` at all; on false writes the reason. NULL: always. Must not
+     * set mg_last_error. */
+    bool (*available)(mg_backend *b, char *reason, size_t reason_bytes);
+    /* Whether it supports one call (`call` is the op's own checked call description); on
+     * false writes the reason. NULL: every call its front accepts. Both hooks run on every
+     * call: they must be cheap and must not set mg_last_error. */
+    bool (*supports)(mg_backend *b, const void *call, char *reason, size_t reason_bytes);
+} mg_op_provider;
+
+typedef struct mg_op_def {
+    mg_op op;
+    const char *name;
+    const mg_op_provider *const *providers; /* NULL-terminated, in order of preference */
+} mg_op_def;
+
+/* The registry (src/ops/registry.c): indexed by mg_op. */
+extern const mg_op_def *const mg_op_defs[MG_OP_COUNT];
+
+/* The provider that runs `call` of `op` on `b`: the forced one, or the first available that
+ * supports the call. MG_ERR_UNSUPPORTED (message: `fn`, backend, each provider's reason)
+ * when none does; MG_ERR_INVALID_ARGUMENT for a NULL or closed backend. */
+mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn,
+                       const mg_op_provider **out);
+
+/* Launches our kernel `function` of module "metrale" on `b` (the handle memoised in the op
+ * cache): the CUDA backend's embedded kernels, or the CPU kernels registered under the same
+ * name and argument list. */
+mg_status mg_op_launch_builtin(mg_backend *b, mg_stream *s, const char *function,
+                               const mg_launch *l);
+
+/* Statistics (metrale/ops.h), updated by the fronts and providers. No-ops on a closed
+ * backend. */
+void mg_op_count_call(mg_backend *b, mg_op op, const mg_op_provider *p, bool caller_workspace);
+void mg_op_count_plans(mg_backend *b, mg_op op, int64_t delta);
+void mg_op_count_workspace(mg_backend *b, mg_op op, int64_t delta_bytes);
+
+#endif

@@ -6,6 +6,7 @@ set -euo pipefail
 need=()
 command -v cc >/dev/null || need+=(gcc)
 command -v make >/dev/null || need+=(make)
+command -v pkg-config >/dev/null || need+=(pkg-config) # the install test's pkg-config consumer
 if ! command -v cmake >/dev/null; then
   need+=("cmake=3.25.1-1")
 fi

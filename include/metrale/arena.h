@@ -44,6 +44,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "metrale/export.h"
 #include "metrale/gpu.h"
 
 #ifdef __cplusplus
@@ -87,36 +88,36 @@ typedef struct mg_arena_summary {
 
 typedef struct mg_arena_plan mg_arena_plan;
 
-mg_status mg_arena_plan_create(mg_arena_plan **out);
+MG_API mg_status mg_arena_plan_create(mg_arena_plan **out);
 /* NULL is a no-op. */
-void mg_arena_plan_destroy(mg_arena_plan *plan);
+MG_API void mg_arena_plan_destroy(mg_arena_plan *plan);
 
 /* Adds a buffer. `name` is unique within the plan, 1..47 characters. `alignment` 0 means
  * MG_ARENA_DEFAULT_ALIGNMENT, otherwise a power of two <= MG_ARENA_MAX_ALIGNMENT.
  * `lifetime` NULL means live at every step (never shares). `bytes` may be 0 (a null buffer).
  * The buffer's index (its position in the plan, counting from 0) goes to *index_out when
  * that is not NULL. On error the plan is unchanged. */
-mg_status mg_arena_plan_add(mg_arena_plan *plan, const char *name, uint64_t bytes,
-                            uint64_t alignment, const mg_arena_lifetime *lifetime,
-                            size_t *index_out);
+MG_API mg_status mg_arena_plan_add(mg_arena_plan *plan, const char *name, uint64_t bytes,
+                                   uint64_t alignment, const mg_arena_lifetime *lifetime,
+                                   size_t *index_out);
 
 /* Largest size of one device allocation; 0 (the default) is no limit. */
-mg_status mg_arena_plan_set_max_chunk_bytes(mg_arena_plan *plan, uint64_t max_chunk_bytes);
+MG_API mg_status mg_arena_plan_set_max_chunk_bytes(mg_arena_plan *plan, uint64_t max_chunk_bytes);
 
-size_t mg_arena_plan_count(const mg_arena_plan *plan);
+MG_API size_t mg_arena_plan_count(const mg_arena_plan *plan);
 
 /* Computes the layout (done implicitly by the queries below and by mg_arena_create; adding
  * a buffer or changing the chunk limit invalidates it). Fails when a buffer is larger than
  * the chunk limit (the message names it) or host memory runs out. */
-mg_status mg_arena_plan_pack(mg_arena_plan *plan);
-mg_status mg_arena_plan_summary(mg_arena_plan *plan, mg_arena_summary *out);
-mg_status mg_arena_plan_buffer(mg_arena_plan *plan, size_t index, mg_arena_buffer_info *out);
+MG_API mg_status mg_arena_plan_pack(mg_arena_plan *plan);
+MG_API mg_status mg_arena_plan_summary(mg_arena_plan *plan, mg_arena_summary *out);
+MG_API mg_status mg_arena_plan_buffer(mg_arena_plan *plan, size_t index, mg_arena_buffer_info *out);
 /* Index of `name`; MG_ERR_NOT_FOUND (message names it) when there is none. */
-mg_status mg_arena_plan_find(const mg_arena_plan *plan, const char *name, size_t *index_out);
+MG_API mg_status mg_arena_plan_find(const mg_arena_plan *plan, const char *name, size_t *index_out);
 
 /* Prints one line per buffer (index, name, bytes, alignment, lifetime, chunk, offset) and the
  * totals: sum, packed, ratio, peak live. Packs first. */
-mg_status mg_arena_plan_print(mg_arena_plan *plan, FILE *f);
+MG_API mg_status mg_arena_plan_print(mg_arena_plan *plan, FILE *f);
 
 /* ------------------------------------------------------------------ arenas */
 
@@ -127,27 +128,27 @@ typedef struct mg_arena mg_arena;
  * chunk already taken is freed, *out stays NULL, and the message names the chunk, its bytes,
  * how many buffers it holds and the largest of them, followed by the backend's reason.
  * The arena copies what it needs: the plan may be destroyed afterwards. */
-mg_status mg_arena_create_at(mg_backend *b, mg_arena_plan *plan, mg_arena **out, const char *file,
-                             int line);
+MG_API mg_status mg_arena_create_at(mg_backend *b, mg_arena_plan *plan, mg_arena **out,
+                                    const char *file, int line);
 #define mg_arena_create(b, plan, out) mg_arena_create_at((b), (plan), (out), __FILE__, __LINE__)
 
 /* Frees the device memory; every address reads 0 afterwards. Idempotent: a second call (and
  * NULL) is a no-op returning MG_OK. Frees every chunk even when one free fails, and returns
  * the first failure. Call it before closing the backend. */
-mg_status mg_arena_release(mg_arena *arena);
+MG_API mg_status mg_arena_release(mg_arena *arena);
 /* mg_arena_release, then frees the arena object itself. NULL is a no-op. */
-mg_status mg_arena_destroy(mg_arena *arena);
+MG_API mg_status mg_arena_destroy(mg_arena *arena);
 
-size_t mg_arena_count(const mg_arena *arena);
+MG_API size_t mg_arena_count(const mg_arena *arena);
 /* Address of buffer `index`; 0 for a 0-byte buffer, an index out of range, or after release. */
-mg_devptr mg_arena_ptr(const mg_arena *arena, size_t index);
+MG_API mg_devptr mg_arena_ptr(const mg_arena *arena, size_t index);
 /* Index of `name`, or SIZE_MAX when there is none (then mg_arena_ptr reads 0). */
-size_t mg_arena_index(const mg_arena *arena, const char *name);
+MG_API size_t mg_arena_index(const mg_arena *arena, const char *name);
 /* Address and size by name; MG_ERR_NOT_FOUND (message names it) when there is none. */
-mg_status mg_arena_find(const mg_arena *arena, const char *name, mg_devptr *ptr_out,
-                        uint64_t *bytes_out);
-mg_status mg_arena_buffer(const mg_arena *arena, size_t index, mg_arena_buffer_info *out);
-mg_status mg_arena_summary_get(const mg_arena *arena, mg_arena_summary *out);
+MG_API mg_status mg_arena_find(const mg_arena *arena, const char *name, mg_devptr *ptr_out,
+                               uint64_t *bytes_out);
+MG_API mg_status mg_arena_buffer(const mg_arena *arena, size_t index, mg_arena_buffer_info *out);
+MG_API mg_status mg_arena_summary_get(const mg_arena *arena, mg_arena_summary *out);
 
 /* ------------------------------------------------------------------ sizing from a model */
 
@@ -217,8 +218,8 @@ typedef struct mg_model_rows {
     uint64_t attn_split_rows;    /* max(ceil16(M), 16 * max_batch_size): split-KV partials */
 } mg_model_rows;
 
-mg_status mg_model_rows_compute(const mg_model_shape *shape, const mg_engine_limits *limits,
-                                mg_model_rows *out);
+MG_API mg_status mg_model_rows_compute(const mg_model_shape *shape, const mg_engine_limits *limits,
+                                       mg_model_rows *out);
 
 /* Builds the plan of a forward pass. Element types: activations BF16; router logits, top-k
  * weights, logits and attention partials FP32; ids, indices and indptrs INT32, slot_mapping
@@ -246,8 +247,8 @@ mg_status mg_model_rows_compute(const mg_model_shape *shape, const mg_engine_lim
  * is not in the arena: it is a separate block pool sized from free memory. The cuBLASLt
  * workspace is this arena's stream's own (one per stream; never shared across streams).
  * MG_ERR_INVALID_ARGUMENT names the bad field or the buffer whose size overflows. */
-mg_status mg_arena_plan_for_model(const mg_model_shape *shape, const mg_engine_limits *limits,
-                                  mg_arena_plan **out);
+MG_API mg_status mg_arena_plan_for_model(const mg_model_shape *shape,
+                                         const mg_engine_limits *limits, mg_arena_plan **out);
 
 /* Built-in model presets (see arena_model.c for the engine limits they use). */
 typedef struct mg_model_preset {
@@ -258,9 +259,9 @@ typedef struct mg_model_preset {
 } mg_model_preset;
 
 /* The presets, `*count` of them; never NULL. */
-const mg_model_preset *mg_model_presets(size_t *count);
+MG_API const mg_model_preset *mg_model_presets(size_t *count);
 /* The preset named `name`, or NULL. */
-const mg_model_preset *mg_model_preset_find(const char *name);
+MG_API const mg_model_preset *mg_model_preset_find(const char *name);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "metrale/export.h"
 #include "metrale/gpu.h"
 
 #ifdef __cplusplus
@@ -39,17 +40,17 @@ typedef struct mg_cpu_counters {
         event_elapsed, host_device_pointer, device_info, memory_info;
 } mg_cpu_counters;
 
-mg_status mg_cpu_get_counters(mg_backend *b, mg_cpu_counters *out);
+MG_API mg_status mg_cpu_get_counters(mg_backend *b, mg_cpu_counters *out);
 
 /* Limits live device bytes (device, managed and arena allocations, each rounded up to 256
  * bytes): an allocation that would take them above `cap_bytes` fails with
  * MG_ERR_OUT_OF_MEMORY and a message naming the request and the cap. 0 removes the cap.
  * While a cap is set, mg_memory_free_bytes reports the cap as the total. */
-mg_status mg_cpu_set_allocation_cap(mg_backend *b, uint64_t cap_bytes);
+MG_API mg_status mg_cpu_set_allocation_cap(mg_backend *b, uint64_t cap_bytes);
 
 /* The n-th device allocation from now (1 = the next one) fails with MG_ERR_OUT_OF_MEMORY;
  * later ones succeed again. 0 disables a pending failure. */
-mg_status mg_cpu_fail_nth_allocation(mg_backend *b, uint64_t n);
+MG_API mg_status mg_cpu_fail_nth_allocation(mg_backend *b, uint64_t n);
 
 #ifdef __cplusplus
 }

@@ -45,6 +45,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "metrale/export.h"
 #include "metrale/status.h"
 
 #ifdef __cplusplus
@@ -76,9 +77,9 @@ typedef enum mg_backend_kind {
 } mg_backend_kind;
 
 /* "cpu", "cuda", "metal", "auto". */
-const char *mg_backend_kind_name(mg_backend_kind kind);
+MG_API const char *mg_backend_kind_name(mg_backend_kind kind);
 /* Parses the names above; MG_ERR_INVALID_ARGUMENT for anything else. */
-mg_status mg_backend_kind_parse(const char *name, mg_backend_kind *out);
+MG_API mg_status mg_backend_kind_parse(const char *name, mg_backend_kind *out);
 
 /* What a backend kind is on this machine, without opening it. */
 typedef struct mg_backend_probe {
@@ -89,20 +90,20 @@ typedef struct mg_backend_probe {
 } mg_backend_probe;
 
 /* Never fails for a valid kind (not AUTO): unusable is reported through the struct. */
-mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out);
+MG_API mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out);
 
 /* Opens device `device` of `kind`. AUTO picks the first usable kind (CUDA, then CPU; Metal
  * would come between them but is not built in this tree).
  * One backend per (kind, device) at a time within a process: opening it again while open
  * is MG_ERR_BUSY. Backends of different devices coexist. */
-mg_status mg_backend_open(mg_backend_kind kind, int device, mg_backend **out);
+MG_API mg_status mg_backend_open(mg_backend_kind kind, int device, mg_backend **out);
 
 /* Synchronizes, destroys every stream, event, graph and kernel handle, frees every live
  * allocation (reporting nothing; call mg_ledger_sweep first to see them) and the backend.
  * NULL is a no-op. Returns the first error met, but always releases everything. */
-mg_status mg_backend_close(mg_backend *b);
+MG_API mg_status mg_backend_close(mg_backend *b);
 
-mg_backend_kind mg_backend_get_kind(const mg_backend *b);
+MG_API mg_backend_kind mg_backend_get_kind(const mg_backend *b);
 
 typedef struct mg_device_info {
     char name[128];            /* e.g. "NVIDIA H200", "CPU (x86_64, 2 threads)" */
@@ -115,13 +116,13 @@ typedef struct mg_device_info {
     char driver[64];           /* driver / runtime version text */
 } mg_device_info;
 
-mg_status mg_device_get_info(mg_backend *b, mg_device_info *out);
+MG_API mg_status mg_device_get_info(mg_backend *b, mg_device_info *out);
 
 /* Memory the backend can still hand out. For integrated GPUs this is
  * max(driver free, host MemAvailable), because the driver undercounts shared memory. */
-mg_status mg_memory_free_bytes(mg_backend *b, uint64_t *free_bytes, uint64_t *total_bytes);
+MG_API mg_status mg_memory_free_bytes(mg_backend *b, uint64_t *free_bytes, uint64_t *total_bytes);
 /* The driver's own free figure, without the integrated-GPU adjustment. */
-mg_status mg_memory_device_free_bytes(mg_backend *b, uint64_t *free_bytes);
+MG_API mg_status mg_memory_device_free_bytes(mg_backend *b, uint64_t *free_bytes);
 
 /* Capabilities of the backend itself are asked, never discovered by failing; what ops a
  * backend can run is asked of the op registry (metrale/ops.h: mg_op_supported). */
@@ -136,7 +137,7 @@ typedef enum mg_capability {
     MG_CAP_COUNT
 } mg_capability;
 
-bool mg_backend_supports(const mg_backend *b, mg_capability cap);
+MG_API bool mg_backend_supports(const mg_backend *b, mg_capability cap);
 
 /* ------------------------------------------------------------------ memory */
 
@@ -150,20 +151,20 @@ typedef enum mg_alloc_kind {
  * undefined. The ledger records the bytes and the call site (file, line); use the macros
  * below so the site is the caller's. Not allowed while any stream of `b` is capturing
  * (MG_ERR_CAPTURING). */
-mg_status mg_alloc_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_devptr *out,
-                      const char *file, int line);
+MG_API mg_status mg_alloc_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_devptr *out,
+                             const char *file, int line);
 #define mg_alloc(b, bytes, out) mg_alloc_at((b), (bytes), MG_ALLOC_DEVICE, (out), __FILE__, __LINE__)
 #define mg_alloc_managed(b, bytes, out)                                                        \
     mg_alloc_at((b), (bytes), MG_ALLOC_MANAGED, (out), __FILE__, __LINE__)
 
 /* Frees an allocation by its base address. 0 is a no-op. An interior pointer, an address
  * never allocated or one already freed is MG_ERR_INVALID_ARGUMENT and frees nothing. */
-mg_status mg_free(mg_backend *b, mg_devptr ptr);
+MG_API mg_status mg_free(mg_backend *b, mg_devptr ptr);
 
 /* ------------------------------------------------------------------ ledger */
 
 /* Bytes and count of live allocations (device, managed and arena). */
-mg_status mg_ledger_live(mg_backend *b, uint64_t *live_bytes, uint64_t *live_count);
+MG_API mg_status mg_ledger_live(mg_backend *b, uint64_t *live_bytes, uint64_t *live_count);
 
 typedef struct mg_ledger_site {
     const char *file; /* as passed to mg_alloc_at; static storage */
@@ -174,17 +175,17 @@ typedef struct mg_ledger_site {
 
 /* The call sites holding at least `min_bytes` live, largest first. Writes up to `max_sites`
  * entries to `out` and the number written to `*written`. */
-mg_status mg_ledger_top_sites(mg_backend *b, uint64_t min_bytes, mg_ledger_site *out,
-                              size_t max_sites, size_t *written);
+MG_API mg_status mg_ledger_top_sites(mg_backend *b, uint64_t min_bytes, mg_ledger_site *out,
+                                     size_t max_sites, size_t *written);
 
 /* Prints the top-N sites (as above) and the totals to `f`, one line each. */
-mg_status mg_ledger_report(mg_backend *b, FILE *f, size_t top_n, uint64_t min_bytes);
+MG_API mg_status mg_ledger_report(mg_backend *b, FILE *f, size_t top_n, uint64_t min_bytes);
 
 /* Frees every live allocation the caller made (mg_alloc, mg_alloc_managed) and says how much
  * that was: for teardown and leak tests. Memory that library objects own (buffer arenas, op
  * scratch and workspaces) stays live and counted until its owner releases it or the backend
  * closes, so no owner can later free an address the sweep gave away. */
-mg_status mg_ledger_sweep(mg_backend *b, uint64_t *freed_bytes, uint64_t *freed_count);
+MG_API mg_status mg_ledger_sweep(mg_backend *b, uint64_t *freed_bytes, uint64_t *freed_count);
 
 /* ------------------------------------------------------------------ copies and memsets */
 
@@ -199,9 +200,9 @@ mg_status mg_ledger_sweep(mg_backend *b, uint64_t *freed_bytes, uint64_t *freed_
  * overwrite memory another stream is still using, synchronize that stream first (or make the
  * default stream wait on an event recorded there). The CPU backend runs each call's work
  * when it is queued, so no earlier work is pending when a blocking copy runs. */
-mg_status mg_copy_h2d(mg_backend *b, mg_devptr dst, const void *src, size_t bytes);
-mg_status mg_copy_d2h(mg_backend *b, void *dst, mg_devptr src, size_t bytes);
-mg_status mg_copy_d2d(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes);
+MG_API mg_status mg_copy_h2d(mg_backend *b, mg_devptr dst, const void *src, size_t bytes);
+MG_API mg_status mg_copy_d2h(mg_backend *b, void *dst, mg_devptr src, size_t bytes);
+MG_API mg_status mg_copy_d2d(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes);
 
 /* Stream-ordered host-to-device copy. The caller may reuse or free `src` as soon as this
  * returns. On CUDA every source is staged: copied on the host into the backend's pinned
@@ -216,113 +217,113 @@ mg_status mg_copy_d2d(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes)
  *   registered pinned  staged; refused in capture  DMA from src in stream order, no host
  *                                                  wait; captured (read at each replay)
  */
-mg_status mg_copy_h2d_async(mg_backend *b, mg_devptr dst, const void *src, size_t bytes,
-                            mg_stream *s);
+MG_API mg_status mg_copy_h2d_async(mg_backend *b, mg_devptr dst, const void *src, size_t bytes,
+                                   mg_stream *s);
 /* Same, but the caller promises `src` stays valid and unchanged until the stream has
  * finished this copy (e.g. until mg_stream_synchronize; for a captured copy, while the graph
  * is used). On CUDA a registered page-locked source is then copied from directly (no
  * staging, no host wait); a pageable one is still staged as above. The CPU backend reads
  * `src` when the copy executes (at each replay when captured). */
-mg_status mg_copy_h2d_async_retained(mg_backend *b, mg_devptr dst, const void *src,
-                                     size_t bytes, mg_stream *s);
+MG_API mg_status mg_copy_h2d_async_retained(mg_backend *b, mg_devptr dst, const void *src,
+                                            size_t bytes, mg_stream *s);
 /* `dst` must stay valid until the stream has finished the copy. On CUDA a registered
  * page-locked destination (metrale/pinned.h, mg_host_alloc) is written by DMA in stream
  * order and this returns at once; a pageable destination cannot be written by DMA later, so
  * the call stages it and waits: it returns after the stream's earlier work and this copy
  * have completed and the data is in `dst`. A pageable destination is refused with
  * MG_ERR_CAPTURING while `s` is capturing (a graph cannot replay the host-side copy). */
-mg_status mg_copy_d2h_async(mg_backend *b, void *dst, mg_devptr src, size_t bytes,
-                            mg_stream *s);
-mg_status mg_copy_d2d_async(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes,
-                            mg_stream *s);
+MG_API mg_status mg_copy_d2h_async(mg_backend *b, void *dst, mg_devptr src, size_t bytes,
+                                   mg_stream *s);
+MG_API mg_status mg_copy_d2d_async(mg_backend *b, mg_devptr dst, mg_devptr src, size_t bytes,
+                                   mg_stream *s);
 /* 2-D copy of `height` rows of `width_bytes`; pitches >= width_bytes. */
-mg_status mg_copy_2d_d2d_async(mg_backend *b, mg_devptr dst, size_t dst_pitch, mg_devptr src,
-                               size_t src_pitch, size_t width_bytes, size_t height,
-                               mg_stream *s);
+MG_API mg_status mg_copy_2d_d2d_async(mg_backend *b, mg_devptr dst, size_t dst_pitch, mg_devptr src,
+                                      size_t src_pitch, size_t width_bytes, size_t height,
+                                      mg_stream *s);
 
-mg_status mg_memset(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes);
-mg_status mg_memset_async(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes,
-                          mg_stream *s);
+MG_API mg_status mg_memset(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes);
+MG_API mg_status mg_memset_async(mg_backend *b, mg_devptr dst, uint8_t value, size_t bytes,
+                                 mg_stream *s);
 
 /* ------------------------------------------------------------------ streams and events */
 
 /* The backend's default stream; owned by the backend, never destroyed by the caller. */
-mg_stream *mg_stream_default(mg_backend *b);
-mg_status mg_stream_create(mg_backend *b, mg_stream **out);
+MG_API mg_stream *mg_stream_default(mg_backend *b);
+MG_API mg_status mg_stream_create(mg_backend *b, mg_stream **out);
 /* Waits for the stream's work, then destroys it. The default stream and a capturing stream
  * cannot be destroyed (MG_ERR_INVALID_ARGUMENT / MG_ERR_CAPTURING). NULL is a no-op. */
-mg_status mg_stream_destroy(mg_stream *s);
-mg_status mg_stream_synchronize(mg_stream *s);
+MG_API mg_status mg_stream_destroy(mg_stream *s);
+MG_API mg_status mg_stream_synchronize(mg_stream *s);
 /* A failed capture query counts as capturing. */
-mg_status mg_stream_is_capturing(mg_stream *s, bool *capturing);
+MG_API mg_status mg_stream_is_capturing(mg_stream *s, bool *capturing);
 
-mg_status mg_event_create(mg_backend *b, mg_event **out);
-mg_status mg_event_record(mg_event *e, mg_stream *s);
+MG_API mg_status mg_event_create(mg_backend *b, mg_event **out);
+MG_API mg_status mg_event_record(mg_event *e, mg_stream *s);
 /* Makes future work of `s` wait until `e` completes, without blocking the host. */
-mg_status mg_stream_wait_event(mg_stream *s, mg_event *e);
-mg_status mg_event_synchronize(mg_event *e);
+MG_API mg_status mg_stream_wait_event(mg_stream *s, mg_event *e);
+MG_API mg_status mg_event_synchronize(mg_event *e);
 /* MG_OK when the recorded work has completed, MG_ERR_NOT_READY when not yet; never blocks. */
-mg_status mg_event_query(mg_event *e);
+MG_API mg_status mg_event_query(mg_event *e);
 /* Milliseconds between two completed events of the same backend. */
-mg_status mg_event_elapsed_ms(mg_event *start, mg_event *end, float *ms);
-mg_status mg_event_destroy(mg_event *e);
+MG_API mg_status mg_event_elapsed_ms(mg_event *start, mg_event *end, float *ms);
+MG_API mg_status mg_event_destroy(mg_event *e);
 
 /* ------------------------------------------------------------------ graphs */
 
 /* Starts capturing `s` (relaxed mode on CUDA): work issued to it is recorded, not run. */
-mg_status mg_graph_begin_capture(mg_stream *s);
+MG_API mg_status mg_graph_begin_capture(mg_stream *s);
 /* Ends the capture and instantiates the recorded work as an executable graph. */
-mg_status mg_graph_end_capture(mg_stream *s, mg_graph **out);
+MG_API mg_status mg_graph_end_capture(mg_stream *s, mg_graph **out);
 /* Ends the capture and replaces the work of existing graph `g` with it: in place when only
  * kernel arguments, copy and memset parameters changed (*updated_in_place = true), by
  * re-instantiation otherwise. `g` stays valid either way. */
-mg_status mg_graph_end_capture_update(mg_stream *s, mg_graph *g, bool *updated_in_place);
+MG_API mg_status mg_graph_end_capture_update(mg_stream *s, mg_graph *g, bool *updated_in_place);
 /* Ends and discards an active capture; the stream is usable again. */
-mg_status mg_graph_abort_capture(mg_stream *s);
-mg_status mg_graph_launch(mg_graph *g, mg_stream *s);
-mg_status mg_graph_destroy(mg_graph *g);
+MG_API mg_status mg_graph_abort_capture(mg_stream *s);
+MG_API mg_status mg_graph_launch(mg_graph *g, mg_stream *s);
+MG_API mg_status mg_graph_destroy(mg_graph *g);
 
 /* ------------------------------------------------------------------ pinned host memory */
 
 /* Host memory, zeroed and 64-byte aligned; page-locked where the backend can
  * (MG_CAP_PINNED_HOST) and then registered in the pinned-host registry (metrale/pinned.h). */
-mg_status mg_host_alloc(mg_backend *b, size_t bytes, void **out);
+MG_API mg_status mg_host_alloc(mg_backend *b, size_t bytes, void **out);
 /* NULL is a no-op; a pointer not from mg_host_alloc is MG_ERR_INVALID_ARGUMENT. */
-mg_status mg_host_free(mg_backend *b, void *host);
+MG_API mg_status mg_host_free(mg_backend *b, void *host);
 /* The device address of host memory from mg_host_alloc (MG_CAP_HOST_DEVICE_POINTER). */
-mg_status mg_host_device_pointer(mg_backend *b, void *host, mg_devptr *out);
+MG_API mg_status mg_host_device_pointer(mg_backend *b, void *host, mg_devptr *out);
 
 /* ------------------------------------------------------------------ kernels and modules */
 
 /* Loads a module image into the model group `model`. The format is detected by content:
  * PTX text, cubin (ELF) or fatbin. `name` must be unique within the backend. */
-mg_status mg_module_load(mg_backend *b, const char *model, const char *name, const void *image,
-                         size_t bytes);
+MG_API mg_status mg_module_load(mg_backend *b, const char *model, const char *name,
+                                const void *image, size_t bytes);
 /* Unloads every module of `model`. MG_ERR_BUSY, unloading nothing, while kernel handles
  * into those modules are still held (mg_kernel_release them first). */
-mg_status mg_module_unload_model(mg_backend *b, const char *model);
+MG_API mg_status mg_module_unload_model(mg_backend *b, const char *model);
 /* Device address and size of a module's global symbol. */
-mg_status mg_module_symbol(mg_backend *b, const char *module, const char *symbol,
-                           mg_devptr *ptr, size_t *bytes);
+MG_API mg_status mg_module_symbol(mg_backend *b, const char *module, const char *symbol,
+                                  mg_devptr *ptr, size_t *bytes);
 
 /* Finds `function` in `module`. The handle is memoised: the same (module, function) returns
  * the same handle, and a lookup after the first does no driver call. Built-in kernels live in
  * module "metrale" (e.g. "vector_add"). Safe under concurrent lookups. */
-mg_status mg_kernel_lookup(mg_backend *b, const char *module, const char *function,
-                           mg_kernel **out);
+MG_API mg_status mg_kernel_lookup(mg_backend *b, const char *module, const char *function,
+                                  mg_kernel **out);
 /* Drops the caller's hold on a kernel handle (lookups count holds). */
-mg_status mg_kernel_release(mg_kernel *k);
-const char *mg_kernel_name(const mg_kernel *k); /* "module:function" */
+MG_API mg_status mg_kernel_release(mg_kernel *k);
+MG_API const char *mg_kernel_name(const mg_kernel *k); /* "module:function" */
 
 /* Launches `k` with the builder's grid, block, dynamic shared bytes and arguments
  * (metrale/launch.h). Shared memory above 48 KiB raises the function's limit first.
  * With env METRALE_DEBUG_SYNC_KERNELS=1 every launch is followed by a synchronize and a
  * failure names the kernel and its arguments. */
-mg_status mg_launch_run(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_launch *launch);
+MG_API mg_status mg_launch_run(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_launch *launch);
 
 /* 1-D launch configuration covering `n` elements with `block` threads per block
  * (0 picks 256). */
-void mg_launch_config_1d(uint64_t n, uint32_t block, mg_dim3 *grid_out, mg_dim3 *block_out);
+MG_API void mg_launch_config_1d(uint64_t n, uint32_t block, mg_dim3 *grid_out, mg_dim3 *block_out);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "metrale/export.h"
 #include "metrale/status.h"
 
 #ifdef __cplusplus
@@ -17,9 +18,9 @@ extern "C" {
 #define MG_HOST_HEAP_ALIGNMENT 64
 
 /* bytes > 0; the size is rounded up to a multiple of 64. */
-mg_status mg_host_heap_alloc(size_t bytes, void **out);
+MG_API mg_status mg_host_heap_alloc(size_t bytes, void **out);
 /* NULL is a no-op. */
-void mg_host_heap_free(void *p);
+MG_API void mg_host_heap_free(void *p);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "metrale/export.h"
 #include "metrale/gpu.h"
 
 #ifdef __cplusplus
@@ -63,39 +64,39 @@ struct mg_launch {
     _Alignas(64) uint64_t slots[MG_LAUNCH_MAX_SLOTS];
 };
 
-void mg_launch_init(mg_launch *l, mg_dim3 grid, mg_dim3 block, uint32_t shared_bytes);
+MG_API void mg_launch_init(mg_launch *l, mg_dim3 grid, mg_dim3 block, uint32_t shared_bytes);
 /* Drops the arguments, keeps grid/block/shared bytes: reuse for the next launch. */
-void mg_launch_clear_args(mg_launch *l);
+MG_API void mg_launch_clear_args(mg_launch *l);
 
-void mg_launch_arg_ptr(mg_launch *l, mg_devptr p);
-void mg_launch_arg_u32(mg_launch *l, uint32_t v);
-void mg_launch_arg_i32(mg_launch *l, int32_t v);
-void mg_launch_arg_u64(mg_launch *l, uint64_t v);
-void mg_launch_arg_f32(mg_launch *l, float v);
-void mg_launch_arg_bytes(mg_launch *l, const void *data, size_t bytes);
-void mg_launch_arg_tensor_map(mg_launch *l, const void *map128);
+MG_API void mg_launch_arg_ptr(mg_launch *l, mg_devptr p);
+MG_API void mg_launch_arg_u32(mg_launch *l, uint32_t v);
+MG_API void mg_launch_arg_i32(mg_launch *l, int32_t v);
+MG_API void mg_launch_arg_u64(mg_launch *l, uint64_t v);
+MG_API void mg_launch_arg_f32(mg_launch *l, float v);
+MG_API void mg_launch_arg_bytes(mg_launch *l, const void *data, size_t bytes);
+MG_API void mg_launch_arg_tensor_map(mg_launch *l, const void *map128);
 
 /* MG_OK, or the first error met while adding arguments (message set at that time). */
-mg_status mg_launch_status(const mg_launch *l);
+MG_API mg_status mg_launch_status(const mg_launch *l);
 
 /* Enqueues `count` launches of kernel `k` with the same builder on `s`, checking handles and
  * arguments once and skipping per-launch timing and debug synchronisation: the backend's
  * own launch floor, which benchmarks compare mg_launch_run's per-call cost against. */
-mg_status mg_launch_run_repeated(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_launch *launch,
+MG_API mg_status mg_launch_run_repeated(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_launch *launch,
                                  uint32_t count);
 
 /* Pointer to argument i's first slot, or NULL if i is out of range. */
-const void *mg_launch_arg_data(const mg_launch *l, uint32_t i);
+MG_API const void *mg_launch_arg_data(const mg_launch *l, uint32_t i);
 
 /* Typed readers for the CPU backend's C kernels; out-of-range index or wrong kind reads 0. */
-mg_devptr mg_launch_get_ptr(const mg_launch *l, uint32_t i);
-uint32_t mg_launch_get_u32(const mg_launch *l, uint32_t i);
-int32_t mg_launch_get_i32(const mg_launch *l, uint32_t i);
-uint64_t mg_launch_get_u64(const mg_launch *l, uint32_t i);
-float mg_launch_get_f32(const mg_launch *l, uint32_t i);
+MG_API mg_devptr mg_launch_get_ptr(const mg_launch *l, uint32_t i);
+MG_API uint32_t mg_launch_get_u32(const mg_launch *l, uint32_t i);
+MG_API int32_t mg_launch_get_i32(const mg_launch *l, uint32_t i);
+MG_API uint64_t mg_launch_get_u64(const mg_launch *l, uint32_t i);
+MG_API float mg_launch_get_f32(const mg_launch *l, uint32_t i);
 
 /* Writes "name(ptr=0x..., u32=5, f32=1.5, bytes[24], tmap)" into buf (debug-sync reports). */
-void mg_launch_describe(const mg_launch *l, const char *name, char *buf, size_t buf_bytes);
+MG_API void mg_launch_describe(const mg_launch *l, const char *name, char *buf, size_t buf_bytes);
 
 /* ------------------------------------------------------------------ CPU kernels */
 
@@ -106,7 +107,8 @@ typedef mg_status (*mg_cpu_kernel_fn)(const mg_launch *launch);
 
 /* Registers `fn` under (module, function) for every CPU backend of the process. Registering
  * the same name again replaces it. Thread-safe. */
-mg_status mg_cpu_kernel_register(const char *module, const char *function, mg_cpu_kernel_fn fn);
+MG_API mg_status mg_cpu_kernel_register(const char *module, const char *function,
+                                        mg_cpu_kernel_fn fn);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "metrale/export.h"
 #include "metrale/gpu.h"
 
 #ifdef __cplusplus
@@ -43,24 +44,24 @@ typedef enum mg_op {
 } mg_op;
 
 /* "gemm_bf16", "gemm_fp8", "attention_ragged"; "?" for an unknown op. */
-const char *mg_op_name(mg_op op);
+MG_API const char *mg_op_name(mg_op op);
 /* The op named `name` (as mg_op_name spells it). MG_ERR_INVALID_ARGUMENT for another name. */
-mg_status mg_op_parse(const char *name, mg_op *out);
+MG_API mg_status mg_op_parse(const char *name, mg_op *out);
 
 /* Whether some provider of `op` can run on `b` (its library loads, the device is new enough).
  * A particular shape may still be refused by the call. False for a NULL or closed backend. */
-bool mg_op_supported(mg_backend *b, mg_op op);
+MG_API bool mg_op_supported(mg_backend *b, mg_op op);
 /* Whether provider `provider` of `op` can run on `b`; if not, `reason` (when not NULL) says
  * why: no such provider, another backend, or what it lacks here. */
-bool mg_op_provider_available(mg_backend *b, mg_op op, const char *provider, char *reason,
+MG_API bool mg_op_provider_available(mg_backend *b, mg_op op, const char *provider, char *reason,
                               size_t reason_bytes);
 /* The names of the providers of `op` for backend kind `kind`, in order of preference, into
  * names[0 .. max); returns how many there are (which may exceed max). */
-size_t mg_op_providers(mg_op op, mg_backend_kind kind, const char **names, size_t max);
+MG_API size_t mg_op_providers(mg_op op, mg_backend_kind kind, const char **names, size_t max);
 
 /* Makes every later call of `op` on `b` use `provider`; NULL or "auto" restores the
  * automatic choice. */
-mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider);
+MG_API mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider);
 
 typedef struct mg_op_stats {
     uint64_t calls;            /* calls that were enqueued */
@@ -71,7 +72,7 @@ typedef struct mg_op_stats {
     char forced[32];           /* the forced provider; "" when automatic */
 } mg_op_stats;
 
-mg_status mg_op_stats_get(mg_backend *b, mg_op op, mg_op_stats *out);
+MG_API mg_status mg_op_stats_get(mg_backend *b, mg_op op, mg_op_stats *out);
 
 #ifdef __cplusplus
 }

@@ -52,6 +52,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "metrale/export.h"
 #include "metrale/gpu.h"
 
 #ifdef __cplusplus
@@ -70,7 +71,7 @@ typedef enum mg_attention_impl {
 } mg_attention_impl;
 
 /* "auto", "fa2", "fa3". */
-const char *mg_attention_impl_name(mg_attention_impl impl);
+MG_API const char *mg_attention_impl_name(mg_attention_impl impl);
 
 typedef struct mg_attention_desc {
     uint32_t num_qo_heads;  /* 0 < Hq <= 1024 */
@@ -95,9 +96,10 @@ typedef struct mg_attention_tensors {
  * allocates the plan's workspaces and uploads its schedule on stream `s` (NULL: default).
  * Not allowed while `s` is capturing (MG_ERR_CAPTURING). The indptr arrays may be reused as
  * soon as this returns. */
-mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
-                                   const int32_t *qo_indptr, const int32_t *kv_indptr,
-                                   uint32_t batch_size, mg_stream *s, mg_attention_plan **out);
+MG_API mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
+                                          const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                          uint32_t batch_size, mg_stream *s,
+                                          mg_attention_plan **out);
 
 /* Re-plans for a new batch on stream `s`, growing the workspaces when needed (which waits for
  * `s`; refused with MG_ERR_CAPTURING while any stream of the backend captures). Fixed-grid
@@ -106,13 +108,15 @@ mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
  * MG_ERR_INVALID_ARGUMENT before anything is uploaded. On failure the plan keeps its previous
  * batch, except when a device error interrupted the upload of the new schedule, which leaves
  * it unusable until an update succeeds. */
-mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indptr,
-                                   const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s);
+MG_API mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indptr,
+                                          const int32_t *kv_indptr, uint32_t batch_size,
+                                          mg_stream *s);
 
 /* Launches the planned attention on `s` (NULL: default stream of the plan's backend).
  * Asynchronous; capturable for fixed-grid plans only: an eager plan on a capturing stream
  * returns MG_ERR_CAPTURING (a later update may free the workspaces a graph would keep). */
-mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s);
+MG_API mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t,
+                                  mg_stream *s);
 
 /* Waits only for the plan's own uploads; the caller must make sure no run of `p` is still
  * executing or will be replayed (a captured graph keeps using its workspaces). NULL is a
@@ -120,7 +124,7 @@ mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, 
  * and pinned memory, so destroy then frees only the plan's host memory, and every other call
  * on the plan returns MG_ERR_INVALID_ARGUMENT. Destroy plans before closing their backend
  * where possible (a backend opened later at the same address cannot always be told apart). */
-mg_status mg_attention_plan_destroy(mg_attention_plan *p);
+MG_API mg_status mg_attention_plan_destroy(mg_attention_plan *p);
 
 typedef struct mg_attention_plan_info {
     mg_attention_impl impl; /* what runs: FA2 or FA3 on CUDA; AUTO on the CPU backend */
@@ -130,11 +134,12 @@ typedef struct mg_attention_plan_info {
     uint64_t pinned_bytes;       /* page-locked mirrors held (both) */
 } mg_attention_plan_info;
 
-mg_status mg_attention_plan_get_info(const mg_attention_plan *p, mg_attention_plan_info *out);
+MG_API mg_status mg_attention_plan_get_info(const mg_attention_plan *p,
+                                            mg_attention_plan_info *out);
 
 /* FLOPs of the planned batch as attention FLOPs are usually counted (4 * D * Hq * visible pairs;
  * causal without a window: Lq * Lk - Lq * (Lq - 1) / 2 pairs per request). */
-double mg_attention_plan_flops(const mg_attention_plan *p);
+MG_API double mg_attention_plan_flops(const mg_attention_plan *p);
 
 #ifdef __cplusplus
 }

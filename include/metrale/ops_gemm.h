@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "metrale/dtype.h"
+#include "metrale/export.h"
 #include "metrale/gpu.h"
 
 #ifdef __cplusplus
@@ -57,22 +58,24 @@ extern "C" {
 
 /* act, weight BF16; out BF16 or F32 (out_type). Any M, N, K >= 1; pointers aligned to their
  * element size. */
-mg_status mg_gemm_bf16(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
-                       mg_devptr act, mg_devptr weight, mg_devptr out, mg_dtype out_type,
-                       uint32_t ldc);
+MG_API mg_status mg_gemm_bf16(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                              mg_devptr act, mg_devptr weight, mg_devptr out, mg_dtype out_type,
+                              uint32_t ldc);
 
 /* ------------------------------------------------------------------ FP8 E4M3 -> BF16 */
 
 /* Per-tensor scales: out = (act_fp8 · weight_fp8ᵀ) * act_scale[0] * weight_scale[0]. */
-mg_status mg_gemm_fp8_tensorwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
-                                 mg_devptr act, mg_devptr act_scale, mg_devptr weight,
-                                 mg_devptr weight_scale, mg_devptr out, uint32_t ldc);
+MG_API mg_status mg_gemm_fp8_tensorwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                                        uint32_t k, mg_devptr act, mg_devptr act_scale,
+                                        mg_devptr weight, mg_devptr weight_scale, mg_devptr out,
+                                        uint32_t ldc);
 
 /* Row-wise scales: out[t, j] = (act_fp8[t] · weight_fp8[j]) * act_scale[t] * weight_scale[j],
  * act_scale FP32 [M], weight_scale FP32 [N]. */
-mg_status mg_gemm_fp8_rowwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
-                              mg_devptr act, mg_devptr act_scale, mg_devptr weight,
-                              mg_devptr weight_scale, mg_devptr out, uint32_t ldc);
+MG_API mg_status mg_gemm_fp8_rowwise(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                                     uint32_t k, mg_devptr act, mg_devptr act_scale,
+                                     mg_devptr weight, mg_devptr weight_scale, mg_devptr out,
+                                     uint32_t ldc);
 
 /* Block scales along K (DeepSeek-style). For an operand of `rows` rows (M for act, N for
  * weight) and L = ceil(K / 128) K-blocks, the FP32 scale tensors are laid out as cuBLASLt
@@ -94,31 +97,33 @@ typedef enum mg_fp8_block_scale {
  * the token count: mg_fp8_act_scales_transpose zero-fills the padding tokens' scales). The
  * pairs (1x128, 1x128), (1x128, 128x128) and (128x128, 1x128) are supported; (128x128,
  * 128x128) is MG_ERR_UNSUPPORTED. */
-mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
-                                  mg_devptr act, mg_devptr act_scale, mg_fp8_block_scale act_mode,
-                                  mg_devptr weight, mg_devptr weight_scale,
-                                  mg_fp8_block_scale weight_mode, mg_devptr out, uint32_t ldc);
+MG_API mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                                         uint32_t k, mg_devptr act, mg_devptr act_scale,
+                                         mg_fp8_block_scale act_mode, mg_devptr weight,
+                                         mg_devptr weight_scale, mg_fp8_block_scale weight_mode,
+                                         mg_devptr out, uint32_t ldc);
 
 /* ------------------------------------------------------------------ FP8 scale layouts */
 
 #define MG_FP8_SCALE_BLOCK 128
 
 /* L = ceil(k / 128): the number of K-blocks. */
-uint32_t mg_fp8_k_blocks(uint32_t k);
+MG_API uint32_t mg_fp8_k_blocks(uint32_t k);
 /* The token count a block-scaled GEMM runs with: m rounded up to a multiple of 4. */
-uint32_t mg_fp8_rows_padded(uint32_t m);
+MG_API uint32_t mg_fp8_rows_padded(uint32_t m);
 /* FP32 elements of a block-scale tensor for an operand of `rows` rows (see
  * mg_fp8_block_scale), and the index of row `row`'s scale for K-block `k_block`. */
-size_t mg_fp8_block_scale_count(mg_fp8_block_scale mode, uint32_t rows, uint32_t k);
-size_t mg_fp8_block_scale_index(mg_fp8_block_scale mode, uint32_t rows, uint32_t k, uint32_t row,
-                                uint32_t k_block);
+MG_API size_t mg_fp8_block_scale_count(mg_fp8_block_scale mode, uint32_t rows, uint32_t k);
+MG_API size_t mg_fp8_block_scale_index(mg_fp8_block_scale mode, uint32_t rows, uint32_t k,
+                                       uint32_t row, uint32_t k_block);
 
 /* The activation-scale transpose: src FP32 [m, L] (index t * L + g, the quantizer's layout)
  * -> dst FP32 [L, m_pad] (index g * m_pad + t, the 1x128 layout cuBLASLt reads), with
  * dst = 0 for the padding tokens m <= t < m_pad. m_pad >= m and a multiple of 4; src and dst
  * 4-byte aligned and not overlapping. Stream-ordered; capture-safe. */
-mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, uint32_t m_pad,
-                                      uint32_t k, mg_devptr src, mg_devptr dst);
+MG_API mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m,
+                                             uint32_t m_pad, uint32_t k, mg_devptr src,
+                                             mg_devptr dst);
 
 /* ------------------------------------------------------------------ FP8 quantizer (host) */
 
@@ -128,18 +133,18 @@ mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, u
  * GEMMs above read them, except 1x128, which is written in the natural [rows, L] layout
  * (index r * L + g), as a per-token quantizer on a GPU would; transpose it for the GEMM.
  * MG_ERR_INVALID_ARGUMENT for NULL pointers or zero sizes. */
-mg_status mg_fp8_quantize_tensorwise(const uint16_t *bf16, uint32_t rows, uint32_t cols,
-                                     uint8_t *out, float *scale);
+MG_API mg_status mg_fp8_quantize_tensorwise(const uint16_t *bf16, uint32_t rows, uint32_t cols,
+                                            uint8_t *out, float *scale);
 /* scales[rows] */
-mg_status mg_fp8_quantize_rowwise(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
-                                  float *scales);
+MG_API mg_status mg_fp8_quantize_rowwise(const uint16_t *bf16, uint32_t rows, uint32_t cols,
+                                         uint8_t *out, float *scales);
 /* scales[rows * L], natural layout r * L + g */
-mg_status mg_fp8_quantize_1x128(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
-                                float *scales);
+MG_API mg_status mg_fp8_quantize_1x128(const uint16_t *bf16, uint32_t rows, uint32_t cols,
+                                       uint8_t *out, float *scales);
 /* scales[mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, rows, cols)], GEMM layout, padding
  * columns set to 0 */
-mg_status mg_fp8_quantize_128x128(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
-                                  float *scales);
+MG_API mg_status mg_fp8_quantize_128x128(const uint16_t *bf16, uint32_t rows, uint32_t cols,
+                                         uint8_t *out, float *scales);
 
 /* ------------------------------------------------------------------ planning and modes */
 
@@ -179,31 +184,32 @@ typedef struct mg_gemm_tensors {
 /* The one GEMM entry point: `plan` says what (kind, shape, output type, block modes; its
  * pointer_alignment is ignored: the pointers give it), `t` the operands. mg_gemm_bf16 and the
  * mg_gemm_fp8_* calls above are this with the library-owned workspace. */
-mg_status mg_gemm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plan,
+MG_API mg_status mg_gemm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plan,
                   const mg_gemm_tensors *t);
 
 /* The workspace bytes a call of `plan` on `b` needs from a caller who supplies one: 32 MiB with
  * cuBLASLt, 0 on the CPU reference. Host-only; creates nothing. */
-mg_status mg_gemm_workspace_bytes(mg_backend *b, const mg_gemm_plan *plan, size_t *bytes);
+MG_API mg_status mg_gemm_workspace_bytes(mg_backend *b, const mg_gemm_plan *plan, size_t *bytes);
 
 /* FP32 elements of the activation's (act = true) or the weight's scale tensor that a GEMM of
  * this plan reads: 1 per tensor, M or N row-wise, mg_fp8_block_scale_count for block modes;
  * 0 for BF16. */
-size_t mg_gemm_scale_count(const mg_gemm_plan *plan, bool act);
+MG_API size_t mg_gemm_scale_count(const mg_gemm_plan *plan, bool act);
 
 /* Plans every shape and gives stream `s` its workspace, so later calls of these shapes on
  * `s` create nothing and may be captured. Blocking host work (library heuristics); does not
  * launch. Not while `s` is capturing (MG_ERR_CAPTURING). The CPU backend checks the plans
  * and does nothing else. */
-mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans, size_t count);
+MG_API mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans,
+                                 size_t count);
 
 /* Batch-invariant mode (off by default): one algorithm per (N, K, kind, scale modes, output
  * type), chosen once, and checked to run at each call's M, so the bits of an output row do not
  * depend on how many rows the batch has. Slower for some M. A shape whose algorithm cannot run
  * at some M fails with MG_ERR_UNSUPPORTED. Applies to calls made after it; the CPU reference
  * is batch-invariant always. */
-mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled);
-bool mg_gemm_batch_invariant(mg_backend *b);
+MG_API mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled);
+MG_API bool mg_gemm_batch_invariant(mg_backend *b);
 
 #ifdef __cplusplus
 }

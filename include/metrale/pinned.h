@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "metrale/export.h"
 #include "metrale/status.h"
 
 #ifdef __cplusplus
@@ -24,13 +25,13 @@ extern "C" {
 #endif
 
 /* MG_ERR_INVALID_ARGUMENT for NULL, zero length, or a range overlapping another base's. */
-mg_status mg_pinned_register(const void *base, size_t bytes);
+MG_API mg_status mg_pinned_register(const void *base, size_t bytes);
 /* MG_ERR_NOT_FOUND if `base` is not a registered base. */
-mg_status mg_pinned_unregister(const void *base);
+MG_API mg_status mg_pinned_unregister(const void *base);
 /* True when [ptr, ptr + bytes) lies inside one registered range. */
-bool mg_pinned_contains(const void *ptr, size_t bytes);
+MG_API bool mg_pinned_contains(const void *ptr, size_t bytes);
 /* Number of registered ranges (tests, diagnostics). */
-size_t mg_pinned_count(void);
+MG_API size_t mg_pinned_count(void);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,8 @@
 #ifndef METRALE_STATUS_H
 #define METRALE_STATUS_H
 
+#include "metrale/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -35,15 +37,15 @@ typedef enum mg_status {
 } mg_status;
 
 /* Stable upper-case name of a status, e.g. "MG_ERR_OUT_OF_MEMORY". Never NULL. */
-const char *mg_status_name(mg_status status);
+MG_API const char *mg_status_name(mg_status status);
 
 /* The message of the last failing call on this thread; "" if none. The text stays until the
  * next failing call on this thread or mg_clear_error() (successful calls leave it); copy it
  * to keep it past that. The pointer itself stays valid for the life of the thread. */
-const char *mg_last_error(void);
+MG_API const char *mg_last_error(void);
 
 /* Forget the message of the last failing call on this thread. */
-void mg_clear_error(void);
+MG_API void mg_clear_error(void);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "metrale/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -37,34 +39,34 @@ typedef enum mg_tristate {
 
 /* Whether hermetic mode is on: mg_set_hermetic(true) was published first, or else
  * METRALE_HERMETIC is exactly "1". Resolved on the first call and cached. */
-bool mg_hermetic_enabled(void);
+MG_API bool mg_hermetic_enabled(void);
 
 /* Publishes the hermetic flag (`serve --hermetic`). Only true is published: false is ignored,
  * so without the flag the environment still decides. Returns true when the value was
  * published, false when it was ignored (on == false) or came too late (the switch was
  * already resolved; it keeps its value). */
-bool mg_set_hermetic(bool on);
+MG_API bool mg_set_hermetic(bool on);
 
 /* Publishes the mid-chunk SSM tail-capture flag. MG_TRISTATE_UNSET publishes nothing (the
  * environment still decides); MG_TRISTATE_FALSE is `--no-ssm-tail-midchunk`. Shares one
  * set-once cell with mg_ssm_tail_midchunk_enabled: the first published value, or the first
  * read, wins. Returns true when this call published its value. */
-bool mg_set_ssm_tail_midchunk(mg_tristate value);
+MG_API bool mg_set_ssm_tail_midchunk(mg_tristate value);
 
 /* Mid-chunk SSM tail capture: the published value if one was published before the first
  * read; otherwise true unless METRALE_SSM_TAIL_MIDCHUNK is exactly "0". Cached. */
-bool mg_ssm_tail_midchunk_enabled(void);
+MG_API bool mg_ssm_tail_midchunk_enabled(void);
 
 /* Tail-checkpoint chunk split: true only when METRALE_SSM_TAIL_CKPT is exactly "1".
  * Resolved on the first call and cached. */
-bool mg_ssm_tail_ckpt_enabled(void);
+MG_API bool mg_ssm_tail_ckpt_enabled(void);
 
 /* The last multiple of `block_size` strictly below `total_tokens`, ((total - 1) / bs) * bs,
  * written to *out with true returned. Returns false ("none", *out untouched) when
  * block_size == 0, when total_tokens <= block_size, or when that value would be 0.
  * Examples: (17,16)->16, (32,16)->16, (33,16)->32, (16,16)->none, (2,1)->1.
  * `out` may be NULL to ask only whether a boundary exists. Pure; never fails. */
-bool mg_ssm_tail_boundary(uint64_t total_tokens, uint64_t block_size, uint64_t *out);
+MG_API bool mg_ssm_tail_boundary(uint64_t total_tokens, uint64_t block_size, uint64_t *out);
 
 #ifdef __cplusplus
 }

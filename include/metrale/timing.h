@@ -52,6 +52,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "metrale/export.h"
 #include "metrale/gpu.h"
 
 #ifdef __cplusplus
@@ -90,40 +91,41 @@ typedef uint64_t mg_timing_span;
 /* Creates the pool (2 x pool_pairs events) and records the epoch event on the default
  * stream. `opts` NULL means level BASIC with every default. MG_ERR_UNSUPPORTED when the
  * backend lacks MG_CAP_EVENT_TIMING. A failure part-way destroys what was created. */
-mg_status mg_timing_create(mg_backend *b, const mg_timing_options *opts, mg_timing **out);
+MG_API mg_status mg_timing_create(mg_backend *b, const mg_timing_options *opts, mg_timing **out);
 /* Destroys the events; spans not harvested yet are lost. NULL is a no-op. */
-mg_status mg_timing_destroy(mg_timing *t);
+MG_API mg_status mg_timing_destroy(mg_timing *t);
 
-void mg_timing_set_level(mg_timing *t, mg_telemetry_level level);
-mg_telemetry_level mg_timing_level(const mg_timing *t);
+MG_API void mg_timing_set_level(mg_timing *t, mg_telemetry_level level);
+MG_API mg_telemetry_level mg_timing_level(const mg_timing *t);
 
 /* The lane named `name` (created on first use; the same name gives the same lane). At most
  * MG_TIMING_MAX_LANES lanes; names are 1..95 characters. */
-mg_status mg_timing_lane(mg_timing *t, const char *name, uint32_t *lane_out);
+MG_API mg_status mg_timing_lane(mg_timing *t, const char *name, uint32_t *lane_out);
 
 /* Starts step `step`: harvests finished spans (never blocks) and decides whether kernel
  * spans are armed for this step (level KERNEL and step % kernel_span_every == 0). */
-mg_status mg_timing_step_begin(mg_timing *t, uint64_t step);
+MG_API mg_status mg_timing_step_begin(mg_timing *t, uint64_t step);
 /* Whether kernel spans are recorded in the current step. */
-bool mg_timing_kernel_spans_armed(mg_timing *t);
+MG_API bool mg_timing_kernel_spans_armed(mg_timing *t);
 
 /* Records the start of a lane span on `s` (NULL: the default stream). */
-mg_status mg_timing_lane_begin(mg_timing *t, uint32_t lane, mg_stream *s, mg_timing_span *out);
+MG_API mg_status mg_timing_lane_begin(mg_timing *t, uint32_t lane, mg_stream *s,
+                                      mg_timing_span *out);
 /* Records the start of a kernel span on `s`, on armed steps only. */
-mg_status mg_timing_kernel_begin(mg_timing *t, const char *kernel_name, mg_stream *s,
-                                 mg_timing_span *out);
+MG_API mg_status mg_timing_kernel_begin(mg_timing *t, const char *kernel_name, mg_stream *s,
+                                        mg_timing_span *out);
 /* Records the end of `span` on `s` (normally the stream it began on). 0 is a no-op; a span
  * that is not open (ended twice, or stale) is MG_ERR_INVALID_ARGUMENT. */
-mg_status mg_timing_span_end(mg_timing *t, mg_timing_span span, mg_stream *s);
+MG_API mg_status mg_timing_span_end(mg_timing *t, mg_timing_span span, mg_stream *s);
 
 /* Wraps every mg_launch_run on this timing's backend in a kernel span (recorded only on
  * armed steps, like mg_timing_kernel_begin), so eager launches are timed without changing
  * the call sites. One timing object per backend at a time; `on = false` or
  * mg_timing_destroy detaches it. Attach and detach while no other thread is launching. */
-mg_status mg_timing_trace_launches(mg_timing *t, bool on);
+MG_API mg_status mg_timing_trace_launches(mg_timing *t, bool on);
 
 /* Reads every finished span without blocking; *harvested (may be NULL) receives how many. */
-mg_status mg_timing_harvest(mg_timing *t, size_t *harvested);
+MG_API mg_status mg_timing_harvest(mg_timing *t, size_t *harvested);
 
 typedef struct mg_timing_counters {
     uint64_t recorded;          /* spans begun (a pair taken) */
@@ -136,7 +138,7 @@ typedef struct mg_timing_counters {
     uint64_t trace_overwritten; /* finished spans pushed out of the trace buffer */
 } mg_timing_counters;
 
-mg_status mg_timing_get_counters(mg_timing *t, mg_timing_counters *out);
+MG_API mg_status mg_timing_get_counters(mg_timing *t, mg_timing_counters *out);
 
 typedef enum mg_timing_kind { MG_TIMING_LANE = 0, MG_TIMING_KERNEL = 1 } mg_timing_kind;
 
@@ -149,19 +151,19 @@ typedef struct mg_timing_summary {
 } mg_timing_summary;
 
 /* Number of series (lanes first, in creation order, then kernels in order of first span). */
-size_t mg_timing_summary_count(mg_timing *t);
-mg_status mg_timing_summary_get(mg_timing *t, size_t index, mg_timing_summary *out);
+MG_API size_t mg_timing_summary_count(mg_timing *t);
+MG_API mg_status mg_timing_summary_get(mg_timing *t, size_t index, mg_timing_summary *out);
 /* One line per series with at least one span: kind, name, count, p50, p99, total. */
-mg_status mg_timing_print_summary(mg_timing *t, FILE *f);
+MG_API mg_status mg_timing_print_summary(mg_timing *t, FILE *f);
 
 /* Writes the kept spans as Chrome trace-event JSON: {"traceEvents": [...]} with one complete
  * event ("ph": "X", ts/dur in microseconds) per span, a thread per lane and one per stream
  * for kernel spans, named by metadata events. Harvest first to include the latest spans.
  * Fails only when the file cannot be written (MG_ERR_INVALID_ARGUMENT naming the path and
  * the system's reason). */
-mg_status mg_timing_export_chrome_trace(mg_timing *t, const char *path);
+MG_API mg_status mg_timing_export_chrome_trace(mg_timing *t, const char *path);
 /* Same, to an open stream. */
-mg_status mg_timing_write_chrome_trace(mg_timing *t, FILE *f);
+MG_API mg_status mg_timing_write_chrome_trace(mg_timing *t, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -30,8 +30,9 @@
  *  - The same kernels (module "metrale", names below) run on every backend; the CPU backend's
  *    are the reference.
  *
- * Requirements (the FP8 GEMMs' own, plus 16-byte rows for vector loads):
- *  - cols a multiple of 8, in_pitch (elements) >= cols and a multiple of 8;
+ * Requirements (rows are moved in 16-byte vectors):
+ *  - cols a multiple of 8 (the FP8 GEMMs further need their K, these cols, a multiple of 16),
+ *    in_pitch (elements) >= cols and a multiple of 8;
  *  - in, out and scales 16-byte aligned (per-tensor: scales 4-byte aligned), as allocations
  *    are; in must not overlap out or scales, nor out overlap scales.
  *  - Sizes: in spans (rows - 1) * in_pitch + cols BF16 elements; out holds

@@ -121,6 +121,7 @@ if want bench; then
         done
     fi
     bench_step gemm --iters 50 --warmup 10
+    bench_step quantize --iters 50 --warmup 10
     bench_step attention
 fi
 if want peers; then

@@ -128,10 +128,13 @@ MG_API mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32
 /* ------------------------------------------------------------------ FP8 quantizer (host) */
 
 /* BF16 [rows, cols] row-major (host memory) -> E4M3 codes [rows, cols] and FP32 scales, with
- * value ~= decode(code) * scale. Each scale is amax / 448 over its group (1 for an all-zero
- * group); codes are round-to-nearest-even of value / scale. The scales are written as the
- * GEMMs above read them, except 1x128, which is written in the natural [rows, L] layout
- * (index r * L + g), as a per-token quantizer on a GPU would; transpose it for the GEMM.
+ * value ~= decode(code) * scale. Each scale is amax / 448 over its group's finite values (1
+ * for a group with none but zeros); codes are round-to-nearest-even of value / scale,
+ * saturating: infinities are clipped to +-448 (0x7e / 0xfe) and never reach the scale, NaN
+ * gives the NaN code with its sign (0x7f / 0xff). The scales are written as the GEMMs above
+ * read them, except 1x128, which is written in the natural [rows, L] layout (index r * L + g),
+ * as a per-token quantizer on a GPU would; transpose it for the GEMM. The device quantizer of
+ * metrale/ops_quantize.h computes the same bits on any backend.
  * MG_ERR_INVALID_ARGUMENT for NULL pointers or zero sizes. */
 MG_API mg_status mg_fp8_quantize_tensorwise(const uint16_t *bf16, uint32_t rows, uint32_t cols,
                                             uint8_t *out, float *scale);

@@ -24,7 +24,7 @@
 static const uint32_t awkward_m[] = {1, 3, 17, 130};
 #define AWKWARD_M_COUNT (sizeof awkward_m / sizeof awkward_m[0])
 
-#define POISON 0xa5
+#define POISON MG_CHECK_POISON
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -35,20 +35,6 @@ static uint16_t *random_bf16(uint64_t *rng, size_t count, float magnitude) {
         v[i] = mg_f32_to_bf16(((float)(mg_check_rng_next(rng) >> 40) * 0x1p-24f * 2.0f - 1.0f) *
                               magnitude);
     return v;
-}
-
-static mg_status upload(mg_backend *b, const void *host, size_t bytes, mg_devptr *out) {
-    mg_status st = mg_alloc(b, bytes, out);
-    if (st == MG_OK)
-        st = mg_copy_h2d(b, *out, host, bytes);
-    return st;
-}
-
-static mg_status alloc_poisoned(mg_backend *b, size_t bytes, mg_devptr *out) {
-    mg_status st = mg_alloc(b, bytes, out);
-    if (st == MG_OK)
-        st = mg_memset(b, *out, POISON, bytes);
-    return st;
 }
 
 /* One GEMM's host inputs. act/weight are BF16 values or E4M3 codes; the scales are in the
@@ -95,21 +81,23 @@ static mg_status run_gemm(mg_backend *b, mg_stream *s, const gemm_inputs *in, vo
     const mg_gemm_plan *p = &in->plan;
     mg_devptr act = 0, weight = 0, act_scale = 0, weight_scale = 0, natural = 0, out = 0;
     mg_status st;
-    if ((st = upload(b, in->act, input_bytes(in, true), &act)) ||
-        (st = upload(b, in->weight, input_bytes(in, false), &weight)) ||
-        (st = alloc_poisoned(b, output_bytes(p), &out)))
+    if ((st = mg_check_upload(b, in->act, input_bytes(in, true), &act)) ||
+        (st = mg_check_upload(b, in->weight, input_bytes(in, false), &weight)) ||
+        (st = mg_check_alloc_poisoned(b, output_bytes(p), &out)))
         goto done;
     if (p->kind != MG_GEMM_BF16) {
-        if ((st = upload(b, in->weight_scale, mg_gemm_scale_count(p, false) * 4, &weight_scale)))
+        if ((st = mg_check_upload(b, in->weight_scale, mg_gemm_scale_count(p, false) * 4,
+                                  &weight_scale)))
             goto done;
         if (in->act_rows_natural) {
             size_t natural_bytes = (size_t)in->act_rows_natural * mg_fp8_k_blocks(p->k) * 4;
-            if ((st = upload(b, in->act_scale, natural_bytes, &natural)) ||
-                (st = alloc_poisoned(b, mg_gemm_scale_count(p, true) * 4, &act_scale)) ||
+            if ((st = mg_check_upload(b, in->act_scale, natural_bytes, &natural)) ||
+                (st = mg_check_alloc_poisoned(b, mg_gemm_scale_count(p, true) * 4, &act_scale)) ||
                 (st = mg_fp8_act_scales_transpose(b, s, in->act_rows_natural, p->m, p->k, natural,
                                                   act_scale)))
                 goto done;
-        } else if ((st = upload(b, in->act_scale, mg_gemm_scale_count(p, true) * 4, &act_scale))) {
+        } else if ((st = mg_check_upload(b, in->act_scale, mg_gemm_scale_count(p, true) * 4,
+                                         &act_scale))) {
             goto done;
         }
     }
@@ -387,7 +375,8 @@ static mg_status run_transpose(mg_backend *b, uint32_t m, uint32_t m_pad, uint32
     size_t dst_bytes = ((size_t)m_pad * mg_fp8_k_blocks(k) + guard_floats) * 4;
     mg_devptr s = 0, d = 0;
     mg_status st;
-    if (!(st = upload(b, src, src_bytes, &s)) && !(st = alloc_poisoned(b, dst_bytes, &d)) &&
+    if (!(st = mg_check_upload(b, src, src_bytes, &s)) &&
+        !(st = mg_check_alloc_poisoned(b, dst_bytes, &d)) &&
         !(st = mg_fp8_act_scales_transpose(b, NULL, m, m_pad, k, s, d)) &&
         !(st = mg_stream_synchronize(mg_stream_default(b))))
         st = mg_copy_d2h(b, dst_host, d, dst_bytes);
@@ -512,9 +501,10 @@ static void check_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
     mg_devptr act = 0, weight = 0, scales = 0, out = 0;
     size_t out_bytes = (size_t)m * n * 4;
     mg_status st;
-    if ((st = alloc_poisoned(b, (size_t)m * k * 2, &act)) ||
-        (st = alloc_poisoned(b, (size_t)n * k * 2, &weight)) ||
-        (st = alloc_poisoned(b, 4096, &scales)) || (st = alloc_poisoned(b, out_bytes, &out))) {
+    if ((st = mg_check_alloc_poisoned(b, (size_t)m * k * 2, &act)) ||
+        (st = mg_check_alloc_poisoned(b, (size_t)n * k * 2, &weight)) ||
+        (st = mg_check_alloc_poisoned(b, 4096, &scales)) ||
+        (st = mg_check_alloc_poisoned(b, out_bytes, &out))) {
         MG_CHECK_FAIL(r, "setup: %s", mg_last_error());
         goto done;
     }
@@ -658,9 +648,9 @@ static void check_capture_after_prewarm(mg_check_ctx *ctx, mg_check_result *r) {
     mg_devptr a = 0, w = 0, out = 0;
     mg_status st;
     if (!act || !weight || !got || !ref || (st = mg_stream_create(b, &s)) ||
-        (st = upload(b, act, (size_t)m * k * 2, &a)) ||
-        (st = upload(b, weight, (size_t)n * k * 2, &w)) ||
-        (st = alloc_poisoned(b, output_bytes(&plan), &out))) {
+        (st = mg_check_upload(b, act, (size_t)m * k * 2, &a)) ||
+        (st = mg_check_upload(b, weight, (size_t)n * k * 2, &w)) ||
+        (st = mg_check_alloc_poisoned(b, output_bytes(&plan), &out))) {
         MG_CHECK_FAIL(r, "setup: %s", mg_last_error());
         goto done;
     }
@@ -752,13 +742,13 @@ static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
     for (int i = 0; i < 2 && !st; i++) {
         if ((st = make_fp8_operands(&rng, &plan, plan.m, &o[i])) ||
             (st = mg_stream_create(b, &s[i])) ||
-            (st = upload(b, o[i].act, input_bytes(&(gemm_inputs){.plan = plan}, true),
-                         &dev[i][0])) ||
-            (st = upload(b, o[i].weight, input_bytes(&(gemm_inputs){.plan = plan}, false),
-                         &dev[i][1])) ||
-            (st = upload(b, o[i].act_scale, plan.m * 4, &dev[i][2])) ||
-            (st = upload(b, o[i].weight_scale, plan.n * 4, &dev[i][3])) ||
-            (st = alloc_poisoned(b, output_bytes(&plan), &dev[i][4])))
+            (st = mg_check_upload(b, o[i].act, input_bytes(&(gemm_inputs){.plan = plan}, true),
+                                  &dev[i][0])) ||
+            (st = mg_check_upload(b, o[i].weight, input_bytes(&(gemm_inputs){.plan = plan}, false),
+                                  &dev[i][1])) ||
+            (st = mg_check_upload(b, o[i].act_scale, plan.m * 4, &dev[i][2])) ||
+            (st = mg_check_upload(b, o[i].weight_scale, plan.n * 4, &dev[i][3])) ||
+            (st = mg_check_alloc_poisoned(b, output_bytes(&plan), &dev[i][4])))
             MG_CHECK_FAIL(r, "setup: %s", mg_last_error());
     }
     for (int rep = 0; rep < 4 && !st; rep++)

@@ -31,3 +31,17 @@ uint64_t mg_check_rng_seed(const mg_check_ctx *ctx, const char *check_name) {
 uint64_t mg_check_rng_next(uint64_t *state) {
     return splitmix64_mix(*state += 0x9e3779b97f4a7c15ull);
 }
+
+mg_status mg_check_upload(mg_backend *b, const void *host, size_t bytes, mg_devptr *out) {
+    mg_status st = mg_alloc(b, bytes, out);
+    if (st == MG_OK)
+        st = mg_copy_h2d(b, *out, host, bytes);
+    return st;
+}
+
+mg_status mg_check_alloc_poisoned(mg_backend *b, size_t bytes, mg_devptr *out) {
+    mg_status st = mg_alloc(b, bytes, out);
+    if (st == MG_OK)
+        st = mg_memset(b, *out, MG_CHECK_POISON, bytes);
+    return st;
+}

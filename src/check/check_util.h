@@ -5,6 +5,7 @@
 #ifndef METRALE_CHECK_UTIL_H
 #define METRALE_CHECK_UTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "check.h"
@@ -42,6 +43,15 @@ void mg_check_fail_at(mg_check_result *result, int line, const char *fmt, ...) M
     } while (0)
 #define OK(call) EXPECT_STATUS(call, MG_OK)
 #define PASS() (result->passed = true)
+
+/* The byte op outputs are filled with before an op runs, so bytes it should not write, or
+ * failed to write, show. */
+#define MG_CHECK_POISON 0xa5
+
+/* Allocates `bytes` on `b` and copies `host` there. */
+mg_status mg_check_upload(mg_backend *b, const void *host, size_t bytes, mg_devptr *out);
+/* Allocates `bytes` on `b`, every byte MG_CHECK_POISON. */
+mg_status mg_check_alloc_poisoned(mg_backend *b, size_t bytes, mg_devptr *out);
 
 /* The first state of a check's random stream, from the run's seed and the check's name, so one
  * failing check reproduces alone with the same METRALE_CHECK_SEED. */

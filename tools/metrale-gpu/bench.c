@@ -217,6 +217,33 @@ void mg_bench_rotation_destroy(mg_bench *b, mg_bench_rotation *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* ------------------------------------------------------------------ yardsticks */
+
+typedef struct copy_pair {
+    mg_devptr src, dst;
+    size_t bytes;
+} copy_pair;
+
+static mg_status body_copy_pair(mg_bench *b, void *arg, int iteration) {
+    (void)iteration;
+    copy_pair *c = arg;
+    return mg_copy_d2d_async(b->backend, c->dst, c->src, c->bytes, b->stream);
+}
+
+mg_status mg_bench_copy_bandwidth(mg_bench *b, size_t bytes, double *gbps) {
+    copy_pair c = {.bytes = bytes};
+    mg_bench_stats stats;
+    mg_status st;
+    if (!(st = mg_alloc(b->backend, bytes, &c.src)) &&
+        !(st = mg_alloc(b->backend, bytes, &c.dst)) &&
+        !(st = mg_bench_fill_random_device(b, c.src, bytes, 11)) &&
+        !(st = mg_bench_time_events(b, body_copy_pair, &c, b->warmup, b->iters, &stats)))
+        *gbps = stats.median_us > 0 ? 2.0 * (double)bytes / (stats.median_us * 1e3) : 0;
+    mg_free(b->backend, c.src);
+    mg_free(b->backend, c.dst);
+    return st;
+}
+
 /* ------------------------------------------------------------------ results */
 
 mg_bench_row mg_bench_row_make(const char *bench, const char *name, const char *shape) {

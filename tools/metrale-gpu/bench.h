@@ -132,6 +132,13 @@ void mg_bench_fill_random(void *host, size_t bytes, uint64_t seed);
 /* Fills device memory with pseudo-random bytes through a pageable host buffer. */
 mg_status mg_bench_fill_random_device(mg_bench *b, mg_devptr dst, size_t bytes, uint64_t seed);
 
+/* ------------------------------------------------------------------ yardsticks */
+
+/* Device-to-device copy bandwidth in GB/s (bytes read + written per second): event-timed
+ * copies between two buffers of `bytes`, median, as `bench copy`'s d2d case measures it. The
+ * figure memory-bound kernels are reported against. */
+mg_status mg_bench_copy_bandwidth(mg_bench *b, size_t bytes, double *gbps);
+
 /* ------------------------------------------------------------------ results */
 
 /* A row with bench, name and shape set and everything else zero. */

@@ -20,7 +20,8 @@ static const struct {
     {"arena", mg_cmd_arena, "--list | PRESET [--fp8] [--max-chunk-bytes N]",
      "the buffer-arena plan of a built-in model preset: buffers, offsets, packed vs unpacked"},
     {"bench", mg_cmd_bench, "NAME|all|list [OPTIONS]",
-     "time copy, launch, gemm or attention on the chosen backend (bench list: the options)"},
+     "time copy, launch, gemm, quantize or attention on the chosen backend (bench list: the "
+     "options)"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

@@ -1,8 +1,7 @@
-/* fp8_scale_layout.c - FP8 block-scale layout math and the host FP8 quantizer
- * (metrale/ops_gemm.h). */
-#include <math.h>
-
+/* fp8_scale_layout.c - FP8 block-scale layout math and the host FP8 quantizers
+ * (metrale/ops_gemm.h), built on the quantization rule of fp8_quantize_host.h. */
 #include "error.h"
+#include "fp8_quantize_host.h"
 #include "metrale/ops_gemm.h"
 
 uint32_t mg_fp8_k_blocks(uint32_t k) {
@@ -46,44 +45,33 @@ static mg_status check_quantize_args(const char *what, const uint16_t *bf16, uin
     return MG_OK;
 }
 
-/* amax / 448 over rows [r0, r1) x columns [c0, c1); 1 for an all-zero group, so zero inputs
- * quantize to zero codes with a harmless scale. */
-static float group_scale(const uint16_t *bf16, uint32_t cols, uint32_t r0, uint32_t r1, uint32_t c0,
-                         uint32_t c1) {
-    float amax = 0.0f;
-    for (uint32_t r = r0; r < r1; r++)
-        for (uint32_t c = c0; c < c1; c++) {
-            float v = fabsf(mg_bf16_to_f32(bf16[(size_t)r * cols + c]));
-            if (v > amax)
-                amax = v;
-        }
-    return amax > 0.0f ? amax / MG_FP8_E4M3_MAX : 1.0f;
+float mg_fp8_region_amax(const uint16_t *bf16, size_t pitch, mg_fp8_region region, float amax) {
+    for (uint32_t r = region.row_begin; r < region.row_end; r++)
+        for (uint32_t c = region.col_begin; c < region.col_end; c++)
+            amax = mg_fp8_amax_accumulate(amax, mg_bf16_to_f32(bf16[(size_t)r * pitch + c]));
+    return amax;
 }
 
-static void quantize_group(const uint16_t *bf16, uint8_t *out, uint32_t cols, uint32_t r0,
-                           uint32_t r1, uint32_t c0, uint32_t c1, float scale) {
-    for (uint32_t r = r0; r < r1; r++)
-        for (uint32_t c = c0; c < c1; c++) {
-            size_t i = (size_t)r * cols + c;
-            out[i] = mg_f32_to_fp8_e4m3(mg_bf16_to_f32(bf16[i]) / scale);
-        }
+void mg_fp8_region_quantize(const uint16_t *bf16, size_t pitch, uint8_t *out, size_t out_pitch,
+                            mg_fp8_region region, float scale) {
+    for (uint32_t r = region.row_begin; r < region.row_end; r++)
+        for (uint32_t c = region.col_begin; c < region.col_end; c++)
+            out[(size_t)r * out_pitch + c] =
+                mg_fp8_quantize_value(mg_bf16_to_f32(bf16[(size_t)r * pitch + c]), scale);
 }
 
-/* Quantizes `bf16` in tiles of tile_rows x tile_cols (the last row and column of tiles cut at
- * the matrix edge), one scale per tile: tile (i, j) stores its scale at
- * scales[i * scale_pitch + j]. */
-static void quantize_tiles(const uint16_t *bf16, uint32_t rows, uint32_t cols, uint8_t *out,
-                           float *scales, uint32_t tile_rows, uint32_t tile_cols,
-                           size_t scale_pitch) {
+void mg_fp8_quantize_tiles(const uint16_t *bf16, size_t in_pitch, uint32_t rows, uint32_t cols,
+                           uint8_t *out, float *scales, mg_fp8_tiling tiling) {
     size_t i = 0;
-    for (uint64_t r0 = 0; r0 < rows; r0 += tile_rows, i++) {
-        uint32_t r1 = (uint32_t)(r0 + tile_rows < rows ? r0 + tile_rows : rows);
+    for (uint64_t r0 = 0; r0 < rows; r0 += tiling.tile_rows, i++) {
+        uint32_t r1 = (uint32_t)(r0 + tiling.tile_rows < rows ? r0 + tiling.tile_rows : rows);
         size_t j = 0;
-        for (uint64_t c0 = 0; c0 < cols; c0 += tile_cols, j++) {
-            uint32_t c1 = (uint32_t)(c0 + tile_cols < cols ? c0 + tile_cols : cols);
-            float scale = group_scale(bf16, cols, (uint32_t)r0, r1, (uint32_t)c0, c1);
-            scales[i * scale_pitch + j] = scale;
-            quantize_group(bf16, out, cols, (uint32_t)r0, r1, (uint32_t)c0, c1, scale);
+        for (uint64_t c0 = 0; c0 < cols; c0 += tiling.tile_cols, j++) {
+            uint32_t c1 = (uint32_t)(c0 + tiling.tile_cols < cols ? c0 + tiling.tile_cols : cols);
+            mg_fp8_region tile = {(uint32_t)r0, r1, (uint32_t)c0, c1};
+            float scale = mg_fp8_scale_from_amax(mg_fp8_region_amax(bf16, in_pitch, tile, 0.0f));
+            scales[i * tiling.scale_row_stride + j * tiling.scale_col_stride] = scale;
+            mg_fp8_region_quantize(bf16, in_pitch, out, cols, tile, scale);
         }
     }
 }
@@ -92,7 +80,8 @@ mg_status mg_fp8_quantize_tensorwise(const uint16_t *bf16, uint32_t rows, uint32
                                      uint8_t *out, float *scale) {
     mg_status st = check_quantize_args("mg_fp8_quantize_tensorwise", bf16, rows, cols, out, scale);
     if (!st)
-        quantize_tiles(bf16, rows, cols, out, scale, rows, cols, 1);
+        mg_fp8_quantize_tiles(bf16, cols, rows, cols, out, scale,
+                              (mg_fp8_tiling){rows, cols, 1, 1});
     return st;
 }
 
@@ -100,7 +89,7 @@ mg_status mg_fp8_quantize_rowwise(const uint16_t *bf16, uint32_t rows, uint32_t 
                                   float *scales) {
     mg_status st = check_quantize_args("mg_fp8_quantize_rowwise", bf16, rows, cols, out, scales);
     if (!st)
-        quantize_tiles(bf16, rows, cols, out, scales, 1, cols, 1);
+        mg_fp8_quantize_tiles(bf16, cols, rows, cols, out, scales, (mg_fp8_tiling){1, cols, 1, 1});
     return st;
 }
 
@@ -109,7 +98,8 @@ mg_status mg_fp8_quantize_1x128(const uint16_t *bf16, uint32_t rows, uint32_t co
                                 float *scales) {
     mg_status st = check_quantize_args("mg_fp8_quantize_1x128", bf16, rows, cols, out, scales);
     if (!st)
-        quantize_tiles(bf16, rows, cols, out, scales, 1, MG_FP8_SCALE_BLOCK, mg_fp8_k_blocks(cols));
+        mg_fp8_quantize_tiles(bf16, cols, rows, cols, out, scales,
+                              (mg_fp8_tiling){1, MG_FP8_SCALE_BLOCK, mg_fp8_k_blocks(cols), 1});
     return st;
 }
 
@@ -122,7 +112,8 @@ mg_status mg_fp8_quantize_128x128(const uint16_t *bf16, uint32_t rows, uint32_t 
     size_t count = mg_fp8_block_scale_count(MG_FP8_BLOCK_128X128, rows, cols);
     for (size_t i = 0; i < count; i++)
         scales[i] = 0.0f;
-    quantize_tiles(bf16, rows, cols, out, scales, MG_FP8_SCALE_BLOCK, MG_FP8_SCALE_BLOCK,
-                   k_blocks_padded(cols));
+    mg_fp8_quantize_tiles(
+        bf16, cols, rows, cols, out, scales,
+        (mg_fp8_tiling){MG_FP8_SCALE_BLOCK, MG_FP8_SCALE_BLOCK, k_blocks_padded(cols), 1});
     return MG_OK;
 }

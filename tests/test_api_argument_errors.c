@@ -93,6 +93,21 @@ static void test_queries(mg_backend *b) {
     CHECK(!mg_backend_supports(b, MG_CAP_MODULES));
     CHECK(!mg_backend_supports(b, MG_CAP_COUNT));
 
+    /* a cap above what the host has left does not raise the free figure */
+    CHECK_OK(mg_cpu_set_allocation_cap(b, UINT64_MAX / 2));
+    uint64_t capped_free = 0, capped_total = 0;
+    CHECK_OK(mg_memory_free_bytes(b, &capped_free, &capped_total));
+    CHECK(capped_total == UINT64_MAX / 2 && capped_free <= total_bytes);
+    CHECK_OK(mg_cpu_set_allocation_cap(b, 0));
+
+    /* the test hooks refuse what is not an open CPU backend */
+    mg_cpu_counters counters;
+    CHECK_ERROR(mg_cpu_get_counters(b, NULL), MG_ERR_INVALID_ARGUMENT, "NULL output");
+    CHECK_ERROR(mg_cpu_set_allocation_cap(NULL, 1), MG_ERR_INVALID_ARGUMENT,
+                "mg_cpu_set_allocation_cap: NULL backend");
+    CHECK_ERROR(mg_cpu_fail_nth_allocation((mg_backend *)&counters, 1), MG_ERR_INVALID_ARGUMENT,
+                "mg_cpu_fail_nth_allocation: invalid or closed backend handle");
+
     mg_devptr managed = 0;
     CHECK_OK(mg_alloc_managed(b, 100, &managed));
     CHECK_OK(mg_memset(b, managed, 9, 100));

@@ -222,6 +222,11 @@ static void test_gemm_bf16_kernel(mg_backend *b) {
     CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "argument 2: 32 bytes");
     gemm_bf16_args(&l, ea, ew, eo + 2, m, n, kk, n, MG_DTYPE_F32);
     CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "needs 4-byte alignment");
+    /* a shape whose span does not fit 64 bits is refused as such, not wrapped */
+    gemm_bf16_args(&l, ea, ew, eo, UINT32_MAX, n, UINT32_MAX, n, MG_DTYPE_F32);
+    CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT,
+                "argument 0: 18446744073709551615 bytes");
+    CHECK_MESSAGE("wrap the address space");
     CHECK_OK(mg_free(b, ea));
     CHECK_OK(mg_free(b, ew));
     CHECK_OK(mg_free(b, eo));
@@ -454,6 +459,24 @@ static void test_attention_kernel(mg_backend *b) {
     a = good, a.batch = 0;
     attention_args(&l, &a);
     CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "bad shape (batch 0");
+    a = good, a.qo_heads = 0;
+    attention_args(&l, &a);
+    CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "heads 0/1");
+    a = good, a.kv_heads = 0;
+    attention_args(&l, &a);
+    CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "heads 2/0");
+    a = good, a.d = 0;
+    attention_args(&l, &a);
+    CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "head_dim 0)");
+    /* k/v overflow while q/o fit: one query row, five key rows of 2^62 elements */
+    a = good, a.qo_heads = 0x80000000u, a.kv_heads = 0x80000000u, a.d = 0x80000000u;
+    a.qo_rows = 1;
+    attention_args(&l, &a);
+    CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT,
+                "shape overflows the address space (1 / 5 rows");
+    a = good, a.q = q + 2;
+    attention_args(&l, &a);
+    CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "argument 0 (0x");
     a = good, a.qo_heads = 0x80000000u, a.kv_heads = 0x80000000u, a.d = 0x80000000u;
     attention_args(&l, &a);
     CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT,

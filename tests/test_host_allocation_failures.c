@@ -45,6 +45,7 @@ void __wrap_free(void *p);
 static _Atomic uint64_t fail_countdown; /* 0: off; n: the n-th allocation from now fails */
 static atomic_bool failure_injected;
 static _Atomic int64_t live_blocks; /* blocks allocated through the wrappers, not yet freed */
+static _Atomic uint64_t largest_request; /* bytes of the largest allocation since reset */
 
 static bool inject_failure(void) {
     uint64_t n = atomic_load(&fail_countdown);
@@ -66,15 +67,24 @@ static void *counted(void *p) {
     return p;
 }
 
+static void note_request(size_t bytes) {
+    uint64_t seen = atomic_load(&largest_request);
+    while (bytes > seen && !atomic_compare_exchange_weak(&largest_request, &seen, bytes)) {
+    }
+}
+
 void *__wrap_malloc(size_t bytes) {
+    note_request(bytes);
     return inject_failure() ? NULL : counted(__real_malloc(bytes));
 }
 
 void *__wrap_calloc(size_t count, size_t bytes) {
+    note_request(count * bytes);
     return inject_failure() ? NULL : counted(__real_calloc(count, bytes));
 }
 
 void *__wrap_realloc(void *p, size_t bytes) {
+    note_request(bytes);
     if (inject_failure())
         return NULL;
     void *q = __real_realloc(p, bytes);
@@ -879,6 +889,33 @@ static void test_attention(void) {
     check_balanced("test_attention", start, 0);
 }
 
+/* ------------------------------------------------------------------ handle churn */
+
+/* A long-running process creates and destroys handles all the time (events, streams, graphs,
+ * kernels of unloaded modules): the registry behind them stays as small as the handles alive,
+ * however many have come and gone. */
+static void test_handle_churn(void) {
+    mg_backend *b = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 5, &b));
+    mg_event *alive[8];
+    for (int i = 0; i < 8; i++)
+        CHECK_OK(mg_event_create(b, &alive[i]));
+    atomic_store(&largest_request, 0);
+    int failed = 0;
+    for (int i = 0; i < 200000; i++) {
+        mg_event *e = NULL;
+        failed += mg_event_create(b, &e) != MG_OK;
+        failed += mg_event_destroy(e) != MG_OK;
+    }
+    CHECK(failed == 0);
+    uint64_t largest = atomic_load(&largest_request);
+    CHECKF(largest <= 64 * 1024, "200000 short-lived handles grew a table to %llu bytes",
+           (unsigned long long)largest);
+    for (int i = 0; i < 8; i++)
+        CHECK_OK(mg_event_destroy(alive[i]));
+    CHECK_OK(mg_backend_close(b));
+}
+
 int main(void) {
     /* Once unarmed first: process-wide tables (handles, kernel registry) are made on first
      * use and kept, so the sweeps below see only per-call allocations. */
@@ -905,5 +942,6 @@ int main(void) {
     test_timing();
     test_pinned_registry();
     test_attention();
+    test_handle_churn();
     return test_finish();
 }

@@ -3,7 +3,7 @@ BUILD      ?= build
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all setup build run test test-main test-asan test-tsan clean
+.PHONY: all setup build run test test-main test-asan test-tsan coverage clean
 
 all: build
 
@@ -40,5 +40,10 @@ test-tsan: setup
 	cmake --build build-tsan -j $(JOBS)
 	TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -L concurrency
 
+# Line and branch coverage of src/ (without cuda/) over the whole suite, CPU build; the table
+# is also written to build-coverage/ with an HTML report (scripts/coverage.sh).
+coverage:
+	JOBS=$(JOBS) bash scripts/coverage.sh
+
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan build-coverage

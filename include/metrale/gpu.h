@@ -174,7 +174,8 @@ typedef struct mg_ledger_site {
 } mg_ledger_site;
 
 /* The call sites holding at least `min_bytes` live, largest first. Writes up to `max_sites`
- * entries to `out` and the number written to `*written`. */
+ * entries to `out` and the number written to `*written` (0 on failure: MG_ERR_OUT_OF_MEMORY
+ * when the host scratch for the grouping cannot be allocated). */
 MG_API mg_status mg_ledger_top_sites(mg_backend *b, uint64_t min_bytes, mg_ledger_site *out,
                                      size_t max_sites, size_t *written);
 

@@ -54,18 +54,22 @@ mg_status mg_handle_register(const void *handle, mg_handle_type type) {
     uintptr_t key = (uintptr_t)handle;
     pthread_rwlock_wrlock(&handle_lock);
     if ((slot_used + 1) * 2 > slot_capacity) {
-        size_t cap = slot_capacity ? slot_capacity * 2 : 256;
+        /* Rehash, dropping the tombstones: sized for the live handles (at most a quarter
+         * full), so churn of short-lived handles does not grow the table. */
+        size_t live = 0;
+        for (size_t i = 0; i < slot_capacity; i++)
+            live += slots[i].key > TOMBSTONE;
+        size_t cap = 256;
+        while ((live + 1) * 4 > cap)
+            cap *= 2;
         handle_slot *table = calloc(cap, sizeof *table);
         if (!table) {
             pthread_rwlock_unlock(&handle_lock);
             return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "handle registry: %zu slots", cap);
         }
-        size_t live = 0;
         for (size_t i = 0; i < slot_capacity; i++)
-            if (slots[i].key > TOMBSTONE) {
+            if (slots[i].key > TOMBSTONE)
                 insert_slot(table, cap, slots[i].key, slots[i].type);
-                live++;
-            }
         free(slots);
         slots = table;
         slot_capacity = cap;

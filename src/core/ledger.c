@@ -110,14 +110,19 @@ static int by_bytes_desc(const void *a, const void *b) {
     return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : 0;
 }
 
-size_t mg_ledger_sites(mg_ledger *l, uint64_t min_bytes, mg_ledger_site *out, size_t max_sites) {
+mg_status mg_ledger_sites(mg_ledger *l, uint64_t min_bytes, mg_ledger_site *out, size_t max_sites,
+                          size_t *written) {
+    *written = 0;
     pthread_mutex_lock(&l->lock);
     /* Sites are few; a linear merge over a scratch array is plenty. */
     mg_ledger_site *sites = l->count ? calloc(l->count, sizeof *sites) : NULL;
     size_t n = 0;
     if (l->count && !sites) {
+        size_t count = l->count;
         pthread_mutex_unlock(&l->lock);
-        return 0;
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
+                        "allocation ledger: no host memory to group %zu allocations by site",
+                        count);
     }
     for (size_t i = 0; i < l->count; i++) {
         const mg_ledger_entry *e = &l->entries[i];
@@ -131,10 +136,9 @@ size_t mg_ledger_sites(mg_ledger *l, uint64_t min_bytes, mg_ledger_site *out, si
     }
     pthread_mutex_unlock(&l->lock);
     qsort(sites, n, sizeof *sites, by_bytes_desc);
-    size_t written = 0;
-    for (size_t j = 0; j < n && written < max_sites; j++)
+    for (size_t j = 0; j < n && *written < max_sites; j++)
         if (sites[j].bytes >= min_bytes)
-            out[written++] = sites[j];
+            out[(*written)++] = sites[j];
     free(sites);
-    return written;
+    return MG_OK;
 }

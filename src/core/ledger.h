@@ -41,7 +41,10 @@ bool mg_ledger_remove(mg_ledger *l, mg_devptr base, mg_ledger_entry *out);
  * `include_owned`; false when there is none. */
 bool mg_ledger_pop(mg_ledger *l, bool include_owned, mg_ledger_entry *out);
 void mg_ledger_totals(mg_ledger *l, uint64_t *bytes, uint64_t *count);
-/* Aggregates live allocations by call site, keeps sites with >= min_bytes, largest first. */
-size_t mg_ledger_sites(mg_ledger *l, uint64_t min_bytes, mg_ledger_site *out, size_t max_sites);
+/* Aggregates live allocations by call site, keeps sites with >= min_bytes, largest first;
+ * *written receives how many. MG_ERR_OUT_OF_MEMORY (nothing written) when its host scratch
+ * cannot be allocated. */
+mg_status mg_ledger_sites(mg_ledger *l, uint64_t min_bytes, mg_ledger_site *out, size_t max_sites,
+                          size_t *written);
 
 #endif

@@ -143,8 +143,7 @@ mg_status mg_ledger_top_sites(mg_backend *b, uint64_t min_bytes, mg_ledger_site 
                         (void *)b);
     if ((!out && max_sites) || !written)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_ledger_top_sites: NULL output");
-    *written = mg_ledger_sites(&b->ledger, min_bytes, out, max_sites);
-    return MG_OK;
+    return mg_ledger_sites(&b->ledger, min_bytes, out, max_sites, written);
 }
 
 mg_status mg_ledger_report(mg_backend *b, FILE *f, size_t top_n, uint64_t min_bytes) {

@@ -10,8 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "embedded_kernels.h"
 #include "test_cuda_util.h"
+
+#ifndef METRALE_HAVE_CUDA
+int main(void) {
+    printf("test_cuda_module: skipped: built without the CUDA backend\n");
+    return TEST_SKIP_EXIT;
+}
+#else
+#include "embedded_kernels.h"
 
 /* out[0] = ptx_value[0] + v, with ptx_value initialised to {1, 2, 3, 4}. */
 static const char ptx_text[] = ".version 7.0\n"
@@ -240,3 +247,4 @@ int main(void) {
     CHECK_OK(mg_backend_close(b));
     return test_finish();
 }
+#endif

@@ -370,7 +370,7 @@ typedef struct fp8_case {
     uint32_t m, n, k;
 } fp8_case;
 
-/* Float64 reference written from the definitions in metrale/ops_gemm.h, not from gemm_cpu.c:
+/* Float64 reference written from the definitions in metrale/ops_gemm.h, not from gemm_reference.c:
  * every product scaled individually. */
 static double fp8_scale(const mg_fp8_operand_host *op, uint32_t rows, uint32_t k, uint32_t r,
                         uint32_t i) {

@@ -1,4 +1,5 @@
-/* gemm_cpu.c - reference GEMMs and FP8 scale transpose on host memory (gemm_cpu.h). */
+/* gemm_reference.c - the reference GEMMs and FP8 scale transpose on host memory
+ * (gemm_reference.h), and the provider that runs them on the CPU backend. */
 #include "gemm_reference.h"
 
 #include <pthread.h>
@@ -120,6 +121,12 @@ static mg_status kernel_gemm_bf16(const mg_launch *l) {
     uint32_t m = mg_launch_get_u32(l, 3), n = mg_launch_get_u32(l, 4), k = mg_launch_get_u32(l, 5);
     uint32_t ldc = mg_launch_get_u32(l, 6);
     mg_dtype out_type = (mg_dtype)mg_launch_get_u32(l, 7);
+    /* The output is stored as f32 or else as bf16: any other type would be written with an
+     * element size its buffer was not checked for. */
+    if (out_type != MG_DTYPE_F32 && out_type != MG_DTYPE_BF16)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: output type %u, expected bf16 or f32", name,
+                        (unsigned)out_type);
     uint32_t out_bytes = (uint32_t)mg_dtype_bytes(out_type);
     void *act, *weight, *out;
     if ((st = mg_cpu_kernel_buffer(l, 0, matrix_span(m, k, k, 2), 2, name, &act)) ||
@@ -142,6 +149,11 @@ static mg_status kernel_gemm_fp8(const mg_launch *l) {
     uint32_t ldc = mg_launch_get_u32(l, 8);
     mg_fp8_scaling act_scaling = (mg_fp8_scaling)mg_launch_get_u32(l, 9);
     mg_fp8_scaling weight_scaling = (mg_fp8_scaling)mg_launch_get_u32(l, 10);
+    if ((unsigned)act_scaling > MG_FP8_SCALING_128X128 ||
+        (unsigned)weight_scaling > MG_FP8_SCALING_128X128)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: unknown scaling (act %u, weight %u)", name,
+                        (unsigned)act_scaling, (unsigned)weight_scaling);
     void *act, *act_scale, *weight, *weight_scale, *out;
     if ((st = mg_cpu_kernel_buffer(l, 0, matrix_span(m, k, k, 1), 16, name, &act)) ||
         (st = mg_cpu_kernel_buffer(l, 1, scale_bytes(act_scaling, m, k), 4, name, &act_scale)) ||
@@ -164,6 +176,11 @@ static mg_status kernel_act_scales_transpose(const mg_launch *l) {
         return st;
     uint32_t m = mg_launch_get_u32(l, 2), m_pad = mg_launch_get_u32(l, 3);
     uint32_t blocks = mg_launch_get_u32(l, 4);
+    /* Each block's rows [m, m_pad) are zero-filled: fewer padded rows than rows would write
+     * past the block (and the fill's length would wrap). */
+    if (m_pad < m)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: m_pad %u is less than m %u", name,
+                        m_pad, m);
     void *src, *dst;
     if ((st = mg_cpu_kernel_buffer(l, 0, (uint64_t)m * blocks * 4, 4, name, &src)) ||
         (st = mg_cpu_kernel_buffer(l, 1, (uint64_t)m_pad * blocks * 4, 4, name, &dst)))

@@ -159,6 +159,10 @@ elif [ -x "$BIN/test_conformance" ] && command -v compute-sanitizer >/dev/null; 
     # Our own op kernels and the plugin's, each under memcheck once.
     step memcheck_ops 240 compute-sanitizer --tool memcheck --report-api-errors no \
         --error-exitcode 99 "$BIN/metrale-gpu" --backend cuda check fp8_scale_transpose
+    step memcheck_quantize 240 compute-sanitizer --tool memcheck --report-api-errors no \
+        --error-exitcode 99 "$BIN/metrale-gpu" --backend cuda check quantize
+    step racecheck_quantize 240 compute-sanitizer --tool racecheck --report-api-errors no \
+        --error-exitcode 99 "$BIN/metrale-gpu" --backend cuda check quantize
     # FA2 only: FlashInfer's Hopper (FA3) kernels compute wrong results under the sanitizers'
     # instrumentation (racecheck always, memcheck sometimes) while reporting no error; plain
     # runs of the same checks pass (bench/results/2026-11-29-h200-final.md).

@@ -180,7 +180,7 @@ static void test_backend(mg_backend_kind kind) {
     if (kind == MG_BACKEND_CUDA && mg_op_supported(b, MG_OP_ATTENTION_RAGGED)) {
         CHECK_OK(mg_op_force_provider(b, MG_OP_ATTENTION_RAGGED, "flashinfer"));
         mg_attention_desc d = {.num_qo_heads = 4, .num_kv_heads = 1, .head_dim = 96,
-                               .sm_scale = 0.1f};
+                               .window_left = -1, .sm_scale = 0.1f};
         int32_t qo[2] = {0, 3}, kv[2] = {0, 5};
         mg_attention_plan *p = NULL;
         CHECK_STATUS(mg_attention_plan_create(b, &d, qo, kv, 1, NULL, &p), MG_ERR_UNSUPPORTED);

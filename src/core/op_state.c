@@ -78,9 +78,16 @@ void mg_op_state_release_all(mg_backend *b) {
 }
 
 void mg_op_state_stream_destroyed(mg_backend *b, mg_stream *s) {
+    /* The callbacks run without the lock: they may ask for op state themselves (statistics).
+     * Slots are only ever appended while the backend lives, so the first `count` stay put. */
     pthread_mutex_lock(&b->op_state_lock);
-    for (size_t i = 0; i < b->op_state_count; i++)
-        if (b->op_states[i].type->stream_destroyed)
-            b->op_states[i].type->stream_destroyed(b, b->op_states[i].state, s);
+    size_t count = b->op_state_count;
     pthread_mutex_unlock(&b->op_state_lock);
+    for (size_t i = 0; i < count; i++) {
+        pthread_mutex_lock(&b->op_state_lock);
+        mg_op_state_slot slot = b->op_states[i]; /* the table may move when it grows */
+        pthread_mutex_unlock(&b->op_state_lock);
+        if (slot.type->stream_destroyed)
+            slot.type->stream_destroyed(b, slot.state, s);
+    }
 }

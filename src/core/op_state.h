@@ -19,6 +19,8 @@
  *    free memory through the public API.
  *  - stream_destroyed (optional) runs in mg_stream_destroy after the stream's work has
  *    completed and before its op-cache scratch is freed.
+ *  - create runs under the backend's op-state lock, so it must not ask for op state itself;
+ *    destroy and stream_destroyed run without it and may call mg_op_state_get / _peek.
  */
 #ifndef METRALE_OP_STATE_H
 #define METRALE_OP_STATE_H

@@ -1,8 +1,8 @@
 /* test_ops_registry.c - the op registry of metrale/ops.h on every usable backend (the CPU
  * always, CUDA where a GPU is): which ops a backend supports, forcing providers (and the clear
  * errors for providers that do not exist, belong to another backend or cannot run a shape),
- * statistics, queries that leave mg_last_error alone, and GEMMs in a caller-supplied workspace
- * that allocate nothing. */
+ * statistics, queries that leave mg_last_error alone, and GEMMs and ragged attention plans in
+ * a caller-supplied workspace that allocate nothing. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +76,211 @@ done:
     free(weight);
     free(out);
     return wrong;
+}
+
+/* Device buffers of one attention test: inputs sized for the largest batch used. */
+typedef struct attn_buffers {
+    mg_devptr q, k, v, o_lib, o_ws, lse_lib, lse_ws;
+    size_t q_bytes, kv_bytes, lse_bytes;
+} attn_buffers;
+
+enum { ATTN_QO_HEADS = 4, ATTN_KV_HEADS = 2, ATTN_HEAD_DIM = 64, ATTN_MAX_Q = 24, ATTN_MAX_K = 40 };
+
+static mg_attention_tensors attn_tensors(const attn_buffers *a, bool ws, const int32_t *qo,
+                                         const int32_t *kv, uint32_t batch) {
+    return (mg_attention_tensors){.q = a->q, .k = a->k, .v = a->v,
+                                  .o = ws ? a->o_ws : a->o_lib,
+                                  .lse = ws ? a->lse_ws : a->lse_lib,
+                                  .qo_rows = (uint32_t)qo[batch], .kv_rows = (uint32_t)kv[batch]};
+}
+
+/* Whether the two plans' outputs (o and lse, poisoned alike first) are bitwise equal. */
+static bool attn_same_outputs(mg_backend *b, const attn_buffers *a) {
+    uint8_t *x = malloc(a->q_bytes), *y = malloc(a->q_bytes);
+    bool same = x && y;
+    if (same) {
+        CHECK_OK(mg_copy_d2h(b, x, a->o_lib, a->q_bytes));
+        CHECK_OK(mg_copy_d2h(b, y, a->o_ws, a->q_bytes));
+        same = !memcmp(x, y, a->q_bytes);
+        CHECK_OK(mg_copy_d2h(b, x, a->lse_lib, a->lse_bytes));
+        CHECK_OK(mg_copy_d2h(b, y, a->lse_ws, a->lse_bytes));
+        same = same && !memcmp(x, y, a->lse_bytes);
+    }
+    free(x);
+    free(y);
+    return same;
+}
+
+static void attn_poison(mg_backend *b, const attn_buffers *a) {
+    CHECK_OK(mg_memset(b, a->o_lib, 0x5A, a->q_bytes));
+    CHECK_OK(mg_memset(b, a->o_ws, 0x5A, a->q_bytes));
+    CHECK_OK(mg_memset(b, a->lse_lib, 0x5A, a->lse_bytes));
+    CHECK_OK(mg_memset(b, a->lse_ws, 0x5A, a->lse_bytes));
+}
+
+/* Whether the device bytes at `p` equal `want`. */
+static bool device_equals(mg_backend *b, mg_devptr p, const uint8_t *want, size_t bytes) {
+    uint8_t *got = malloc(bytes);
+    bool same = got && mg_copy_d2h(b, got, p, bytes) == MG_OK && !memcmp(got, want, bytes);
+    free(got);
+    return same;
+}
+
+/* Ragged attention in a caller-owned workspace: its size is queried, a plan carves everything
+ * out of it (create after the first plan, update within its size and run allocate nothing),
+ * computes what a library-owned plan computes, refuses batches and workspaces that do not fit
+ * without writing, and leaves the caller's memory allocated when destroyed. */
+static void test_attention_workspace(mg_backend *b, mg_stream *s) {
+    if (!mg_op_supported(b, MG_OP_ATTENTION_RAGGED))
+        return;
+    mg_attention_desc d = {.num_qo_heads = ATTN_QO_HEADS, .num_kv_heads = ATTN_KV_HEADS,
+                           .head_dim = ATTN_HEAD_DIM, .causal = true, .window_left = -1,
+                           .sm_scale = 0.125f};
+    int32_t qo1[4] = {0, 3, 10, 12}, kv1[4] = {0, 5, 17, 30};
+    int32_t qo2[4] = {0, 8, 9, 20}, kv2[4] = {0, 8, 21, 36};
+    int32_t qo_big[7] = {0, 1, 2, 3, 4, 5, 6}, kv_big[7] = {0, 1, 2, 3, 4, 5, 6};
+    attn_buffers a = {0};
+    a.q_bytes = (size_t)ATTN_MAX_Q * ATTN_QO_HEADS * ATTN_HEAD_DIM * 2;
+    a.kv_bytes = (size_t)ATTN_MAX_K * ATTN_KV_HEADS * ATTN_HEAD_DIM * 2;
+    a.lse_bytes = (size_t)ATTN_MAX_Q * ATTN_QO_HEADS * 4;
+    CHECK_OK(mg_alloc(b, a.q_bytes, &a.q));
+    CHECK_OK(mg_alloc(b, a.kv_bytes, &a.k));
+    CHECK_OK(mg_alloc(b, a.kv_bytes, &a.v));
+    CHECK_OK(mg_alloc(b, a.q_bytes, &a.o_lib));
+    CHECK_OK(mg_alloc(b, a.q_bytes, &a.o_ws));
+    CHECK_OK(mg_alloc(b, a.lse_bytes, &a.lse_lib));
+    CHECK_OK(mg_alloc(b, a.lse_bytes, &a.lse_ws));
+    uint16_t *host = malloc(a.kv_bytes > a.q_bytes ? a.kv_bytes : a.q_bytes);
+    if (!host)
+        return;
+    mg_devptr inputs[3] = {a.q, a.k, a.v};
+    for (int t = 0; t < 3; t++) {
+        size_t n = (t ? a.kv_bytes : a.q_bytes) / 2;
+        for (size_t i = 0; i < n; i++)
+            host[i] = mg_f32_to_bf16(((float)test_rand_range(0, 2000) - 1000.0f) / 1000.0f);
+        CHECK_OK(mg_copy_h2d(b, inputs[t], host, n * 2));
+    }
+    free(host);
+    mg_stream *ds = s ? s : mg_stream_default(b);
+
+    /* The query: validated like create, host-only. */
+    size_t need1 = 0, need2 = 0, bytes = 7;
+    CHECK_OK(mg_attention_workspace_bytes(b, &d, qo1, kv1, 3, &need1));
+    CHECK_OK(mg_attention_workspace_bytes(b, &d, qo2, kv2, 3, &need2));
+    CHECK(need1 > 0 && need1 % 16 == 0 && need2 > 0 && need2 % 16 == 0);
+    CHECK_STATUS(mg_attention_workspace_bytes(b, &d, qo1, kv1, 0, &bytes),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK(bytes == 0);
+    CHECK_STATUS(mg_attention_workspace_bytes(b, NULL, qo1, kv1, 3, &bytes),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_attention_workspace_bytes(b, &d, qo1, kv1, 3, NULL), MG_ERR_INVALID_ARGUMENT);
+
+    /* The library-owned plan first (it may look up kernels or load the plugin). */
+    attn_poison(b, &a);
+    mg_attention_plan *lib = NULL, *ws = NULL;
+    CHECK_OK(mg_attention_plan_create(b, &d, qo1, kv1, 3, s, &lib));
+    mg_attention_tensors t = attn_tensors(&a, false, qo1, kv1, 3);
+    CHECK_OK(mg_attention_run(lib, &t, s));
+
+    const size_t ws_bytes = need1 > need2 ? need1 : need2;
+    mg_devptr workspace = 0;
+    CHECK_OK(mg_alloc(b, ws_bytes, &workspace));
+    mg_op_stats stats0, stats1;
+    CHECK_OK(mg_op_stats_get(b, MG_OP_ATTENTION_RAGGED, &stats0));
+    uint64_t bytes0 = 0, count0 = 0, bytes1 = 1, count1 = 1;
+    CHECK_OK(mg_stream_synchronize(ds));
+    CHECK_OK(mg_ledger_live(b, &bytes0, &count0));
+    mg_attention_desc dw = d;
+    dw.workspace = workspace;
+    dw.workspace_bytes = ws_bytes;
+    CHECK_OK(mg_attention_plan_create(b, &dw, qo1, kv1, 3, s, &ws));
+    t = attn_tensors(&a, true, qo1, kv1, 3);
+    CHECK_OK(mg_attention_run(ws, &t, s));
+    CHECK_OK(mg_attention_plan_update(ws, qo2, kv2, 3, s));
+    CHECK_OK(mg_stream_synchronize(ds));
+    CHECK_OK(mg_ledger_live(b, &bytes1, &count1));
+    CHECK(bytes1 == bytes0 && count1 == count0); /* create, run, update: nothing allocated */
+    mg_attention_plan_info info;
+    CHECK_OK(mg_attention_plan_get_info(ws, &info));
+    CHECK(info.workspace_bytes > 0 && info.workspace_bytes <= ws_bytes);
+    CHECK(attn_same_outputs(b, &a));
+
+    /* The second batch, on both plans. */
+    attn_poison(b, &a);
+    CHECK_OK(mg_attention_plan_update(lib, qo2, kv2, 3, s));
+    t = attn_tensors(&a, false, qo2, kv2, 3);
+    CHECK_OK(mg_attention_run(lib, &t, s));
+    CHECK_OK(mg_stream_synchronize(ds));
+    CHECK_OK(mg_ledger_live(b, &bytes0, &count0));
+    t = attn_tensors(&a, true, qo2, kv2, 3);
+    CHECK_OK(mg_attention_run(ws, &t, s));
+    CHECK_OK(mg_stream_synchronize(ds));
+    CHECK_OK(mg_ledger_live(b, &bytes1, &count1));
+    CHECK(bytes1 == bytes0 && count1 == count0);
+    CHECK(attn_same_outputs(b, &a));
+    CHECK_OK(mg_op_stats_get(b, MG_OP_ATTENTION_RAGGED, &stats1));
+    CHECK(stats1.caller_workspace_calls == stats0.caller_workspace_calls + 2);
+    CHECK(stats1.calls == stats0.calls + 3);
+
+    /* A batch that needs more than the caller gave is refused, writes nothing into the
+     * workspace and leaves the previous batch planned. */
+    size_t need_big = 0;
+    CHECK_OK(mg_attention_workspace_bytes(b, &d, qo_big, kv_big, 6, &need_big));
+    uint8_t *image = malloc(ws_bytes);
+    if (need_big > ws_bytes && image) {
+        CHECK_OK(mg_copy_d2h(b, image, workspace, ws_bytes));
+        CHECK_STATUS(mg_attention_plan_update(ws, qo_big, kv_big, 6, s), MG_ERR_INVALID_ARGUMENT);
+        CHECK_MESSAGE("workspace");
+        CHECK_OK(mg_stream_synchronize(ds));
+        CHECK(device_equals(b, workspace, image, ws_bytes));
+        CHECK_OK(mg_attention_plan_get_info(ws, &info));
+        CHECK(info.batch_size == 3 && info.qo_total == (uint32_t)qo2[3]);
+        CHECK_OK(mg_memset(b, a.o_ws, 0x5A, a.q_bytes));
+        CHECK_OK(mg_memset(b, a.lse_ws, 0x5A, a.lse_bytes));
+        CHECK_OK(mg_attention_run(ws, &t, s));
+        CHECK_OK(mg_stream_synchronize(ds));
+        CHECK(attn_same_outputs(b, &a));
+    }
+
+    /* Destroy leaves the caller's workspace allocated (freeing it later succeeds). */
+    CHECK_OK(mg_ledger_live(b, &bytes0, &count0));
+    CHECK_OK(mg_attention_plan_destroy(ws));
+    CHECK_OK(mg_ledger_live(b, &bytes1, &count1));
+    CHECK(bytes1 == bytes0 && count1 == count0);
+
+    /* A workspace smaller than the query's answer, misaligned, outside its allocation or
+     * bytes without a pointer: refused at create, nothing written. */
+    mg_attention_plan *bad = NULL;
+    if (image) {
+        CHECK_OK(mg_memset(b, workspace, 0xC3, ws_bytes));
+        CHECK_OK(mg_copy_d2h(b, image, workspace, ws_bytes));
+    }
+    dw.workspace_bytes = need1 - 16;
+    CHECK_STATUS(mg_attention_plan_create(b, &dw, qo1, kv1, 3, s, &bad), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("workspace");
+    CHECK(bad == NULL);
+    dw.workspace = workspace + 8;
+    dw.workspace_bytes = need1;
+    CHECK_STATUS(mg_attention_plan_create(b, &dw, qo1, kv1, 3, s, &bad), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("aligned");
+    dw.workspace = workspace;
+    dw.workspace_bytes = ws_bytes + 4096;
+    CHECK_STATUS(mg_attention_plan_create(b, &dw, qo1, kv1, 3, s, &bad), MG_ERR_INVALID_ARGUMENT);
+    dw.workspace = 0;
+    dw.workspace_bytes = need1;
+    CHECK_STATUS(mg_attention_plan_create(b, &dw, qo1, kv1, 3, s, &bad), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("workspace_bytes");
+    CHECK(bad == NULL);
+    CHECK_OK(mg_stream_synchronize(ds));
+    if (image)
+        CHECK(device_equals(b, workspace, image, ws_bytes));
+    free(image);
+
+    CHECK_OK(mg_attention_plan_destroy(lib));
+    CHECK_OK(mg_free(b, workspace)); /* still the caller's allocation */
+    mg_devptr all[7] = {a.q, a.k, a.v, a.o_lib, a.o_ws, a.lse_lib, a.lse_ws};
+    for (int i = 0; i < 7; i++)
+        mg_free(b, all[i]);
 }
 
 static void test_backend(mg_backend_kind kind) {
@@ -172,6 +377,7 @@ static void test_backend(mg_backend_kind kind) {
     CHECK_OK(mg_op_stats_get(b, MG_OP_GEMM_BF16, &stats));
     CHECK(stats.forced[0] == '\0' && stats.calls == 4 && stats.caller_workspace_calls == 3);
     CHECK(stats.workspace_bytes == workspace_bytes); /* s's own workspace, if the op needs one */
+    test_attention_workspace(b, s);
     CHECK_OK(mg_stream_destroy(s));
     CHECK_OK(mg_op_stats_get(b, MG_OP_GEMM_BF16, &stats));
     CHECK(stats.workspace_bytes == 0);

@@ -36,6 +36,23 @@
  * caller (use the same stream). Workspaces are sized from each plan and grow only when a later
  * plan needs more.
  *
+ * Caller-owned workspace: set desc.workspace / desc.workspace_bytes to device memory of the
+ * plan's backend (16-byte aligned, at least mg_attention_workspace_bytes for the batch it is
+ * created with, e.g. a model arena's attention buffer). The plan then carves every device
+ * buffer it uses out of that range (16-byte aligned sub-ranges: FlashInfer's float, int and,
+ * for fixed-grid plans, staging workspaces; the CPU reference's indptr buffer) and allocates
+ * no device memory of its own: after the first plan of a backend (which may look up kernels
+ * or load the plugin), create, update and run leave the allocation ledger unchanged. The
+ * page-locked host mirrors of the schedule are still allocated by the library (host memory,
+ * not ledger allocations; see mg_attention_plan_info.pinned_bytes). The plan writes the range
+ * on its stream from create until destroy, so the caller must not use it otherwise meanwhile,
+ * and each plan (like each concurrently running op) needs a range of its own. An update whose
+ * batch needs more than workspace_bytes returns MG_ERR_INVALID_ARGUMENT naming both sizes,
+ * keeps the previous batch and writes nothing: the workspace never grows, and the plan never
+ * frees it (destroy leaves it allocated). A zero desc.workspace (and workspace_bytes) keeps
+ * the library-owned workspaces described above. Runs of such plans count in
+ * mg_op_stats.caller_workspace_calls.
+ *
  * CUDA graphs: set graph_qo_rows / graph_kv_rows (the padded capacities of the q/o and k/v
  * buffers) to build the plan in fixed-grid mode. Then mg_attention_run may be captured, and
  * after mg_attention_plan_update with a new batch (same batch_size, totals within the
@@ -50,6 +67,7 @@
 #define METRALE_OPS_ATTENTION_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "metrale/export.h"
@@ -83,6 +101,10 @@ typedef struct mg_attention_desc {
     uint32_t graph_qo_rows; /* 0: eager plans; > 0: fixed-grid mode, q/o capacity in rows */
     uint32_t graph_kv_rows; /* fixed-grid mode: k/v capacity in rows (> 0) */
     mg_attention_impl impl;
+    /* Caller-owned device workspace (see above), or 0 (and workspace_bytes 0): the plan
+     * allocates its own. Not owned by the plan: never grown, never freed by it. */
+    mg_devptr workspace;
+    size_t workspace_bytes;
 } mg_attention_desc;
 
 typedef struct mg_attention_tensors {
@@ -92,8 +114,24 @@ typedef struct mg_attention_tensors {
     uint32_t kv_rows;     /* rows of k and v: the plan's kv total (fixed-grid: the capacity) */
 } mg_attention_tensors;
 
+/* The device workspace bytes a plan of `desc` created with this batch uses, which a caller
+ * passes as desc->workspace_bytes (at least) when it supplies the workspace: every device
+ * buffer of the plan with the sub-ranges' 16-byte alignment included. For a fixed-grid plan it
+ * is all the plan ever uses (its updates never need more than it was created with, or are
+ * refused either way); an eager plan's later batches may need more, so query the largest batch
+ * expected, or pass more. The answer depends on the backend, the provider chosen for `desc`
+ * (and its path on CUDA) and the batch; desc->workspace and workspace_bytes are ignored.
+ * Validates like mg_attention_plan_create (MG_ERR_INVALID_ARGUMENT, MG_ERR_UNSUPPORTED);
+ * host-only: creates and launches nothing on the device. */
+MG_API mg_status mg_attention_workspace_bytes(mg_backend *b, const mg_attention_desc *desc,
+                                              const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                              uint32_t batch_size, size_t *bytes);
+
 /* Validates `desc` and the host indptrs (batch_size + 1 entries each, batch_size >= 1),
- * allocates the plan's workspaces and uploads its schedule on stream `s` (NULL: default).
+ * allocates the plan's workspaces (or carves them out of desc->workspace, which must then be a
+ * 16-byte aligned range inside one live allocation of `b` holding at least
+ * mg_attention_workspace_bytes: else MG_ERR_INVALID_ARGUMENT naming the sizes) and uploads its
+ * schedule on stream `s` (NULL: default).
  * Not allowed while `s` is capturing (MG_ERR_CAPTURING). The indptr arrays may be reused as
  * soon as this returns. */
 MG_API mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
@@ -102,7 +140,9 @@ MG_API mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc
                                           mg_attention_plan **out);
 
 /* Re-plans for a new batch on stream `s`, growing the workspaces when needed (which waits for
- * `s`; refused with MG_ERR_CAPTURING while any stream of the backend captures). Fixed-grid
+ * `s`; refused with MG_ERR_CAPTURING while any stream of the backend captures; a plan in a
+ * caller's workspace never grows: a batch needing more than desc.workspace_bytes returns
+ * MG_ERR_INVALID_ARGUMENT, the plan keeping its previous batch). Fixed-grid
  * plans keep their batch_size, launch layout and workspaces, so a captured run replays the new
  * batch; a batch that would need another layout or more workspace returns
  * MG_ERR_INVALID_ARGUMENT before anything is uploaded. On failure the plan keeps its previous
@@ -120,7 +160,7 @@ MG_API mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tenso
 
 /* Waits only for the plan's own uploads; the caller must make sure no run of `p` is still
  * executing or will be replayed (a captured graph keeps using its workspaces). NULL is a
- * no-op. A plan may outlive its backend: mg_backend_close already released the plan's device
+ * no-op. A caller's workspace is left allocated (the caller frees it, after this). A plan may outlive its backend: mg_backend_close already released the plan's device
  * and pinned memory, so destroy then frees only the plan's host memory, and every other call
  * on the plan returns MG_ERR_INVALID_ARGUMENT. Destroy plans before closing their backend
  * where possible (a backend opened later at the same address cannot always be told apart). */
@@ -130,7 +170,8 @@ typedef struct mg_attention_plan_info {
     mg_attention_impl impl; /* what runs: FA2 or FA3 on CUDA; AUTO on the CPU backend */
     uint32_t batch_size;
     uint32_t qo_total, kv_total; /* the planned batch's indptr ends */
-    uint64_t workspace_bytes;    /* device workspaces held (float + int) */
+    uint64_t workspace_bytes;    /* device workspaces held (float + int); with a caller's
+                                  * workspace, the bytes of it in use (float + int) */
     uint64_t pinned_bytes;       /* page-locked mirrors held (both) */
 } mg_attention_plan_info;
 

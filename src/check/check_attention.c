@@ -4,7 +4,8 @@
  * windows; head_dim 128, and 64 and 256 through every path built for them),
  * outputs poisoned first, both FlashInfer paths where the device has them, graph capture then
  * replay after a re-plan with new data (and after a refused re-plan), eager plans refused while
- * capturing, and the validation errors on this backend.
+ * capturing, a fixed-grid plan in a caller-owned workspace matching one with library-owned
+ * workspaces bitwise, and the validation errors on this backend.
  *
  * Error bounds: the reference computes in FP32 from the same BF16 inputs and rounds once; a
  * GPU kernel also rounds the softmax weights to BF16 before P.V. Both roundings are 2^-9
@@ -672,6 +673,140 @@ done:
     free_buffers(&t);
 }
 
+/* Whether `a` and `b` hold the same o and lse bytes over their whole (equal) capacity. */
+static bool same_bytes(const attn_buffers *a, const attn_buffers *b, char *why, size_t why_bytes) {
+    size_t n = 2 * a->q_elems > 4 * a->lse_elems ? 2 * a->q_elems : 4 * a->lse_elems;
+    uint8_t *x = malloc(n + 1), *y = malloc(n + 1);
+    bool same = false;
+    if (!x || !y)
+        snprintf(why, why_bytes, "out of host memory");
+    else if (mg_copy_d2h(a->backend, x, a->o, 2 * a->q_elems) ||
+             mg_copy_d2h(b->backend, y, b->o, 2 * b->q_elems))
+        snprintf(why, why_bytes, "reading o: %s", mg_last_error());
+    else if (memcmp(x, y, 2 * a->q_elems))
+        snprintf(why, why_bytes, "o differs");
+    else if (mg_copy_d2h(a->backend, x, a->lse, 4 * a->lse_elems) ||
+             mg_copy_d2h(b->backend, y, b->lse, 4 * b->lse_elems))
+        snprintf(why, why_bytes, "reading lse: %s", mg_last_error());
+    else if (memcmp(x, y, 4 * a->lse_elems))
+        snprintf(why, why_bytes, "lse differs");
+    else
+        same = true;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* A fixed-grid plan in a caller-owned workspace (mg_attention_workspace_bytes) against the same
+ * plan with library-owned workspaces: bitwise equal outputs for the first batch, and after an
+ * update to a second batch, replayed from captured graphs where the backend has them. Once
+ * created, the caller-workspace plan allocates nothing on the device. */
+static void check_caller_workspace(mg_check_ctx *ctx, mg_check_result *result) {
+    const char *name = "caller_workspace";
+    uint64_t r = mg_check_rng_seed(ctx, name);
+    const attn_case c = {name, 5, 16, 4, 500, true, -1, MG_ATTENTION_IMPL_AUTO, false, 128};
+    mg_backend *be = ctx->backend;
+    attn_batch first = {0}, second = {0};
+    attn_buffers lib = {0}, own = {0};
+    mg_attention_plan *p_lib = NULL, *p_own = NULL;
+    mg_stream *s = NULL;
+    mg_graph *g = NULL;
+    mg_devptr workspace = 0;
+    char why[400];
+    const bool graphs = mg_backend_supports(be, MG_CAP_GRAPHS);
+    if (!make_batch(ctx, &r, &c, &first) || !make_batch(ctx, &r, &c, &second))
+        FAIL("out of host memory");
+    const uint32_t cap_q = (first.qo_rows > second.qo_rows ? first.qo_rows : second.qo_rows) + 3;
+    const uint32_t cap_k = (first.kv_rows > second.kv_rows ? first.kv_rows : second.kv_rows) + 5;
+    OK(alloc_buffers(be, &first, cap_q, cap_k, &lib));
+    OK(alloc_buffers(be, &first, cap_q, cap_k, &own));
+    OK(upload_inputs(&first, &lib));
+    OK(upload_inputs(&first, &own));
+    OK(mg_stream_create(be, &s));
+    mg_attention_desc desc = first.desc;
+    desc.graph_qo_rows = cap_q;
+    desc.graph_kv_rows = cap_k;
+    mg_status st = mg_attention_plan_create(be, &desc, first.qo_indptr, first.kv_indptr,
+                                            first.batch_size, s, &p_lib);
+    if (st == MG_ERR_UNAVAILABLE) {
+        result->skipped = true;
+        snprintf(result->detail, sizeof result->detail, "%s", mg_last_error());
+        goto done;
+    }
+    OK(st);
+    size_t bytes = 0;
+    OK(mg_attention_workspace_bytes(be, &desc, first.qo_indptr, first.kv_indptr,
+                                    first.batch_size, &bytes));
+    OK(mg_alloc(be, bytes, &workspace));
+    OK(mg_memset(be, workspace, 0xA5, bytes)); /* nothing may depend on its contents */
+    uint64_t live0 = 0, count0 = 0, live1 = 0, count1 = 0;
+    OK(mg_stream_synchronize(s));
+    OK(mg_ledger_live(be, &live0, &count0));
+    mg_attention_desc own_desc = desc;
+    own_desc.workspace = workspace;
+    own_desc.workspace_bytes = bytes;
+    OK(mg_attention_plan_create(be, &own_desc, first.qo_indptr, first.kv_indptr,
+                                first.batch_size, s, &p_own));
+    mg_attention_tensors at_lib = tensors_of(&lib, cap_q, cap_k);
+    mg_attention_tensors at_own = tensors_of(&own, cap_q, cap_k);
+    OK(mg_attention_run(p_lib, &at_lib, s));
+    OK(mg_attention_run(p_own, &at_own, s));
+    OK(mg_stream_synchronize(s));
+    if (!same_bytes(&lib, &own, why, sizeof why))
+        FAIL("first batch, caller workspace vs library workspace: %s", why);
+    if (graphs) {
+        OK(mg_graph_begin_capture(s));
+        st = mg_attention_run(p_lib, &at_lib, s);
+        if (!st)
+            st = mg_attention_run(p_own, &at_own, s);
+        if (st) {
+            mg_graph_abort_capture(s);
+            FAIL("run while capturing: %s: %s", mg_status_name(st), mg_last_error());
+        }
+        OK(mg_graph_end_capture(s, &g)); /* one graph holds both runs */
+        OK(mg_stream_synchronize(s));
+    }
+    OK(mg_attention_plan_update(p_lib, second.qo_indptr, second.kv_indptr, second.batch_size, s));
+    OK(mg_attention_plan_update(p_own, second.qo_indptr, second.kv_indptr, second.batch_size, s));
+    OK(mg_stream_synchronize(s));
+    OK(upload_inputs(&second, &lib));
+    OK(upload_inputs(&second, &own));
+    OK(poison_outputs(&lib));
+    OK(poison_outputs(&own));
+    if (graphs) {
+        OK(mg_graph_launch(g, s));
+    } else {
+        OK(mg_attention_run(p_lib, &at_lib, s));
+        OK(mg_attention_run(p_own, &at_own, s));
+    }
+    OK(mg_stream_synchronize(s));
+    if (!same_bytes(&lib, &own, why, sizeof why))
+        FAIL("second batch (%s), caller workspace vs library workspace: %s",
+             graphs ? "graph replay" : "runs", why);
+    OK(mg_ledger_live(be, &live1, &count1));
+    if (live1 != live0 || count1 != count0)
+        FAIL("the caller-workspace plan allocated: ledger %llu bytes / %llu allocations, was "
+             "%llu / %llu",
+             (unsigned long long)live1, (unsigned long long)count1, (unsigned long long)live0,
+             (unsigned long long)count0);
+    result->passed = true;
+    snprintf(result->detail, sizeof result->detail,
+             "%zu-byte caller workspace, %u then %u q rows in a %u-row grid, %s, bitwise equal",
+             bytes, first.qo_rows, second.qo_rows, cap_q,
+             graphs ? "replayed from a graph" : "eager runs");
+done:
+    mg_graph_destroy(g);
+    mg_attention_plan_destroy(p_own);
+    mg_attention_plan_destroy(p_lib);
+    if (workspace)
+        mg_free(be, workspace);
+    mg_stream_destroy(s);
+    free_buffers(&lib);
+    free_buffers(&own);
+    free_batch(&first);
+    free_batch(&second);
+}
+
 const mg_check_case mg_checks_attention[] = {
     {"attention", "causal_mha", check_causal_mha},
     {"attention", "causal_gqa4", check_causal_gqa4},
@@ -706,6 +841,7 @@ const mg_check_case mg_checks_attention[] = {
     {"attention", "graph_replay", check_graph_replay},
     {"attention", "graph_replay_fa2", check_graph_replay_fa2},
     {"attention", "graph_replay_hd256", check_graph_replay_hd256},
+    {"attention", "caller_workspace", check_caller_workspace},
     {"attention", "eager_capture_refused", check_eager_capture_refused},
     {"attention", "validation", check_validation},
     {NULL, NULL, NULL},

@@ -153,6 +153,55 @@ static mg_status check_stream(mg_backend *b, mg_stream *s, const char *fn) {
     return mg_stream_impl(b, s) ? MG_OK : MG_ERR_INVALID_ARGUMENT;
 }
 
+/* A caller's workspace (desc.workspace): 16-byte aligned, inside one live allocation of `b`. */
+static mg_status check_workspace(mg_backend *b, const mg_attention_desc *d, const char *fn) {
+    if (!d->workspace && !d->workspace_bytes)
+        return MG_OK;
+    if (!d->workspace)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: workspace_bytes %zu given without a workspace (both 0: the plan "
+                        "allocates its own)",
+                        fn, d->workspace_bytes);
+    if (d->workspace % MG_ATTENTION_CARVE_ALIGN)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: workspace 0x%llx is not %u-byte aligned", fn,
+                        (unsigned long long)d->workspace, MG_ATTENTION_CARVE_ALIGN);
+    return mg_backend_check_device_range(b, d->workspace, d->workspace_bytes, fn, "workspace");
+}
+
+/* The device workspace `provider` needs for a plan of `d` and this batch (validated). */
+static mg_status workspace_need(mg_backend *b, const mg_attention_provider *provider,
+                                const mg_attention_desc *d, const int32_t *qo_indptr,
+                                const int32_t *kv_indptr, uint32_t batch_size, size_t *bytes) {
+    *bytes = 0;
+    if (!provider->workspace_bytes)
+        return MG_OK;
+    return provider->workspace_bytes(b, d, qo_indptr, kv_indptr, batch_size, bytes);
+}
+
+mg_status mg_attention_workspace_bytes(mg_backend *b, const mg_attention_desc *desc,
+                                       const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                       uint32_t batch_size, size_t *bytes) {
+    const char *fn = "mg_attention_workspace_bytes";
+    if (!bytes)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
+    *bytes = 0;
+    if (!mg_backend_context(b))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend handle %p", fn,
+                        (void *)b);
+    mg_status st = mg_backend_check_fault(b);
+    if (!st)
+        st = check_desc(desc, fn);
+    if (!st)
+        st = check_batch(desc, qo_indptr, kv_indptr, batch_size, fn);
+    if (st)
+        return st;
+    const mg_op_provider *chosen;
+    if ((st = mg_op_choose(b, MG_OP_ATTENTION_RAGGED, desc, fn, &chosen)))
+        return st;
+    return workspace_need(b, (const mg_attention_provider *)chosen, desc, qo_indptr, kv_indptr,
+                          batch_size, bytes);
+}
+
 /* Plans the validated batch and, on success, keeps its host indptrs. */
 static mg_status plan_batch(mg_attention_plan *p, const int32_t *qo_indptr,
                             const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s,
@@ -202,6 +251,8 @@ mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
     if (!st)
         st = check_batch(desc, qo_indptr, kv_indptr, batch_size, fn);
     if (!st)
+        st = check_workspace(b, desc, fn);
+    if (!st)
         st = check_stream(b, s, fn);
     if (!st)
         st = mg_stream_check_not_capturing(b, s, fn);
@@ -210,6 +261,17 @@ mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
     const mg_op_provider *chosen;
     if ((st = mg_op_choose(b, MG_OP_ATTENTION_RAGGED, desc, fn, &chosen)))
         return st;
+    if (desc->workspace) {
+        size_t need;
+        if ((st = workspace_need(b, (const mg_attention_provider *)chosen, desc, qo_indptr,
+                                 kv_indptr, batch_size, &need)))
+            return st;
+        if (desc->workspace_bytes < need)
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "%s: the caller's workspace has %zu bytes, provider %s needs %zu for "
+                            "this batch (mg_attention_workspace_bytes)",
+                            fn, desc->workspace_bytes, chosen->name, need);
+    }
     mg_attention_plan *p = calloc(1, sizeof *p);
     if (!p)
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
@@ -337,7 +399,7 @@ mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, 
         return st;
     if ((st = p->provider->run(p, t, s)))
         return st;
-    mg_op_count_call(b, MG_OP_ATTENTION_RAGGED, &p->provider->base, false);
+    mg_op_count_call(b, MG_OP_ATTENTION_RAGGED, &p->provider->base, d->workspace != 0);
     return MG_OK;
 }
 

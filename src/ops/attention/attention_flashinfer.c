@@ -16,7 +16,15 @@
  * schedule it plans; an update points that copy at the staging buffer, compares the new launch
  * layout with the captured one, and only when they match uploads the mirror into the live int
  * workspace that captured graphs read. A batch the grid cannot serve is refused
- * (MG_ERR_INVALID_ARGUMENT) with the previous batch still planned. */
+ * (MG_ERR_INVALID_ARGUMENT) with the previous batch still planned.
+ *
+ * With a caller's workspace (desc.workspace) nothing is allocated on the device: the float,
+ * int and (fixed-grid) staging workspaces are consecutive 16-byte aligned sub-ranges of it, in
+ * that order, each of the size FlashInfer asks for (mg_fi_workspace_bytes). An eager plan
+ * re-carves them when a batch needs more than the current sub-ranges (refused when the total
+ * would exceed the caller's bytes); stream order makes that safe, since the old sub-ranges are
+ * read only by work queued earlier on the plan's stream. A fixed-grid plan keeps the carve of
+ * its creation. The page-locked mirrors are still the plan's own host memory. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -140,6 +148,60 @@ static mg_status grow_workspaces(mg_attention_plan *p, mg_stream *s, mg_devptr *
     return st;
 }
 
+/* The FlashInfer shape of a plan of `d` for a batch of `batch_size` (path still unset). */
+static mg_fi_shape shape_of(const mg_attention_desc *d, uint32_t batch_size) {
+    return (mg_fi_shape){
+        .num_qo_heads = d->num_qo_heads,
+        .num_kv_heads = d->num_kv_heads,
+        .head_dim = d->head_dim,
+        .window_left = d->window_left,
+        .causal = d->causal,
+        .graph_mode = d->graph_qo_rows != 0,
+        .graph_qo_rows = d->graph_qo_rows,
+        .batch_size = batch_size,
+    };
+}
+
+/* The carved bytes (caller's workspace) of float, int and, in graph mode, staging workspaces;
+ * false when the sum overflows. */
+static bool carved_bytes(const mg_fi_shape *shape, size_t float_bytes, size_t int_bytes,
+                         size_t *total) {
+    const size_t sizes[3] = {float_bytes, int_bytes, int_bytes};
+    return mg_attention_carve_total(sizes, shape->graph_mode ? 3 : 2, total);
+}
+
+/* Points the workspaces into the caller's workspace, re-carving when a batch needs more than
+ * the current sub-ranges hold. Only pointers and sizes change (nothing is freed, nothing
+ * waited for): the caller's stream order keeps earlier queued work on the old sub-ranges
+ * ahead of anything planned into the new ones. */
+static mg_status carve_workspaces(mg_attention_plan *p, cuda_attention_plan *c,
+                                  const mg_fi_shape *shape, size_t float_bytes,
+                                  size_t int_bytes) {
+    const bool carved = c->int_workspace != 0;
+    if (carved && float_bytes <= c->float_bytes && int_bytes <= c->int_bytes &&
+        (!shape->graph_mode || int_bytes <= c->staging_bytes))
+        return MG_OK;
+    size_t total;
+    if (!carved_bytes(shape, float_bytes, int_bytes, &total) || total > p->desc.workspace_bytes)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: this batch needs %zu float + %zu int workspace bytes (%zu carved), "
+                        "more than the caller's workspace of %zu bytes (it never grows; the "
+                        "plan keeps its previous batch)",
+                        mg_attention_plan_fn(p), float_bytes, int_bytes,
+                        carved_bytes(shape, float_bytes, int_bytes, &total) ? total : SIZE_MAX,
+                        p->desc.workspace_bytes);
+    const mg_devptr base = p->desc.workspace;
+    const size_t int_offset = mg_attention_carve_size(float_bytes);
+    c->float_workspace = float_bytes ? base : 0; /* as unallocated on the library path */
+    c->int_workspace = base + int_offset;
+    c->int_staging =
+        shape->graph_mode ? base + int_offset + mg_attention_carve_size(int_bytes) : 0;
+    c->float_bytes = float_bytes;
+    c->int_bytes = int_bytes;
+    c->staging_bytes = shape->graph_mode ? int_bytes : 0;
+    return MG_OK;
+}
+
 /* The mirror to write next, after its previous copy has completed. */
 static mg_status take_mirror(mg_attention_plan *p, cuda_attention_plan *c, size_t bytes,
                              int *which) {
@@ -162,6 +224,16 @@ static mg_status take_mirror(mg_attention_plan *p, cuda_attention_plan *c, size_
     return MG_OK;
 }
 
+/* Puts back the caller-workspace carve of `before` (workspace pointers and sizes only). */
+static void restore_carve(cuda_attention_plan *c, const cuda_attention_plan *before) {
+    c->float_workspace = before->float_workspace;
+    c->int_workspace = before->int_workspace;
+    c->int_staging = before->int_staging;
+    c->float_bytes = before->float_bytes;
+    c->int_bytes = before->int_bytes;
+    c->staging_bytes = before->staging_bytes;
+}
+
 static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const int32_t *kv_indptr,
                            uint32_t batch_size, mg_stream *s) {
     mg_cuda_context *ctx;
@@ -181,16 +253,7 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
         p->impl = c;
     }
     const mg_attention_desc *d = &p->desc;
-    mg_fi_shape shape = {
-        .num_qo_heads = d->num_qo_heads,
-        .num_kv_heads = d->num_kv_heads,
-        .head_dim = d->head_dim,
-        .window_left = d->window_left,
-        .causal = d->causal,
-        .graph_mode = d->graph_qo_rows != 0,
-        .graph_qo_rows = d->graph_qo_rows,
-        .batch_size = batch_size,
-    };
+    mg_fi_shape shape = shape_of(d, batch_size);
     /* An update of a fixed-grid plan: captured graphs read its workspaces and launch layout. */
     const bool fixed_update = shape.graph_mode && p->batch_size;
     mg_fi_error err;
@@ -209,7 +272,12 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
                         "bytes, more than the %zu + %zu of the fixed-grid plan (a fixed grid "
                         "never grows; the plan keeps its previous batch)",
                         float_bytes, int_bytes, c->float_bytes, c->int_bytes);
-    if (!fixed_update) {
+    /* A caller's workspace: the carve before this plan, restored when it fails. */
+    const cuda_attention_plan carve_before = *c;
+    if (!fixed_update && d->workspace) {
+        if ((st = carve_workspaces(p, c, &shape, float_bytes, int_bytes)))
+            return st;
+    } else if (!fixed_update) {
         mg_devptr *const bufs[3] = {&c->float_workspace, &c->int_workspace, &c->int_staging};
         size_t *const have[3] = {&c->float_bytes, &c->int_bytes, &c->staging_bytes};
         const size_t need[3] = {float_bytes, int_bytes, int_bytes};
@@ -217,8 +285,11 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
             return st;
     }
     int mirror = 0;
-    if ((st = take_mirror(p, c, int_bytes, &mirror)))
+    if ((st = take_mirror(p, c, int_bytes, &mirror))) {
+        if (d->workspace)
+            restore_carve(c, &carve_before);
         return st;
+    }
 
     /* Planned on the host into the mirror; FlashInfer's own copy of its part goes to the
      * staging buffer on an update, to the live workspace otherwise. */
@@ -237,6 +308,8 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
     mg_status rec = mg_event_record(c->mirror_copied[mirror], s);
     c->mirror_in_flight[mirror] = rec == MG_OK;
     c->next_mirror = mirror ^ 1;
+    if ((st || layout_changed || up) && d->workspace)
+        restore_carve(c, &carve_before);
     if (st) {
         /* An eager plan's FlashInfer copy targets the live workspace: unless the failure is
          * one raised before any copy (bad input, missing memory), the schedule may be mixed. */
@@ -299,7 +372,7 @@ static void cuda_release(mg_attention_plan *p, bool backend_live) {
         mg_event_destroy(c->mirror_copied[i]);
         mg_host_free(p->backend, c->mirror[i]);
     }
-    if (backend_live) {
+    if (backend_live && !p->desc.workspace) { /* a caller's workspace stays the caller's */
         mg_free(p->backend, c->float_workspace);
         mg_free(p->backend, c->int_workspace);
         mg_free(p->backend, c->int_staging);
@@ -317,6 +390,32 @@ static void cuda_info(const mg_attention_plan *p, mg_attention_plan_info *out) {
                                                   : MG_ATTENTION_IMPL_AUTO;
     out->workspace_bytes = c->float_bytes + c->int_bytes;
     out->pinned_bytes = c->mirror_bytes[0] + c->mirror_bytes[1];
+}
+
+/* What cuda_plan would carve for a new plan of `d` with this batch: the path it would choose,
+ * then FlashInfer's float and int bytes for it (host-only sizing in the plugin). */
+static mg_status flashinfer_workspace_bytes(mg_backend *b, const mg_attention_desc *d,
+                                            const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                            uint32_t batch_size, size_t *bytes) {
+    mg_cuda_context *ctx;
+    mg_status st = plugin_ready();
+    if (!st)
+        st = mg_cuda_bind(b, &ctx);
+    if (st)
+        return st;
+    mg_fi_shape shape = shape_of(d, batch_size);
+    mg_fi_error err;
+    size_t float_bytes, int_bytes;
+    if ((st = fi.choose_path(&shape, qo_indptr, kv_indptr, forced_path(d->impl), &shape.path,
+                             &err)) ||
+        (st = fi.workspace_bytes(&shape, qo_indptr, kv_indptr, &float_bytes, &int_bytes, &err)))
+        return plugin_failure(ctx, st, &err);
+    if (!carved_bytes(&shape, float_bytes, int_bytes, bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "mg_attention_workspace_bytes: %zu float + %zu int workspace bytes "
+                        "overflow the address space",
+                        float_bytes, int_bytes);
+    return MG_OK;
 }
 
 /* The plugin has kernels for a few head_dims only; the CPU reference takes any. */
@@ -360,4 +459,5 @@ const mg_attention_provider mg_attention_flashinfer_provider = {
     .run = cuda_run,
     .release = cuda_release,
     .info = cuda_info,
+    .workspace_bytes = flashinfer_workspace_bytes,
 };

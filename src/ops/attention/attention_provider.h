@@ -8,6 +8,7 @@
 #define METRALE_ATTENTION_PROVIDER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "metrale/ops_attention.h"
@@ -47,7 +48,41 @@ struct mg_attention_provider {
     void (*release)(mg_attention_plan *p, bool backend_live);
     /* Fills impl, workspace_bytes and pinned_bytes. */
     void (*info)(const mg_attention_plan *p, mg_attention_plan_info *out);
+    /* Optional (NULL: the provider needs no device workspace). The device bytes a plan of the
+     * validated `d` and batch carves out of a caller's workspace (mg_attention_carve layout,
+     * alignment included): what `plan` on a new plan of `d` would need. Host-only. */
+    mg_status (*workspace_bytes)(mg_backend *b, const mg_attention_desc *d,
+                                 const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                 uint32_t batch_size, size_t *bytes);
 };
+
+/* A caller's workspace (desc.workspace) is carved into consecutive sub-ranges, each starting
+ * at a multiple of MG_ATTENTION_CARVE_ALIGN from the (equally aligned) start. */
+#define MG_ATTENTION_CARVE_ALIGN 16u
+
+/* Bytes of a sub-range of `bytes`, padded to the carve alignment; SIZE_MAX on overflow. */
+static inline size_t mg_attention_carve_size(size_t bytes) {
+    size_t a = MG_ATTENTION_CARVE_ALIGN;
+    return bytes > SIZE_MAX - (a - 1) ? SIZE_MAX : (bytes + a - 1) / a * a;
+}
+
+/* The sum of `count` carved sub-ranges; false when it does not fit size_t. */
+static inline bool mg_attention_carve_total(const size_t *sizes, int count, size_t *total) {
+    size_t sum = 0;
+    for (int i = 0; i < count; i++) {
+        size_t padded = mg_attention_carve_size(sizes[i]);
+        if (padded == SIZE_MAX || padded > SIZE_MAX - sum)
+            return false;
+        sum += padded;
+    }
+    *total = sum;
+    return true;
+}
+
+/* "mg_attention_plan_create" for a plan's first batch, "mg_attention_plan_update" after. */
+static inline const char *mg_attention_plan_fn(const mg_attention_plan *p) {
+    return p->batch_size ? "mg_attention_plan_update" : "mg_attention_plan_create";
+}
 
 extern const mg_attention_provider mg_attention_reference_provider;
 #ifdef METRALE_HAVE_CUDA

@@ -5,7 +5,8 @@
  * A plan keeps its indptrs in a device buffer of the CPU backend (written on the plan's stream,
  * like the GPU's int workspace), and a run is a launch of the CPU kernel
  * "metrale:attention_ragged_prefill" that reads them there. So a captured run replays the
- * batch of the latest update, exactly as on CUDA. */
+ * batch of the latest update, exactly as on CUDA. With a caller's workspace (desc.workspace)
+ * that buffer is the workspace's first bytes: nothing is allocated, and it never grows. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -274,6 +275,11 @@ static void register_kernel(void) {
     register_status = mg_cpu_kernel_register(KERNEL_MODULE, KERNEL_FUNCTION, kernel_attention);
 }
 
+/* The device bytes of a plan's indptr buffer (carved size: a caller's workspace). */
+static size_t indptrs_bytes(uint32_t batch_size) {
+    return mg_attention_carve_size(2 * sizeof(int32_t) * ((size_t)batch_size + 1));
+}
+
 static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const int32_t *kv_indptr,
                           uint32_t batch_size, mg_stream *s) {
     cpu_attention_plan *c = p->impl;
@@ -291,7 +297,18 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
         p->impl = c;
     }
     const size_t entries = (size_t)batch_size + 1;
-    if (entries > c->indptrs_capacity) {
+    if (p->desc.workspace) {
+        const size_t need = indptrs_bytes(batch_size);
+        if (need > p->desc.workspace_bytes)
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "%s: this batch of %u requests needs %zu workspace bytes, the "
+                            "caller's workspace has %zu (it never grows; the plan keeps its "
+                            "previous batch)",
+                            mg_attention_plan_fn(p), batch_size, need, p->desc.workspace_bytes);
+        c->indptrs = p->desc.workspace;
+        if (entries > c->indptrs_capacity)
+            c->indptrs_capacity = (uint32_t)entries;
+    } else if (entries > c->indptrs_capacity) {
         /* Owned by the plan (mg_ledger_sweep leaves it alone). CPU streams run work when it is
          * enqueued, so nothing queued still reads the old buffer; and eager plans are never
          * captured, so no graph does either (fixed-grid plans never grow). */
@@ -341,7 +358,8 @@ static void cpu_release(mg_attention_plan *p, bool backend_live) {
     if (!c)
         return;
     if (backend_live) {
-        mg_free(p->backend, c->indptrs);
+        if (!p->desc.workspace) /* a caller's workspace stays the caller's */
+            mg_free(p->backend, c->indptrs);
         mg_kernel_release(c->kernel);
     }
     free(c);
@@ -351,7 +369,17 @@ static void cpu_release(mg_attention_plan *p, bool backend_live) {
 static void cpu_info(const mg_attention_plan *p, mg_attention_plan_info *out) {
     const cpu_attention_plan *c = p->impl;
     out->impl = MG_ATTENTION_IMPL_AUTO;
-    out->workspace_bytes = c ? 2ull * sizeof(int32_t) * c->indptrs_capacity : 0;
+    out->workspace_bytes = !c                ? 0
+                           : p->desc.workspace ? indptrs_bytes(p->batch_size)
+                                               : 2ull * sizeof(int32_t) * c->indptrs_capacity;
+}
+
+static mg_status cpu_workspace_bytes(mg_backend *b, const mg_attention_desc *d,
+                                     const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                     uint32_t batch_size, size_t *bytes) {
+    (void)b, (void)d, (void)qo_indptr, (void)kv_indptr;
+    *bytes = indptrs_bytes(batch_size);
+    return MG_OK;
 }
 
 const mg_attention_provider mg_attention_reference_provider = {
@@ -360,4 +388,5 @@ const mg_attention_provider mg_attention_reference_provider = {
     .run = cpu_run,
     .release = cpu_release,
     .info = cpu_info,
+    .workspace_bytes = cpu_workspace_bytes,
 };

@@ -178,13 +178,11 @@ static mg_status workspace_need(mg_backend *b, const mg_attention_provider *prov
     return provider->workspace_bytes(b, d, qo_indptr, kv_indptr, batch_size, bytes);
 }
 
-mg_status mg_attention_workspace_bytes(mg_backend *b, const mg_attention_desc *desc,
-                                       const int32_t *qo_indptr, const int32_t *kv_indptr,
-                                       uint32_t batch_size, size_t *bytes) {
-    const char *fn = "mg_attention_workspace_bytes";
-    if (!bytes)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
-    *bytes = 0;
+/* What planning needs of every call: a live backend without a sticky fault, a valid desc and
+ * a valid batch. */
+static mg_status check_plan_inputs(mg_backend *b, const mg_attention_desc *desc,
+                                   const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                   uint32_t batch_size, const char *fn) {
     if (!mg_backend_context(b))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend handle %p", fn,
                         (void *)b);
@@ -193,6 +191,17 @@ mg_status mg_attention_workspace_bytes(mg_backend *b, const mg_attention_desc *d
         st = check_desc(desc, fn);
     if (!st)
         st = check_batch(desc, qo_indptr, kv_indptr, batch_size, fn);
+    return st;
+}
+
+mg_status mg_attention_workspace_bytes(mg_backend *b, const mg_attention_desc *desc,
+                                       const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                       uint32_t batch_size, size_t *bytes) {
+    const char *fn = "mg_attention_workspace_bytes";
+    if (!bytes)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
+    *bytes = 0;
+    mg_status st = check_plan_inputs(b, desc, qo_indptr, kv_indptr, batch_size, fn);
     if (st)
         return st;
     const mg_op_provider *chosen;
@@ -242,14 +251,7 @@ mg_status mg_attention_plan_create(mg_backend *b, const mg_attention_desc *desc,
     if (!out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
     *out = NULL;
-    if (!mg_backend_context(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend handle %p", fn,
-                        (void *)b);
-    mg_status st = mg_backend_check_fault(b);
-    if (!st)
-        st = check_desc(desc, fn);
-    if (!st)
-        st = check_batch(desc, qo_indptr, kv_indptr, batch_size, fn);
+    mg_status st = check_plan_inputs(b, desc, qo_indptr, kv_indptr, batch_size, fn);
     if (!st)
         st = check_workspace(b, desc, fn);
     if (!st)

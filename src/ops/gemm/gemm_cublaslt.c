@@ -173,17 +173,14 @@ typedef struct stream_workspace {
 #define PLAN_BUCKETS 256
 
 typedef struct lt_state {
-    struct lt_state *next;
     mg_backend *backend;
     cublasLtHandle_t handle;
     int cc_major;
     atomic_bool batch_invariant;
     pthread_mutex_t lock; /* plans, families, workspaces */
     gemm_plan *plans[PLAN_BUCKETS];
-    size_t plan_count;
     algo_family *families;
     stream_workspace *workspaces;
-    size_t workspace_count;
 } lt_state;
 
 /* Created on the first GEMM of a backend (op_state.h), with its cuBLASLt handle. */
@@ -285,7 +282,6 @@ static void lt_state_stream_destroyed(mg_backend *b, void *state, mg_stream *s) 
             stream_workspace *w = *link;
             *link = w->next;
             free(w);
-            st->workspace_count--;
             count_workspace(b, -(int64_t)MG_CUBLASLT_WORKSPACE_BYTES);
             break;
         }
@@ -579,7 +575,6 @@ static mg_status get_plan(lt_state *st, const plan_io *io, const plan_key *key, 
     uint32_t bucket = key_hash(key);
     p->next = st->plans[bucket];
     st->plans[bucket] = p;
-    st->plan_count++;
     pthread_mutex_unlock(&st->lock);
     mg_op_count_plans(st->backend, key->kind == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8,
                       1);
@@ -628,7 +623,6 @@ static mg_status get_workspace(lt_state *st, mg_stream *s, CUstream stream, mg_d
     w->stream = stream;
     w->next = st->workspaces;
     st->workspaces = w;
-    st->workspace_count++;
     *out = w->memory;
     pthread_mutex_unlock(&st->lock);
     count_workspace(st->backend, (int64_t)MG_CUBLASLT_WORKSPACE_BYTES);

@@ -186,4 +186,29 @@ static inline bool comm_close(comm_case_kind k, mg_dtype t, mg_comm_reduce op, i
     return fabs(got - want) <= steps * comm_ulp(t, want);
 }
 
+/* Opens CUDA devices 0 and 1 into b[0..1], or exits 77 saying why two GPUs with NCCL are not
+ * usable here. */
+static inline void comm_open_two_cuda_or_skip(const char *test_name, mg_backend **b) {
+    mg_backend_probe probe;
+    mg_backend_probe_kind(MG_BACKEND_CUDA, &probe);
+    char reason[512] = "";
+    if (!probe.compiled_in || !probe.usable || probe.device_count < 2) {
+        printf("%s: skipped: needs two CUDA devices: %s\n", test_name,
+               !probe.compiled_in ? "not compiled in"
+               : !probe.usable    ? probe.reason
+                                  : "only one device");
+        exit(77);
+    }
+    if (!mg_comm_available(MG_BACKEND_CUDA, reason, sizeof reason)) {
+        printf("%s: skipped: NCCL unavailable: %s\n", test_name, reason);
+        exit(77);
+    }
+    for (int r = 0; r < 2; r++)
+        if (mg_backend_open(MG_BACKEND_CUDA, r, &b[r])) {
+            fprintf(stderr, "FAIL %s: cannot open CUDA device %d: %s\n", test_name, r,
+                    mg_last_error());
+            exit(1);
+        }
+}
+
 #endif

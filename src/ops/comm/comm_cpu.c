@@ -563,7 +563,10 @@ static mg_status cpu_group_end(mg_comm *const *comms, int count) {
         if (st && !first)
             first = st;
     }
-    tls_pending_count = 0;
+    /* Released with the group, so a thread that ends leaves nothing behind. */
+    free(tls_pending);
+    tls_pending = NULL;
+    tls_pending_count = tls_pending_capacity = 0;
     return first;
 }
 

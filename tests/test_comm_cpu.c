@@ -122,6 +122,12 @@ static void test_bad_arguments(void) {
     CHECK_STATUS(mg_comm_group_end(), MG_ERR_INVALID_ARGUMENT);
 
     CHECK_OK(mg_comm_create_local(backends, 2, NULL, comms));
+    CHECK_OK(mg_comm_group_begin());
+    CHECK_STATUS(mg_comm_wait(comms[0], NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("inside a group");
+    mg_comm *inside[2];
+    CHECK_STATUS(mg_comm_create_local(backends, 2, NULL, inside), MG_ERR_INVALID_ARGUMENT);
+    CHECK_OK(mg_comm_group_end());
     mg_devptr a, b1, big;
     CHECK_OK(mg_alloc(backends[0], 64, &a));
     CHECK_OK(mg_alloc(backends[1], 64, &b1));

@@ -26,7 +26,8 @@
  * mg_comm_group_begin / mg_comm_group_end, as NCCL requires: each rank's call returns before
  * its peers' calls are made. Without a group, a call of one rank may wait for its peers (the
  * CPU backend does; NCCL may too while connecting), so ranks driven without a group need a
- * thread each.
+ * thread each. On the CPU backend a collective runs when its stream executes it, so one thread
+ * replaying graphs of several ranks puts the replays (mg_graph_launch) in a group too.
  *
  * What a caller may rely on:
  *  - Every argument is checked before anything is enqueued; a bad one is
@@ -120,8 +121,8 @@ MG_API int mg_comm_rank(const mg_comm *c);   /* -1 for NULL */
 MG_API int mg_comm_size(const mg_comm *c);   /* -1 for NULL */
 MG_API mg_backend *mg_comm_backend(const mg_comm *c);
 
-/* Whether `dtype` can be communicated with reduction `op` on `c` (FP8 E4M3 needs NCCL 2.24
- * or newer and sm_90 on CUDA). */
+/* Whether `dtype` can be communicated (and reduced) on `c`: BF16, F16 and F32 always; FP8 E4M3
+ * on the CPU backend, and on CUDA with NCCL 2.24 or newer on sm_90 or newer. */
 MG_API bool mg_comm_supports_dtype(mg_comm *c, mg_dtype dtype);
 
 /* ------------------------------------------------------------------ collectives
@@ -160,7 +161,8 @@ MG_API mg_status mg_comm_group_end(void);
 /* Waits until the work enqueued on `s` (NULL: the default stream of c's backend) is done,
  * polling the communicator's asynchronous error; on a peer's failure or after the timeout,
  * aborts the communicator and returns MG_ERR_DEVICE naming the cause. Not while `s` is
- * capturing (MG_ERR_CAPTURING). */
+ * capturing (MG_ERR_CAPTURING), nor inside a group of this thread (MG_ERR_INVALID_ARGUMENT:
+ * the group's calls are issued at its end). */
 MG_API mg_status mg_comm_wait(mg_comm *c, mg_stream *s);
 
 /* MG_OK while the communicator is healthy; MG_ERR_DEVICE with the reason once a peer or NCCL

@@ -538,6 +538,11 @@ mg_status mg_comm_wait(mg_comm *c, mg_stream *s) {
     if (s && mg_stream_backend(s) != c->backend)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: the stream belongs to another backend than rank %d's", fn, c->rank);
+    if (tls_group_depth)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: inside a group of this thread (its calls are issued at "
+                        "mg_comm_group_end): end the group first",
+                        fn);
     mg_status st = mg_comm_check_failed(c, fn);
     if (st || (st = mg_stream_check_not_capturing(c->backend, s, fn)) ||
         (st = mg_event_record(c->wait_event, s)))

@@ -1,7 +1,6 @@
 /* moe_routing.c - the MoE routing helpers of metrale/ops_moe.h: every argument checked once,
  * then the kernels of module "metrale" launched by name with the same arguments on every backend
  * (CUDA: kernels/cuda/moe/moe_routing.cu; CPU: moe_routing_reference.c). */
-#include <stdio.h>
 
 #include "backend_impl.h"
 #include "error.h"
@@ -9,8 +8,7 @@
 #include "metrale/ops.h"
 #include "metrale/ops_moe.h"
 #include "moe_routing_reference.h"
-#include "op_cache.h"
-#include "op_registry.h"
+#include "op_builtin.h"
 
 /* Grid cap of the grid-stride kernels (top-k over tokens, combine's tokens). */
 #define MAX_BLOCKS 65535u
@@ -19,18 +17,8 @@
 /* ------------------------------------------------------------------ provider */
 
 static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    mg_kernel *k;
-    mg_error_state saved;
-    mg_error_save(&saved);
-    mg_moe_routing_cpu_kernels_register();
-    bool ok =
-        cache && mg_op_cache_kernel(cache, "metrale", MG_MOE_KERNEL_TOPK, false, &k) == MG_OK;
-    if (!ok)
-        snprintf(reason, reason_bytes, "the backend has no kernel %s: %s", MG_MOE_KERNEL_TOPK,
-                 cache ? mg_last_error() : "closed backend");
-    mg_error_restore(&saved);
-    return ok;
+    return mg_op_builtin_available(b, MG_MOE_KERNEL_TOPK, mg_moe_routing_cpu_kernels_register,
+                                   reason, reason_bytes);
 }
 
 static const mg_op_provider kernels_provider = {
@@ -40,71 +28,13 @@ static const mg_op_provider *const routing_providers[] = {&kernels_provider, NUL
 
 const mg_op_def mg_moe_routing_op = {MG_OP_MOE_ROUTING, "moe_routing", routing_providers};
 
-/* Chooses the provider, resolves every kernel before the first launch (a missing one writes
- * nothing), then runs them in order. */
 static mg_status run_kernels(mg_backend *b, mg_stream *s, const char *fn,
-                             const char *const *names, mg_launch *launches, int count) {
-    const mg_op_provider *provider;
-    mg_status st = mg_op_choose(b, MG_OP_MOE_ROUTING, NULL, fn, &provider);
-    if (st)
-        return st;
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    if (!cache)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend", fn);
-    mg_moe_routing_cpu_kernels_register();
-    mg_kernel *kernels[3];
-    for (int i = 0; i < count; i++)
-        if ((st = mg_op_cache_kernel(cache, "metrale", names[i], false, &kernels[i])))
-            return st;
-    for (int i = 0; i < count; i++)
-        if ((st = mg_launch_run(b, kernels[i], s, &launches[i])))
-            return st;
-    mg_op_count_call(b, MG_OP_MOE_ROUTING, provider, false);
-    return MG_OK;
+                             const char *const *names, const mg_launch *launches, int count) {
+    return mg_op_run_builtin(b, s, MG_OP_MOE_ROUTING, fn, mg_moe_routing_cpu_kernels_register,
+                             names, launches, count);
 }
 
 /* ------------------------------------------------------------------ argument checks */
-
-typedef struct tensor_arg {
-    const char *name;
-    mg_devptr ptr;
-    size_t bytes;
-    uint32_t alignment;
-    bool output;
-} tensor_arg;
-
-/* Pointers, alignment, ranges against the allocations, and that no output overlaps another
- * tensor, except where `same_ok` names a pair (by index) that may be the same buffer. */
-static mg_status check_tensors(mg_backend *b, const char *fn, const tensor_arg *t, int count,
-                               int same_a, int same_b) {
-    mg_status st;
-    for (int i = 0; i < count; i++) {
-        if (!t[i].ptr)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", fn, t[i].name);
-        if (t[i].ptr % t[i].alignment)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %u-byte aligned", fn,
-                            t[i].name, (unsigned long long)t[i].ptr, t[i].alignment);
-        if ((st = mg_backend_check_device_range(b, t[i].ptr, t[i].bytes, fn, t[i].name)))
-            return st;
-    }
-    for (int i = 0; i < count; i++)
-        for (int j = 0; j < count; j++) {
-            bool same_allowed = ((i == same_a && j == same_b) || (i == same_b && j == same_a)) &&
-                                t[i].ptr == t[j].ptr && t[i].bytes == t[j].bytes;
-            if (i != j && t[i].output && !same_allowed && t[i].ptr < t[j].ptr + t[j].bytes &&
-                t[j].ptr < t[i].ptr + t[i].bytes)
-                return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s and %s overlap", fn, t[i].name,
-                                t[j].name);
-        }
-    return MG_OK;
-}
-
-static mg_status check_backend(mg_backend *b, const char *fn) {
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
-    return MG_OK;
-}
 
 /* T >= 1, 1 <= k <= MG_MOE_MAX_TOPK, T * k < 2^31. */
 static mg_status check_pairs(const char *fn, uint32_t tokens, uint32_t k) {
@@ -127,6 +57,19 @@ static mg_status check_experts(const char *fn, uint32_t experts) {
     return MG_OK;
 }
 
+/* What every call checks first: a live backend, a descriptor, its tokens and k, and (experts
+ * not 0) its expert count. */
+static mg_status check_call(mg_backend *b, const char *fn, const void *d, uint32_t tokens,
+                            uint32_t k, uint32_t experts) {
+    if (!mg_backend_is_live(b))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
+                        (void *)b);
+    if (!d)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL descriptor", fn);
+    mg_status st = check_pairs(fn, tokens, k);
+    return st || experts == 0 ? st : check_experts(fn, experts);
+}
+
 static uint32_t min_u64(uint64_t a, uint32_t b) {
     return a < b ? (uint32_t)a : b;
 }
@@ -136,12 +79,8 @@ static uint32_t min_u64(uint64_t a, uint32_t b) {
 mg_status mg_moe_topk(mg_backend *b, mg_stream *s, const mg_moe_topk_desc *d, mg_devptr logits,
                       mg_devptr topk_ids, mg_devptr topk_weights) {
     static const char fn[] = "mg_moe_topk";
-    mg_status st = check_backend(b, fn);
+    mg_status st = check_call(b, fn, d, d ? d->tokens : 0, d ? d->k : 0, d ? d->experts : 1);
     if (st)
-        return st;
-    if (!d)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL descriptor", fn);
-    if ((st = check_pairs(fn, d->tokens, d->k)) || (st = check_experts(fn, d->experts)))
         return st;
     if (d->k > d->experts)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: k=%u exceeds experts=%u", fn, d->k,
@@ -154,13 +93,13 @@ mg_status mg_moe_topk(mg_backend *b, mg_stream *s, const mg_moe_topk_desc *d, mg
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: logits_pitch=%u is less than experts=%u",
                         fn, pitch, d->experts);
     size_t size = mg_dtype_bytes(d->logits_dtype), pairs = (size_t)d->tokens * d->k;
-    tensor_arg t[] = {
+    mg_op_tensor t[] = {
         {"logits", logits, ((size_t)(d->tokens - 1) * pitch + d->experts) * size,
          (uint32_t)size, false},
         {"topk_ids", topk_ids, pairs * 4, 4, true},
         {"topk_weights", topk_weights, pairs * 4, 4, true},
     };
-    if ((st = check_tensors(b, fn, t, 3, -1, -1)))
+    if ((st = mg_op_check_tensors(b, fn, t, 3, -1, -1)))
         return st;
     uint32_t tokens_per_block = MG_MOE_TOPK_THREADS / WARP;
     mg_dim3 grid = {min_u64(((uint64_t)d->tokens + tokens_per_block - 1) / tokens_per_block,
@@ -199,12 +138,8 @@ mg_status mg_moe_sort(mg_backend *b, mg_stream *s, const mg_moe_sort_desc *d, mg
                       mg_devptr workspace, size_t workspace_bytes, mg_devptr expert_offsets,
                       mg_devptr sorted_token_ids, mg_devptr pair_positions) {
     static const char fn[] = "mg_moe_sort";
-    mg_status st = check_backend(b, fn);
+    mg_status st = check_call(b, fn, d, d ? d->tokens : 0, d ? d->k : 0, d ? d->experts : 1);
     if (st)
-        return st;
-    if (!d)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL descriptor", fn);
-    if ((st = check_pairs(fn, d->tokens, d->k)) || (st = check_experts(fn, d->experts)))
         return st;
     size_t need = mg_moe_sort_workspace_bytes(d);
     if (workspace_bytes < need)
@@ -212,14 +147,14 @@ mg_status mg_moe_sort(mg_backend *b, mg_stream *s, const mg_moe_sort_desc *d, mg
                         "%s: workspace_bytes=%zu is less than mg_moe_sort_workspace_bytes=%zu", fn,
                         workspace_bytes, need);
     uint32_t pairs = d->tokens * d->k;
-    tensor_arg t[] = {
+    mg_op_tensor t[] = {
         {"topk_ids", topk_ids, (size_t)pairs * 4, 4, false},
         {"workspace", workspace, need, 16, true},
         {"expert_offsets", expert_offsets, ((size_t)d->experts + 1) * 4, 4, true},
         {"sorted_token_ids", sorted_token_ids, (size_t)pairs * 4, 4, true},
         {"pair_positions", pair_positions, (size_t)pairs * 4, 4, true},
     };
-    if ((st = check_tensors(b, fn, t, 5, -1, -1)))
+    if ((st = mg_op_check_tensors(b, fn, t, 5, -1, -1)))
         return st;
     mg_dim3 chunks = {sort_chunks(pairs), 1, 1}, one = {1, 1, 1};
     mg_dim3 block = {MG_MOE_SORT_THREADS, 1, 1};
@@ -254,26 +189,22 @@ mg_status mg_moe_combine(mg_backend *b, mg_stream *s, const mg_moe_combine_desc 
                          mg_devptr rows, mg_devptr pair_positions, mg_devptr topk_weights,
                          mg_devptr residual, mg_devptr out) {
     static const char fn[] = "mg_moe_combine";
-    mg_status st = check_backend(b, fn);
+    mg_status st = check_call(b, fn, d, d ? d->tokens : 0, d ? d->k : 0, 0);
     if (st)
-        return st;
-    if (!d)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL descriptor", fn);
-    if ((st = check_pairs(fn, d->tokens, d->k)))
         return st;
     if (d->hidden == 0 || d->hidden % 8)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: hidden=%u is not a positive multiple of 8 (16-byte rows)", fn,
                         d->hidden);
     size_t pairs = (size_t)d->tokens * d->k, token_bytes = (size_t)d->tokens * d->hidden * 2;
-    tensor_arg t[] = {
+    mg_op_tensor t[] = {
         {"rows", rows, pairs * d->hidden * 2, 16, false},
         {"pair_positions", pair_positions, pairs * 4, 4, false},
         {"topk_weights", topk_weights, pairs * 4, 4, false},
         {"out", out, token_bytes, 16, true},
         {"residual", residual, token_bytes, 16, false},
     };
-    if ((st = check_tensors(b, fn, t, residual ? 5 : 4, 3, 4)))
+    if ((st = mg_op_check_tensors(b, fn, t, residual ? 5 : 4, 3, 4)))
         return st;
     uint32_t vectors = d->hidden / 8;
     mg_dim3 grid = {(vectors + MG_MOE_COMBINE_THREADS - 1) / MG_MOE_COMBINE_THREADS,

@@ -3,7 +3,6 @@
  * name with the same arguments on every backend: CUDA kernels/cuda/nvfp4/nvfp4_format.cu, CPU
  * nvfp4_format_reference.c). */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "backend_impl.h"
@@ -12,8 +11,7 @@
 #include "metrale/nvfp4.h"
 #include "metrale/ops.h"
 #include "nvfp4_format_reference.h"
-#include "op_cache.h"
-#include "op_registry.h"
+#include "op_builtin.h"
 
 /* Grid cap; every kernel is grid-stride. */
 #define MAX_BLOCKS 16384u
@@ -82,39 +80,6 @@ float mg_nvfp4_global_scale(const uint16_t *x, uint32_t n, uint32_t k, uint32_t 
 
 /* ------------------------------------------------------------------ argument checks */
 
-typedef struct tensor_arg {
-    const char *name;
-    mg_devptr ptr;
-    size_t bytes;
-    uint32_t alignment;
-    bool output;
-} tensor_arg;
-
-/* Pointers, alignment, ranges against the allocations, and that no output overlaps another
- * tensor. A zero `bytes` means the size overflowed. */
-static mg_status check_tensors(mg_backend *b, const char *fn, const tensor_arg *t, int count) {
-    mg_status st;
-    for (int i = 0; i < count; i++) {
-        if (!t[i].ptr)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", fn, t[i].name);
-        if (t[i].ptr % t[i].alignment)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %u-byte aligned", fn,
-                            t[i].name, (unsigned long long)t[i].ptr, t[i].alignment);
-        if (!t[i].bytes)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "%s: %s spans more bytes than the address space", fn, t[i].name);
-        if ((st = mg_backend_check_device_range(b, t[i].ptr, t[i].bytes, fn, t[i].name)))
-            return st;
-    }
-    for (int i = 0; i < count; i++)
-        for (int j = 0; j < count; j++)
-            if (i != j && t[i].output && t[i].ptr < t[j].ptr + t[j].bytes &&
-                t[j].ptr < t[i].ptr + t[i].bytes)
-                return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s and %s overlap", fn, t[i].name,
-                                t[j].name);
-    return MG_OK;
-}
-
 static mg_status check_shape(mg_backend *b, const char *fn, uint32_t n, uint32_t k) {
     if (!mg_backend_is_live(b))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
@@ -131,18 +96,8 @@ static mg_status check_shape(mg_backend *b, const char *fn, uint32_t n, uint32_t
 /* ------------------------------------------------------------------ launches */
 
 static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    mg_kernel *k;
-    mg_error_state saved;
-    mg_error_save(&saved);
-    mg_nvfp4_format_cpu_kernels_register();
-    bool ok = cache && mg_op_cache_kernel(cache, "metrale", MG_NVFP4_KERNEL_QUANTIZE, false,
-                                          &k) == MG_OK;
-    if (!ok)
-        snprintf(reason, reason_bytes, "the backend has no kernel %s: %s",
-                 MG_NVFP4_KERNEL_QUANTIZE, cache ? mg_last_error() : "closed backend");
-    mg_error_restore(&saved);
-    return ok;
+    return mg_op_builtin_available(b, MG_NVFP4_KERNEL_QUANTIZE,
+                                   mg_nvfp4_format_cpu_kernels_register, reason, reason_bytes);
 }
 
 static const mg_op_provider kernels_provider = {
@@ -160,27 +115,10 @@ static void launch_init(mg_launch *l, uint64_t items) {
     mg_launch_init(l, grid, block, 0);
 }
 
-/* Chooses the provider, resolves every kernel before the first launch (a missing one writes
- * nothing), then runs them in order. */
 static mg_status run_kernels(mg_backend *b, mg_stream *s, const char *fn,
-                             const char *const *names, mg_launch *launches, int count) {
-    const mg_op_provider *provider;
-    mg_status st = mg_op_choose(b, MG_OP_NVFP4_FORMAT, NULL, fn, &provider);
-    if (st)
-        return st;
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    if (!cache)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend", fn);
-    mg_nvfp4_format_cpu_kernels_register();
-    mg_kernel *kernels[2];
-    for (int i = 0; i < count; i++)
-        if ((st = mg_op_cache_kernel(cache, "metrale", names[i], false, &kernels[i])))
-            return st;
-    for (int i = 0; i < count; i++)
-        if ((st = mg_launch_run(b, kernels[i], s, &launches[i])))
-            return st;
-    mg_op_count_call(b, MG_OP_NVFP4_FORMAT, provider, false);
-    return MG_OK;
+                             const char *const *names, const mg_launch *launches, int count) {
+    return mg_op_run_builtin(b, s, MG_OP_NVFP4_FORMAT, fn, mg_nvfp4_format_cpu_kernels_register,
+                             names, launches, count);
 }
 
 /* ------------------------------------------------------------------ device tools */
@@ -197,13 +135,13 @@ mg_status mg_nvfp4_quantize(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k,
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: in_pitch=%u must be >= k=%u and a multiple of 8 (16-byte rows)", fn,
                         pitch, k);
-    tensor_arg t[] = {
+    mg_op_tensor t[] = {
         {"in", in, product((uint64_t)(n - 1) * pitch + k, 2), 16, false},
         {"global", global, 4, 4, false},
         {"packed", packed, mg_nvfp4_packed_bytes(n, k), 8, true},
         {"scales", scales, mg_nvfp4_scale_bytes(n, k), 1, true},
     };
-    if ((st = check_tensors(b, fn, t, 4)))
+    if ((st = mg_op_check_tensors(b, fn, t, 4, -1, -1)))
         return st;
     mg_launch l;
     launch_init(&l, (uint64_t)n * (k / MG_NVFP4_BLOCK));
@@ -228,13 +166,13 @@ mg_status mg_nvfp4_dequantize(mg_backend *b, mg_stream *s, uint32_t n, uint32_t 
     if (out_dtype != MG_DTYPE_BF16 && out_dtype != MG_DTYPE_F32)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: out_dtype %s is neither BF16 nor F32", fn,
                         mg_dtype_name(out_dtype));
-    tensor_arg t[] = {
+    mg_op_tensor t[] = {
         {"packed", packed, mg_nvfp4_packed_bytes(n, k), 8, false},
         {"scales", scales, mg_nvfp4_scale_bytes(n, k), 1, false},
         {"global", global, 4, 4, false},
         {"out", out, product(n, (size_t)k * mg_dtype_bytes(out_dtype)), 16, true},
     };
-    if ((st = check_tensors(b, fn, t, 4)))
+    if ((st = mg_op_check_tensors(b, fn, t, 4, -1, -1)))
         return st;
     mg_launch l;
     launch_init(&l, (uint64_t)n * (k / MG_NVFP4_BLOCK));
@@ -263,13 +201,13 @@ mg_status mg_nvfp4_transpose(mg_backend *b, mg_stream *s, mg_nvfp4_transpose_dir
                         "%s: n=%u is odd (the [K, N] layout packs two N elements per byte)", fn,
                         n);
     size_t packed_bytes = mg_nvfp4_packed_bytes(n, k), scale_bytes = mg_nvfp4_scale_bytes(n, k);
-    tensor_arg t[] = {
+    mg_op_tensor t[] = {
         {"packed_in", packed_in, packed_bytes, 1, false},
         {"scales_in", scales_in, scale_bytes, 1, false},
         {"packed_out", packed_out, packed_bytes, 1, true},
         {"scales_out", scales_out, scale_bytes, 1, true},
     };
-    if ((st = check_tensors(b, fn, t, 4)))
+    if ((st = mg_op_check_tensors(b, fn, t, 4, -1, -1)))
         return st;
     /* The input's rows and columns, as the kernels see them. */
     bool from_kn = dir == MG_NVFP4_KN_TO_NK;
@@ -297,11 +235,11 @@ static mg_status swizzle(mg_backend *b, mg_stream *s, const char *fn, bool forwa
     if (st)
         return st;
     size_t plain = mg_nvfp4_scale_bytes(n, k), swizzled = mg_nvfp4_swizzled_scale_bytes(n, k);
-    tensor_arg t[] = {
+    mg_op_tensor t[] = {
         {forward ? "scales" : "swizzled", in, forward ? plain : swizzled, forward ? 1 : 16, false},
         {forward ? "swizzled" : "scales", out, forward ? swizzled : plain, forward ? 16 : 1, true},
     };
-    if ((st = check_tensors(b, fn, t, 2)))
+    if ((st = mg_op_check_tensors(b, fn, t, 2, -1, -1)))
         return st;
     mg_launch l;
     launch_init(&l, forward ? swizzled : plain);

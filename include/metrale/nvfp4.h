@@ -49,7 +49,8 @@
  *      nvfp4_scales_swizzle(in, out, u32 rows, u32 cols)      [rows, cols] -> swizzled
  *      nvfp4_scales_unswizzle(in, out, u32 rows, u32 cols)    swizzled -> [rows, cols]
  *  - Alignment: BF16/FP32 tensors 16-byte aligned (and in_pitch a multiple of 8 elements),
- *    packed weights 8-byte aligned, swizzled scales 16-byte aligned, other byte tensors any.
+ *    packed weights 8-byte aligned for quantize and dequantize (the transposes move bytes and
+ *    take any alignment), swizzled scales 16-byte aligned, other byte tensors any.
  */
 #ifndef METRALE_NVFP4_H
 #define METRALE_NVFP4_H

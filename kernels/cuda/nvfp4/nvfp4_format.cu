@@ -211,8 +211,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 extern "C" __global__ void __launch_bounds__(kThreads)
     nvfp4_scales_swizzle(const uint8_t *__restrict__ in, uint8_t *__restrict__ out,
                          uint32_t rows, uint32_t cols) {
-    const uint64_t col_tiles = (cols + 3) / 4;
-    const uint64_t total = (uint64_t)((rows + 127) / 128) * 128 * col_tiles * 4;
+    const uint64_t col_tiles = ((uint64_t)cols + 3) / 4;
+    const uint64_t total = ((uint64_t)rows + 127) / 128 * 128 * col_tiles * 4;
     for (uint64_t item = first_item(); item < total; item += item_stride()) {
         uint64_t tile = item / 512;
         uint32_t within = (uint32_t)(item % 512);
@@ -226,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 extern "C" __global__ void __launch_bounds__(kThreads)
     nvfp4_scales_unswizzle(const uint8_t *__restrict__ in, uint8_t *__restrict__ out,
                            uint32_t rows, uint32_t cols) {
-    const uint64_t col_tiles = (cols + 3) / 4, total = (uint64_t)rows * cols;
+    const uint64_t col_tiles = ((uint64_t)cols + 3) / 4, total = (uint64_t)rows * cols;
     for (uint64_t item = first_item(); item < total; item += item_stride()) {
         uint64_t row = item / cols, col = item % cols;
         uint64_t tile = (row / 128) * col_tiles + col / 4;

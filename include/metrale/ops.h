@@ -42,6 +42,8 @@ typedef enum mg_op {
     MG_OP_ATTENTION_RAGGED, /* metrale/ops_attention.h */
     MG_OP_FP8_QUANTIZE,     /* metrale/ops_quantize.h: BF16 -> FP8 activation quantizers */
     MG_OP_SILU_MUL,         /* metrale/ops_activation.h: SiLU(gate) * up */
+    MG_OP_NVFP4_FORMAT,     /* metrale/nvfp4.h: NVFP4 weight quantize, dequantize, layouts */
+    MG_OP_MOE_ROUTING,      /* metrale/ops_moe.h: MoE top-k, expert sort, weighted combine */
     MG_OP_COUNT
 } mg_op;
 

@@ -6,6 +6,8 @@ extern const mg_check_case mg_checks_gemm[];
 extern const mg_check_case mg_checks_quantize[];
 extern const mg_check_case mg_checks_attention[];
 extern const mg_check_case mg_checks_activation[];
+extern const mg_check_case mg_checks_nvfp4_format[];
+extern const mg_check_case mg_checks_moe_routing[];
 
 const mg_check_case *const mg_check_groups[] = {
     mg_checks_conformance,
@@ -13,5 +15,7 @@ const mg_check_case *const mg_check_groups[] = {
     mg_checks_quantize,
     mg_checks_attention,
     mg_checks_activation,
+    mg_checks_nvfp4_format,
+    mg_checks_moe_routing,
     NULL,
 };

@@ -114,6 +114,10 @@ static mg_nvfp4_weight weight_of(const weights *W) {
     return (mg_nvfp4_weight){W->values, W->pscales, W->d_global};
 }
 
+static bool is_cuda_backend(mg_backend *b) {
+    return mg_backend_get_kind(b) == MG_BACKEND_CUDA;
+}
+
 static double silu(double x) {
     return x / (1 + exp(-x));
 }
@@ -169,10 +173,10 @@ static uint16_t *random_act(uint32_t rows, uint32_t pitch) {
 }
 
 static void test_dense(mg_backend *b, const char *backend, uint32_t m, uint32_t n, uint32_t k,
-                       bool gate_up) {
+                       bool gate_up, bool workspace) {
     char what[96];
-    snprintf(what, sizeof what, "%s dense%s m=%u n=%u k=%u", backend, gate_up ? " gate_up" : "",
-             m, n, k);
+    snprintf(what, sizeof what, "%s dense%s%s m=%u n=%u k=%u", backend, gate_up ? " gate_up" : "",
+             workspace ? " workspace" : "", m, n, k);
     weights g, u;
     if (!make_weights(b, &g, 1, n, k))
         return;
@@ -180,7 +184,7 @@ static void test_dense(mg_backend *b, const char *backend, uint32_t m, uint32_t 
         free_weights(b, &g);
         return;
     }
-    uint32_t pitch = k + 8 * (uint32_t)test_rand_range(0, 2), ldc = n + (uint32_t)test_rand_range(0, 3);
+    uint32_t pitch = workspace ? k : k + 8 * (uint32_t)test_rand_range(0, 2), ldc = n + (uint32_t)test_rand_range(0, 3);
     uint16_t *act = random_act(m, pitch);
     uint16_t *out = malloc((size_t)m * ldc * 2);
     mg_devptr d_act = 0, d_out = 0;
@@ -192,6 +196,18 @@ static void test_dense(mg_backend *b, const char *backend, uint32_t m, uint32_t 
     if (gate_up) {
         wu = weight_of(&u);
         CHECK_OK(mg_nvfp4_gemm_gate_up(b, NULL, m, n, k, d_act, pitch, &wg, &wu, d_out, ldc));
+    } else if (workspace) {
+        size_t bytes = mg_nvfp4_gemm_workspace_bytes(m, n, k);
+        mg_devptr ws = 0;
+        CHECK(bytes == (size_t)n * k * 2);
+        CHECK_OK(mg_alloc(b, bytes, &ws));
+        CHECK_OK(mg_nvfp4_gemm_with_workspace(b, NULL, m, n, k, d_act, pitch, &wg, d_out, ldc, ws,
+                                              bytes));
+        mg_op_stats st;
+        CHECK_OK(mg_op_stats_get(b, MG_OP_NVFP4_GEMM, &st));
+        printf("%s: provider %s\n", what, st.provider);
+        CHECK(strcmp(st.provider, is_cuda_backend(b) ? "dequant_bf16_gemm" : "kernels") == 0);
+        mg_free(b, ws);
     } else {
         CHECK_OK(mg_nvfp4_gemm(b, NULL, m, n, k, d_act, pitch, &wg, d_out, ldc));
     }
@@ -350,14 +366,16 @@ static void test_bad_input(mg_backend *b, bool is_cpu) {
 static void run_backend(mg_backend *b, const char *name, bool is_cuda) {
     static const uint32_t ms[] = {1, 3, 17, 130};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
-        test_dense(b, name, ms[i], i % 2 ? 130 : 48, i % 2 ? 272 : 64, false);
-    test_dense(b, name, 1, 4, 16, false);
-    test_dense(b, name, 5, 37, 528, true);
-    test_dense(b, name, 24, 19, 96, true);
+        test_dense(b, name, ms[i], i % 2 ? 130 : 48, i % 2 ? 272 : 64, false, false);
+    test_dense(b, name, 1, 4, 16, false, false);
+    test_dense(b, name, 5, 37, 528, true, false);
+    test_dense(b, name, 24, 19, 96, true, false);
+    test_dense(b, name, 130, 24, 64, false, true);
     if (is_cuda) {
-        test_dense(b, name, 1, 4096, 4096, false);
-        test_dense(b, name, 16, 1024, 14336, false);
-        test_dense(b, name, 1000, 136, 1040, false);
+        test_dense(b, name, 1, 4096, 4096, false, false);
+        test_dense(b, name, 16, 1024, 14336, false, false);
+        test_dense(b, name, 1000, 136, 1040, false, false);
+        test_dense(b, name, 1000, 136, 1040, false, true);
     }
     test_moe(b, name, is_cuda, 6, 7, 2, 40, 96, false);
     test_moe(b, name, is_cuda, 5, 33, 3, 24, 272, true);

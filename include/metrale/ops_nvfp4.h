@@ -79,6 +79,22 @@ MG_API mg_status mg_nvfp4_gemm(mg_backend *b, mg_stream *s, uint32_t m, uint32_t
                                mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *w,
                                mg_devptr out, uint32_t ldc);
 
+/* The dense GEMM with a workspace the caller owns (e.g. in its arena). From
+ * MG_NVFP4_BF16_PATH_MIN_M rows on CUDA, with act_pitch == k and a workspace of at least
+ * mg_nvfp4_gemm_workspace_bytes, the weight is first expanded into it as BF16 (global scale
+ * folded in: one rounding per weight, the precision of a BF16 checkpoint) and multiplied by the
+ * BF16 GEMM of metrale/ops_gemm.h (provider "dequant_bf16_gemm"), which is faster there than
+ * decoding in every tile; otherwise it is mg_nvfp4_gemm. The BF16 GEMM plans its shape at the
+ * first call: before capturing such a call, make one outside the capture (or mg_gemm_prewarm
+ * the BF16 shape m x n x k). */
+#define MG_NVFP4_BF16_PATH_MIN_M 128u
+MG_API size_t mg_nvfp4_gemm_workspace_bytes(uint32_t m, uint32_t n, uint32_t k);
+MG_API mg_status mg_nvfp4_gemm_with_workspace(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                                              uint32_t k, mg_devptr act, uint32_t act_pitch,
+                                              const mg_nvfp4_weight *w, mg_devptr out,
+                                              uint32_t ldc, mg_devptr workspace,
+                                              size_t workspace_bytes);
+
 /* Dense fused gate_up: out[m, n] = silu(act . gateᵀ) * (act . upᵀ), the activation read once
  * for both weights (each N x K, with its own global scale). Same rules as mg_nvfp4_gemm. */
 MG_API mg_status mg_nvfp4_gemm_gate_up(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,

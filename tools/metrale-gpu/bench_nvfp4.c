@@ -14,13 +14,15 @@
 #include <string.h>
 
 #include "bench.h"
+#include "metrale/ops.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/ops_nvfp4.h"
 
 typedef struct nvfp4_case {
     uint32_t m, n, k;
     bool bf16;
-    mg_devptr act, out, global;
+    mg_devptr act, out, global, workspace;
+    size_t workspace_bytes;
     size_t value_bytes; /* the scales follow the values in each rotated buffer */
     mg_bench_rotation weights;
     int per_iteration;
@@ -40,8 +42,9 @@ static mg_status body_dense(mg_bench *b, void *arg, int iteration) {
                               MG_DTYPE_BF16, c->n);
         } else {
             mg_nvfp4_weight nw = weight_at(c, w);
-            st = mg_nvfp4_gemm(b->backend, b->stream, c->m, c->n, c->k, c->act, c->k, &nw, c->out,
-                               c->n);
+            st = mg_nvfp4_gemm_with_workspace(b->backend, b->stream, c->m, c->n, c->k, c->act,
+                                              c->k, &nw, c->out, c->n, c->workspace,
+                                              c->workspace_bytes);
         }
     }
     return st;
@@ -71,6 +74,7 @@ static void free_case(mg_bench *b, nvfp4_case *c) {
     mg_free(b->backend, c->act);
     mg_free(b->backend, c->out);
     mg_free(b->backend, c->global);
+    mg_free(b->backend, c->workspace);
 }
 
 static int run_dense(mg_bench *b, uint32_t m, uint32_t n, uint32_t k, bool bf16, double copy_gbps) {
@@ -91,6 +95,10 @@ static int run_dense(mg_bench *b, uint32_t m, uint32_t n, uint32_t k, bool bf16,
         (st = mg_bench_rotation_create(b, weight_bytes, graph ? 8 : 1, &c.weights)) ||
         (!bf16 && (st = fill_weights(b, &c.weights, c.value_bytes, scale_bytes))))
         goto fail;
+    /* From MG_NVFP4_BF16_PATH_MIN_M rows the op may expand the weight into a workspace. */
+    c.workspace_bytes = bf16 ? 0 : mg_nvfp4_gemm_workspace_bytes(m, n, k);
+    if (c.workspace_bytes && (st = mg_alloc(b->backend, c.workspace_bytes, &c.workspace)))
+        goto fail;
     c.per_iteration = graph ? c.weights.count : 1;
     if ((st = body_dense(b, &c, 0)) || (st = mg_stream_synchronize(b->stream)))
         goto fail;
@@ -106,8 +114,11 @@ static int run_dense(mg_bench *b, uint32_t m, uint32_t n, uint32_t k, bool bf16,
     row.items = gemms;
     snprintf(row.item_unit, sizeof row.item_unit, "gemm");
     double gbps = row.bytes / (row.stats.median_us * 1e3);
-    snprintf(row.note, sizeof row.note, "weights %.2f of copy bw%s", copy_gbps > 0 ? gbps / copy_gbps : 0,
-             graph ? "; rotated" : "");
+    mg_op_stats stats = {0};
+    mg_op_stats_get(b->backend, MG_OP_NVFP4_GEMM, &stats);
+    snprintf(row.note, sizeof row.note, "weights %.2f of copy bw%s%s%s",
+             copy_gbps > 0 ? gbps / copy_gbps : 0, graph ? "; rotated" : "", bf16 ? "" : "; ",
+             bf16 ? "" : stats.provider);
     mg_bench_add(b, &row);
     free_case(b, &c);
     return 0;

@@ -125,71 +125,90 @@ __device__ token_tile find_tile(const gemm_args &a, uint32_t index, uint32_t til
     return {-1, 0, 0};
 }
 
-// One warp's partial sums for one row block over super-chunks [s_begin, s_end).
+// Chunks (512 bytes of a row block's codes) each warp keeps in flight: two super-chunks, so
+// the loads of chunk c + kInFlight are issued as chunk c is computed.
+constexpr int kInFlight = 8;
+
+// The activations lane t needs for one chunk: 16 BF16 of each of its NT tokens at kbase.
+template <int NT>
+__device__ __forceinline__ void load_act(const __nv_bfloat16 *const (&act_row)[NT], uint32_t kbase,
+                                         uint32_t k, uint32_t (&x)[NT][8]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        if (act_row[nt] && kbase < k) {
+            const uint4 *p = reinterpret_cast<const uint4 *>(act_row[nt] + kbase);
+            uint4 v0 = __ldg(p), v1 = __ldg(p + 1);
+            x[nt][0] = v0.x, x[nt][1] = v0.y, x[nt][2] = v0.z, x[nt][3] = v0.w;
+            x[nt][4] = v1.x, x[nt][5] = v1.y, x[nt][6] = v1.z, x[nt][7] = v1.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                x[nt][i] = 0;
+        }
+    }
+}
+
+// One chunk: 4 MMA steps of 16 rows x 16 K x 8 * NT tokens.
+template <int NT>
+__device__ __forceinline__ void mma_chunk(uint4 w, uint32_t s_lo, uint32_t s_hi,
+                                          const uint32_t (&x)[NT][8], float (&acc)[NT][4]) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int kt = 0; kt < 4; kt++) {
+        const uint32_t word = words[kt];
+        const uint32_t a0 = mul_bf16x2(decode_pair(word, 0), s_lo);
+        const uint32_t a1 = mul_bf16x2(decode_pair(word, 1), s_hi);
+        const uint32_t a2 = mul_bf16x2(decode_pair(word, 2), s_lo);
+        const uint32_t a3 = mul_bf16x2(decode_pair(word, 3), s_hi);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+            mma_bf16(acc[nt], a0, a1, a2, a3, x[nt][kt * 2], x[nt][kt * 2 + 1]);
+    }
+}
+
+// One warp's partial sums for one row block over super-chunks [s_begin, s_end): a ring of
+// kInFlight chunks in registers (and their super-chunks' scales), activations one chunk ahead.
 template <int NT>
 __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t *scales,
                                            const __nv_bfloat16 *const (&act_row)[NT],
                                            uint32_t k, uint32_t s_begin, uint32_t s_end,
                                            float (&acc)[NT][4]) {
+    constexpr int kSupersInFlight = kInFlight / 4;
     const uint32_t lane = threadIdx.x % 32, t = lane % 4;
     const uint4 *wv = reinterpret_cast<const uint4 *>(values) + lane;
     const uint2 *ws = reinterpret_cast<const uint2 *>(scales) + lane;
-    if (s_begin >= s_end)
+    const uint32_t c_begin = s_begin * 4, c_end = s_end * 4;
+    if (c_begin >= c_end)
         return;
-    uint4 w[4];
-    uint2 sc = load_stream2(ws + s_begin * 32);
+    uint4 ring[kInFlight];
+    uint2 scale_ring[kSupersInFlight];
 #pragma unroll
-    for (int c = 0; c < 4; c++)
-        w[c] = load_stream(wv + (s_begin * 4 + c) * 32);
-    for (uint32_t s = s_begin; s < s_end; s++) {
-        // Prefetch the next super-chunk's weights while this one is computed.
-        uint4 wn[4];
-        uint2 scn = sc;
-        const bool more = s + 1 < s_end;
-        if (more) {
-            scn = load_stream2(ws + (s + 1) * 32);
+    for (int j = 0; j < kInFlight; j++)
+        if (c_begin + j < c_end)
+            ring[j] = load_stream(wv + (c_begin + j) * 32);
 #pragma unroll
-            for (int c = 0; c < 4; c++)
-                wn[c] = load_stream(wv + ((s + 1) * 4 + c) * 32);
-        }
+    for (int j = 0; j < kSupersInFlight; j++)
+        if (s_begin + j < s_end)
+            scale_ring[j] = load_stream2(ws + (s_begin + j) * 32);
+    uint32_t x[2][NT][8];
+    load_act<NT>(act_row, c_begin * MG_NVFP4_CHUNK_K + t * 16, k, x[0]);
+    for (uint32_t base = c_begin; base < c_end; base += kInFlight) {
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const uint32_t sword = c < 2 ? sc.x : sc.y;
-            const uint32_t s_lo = scale_pair(sword, (c & 1) * 2);
-            const uint32_t s_hi = scale_pair(sword, (c & 1) * 2 + 1);
-            const uint32_t kbase = s * MG_NVFP4_SUPER_K + c * MG_NVFP4_CHUNK_K + t * 16;
-            uint32_t x[NT][8];
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                if (act_row[nt] && kbase < k) {
-                    const uint4 *p = reinterpret_cast<const uint4 *>(act_row[nt] + kbase);
-                    uint4 v0 = __ldg(p), v1 = __ldg(p + 1);
-                    x[nt][0] = v0.x, x[nt][1] = v0.y, x[nt][2] = v0.z, x[nt][3] = v0.w;
-                    x[nt][4] = v1.x, x[nt][5] = v1.y, x[nt][6] = v1.z, x[nt][7] = v1.w;
-                } else {
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        x[nt][i] = 0;
-                }
-            }
-            const uint32_t words[4] = {w[c].x, w[c].y, w[c].z, w[c].w};
-#pragma unroll
-            for (int kt = 0; kt < 4; kt++) {
-                const uint32_t word = words[kt];
-                const uint32_t a0 = mul_bf16x2(decode_pair(word, 0), s_lo);
-                const uint32_t a1 = mul_bf16x2(decode_pair(word, 1), s_hi);
-                const uint32_t a2 = mul_bf16x2(decode_pair(word, 2), s_lo);
-                const uint32_t a3 = mul_bf16x2(decode_pair(word, 3), s_hi);
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-                    mma_bf16(acc[nt], a0, a1, a2, a3, x[nt][kt * 2], x[nt][kt * 2 + 1]);
-            }
-        }
-        if (more) {
-            sc = scn;
-#pragma unroll
-            for (int c = 0; c < 4; c++)
-                w[c] = wn[c];
+        for (int j = 0; j < kInFlight; j++) {
+            const uint32_t c = base + j;
+            if (c >= c_end)
+                break;
+            if (c + 1 < c_end) // the next chunk's activations (an L1 or L2 hit) while this one runs
+                load_act<NT>(act_row, (c + 1) * MG_NVFP4_CHUNK_K + t * 16, k, x[(j + 1) % 2]);
+            const uint32_t sword = (j % 4) < 2 ? scale_ring[j / 4].x : scale_ring[j / 4].y;
+            const uint32_t s_lo = scale_pair(sword, (j & 1) * 2);
+            const uint32_t s_hi = scale_pair(sword, (j & 1) * 2 + 1);
+            const uint4 w = ring[j];
+            if (c + kInFlight < c_end)
+                ring[j] = load_stream(wv + (c + kInFlight) * 32);
+            if (j % 4 == 3 && c + kInFlight < c_end)
+                scale_ring[j / 4] = load_stream2(ws + ((c + kInFlight) / 4) * 32);
+            mma_chunk<NT>(w, s_lo, s_hi, x[j % 2], acc);
         }
     }
 }
@@ -353,5 +372,46 @@ extern "C" __global__ void __launch_bounds__(256)
             }
         }
         reinterpret_cast<uint32_t *>(values)[(uint64_t)expert * words_per_expert + w] = word;
+    }
+}
+
+// Prepared weight -> BF16 [n, k] row-major, global scale folded in: out = bf16(e2m1 * scale *
+// global) (e2m1 * scale is exact in FP32; one rounding of the product with the global scale
+// in FP32, then one to BF16). The large-M path of the dense GEMM (a BF16 GEMM on the copy).
+// One thread per (row, 16-element block): it reads its lane's 16 bytes of the chunk and
+// writes 32 contiguous bytes.
+extern "C" __global__ void __launch_bounds__(256)
+    nvfp4_hopper_dequant_bf16(const uint8_t *values, const uint8_t *scales,
+                              const float *global_scale, __nv_bfloat16 *out, uint32_t n,
+                              uint32_t k) {
+    const uint32_t supers = mg_nvfp4_supers(k), kb = k / 16;
+    const uint64_t total = (uint64_t)n * kb;
+    const float global = *global_scale * MG_NVFP4_ACC_FACTOR;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        const uint32_t row = (uint32_t)(i / kb), q = (uint32_t)(i % kb);
+        const uint32_t rb = row / 16, g = row % 8, h = row % 16 / 8;
+        const uint32_t s = q / 16, c = q % 16 / 4, t = q % 4;
+        const uint4 w = *reinterpret_cast<const uint4 *>(
+            values + ((uint64_t)rb * supers * 4 + s * 4 + c) * MG_NVFP4_CHUNK_BYTES +
+            (g * 4 + t) * 16);
+        const uint32_t sword = scales[mg_nvfp4_scale_offset(supers, row, q)];
+        const uint32_t scale = scale_pair(sword, 0);
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+        uint32_t pairs[8]; // element kt * 4 + e, two per register
+#pragma unroll
+        for (int kt = 0; kt < 4; kt++) {
+            const uint32_t lo = mul_bf16x2(decode_pair(words[kt], h), scale);     // e 0, 1
+            const uint32_t hi = mul_bf16x2(decode_pair(words[kt], h + 2), scale); // e 2, 3
+            const float v[4] = {__uint_as_float(lo << 16), __uint_as_float(lo & 0xffff0000u),
+                                __uint_as_float(hi << 16), __uint_as_float(hi & 0xffff0000u)};
+            __nv_bfloat162 a = __floats2bfloat162_rn(v[0] * global, v[1] * global);
+            __nv_bfloat162 b = __floats2bfloat162_rn(v[2] * global, v[3] * global);
+            pairs[kt * 2] = *reinterpret_cast<uint32_t *>(&a);
+            pairs[kt * 2 + 1] = *reinterpret_cast<uint32_t *>(&b);
+        }
+        uint4 *dst = reinterpret_cast<uint4 *>(out + (uint64_t)row * k + q * 16);
+        dst[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+        dst[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
     }
 }

@@ -2,11 +2,14 @@
  * our kernels of module "metrale" launched by name, the same on every backend (CUDA:
  * kernels/cuda/nvfp4/nvfp4_gemm.cu; CPU: nvfp4_gemm_reference.c). */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "backend_impl.h"
 #include "checked_math.h"
 #include "error.h"
 #include "metrale/launch.h"
+#include "metrale/ops.h"
+#include "metrale/ops_gemm.h"
 #include "metrale/ops_nvfp4.h"
 #include "nvfp4_gemm_reference.h"
 #include "nvfp4_hopper_layout.h"
@@ -14,7 +17,9 @@
 #include "op_registry.h"
 
 /* Warps the GEMM grid aims at per multiprocessor: enough 16-byte loads in flight to cover the
- * memory latency at decode sizes, where there are few row blocks. */
+ * memory latency at decode sizes, where there are few row blocks. METRALE_NVFP4_WARPS_PER_SM
+ * overrides it, and METRALE_NVFP4_TILE=8 keeps 8-token tiles at any M (tuning knobs for
+ * benchmarks). */
 #define TARGET_WARPS_PER_SM 16u
 /* The most row blocks a grid's second dimension holds. */
 #define MAX_ROW_BLOCKS 65535u
@@ -120,10 +125,25 @@ static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) 
 
 static const mg_op_provider kernels_provider = {
     .name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available};
-static const mg_op_provider *const nvfp4_providers[] = {&kernels_provider, NULL};
 
-const mg_op_def mg_nvfp4_gemm_op = {MG_OP_NVFP4_GEMM, "nvfp4_gemm", nvfp4_providers};
-const mg_op_def mg_nvfp4_moe_gemm_op = {MG_OP_NVFP4_MOE_GEMM, "nvfp4_moe_gemm", nvfp4_providers};
+/* The large-M dense provider: the weight expanded to BF16 in the caller's workspace, then the
+ * BF16 GEMM (cuBLASLt). Measured on the H200 (bench/results/): decoding in every tile costs
+ * more than one expansion from about 128 rows. */
+static bool dequant_available(mg_backend *b, char *reason, size_t reason_bytes) {
+    if (!mg_op_supported(b, MG_OP_GEMM_BF16)) {
+        snprintf(reason, reason_bytes, "no BF16 GEMM on this backend");
+        return false;
+    }
+    return kernels_available(b, reason, reason_bytes);
+}
+
+static const mg_op_provider dequant_provider; /* defined below, with its supports hook */
+static const mg_op_provider *const dense_providers[] = {&dequant_provider, &kernels_provider,
+                                                        NULL};
+static const mg_op_provider *const moe_providers[] = {&kernels_provider, NULL};
+
+const mg_op_def mg_nvfp4_gemm_op = {MG_OP_NVFP4_GEMM, "nvfp4_gemm", dense_providers};
+const mg_op_def mg_nvfp4_moe_gemm_op = {MG_OP_NVFP4_MOE_GEMM, "nvfp4_moe_gemm", moe_providers};
 
 /* ------------------------------------------------------------------ the re-layout */
 
@@ -179,7 +199,51 @@ typedef struct gemm_problem {
     mg_devptr act, token_ids, offsets, out;
     mg_nvfp4_weight w;
     const mg_nvfp4_weight *up;
+    mg_devptr workspace;
+    size_t workspace_bytes;
 } gemm_problem;
+
+size_t mg_nvfp4_gemm_workspace_bytes(uint32_t m, uint32_t n, uint32_t k) {
+    if (m < MG_NVFP4_BF16_PATH_MIN_M || !shape_ok(n, k))
+        return 0;
+    return (size_t)n * k * 2;
+}
+
+static bool dequant_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
+    (void)b;
+    const gemm_problem *p = call;
+    if (!p || p->op != MG_OP_NVFP4_GEMM || p->up || p->rows < MG_NVFP4_BF16_PATH_MIN_M ||
+        p->act_pitch != p->k || !p->workspace ||
+        p->workspace_bytes < mg_nvfp4_gemm_workspace_bytes(p->rows, p->n, p->k)) {
+        snprintf(reason, reason_bytes,
+                 "needs m >= %u, act_pitch == k, no up weight and a workspace of n * k * 2 bytes",
+                 MG_NVFP4_BF16_PATH_MIN_M);
+        return false;
+    }
+    return true;
+}
+
+static const mg_op_provider dequant_provider = {.name = "dequant_bf16_gemm",
+                                                .backend = MG_BACKEND_CUDA,
+                                                .available = dequant_available,
+                                                .supports = dequant_supports};
+
+static mg_status run_dequant_gemm(mg_backend *b, mg_stream *s, const gemm_problem *p) {
+    mg_launch l;
+    uint64_t threads = (uint64_t)p->n * (p->k / 16), blocks = (threads + 255) / 256;
+    mg_launch_init(&l, (mg_dim3){(uint32_t)(blocks < 65535 ? blocks : 65535), 1, 1},
+                   (mg_dim3){256, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, p->w.values);
+    mg_launch_arg_ptr(&l, p->w.scales);
+    mg_launch_arg_ptr(&l, p->w.global_scale);
+    mg_launch_arg_ptr(&l, p->workspace);
+    mg_launch_arg_u32(&l, p->n);
+    mg_launch_arg_u32(&l, p->k);
+    mg_status st = launch_kernel(b, s, MG_NVFP4_KERNEL_DEQUANT_BF16, &l);
+    return st ? st
+              : mg_gemm_bf16(b, s, p->rows, p->n, p->k, p->act, p->workspace, p->out,
+                             MG_DTYPE_BF16, p->ldc);
+}
 
 static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
     mg_status st = check_shape(p->fn, p->n, p->k);
@@ -197,7 +261,7 @@ static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
                         p->n);
     size_t vb = mg_nvfp4_prepared_value_bytes(p->n, p->k);
     size_t sb = mg_nvfp4_prepared_scale_bytes(p->n, p->k);
-    span s[11];
+    span s[12];
     int count = 0;
     s[count++] = (span){"out", p->out, 0, 2};
     if (!mg_matrix_span_bytes(p->rows, p->n, p->ldc, 2, &s[0].bytes))
@@ -215,12 +279,21 @@ static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
         s[count++] = (span){names[i][1], weights[i]->scales, sb * p->experts, 16};
         s[count++] = (span){names[i][2], weights[i]->global_scale, (size_t)p->experts * 4, 4};
     }
+    if (p->workspace)
+        s[count++] = (span){"workspace", p->workspace, p->workspace_bytes, 16};
     if (p->op == MG_OP_NVFP4_MOE_GEMM) {
         s[count++] = (span){"expert_offsets", p->offsets, ((size_t)p->experts + 1) * 4, 4};
         if (p->token_ids)
             s[count++] = (span){"sorted_token_ids", p->token_ids, (size_t)p->rows * 4, 4};
     }
-    return check_spans(b, p->fn, s, count, 1);
+    /* out and the workspace are written: neither may overlap anything. */
+    if ((st = check_spans(b, p->fn, s, count, 1)))
+        return st;
+    for (int i = 0; p->workspace && i < count; i++)
+        if (s[i].start != p->workspace && overlap(&s[i], &(span){"", p->workspace, p->workspace_bytes, 1}))
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: workspace and %s overlap", p->fn,
+                            s[i].name);
+    return MG_OK;
 }
 
 /* The variant for a problem: tokens per tile (8 when tiles are mostly small), and the warps
@@ -228,9 +301,12 @@ static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
  * least two super-chunks of K. */
 static void choose_variant(mg_backend *b, const gemm_problem *p, uint32_t *tile,
                            uint32_t *k_warps, uint64_t *tiles) {
+    const char *w = getenv("METRALE_NVFP4_WARPS_PER_SM"), *t = getenv("METRALE_NVFP4_TILE");
+    uint32_t max_tile = t && atoi(t) == 8 ? 8 : 16;
+    uint32_t target_warps = w && atoi(w) > 0 ? (uint32_t)atoi(w) : TARGET_WARPS_PER_SM;
     uint32_t per_group = p->op == MG_OP_NVFP4_MOE_GEMM ? (p->rows + p->experts - 1) / p->experts
                                                       : p->rows;
-    *tile = per_group <= 8 ? 8 : 16;
+    *tile = per_group <= 8 || max_tile == 8 ? 8 : 16;
     if (p->op == MG_OP_NVFP4_MOE_GEMM) /* a bound on the non-empty tiles of any routing */
         *tiles = p->rows / *tile + (p->experts < p->rows ? p->experts : p->rows);
     else
@@ -245,7 +321,7 @@ static void choose_variant(mg_backend *b, const gemm_problem *p, uint32_t *tile,
     uint64_t rbs = mg_nvfp4_row_blocks(p->n) * (p->up ? 2u : 1u);
     uint32_t supers = mg_nvfp4_supers(p->k), max_warps = p->up ? 4 : 8;
     *k_warps = 1;
-    while (*k_warps < max_warps && *tiles * rbs * *k_warps * 2 <= (uint64_t)sms * TARGET_WARPS_PER_SM &&
+    while (*k_warps < max_warps && *tiles * rbs * *k_warps * 2 <= (uint64_t)sms * target_warps &&
            supers >= *k_warps * 4)
         *k_warps *= 2;
 }
@@ -257,6 +333,12 @@ static mg_status run_problem(mg_backend *b, mg_stream *s, const gemm_problem *p)
     const mg_op_provider *provider;
     if ((st = mg_op_choose(b, p->op, p, p->fn, &provider)))
         return st;
+    if (provider == &dequant_provider) {
+        if ((st = run_dequant_gemm(b, s, p)))
+            return st;
+        mg_op_count_call(b, p->op, provider, true);
+        return MG_OK;
+    }
     uint32_t tile, k_warps;
     uint64_t tiles;
     choose_variant(b, p, &tile, &k_warps, &tiles);
@@ -295,7 +377,8 @@ static mg_status run_problem(mg_backend *b, mg_stream *s, const gemm_problem *p)
 
 static mg_status dense(mg_backend *b, mg_stream *s, const char *fn, uint32_t m, uint32_t n,
                        uint32_t k, mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *w,
-                       const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc) {
+                       const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc,
+                       mg_devptr workspace, size_t workspace_bytes) {
     mg_status st = check_backend(b, fn);
     if (st)
         return st;
@@ -303,14 +386,27 @@ static mg_status dense(mg_backend *b, mg_stream *s, const char *fn, uint32_t m, 
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL weight", fn);
     gemm_problem p = {.fn = fn, .op = MG_OP_NVFP4_GEMM, .experts = 1, .rows = m, .act_rows = m,
                       .n = n, .k = k, .act_pitch = act_pitch, .ldc = ldc, .act = act, .out = out,
-                      .w = *w, .up = up};
+                      .w = *w, .up = up, .workspace = workspace,
+                      .workspace_bytes = workspace_bytes};
     return run_problem(b, s, &p);
 }
 
 mg_status mg_nvfp4_gemm(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
                         mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *w, mg_devptr out,
                         uint32_t ldc) {
-    return dense(b, s, "mg_nvfp4_gemm", m, n, k, act, act_pitch, w, NULL, out, ldc);
+    return dense(b, s, "mg_nvfp4_gemm", m, n, k, act, act_pitch, w, NULL, out, ldc, 0, 0);
+}
+
+mg_status mg_nvfp4_gemm_with_workspace(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                                       uint32_t k, mg_devptr act, uint32_t act_pitch,
+                                       const mg_nvfp4_weight *w, mg_devptr out, uint32_t ldc,
+                                       mg_devptr workspace, size_t workspace_bytes) {
+    if (!workspace && workspace_bytes)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "mg_nvfp4_gemm_with_workspace: workspace is null but workspace_bytes = %zu",
+                        workspace_bytes);
+    return dense(b, s, "mg_nvfp4_gemm_with_workspace", m, n, k, act, act_pitch, w, NULL, out, ldc,
+                 workspace, workspace_bytes);
 }
 
 mg_status mg_nvfp4_gemm_gate_up(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
@@ -318,7 +414,7 @@ mg_status mg_nvfp4_gemm_gate_up(mg_backend *b, mg_stream *s, uint32_t m, uint32_
                                 const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc) {
     if (!up)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_nvfp4_gemm_gate_up: NULL up weight");
-    return dense(b, s, "mg_nvfp4_gemm_gate_up", m, n, k, act, act_pitch, gate, up, out, ldc);
+    return dense(b, s, "mg_nvfp4_gemm_gate_up", m, n, k, act, act_pitch, gate, up, out, ldc, 0, 0);
 }
 
 mg_status mg_nvfp4_moe_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_moe_desc *d,

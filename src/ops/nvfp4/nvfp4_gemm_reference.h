@@ -12,6 +12,8 @@
  * Grid (token tiles, row blocks of 16), block 32 * KW warps (twice that for gate_up).
  *
  * "nvfp4_hopper_prepare": 0 codes, 1 e4m3 scales, 2 values, 3 scales, 4 n, 5 k, 6 experts.
+ * "nvfp4_hopper_dequant_bf16" (the CUDA large-M provider only): 0 values, 1 scales,
+ * 2 global_scale, 3 out BF16 [n, k], 4 n, 5 k.
  *
  * The CPU kernels compute the reference: every weight decoded exactly from the prepared
  * layout, FP64 sums, one rounding to BF16; they validate the routing and fail naming the bad
@@ -21,6 +23,7 @@
 #define METRALE_NVFP4_GEMM_REFERENCE_H
 
 #define MG_NVFP4_KERNEL_PREPARE "nvfp4_hopper_prepare"
+#define MG_NVFP4_KERNEL_DEQUANT_BF16 "nvfp4_hopper_dequant_bf16" /* CUDA only */
 #define MG_NVFP4_GEMM_ARGS 19u
 
 /* The kernel name of a variant into buf (at least 40 bytes). */

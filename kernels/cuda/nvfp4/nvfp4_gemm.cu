@@ -44,8 +44,8 @@ __device__ __forceinline__ uint2 load_stream2(const uint2 *p) {
 
 // Pair j of a word (nvfp4_hopper_layout.h): two codes -> two BF16 of e2m1 * 2^-126.
 __device__ __forceinline__ uint32_t decode_pair(uint32_t word, int j) {
-    uint32_t t = word >> (4 * j);
-    return ((t & 0x00070007u) << 6) | ((t & 0x00080008u) << 12);
+    const uint32_t q = word << (4 * j);
+    return (q & 0x80008000u) | ((q >> 6) & 0x01c001c0u);
 }
 
 // Byte `b` of `word` (a ue5m3 scale) as a BF16 pair (scale * 2^118, twice).
@@ -125,26 +125,22 @@ __device__ token_tile find_tile(const gemm_args &a, uint32_t index, uint32_t til
     return {-1, 0, 0};
 }
 
-// Chunks (512 bytes of a row block's codes) each warp keeps in flight: two super-chunks, so
-// the loads of chunk c + kInFlight are issued as chunk c is computed.
-constexpr int kInFlight = 8;
-
 // The activations lane t needs for one chunk: 16 BF16 of each of its NT tokens at kbase.
-template <int NT>
+// CHECKED zero-fills the runs at or past k (the last, partial super-chunk of a row block);
+// elsewhere every run is inside the row.
+template <int NT, bool CHECKED>
 __device__ __forceinline__ void load_act(const __nv_bfloat16 *const (&act_row)[NT], uint32_t kbase,
                                          uint32_t k, uint32_t (&x)[NT][8]) {
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        if (act_row[nt] && kbase < k) {
+        uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
+        if (!CHECKED || kbase < k) {
             const uint4 *p = reinterpret_cast<const uint4 *>(act_row[nt] + kbase);
-            uint4 v0 = __ldg(p), v1 = __ldg(p + 1);
-            x[nt][0] = v0.x, x[nt][1] = v0.y, x[nt][2] = v0.z, x[nt][3] = v0.w;
-            x[nt][4] = v1.x, x[nt][5] = v1.y, x[nt][6] = v1.z, x[nt][7] = v1.w;
-        } else {
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                x[nt][i] = 0;
+            v0 = __ldg(p);
+            v1 = __ldg(p + 1);
         }
+        x[nt][0] = v0.x, x[nt][1] = v0.y, x[nt][2] = v0.z, x[nt][3] = v0.w;
+        x[nt][4] = v1.x, x[nt][5] = v1.y, x[nt][6] = v1.z, x[nt][7] = v1.w;
     }
 }
 
@@ -166,49 +162,60 @@ __device__ __forceinline__ void mma_chunk(uint4 w, uint32_t s_lo, uint32_t s_hi,
     }
 }
 
-// One warp's partial sums for one row block over super-chunks [s_begin, s_end): a ring of
-// kInFlight chunks in registers (and their super-chunks' scales), activations one chunk ahead.
+// One super-chunk (4 chunks) whose codes and scales are in registers.
+template <int NT, bool CHECKED>
+__device__ __forceinline__ void mma_super(const uint4 (&w)[4], uint2 sc,
+                                          const __nv_bfloat16 *const (&act_row)[NT], uint32_t s,
+                                          uint32_t k, float (&acc)[NT][4]) {
+    const uint32_t t = threadIdx.x % 4;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        uint32_t x[NT][8];
+        load_act<NT, CHECKED>(act_row, s * MG_NVFP4_SUPER_K + c * MG_NVFP4_CHUNK_K + t * 16, k, x);
+        const uint32_t sword = c < 2 ? sc.x : sc.y;
+        mma_chunk<NT>(w[c], scale_pair(sword, (c & 1) * 2), scale_pair(sword, (c & 1) * 2 + 1), x,
+                      acc);
+    }
+}
+
+// One warp's partial sums for one row block over super-chunks [s_begin, s_end): each
+// super-chunk's codes and scales are loaded while the one before is computed.
 template <int NT>
 __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t *scales,
                                            const __nv_bfloat16 *const (&act_row)[NT],
                                            uint32_t k, uint32_t s_begin, uint32_t s_end,
                                            float (&acc)[NT][4]) {
-    constexpr int kSupersInFlight = kInFlight / 4;
-    const uint32_t lane = threadIdx.x % 32, t = lane % 4;
+    const uint32_t lane = threadIdx.x % 32;
     const uint4 *wv = reinterpret_cast<const uint4 *>(values) + lane;
     const uint2 *ws = reinterpret_cast<const uint2 *>(scales) + lane;
-    const uint32_t c_begin = s_begin * 4, c_end = s_end * 4;
-    if (c_begin >= c_end)
+    if (s_begin >= s_end)
         return;
-    uint4 ring[kInFlight];
-    uint2 scale_ring[kSupersInFlight];
+    // Super-chunks at or past full_supers hold K padding: their activation loads are checked.
+    const uint32_t full_supers = k / MG_NVFP4_SUPER_K;
+    uint4 w[4];
+    uint2 sc = load_stream2(ws + s_begin * 32);
 #pragma unroll
-    for (int j = 0; j < kInFlight; j++)
-        if (c_begin + j < c_end)
-            ring[j] = load_stream(wv + (c_begin + j) * 32);
+    for (int c = 0; c < 4; c++)
+        w[c] = load_stream(wv + (s_begin * 4 + c) * 32);
+    for (uint32_t s = s_begin; s < s_end; s++) {
+        uint4 wn[4];
+        uint2 scn = sc;
+        const bool more = s + 1 < s_end;
+        if (more) {
+            scn = load_stream2(ws + (s + 1) * 32);
 #pragma unroll
-    for (int j = 0; j < kSupersInFlight; j++)
-        if (s_begin + j < s_end)
-            scale_ring[j] = load_stream2(ws + (s_begin + j) * 32);
-    uint32_t x[2][NT][8];
-    load_act<NT>(act_row, c_begin * MG_NVFP4_CHUNK_K + t * 16, k, x[0]);
-    for (uint32_t base = c_begin; base < c_end; base += kInFlight) {
+            for (int c = 0; c < 4; c++)
+                wn[c] = load_stream(wv + ((s + 1) * 4 + c) * 32);
+        }
+        if (s < full_supers)
+            mma_super<NT, false>(w, sc, act_row, s, k, acc);
+        else
+            mma_super<NT, true>(w, sc, act_row, s, k, acc);
+        if (more) {
+            sc = scn;
 #pragma unroll
-        for (int j = 0; j < kInFlight; j++) {
-            const uint32_t c = base + j;
-            if (c >= c_end)
-                break;
-            if (c + 1 < c_end) // the next chunk's activations (an L1 or L2 hit) while this one runs
-                load_act<NT>(act_row, (c + 1) * MG_NVFP4_CHUNK_K + t * 16, k, x[(j + 1) % 2]);
-            const uint32_t sword = (j % 4) < 2 ? scale_ring[j / 4].x : scale_ring[j / 4].y;
-            const uint32_t s_lo = scale_pair(sword, (j & 1) * 2);
-            const uint32_t s_hi = scale_pair(sword, (j & 1) * 2 + 1);
-            const uint4 w = ring[j];
-            if (c + kInFlight < c_end)
-                ring[j] = load_stream(wv + (c + kInFlight) * 32);
-            if (j % 4 == 3 && c + kInFlight < c_end)
-                scale_ring[j / 4] = load_stream2(ws + ((c + kInFlight) / 4) * 32);
-            mma_chunk<NT>(w, s_lo, s_hi, x[j % 2], acc);
+            for (int c = 0; c < 4; c++)
+                w[c] = wn[c];
         }
     }
 }
@@ -232,16 +239,20 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
     const uint32_t kw = warp % KW, which = warp / KW; // which: 0 gate (or plain), 1 up
     const uint32_t rb = blockIdx.y, supers = mg_nvfp4_supers(a.k);
 
+    // Each lane's tokens, so that no activation load needs a predicate: a slot past the
+    // tile's rows reads the tile's first row instead, and a token id outside the activation
+    // reads row 0; an MMA column reaches only its own outputs, and those are not stored (past
+    // the rows) or stored as 0 (bad ids), as if the row were zeros.
     const __nv_bfloat16 *act_row[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        const uint32_t r = tile.row0 + nt * 8 + g;
-        act_row[nt] = nullptr;
-        if (r < tile.row_end) {
-            const int32_t src = a.token_ids ? a.token_ids[r] : (int32_t)r;
-            if (src >= 0 && (uint32_t)src < a.act_rows)
-                act_row[nt] = a.act + (uint64_t)src * a.act_pitch;
-        }
+        uint32_t r = tile.row0 + nt * 8 + g;
+        if (r >= tile.row_end)
+            r = tile.row0;
+        int32_t src = a.token_ids ? a.token_ids[r] : (int32_t)r;
+        if (src < 0 || (uint32_t)src >= a.act_rows)
+            src = 0;
+        act_row[nt] = a.act + (uint64_t)src * a.act_pitch;
     }
 
     const uint8_t *values = which ? a.up_values : a.values;
@@ -289,8 +300,11 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
                     up += partial[RB - 1][w][nt][i][lane];
                 value = silu(value) * (up * up_scale);
             }
-            if (n < a.n && r < tile.row_end)
+            if (n < a.n && r < tile.row_end) {
+                if (a.token_ids && (uint32_t)a.token_ids[r] >= a.act_rows)
+                    value = 0.0f; // a bad id reads zeros (negative ids wrap to large)
                 a.out[(uint64_t)r * a.ldc + n] = __float2bfloat16_rn(value);
+            }
         }
 }
 
@@ -361,8 +375,7 @@ extern "C" __global__ void __launch_bounds__(256)
                     codes = (uint32_t)src[0] | ((uint32_t)src[1] << 8);
             }
             for (uint32_t e = 0; e < 4; e++) {
-                const uint32_t pair = h + 2 * (e / 2), slot = pair + 4 * (e % 2);
-                word |= ((codes >> (4 * e)) & 15u) << (4 * slot);
+                word |= ((codes >> (4 * e)) & 15u) << (4 * mg_nvfp4_slot(h + 2 * (e / 2), e % 2));
             }
             if (kt == h) {
                 const uint64_t at = (uint64_t)expert * row_blocks * supers *
@@ -378,18 +391,16 @@ extern "C" __global__ void __launch_bounds__(256)
 // Prepared weight -> BF16 [n, k] row-major, global scale folded in: out = bf16(e2m1 * scale *
 // global) (e2m1 * scale is exact in FP32; one rounding of the product with the global scale
 // in FP32, then one to BF16). The large-M path of the dense GEMM (a BF16 GEMM on the copy).
-// One thread per (row, 16-element block): it reads its lane's 16 bytes of the chunk and
-// writes 32 contiguous bytes.
+// A block per row (grid-stride over rows), a thread per 16-element block of the row: it reads
+// its lane's 16 bytes of the chunk and writes 32 contiguous bytes.
 extern "C" __global__ void __launch_bounds__(256)
     nvfp4_hopper_dequant_bf16(const uint8_t *values, const uint8_t *scales,
                               const float *global_scale, __nv_bfloat16 *out, uint32_t n,
                               uint32_t k) {
     const uint32_t supers = mg_nvfp4_supers(k), kb = k / 16;
-    const uint64_t total = (uint64_t)n * kb;
     const float global = *global_scale * MG_NVFP4_ACC_FACTOR;
-    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (uint64_t)gridDim.x * blockDim.x) {
-        const uint32_t row = (uint32_t)(i / kb), q = (uint32_t)(i % kb);
+    for (uint32_t row = blockIdx.x; row < n; row += gridDim.x)
+    for (uint32_t q = threadIdx.x; q < kb; q += blockDim.x) {
         const uint32_t rb = row / 16, g = row % 8, h = row % 16 / 8;
         const uint32_t s = q / 16, c = q % 16 / 4, t = q % 4;
         const uint4 w = *reinterpret_cast<const uint4 *>(

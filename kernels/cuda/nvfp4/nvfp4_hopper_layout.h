@@ -20,8 +20,10 @@
  * the chunk lie in one 16-element scale block.
  * Word kt holds 8 codes as 4 BF16 pairs j (the mma's A registers): pair 0 = row g, e 0..1;
  * pair 1 = row g + 8, e 0..1; pair 2 = row g, e 2..3; pair 3 = row g + 8, e 2..3. The low
- * element (even e) of pair j is the nibble at bits 4j, the high one at bits 16 + 4j. A nibble
- * is the canonical code: sign in bit 3, E2M1 magnitude in bits 0..2.
+ * element (even e) of pair j is the nibble at bits 12 - 4j, the high one at bits 28 - 4j, so
+ * after a left shift by 4j both sit at the top of their 16-bit halves, sign bit first, and one
+ * mask and one shift make the BF16 pair. A nibble is the canonical code: sign in bit 3, E2M1
+ * magnitude in bits 0..2.
  *
  * Scales. One byte per (row, 16-element block), re-encoded as "ue5m3": an unsigned 8-bit
  * float with 5 exponent bits (bias 15) and 3 mantissa bits, no subnormals, so every E4M3 scale
@@ -32,6 +34,7 @@
  *
  * Decoding (the kernels' arithmetic, exact in BF16):
  *   code c -> BF16 bits (c & 8) << 12 | (c & 7) << 6     = e2m1(c) * 2^-126
+ *   (for a pair: q = word << 4j; (q & 0x80008000) | ((q >> 6) & 0x01c001c0))
  *   ue5m3 byte u -> BF16 bits (u << 4) + (230 << 7)       = scale(u) * 2^118
  *   their product (at most 6 significant bits)             = e2m1 * scale * 2^-8
  * and the FP32 accumulator is multiplied by global_scale * 2^8 at the end.
@@ -64,6 +67,11 @@ MG_NVFP4_INLINE uint32_t mg_nvfp4_supers(uint32_t k) {
     return (k + MG_NVFP4_SUPER_K - 1) / MG_NVFP4_SUPER_K;
 }
 
+/* The nibble slot (bits 4 * slot of the word) of the low (odd = 0) or high element of pair j. */
+MG_NVFP4_INLINE uint32_t mg_nvfp4_slot(uint32_t pair, uint32_t odd) {
+    return (odd ? 7u : 3u) - pair;
+}
+
 /* Byte offset of the code of (row, k) in the values, and its bit shift in that byte. */
 MG_NVFP4_INLINE uint64_t mg_nvfp4_value_offset(uint32_t supers, uint32_t row, uint32_t k,
                                                uint32_t *shift) {
@@ -71,7 +79,7 @@ MG_NVFP4_INLINE uint64_t mg_nvfp4_value_offset(uint32_t supers, uint32_t row, ui
     uint32_t s = k / 256, c = (k % 256) / 64, kk = k % 64;
     uint32_t t = kk / 16, kt = (kk % 16) / 4, e = kk % 4;
     uint32_t lane = g * 4 + t;
-    uint32_t pair = h + 2 * (e / 2), slot = pair + 4 * (e % 2); /* nibble slot in the word */
+    uint32_t slot = mg_nvfp4_slot(h + 2 * (e / 2), e % 2); /* nibble slot in the word */
     *shift = (slot % 2) * 4;
     return (((uint64_t)rb * supers + s) * 4 + c) * MG_NVFP4_CHUNK_BYTES + lane * 16u + kt * 4u +
            slot / 2;

@@ -230,9 +230,8 @@ static const mg_op_provider dequant_provider = {.name = "dequant_bf16_gemm",
 
 static mg_status run_dequant_gemm(mg_backend *b, mg_stream *s, const gemm_problem *p) {
     mg_launch l;
-    uint64_t threads = (uint64_t)p->n * (p->k / 16), blocks = (threads + 255) / 256;
-    mg_launch_init(&l, (mg_dim3){(uint32_t)(blocks < 65535 ? blocks : 65535), 1, 1},
-                   (mg_dim3){256, 1, 1}, 0);
+    /* A block per row, a thread per 16-element block. */
+    mg_launch_init(&l, (mg_dim3){p->n < 65535 ? p->n : 65535, 1, 1}, (mg_dim3){256, 1, 1}, 0);
     mg_launch_arg_ptr(&l, p->w.values);
     mg_launch_arg_ptr(&l, p->w.scales);
     mg_launch_arg_ptr(&l, p->w.global_scale);

@@ -3,7 +3,8 @@
 
 extern const mg_op_def mg_gemm_bf16_op, mg_gemm_fp8_op, mg_attention_ragged_op,
     mg_fp8_quantize_op, mg_silu_mul_op;
-extern const mg_op_def mg_nvfp4_format_op, mg_moe_routing_op;
+extern const mg_op_def mg_nvfp4_format_op, mg_moe_routing_op, mg_nvfp4_gemm_op,
+    mg_nvfp4_moe_gemm_op;
 
 const mg_op_def *const mg_op_defs[MG_OP_COUNT] = {
     [MG_OP_GEMM_BF16] = &mg_gemm_bf16_op,
@@ -13,4 +14,6 @@ const mg_op_def *const mg_op_defs[MG_OP_COUNT] = {
     [MG_OP_SILU_MUL] = &mg_silu_mul_op,
     [MG_OP_NVFP4_FORMAT] = &mg_nvfp4_format_op,
     [MG_OP_MOE_ROUTING] = &mg_moe_routing_op,
+    [MG_OP_NVFP4_GEMM] = &mg_nvfp4_gemm_op,
+    [MG_OP_NVFP4_MOE_GEMM] = &mg_nvfp4_moe_gemm_op,
 };

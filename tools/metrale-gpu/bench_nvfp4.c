@@ -8,6 +8,10 @@
  *  - "moe8": 8 experts of N=14336, K=4096 with 1, 8, 64 and 512 rows each (identity gather).
  *  - "moe128": 128 experts of a 30B-A3B layer (hidden 2048, intermediate 768): the fused
  *    gate_up (silu) GEMM, then down, with 1, 8, 64 and 512 rows per expert.
+ *  - "moe_step": a whole decode step's routed MLP of that layer at batch 1, 8 and 64: top-8
+ *    over random router logits, the expert sort, gate_up (silu), down and the weighted combine
+ *    into the residual, one graph. GB/s counts the prepared bytes of the experts the routing
+ *    touched (read back once after the first call).
  * Options: --m LIST (dense token counts). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +20,7 @@
 #include "bench.h"
 #include "metrale/ops.h"
 #include "metrale/ops_gemm.h"
+#include "metrale/ops_moe.h"
 #include "metrale/ops_nvfp4.h"
 
 typedef struct nvfp4_case {
@@ -234,6 +239,129 @@ done:
     return 0;
 }
 
+/* ------------------------------------------------------------------ a routed MLP step */
+
+typedef struct step_case {
+    uint32_t tokens, experts, top_k, hidden, inter;
+    mg_devptr logits, ids, weights, sort_ws, offsets, sorted, positions, x, mid, rows, y, global;
+    size_t sort_ws_bytes, gu_values, gu_scales, d_values, d_scales;
+    mg_bench_rotation layers; /* gate | up | down of all experts, values then scales each */
+} step_case;
+
+static mg_status body_step(mg_bench *b, void *arg, int iteration) {
+    step_case *c = arg;
+    mg_backend *be = b->backend;
+    mg_stream *s = b->stream;
+    uint32_t rows = c->tokens * c->top_k;
+    mg_devptr base = mg_bench_rotation_get(&c->layers, iteration);
+    mg_devptr up_base = base + c->gu_values + c->gu_scales;
+    mg_devptr down_base = up_base + c->gu_values + c->gu_scales;
+    mg_nvfp4_weight gate = {base, base + c->gu_values, c->global};
+    mg_nvfp4_weight up = {up_base, up_base + c->gu_values, c->global};
+    mg_moe_topk_desc topk = {c->tokens, c->experts, c->top_k, MG_DTYPE_BF16, 0, true};
+    mg_moe_sort_desc sort = {c->tokens, c->experts, c->top_k};
+    mg_nvfp4_moe_desc gu = {.experts = c->experts, .rows = rows, .act_rows = c->tokens,
+                            .n = c->inter, .k = c->hidden};
+    mg_nvfp4_moe_desc down = {.experts = c->experts, .rows = rows, .act_rows = rows,
+                              .n = c->hidden, .k = c->inter};
+    mg_nvfp4_moe_tensors tgu = {.act = c->x, .sorted_token_ids = c->sorted,
+                                .expert_offsets = c->offsets, .w = gate, .up = &up, .out = c->mid};
+    mg_nvfp4_moe_tensors td = {.act = c->mid, .expert_offsets = c->offsets,
+                               .w = {down_base, down_base + c->d_values, c->global},
+                               .out = c->rows};
+    mg_moe_combine_desc comb = {c->tokens, c->top_k, c->hidden};
+    mg_status st;
+    if ((st = mg_moe_topk(be, s, &topk, c->logits, c->ids, c->weights)) ||
+        (st = mg_moe_sort(be, s, &sort, c->ids, c->sort_ws, c->sort_ws_bytes, c->offsets,
+                          c->sorted, c->positions)) ||
+        (st = mg_nvfp4_moe_gemm(be, s, &gu, &tgu)) || (st = mg_nvfp4_moe_gemm(be, s, &down, &td)))
+        return st;
+    return mg_moe_combine(be, s, &comb, c->rows, c->positions, c->weights, c->y, c->y);
+}
+
+static void free_step(mg_bench *b, step_case *c) {
+    mg_devptr *p[] = {&c->logits, &c->ids, &c->weights, &c->sort_ws, &c->offsets, &c->sorted,
+                      &c->positions, &c->x, &c->mid, &c->rows, &c->y, &c->global};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        mg_free(b->backend, *p[i]);
+    if (c->layers.buffers)
+        mg_bench_rotation_destroy(b, &c->layers);
+}
+
+static int run_step(mg_bench *b, uint32_t tokens, double copy_gbps) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "batch %u, E128 top8, 2048/768", tokens);
+    if (!mg_bench_selected(b, "moe_step"))
+        return 0;
+    step_case c = {.tokens = tokens, .experts = 128, .top_k = 8, .hidden = 2048, .inter = 768};
+    uint32_t rows = tokens * c.top_k;
+    mg_moe_sort_desc sort = {tokens, c.experts, c.top_k};
+    c.sort_ws_bytes = mg_moe_sort_workspace_bytes(&sort);
+    c.gu_values = mg_nvfp4_prepared_value_bytes(c.inter, c.hidden) * c.experts;
+    c.gu_scales = mg_nvfp4_prepared_scale_bytes(c.inter, c.hidden) * c.experts;
+    c.d_values = mg_nvfp4_prepared_value_bytes(c.hidden, c.inter) * c.experts;
+    c.d_scales = mg_nvfp4_prepared_scale_bytes(c.hidden, c.inter) * c.experts;
+    size_t layer = 2 * (c.gu_values + c.gu_scales) + c.d_values + c.d_scales;
+    int32_t *ids = malloc((size_t)rows * 4);
+    mg_status st = ids ? MG_OK : MG_ERR_OUT_OF_MEMORY;
+    if (st || (st = mg_alloc(b->backend, (size_t)tokens * c.experts * 2, &c.logits)) ||
+        (st = mg_bench_fill_random_device(b, c.logits, (size_t)tokens * c.experts * 2, 11)) ||
+        (st = mg_alloc(b->backend, (size_t)rows * 4, &c.ids)) ||
+        (st = mg_alloc(b->backend, (size_t)rows * 4, &c.weights)) ||
+        (st = mg_alloc(b->backend, c.sort_ws_bytes, &c.sort_ws)) ||
+        (st = mg_alloc(b->backend, (c.experts + 1) * 4, &c.offsets)) ||
+        (st = mg_alloc(b->backend, (size_t)rows * 4, &c.sorted)) ||
+        (st = mg_alloc(b->backend, (size_t)rows * 4, &c.positions)) ||
+        (st = mg_alloc(b->backend, (size_t)tokens * c.hidden * 2, &c.x)) ||
+        (st = mg_memset(b->backend, c.x, 0x3c, (size_t)tokens * c.hidden * 2)) ||
+        (st = mg_alloc(b->backend, (size_t)rows * c.inter * 2, &c.mid)) ||
+        (st = mg_alloc(b->backend, (size_t)rows * c.hidden * 2, &c.rows)) ||
+        (st = mg_alloc(b->backend, (size_t)tokens * c.hidden * 2, &c.y)) ||
+        (st = mg_memset(b->backend, c.y, 0, (size_t)tokens * c.hidden * 2)) ||
+        (st = upload_globals(b, &c.global)) ||
+        (st = mg_bench_rotation_create(b, layer, 2, &c.layers)))
+        goto fail;
+    for (int i = 0; !st && i < c.layers.count; i++) {
+        mg_devptr base = c.layers.buffers[i];
+        st = mg_memset(b->backend, base + c.gu_values, 0x60, c.gu_scales);
+        if (!st)
+            st = mg_memset(b->backend, base + 2 * c.gu_values + c.gu_scales, 0x60, c.gu_scales);
+        if (!st)
+            st = mg_memset(b->backend, base + 2 * (c.gu_values + c.gu_scales) + c.d_values, 0x60,
+                           c.d_scales);
+    }
+    if (st || (st = body_step(b, &c, 0)) || (st = mg_stream_synchronize(b->stream)) ||
+        (st = mg_copy_d2h(b->backend, ids, c.ids, (size_t)rows * 4)))
+        goto fail;
+    bool touched[128] = {false};
+    uint32_t distinct = 0;
+    for (uint32_t i = 0; i < rows; i++)
+        if (ids[i] >= 0 && ids[i] < 128 && !touched[ids[i]]) {
+            touched[ids[i]] = true;
+            distinct++;
+        }
+    mg_bench_row row = mg_bench_row_make("nvfp4", "moe_step", shape);
+    if ((st = mg_bench_time_graph(b, body_step, &c, b->warmup, b->iters, &row.stats)))
+        goto fail;
+    snprintf(row.timing, sizeof row.timing, "graph");
+    row.bytes = (double)layer / c.experts * distinct;
+    row.flops = 2.0 * rows * 3.0 * c.hidden * c.inter;
+    double gbps = row.bytes / (row.stats.median_us * 1e3);
+    snprintf(row.note, sizeof row.note, "%u experts touched: %.2f of copy bw; topk+sort+2 GEMMs+combine",
+             distinct, copy_gbps > 0 ? gbps / copy_gbps : 0);
+    mg_bench_add(b, &row);
+    free(ids);
+    free_step(b, &c);
+    return 0;
+fail:;
+    free(ids);
+    char what[96];
+    snprintf(what, sizeof what, "moe_step %s", shape);
+    int failed = mg_bench_fail(b, what);
+    free_step(b, &c);
+    return failed;
+}
+
 static int bench_nvfp4(mg_bench *b, int argc, char **argv) {
     static const uint32_t default_m[] = {1, 2, 4, 8, 16, 64, 256, 4096};
     static const uint32_t nk[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {6144, 4096}};
@@ -265,7 +393,7 @@ static int bench_nvfp4(mg_bench *b, int argc, char **argv) {
     if (b->quick) { /* a smoke run: one small shape of each kind */
         failures += run_dense(b, 3, 256, 512, false, copy_gbps);
         failures += run_moe(b, 4, 2, 128, 256, true, copy_gbps);
-        return failures;
+        return failures + run_step(b, 1, copy_gbps);
     }
     size_t shapes = sizeof nk / sizeof nk[0];
     for (size_t s = 0; s < shapes; s++)
@@ -278,6 +406,9 @@ static int bench_nvfp4(mg_bench *b, int argc, char **argv) {
         failures += run_moe(b, 8, per_expert[i], 14336, 4096, false, copy_gbps);
         failures += run_moe(b, 128, per_expert[i], 768, 2048, true, copy_gbps);
     }
+    static const uint32_t batches[] = {1, 8, 64};
+    for (size_t i = 0; i < 3; i++)
+        failures += run_step(b, batches[i], copy_gbps);
     return failures;
 }
 

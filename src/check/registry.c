@@ -8,6 +8,7 @@ extern const mg_check_case mg_checks_attention[];
 extern const mg_check_case mg_checks_activation[];
 extern const mg_check_case mg_checks_nvfp4_format[];
 extern const mg_check_case mg_checks_moe_routing[];
+extern const mg_check_case mg_checks_nvfp4_gemm[];
 
 const mg_check_case *const mg_check_groups[] = {
     mg_checks_conformance,
@@ -17,5 +18,6 @@ const mg_check_case *const mg_check_groups[] = {
     mg_checks_activation,
     mg_checks_nvfp4_format,
     mg_checks_moe_routing,
+    mg_checks_nvfp4_gemm,
     NULL,
 };

@@ -7,6 +7,8 @@ need=()
 command -v cc >/dev/null || need+=(gcc)
 command -v make >/dev/null || need+=(make)
 command -v pkg-config >/dev/null || need+=(pkg-config) # the install test's pkg-config consumer
+# jsmn: the JSON parser of the safetensors and config.json readers (header-only).
+[ -f /usr/include/jsmn.h ] || need+=("libjsmn-dev=1.1.0-2")
 if ! command -v cmake >/dev/null; then
   need+=("cmake=3.25.1-1")
 fi

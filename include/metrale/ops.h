@@ -41,10 +41,11 @@ typedef enum mg_op {
     MG_OP_GEMM_FP8,         /* metrale/ops_gemm.h: FP8 E4M3 GEMMs, every scale mode */
     MG_OP_ATTENTION_RAGGED, /* metrale/ops_attention.h */
     MG_OP_FP8_QUANTIZE,     /* metrale/ops_quantize.h: BF16 -> FP8 activation quantizers */
+    MG_OP_MLX_QUANT,        /* metrale/mlx.h: MLX affine-quantized dequant, GEMVs, GEMM */
     MG_OP_COUNT
 } mg_op;
 
-/* "gemm_bf16", "gemm_fp8", "attention_ragged", "fp8_quantize"; "?" for an unknown op. */
+/* "gemm_bf16", "gemm_fp8", "attention_ragged", "fp8_quantize", "mlx_quant"; "?" for an unknown op. */
 MG_API const char *mg_op_name(mg_op op);
 /* The op named `name` (as mg_op_name spells it). MG_ERR_INVALID_ARGUMENT for another name. */
 MG_API mg_status mg_op_parse(const char *name, mg_op *out);

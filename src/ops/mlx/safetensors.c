@@ -83,7 +83,12 @@ static char *copy_token(const mg_json_doc *doc, int i) {
 }
 
 static mg_status read_metadata(mg_st_model *m, const mg_json_doc *doc, int obj, const char *what) {
-    if (doc->tokens[obj].type != MG_JSON_OBJECT)
+    const mg_json_token *t = &doc->tokens[obj];
+    /* MLX writes "__metadata__": null when there is none. */
+    if (t->type == MG_JSON_PRIMITIVE && t->end - t->start == 4 &&
+        !memcmp(doc->text + t->start, "null", 4))
+        return MG_OK;
+    if (t->type != MG_JSON_OBJECT)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: __metadata__ is not an object", what);
     bool keep = m->shard_count == 1; /* only the first file's metadata is kept */
     int i = obj + 1;

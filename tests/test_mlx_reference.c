@@ -55,7 +55,8 @@ static mg_devptr poisoned(mg_backend *b, size_t bytes) {
 
 /* y (rows x n, BF16 on the device) against MLX's y_ref, within 2^-7 |y| (both outputs' BF16
  * roundings) + 2^-spread_shift sum |w a| (summation order; for silu_gate also the activations'
- * BF16 rounding, which MLX does in its own way). */
+ * BF16 rounding, which MLX does in its own way; for the GEMM the weights' BF16 rounding by the
+ * dequant it multiplies, each within 2^-9). */
 static void compare_product(mg_backend *b, const char *what, int spread_shift, const char *layer, mg_devptr y,
                             const uint16_t *y_ref, const uint16_t *act, const uint16_t *deq,
                             unsigned rows, unsigned n, unsigned k) {
@@ -142,7 +143,7 @@ static void run_layer(mg_backend *b, const mg_st_model *model, const mg_mlx_conf
     mg_devptr dyg = poisoned(b, (size_t)rows_gemm * c->n * 2);
     mg_devptr scratch = poisoned(b, mg_mlx_gemm_scratch_bytes(&w));
     CHECK_OK(mg_mlx_gemm(b, NULL, &w, 0, rows_gemm, dxg, dyg, scratch));
-    compare_product(b, "gemm", 12, c->name, dyg, yg.data, xg.data, deq0, rows_gemm, c->n, c->k);
+    compare_product(b, "gemm", 8, c->name, dyg, yg.data, xg.data, deq0, rows_gemm, c->n, c->k);
     mg_devptr bufs[] = {out, dx, dg, du, dxg, dy, dyg, scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         mg_free(b, bufs[i]);

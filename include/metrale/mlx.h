@@ -32,7 +32,8 @@
  *    group_size, scale_type). scale_type is 0 for BF16, 1 for FP16.
  *  - GEMM, any M (prefill): the layer is dequantized to a BF16 scratch buffer of the caller's
  *    (mg_mlx_gemm_scratch_bytes) by the dequant kernel, then multiplied by mg_gemm_bf16
- *    (metrale/ops_gemm.h: cuBLASLt on CUDA, the reference on the CPU).
+ *    (metrale/ops_gemm.h: cuBLASLt on CUDA, the reference on the CPU). Its weights are
+ *    therefore the dequant's BF16-rounded ones (the GEMVs use scale * q + bias unrounded).
  * A layer's own `bias` (when the checkpoint has one) is loaded but not added by these ops.
  *
  * What a caller may rely on:

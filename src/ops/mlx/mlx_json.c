@@ -16,16 +16,23 @@
  * 100 MB; real checkpoints stay far below). */
 #define MAX_TOKENS (1 << 24)
 
+/* A negative jsmn result as a status. */
+static mg_status parse_error(int code, const jsmn_parser *p, const char *what) {
+    if (code == JSMN_ERROR_PART)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: truncated JSON", what);
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: malformed JSON near byte %u", what,
+                    (unsigned)p->pos);
+}
+
 mg_status mg_json_parse(const char *text, size_t length, const char *what, mg_json_doc *doc) {
     memset(doc, 0, sizeof *doc);
     jsmn_parser p;
     jsmn_init(&p);
+    /* The counting pass finds malformed text; only the second, with tokens, finds unclosed
+     * objects and arrays (JSMN_ERROR_PART). */
     int count = jsmn_parse(&p, text, length, NULL, 0);
-    if (count == JSMN_ERROR_PART)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: truncated JSON", what);
     if (count < 0)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: malformed JSON near byte %u", what,
-                        (unsigned)p.pos);
+        return parse_error(count, &p, what);
     if (count == 0 || count > MAX_TOKENS)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s", what,
                         count ? "too many JSON values" : "empty JSON");
@@ -46,6 +53,10 @@ mg_status mg_json_parse(const char *text, size_t length, const char *what, mg_js
     doc->text = text;
     doc->length = length;
     doc->count = parsed;
+    if (parsed < 0) {
+        mg_json_free(doc);
+        return parse_error(parsed, &p, what);
+    }
     if (parsed != count) {
         mg_json_free(doc);
         return MG_ERROR(MG_ERR_INTERNAL, "%s: JSON token count changed between passes", what);

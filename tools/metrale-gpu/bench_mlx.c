@@ -95,7 +95,7 @@ static mg_status fill_bf16(mg_bench *b, mg_devptr p, size_t count, uint64_t seed
 
 static int run_case(mg_bench *b, mlx_bench_kind kind, uint32_t n, uint32_t k, uint32_t m,
                     uint32_t bits, double copy_gbps) {
-    char name[48], shape[48];
+    char name[48], shape[24];
     /* The shape is in the case name too: the report keys rows by "bench/case". */
     snprintf(shape, sizeof shape, "%ux%ux%u", m, n, k);
     snprintf(name, sizeof name, "%s_%ubit.%s", kind_names[kind], bits, shape);

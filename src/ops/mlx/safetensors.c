@@ -268,7 +268,8 @@ static int tensor_cmp(const void *a, const void *b) {
 }
 
 static mg_status finish(mg_st_model *m) {
-    qsort(m->tensors, m->count, sizeof *m->tensors, tensor_cmp);
+    if (m->count > 1) /* a file may hold no tensor (then the array is NULL) */
+        qsort(m->tensors, m->count, sizeof *m->tensors, tensor_cmp);
     for (size_t i = 1; i < m->count; i++)
         if (!strcmp(m->tensors[i].name, m->tensors[i - 1].name))
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: tensor %s appears twice",

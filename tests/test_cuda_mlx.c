@@ -1,8 +1,7 @@
 /* test_cuda_mlx.c - the MLX ops' CUDA kernels (kernels/cuda/mlx/) against the CPU backend's
  * reference on the same random layers: dequant bit for bit; GEMVs (plain, silu_gate,
  * silu_gate_resid in place, gate_up) and the GEMM within BF16 bounds. Shapes are awkward (n
- * not a multiple of the 16 rows a block owns, k spanning several 1024-column activation
- * chunks), every bits, group size and scale type, M = 1..8. Skips (77) without a usable GPU. */
+ * not a multiple of the 16 rows a block owns, k spanning several staged activation passes), every bits, group size and scale type, M = 1..8. Skips (77) without a usable GPU. */
 #include <stdio.h>
 
 #include "mlx_test_util.h"
@@ -93,9 +92,12 @@ int main(void) {
                 run_case(cpu, cuda, n, k, bits, groups[g], t ? MG_DTYPE_F16 : MG_DTYPE_BF16,
                          (uint32_t)test_rand_range(1, 8));
             }
-    /* Every M at one larger shape. */
+    /* Every M at one larger shape (several activation passes from M = 4 up), and a K past one
+     * pass at M = 1 (8192 columns). */
     for (uint32_t m = 1; m <= 8; m++)
         run_case(cpu, cuda, 203, 2176, m % 2 ? 4 : 8, 64, MG_DTYPE_BF16, m);
+    run_case(cpu, cuda, 37, 14336, 4, 128, MG_DTYPE_F16, 1);
+    run_case(cpu, cuda, 37, 14336, 8, 32, MG_DTYPE_BF16, 3);
     mg_backend_close(cpu);
     mg_backend_close(cuda);
     return test_finish();

@@ -13,8 +13,10 @@
 // rounded to that type, then converted to BF16 (exact from BF16, round-to-nearest from FP16).
 //
 // GEMV: a block of 8 warps owns 16 output rows (2 per warp). The activation rows (M <= 8) are
-// staged through shared memory in FP32, kChunk columns at a time, together with each group's
-// activation sum, so the bias is folded once per group: sum w*x = scale*sum(q*x) + bias*sum(x).
+// staged through shared memory in FP32, ChunkCols<M> columns at a time (32 KiB whatever M:
+// 8192 columns at M = 1), together with each group's activation sum, so the bias is folded
+// once per group: sum w*x = scale*sum(q*x) + bias*sum(x). Each lane issues LoadBatch<M> 16-byte
+// weight loads before using any, to keep enough bytes in flight for the memory system.
 // For silu_gate the staged activation is bf16(silu(g) * u), computed once per block. Weights
 // are streamed with 16-byte non-allocating loads; each lane keeps its own partial sums and a
 // warp-shuffle reduction ends each row. Codes become floats without conversion instructions:
@@ -30,9 +32,16 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 2;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp; // 16, as src/ops/mlx/mlx.c launches
-constexpr int kMaxM = 8;
-constexpr int kChunk = 1024; // staged activation columns per pass
-constexpr int kMaxGroupsPerChunk = kChunk / 32;
+constexpr int kStagedFloats = 8192;              // activation floats staged per pass (32 KiB)
+constexpr int kStagedGroups = kStagedFloats / 32; // their group sums, at the smallest group
+// Weight vectors a lane loads before using any: 4 while the per-row sums are few, 2 at M > 4
+// (more would spill registers).
+template <int M> constexpr int LoadBatch = M <= 4 ? 4 : 2;
+
+// Staged columns per pass for M activation rows: as many as fit, a multiple of 128 so no group
+// straddles two passes.
+template <int M> constexpr int ChunkCols = kStagedFloats / M / 128 * 128;
+static_assert(ChunkCols<8> == 1024, "M = 8 (MG_MLX_GEMV_MAX_M) stages 1024 columns per pass");
 
 enum { kPlain = 0, kSiluGate = 1, kSiluGateResid = 2 };
 
@@ -114,6 +123,7 @@ struct Layer {
 template <int Bits, int M>
 __device__ __forceinline__ void vector_dot(uint4 words, const float *act, uint32_t c,
                                            float acc[M]) {
+    constexpr int kChunk = ChunkCols<M>;
     const uint32_t w[4] = {words.x, words.y, words.z, words.w};
     if (Bits == 8) {
 #pragma unroll
@@ -173,6 +183,9 @@ __device__ void gemv_body(const Layer *layers, const uint16_t *x, const uint16_t
             for (int t = 0; t < M; t++)
                 sum[l][r][t] = 0.0f;
 
+    constexpr int kChunk = ChunkCols<M>;
+    constexpr int kChunkGroups = kChunk / 32; // group sums per activation row, at most
+    constexpr int kLoadBatch = LoadBatch<M>;
     for (uint32_t c0 = 0; c0 < k; c0 += kChunk) {
         const uint32_t width = min((uint32_t)kChunk, k - c0);
         __syncthreads(); // the previous chunk is consumed
@@ -196,7 +209,7 @@ __device__ void gemv_body(const Layer *layers, const uint16_t *x, const uint16_t
                 s += act[t * kChunk + g * group_size + c];
             s = warp_sum(s);
             if (lane == 0)
-                group_sums[t * kMaxGroupsPerChunk + g] = s;
+                group_sums[t * kChunkGroups + g] = s;
         }
         __syncthreads();
         const uint32_t chunk_vectors = width / kPerVector;
@@ -208,23 +221,34 @@ __device__ void gemv_body(const Layer *layers, const uint16_t *x, const uint16_t
                 if (row >= n)
                     continue;
                 const uint4 *wrow = layers[l].weight + (size_t)row * vectors_per_row + c0 / kPerVector;
-                for (uint32_t v = lane; v < chunk_vectors; v += 32) {
-                    const uint32_t c = v * kPerVector;
-                    uint4 words = load_stream(wrow + v);
-                    float acc[M];
+                for (uint32_t v0 = lane; v0 < chunk_vectors; v0 += 32 * kLoadBatch) {
+                    uint4 words[kLoadBatch];
 #pragma unroll
-                    for (int t = 0; t < M; t++)
-                        acc[t] = 0.0f;
-                    vector_dot<Bits, M>(words, act, c, acc);
-                    const size_t g = (size_t)row * groups + (c0 + c) / group_size;
-                    const float scale = scale_value(layers[l].scales, g, f16);
-                    // The group's bias term once, by the lane holding its first vector.
-                    const bool first = (c0 + c) % group_size == 0;
-                    const float bias = first ? scale_value(layers[l].biases, g, f16) - offset * scale : 0.0f;
-                    const uint32_t cg = c / group_size;
+                    for (int b = 0; b < kLoadBatch; b++)
+                        if (v0 + b * 32 < chunk_vectors)
+                            words[b] = load_stream(wrow + v0 + b * 32);
 #pragma unroll
-                    for (int t = 0; t < M; t++)
-                        sum[l][r][t] += scale * acc[t] + bias * group_sums[t * kMaxGroupsPerChunk + cg];
+                    for (int b = 0; b < kLoadBatch; b++) {
+                        const uint32_t v = v0 + b * 32;
+                        if (v >= chunk_vectors)
+                            continue;
+                        const uint32_t c = v * kPerVector;
+                        float acc[M];
+#pragma unroll
+                        for (int t = 0; t < M; t++)
+                            acc[t] = 0.0f;
+                        vector_dot<Bits, M>(words[b], act, c, acc);
+                        const size_t g = (size_t)row * groups + (c0 + c) / group_size;
+                        const float scale = scale_value(layers[l].scales, g, f16);
+                        // The group's bias term once, by the lane holding its first vector.
+                        const bool first = (c0 + c) % group_size == 0;
+                        const float bias =
+                            first ? scale_value(layers[l].biases, g, f16) - offset * scale : 0.0f;
+                        const uint32_t cg = c / group_size;
+#pragma unroll
+                        for (int t = 0; t < M; t++)
+                            sum[l][r][t] += scale * acc[t] + bias * group_sums[t * kChunkGroups + cg];
+                    }
                 }
             }
     }
@@ -279,8 +303,8 @@ mlx_gemv(const uint4 *weight, const uint16_t *scales, const uint16_t *biases, co
          const uint16_t *u, const uint16_t *resid, uint16_t *y, uint32_t m, uint32_t n, uint32_t k,
          uint32_t bits, uint32_t group_size, uint32_t scale_type, uint32_t mode) {
     // Declared here, once: declared in the templates, each instantiation would get its own.
-    __shared__ __align__(16) float act[kMaxM * kChunk];
-    __shared__ float group_sums[kMaxM * kMaxGroupsPerChunk];
+    __shared__ __align__(16) float act[kStagedFloats];
+    __shared__ float group_sums[kStagedGroups];
     const Layer layer = {weight, scales, biases};
     uint16_t *const outs[1] = {y};
     if (bits == 8)
@@ -294,8 +318,8 @@ mlx_gemv_gate_up(const uint4 *w1, const uint16_t *s1, const uint16_t *b1, const 
                  const uint16_t *s2, const uint16_t *b2, const uint16_t *x, uint16_t *y1,
                  uint16_t *y2, uint32_t m, uint32_t n, uint32_t k, uint32_t bits,
                  uint32_t group_size, uint32_t scale_type) {
-    __shared__ __align__(16) float act[kMaxM * kChunk];
-    __shared__ float group_sums[kMaxM * kMaxGroupsPerChunk];
+    __shared__ __align__(16) float act[kStagedFloats];
+    __shared__ float group_sums[kStagedGroups];
     const Layer layers[2] = {{w1, s1, b1}, {w2, s2, b2}};
     uint16_t *const outs[2] = {y1, y2};
     if (bits == 8)

@@ -1,7 +1,8 @@
 /* test_cuda_mlx.c - the MLX ops' CUDA kernels (kernels/cuda/mlx/) against the CPU backend's
  * reference on the same random layers: dequant bit for bit; GEMVs (plain, silu_gate,
  * silu_gate_resid in place, gate_up) and the GEMM within BF16 bounds. Shapes are awkward (n
- * not a multiple of the 16 rows a block owns, k spanning several staged activation passes), every bits, group size and scale type, M = 1..8. Skips (77) without a usable GPU. */
+ * not a multiple of the 16 rows a block owns, k spanning several staged activation passes),
+ * every bits, group size and scale type, M = 1..8. Skips (77) without a usable GPU. */
 #include <stdio.h>
 
 #include "mlx_test_util.h"
@@ -87,7 +88,7 @@ int main(void) {
         for (int g = 0; g < 3; g++)
             for (int t = 0; t < 2; t++) {
                 uint32_t n = (uint32_t)test_rand_range(1, 90);
-                /* k past two activation chunks for some cases. */
+                /* k up to 2600: several activation passes at M > 3. */
                 uint32_t k = groups[g] * (uint32_t)test_rand_range(1, 2600 / groups[g]);
                 run_case(cpu, cuda, n, k, bits, groups[g], t ? MG_DTYPE_F16 : MG_DTYPE_BF16,
                          (uint32_t)test_rand_range(1, 8));

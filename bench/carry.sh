@@ -13,6 +13,9 @@ for f in "$BUILD"/metrale-gpu "$BUILD"/test_* "$BUILD"/lib*.so; do
     [ -f "$f" ] && [ -x "$f" ] && cp "$f" "$DEST/bin/"
 done
 cp "$REPO/bench/gpu_run.sh" "$REPO/bench/gpu_run_multi.sh" "$DEST/"
+# The MLX reference files test_mlx_reference reads (made by ctest's mlx_reference_files here:
+# the GPU machine cannot install MLX).
+[ -f "$BUILD/mlx_reference/layers.txt" ] && cp -r "$BUILD/mlx_reference" "$DEST/"
 cp "$REPO"/bench/peers/*.py "$DEST/peers/"
 if command -v nvcc >/dev/null && [ -f "$REPO/kernels/cuda/test_kernels.cu" ]; then
     nvcc -cubin -O3 -arch=sm_90a -o "$DEST/test_kernels.sm_90a.cubin" \

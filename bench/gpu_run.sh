@@ -98,6 +98,8 @@ want env && tee -a "$SUMMARY" <"$LOGS/environment.log"
 for cubin in "$HERE"/*.cubin; do
     [ -f "$cubin" ] && export METRALE_TEST_CUBIN="$cubin"
 done
+# MLX-made checkpoints and results (carried from the build's ctest fixture): test_mlx_reference.
+[ -f "$HERE/mlx_reference/layers.txt" ] && export METRALE_MLX_REFERENCE="$HERE/mlx_reference"
 
 # ---------------------------------------------------------------- 2-3. correctness
 ctest_file "$LOGS/ctest"
@@ -125,6 +127,7 @@ if want bench; then
     bench_step attention
     bench_step nvfp4_format
     bench_step nvfp4 --iters 30 --warmup 5
+    bench_step mlx --iters 20 --warmup 5
 fi
 if want peers; then
     peer_step copy_launch "$PEERS/peers_copy_launch.py"
@@ -132,6 +135,7 @@ if want peers; then
     peer_step attention "$PEERS/peers_attention.py"
     peer_step nvfp4 "$PEERS/peers_nvfp4.py"
     peer_step nvfp4_format "$PEERS/peers_nvfp4_format.py"
+    peer_step mlx "$PEERS/peers_mlx.py"
 fi
 
 # ---------------------------------------------------------------- 5. report

@@ -7,6 +7,16 @@ need=()
 command -v cc >/dev/null || need+=(gcc)
 command -v make >/dev/null || need+=(make)
 command -v pkg-config >/dev/null || need+=(pkg-config) # the install test's pkg-config consumer
+# jsmn: the JSON parser of the safetensors and config.json readers (header-only).
+[ -f /usr/include/jsmn.h ] || need+=("libjsmn-dev=1.1.0-2")
+# clang with libFuzzer: the fuzz smoke test of those readers (cmake/mlx_tests.cmake).
+if ! command -v clang-14 >/dev/null || [ ! -f /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ]; then
+  need+=("clang-14=1:14.0.6-12" "libclang-rt-14-dev=1:14.0.6-12")
+fi
+# python3 with venv: tests/mlx/setup.sh installs the pinned mlx wheels, MLX being the reference
+# of the MLX ops.
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=("python3-venv=3.11.2-1+b1")
 if ! command -v cmake >/dev/null; then
   need+=("cmake=3.25.1-1")
 fi

@@ -46,6 +46,7 @@ typedef enum mg_op {
     MG_OP_MOE_ROUTING,      /* metrale/ops_moe.h: MoE top-k, expert sort, weighted combine */
     MG_OP_NVFP4_GEMM,       /* metrale/ops_nvfp4.h: NVFP4 weights x BF16, dense (and prepare) */
     MG_OP_NVFP4_MOE_GEMM,   /* metrale/ops_nvfp4.h: the grouped per-expert form */
+    MG_OP_MLX_QUANT,        /* metrale/mlx.h: MLX affine-quantized dequant, GEMVs, GEMM */
     MG_OP_COUNT
 } mg_op;
 

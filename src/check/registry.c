@@ -9,6 +9,7 @@ extern const mg_check_case mg_checks_activation[];
 extern const mg_check_case mg_checks_nvfp4_format[];
 extern const mg_check_case mg_checks_moe_routing[];
 extern const mg_check_case mg_checks_nvfp4_gemm[];
+extern const mg_check_case mg_checks_mlx[];
 
 const mg_check_case *const mg_check_groups[] = {
     mg_checks_conformance,
@@ -19,5 +20,6 @@ const mg_check_case *const mg_check_groups[] = {
     mg_checks_nvfp4_format,
     mg_checks_moe_routing,
     mg_checks_nvfp4_gemm,
+    mg_checks_mlx,
     NULL,
 };

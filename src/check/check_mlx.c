@@ -1,0 +1,335 @@
+/* check_mlx.c - the "mlx" check group: the MLX affine-quantized ops (metrale/mlx.h) on the
+ * backend under test against the CPU reference, on fresh random layers of awkward shapes for
+ * bits 4 and 8, groups of 32, 64 and 128, BF16 and FP16 scales, outputs poisoned first.
+ * Dequant must agree bit for bit; products within 2^-7 |ref| + 2^-10 sum |w a| (both sides
+ * round to BF16; the summation orders differ; silu's expf may differ by an ulp, hence the
+ * spread term 2^-8 for the silu forms). Also a GEMV captured in a graph and replayed on new
+ * activations. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_util.h"
+#include "metrale/dtype.h"
+#include "metrale/mlx.h"
+
+typedef enum mlx_op { OP_DEQUANT, OP_GEMV, OP_SILU, OP_SILU_RESID, OP_GATE_UP, OP_GEMM } mlx_op;
+
+static const char *const op_names[] = {"dequant", "gemv", "silu_gate", "silu_gate_resid",
+                                       "gate_up", "gemm"};
+
+/* One random layer pair and activations, as host data. */
+typedef struct mlx_inputs {
+    mg_mlx_linear shape; /* no buffers */
+    uint32_t m, experts, expert;
+    uint32_t *words[2];
+    uint16_t *scales[2], *biases[2];
+    uint16_t *x, *u, *resid;
+    size_t word_bytes, group_bytes, act_bytes, out_bytes;
+} mlx_inputs;
+
+static uint16_t random_half(uint64_t *rng, mg_dtype type, int lo, int hi) {
+    uint64_t r = mg_check_rng_next(rng);
+    int e = lo + (int)(r % (uint64_t)(hi - lo));
+    uint16_t sign = (uint16_t)((r >> 8 & 1) << 15);
+    if (type == MG_DTYPE_F16)
+        return sign | (uint16_t)((e + 15) << 10) | (uint16_t)(r >> 16 & 0x3ff);
+    return sign | (uint16_t)((e + 127) << 7) | (uint16_t)(r >> 16 & 0x7f);
+}
+
+static uint16_t random_activation(uint64_t *rng) {
+    return mg_f32_to_bf16((float)((double)(mg_check_rng_next(rng) % 40001) / 10000.0 - 2.0));
+}
+
+static void inputs_free(mlx_inputs *in) {
+    for (int i = 0; i < 2; i++) {
+        free(in->words[i]);
+        free(in->scales[i]);
+        free(in->biases[i]);
+    }
+    free(in->x);
+    free(in->u);
+    free(in->resid);
+}
+
+static bool inputs_make(uint64_t *rng, uint32_t bits, uint32_t group, mg_dtype type, uint32_t m,
+                        mlx_inputs *in) {
+    memset(in, 0, sizeof *in);
+    uint32_t n = 1 + (uint32_t)(mg_check_rng_next(rng) % 90);
+    uint32_t k = group * (1 + (uint32_t)(mg_check_rng_next(rng) % (2600 / group)));
+    in->experts = 2;
+    in->expert = 1;
+    in->m = m;
+    in->shape = (mg_mlx_linear){.experts = 2, .n = n, .k = k, .bits = bits, .group_size = group,
+                                .scale_type = type};
+    in->word_bytes = (size_t)2 * n * k * bits / 8;
+    in->group_bytes = (size_t)2 * n * (k / group) * 2;
+    in->act_bytes = (size_t)m * k * 2;
+    in->out_bytes = (size_t)m * n * 2;
+    for (int i = 0; i < 2; i++) {
+        in->words[i] = malloc(in->word_bytes);
+        in->scales[i] = malloc(in->group_bytes);
+        in->biases[i] = malloc(in->group_bytes);
+        if (!in->words[i] || !in->scales[i] || !in->biases[i])
+            return false;
+        for (size_t w = 0; w < in->word_bytes / 4; w++)
+            in->words[i][w] = (uint32_t)mg_check_rng_next(rng);
+        for (size_t g = 0; g < in->group_bytes / 2; g++) {
+            in->scales[i][g] = random_half(rng, type, -9, -4);
+            in->biases[i][g] = random_half(rng, type, -6, -2);
+        }
+    }
+    in->x = malloc(in->act_bytes);
+    in->u = malloc(in->act_bytes);
+    in->resid = malloc(in->out_bytes);
+    if (!in->x || !in->u || !in->resid)
+        return false;
+    for (size_t i = 0; i < in->act_bytes / 2; i++) {
+        in->x[i] = random_activation(rng);
+        in->u[i] = random_activation(rng);
+    }
+    for (size_t i = 0; i < in->out_bytes / 2; i++)
+        in->resid[i] = random_activation(rng);
+    return true;
+}
+
+/* Runs `op` of `in` on `b` and returns its output (host, malloc'd) in *out, *out_bytes. For
+ * gate_up the output is gate's then up's. */
+static mg_status run_op(mg_backend *b, mlx_op op, const mlx_inputs *in, uint16_t **out,
+                        size_t *out_bytes) {
+    mg_mlx_linear w[2] = {in->shape, in->shape};
+    mg_devptr x = 0, u = 0, y = 0, scratch = 0;
+    size_t bytes = op == OP_DEQUANT ? mg_mlx_gemm_scratch_bytes(&in->shape)
+                   : op == OP_GATE_UP ? 2 * in->out_bytes
+                                      : in->out_bytes;
+    mg_status st = MG_OK;
+    for (int i = 0; i < 2 && !st; i++)
+        if ((st = mg_check_upload(b, in->words[i], in->word_bytes, &w[i].weight)) ||
+            (st = mg_check_upload(b, in->scales[i], in->group_bytes, &w[i].scales)) ||
+            (st = mg_check_upload(b, in->biases[i], in->group_bytes, &w[i].biases)))
+            break;
+    if (!st && !(st = mg_check_upload(b, in->x, in->act_bytes, &x)) &&
+        !(st = mg_check_upload(b, in->u, in->act_bytes, &u)) &&
+        !(st = mg_check_alloc_poisoned(b, bytes, &y)) &&
+        !(st = mg_check_alloc_poisoned(b, mg_mlx_gemm_scratch_bytes(&in->shape), &scratch))) {
+        switch (op) {
+        case OP_DEQUANT:
+            st = mg_mlx_dequant(b, NULL, &w[0], in->expert, y);
+            break;
+        case OP_GEMV:
+            st = mg_mlx_gemv(b, NULL, &w[0], in->expert, in->m, x, y);
+            break;
+        case OP_SILU:
+            st = mg_mlx_gemv_silu_gate(b, NULL, &w[0], in->expert, in->m, x, u, y);
+            break;
+        case OP_SILU_RESID:
+            if (!(st = mg_copy_h2d(b, y, in->resid, in->out_bytes)))
+                st = mg_mlx_gemv_silu_gate_resid(b, NULL, &w[0], in->expert, in->m, x, u, y, y);
+            break;
+        case OP_GATE_UP:
+            st = mg_mlx_gemv_gate_up(b, NULL, &w[0], &w[1], in->expert, in->m, x, y,
+                                     y + in->out_bytes);
+            break;
+        case OP_GEMM:
+            st = mg_mlx_gemm(b, NULL, &w[0], in->expert, in->m, x, y, scratch);
+            break;
+        }
+    }
+    if (!st && !(*out = malloc(bytes)))
+        st = MG_ERR_OUT_OF_MEMORY;
+    if (!st && (st = mg_copy_d2h(b, *out, y, bytes))) {
+        free(*out);
+        *out = NULL;
+    }
+    *out_bytes = bytes;
+    mg_devptr all[] = {w[0].weight, w[0].scales, w[0].biases, w[1].weight, w[1].scales,
+                       w[1].biases, x, u, y, scratch};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i])
+            mg_free(b, all[i]);
+    return st;
+}
+
+/* sum_j |w[r, j] * a[t, j]| from the reference's BF16 weights (a: x, or |g * u| for silu). */
+static double spread(const uint16_t *deq, const mlx_inputs *in, bool silu, uint32_t t,
+                     uint32_t r) {
+    double s = 0;
+    uint32_t k = in->shape.k;
+    for (uint32_t j = 0; j < k; j++) {
+        size_t i = (size_t)t * k + j;
+        double a = mg_bf16_to_f32(in->x[i]) * (silu ? mg_bf16_to_f32(in->u[i]) : 1.0);
+        s += fabs(mg_bf16_to_f32(deq[(size_t)r * k + j]) * a);
+    }
+    return s;
+}
+
+/* The largest error of `got` against `ref` relative to its tolerance (> 1 fails). */
+static double product_error(const uint16_t *got, const uint16_t *ref, const uint16_t *deq,
+                            const mlx_inputs *in, mlx_op op, long *worst) {
+    bool silu = op == OP_SILU || op == OP_SILU_RESID;
+    uint32_t rows = op == OP_GATE_UP ? 2 * in->m : in->m, n = in->shape.n;
+    double worst_ratio = 0;
+    for (uint32_t t = 0; t < rows; t++)
+        for (uint32_t r = 0; r < n; r++) {
+            size_t i = (size_t)t * n + r;
+            double want = mg_bf16_to_f32(ref[i]), have = mg_bf16_to_f32(got[i]);
+            /* gate_up's second half is up's: its spread is close to gate's (same statistics);
+             * use gate's weights as the scale of both. */
+            double tol = ldexp(fabs(want), -7) +
+                         ldexp(spread(deq, in, silu, t % in->m, r), silu ? -8 : -10) + 1e-30;
+            double ratio = isnan(have) ? INFINITY : fabs(have - want) / tol;
+            if (ratio > worst_ratio) {
+                worst_ratio = ratio;
+                *worst = (long)i;
+            }
+        }
+    return worst_ratio;
+}
+
+static void check_op(mg_check_ctx *ctx, mg_check_result *result, mlx_op op) {
+    result->passed = true;
+    if (!ctx->reference) {
+        MG_CHECK_FAIL(result, "no CPU reference backend");
+        return;
+    }
+    uint64_t rng = mg_check_rng_seed(ctx, op_names[op]);
+    static const uint32_t groups[] = {32, 64, 128};
+    double worst_error = 0;
+    for (uint32_t bits = 4; bits <= 8 && result->passed; bits += 4)
+        for (int g = 0; g < 3 && result->passed; g++)
+            for (int t = 0; t < 2 && result->passed; t++) {
+                mg_dtype type = t ? MG_DTYPE_F16 : MG_DTYPE_BF16;
+                uint32_t m = op == OP_GEMM ? 9 + (uint32_t)(mg_check_rng_next(&rng) % 60)
+                                           : 1 + (uint32_t)(mg_check_rng_next(&rng) % 8);
+                mlx_inputs in;
+                uint16_t *got = NULL, *ref = NULL, *deq = NULL;
+                size_t bytes = 0, ref_bytes = 0, deq_bytes = 0;
+                mg_status st;
+                char what[96];
+                if (!inputs_make(&rng, bits, groups[g], type, m, &in)) {
+                    MG_CHECK_FAIL(result, "out of host memory");
+                } else {
+                    snprintf(what, sizeof what, "bits=%u group=%u %s n=%u k=%u m=%u", bits,
+                             groups[g], mg_dtype_name(type), in.shape.n, in.shape.k, m);
+                    if ((st = run_op(ctx->backend, op, &in, &got, &bytes)))
+                        MG_CHECK_FAIL(result, "%s %s: %s", op_names[op], what, mg_last_error());
+                    else if ((st = run_op(ctx->reference, op, &in, &ref, &ref_bytes)) ||
+                             (st = run_op(ctx->reference, OP_DEQUANT, &in, &deq, &deq_bytes)))
+                        MG_CHECK_FAIL(result, "reference %s: %s", what, mg_last_error());
+                    else if (op == OP_DEQUANT) {
+                        for (size_t i = 0; i < bytes / 2; i++)
+                            if (got[i] != ref[i]) {
+                                MG_CHECK_FAIL(result,
+                                              "dequant %s: [%zu] is 0x%04x, the reference 0x%04x",
+                                              what, i, got[i], ref[i]);
+                                break;
+                            }
+                    } else {
+                        long worst = 0;
+                        double e = product_error(got, ref, deq, &in, op, &worst);
+                        if (e > worst_error)
+                            worst_error = e;
+                        if (!(e <= 1.0))
+                            MG_CHECK_FAIL(result, "%s %s: [%ld] is %g, the reference %g (%.2f x "
+                                                  "the tolerance)",
+                                          op_names[op], what, worst, mg_bf16_to_f32(got[worst]),
+                                          mg_bf16_to_f32(ref[worst]), e);
+                    }
+                }
+                free(got);
+                free(ref);
+                free(deq);
+                inputs_free(&in);
+            }
+    result->error = worst_error;
+    if (result->passed)
+        snprintf(result->detail, sizeof result->detail,
+                 "12 layers (bits 4/8, groups 32/64/128, bf16/f16); worst %.2f of the tolerance",
+                 worst_error);
+}
+
+static void check_dequant(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_DEQUANT); }
+static void check_gemv(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_GEMV); }
+static void check_silu(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_SILU); }
+static void check_silu_resid(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_SILU_RESID); }
+static void check_gate_up(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_GATE_UP); }
+static void check_gemm(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_GEMM); }
+
+/* A GEMV captured once and replayed on new activations must follow them. */
+static void check_graph_replay(mg_check_ctx *ctx, mg_check_result *result) {
+    mg_backend *b = ctx->backend;
+    if (!mg_backend_supports(b, MG_CAP_GRAPHS)) {
+        result->skipped = true;
+        snprintf(result->detail, sizeof result->detail, "the backend has no graphs");
+        return;
+    }
+    result->passed = true;
+    uint64_t rng = mg_check_rng_seed(ctx, "graph_replay");
+    mlx_inputs in;
+    mg_mlx_linear w = {0};
+    mg_devptr x = 0, y = 0;
+    mg_stream *s = NULL;
+    mg_graph *g = NULL;
+    uint16_t *got = NULL, *ref = NULL, *deq = NULL;
+    size_t bytes;
+    mg_status st;
+    if (!ctx->reference || !inputs_make(&rng, 4, 64, MG_DTYPE_BF16, 3, &in))
+        FAIL("no CPU reference backend, or out of host memory");
+    w = in.shape;
+    if ((st = mg_check_upload(b, in.words[0], in.word_bytes, &w.weight)) ||
+        (st = mg_check_upload(b, in.scales[0], in.group_bytes, &w.scales)) ||
+        (st = mg_check_upload(b, in.biases[0], in.group_bytes, &w.biases)) ||
+        (st = mg_check_alloc_poisoned(b, in.act_bytes, &x)) ||
+        (st = mg_check_alloc_poisoned(b, in.out_bytes, &y)) || (st = mg_stream_create(b, &s)) ||
+        !(got = malloc(in.out_bytes)))
+        FAIL("setup: %s", mg_last_error());
+    OK(mg_graph_begin_capture(s));
+    if ((st = mg_mlx_gemv(b, s, &w, in.expert, in.m, x, y))) {
+        mg_graph_abort_capture(s);
+        FAIL("gemv in the capture: %s", mg_last_error());
+    }
+    OK(mg_graph_end_capture(s, &g));
+    for (int replay = 0; replay < 3; replay++) {
+        for (size_t i = 0; i < in.act_bytes / 2; i++)
+            in.x[i] = random_activation(&rng);
+        OK(mg_copy_h2d(b, x, in.x, in.act_bytes));
+        OK(mg_memset(b, y, MG_CHECK_POISON, in.out_bytes));
+        OK(mg_graph_launch(g, s));
+        OK(mg_stream_synchronize(s));
+        OK(mg_copy_d2h(b, got, y, in.out_bytes));
+        free(ref);
+        free(deq);
+        ref = deq = NULL;
+        OK(run_op(ctx->reference, OP_GEMV, &in, &ref, &bytes));
+        OK(run_op(ctx->reference, OP_DEQUANT, &in, &deq, &bytes));
+        long worst = 0;
+        double e = product_error(got, ref, deq, &in, OP_GEMV, &worst);
+        EXPECT(e <= 1.0, "replay %d: [%ld] is %g, the reference %g", replay, worst,
+               mg_bf16_to_f32(got[worst]), mg_bf16_to_f32(ref[worst]));
+    }
+    snprintf(result->detail, sizeof result->detail, "3 replays on new activations");
+done:
+    if (g)
+        mg_graph_destroy(g);
+    if (s)
+        mg_stream_destroy(s);
+    mg_devptr all[] = {w.weight, w.scales, w.biases, x, y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i])
+            mg_free(b, all[i]);
+    free(got);
+    free(ref);
+    free(deq);
+    inputs_free(&in);
+}
+
+const mg_check_case mg_checks_mlx[] = {
+    {"mlx", "dequant", check_dequant},
+    {"mlx", "gemv", check_gemv},
+    {"mlx", "silu_gate", check_silu},
+    {"mlx", "silu_gate_resid", check_silu_resid},
+    {"mlx", "gate_up", check_gate_up},
+    {"mlx", "gemm", check_gemm},
+    {"mlx", "graph_replay", check_graph_replay},
+    {NULL, NULL, NULL},
+};

@@ -1,0 +1,310 @@
+/* mlx.c - the MLX ops (metrale/mlx.h): every argument checked once, then the kernels of module
+ * "metrale" launched by name with the same arguments on every backend (CUDA:
+ * kernels/cuda/mlx/mlx_quant.cu; CPU: mlx_reference.c). The GEMM dequantizes into the caller's
+ * scratch and calls mg_gemm_bf16. */
+#include <stdio.h>
+
+#include "backend_impl.h"
+#include "error.h"
+#include "metrale/launch.h"
+#include "metrale/mlx.h"
+#include "metrale/ops_gemm.h"
+#include "mlx_reference.h"
+#include "op_cache.h"
+#include "op_registry.h"
+
+/* CUDA launch shape, matched by kernels/cuda/mlx/mlx_quant.cu: GEMV blocks of 256 threads (8
+ * warps), each warp computing kGemvRowsPerWarp rows; dequant blocks of 256 threads, one
+ * 16-byte word group per thread. */
+#define GEMV_THREADS 256u
+#define GEMV_ROWS_PER_BLOCK 16u
+#define DEQUANT_THREADS 256u
+#define MAX_GRID 65535u
+
+/* ------------------------------------------------------------------ checks */
+
+typedef struct layer_ptrs {
+    mg_devptr weight, scales, biases;
+} layer_ptrs;
+
+uint64_t mg_mlx_linear_bytes(const mg_mlx_linear *w) {
+    if (!w || !w->bits || !w->group_size)
+        return 0;
+    return (uint64_t)w->n * w->k * w->bits / 8 + 2ull * 2 * w->n * (w->k / w->group_size);
+}
+
+uint64_t mg_mlx_gemm_scratch_bytes(const mg_mlx_linear *w) {
+    return w ? (uint64_t)w->n * w->k * 2 : 0;
+}
+
+static mg_status check_ptr(const char *fn, const char *name, mg_devptr p, uint32_t alignment) {
+    if (!p)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", fn, name);
+    if (p % alignment)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %u-byte aligned", fn, name,
+                        (unsigned long long)p, alignment);
+    return MG_OK;
+}
+
+/* The layer descriptor, its buffers (the whole expert stack) and the pointers of `expert`. */
+static mg_status check_layer(mg_backend *b, const char *fn, const char *which,
+                             const mg_mlx_linear *w, uint32_t expert, layer_ptrs *out) {
+    if (!w)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, which);
+    if (w->bits != 4 && w->bits != 8)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s bits=%u (4 or 8)", fn, which, w->bits);
+    if (w->group_size != 32 && w->group_size != 64 && w->group_size != 128)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s group_size=%u (32, 64 or 128)", fn,
+                        which, w->group_size);
+    if (!w->n || !w->k || w->k % w->group_size)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %s n=%u k=%u: both >= 1 and k a multiple of group_size=%u", fn,
+                        which, w->n, w->k, w->group_size);
+    if (w->scale_type != MG_DTYPE_BF16 && w->scale_type != MG_DTYPE_F16)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s scale_type %s (bf16 or f16)", fn, which,
+                        mg_dtype_name(w->scale_type));
+    if (!w->experts || expert >= w->experts)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s expert %u of %u", fn, which, expert,
+                        w->experts);
+    mg_status st;
+    if ((st = check_ptr(fn, "weight", w->weight, 16)) ||
+        (st = check_ptr(fn, "scales", w->scales, 2)) ||
+        (st = check_ptr(fn, "biases", w->biases, 2)))
+        return st;
+    /* Per expert: n*k*bits/8 bytes of words (a multiple of 16: k % 32 == 0), 2 bytes per group. */
+    uint64_t weight_bytes = (uint64_t)w->n * w->k * w->bits / 8;
+    uint64_t group_bytes = 2ull * w->n * (w->k / w->group_size);
+    if ((st = mg_backend_check_device_range(b, w->weight, weight_bytes * w->experts, fn,
+                                            "weight")) ||
+        (st = mg_backend_check_device_range(b, w->scales, group_bytes * w->experts, fn,
+                                            "scales")) ||
+        (st = mg_backend_check_device_range(b, w->biases, group_bytes * w->experts, fn, "biases")))
+        return st;
+    out->weight = w->weight + weight_bytes * expert;
+    out->scales = w->scales + group_bytes * expert;
+    out->biases = w->biases + group_bytes * expert;
+    return MG_OK;
+}
+
+static mg_status check_buffer(mg_backend *b, const char *fn, const char *name, mg_devptr p,
+                              uint64_t bytes, uint32_t alignment) {
+    mg_status st = check_ptr(fn, name, p, alignment);
+    return st ? st : mg_backend_check_device_range(b, p, bytes, fn, name);
+}
+
+static bool disjoint(mg_devptr a, uint64_t a_bytes, mg_devptr b, uint64_t b_bytes) {
+    return a + a_bytes <= b || b + b_bytes <= a;
+}
+
+static mg_status check_backend(mg_backend *b, const char *fn) {
+    if (!mg_backend_is_live(b))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
+                        (void *)b);
+    return MG_OK;
+}
+
+/* ------------------------------------------------------------------ provider */
+
+static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
+    mg_op_cache *cache = mg_backend_op_cache(b);
+    mg_kernel *k;
+    mg_error_state saved;
+    mg_error_save(&saved);
+    mg_mlx_cpu_kernels_register();
+    bool ok = cache && mg_op_cache_kernel(cache, "metrale", MG_MLX_KERNEL_GEMV, false, &k) == MG_OK;
+    if (!ok)
+        snprintf(reason, reason_bytes, "the backend has no kernel %s: %s", MG_MLX_KERNEL_GEMV,
+                 cache ? mg_last_error() : "closed backend");
+    mg_error_restore(&saved);
+    return ok;
+}
+
+static const mg_op_provider kernels_provider = {
+    .name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available};
+
+static const mg_op_provider *const mlx_providers[] = {&kernels_provider, NULL};
+
+const mg_op_def mg_mlx_quant_op = {MG_OP_MLX_QUANT, "mlx_quant", mlx_providers};
+
+static mg_status launch(mg_backend *b, mg_stream *s, const char *fn, const char *kernel,
+                        const mg_launch *l) {
+    const mg_op_provider *provider;
+    mg_status st = mg_op_choose(b, MG_OP_MLX_QUANT, NULL, fn, &provider);
+    if (st)
+        return st;
+    mg_mlx_cpu_kernels_register();
+    if ((st = mg_op_launch_builtin(b, s, kernel, l)))
+        return st;
+    mg_op_count_call(b, MG_OP_MLX_QUANT, provider, false);
+    return MG_OK;
+}
+
+static void add_layer_args(mg_launch *l, const layer_ptrs *p) {
+    mg_launch_arg_ptr(l, p->weight);
+    mg_launch_arg_ptr(l, p->scales);
+    mg_launch_arg_ptr(l, p->biases);
+}
+
+static void add_shape_args(mg_launch *l, const mg_mlx_linear *w) {
+    mg_launch_arg_u32(l, w->n);
+    mg_launch_arg_u32(l, w->k);
+    mg_launch_arg_u32(l, w->bits);
+    mg_launch_arg_u32(l, w->group_size);
+    mg_launch_arg_u32(l, w->scale_type == MG_DTYPE_F16 ? MG_MLX_SCALE_F16 : MG_MLX_SCALE_BF16);
+}
+
+/* ------------------------------------------------------------------ dequant */
+
+static mg_status dequant(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_linear *w,
+                         const layer_ptrs *p, mg_devptr out) {
+    /* One thread per 16-byte vector of words: n * k * bits / 128 of them. */
+    uint64_t vectors = (uint64_t)w->n * w->k * w->bits / 128;
+    uint64_t blocks = (vectors + DEQUANT_THREADS - 1) / DEQUANT_THREADS;
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){blocks < MAX_GRID ? (uint32_t)blocks : MAX_GRID, 1, 1},
+                   (mg_dim3){DEQUANT_THREADS, 1, 1}, 0);
+    add_layer_args(&l, p);
+    mg_launch_arg_ptr(&l, out);
+    add_shape_args(&l, w);
+    return launch(b, s, fn, MG_MLX_KERNEL_DEQUANT, &l);
+}
+
+mg_status mg_mlx_dequant(mg_backend *b, mg_stream *s, const mg_mlx_linear *w, uint32_t expert,
+                         mg_devptr out) {
+    static const char fn[] = "mg_mlx_dequant";
+    layer_ptrs p;
+    mg_status st;
+    if ((st = check_backend(b, fn)) || (st = check_layer(b, fn, "w", w, expert, &p)) ||
+        (st = check_buffer(b, fn, "out", out, mg_mlx_gemm_scratch_bytes(w), 16)))
+        return st;
+    return dequant(b, s, fn, w, &p, out);
+}
+
+/* ------------------------------------------------------------------ GEMVs */
+
+static mg_dim3 gemv_grid(uint32_t n) {
+    uint32_t blocks = (n + GEMV_ROWS_PER_BLOCK - 1) / GEMV_ROWS_PER_BLOCK;
+    return (mg_dim3){blocks, 1, 1};
+}
+
+/* Checks the activations and outputs shared by the GEMVs. */
+static mg_status check_gemv(mg_backend *b, const char *fn, const mg_mlx_linear *w, uint32_t m,
+                            mg_devptr x, const char *x_name, mg_devptr y, const char *y_name) {
+    if (m == 0 || m > MG_MLX_GEMV_MAX_M)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m=%u (1 to %u; mg_mlx_gemm takes any m)",
+                        fn, m, MG_MLX_GEMV_MAX_M);
+    mg_status st;
+    if ((st = check_buffer(b, fn, x_name, x, 2ull * m * w->k, 16)) ||
+        (st = check_buffer(b, fn, y_name, y, 2ull * m * w->n, 2)))
+        return st;
+    if (!disjoint(x, 2ull * m * w->k, y, 2ull * m * w->n))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s and %s overlap", fn, x_name, y_name);
+    return MG_OK;
+}
+
+static mg_status gemv(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_linear *w,
+                      uint32_t expert, uint32_t m, mg_devptr x, mg_devptr u, mg_devptr resid,
+                      mg_devptr y, uint32_t mode) {
+    layer_ptrs p;
+    mg_status st;
+    if ((st = check_backend(b, fn)) || (st = check_layer(b, fn, "w", w, expert, &p)) ||
+        (st = check_gemv(b, fn, w, m, x, mode ? "g" : "x", y, "y")))
+        return st;
+    if (mode != MG_MLX_GEMV_PLAIN &&
+        ((st = check_gemv(b, fn, w, m, u, "u", y, "y"))))
+        return st;
+    if (mode == MG_MLX_GEMV_SILU_GATE_RESID) {
+        if ((st = check_buffer(b, fn, "resid", resid, 2ull * m * w->n, 2)))
+            return st;
+        if (resid != y && !disjoint(resid, 2ull * m * w->n, y, 2ull * m * w->n))
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "%s: resid and y overlap without being the same buffer", fn);
+    }
+    mg_launch l;
+    mg_launch_init(&l, gemv_grid(w->n), (mg_dim3){GEMV_THREADS, 1, 1}, 0);
+    add_layer_args(&l, &p);
+    mg_launch_arg_ptr(&l, x);
+    mg_launch_arg_ptr(&l, mode ? u : x);                                 /* unused when plain */
+    mg_launch_arg_ptr(&l, mode == MG_MLX_GEMV_SILU_GATE_RESID ? resid : y); /* unused without */
+    mg_launch_arg_ptr(&l, y);
+    mg_launch_arg_u32(&l, m);
+    add_shape_args(&l, w);
+    mg_launch_arg_u32(&l, mode);
+    return launch(b, s, fn, MG_MLX_KERNEL_GEMV, &l);
+}
+
+mg_status mg_mlx_gemv(mg_backend *b, mg_stream *s, const mg_mlx_linear *w, uint32_t expert,
+                      uint32_t m, mg_devptr x, mg_devptr y) {
+    return gemv(b, s, "mg_mlx_gemv", w, expert, m, x, 0, 0, y, MG_MLX_GEMV_PLAIN);
+}
+
+mg_status mg_mlx_gemv_silu_gate(mg_backend *b, mg_stream *s, const mg_mlx_linear *w,
+                                uint32_t expert, uint32_t m, mg_devptr g, mg_devptr u,
+                                mg_devptr y) {
+    return gemv(b, s, "mg_mlx_gemv_silu_gate", w, expert, m, g, u, 0, y, MG_MLX_GEMV_SILU_GATE);
+}
+
+mg_status mg_mlx_gemv_silu_gate_resid(mg_backend *b, mg_stream *s, const mg_mlx_linear *w,
+                                      uint32_t expert, uint32_t m, mg_devptr g, mg_devptr u,
+                                      mg_devptr resid, mg_devptr y) {
+    return gemv(b, s, "mg_mlx_gemv_silu_gate_resid", w, expert, m, g, u, resid, y,
+                MG_MLX_GEMV_SILU_GATE_RESID);
+}
+
+mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *gate,
+                              const mg_mlx_linear *up, uint32_t expert, uint32_t m, mg_devptr x,
+                              mg_devptr y_gate, mg_devptr y_up) {
+    static const char fn[] = "mg_mlx_gemv_gate_up";
+    layer_ptrs pg, pu;
+    mg_status st;
+    if ((st = check_backend(b, fn)) || (st = check_layer(b, fn, "gate", gate, expert, &pg)) ||
+        (st = check_layer(b, fn, "up", up, expert, &pu)))
+        return st;
+    if (gate->n != up->n || gate->k != up->k || gate->bits != up->bits ||
+        gate->group_size != up->group_size || gate->scale_type != up->scale_type)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: gate and up differ in shape or format (n %u/%u, k %u/%u, bits "
+                        "%u/%u, group_size %u/%u)",
+                        fn, gate->n, up->n, gate->k, up->k, gate->bits, up->bits,
+                        gate->group_size, up->group_size);
+    if ((st = check_gemv(b, fn, gate, m, x, "x", y_gate, "y_gate")) ||
+        (st = check_gemv(b, fn, gate, m, x, "x", y_up, "y_up")))
+        return st;
+    if (!disjoint(y_gate, 2ull * m * gate->n, y_up, 2ull * m * gate->n))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: y_gate and y_up overlap", fn);
+    mg_launch l;
+    mg_launch_init(&l, gemv_grid(gate->n), (mg_dim3){GEMV_THREADS, 1, 1}, 0);
+    add_layer_args(&l, &pg);
+    add_layer_args(&l, &pu);
+    mg_launch_arg_ptr(&l, x);
+    mg_launch_arg_ptr(&l, y_gate);
+    mg_launch_arg_ptr(&l, y_up);
+    mg_launch_arg_u32(&l, m);
+    add_shape_args(&l, gate);
+    return launch(b, s, fn, MG_MLX_KERNEL_GEMV_GATE_UP, &l);
+}
+
+/* ------------------------------------------------------------------ GEMM */
+
+mg_status mg_mlx_gemm(mg_backend *b, mg_stream *s, const mg_mlx_linear *w, uint32_t expert,
+                      uint32_t m, mg_devptr x, mg_devptr y, mg_devptr scratch) {
+    static const char fn[] = "mg_mlx_gemm";
+    layer_ptrs p;
+    mg_status st;
+    if ((st = check_backend(b, fn)) || (st = check_layer(b, fn, "w", w, expert, &p)))
+        return st;
+    if (!m)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m=0", fn);
+    uint64_t scratch_bytes = mg_mlx_gemm_scratch_bytes(w);
+    if ((st = check_buffer(b, fn, "scratch", scratch, scratch_bytes, 16)) ||
+        (st = check_buffer(b, fn, "x", x, 2ull * m * w->k, 2)) ||
+        (st = check_buffer(b, fn, "y", y, 2ull * m * w->n, 2)))
+        return st;
+    if (!disjoint(scratch, scratch_bytes, x, 2ull * m * w->k) ||
+        !disjoint(scratch, scratch_bytes, y, 2ull * m * w->n) ||
+        !disjoint(x, 2ull * m * w->k, y, 2ull * m * w->n))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: x, y and scratch must not overlap", fn);
+    if ((st = dequant(b, s, fn, w, &p, scratch)))
+        return st;
+    return mg_gemm_bf16(b, s, m, w->n, w->k, x, scratch, y, MG_DTYPE_BF16, w->n);
+}

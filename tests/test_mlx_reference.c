@@ -1,0 +1,236 @@
+/* test_mlx_reference.c - the MLX ops (metrale/mlx.h) and the readers (metrale/safetensors.h)
+ * against MLX itself: tests/mlx/make_reference.py quantizes random weights with mx.quantize,
+ * writes them with mx.save_safetensors (one file and two shards) and records mx.dequantize and
+ * mx.quantized_matmul results. Here every layer is loaded with our readers and run on the CPU
+ * backend and, when present, on CUDA: dequant must equal MLX's bit for bit; the GEMV (M=5),
+ * silu_gate GEMV and GEMM (M=37) must agree within BF16 bounds.
+ *
+ * The files come from the ctest fixture mlx_reference (tests/mlx/setup.sh), in the folder
+ * METRALE_MLX_REFERENCE names; without it, or when MLX could not be installed, exit 77. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrale/dtype.h"
+#include "metrale/mlx.h"
+#include "metrale/safetensors.h"
+#include "test_util.h"
+
+#define M_GEMV 5u
+
+typedef struct layer_case {
+    char name[160];
+    unsigned experts, n, k, bits, group;
+    char dtype[16];
+} layer_case;
+
+static const mg_st_tensor *ref_tensor(const mg_st_model *ref, const char *layer,
+                                      const char *suffix, mg_st_tensor *t) {
+    char name[256];
+    snprintf(name, sizeof name, "%s.%s", layer, suffix);
+    if (mg_st_find(ref, name, t) != MG_OK || t->dtype != MG_ST_BF16) {
+        fprintf(stderr, "FAIL: reference tensor %s missing or not BF16\n", name);
+        test_failures++;
+        return NULL;
+    }
+    return t;
+}
+
+static mg_devptr upload(mg_backend *b, const void *data, size_t bytes) {
+    mg_devptr p = 0;
+    CHECK_OK(mg_alloc(b, bytes, &p));
+    if (p)
+        CHECK_OK(mg_copy_h2d(b, p, data, bytes));
+    return p;
+}
+
+static mg_devptr poisoned(mg_backend *b, size_t bytes) {
+    mg_devptr p = 0;
+    CHECK_OK(mg_alloc(b, bytes, &p));
+    if (p)
+        CHECK_OK(mg_memset(b, p, 0xff, bytes));
+    return p;
+}
+
+/* y (rows x n, BF16 on the device) against MLX's y_ref, within 2^-7 |y| (both outputs' BF16
+ * roundings) + 2^-spread_shift sum |w a| (summation order; for silu_gate also the activations'
+ * BF16 rounding, which MLX does in its own way; for the GEMM the weights' BF16 rounding by the
+ * dequant it multiplies, each within 2^-9). */
+static void compare_product(mg_backend *b, const char *what, int spread_shift, const char *layer, mg_devptr y,
+                            const uint16_t *y_ref, const uint16_t *act, const uint16_t *deq,
+                            unsigned rows, unsigned n, unsigned k) {
+    uint16_t *got = malloc((size_t)rows * n * 2);
+    CHECK_OK(mg_copy_d2h(b, got, y, (size_t)rows * n * 2));
+    int bad = 0;
+    for (unsigned t = 0; t < rows; t++)
+        for (unsigned r = 0; r < n; r++) {
+            double magnitude = 0;
+            for (unsigned j = 0; j < k; j++)
+                magnitude += fabs((double)mg_bf16_to_f32(deq[(size_t)r * k + j]) *
+                                  mg_bf16_to_f32(act[(size_t)t * k + j]));
+            double want = mg_bf16_to_f32(y_ref[(size_t)t * n + r]);
+            double have = mg_bf16_to_f32(got[(size_t)t * n + r]);
+            double tol = ldexp(fabs(want), -7) + ldexp(magnitude, -spread_shift);
+            if (!(fabs(have - want) <= tol) && bad++ < 3)
+                fprintf(stderr, "FAIL %s %s [%u, %u]: %g, MLX %g (tolerance %g)\n", what, layer,
+                        t, r, have, want, tol);
+        }
+    test_checks++;
+    test_failures += bad != 0;
+    free(got);
+}
+
+/* silu(g) * u as the op defines it (FP32, rounded once to BF16): the activations the silu_gate
+ * GEMV multiplies, for the tolerance. */
+static uint16_t *silu_gate_activations(const uint16_t *g, const uint16_t *u, size_t count) {
+    uint16_t *h = malloc(count * 2);
+    for (size_t i = 0; i < count; i++) {
+        float gf = mg_bf16_to_f32(g[i]);
+        h[i] = mg_f32_to_bf16(gf / (1.0f + expf(-gf)) * mg_bf16_to_f32(u[i]));
+    }
+    return h;
+}
+
+static void run_layer(mg_backend *b, const mg_st_model *model, const mg_mlx_config *config,
+                      const mg_st_model *ref, const layer_case *c) {
+    mg_mlx_linear w;
+    mg_status st = mg_mlx_linear_load(b, model, config, c->name, &w);
+    CHECK_OK(st);
+    if (st)
+        return;
+    CHECK(w.experts == c->experts && w.n == c->n && w.k == c->k && w.bits == c->bits &&
+          w.group_size == c->group);
+    CHECK(w.scale_type == (strcmp(c->dtype, "float16") ? MG_DTYPE_BF16 : MG_DTYPE_F16));
+    mg_st_tensor deq, x, y, xg, yg, g, u, ys;
+    if (!ref_tensor(ref, c->name, "dequant", &deq) || !ref_tensor(ref, c->name, "x", &x) ||
+        !ref_tensor(ref, c->name, "y", &y) || !ref_tensor(ref, c->name, "x_gemm", &xg) ||
+        !ref_tensor(ref, c->name, "y_gemm", &yg) || !ref_tensor(ref, c->name, "g", &g) ||
+        !ref_tensor(ref, c->name, "u", &u) || !ref_tensor(ref, c->name, "y_silu", &ys)) {
+        mg_mlx_linear_free(b, &w);
+        return;
+    }
+    size_t layer_elems = (size_t)c->n * c->k;
+    /* Dequant of every expert, bit for bit. */
+    mg_devptr out = poisoned(b, layer_elems * 2);
+    uint16_t *host = malloc(layer_elems * 2);
+    for (unsigned e = 0; e < c->experts; e++) {
+        CHECK_OK(mg_mlx_dequant(b, NULL, &w, e, out));
+        CHECK_OK(mg_copy_d2h(b, host, out, layer_elems * 2));
+        const uint16_t *want = (const uint16_t *)deq.data + e * layer_elems;
+        size_t mismatches = 0, first = 0;
+        for (size_t i = 0; i < layer_elems; i++)
+            if (host[i] != want[i] && !mismatches++)
+                first = i;
+        CHECK(mismatches == 0);
+        if (mismatches)
+            fprintf(stderr, "  dequant %s expert %u: %zu of %zu differ, first [%zu]: 0x%04x, MLX "
+                            "0x%04x\n",
+                    c->name, e, mismatches, layer_elems, first, host[first], want[first]);
+    }
+    const uint16_t *deq0 = deq.data; /* MLX's products are of expert 0 */
+    unsigned rows_gemm = (unsigned)xg.shape[0];
+    mg_devptr dx = upload(b, x.data, x.bytes), dg = upload(b, g.data, g.bytes),
+              du = upload(b, u.data, u.bytes), dxg = upload(b, xg.data, xg.bytes);
+    mg_devptr dy = poisoned(b, (size_t)M_GEMV * c->n * 2);
+    CHECK_OK(mg_mlx_gemv(b, NULL, &w, 0, M_GEMV, dx, dy));
+    compare_product(b, "gemv", 12, c->name, dy, y.data, x.data, deq0, M_GEMV, c->n, c->k);
+    CHECK_OK(mg_memset(b, dy, 0xff, (size_t)M_GEMV * c->n * 2));
+    CHECK_OK(mg_mlx_gemv_silu_gate(b, NULL, &w, 0, M_GEMV, dg, du, dy));
+    uint16_t *h = silu_gate_activations(g.data, u.data, (size_t)M_GEMV * c->k);
+    compare_product(b, "silu_gate", 8, c->name, dy, ys.data, h, deq0, M_GEMV, c->n, c->k);
+    free(h);
+    mg_devptr dyg = poisoned(b, (size_t)rows_gemm * c->n * 2);
+    mg_devptr scratch = poisoned(b, mg_mlx_gemm_scratch_bytes(&w));
+    CHECK_OK(mg_mlx_gemm(b, NULL, &w, 0, rows_gemm, dxg, dyg, scratch));
+    compare_product(b, "gemm", 8, c->name, dyg, yg.data, xg.data, deq0, rows_gemm, c->n, c->k);
+    mg_devptr bufs[] = {out, dx, dg, du, dxg, dy, dyg, scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        mg_free(b, bufs[i]);
+    free(host);
+    mg_mlx_linear_free(b, &w);
+}
+
+static int read_cases(const char *dir, layer_case *cases, int max) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/layers.txt", dir);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    while (f && n < max &&
+           fscanf(f, "%159s %u %u %u %u %u %15s", cases[n].name, &cases[n].experts, &cases[n].n,
+                  &cases[n].k, &cases[n].bits, &cases[n].group, cases[n].dtype) == 7)
+        n++;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static void run_backend(mg_backend *b, const char *dir, const mg_st_model *ref,
+                        const layer_case *cases, int count) {
+    /* Even layers from the single file, odd ones from the shards: both readers, every case. */
+    const char *layouts[2] = {"model", "sharded"};
+    mg_st_model *models[2] = {NULL, NULL};
+    mg_mlx_config *configs[2] = {NULL, NULL};
+    char path[1024];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, layouts[i]);
+        CHECK_OK(mg_st_open(path, &models[i]));
+        CHECK_OK(mg_mlx_config_open(path, &configs[i]));
+        if (models[i]) {
+            const char *format = mg_st_metadata(models[i], "format");
+            CHECK(format && !strcmp(format, "mlx"));
+        }
+    }
+    for (int i = 0; i < count; i++)
+        if (models[i % 2] && configs[i % 2])
+            run_layer(b, models[i % 2], configs[i % 2], ref, &cases[i]);
+    for (int i = 0; i < 2; i++) {
+        mg_st_close(models[i]);
+        mg_mlx_config_close(configs[i]);
+    }
+}
+
+int main(void) {
+    const char *dir = getenv("METRALE_MLX_REFERENCE");
+    if (!dir) {
+        printf("test_mlx_reference: skipped: METRALE_MLX_REFERENCE is not set (ctest sets it)\n");
+        return 77;
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/SKIP", dir);
+    FILE *skip = fopen(path, "r");
+    if (skip) {
+        char reason[512] = "";
+        if (!fgets(reason, sizeof reason, skip))
+            reason[0] = '\0';
+        fclose(skip);
+        printf("test_mlx_reference: skipped: %s", reason);
+        return 77;
+    }
+    layer_case cases[32];
+    int count = read_cases(dir, cases, 32);
+    CHECK(count >= 13);
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    mg_st_model *ref = NULL;
+    CHECK_OK(mg_st_open(path, &ref));
+    if (!ref)
+        return test_finish();
+    mg_backend *cpu = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &cpu));
+    if (cpu) {
+        run_backend(cpu, dir, ref, cases, count);
+        mg_backend_close(cpu);
+    }
+    mg_backend_probe probe;
+    mg_backend *cuda = NULL;
+    if (mg_backend_probe_kind(MG_BACKEND_CUDA, &probe) == MG_OK && probe.usable &&
+        mg_backend_open(MG_BACKEND_CUDA, 0, &cuda) == MG_OK) {
+        printf("CUDA: running the same cases\n");
+        run_backend(cuda, dir, ref, cases, count);
+        mg_backend_close(cuda);
+    } else {
+        printf("CUDA: not usable here; CPU only\n");
+    }
+    mg_st_close(ref);
+    return test_finish();
+}

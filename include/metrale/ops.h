@@ -41,6 +41,8 @@ typedef enum mg_op {
     MG_OP_GEMM_FP8,         /* metrale/ops_gemm.h: FP8 E4M3 GEMMs, every scale mode */
     MG_OP_ATTENTION_RAGGED, /* metrale/ops_attention.h */
     MG_OP_FP8_QUANTIZE,     /* metrale/ops_quantize.h: BF16 -> FP8 activation quantizers */
+    MG_OP_KV_APPEND,        /* metrale/ops_kv_cache.h: new keys/values into the paged cache */
+    MG_OP_ATTENTION_PAGED,  /* metrale/ops_kv_cache.h: decode / prefill attention over pages */
     MG_OP_COUNT
 } mg_op;
 

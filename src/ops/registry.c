@@ -2,11 +2,13 @@
 #include "op_registry.h"
 
 extern const mg_op_def mg_gemm_bf16_op, mg_gemm_fp8_op, mg_attention_ragged_op,
-    mg_fp8_quantize_op;
+    mg_fp8_quantize_op, mg_kv_append_op, mg_attention_paged_op;
 
 const mg_op_def *const mg_op_defs[MG_OP_COUNT] = {
     [MG_OP_GEMM_BF16] = &mg_gemm_bf16_op,
     [MG_OP_GEMM_FP8] = &mg_gemm_fp8_op,
     [MG_OP_ATTENTION_RAGGED] = &mg_attention_ragged_op,
     [MG_OP_FP8_QUANTIZE] = &mg_fp8_quantize_op,
+    [MG_OP_KV_APPEND] = &mg_kv_append_op,
+    [MG_OP_ATTENTION_PAGED] = &mg_attention_paged_op,
 };

@@ -108,7 +108,9 @@ MG_API mg_status mg_kv_page_table_check(const mg_kv_cache_desc *d, const mg_kv_p
  * pool), so validate on the host (mg_kv_page_table_check) when tables are built.
  * Capturable; asynchronous. */
 typedef struct mg_kv_append_args {
-    uint32_t batch_size, num_tokens; /* num_tokens = qo_indptr[batch_size] */
+    /* num_tokens: rows of k, v (and q) available, >= qo_indptr[batch_size], which the kernel
+     * reads on the device: a captured append serves later batches within this capacity. */
+    uint32_t batch_size, num_tokens;
     uint32_t num_kv_indices;         /* entries of kv_indices (kv_indptr[batch_size]) */
     mg_devptr k, v;                  /* BF16 [num_tokens] rows of num_kv_heads * head_dim */
     uint32_t k_stride, v_stride;     /* row strides in elements (multiples of 8; 0: packed) */

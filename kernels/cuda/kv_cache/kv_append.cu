@@ -71,7 +71,11 @@ extern "C" __global__ void __launch_bounds__(128)
               uint32_t num_pages, uint32_t k_stride, uint32_t v_stride, uint32_t q_stride,
               uint32_t rope, float rope_theta) {
     const uint32_t pairs = head_dim / 16; // 8-element groups per half head
-    for (uint32_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    // num_tokens is the rows' capacity; the batch's own count is read here, so a captured
+    // launch serves every later batch within the capacity.
+    const int32_t planned = qo_indptr[batch];
+    const uint32_t tokens = planned < 0 ? 0u : min(num_tokens, (uint32_t)planned);
+    for (uint32_t t = blockIdx.x; t < tokens; t += gridDim.x) {
         // The request r with qo_indptr[r] <= t < qo_indptr[r + 1] (skipping empty requests).
         uint32_t lo = 0, hi = batch;
         while (hi - lo > 1) {

@@ -138,10 +138,10 @@ static mg_status kernel_append(const mg_launch *l) {
     const mg_kv_page_table table = {batch, qo, kv, NULL, lpl};
     if ((st = mg_kv_page_table_check(&cache, &table, "cpu kernel " NAME)))
         return st;
-    if ((uint32_t)qo[batch] != tokens || (uint32_t)kv[batch] > num_indices)
+    if ((uint32_t)qo[batch] > tokens || (uint32_t)kv[batch] > num_indices)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "cpu kernel %s: qo_indptr ends at %d (num_tokens %u), kv_indptr at %d "
-                        "(num_kv_indices %u)",
+                        "cpu kernel %s: qo_indptr ends at %d, beyond num_tokens %u, or kv_indptr "
+                        "at %d, beyond num_kv_indices %u",
                         NAME, qo[batch], tokens, kv[batch], num_indices);
     const mg_kv_page_table with_indices = {batch, qo, kv, idx, lpl};
     if (num_indices && (st = mg_kv_page_table_check(&cache, &with_indices, "cpu kernel " NAME)))

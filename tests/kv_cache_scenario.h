@@ -113,8 +113,9 @@ static inline void kv_step_build(kv_step *st, const kv_shape *sh, kv_requests *r
     st->q = malloc(2 * ((size_t)st->tokens * sh->hq * sh->d + 1));
     st->kv = malloc(2 * ((size_t)st->tokens * st->kv_stride + 1));
     st->pos = malloc(sizeof(int32_t) * (st->tokens + 1));
+    /* Queries of a larger scale than keys: peaked softmaxes, so a wrong score shows. */
     for (size_t i = 0; i < (size_t)st->tokens * sh->hq * sh->d; i++)
-        st->q[i] = kv_random_bf16();
+        st->q[i] = mg_f32_to_bf16(4.0f * mg_bf16_to_f32(kv_random_bf16()));
     for (size_t i = 0; i < (size_t)st->tokens * st->kv_stride; i++)
         st->kv[i] = kv_random_bf16();
     for (uint32_t t = 0; t < st->tokens; t++)
@@ -144,7 +145,7 @@ static inline void kv_rope_f64(double *x, uint32_t d, double position, double th
  * frequency rounded to FP32 is off by up to a few ulps of the angle, which grows with the
  * position (as in every FP32 RoPE). */
 static inline bool kv_close_rope(uint16_t got, double want, double position) {
-    return fabs(kv_bf16(got) - want) <= fabs(want) / 128.0 + 1e-3 + 5e-7 * position;
+    return fabs(kv_bf16(got) - want) <= fabs(want) / 128.0 + 4e-3 + 2e-6 * position;
 }
 
 #define KV_THETA 10000.0f
@@ -253,7 +254,7 @@ static inline int kv_verify_attention(const kv_shape *sh, const kv_step *st, con
                 const uint16_t *orow = o + ((size_t)t * sh->hq + h) * sh->d;
                 for (uint32_t c = 0; c < sh->d; c++) {
                     double want = acc[c] / sum, got = kv_bf16(orow[c]);
-                    if (!(fabs(got - want) <= 2e-2 + 2e-2 * fabs(want)))
+                    if (!(fabs(got - want) <= 1e-2 + 1e-2 * fabs(want)))
                         bad++;
                 }
                 if (lse) {

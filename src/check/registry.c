@@ -5,11 +5,13 @@ extern const mg_check_case mg_checks_conformance[];
 extern const mg_check_case mg_checks_gemm[];
 extern const mg_check_case mg_checks_quantize[];
 extern const mg_check_case mg_checks_attention[];
+extern const mg_check_case mg_checks_kv_cache[];
 
 const mg_check_case *const mg_check_groups[] = {
     mg_checks_conformance,
     mg_checks_gemm,
     mg_checks_quantize,
     mg_checks_attention,
+    mg_checks_kv_cache,
     NULL,
 };

@@ -123,11 +123,13 @@ if want bench; then
     bench_step gemm --iters 50 --warmup 10
     bench_step quantize --iters 50 --warmup 10
     bench_step attention
+    bench_step decode
 fi
 if want peers; then
     peer_step copy_launch "$PEERS/peers_copy_launch.py"
     peer_step gemm "$PEERS/peers_gemm.py"
     peer_step attention "$PEERS/peers_attention.py"
+    peer_step decode "$PEERS/peers_decode.py"
 fi
 
 # ---------------------------------------------------------------- 5. report

@@ -25,12 +25,14 @@ import json
 import torch
 import torch.nn.functional as F
 
+from peers_copy_launch import event_median_us  # same timing as every peer script
+
 HQ, HKV, D = 32, 8, 128
 MAX_TOKENS = 1 << 20
 
 
 def graph_median_us(fn, iters, warmup=3):
-    """Median device time of a graph replay of fn(), between two CUDA events, in us."""
+    """Median device time of a CUDA-graph replay of fn(), in microseconds."""
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         fn()
@@ -38,20 +40,7 @@ def graph_median_us(fn, iters, warmup=3):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fn()
-    for _ in range(warmup):
-        graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3)
-    samples.sort()
-    return samples[len(samples) // 2]
+    return event_median_us(graph.replay, iters, warmup)
 
 
 def main():

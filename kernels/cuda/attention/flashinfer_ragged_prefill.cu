@@ -223,6 +223,30 @@ cudaError_t fa3_launch_for(const mg_fi_shape *s, Fa3Params &p, cudaStream_t stre
 }
 #endif
 
+// Points an FA2 params struct (ragged or paged: the schedule members have the same names) at
+// the schedule FlashInfer planned into `fi_int`, and the split-KV partials into the float
+// workspace (left NULL when the plan did not split).
+template <typename Params>
+void set_schedule(Params &p, const flashinfer::PrefillPlanInfo &plan, void *fi_int,
+                  void *float_workspace, __nv_bfloat16 **tmp_v, float **tmp_s) {
+    p.request_indices = at<int32_t>(fi_int, plan.request_indices_offset);
+    p.qo_tile_indices = at<int32_t>(fi_int, plan.qo_tile_indices_offset);
+    p.kv_tile_indices = at<int32_t>(fi_int, plan.kv_tile_indices_offset);
+    p.o_indptr = at<int32_t>(fi_int, plan.o_indptr_offset);
+    p.kv_chunk_size_ptr = at<int32_t>(fi_int, plan.kv_chunk_size_ptr_offset);
+    if (plan.split_kv) {
+        p.merge_indptr = at<int32_t>(fi_int, plan.merge_indptr_offset);
+        *tmp_v = at<__nv_bfloat16>(float_workspace, plan.v_offset);
+        *tmp_s = at<float>(float_workspace, plan.s_offset);
+    }
+    p.padded_batch_size = uint32_t(plan.padded_batch_size);
+    p.max_total_num_rows = uint32_t(plan.total_num_rows);
+    if (plan.enable_cuda_graph) {
+        p.block_valid_mask = at<bool>(fi_int, plan.block_valid_mask_offset);
+        p.total_num_rows = at<uint32_t>(fi_int, plan.total_num_rows_offset);
+    }
+}
+
 mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
                   cudaStream_t stream, mg_fi_error *err) {
     flashinfer::PrefillPlanInfo plan;
@@ -248,24 +272,9 @@ mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
     p.k_stride_n = p.v_stride_n = s->num_kv_heads * s->head_dim;
     p.k_stride_h = p.v_stride_h = s->head_dim;
     p.window_left = s->window_left;
-    p.request_indices = at<int32_t>(fi_int, plan.request_indices_offset);
-    p.qo_tile_indices = at<int32_t>(fi_int, plan.qo_tile_indices_offset);
-    p.kv_tile_indices = at<int32_t>(fi_int, plan.kv_tile_indices_offset);
-    p.o_indptr = at<int32_t>(fi_int, plan.o_indptr_offset);
-    p.kv_chunk_size_ptr = at<int32_t>(fi_int, plan.kv_chunk_size_ptr_offset);
     __nv_bfloat16 *tmp_v = nullptr;
     float *tmp_s = nullptr;
-    if (plan.split_kv) {
-        p.merge_indptr = at<int32_t>(fi_int, plan.merge_indptr_offset);
-        tmp_v = at<__nv_bfloat16>(a->float_workspace, plan.v_offset);
-        tmp_s = at<float>(a->float_workspace, plan.s_offset);
-    }
-    p.padded_batch_size = uint32_t(plan.padded_batch_size);
-    p.max_total_num_rows = uint32_t(plan.total_num_rows);
-    if (plan.enable_cuda_graph) {
-        p.block_valid_mask = at<bool>(fi_int, plan.block_valid_mask_offset);
-        p.total_num_rows = at<uint32_t>(fi_int, plan.total_num_rows_offset);
-    }
+    set_schedule(p, plan, fi_int, a->float_workspace, &tmp_v, &tmp_s);
 
     cudaError_t e;
     switch (s->head_dim) {
@@ -323,25 +332,9 @@ mg_status run_fa2_paged(const mg_fi_shape *s, const mg_fi_plan_info *info,
     p.sm_scale = a->sm_scale;
     p.rope_rcp_scale = 1.0f;
     p.rope_rcp_theta = 1.0f;
-    p.request_indices = at<int32_t>(fi_int, plan.request_indices_offset);
-    p.qo_tile_indices = at<int32_t>(fi_int, plan.qo_tile_indices_offset);
-    p.kv_tile_indices = at<int32_t>(fi_int, plan.kv_tile_indices_offset);
-    p.o_indptr = at<int32_t>(fi_int, plan.o_indptr_offset);
-    p.kv_chunk_size_ptr = at<int32_t>(fi_int, plan.kv_chunk_size_ptr_offset);
     __nv_bfloat16 *tmp_v = nullptr;
     float *tmp_s = nullptr;
-    if (plan.split_kv) {
-        p.merge_indptr = at<int32_t>(fi_int, plan.merge_indptr_offset);
-        tmp_v = at<__nv_bfloat16>(a->float_workspace, plan.v_offset);
-        tmp_s = at<float>(a->float_workspace, plan.s_offset);
-    }
-    p.padded_batch_size = uint32_t(plan.padded_batch_size);
-    p.max_total_num_rows = uint32_t(plan.total_num_rows);
-    p.partition_kv = plan.split_kv;
-    if (plan.enable_cuda_graph) {
-        p.block_valid_mask = at<bool>(fi_int, plan.block_valid_mask_offset);
-        p.total_num_rows = at<uint32_t>(fi_int, plan.total_num_rows_offset);
-    }
+    set_schedule(p, plan, fi_int, a->float_workspace, &tmp_v, &tmp_s);
     cudaError_t e;
     switch (s->head_dim) {
     case 128:

@@ -362,24 +362,32 @@ static mg_status tensor_bytes(uint32_t rows, uint32_t heads, uint32_t head_dim,
                     what, rows, heads, head_dim, element_bytes);
 }
 
+/* What every run needs of its plan: a live backend without a sticky fault, the entry point of
+ * the plan's kind (ragged or paged), and a usable schedule. */
+static mg_status check_run_ready(const mg_attention_plan *p, bool paged, const char *fn) {
+    mg_status st = check_backend_live(p, fn);
+    if (!st && paged != (p->page_size != 0))
+        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: a %s plan runs with %s", fn,
+                      paged ? "ragged" : "paged",
+                      paged ? "mg_attention_run" : "mg_paged_attention_run");
+    if (!st)
+        st = mg_backend_check_fault(p->backend);
+    if (!st && !p->usable)
+        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                      "%s: the plan's last update failed on the device; update it again first",
+                      fn);
+    return st;
+}
+
 mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
     const char *fn = "mg_attention_run";
     if (!p)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
     if (!t)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL tensors", fn);
-    mg_status st = check_backend_live(p, fn);
-    if (!st && p->page_size)
-        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                      "%s: a paged plan runs with mg_paged_attention_run", fn);
-    if (!st)
-        st = mg_backend_check_fault(p->backend);
+    mg_status st = check_run_ready(p, false, fn);
     if (st)
         return st;
-    if (!p->usable)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: the plan's last update failed on the device; update it again first",
-                        fn);
     if ((st = check_tensor_ptr(t->q, 16, "q", fn)) || (st = check_tensor_ptr(t->k, 16, "k", fn)) ||
         (st = check_tensor_ptr(t->v, 16, "v", fn)) || (st = check_tensor_ptr(t->o, 16, "o", fn)))
         return st;
@@ -629,18 +637,9 @@ mg_status mg_paged_attention_run(mg_attention_plan *p, const mg_paged_attention_
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
     if (!t)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL tensors", fn);
-    mg_status st = check_backend_live(p, fn);
-    if (!st && !p->page_size)
-        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: a ragged plan runs with mg_attention_run",
-                      fn);
-    if (!st)
-        st = mg_backend_check_fault(p->backend);
+    mg_status st = check_run_ready(p, true, fn);
     if (st)
         return st;
-    if (!p->usable)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: the plan's last update failed on the device; update it again first",
-                        fn);
     const mg_attention_desc *d = &p->desc;
     const uint32_t qo_total = (uint32_t)p->qo_indptr[p->batch_size];
     const uint32_t want_rows = d->graph_qo_rows ? d->graph_qo_rows : qo_total;

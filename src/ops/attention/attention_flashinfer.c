@@ -341,7 +341,8 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
     return MG_OK;
 }
 
-static mg_status cuda_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
+/* Launches the plan's schedule with `args` (the tensors of a ragged or a paged run). */
+static mg_status launch_planned(mg_attention_plan *p, const mg_fi_run_args *args, mg_stream *s) {
     cuda_attention_plan *c = p->impl;
     mg_cuda_context *ctx;
     mg_status st = mg_cuda_bind(p->backend, &ctx);
@@ -350,6 +351,17 @@ static mg_status cuda_run(mg_attention_plan *p, const mg_attention_tensors *t, m
         st = mg_cuda_stream(p->backend, s, &stream);
     if (st)
         return st;
+    mg_fi_run_args a = *args;
+    a.sm_scale = p->desc.sm_scale;
+    a.float_workspace = (void *)(uintptr_t)c->float_workspace;
+    a.int_workspace = (void *)(uintptr_t)c->int_workspace;
+    mg_fi_error err;
+    if ((st = fi.run(&c->shape, &c->info, &a, (void *)stream, &err)))
+        return plugin_failure(ctx, st, &err);
+    return MG_OK;
+}
+
+static mg_status cuda_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
     const mg_fi_run_args args = {
         .q = (void *)(uintptr_t)t->q,
         .k = (void *)(uintptr_t)t->k,
@@ -358,26 +370,12 @@ static mg_status cuda_run(mg_attention_plan *p, const mg_attention_tensors *t, m
         .lse = (float *)(uintptr_t)t->lse,
         .qo_rows = t->qo_rows,
         .kv_rows = t->kv_rows,
-        .sm_scale = p->desc.sm_scale,
-        .float_workspace = (void *)(uintptr_t)c->float_workspace,
-        .int_workspace = (void *)(uintptr_t)c->int_workspace,
     };
-    mg_fi_error err;
-    if ((st = fi.run(&c->shape, &c->info, &args, (void *)stream, &err)))
-        return plugin_failure(ctx, st, &err);
-    return MG_OK;
+    return launch_planned(p, &args, s);
 }
 
 static mg_status cuda_run_paged(mg_attention_plan *p, const mg_paged_attention_tensors *t,
                                 mg_stream *s) {
-    cuda_attention_plan *c = p->impl;
-    mg_cuda_context *ctx;
-    mg_status st = mg_cuda_bind(p->backend, &ctx);
-    CUstream stream;
-    if (!st)
-        st = mg_cuda_stream(p->backend, s, &stream);
-    if (st)
-        return st;
     const mg_fi_run_args args = {
         .q = (void *)(uintptr_t)t->q,
         .k = (void *)(uintptr_t)t->k_pages,
@@ -386,16 +384,10 @@ static mg_status cuda_run_paged(mg_attention_plan *p, const mg_paged_attention_t
         .lse = (float *)(uintptr_t)t->lse,
         .qo_rows = t->qo_rows,
         .kv_rows = (uint32_t)p->kv_indptr[p->batch_size],
-        .sm_scale = p->desc.sm_scale,
-        .float_workspace = (void *)(uintptr_t)c->float_workspace,
-        .int_workspace = (void *)(uintptr_t)c->int_workspace,
         .kv_indices = (int32_t *)(uintptr_t)t->kv_indices,
         .logits_soft_cap = p->logits_soft_cap,
     };
-    mg_fi_error err;
-    if ((st = fi.run(&c->shape, &c->info, &args, (void *)stream, &err)))
-        return plugin_failure(ctx, st, &err);
-    return MG_OK;
+    return launch_planned(p, &args, s);
 }
 
 static void cuda_release(mg_attention_plan *p, bool backend_live) {

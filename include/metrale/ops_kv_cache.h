@@ -4,6 +4,8 @@
  * optional RoPE on q and k), and attention over pages (decode: one query per request; prefill:
  * a chunk of new tokens attending to its cached prefix and itself, causal).
  *
+ * BF16 keys and values only (FP8 E4M3 pools with per-head scales are not implemented).
+ *
  * The pool. Pages of `page_size` tokens (1..128), NHD inside a page: the K pool is
  * [num_pages][page_size][num_kv_heads][head_dim] BF16, the V pool the same, right after it in
  * the caller's allocation (mg_kv_cache_bytes sizes it, e.g. for a model arena; mg_kv_cache_pools

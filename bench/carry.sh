@@ -12,7 +12,7 @@ mkdir -p "$DEST/bin" "$DEST/peers"
 for f in "$BUILD"/metrale-gpu "$BUILD"/test_* "$BUILD"/lib*.so; do
     [ -f "$f" ] && [ -x "$f" ] && cp "$f" "$DEST/bin/"
 done
-cp "$REPO/bench/gpu_run.sh" "$DEST/"
+cp "$REPO/bench/gpu_run.sh" "$REPO/bench/gpu_run_multi.sh" "$DEST/"
 cp "$REPO"/bench/peers/*.py "$DEST/peers/"
 if command -v nvcc >/dev/null && [ -f "$REPO/kernels/cuda/test_kernels.cu" ]; then
     nvcc -cubin -O3 -arch=sm_90a -o "$DEST/test_kernels.sm_90a.cubin" \

@@ -123,12 +123,16 @@ if want bench; then
     bench_step gemm --iters 50 --warmup 10
     bench_step quantize --iters 50 --warmup 10
     bench_step attention
+    bench_step nvfp4_format
+    bench_step nvfp4 --iters 30 --warmup 5
     bench_step decode
 fi
 if want peers; then
     peer_step copy_launch "$PEERS/peers_copy_launch.py"
     peer_step gemm "$PEERS/peers_gemm.py"
     peer_step attention "$PEERS/peers_attention.py"
+    peer_step nvfp4 "$PEERS/peers_nvfp4.py"
+    peer_step nvfp4_format "$PEERS/peers_nvfp4_format.py"
     peer_step decode "$PEERS/peers_decode.py"
 fi
 

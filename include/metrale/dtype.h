@@ -33,6 +33,11 @@ MG_API float mg_bf16_to_f32(uint16_t bits);
 /* Round to nearest even; NaN stays NaN (quiet). */
 MG_API uint16_t mg_f32_to_bf16(float value);
 
+/* IEEE binary16: exact to float; from float round to nearest even, overflowing to infinity
+ * (magnitudes from 65520 up), NaN kept quiet with its sign. */
+MG_API float mg_f16_to_f32(uint16_t bits);
+MG_API uint16_t mg_f32_to_f16(float value);
+
 /* FP8 E4M3 ("e4m3fn", the OCP FP8 format the tensor cores use): 1 sign, 4 exponent bits with
  * bias 7, 3 mantissa bits; no infinities; 0x7f/0xff are NaN; the largest finite magnitude is
  * 448 (0x7e) and the smallest subnormal 2^-9. */

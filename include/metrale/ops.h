@@ -41,12 +41,18 @@ typedef enum mg_op {
     MG_OP_GEMM_FP8,         /* metrale/ops_gemm.h: FP8 E4M3 GEMMs, every scale mode */
     MG_OP_ATTENTION_RAGGED, /* metrale/ops_attention.h */
     MG_OP_FP8_QUANTIZE,     /* metrale/ops_quantize.h: BF16 -> FP8 activation quantizers */
+    MG_OP_SILU_MUL,         /* metrale/ops_activation.h: SiLU(gate) * up */
+    MG_OP_NVFP4_FORMAT,     /* metrale/nvfp4.h: NVFP4 weight quantize, dequantize, layouts */
+    MG_OP_MOE_ROUTING,      /* metrale/ops_moe.h: MoE top-k, expert sort, weighted combine */
+    MG_OP_NVFP4_GEMM,       /* metrale/ops_nvfp4.h: NVFP4 weights x BF16, dense (and prepare) */
+    MG_OP_NVFP4_MOE_GEMM,   /* metrale/ops_nvfp4.h: the grouped per-expert form */
     MG_OP_KV_APPEND,        /* metrale/ops_kv_cache.h: new keys/values into the paged cache */
     MG_OP_ATTENTION_PAGED,  /* metrale/ops_kv_cache.h: decode / prefill attention over pages */
     MG_OP_COUNT
 } mg_op;
 
-/* "gemm_bf16", "gemm_fp8", "attention_ragged", "fp8_quantize"; "?" for an unknown op. */
+/* "gemm_bf16", "gemm_fp8", "attention_ragged", "fp8_quantize", "nvfp4_gemm", ...; "?" for an
+ * unknown op. */
 MG_API const char *mg_op_name(mg_op op);
 /* The op named `name` (as mg_op_name spells it). MG_ERR_INVALID_ARGUMENT for another name. */
 MG_API mg_status mg_op_parse(const char *name, mg_op *out);

@@ -5,6 +5,9 @@ extern const mg_check_case mg_checks_conformance[];
 extern const mg_check_case mg_checks_gemm[];
 extern const mg_check_case mg_checks_quantize[];
 extern const mg_check_case mg_checks_attention[];
+extern const mg_check_case mg_checks_activation[];
+extern const mg_check_case mg_checks_nvfp4_format[];
+extern const mg_check_case mg_checks_moe_routing[];
 extern const mg_check_case mg_checks_kv_cache[];
 
 const mg_check_case *const mg_check_groups[] = {
@@ -12,6 +15,9 @@ const mg_check_case *const mg_check_groups[] = {
     mg_checks_gemm,
     mg_checks_quantize,
     mg_checks_attention,
+    mg_checks_activation,
+    mg_checks_nvfp4_format,
+    mg_checks_moe_routing,
     mg_checks_kv_cache,
     NULL,
 };

@@ -60,6 +60,43 @@ uint16_t mg_f32_to_bf16(float value) {
     return (uint16_t)((u + rounding) >> 16);
 }
 
+float mg_f16_to_f32(uint16_t bits) {
+    uint32_t exponent = (bits >> 10) & 0x1fu;
+    uint32_t mantissa = bits & 0x3ffu;
+    float magnitude;
+    if (exponent == 0)
+        magnitude = ldexpf((float)mantissa, -24);
+    else if (exponent == 31)
+        magnitude = mantissa ? NAN : INFINITY;
+    else
+        magnitude = ldexpf((float)(mantissa | 0x400u), (int)exponent - 25);
+    return (bits & 0x8000u) ? -magnitude : magnitude;
+}
+
+/* Integer rounding to nearest even of `value` >> `shift` (shift >= 1). */
+static uint32_t shift_round_even(uint32_t value, uint32_t shift) {
+    uint32_t kept = value >> shift, rest = value & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    return kept + (rest > half || (rest == half && (kept & 1u)));
+}
+
+uint16_t mg_f32_to_f16(float value) {
+    uint32_t u;
+    memcpy(&u, &value, sizeof u);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) /* 65520 and up (and infinity) round to infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a >= 0x38800000u) /* 2^-14 and up: normal; the carry may reach the next binade */
+        return (uint16_t)(sign | shift_round_even(a - 0x38000000u, 13));
+    uint32_t exponent = a >> 23;
+    if (exponent < 102) /* below 2^-25: rounds to zero */
+        return sign;
+    /* subnormal: units of 2^-24 (rounding up to 0x400 gives the smallest normal) */
+    return (uint16_t)(sign | shift_round_even((a & 0x7fffffu) | 0x800000u, 126 - exponent));
+}
+
 float mg_fp8_e4m3_to_f32(uint8_t code) {
     uint32_t exponent = (code >> 3) & 0xfu;
     uint32_t mantissa = code & 0x7u;

@@ -1,0 +1,36 @@
+// silu_mul.cu - out[r, c] = bf16(silu(g) * u), g = in[r, c], u = in[r, cols + c]
+// (metrale/ops_activation.h). The arithmetic is the CPU reference's, operation for operation,
+// in IEEE single precision (this file is built without fast math, so `/` is the correctly
+// rounded division and expf the accurate one); BF16 rounding is to nearest even.
+// Grid-stride over rows * cols elements.
+#include <stdint.h>
+
+namespace {
+
+__device__ __forceinline__ float bf16_to_float(uint16_t bits) {
+    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+__device__ __forceinline__ uint16_t float_to_bf16(float value) {
+    uint32_t u = __float_as_uint(value);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return static_cast<uint16_t>((u >> 16) | 0x0040u); // quiet NaN, sign kept
+    uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+} // namespace
+
+extern "C" __global__ void silu_mul_bf16(const uint16_t *__restrict__ in,
+                                         uint16_t *__restrict__ out, uint32_t rows,
+                                         uint32_t cols, uint32_t in_pitch, uint32_t out_pitch) {
+    const uint64_t total = static_cast<uint64_t>(rows) * cols;
+    for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t r = i / cols, c = i % cols;
+        const float g = bf16_to_float(in[r * in_pitch + c]);
+        const float u = bf16_to_float(in[r * in_pitch + cols + c]);
+        const float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+        out[r * out_pitch + c] = float_to_bf16(__fmul_rn(silu, u));
+    }
+}

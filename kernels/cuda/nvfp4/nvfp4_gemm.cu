@@ -1,0 +1,428 @@
+// nvfp4_gemm.cu - NVFP4 weights x BF16 activations on Hopper (metrale/ops_nvfp4.h): the
+// weight re-layout done once at load, and the dense and grouped (per-expert) GEMMs.
+//
+// out[r, n] = sum_k act[token(r), k] * w[n, k] * global, w = e2m1 * e4m3 scale, FP32
+// accumulation, BF16 out. The weights are in the layout of nvfp4_hopper_layout.h; each warp
+// streams its 512-byte chunks with 16-byte no-L1-allocate loads, decodes E2M1 into BF16 with
+// bit operations, applies the block scale with one bf16x2 multiply (exact), and feeds
+// mma.sync m16n8k16 with the weights as A (16 rows) and up to 16 tokens as B. The MMA's K
+// order is the layout's permutation of the real K, the same for weights and activations.
+//
+// A CTA owns one row block (two in the fused gate_up form: gate and up rows) and one tile of
+// 8 * NT tokens; its KW warps per row block split K in whole super-chunks and add their
+// partial sums through shared memory in a fixed order, so results do not depend on timing.
+// The grid is (token tiles, row blocks): CTAs next to each other read the same weights.
+//
+// Grouped form: rows of the problem are in expert order, expert e owning rows
+// [expert_offsets[e], expert_offsets[e+1]); token tile i of the grid is found on the device by
+// counting each expert's tiles, so a graph captured once replays with any routing, and an
+// expert without rows has no tile. Offsets are clamped to [0, rows] and a decreasing pair is
+// an empty expert; a token id outside [0, act_rows) reads zeros: no access is out of bounds
+// whatever the routing holds (the CPU backend rejects such routings with an error instead).
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "nvfp4/nvfp4_hopper_layout.h"
+
+namespace {
+
+__device__ __forceinline__ uint4 load_stream(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint2 load_stream2(const uint2 *p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(p));
+    return v;
+}
+
+// Pair j of a word (nvfp4_hopper_layout.h): two codes -> two BF16 of e2m1 * 2^-126.
+__device__ __forceinline__ uint32_t decode_pair(uint32_t word, int j) {
+    const uint32_t q = word << (4 * j);
+    return (q & 0x80008000u) | ((q >> 6) & 0x01c001c0u);
+}
+
+// Byte `b` of `word` (a ue5m3 scale) as a BF16 pair (scale * 2^118, twice).
+__device__ __forceinline__ uint32_t scale_pair(uint32_t word, uint32_t b) {
+    uint32_t spread = __byte_perm(word, 0u, 0x4040u | (b << 8) | b);
+    return spread * 16u + (MG_NVFP4_SCALE_BF16_BIAS | (MG_NVFP4_SCALE_BF16_BIAS << 16));
+}
+
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+struct gemm_args {
+    const __nv_bfloat16 *act;
+    uint32_t act_pitch, act_rows;
+    const int32_t *token_ids;      // null: row r reads act row r
+    const int32_t *expert_offsets; // null: one group of `rows` rows (dense)
+    uint32_t experts, rows;
+    const uint8_t *values, *scales;
+    uint64_t expert_value_bytes, expert_scale_bytes;
+    const float *global_scales;
+    const uint8_t *up_values, *up_scales;
+    const float *up_global_scales;
+    __nv_bfloat16 *out;
+    uint32_t ldc, n, k;
+};
+
+struct token_tile {
+    int expert; // -1: no tile
+    uint32_t row0, row_end;
+};
+
+// Tile `index` of `tile_rows` rows among the experts' groups, in expert order (each warp
+// computes it alone: no barrier before a CTA without a tile exits).
+__device__ token_tile find_tile(const gemm_args &a, uint32_t index, uint32_t tile_rows) {
+    if (!a.expert_offsets) {
+        uint32_t row0 = index * tile_rows;
+        return {row0 < a.rows ? 0 : -1, row0, a.rows};
+    }
+    const uint32_t lane = threadIdx.x % 32;
+    uint32_t remaining = index;
+    for (uint32_t e0 = 0; e0 < a.experts; e0 += 32) {
+        uint32_t e = e0 + lane, begin = 0, end = 0, tiles = 0;
+        if (e < a.experts) {
+            int32_t o0 = a.expert_offsets[e], o1 = a.expert_offsets[e + 1];
+            begin = (uint32_t)min(max(o0, 0), (int32_t)a.rows);
+            end = (uint32_t)min(max(o1, 0), (int32_t)a.rows);
+            tiles = end > begin ? (end - begin + tile_rows - 1) / tile_rows : 0;
+        }
+        uint32_t inclusive = tiles;
+        for (int d = 1; d < 32; d *= 2) {
+            uint32_t v = __shfl_up_sync(0xffffffffu, inclusive, d);
+            if (lane >= (uint32_t)d)
+                inclusive += v;
+        }
+        uint32_t total = __shfl_sync(0xffffffffu, inclusive, 31);
+        if (remaining < total) {
+            uint32_t hit = __ballot_sync(0xffffffffu, inclusive > remaining);
+            int first = __ffs(hit) - 1;
+            uint32_t before = __shfl_sync(0xffffffffu, inclusive - tiles, first);
+            uint32_t b = __shfl_sync(0xffffffffu, begin, first);
+            uint32_t en = __shfl_sync(0xffffffffu, end, first);
+            return {(int)(e0 + first), b + (remaining - before) * tile_rows, en};
+        }
+        remaining -= total;
+    }
+    return {-1, 0, 0};
+}
+
+// The activations lane t needs for one chunk: 16 BF16 of each of its NT tokens at kbase.
+// CHECKED zero-fills the runs at or past k (the last, partial super-chunk of a row block);
+// elsewhere every run is inside the row.
+template <int NT, bool CHECKED>
+__device__ __forceinline__ void load_act(const __nv_bfloat16 *const (&act_row)[NT], uint32_t kbase,
+                                         uint32_t k, uint32_t (&x)[NT][8]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
+        if (!CHECKED || kbase < k) {
+            const uint4 *p = reinterpret_cast<const uint4 *>(act_row[nt] + kbase);
+            v0 = __ldg(p);
+            v1 = __ldg(p + 1);
+        }
+        x[nt][0] = v0.x, x[nt][1] = v0.y, x[nt][2] = v0.z, x[nt][3] = v0.w;
+        x[nt][4] = v1.x, x[nt][5] = v1.y, x[nt][6] = v1.z, x[nt][7] = v1.w;
+    }
+}
+
+// One chunk: 4 MMA steps of 16 rows x 16 K x 8 * NT tokens.
+template <int NT>
+__device__ __forceinline__ void mma_chunk(uint4 w, uint32_t s_lo, uint32_t s_hi,
+                                          const uint32_t (&x)[NT][8], float (&acc)[NT][4]) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int kt = 0; kt < 4; kt++) {
+        const uint32_t word = words[kt];
+        const uint32_t a0 = mul_bf16x2(decode_pair(word, 0), s_lo);
+        const uint32_t a1 = mul_bf16x2(decode_pair(word, 1), s_hi);
+        const uint32_t a2 = mul_bf16x2(decode_pair(word, 2), s_lo);
+        const uint32_t a3 = mul_bf16x2(decode_pair(word, 3), s_hi);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+            mma_bf16(acc[nt], a0, a1, a2, a3, x[nt][kt * 2], x[nt][kt * 2 + 1]);
+    }
+}
+
+// One super-chunk (4 chunks) whose codes and scales are in registers.
+template <int NT, bool CHECKED>
+__device__ __forceinline__ void mma_super(const uint4 (&w)[4], uint2 sc,
+                                          const __nv_bfloat16 *const (&act_row)[NT], uint32_t s,
+                                          uint32_t k, float (&acc)[NT][4]) {
+    const uint32_t t = threadIdx.x % 4;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        uint32_t x[NT][8];
+        load_act<NT, CHECKED>(act_row, s * MG_NVFP4_SUPER_K + c * MG_NVFP4_CHUNK_K + t * 16, k, x);
+        const uint32_t sword = c < 2 ? sc.x : sc.y;
+        mma_chunk<NT>(w[c], scale_pair(sword, (c & 1) * 2), scale_pair(sword, (c & 1) * 2 + 1), x,
+                      acc);
+    }
+}
+
+// One warp's partial sums for one row block over super-chunks [s_begin, s_end): each
+// super-chunk's codes and scales are loaded while the one before is computed.
+template <int NT>
+__device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t *scales,
+                                           const __nv_bfloat16 *const (&act_row)[NT],
+                                           uint32_t k, uint32_t s_begin, uint32_t s_end,
+                                           float (&acc)[NT][4]) {
+    const uint32_t lane = threadIdx.x % 32;
+    const uint4 *wv = reinterpret_cast<const uint4 *>(values) + lane;
+    const uint2 *ws = reinterpret_cast<const uint2 *>(scales) + lane;
+    if (s_begin >= s_end)
+        return;
+    // Super-chunks at or past full_supers hold K padding: their activation loads are checked.
+    const uint32_t full_supers = k / MG_NVFP4_SUPER_K;
+    uint4 w[4];
+    uint2 sc = load_stream2(ws + s_begin * 32);
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+        w[c] = load_stream(wv + (s_begin * 4 + c) * 32);
+    for (uint32_t s = s_begin; s < s_end; s++) {
+        uint4 wn[4];
+        uint2 scn = sc;
+        const bool more = s + 1 < s_end;
+        if (more) {
+            scn = load_stream2(ws + (s + 1) * 32);
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                wn[c] = load_stream(wv + ((s + 1) * 4 + c) * 32);
+        }
+        if (s < full_supers)
+            mma_super<NT, false>(w, sc, act_row, s, k, acc);
+        else
+            mma_super<NT, true>(w, sc, act_row, s, k, acc);
+        if (more) {
+            sc = scn;
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                w[c] = wn[c];
+        }
+    }
+}
+
+__device__ __forceinline__ float silu(float x) {
+    return x / (1.0f + __expf(-x));
+}
+
+// NT: n8 token tiles per CTA (8 * NT tokens); KW: warps splitting K per row block; FUSED:
+// gate and up row blocks, out = silu(gate) * up.
+template <int NT, int KW, bool FUSED>
+__device__ __forceinline__ void gemm_body(const gemm_args &a) {
+    constexpr int RB = FUSED ? 2 : 1;
+    constexpr uint32_t TILE = 8 * NT;
+    __shared__ float partial[RB][KW][NT][4][32];
+
+    const token_tile tile = find_tile(a, blockIdx.x, TILE);
+    if (tile.expert < 0)
+        return;
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const uint32_t kw = warp % KW, which = warp / KW; // which: 0 gate (or plain), 1 up
+    const uint32_t rb = blockIdx.y, supers = mg_nvfp4_supers(a.k);
+
+    // Each lane's tokens, so that no activation load needs a predicate: a slot past the
+    // tile's rows reads the tile's first row instead, and a token id outside the activation
+    // reads row 0; an MMA column reaches only its own outputs, and those are not stored (past
+    // the rows) or stored as 0 (bad ids), as if the row were zeros.
+    const __nv_bfloat16 *act_row[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        uint32_t r = tile.row0 + nt * 8 + g;
+        if (r >= tile.row_end)
+            r = tile.row0;
+        int32_t src = a.token_ids ? a.token_ids[r] : (int32_t)r;
+        if (src < 0 || (uint32_t)src >= a.act_rows)
+            src = 0;
+        act_row[nt] = a.act + (uint64_t)src * a.act_pitch;
+    }
+
+    const uint8_t *values = which ? a.up_values : a.values;
+    const uint8_t *scales = which ? a.up_scales : a.scales;
+    values += (uint64_t)tile.expert * a.expert_value_bytes +
+              (uint64_t)rb * supers * MG_NVFP4_SUPER_BYTES;
+    scales += (uint64_t)tile.expert * a.expert_scale_bytes +
+              (uint64_t)rb * supers * MG_NVFP4_SUPER_SCALE_BYTES;
+    const uint32_t s_begin = (uint32_t)((uint64_t)kw * supers / KW);
+    const uint32_t s_end = (uint32_t)((uint64_t)(kw + 1) * supers / KW);
+
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    accumulate<NT>(values, scales, act_row, a.k, s_begin, s_end, acc);
+
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            partial[which][kw][nt][i][lane] = acc[nt][i];
+    __syncthreads();
+    if (warp != 0)
+        return;
+
+    const float gate_scale = a.global_scales[tile.expert] * MG_NVFP4_ACC_FACTOR;
+    const float up_scale = FUSED ? a.up_global_scales[tile.expert] * MG_NVFP4_ACC_FACTOR : 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            // c0, c1: row g, tokens 2t, 2t + 1; c2, c3: row g + 8.
+            const uint32_t n = rb * 16 + g + (i >= 2 ? 8 : 0);
+            const uint32_t r = tile.row0 + nt * 8 + 2 * t + (i & 1);
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < KW; w++)
+                sum += partial[0][w][nt][i][lane];
+            float value = sum * gate_scale;
+            if (FUSED) {
+                float up = 0.0f;
+#pragma unroll
+                for (int w = 0; w < KW; w++)
+                    up += partial[RB - 1][w][nt][i][lane];
+                value = silu(value) * (up * up_scale);
+            }
+            if (n < a.n && r < tile.row_end) {
+                if (a.token_ids && (uint32_t)a.token_ids[r] >= a.act_rows)
+                    value = 0.0f; // a bad id reads zeros (negative ids wrap to large)
+                a.out[(uint64_t)r * a.ldc + n] = __float2bfloat16_rn(value);
+            }
+        }
+}
+
+} // namespace
+
+#define MG_NVFP4_GEMM_KERNEL(NAME, NT, KW, FUSED)                                                   \
+    extern "C" __global__ void __launch_bounds__(32 * KW * (FUSED ? 2 : 1)) NAME(                   \
+        const __nv_bfloat16 *act, uint32_t act_pitch, uint32_t act_rows, const int32_t *token_ids,  \
+        const int32_t *expert_offsets, uint32_t experts, uint32_t rows, const uint8_t *values,      \
+        const uint8_t *scales, uint64_t expert_value_bytes, uint64_t expert_scale_bytes,            \
+        const float *global_scales, const uint8_t *up_values, const uint8_t *up_scales,             \
+        const float *up_global_scales, __nv_bfloat16 *out, uint32_t ldc, uint32_t n, uint32_t k) {  \
+        const gemm_args a = {act,           act_pitch,        act_rows,           token_ids,        \
+                             expert_offsets, experts,         rows,               values,           \
+                             scales,        expert_value_bytes, expert_scale_bytes, global_scales,  \
+                             up_values,     up_scales,        up_global_scales,   out,              \
+                             ldc,           n,                k};                                   \
+        gemm_body<NT, KW, FUSED>(a);                                                                \
+    }
+
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t8_k1, 1, 1, false)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t8_k2, 1, 2, false)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t8_k4, 1, 4, false)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t8_k8, 1, 8, false)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t16_k1, 2, 1, false)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t16_k2, 2, 2, false)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t16_k4, 2, 4, false)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t16_k8, 2, 8, false)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t8_k1, 1, 1, true)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t8_k2, 1, 2, true)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t8_k4, 1, 4, true)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t16_k1, 2, 1, true)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t16_k2, 2, 2, true)
+MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t16_k4, 2, 4, true)
+
+// The re-layout (once at load): canonical packed codes [experts * n, k / 2] (low nibble = even
+// k) and E4M3 scales [experts * n, k / 16] -> the layout of nvfp4_hopper_layout.h, each expert
+// in its own padded region. One thread per 32-bit output word; threads with kt < 2 also write
+// one scale byte (row g + 8 * kt of their lane's block).
+extern "C" __global__ void __launch_bounds__(256)
+    nvfp4_hopper_prepare(const uint8_t *packed, const uint8_t *e4m3_scales, uint8_t *values,
+                         uint8_t *scales, uint32_t n, uint32_t k, uint32_t experts) {
+    const uint32_t row_blocks = mg_nvfp4_row_blocks(n), supers = mg_nvfp4_supers(k);
+    const uint64_t words_per_expert = (uint64_t)row_blocks * supers * (MG_NVFP4_SUPER_BYTES / 4);
+    const uint64_t total = words_per_expert * experts;
+    const uint32_t kb = k / 16; // scale blocks per row
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        const uint32_t expert = (uint32_t)(i / words_per_expert);
+        uint64_t w = i % words_per_expert; // word within the expert: ((rb, s, c), lane, kt)
+        const uint32_t kt = (uint32_t)(w % 4), lane = (uint32_t)(w / 4 % 32);
+        const uint64_t chunk = w / 128; // (rb * supers + s) * 4 + c
+        const uint32_t c = (uint32_t)(chunk % 4), s = (uint32_t)(chunk / 4 % supers);
+        const uint32_t rb = (uint32_t)(chunk / 4 / supers);
+        const uint32_t g = lane / 4, t = lane % 4;
+        const uint32_t q = s * 16 + c * 4 + t; // the lane's scale block
+        const uint32_t k0 = q * 16 + kt * 4;   // real k of element e = 0
+        uint32_t word = 0;
+        for (uint32_t h = 0; h < 2; h++) {
+            const uint32_t row = rb * 16 + g + 8 * h;
+            uint32_t codes = 0; // 4 codes, element e at bits 4e
+            uint32_t scale = 0;
+            if (row < n && q < kb) {
+                const uint64_t grow = (uint64_t)expert * n + row;
+                scale = e4m3_scales[grow * kb + q];
+                const uint8_t *src = packed + grow * (k / 2) + k0 / 2;
+                if (!mg_nvfp4_scale_clears_block(scale))
+                    codes = (uint32_t)src[0] | ((uint32_t)src[1] << 8);
+            }
+            for (uint32_t e = 0; e < 4; e++) {
+                word |= ((codes >> (4 * e)) & 15u) << (4 * mg_nvfp4_slot(h + 2 * (e / 2), e % 2));
+            }
+            if (kt == h) {
+                const uint64_t at = (uint64_t)expert * row_blocks * supers *
+                                        MG_NVFP4_SUPER_SCALE_BYTES +
+                                    mg_nvfp4_scale_offset(supers, rb * 16 + g + 8 * h, q);
+                scales[at] = (uint8_t)mg_nvfp4_ue5m3_from_e4m3(scale);
+            }
+        }
+        reinterpret_cast<uint32_t *>(values)[(uint64_t)expert * words_per_expert + w] = word;
+    }
+}
+
+// Prepared weight -> BF16 [n, k] row-major, global scale folded in: out = bf16(e2m1 * scale *
+// global) (e2m1 * scale is exact in FP32; one rounding of the product with the global scale
+// in FP32, then one to BF16). The large-M path of the dense GEMM (a BF16 GEMM on the copy).
+// A block per row (grid-stride over rows), a thread per 16-element block of the row: it reads
+// its lane's 16 bytes of the chunk and writes 32 contiguous bytes.
+extern "C" __global__ void __launch_bounds__(256)
+    nvfp4_hopper_dequant_bf16(const uint8_t *values, const uint8_t *scales,
+                              const float *global_scale, __nv_bfloat16 *out, uint32_t n,
+                              uint32_t k) {
+    const uint32_t supers = mg_nvfp4_supers(k), kb = k / 16;
+    const float global = *global_scale * MG_NVFP4_ACC_FACTOR;
+    for (uint32_t row = blockIdx.x; row < n; row += gridDim.x)
+    for (uint32_t q = threadIdx.x; q < kb; q += blockDim.x) {
+        const uint32_t rb = row / 16, g = row % 8, h = row % 16 / 8;
+        const uint32_t s = q / 16, c = q % 16 / 4, t = q % 4;
+        const uint4 w = *reinterpret_cast<const uint4 *>(
+            values + ((uint64_t)rb * supers * 4 + s * 4 + c) * MG_NVFP4_CHUNK_BYTES +
+            (g * 4 + t) * 16);
+        const uint32_t sword = scales[mg_nvfp4_scale_offset(supers, row, q)];
+        const uint32_t scale = scale_pair(sword, 0);
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+        uint32_t pairs[8]; // element kt * 4 + e, two per register
+#pragma unroll
+        for (int kt = 0; kt < 4; kt++) {
+            const uint32_t lo = mul_bf16x2(decode_pair(words[kt], h), scale);     // e 0, 1
+            const uint32_t hi = mul_bf16x2(decode_pair(words[kt], h + 2), scale); // e 2, 3
+            const float v[4] = {__uint_as_float(lo << 16), __uint_as_float(lo & 0xffff0000u),
+                                __uint_as_float(hi << 16), __uint_as_float(hi & 0xffff0000u)};
+            __nv_bfloat162 a = __floats2bfloat162_rn(v[0] * global, v[1] * global);
+            __nv_bfloat162 b = __floats2bfloat162_rn(v[2] * global, v[3] * global);
+            pairs[kt * 2] = *reinterpret_cast<uint32_t *>(&a);
+            pairs[kt * 2 + 1] = *reinterpret_cast<uint32_t *>(&b);
+        }
+        uint4 *dst = reinterpret_cast<uint4 *>(out + (uint64_t)row * k + q * 16);
+        dst[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+        dst[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+    }
+}

@@ -1,0 +1,445 @@
+/* nvfp4_gemm.c - the NVFP4 GEMM ops (metrale/ops_nvfp4.h): every argument checked once, then
+ * our kernels of module "metrale" launched by name, the same on every backend (CUDA:
+ * kernels/cuda/nvfp4/nvfp4_gemm.cu; CPU: nvfp4_gemm_reference.c). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend_impl.h"
+#include "checked_math.h"
+#include "error.h"
+#include "metrale/launch.h"
+#include "metrale/ops.h"
+#include "metrale/ops_gemm.h"
+#include "metrale/ops_nvfp4.h"
+#include "nvfp4_gemm_reference.h"
+#include "nvfp4_hopper_layout.h"
+#include "op_cache.h"
+#include "op_registry.h"
+
+/* Warps the GEMM grid aims at per multiprocessor: enough 16-byte loads in flight to cover the
+ * memory latency at decode sizes, where there are few row blocks. METRALE_NVFP4_WARPS_PER_SM
+ * overrides it, and METRALE_NVFP4_TILE=8 keeps 8-token tiles at any M (tuning knobs for
+ * benchmarks). */
+#define TARGET_WARPS_PER_SM 16u
+/* The most row blocks a grid's second dimension holds. */
+#define MAX_ROW_BLOCKS 65535u
+
+/* ------------------------------------------------------------------ sizes */
+
+static bool shape_ok(uint32_t n, uint32_t k) {
+    return n && k && k % 16 == 0;
+}
+
+size_t mg_nvfp4_prepared_value_bytes(uint32_t n, uint32_t k) {
+    if (!shape_ok(n, k))
+        return 0;
+    return (size_t)mg_nvfp4_row_blocks(n) * mg_nvfp4_supers(k) * MG_NVFP4_SUPER_BYTES;
+}
+
+size_t mg_nvfp4_prepared_scale_bytes(uint32_t n, uint32_t k) {
+    if (!shape_ok(n, k))
+        return 0;
+    return (size_t)mg_nvfp4_row_blocks(n) * mg_nvfp4_supers(k) * MG_NVFP4_SUPER_SCALE_BYTES;
+}
+
+/* ------------------------------------------------------------------ argument checks */
+
+static mg_status check_backend(mg_backend *b, const char *fn) {
+    if (!mg_backend_is_live(b))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
+                        (void *)b);
+    return MG_OK;
+}
+
+static mg_status check_shape(const char *fn, uint32_t n, uint32_t k) {
+    if (!n || !k)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape n=%u k=%u", fn, n, k);
+    if (k % 16)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: k=%u is not a multiple of 16 (one E4M3 scale per 16 values)", fn, k);
+    if (mg_nvfp4_row_blocks(n) > MAX_ROW_BLOCKS)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: n=%u exceeds %u rows", fn, n,
+                        MAX_ROW_BLOCKS * MG_NVFP4_BLOCK_ROWS);
+    return MG_OK;
+}
+
+typedef struct span {
+    const char *name;
+    mg_devptr start;
+    size_t bytes;
+    uint32_t alignment;
+} span;
+
+static bool overlap(const span *a, const span *b) {
+    return a->start < b->start + b->bytes && b->start < a->start + a->bytes;
+}
+
+/* Every span: non-null, aligned, inside a live allocation of `b`; the first `outputs` spans
+ * are written and must not overlap any other span. */
+static mg_status check_spans(mg_backend *b, const char *fn, const span *s, int count,
+                             int outputs) {
+    mg_status st;
+    for (int i = 0; i < count; i++) {
+        if (!s[i].start)
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", fn, s[i].name);
+        if (s[i].start % s[i].alignment)
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %u-byte aligned", fn,
+                            s[i].name, (unsigned long long)s[i].start, s[i].alignment);
+        if ((st = mg_backend_check_device_range(b, s[i].start, s[i].bytes, fn, s[i].name)))
+            return st;
+    }
+    for (int i = 0; i < outputs; i++)
+        for (int j = 0; j < count; j++)
+            if (i != j && overlap(&s[i], &s[j]))
+                return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s and %s overlap", fn, s[i].name,
+                                s[j].name);
+    return MG_OK;
+}
+
+/* ------------------------------------------------------------------ launching */
+
+static mg_status launch_kernel(mg_backend *b, mg_stream *s, const char *name, mg_launch *l) {
+    mg_op_cache *cache = mg_backend_op_cache(b);
+    if (!cache)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend", name);
+    mg_nvfp4_cpu_kernels_register();
+    mg_kernel *k;
+    mg_status st = mg_op_cache_kernel(cache, "metrale", name, false, &k);
+    return st ? st : mg_launch_run(b, k, s, l);
+}
+
+static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
+    mg_op_cache *cache = mg_backend_op_cache(b);
+    mg_kernel *k;
+    mg_error_state saved;
+    mg_error_save(&saved);
+    mg_nvfp4_cpu_kernels_register();
+    bool ok = cache && mg_op_cache_kernel(cache, "metrale", MG_NVFP4_KERNEL_PREPARE, false, &k) ==
+                           MG_OK;
+    if (!ok)
+        snprintf(reason, reason_bytes, "the backend has no kernel %s: %s", MG_NVFP4_KERNEL_PREPARE,
+                 cache ? mg_last_error() : "closed backend");
+    mg_error_restore(&saved);
+    return ok;
+}
+
+static const mg_op_provider kernels_provider = {
+    .name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available};
+
+/* The large-M dense provider: the weight expanded to BF16 in the caller's workspace, then the
+ * BF16 GEMM (cuBLASLt). Measured on the H200 (bench/results/): decoding in every tile costs
+ * more than one expansion from about 128 rows. */
+static bool dequant_available(mg_backend *b, char *reason, size_t reason_bytes) {
+    if (!mg_op_supported(b, MG_OP_GEMM_BF16)) {
+        snprintf(reason, reason_bytes, "no BF16 GEMM on this backend");
+        return false;
+    }
+    return kernels_available(b, reason, reason_bytes);
+}
+
+static const mg_op_provider dequant_provider; /* defined below, with its supports hook */
+static const mg_op_provider *const dense_providers[] = {&dequant_provider, &kernels_provider,
+                                                        NULL};
+static const mg_op_provider *const moe_providers[] = {&kernels_provider, NULL};
+
+const mg_op_def mg_nvfp4_gemm_op = {MG_OP_NVFP4_GEMM, "nvfp4_gemm", dense_providers};
+const mg_op_def mg_nvfp4_moe_gemm_op = {MG_OP_NVFP4_MOE_GEMM, "nvfp4_moe_gemm", moe_providers};
+
+/* ------------------------------------------------------------------ the re-layout */
+
+mg_status mg_nvfp4_prepare(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k, uint32_t experts,
+                           mg_devptr codes, mg_devptr scales, mg_devptr prepared_values,
+                           mg_devptr prepared_scales) {
+    static const char fn[] = "mg_nvfp4_prepare";
+    mg_status st;
+    if ((st = check_backend(b, fn)) || (st = check_shape(fn, n, k)))
+        return st;
+    if (!experts)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: experts must be >= 1", fn);
+    uint64_t rows = (uint64_t)experts * n;
+    span spans[4] = {
+        {"prepared_values", prepared_values, 0, 16},
+        {"prepared_scales", prepared_scales, 0, 16},
+        {"codes", codes, 0, 1},
+        {"scales", scales, 0, 1},
+    };
+    if (!mg_mul_size(mg_nvfp4_prepared_value_bytes(n, k), experts, &spans[0].bytes) ||
+        !mg_mul_size(mg_nvfp4_prepared_scale_bytes(n, k), experts, &spans[1].bytes) ||
+        !mg_mul_size(rows, k / 2, &spans[2].bytes) || !mg_mul_size(rows, k / 16, &spans[3].bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %u experts of %u x %u overflow", fn,
+                        experts, n, k);
+    if ((st = check_spans(b, fn, spans, 4, 2)))
+        return st;
+    const mg_op_provider *provider;
+    if ((st = mg_op_choose(b, MG_OP_NVFP4_GEMM, NULL, fn, &provider)))
+        return st;
+    uint64_t words = spans[0].bytes / 4, blocks = (words + 255) / 256;
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){(uint32_t)(blocks < 65535 ? blocks : 65535), 1, 1},
+                   (mg_dim3){256, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, codes);
+    mg_launch_arg_ptr(&l, scales);
+    mg_launch_arg_ptr(&l, prepared_values);
+    mg_launch_arg_ptr(&l, prepared_scales);
+    mg_launch_arg_u32(&l, n);
+    mg_launch_arg_u32(&l, k);
+    mg_launch_arg_u32(&l, experts);
+    if ((st = launch_kernel(b, s, MG_NVFP4_KERNEL_PREPARE, &l)))
+        return st;
+    mg_op_count_call(b, MG_OP_NVFP4_GEMM, provider, false);
+    return MG_OK;
+}
+
+/* ------------------------------------------------------------------ the GEMMs */
+
+typedef struct gemm_problem {
+    const char *fn;
+    mg_op op;
+    uint32_t experts, rows, act_rows, n, k, act_pitch, ldc;
+    mg_devptr act, token_ids, offsets, out;
+    mg_nvfp4_weight w;
+    const mg_nvfp4_weight *up;
+    mg_devptr workspace;
+    size_t workspace_bytes;
+} gemm_problem;
+
+size_t mg_nvfp4_gemm_workspace_bytes(uint32_t m, uint32_t n, uint32_t k) {
+    if (m < MG_NVFP4_BF16_PATH_MIN_M || !shape_ok(n, k))
+        return 0;
+    return (size_t)n * k * 2;
+}
+
+static bool dequant_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
+    (void)b;
+    const gemm_problem *p = call;
+    if (!p || p->op != MG_OP_NVFP4_GEMM || p->up || p->rows < MG_NVFP4_BF16_PATH_MIN_M ||
+        p->act_pitch != p->k || !p->workspace ||
+        p->workspace_bytes < mg_nvfp4_gemm_workspace_bytes(p->rows, p->n, p->k)) {
+        snprintf(reason, reason_bytes,
+                 "needs m >= %u, act_pitch == k, no up weight and a workspace of n * k * 2 bytes",
+                 MG_NVFP4_BF16_PATH_MIN_M);
+        return false;
+    }
+    return true;
+}
+
+static const mg_op_provider dequant_provider = {.name = "dequant_bf16_gemm",
+                                                .backend = MG_BACKEND_CUDA,
+                                                .available = dequant_available,
+                                                .supports = dequant_supports};
+
+static mg_status run_dequant_gemm(mg_backend *b, mg_stream *s, const gemm_problem *p) {
+    mg_launch l;
+    /* A block per row, a thread per 16-element block. */
+    mg_launch_init(&l, (mg_dim3){p->n < 65535 ? p->n : 65535, 1, 1}, (mg_dim3){256, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, p->w.values);
+    mg_launch_arg_ptr(&l, p->w.scales);
+    mg_launch_arg_ptr(&l, p->w.global_scale);
+    mg_launch_arg_ptr(&l, p->workspace);
+    mg_launch_arg_u32(&l, p->n);
+    mg_launch_arg_u32(&l, p->k);
+    mg_status st = launch_kernel(b, s, MG_NVFP4_KERNEL_DEQUANT_BF16, &l);
+    return st ? st
+              : mg_gemm_bf16(b, s, p->rows, p->n, p->k, p->act, p->workspace, p->out,
+                             MG_DTYPE_BF16, p->ldc);
+}
+
+static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
+    mg_status st = check_shape(p->fn, p->n, p->k);
+    if (st)
+        return st;
+    if (!p->rows || !p->experts || !p->act_rows)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: rows=%u experts=%u act_rows=%u must be >= 1",
+                        p->fn, p->rows, p->experts, p->act_rows);
+    if (p->act_pitch < p->k || p->act_pitch % 8)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: act_pitch=%u must be >= k=%u and a multiple of 8 (16-byte rows)",
+                        p->fn, p->act_pitch, p->k);
+    if (p->ldc < p->n)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: ldc=%u is less than n=%u", p->fn, p->ldc,
+                        p->n);
+    size_t vb = mg_nvfp4_prepared_value_bytes(p->n, p->k);
+    size_t sb = mg_nvfp4_prepared_scale_bytes(p->n, p->k);
+    span s[12];
+    int count = 0;
+    s[count++] = (span){"out", p->out, 0, 2};
+    if (!mg_matrix_span_bytes(p->rows, p->n, p->ldc, 2, &s[0].bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: out spans more than the address space",
+                        p->fn);
+    s[count] = (span){"act", p->act, 0, 16};
+    if (!mg_matrix_span_bytes(p->act_rows, p->k, p->act_pitch, 2, &s[count++].bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: act spans more than the address space",
+                        p->fn);
+    const mg_nvfp4_weight *weights[2] = {&p->w, p->up};
+    static const char *const names[2][3] = {{"w.values", "w.scales", "w.global_scale"},
+                                            {"up->values", "up->scales", "up->global_scale"}};
+    for (int i = 0; i < 2 && weights[i]; i++) {
+        s[count++] = (span){names[i][0], weights[i]->values, vb * p->experts, 16};
+        s[count++] = (span){names[i][1], weights[i]->scales, sb * p->experts, 16};
+        s[count++] = (span){names[i][2], weights[i]->global_scale, (size_t)p->experts * 4, 4};
+    }
+    if (p->workspace)
+        s[count++] = (span){"workspace", p->workspace, p->workspace_bytes, 16};
+    if (p->op == MG_OP_NVFP4_MOE_GEMM) {
+        s[count++] = (span){"expert_offsets", p->offsets, ((size_t)p->experts + 1) * 4, 4};
+        if (p->token_ids)
+            s[count++] = (span){"sorted_token_ids", p->token_ids, (size_t)p->rows * 4, 4};
+    }
+    /* out and the workspace are written: neither may overlap anything. */
+    if ((st = check_spans(b, p->fn, s, count, 1)))
+        return st;
+    for (int i = 0; p->workspace && i < count; i++)
+        if (s[i].start != p->workspace && overlap(&s[i], &(span){"", p->workspace, p->workspace_bytes, 1}))
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: workspace and %s overlap", p->fn,
+                            s[i].name);
+    return MG_OK;
+}
+
+/* The variant for a problem: tokens per tile (8 when tiles are mostly small), and the warps
+ * splitting K so the grid has about TARGET_WARPS_PER_SM warps per multiprocessor, each with at
+ * least two super-chunks of K. */
+static void choose_variant(mg_backend *b, const gemm_problem *p, uint32_t *tile,
+                           uint32_t *k_warps, uint64_t *tiles) {
+    const char *w = getenv("METRALE_NVFP4_WARPS_PER_SM"), *t = getenv("METRALE_NVFP4_TILE");
+    uint32_t max_tile = t && atoi(t) == 8 ? 8 : 16;
+    uint32_t target_warps = w && atoi(w) > 0 ? (uint32_t)atoi(w) : TARGET_WARPS_PER_SM;
+    uint32_t per_group = p->op == MG_OP_NVFP4_MOE_GEMM ? (p->rows + p->experts - 1) / p->experts
+                                                      : p->rows;
+    *tile = per_group <= 8 || max_tile == 8 ? 8 : 16;
+    if (p->op == MG_OP_NVFP4_MOE_GEMM) /* a bound on the non-empty tiles of any routing */
+        *tiles = p->rows / *tile + (p->experts < p->rows ? p->experts : p->rows);
+    else
+        *tiles = (p->rows + *tile - 1) / *tile;
+    mg_device_info info;
+    mg_error_state saved;
+    mg_error_save(&saved);
+    uint32_t sms = mg_device_get_info(b, &info) == MG_OK && info.multiprocessors > 0
+                       ? (uint32_t)info.multiprocessors
+                       : 132;
+    mg_error_restore(&saved);
+    uint64_t rbs = mg_nvfp4_row_blocks(p->n) * (p->up ? 2u : 1u);
+    uint32_t supers = mg_nvfp4_supers(p->k), max_warps = p->up ? 4 : 8;
+    *k_warps = 1;
+    while (*k_warps < max_warps && *tiles * rbs * *k_warps * 2 <= (uint64_t)sms * target_warps &&
+           supers >= *k_warps * 4)
+        *k_warps *= 2;
+}
+
+static mg_status run_problem(mg_backend *b, mg_stream *s, const gemm_problem *p) {
+    mg_status st;
+    if ((st = check_problem(b, p)))
+        return st;
+    const mg_op_provider *provider;
+    if ((st = mg_op_choose(b, p->op, p, p->fn, &provider)))
+        return st;
+    if (provider == &dequant_provider) {
+        if ((st = run_dequant_gemm(b, s, p)))
+            return st;
+        mg_op_count_call(b, p->op, provider, true);
+        return MG_OK;
+    }
+    uint32_t tile, k_warps;
+    uint64_t tiles;
+    choose_variant(b, p, &tile, &k_warps, &tiles);
+    if (tiles > 0x7fffffffu)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %u rows need more token tiles than a grid has",
+                        p->fn, p->rows);
+    char name[48];
+    mg_nvfp4_gemm_kernel_name(name, sizeof name, tile, k_warps, p->up != NULL);
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){(uint32_t)tiles, mg_nvfp4_row_blocks(p->n), 1},
+                   (mg_dim3){32 * k_warps * (p->up ? 2 : 1), 1, 1}, 0);
+    mg_launch_arg_ptr(&l, p->act);
+    mg_launch_arg_u32(&l, p->act_pitch);
+    mg_launch_arg_u32(&l, p->act_rows);
+    mg_launch_arg_ptr(&l, p->token_ids);
+    mg_launch_arg_ptr(&l, p->offsets);
+    mg_launch_arg_u32(&l, p->experts);
+    mg_launch_arg_u32(&l, p->rows);
+    mg_launch_arg_ptr(&l, p->w.values);
+    mg_launch_arg_ptr(&l, p->w.scales);
+    mg_launch_arg_u64(&l, mg_nvfp4_prepared_value_bytes(p->n, p->k));
+    mg_launch_arg_u64(&l, mg_nvfp4_prepared_scale_bytes(p->n, p->k));
+    mg_launch_arg_ptr(&l, p->w.global_scale);
+    mg_launch_arg_ptr(&l, p->up ? p->up->values : 0);
+    mg_launch_arg_ptr(&l, p->up ? p->up->scales : 0);
+    mg_launch_arg_ptr(&l, p->up ? p->up->global_scale : 0);
+    mg_launch_arg_ptr(&l, p->out);
+    mg_launch_arg_u32(&l, p->ldc);
+    mg_launch_arg_u32(&l, p->n);
+    mg_launch_arg_u32(&l, p->k);
+    if ((st = launch_kernel(b, s, name, &l)))
+        return st;
+    mg_op_count_call(b, p->op, provider, false);
+    return MG_OK;
+}
+
+static mg_status dense(mg_backend *b, mg_stream *s, const char *fn, uint32_t m, uint32_t n,
+                       uint32_t k, mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *w,
+                       const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc,
+                       mg_devptr workspace, size_t workspace_bytes) {
+    mg_status st = check_backend(b, fn);
+    if (st)
+        return st;
+    if (!w)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL weight", fn);
+    gemm_problem p = {.fn = fn, .op = MG_OP_NVFP4_GEMM, .experts = 1, .rows = m, .act_rows = m,
+                      .n = n, .k = k, .act_pitch = act_pitch, .ldc = ldc, .act = act, .out = out,
+                      .w = *w, .up = up, .workspace = workspace,
+                      .workspace_bytes = workspace_bytes};
+    return run_problem(b, s, &p);
+}
+
+mg_status mg_nvfp4_gemm(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                        mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *w, mg_devptr out,
+                        uint32_t ldc) {
+    return dense(b, s, "mg_nvfp4_gemm", m, n, k, act, act_pitch, w, NULL, out, ldc, 0, 0);
+}
+
+mg_status mg_nvfp4_gemm_with_workspace(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                                       uint32_t k, mg_devptr act, uint32_t act_pitch,
+                                       const mg_nvfp4_weight *w, mg_devptr out, uint32_t ldc,
+                                       mg_devptr workspace, size_t workspace_bytes) {
+    if (!workspace && workspace_bytes)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "mg_nvfp4_gemm_with_workspace: workspace is null but workspace_bytes = %zu",
+                        workspace_bytes);
+    return dense(b, s, "mg_nvfp4_gemm_with_workspace", m, n, k, act, act_pitch, w, NULL, out, ldc,
+                 workspace, workspace_bytes);
+}
+
+mg_status mg_nvfp4_gemm_gate_up(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                                mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *gate,
+                                const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc) {
+    if (!up)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_nvfp4_gemm_gate_up: NULL up weight");
+    return dense(b, s, "mg_nvfp4_gemm_gate_up", m, n, k, act, act_pitch, gate, up, out, ldc, 0, 0);
+}
+
+mg_status mg_nvfp4_moe_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_moe_desc *d,
+                            const mg_nvfp4_moe_tensors *t) {
+    static const char fn[] = "mg_nvfp4_moe_gemm";
+    mg_status st = check_backend(b, fn);
+    if (st)
+        return st;
+    if (!d || !t)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, d ? "tensors" : "descriptor");
+    if (!t->expert_offsets)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: expert_offsets is null", fn);
+    gemm_problem p = {.fn = fn,
+                      .op = MG_OP_NVFP4_MOE_GEMM,
+                      .experts = d->experts,
+                      .rows = d->rows,
+                      .act_rows = d->act_rows,
+                      .n = d->n,
+                      .k = d->k,
+                      .act_pitch = d->act_pitch ? d->act_pitch : d->k,
+                      .ldc = d->ldc ? d->ldc : d->n,
+                      .act = t->act,
+                      .token_ids = t->sorted_token_ids,
+                      .offsets = t->expert_offsets,
+                      .out = t->out,
+                      .w = t->w,
+                      .up = t->up};
+    return run_problem(b, s, &p);
+}

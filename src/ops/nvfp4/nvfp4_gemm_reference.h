@@ -1,0 +1,36 @@
+/*
+ * nvfp4_gemm_reference.h - private: the kernel names and argument lists of the NVFP4 GEMM op
+ * (kernels/cuda/nvfp4/nvfp4_gemm.cu), and the CPU kernels registered under the same names.
+ *
+ * GEMM kernels "nvfp4_gemm_t{8,16}_k{1,2,4,8}" and "nvfp4_gemm_gate_up_t{8,16}_k{1,2,4}" (tile
+ * of 8 or 16 tokens, 1..8 warps splitting K) all take:
+ *   0 act (BF16), 1 act_pitch u32, 2 act_rows u32, 3 token_ids (INT32 or 0),
+ *   4 expert_offsets (INT32 [experts + 1] or 0 for one dense group), 5 experts u32, 6 rows u32,
+ *   7 values, 8 scales, 9 expert_value_bytes u64, 10 expert_scale_bytes u64,
+ *   11 global_scales (FP32 [experts]), 12 up_values, 13 up_scales, 14 up_global_scales
+ *   (0 unless gate_up), 15 out (BF16), 16 ldc u32, 17 n u32, 18 k u32.
+ * Grid (token tiles, row blocks of 16), block 32 * KW warps (twice that for gate_up).
+ *
+ * "nvfp4_hopper_prepare": 0 codes, 1 e4m3 scales, 2 values, 3 scales, 4 n, 5 k, 6 experts.
+ * "nvfp4_hopper_dequant_bf16" (the CUDA large-M provider only): 0 values, 1 scales,
+ * 2 global_scale, 3 out BF16 [n, k], 4 n, 5 k.
+ *
+ * The CPU kernels compute the reference: every weight decoded exactly from the prepared
+ * layout, FP64 sums, one rounding to BF16; they validate the routing and fail naming the bad
+ * entry (the CUDA kernels clamp instead: metrale/ops_nvfp4.h).
+ */
+#ifndef METRALE_NVFP4_GEMM_REFERENCE_H
+#define METRALE_NVFP4_GEMM_REFERENCE_H
+
+#define MG_NVFP4_KERNEL_PREPARE "nvfp4_hopper_prepare"
+#define MG_NVFP4_KERNEL_DEQUANT_BF16 "nvfp4_hopper_dequant_bf16" /* CUDA only */
+#define MG_NVFP4_GEMM_ARGS 19u
+
+/* The kernel name of a variant into buf (at least 40 bytes). */
+void mg_nvfp4_gemm_kernel_name(char *buf, unsigned bytes, unsigned tile_tokens,
+                               unsigned k_warps, int gate_up);
+
+/* Registers the CPU kernels once per process; later calls do nothing. */
+void mg_nvfp4_cpu_kernels_register(void);
+
+#endif

@@ -1,0 +1,414 @@
+/* test_nvfp4_gemm.c - the NVFP4 GEMMs (metrale/ops_nvfp4.h) on every usable backend against a
+ * float64 computation written here from the canonical weights (codes, E4M3 scales, global
+ * scale), on random data of awkward sizes with outputs poisoned first: dense and fused gate_up
+ * at M = 1, 3, 17, 130 and K not a multiple of the layout's 256; grouped with skewed, empty and
+ * single-row experts and a random gather; on CUDA a captured grouped call replayed with a new
+ * routing equals the eager call; and bad input rejected before any launch. */
+#include <math.h>
+#include <stdbool.h>
+
+#include "metrale/ops.h"
+#include "metrale/ops_nvfp4.h"
+#include "test_util.h"
+
+#define POISON 0xffffu /* a BF16 NaN */
+
+static double e2m1(unsigned code) {
+    static const double magnitude[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    return (code & 8) ? -magnitude[code & 7] : magnitude[code & 7];
+}
+
+/* E4M3 decoded here (not through the library): sign ignored as the op documents; NaN -> 0. */
+static double e4m3(unsigned code) {
+    unsigned e = (code >> 3) & 15, m = code & 7;
+    if ((code & 0x7f) == 0x7f)
+        return 0;
+    return e ? ldexp(1 + m / 8.0, (int)e - 7) : ldexp(m / 8.0, -6);
+}
+
+static double bf16(uint16_t v) {
+    union {
+        uint32_t u;
+        float f;
+    } x = {.u = (uint32_t)v << 16};
+    return x.f;
+}
+
+static uint16_t to_bf16(double v) {
+    union {
+        float f;
+        uint32_t u;
+    } x = {.f = (float)v};
+    return (uint16_t)((x.u + 0x7fff + ((x.u >> 16) & 1)) >> 16);
+}
+
+/* A random canonical weight set of `experts` x n x k. */
+typedef struct weights {
+    uint32_t experts, n, k;
+    uint8_t *codes, *scales;
+    float *global;
+    double *w; /* decoded, [experts * n, k] */
+    mg_devptr d_codes, d_scales, values, pscales, d_global;
+} weights;
+
+static unsigned random_scale(void) {
+    uint64_t r = test_rand() % 64;
+    if (r == 0)
+        return 0;                        /* zero block */
+    if (r == 1)
+        return (unsigned)test_rand_range(1, 7); /* subnormal */
+    if (r == 2)
+        return 0x7f;                     /* NaN: zero block */
+    return (unsigned)test_rand_range(0x28, 0x48); /* ~0.06 .. 1 */
+}
+
+static bool make_weights(mg_backend *b, weights *W, uint32_t experts, uint32_t n, uint32_t k) {
+    memset(W, 0, sizeof *W);
+    W->experts = experts, W->n = n, W->k = k;
+    size_t rows = (size_t)experts * n;
+    W->codes = malloc(rows * k / 2);
+    W->scales = malloc(rows * k / 16);
+    W->global = malloc(experts * sizeof(float));
+    W->w = malloc(rows * k * sizeof(double));
+    test_fill_random(W->codes, rows * k / 2);
+    for (size_t i = 0; i < rows * k / 16; i++)
+        W->scales[i] = (uint8_t)random_scale();
+    for (uint32_t e = 0; e < experts; e++)
+        W->global[e] = (float)ldexp(1.0 + (double)(test_rand() % 1000) / 1000.0, -3);
+    for (size_t r = 0; r < rows; r++)
+        for (uint32_t i = 0; i < k; i++) {
+            unsigned code = (W->codes[r * k / 2 + i / 2] >> (4 * (i % 2))) & 15;
+            W->w[r * k + i] = e2m1(code) * e4m3(W->scales[r * k / 16 + i / 16]) *
+                              W->global[r / n];
+        }
+    size_t vb = mg_nvfp4_prepared_value_bytes(n, k) * experts;
+    size_t sb = mg_nvfp4_prepared_scale_bytes(n, k) * experts;
+    bool ok = mg_alloc(b, rows * k / 2, &W->d_codes) == MG_OK &&
+              mg_alloc(b, rows * k / 16, &W->d_scales) == MG_OK &&
+              mg_alloc(b, vb, &W->values) == MG_OK && mg_alloc(b, sb, &W->pscales) == MG_OK &&
+              mg_alloc(b, experts * 4, &W->d_global) == MG_OK &&
+              mg_copy_h2d(b, W->d_codes, W->codes, rows * k / 2) == MG_OK &&
+              mg_copy_h2d(b, W->d_scales, W->scales, rows * k / 16) == MG_OK &&
+              mg_copy_h2d(b, W->d_global, W->global, experts * 4) == MG_OK &&
+              mg_memset(b, W->values, 0xa5, vb) == MG_OK &&
+              mg_memset(b, W->pscales, 0xa5, sb) == MG_OK;
+    CHECK(ok);
+    CHECK_OK(mg_nvfp4_prepare(b, NULL, n, k, experts, W->d_codes, W->d_scales, W->values,
+                              W->pscales));
+    return ok;
+}
+
+static void free_weights(mg_backend *b, weights *W) {
+    mg_free(b, W->d_codes);
+    mg_free(b, W->d_scales);
+    mg_free(b, W->values);
+    mg_free(b, W->pscales);
+    mg_free(b, W->d_global);
+    free(W->codes);
+    free(W->scales);
+    free(W->global);
+    free(W->w);
+}
+
+static mg_nvfp4_weight weight_of(const weights *W) {
+    return (mg_nvfp4_weight){W->values, W->pscales, W->d_global};
+}
+
+static bool is_cuda_backend(mg_backend *b) {
+    return mg_backend_get_kind(b) == MG_BACKEND_CUDA;
+}
+
+static double silu(double x) {
+    return x / (1 + exp(-x));
+}
+
+/* Compares out[rows, ldc] with the float64 result; columns past n must keep the poison. */
+/* `bf16_weights`: the call multiplied BF16 copies of the weights (the workspace path): each
+ * weight rounded once (relative error <= 2^-9), so the sum may be off by 2^-9 of sum |x w|. */
+static int compare(const char *what, const uint16_t *out, uint32_t rows, uint32_t n, uint32_t ldc,
+                   const uint16_t *act, uint32_t act_pitch, const int32_t *token_of_row,
+                   const int32_t *expert_of_row, const weights *gate, const weights *up,
+                   bool bf16_weights) {
+    int bad = 0;
+    uint32_t k = gate->k;
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint16_t *x = act + (size_t)(token_of_row ? token_of_row[r] : (int32_t)r) * act_pitch;
+        uint32_t e = expert_of_row ? (uint32_t)expert_of_row[r] : 0;
+        for (uint32_t j = 0; j < ldc; j++) {
+            uint16_t got = out[(size_t)r * ldc + j];
+            if (j >= n) {
+                if (got != POISON && bad++ < 5)
+                    fprintf(stderr, "%s: row %u column %u past n was written\n", what, r, j);
+                continue;
+            }
+            const double *wg = gate->w + ((size_t)e * gate->n + j) * k;
+            double sum = 0, mag = 0;
+            for (uint32_t i = 0; i < k; i++) {
+                sum += bf16(x[i]) * wg[i];
+                mag += fabs(bf16(x[i]) * wg[i]);
+            }
+            double ref = sum;
+            if (up) {
+                const double *wu = up->w + ((size_t)e * up->n + j) * k;
+                double u = 0, umag = 0;
+                for (uint32_t i = 0; i < k; i++) {
+                    u += bf16(x[i]) * wu[i];
+                    umag += fabs(bf16(x[i]) * wu[i]);
+                }
+                ref = silu(sum) * u;
+                mag = (mag + fabs(sum)) * (umag + fabs(u)) + 1e-30;
+            }
+            double tol = fabs(ref) * 0.0079 + mag * (bf16_weights ? 0.002 : 5e-5) + 1e-30;
+            if (!(fabs(bf16(got) - ref) <= tol) && bad++ < 5)
+                fprintf(stderr, "%s: out[%u, %u] = %g, expected %g (tol %g)\n", what, r, j,
+                        bf16(got), ref, tol);
+        }
+    }
+    CHECK(bad == 0);
+    return bad;
+}
+
+static uint16_t *random_act(uint32_t rows, uint32_t pitch) {
+    uint16_t *a = malloc((size_t)rows * pitch * 2);
+    for (size_t i = 0; i < (size_t)rows * pitch; i++)
+        a[i] = to_bf16(((double)(test_rand() % 20001) - 10000) / 5000.0);
+    return a;
+}
+
+static void test_dense(mg_backend *b, const char *backend, uint32_t m, uint32_t n, uint32_t k,
+                       bool gate_up, bool workspace) {
+    char what[96];
+    snprintf(what, sizeof what, "%s dense%s%s m=%u n=%u k=%u", backend, gate_up ? " gate_up" : "",
+             workspace ? " workspace" : "", m, n, k);
+    weights g, u;
+    if (!make_weights(b, &g, 1, n, k))
+        return;
+    if (gate_up && !make_weights(b, &u, 1, n, k)) {
+        free_weights(b, &g);
+        return;
+    }
+    uint32_t pitch = workspace ? k : k + 8 * (uint32_t)test_rand_range(0, 2), ldc = n + (uint32_t)test_rand_range(0, 3);
+    uint16_t *act = random_act(m, pitch);
+    uint16_t *out = malloc((size_t)m * ldc * 2);
+    mg_devptr d_act = 0, d_out = 0;
+    CHECK_OK(mg_alloc(b, (size_t)m * pitch * 2, &d_act));
+    CHECK_OK(mg_alloc(b, (size_t)m * ldc * 2, &d_out));
+    CHECK_OK(mg_copy_h2d(b, d_act, act, (size_t)m * pitch * 2));
+    CHECK_OK(mg_memset(b, d_out, 0xff, (size_t)m * ldc * 2));
+    mg_nvfp4_weight wg = weight_of(&g), wu;
+    if (gate_up) {
+        wu = weight_of(&u);
+        CHECK_OK(mg_nvfp4_gemm_gate_up(b, NULL, m, n, k, d_act, pitch, &wg, &wu, d_out, ldc));
+    } else if (workspace) {
+        size_t bytes = mg_nvfp4_gemm_workspace_bytes(m, n, k);
+        mg_devptr ws = 0;
+        CHECK(bytes == (size_t)n * k * 2);
+        CHECK_OK(mg_alloc(b, bytes, &ws));
+        CHECK_OK(mg_nvfp4_gemm_with_workspace(b, NULL, m, n, k, d_act, pitch, &wg, d_out, ldc, ws,
+                                              bytes));
+        mg_op_stats st;
+        CHECK_OK(mg_op_stats_get(b, MG_OP_NVFP4_GEMM, &st));
+        printf("%s: provider %s\n", what, st.provider);
+        CHECK(strcmp(st.provider, is_cuda_backend(b) ? "dequant_bf16_gemm" : "kernels") == 0);
+        mg_free(b, ws);
+    } else {
+        CHECK_OK(mg_nvfp4_gemm(b, NULL, m, n, k, d_act, pitch, &wg, d_out, ldc));
+    }
+    CHECK_OK(mg_copy_d2h(b, out, d_out, (size_t)m * ldc * 2));
+    compare(what, out, m, n, ldc, act, pitch, NULL, NULL, &g, gate_up ? &u : NULL,
+            workspace && is_cuda_backend(b));
+    mg_free(b, d_act);
+    mg_free(b, d_out);
+    free(act);
+    free(out);
+    free_weights(b, &g);
+    if (gate_up)
+        free_weights(b, &u);
+}
+
+/* A routing of `rows` rows over `experts` experts: skewed counts with empty and single-row
+ * experts, and a random gather from `tokens` activation rows. */
+static void make_routing(uint32_t experts, uint32_t rows, uint32_t tokens, int32_t *offsets,
+                         int32_t *token_ids, int32_t *expert_of_row) {
+    uint32_t *count = calloc(experts, sizeof *count);
+    for (uint32_t r = 0; r < rows; r++) {
+        uint64_t pick = test_rand() % 8;
+        uint32_t e = pick < 4 ? 0 : (uint32_t)(test_rand() % experts); /* expert 0 is hot */
+        if (experts > 2 && e == 1)
+            e = 2; /* expert 1 stays empty */
+        count[e]++;
+    }
+    offsets[0] = 0;
+    for (uint32_t e = 0; e < experts; e++)
+        offsets[e + 1] = offsets[e] + (int32_t)count[e];
+    for (uint32_t e = 0; e < experts; e++)
+        for (int32_t r = offsets[e]; r < offsets[e + 1]; r++)
+            expert_of_row[r] = (int32_t)e;
+    for (uint32_t r = 0; r < rows; r++)
+        token_ids[r] = (int32_t)(test_rand() % tokens);
+    free(count);
+}
+
+static void test_moe(mg_backend *b, const char *backend, bool is_cuda, uint32_t experts,
+                     uint32_t tokens, uint32_t top_k, uint32_t n, uint32_t k, bool gate_up) {
+    char what[112];
+    uint32_t rows = tokens * top_k;
+    snprintf(what, sizeof what, "%s moe%s E=%u rows=%u n=%u k=%u", backend,
+             gate_up ? " gate_up" : "", experts, rows, n, k);
+    weights g, u;
+    if (!make_weights(b, &g, experts, n, k))
+        return;
+    if (gate_up && !make_weights(b, &u, experts, n, k)) {
+        free_weights(b, &g);
+        return;
+    }
+    uint16_t *act = random_act(tokens, k);
+    int32_t *offsets = malloc((experts + 1) * 4), *ids = malloc(rows * 4), *eor = malloc(rows * 4);
+    make_routing(experts, rows, tokens, offsets, ids, eor);
+    uint16_t *out = malloc((size_t)rows * n * 2);
+    mg_devptr d_act = 0, d_out = 0, d_off = 0, d_ids = 0;
+    CHECK_OK(mg_alloc(b, (size_t)tokens * k * 2, &d_act));
+    CHECK_OK(mg_alloc(b, (size_t)rows * n * 2, &d_out));
+    CHECK_OK(mg_alloc(b, (experts + 1) * 4, &d_off));
+    CHECK_OK(mg_alloc(b, rows * 4, &d_ids));
+    CHECK_OK(mg_copy_h2d(b, d_act, act, (size_t)tokens * k * 2));
+    CHECK_OK(mg_copy_h2d(b, d_off, offsets, (experts + 1) * 4));
+    CHECK_OK(mg_copy_h2d(b, d_ids, ids, rows * 4));
+    CHECK_OK(mg_memset(b, d_out, 0xff, (size_t)rows * n * 2));
+    mg_nvfp4_weight wu = gate_up ? weight_of(&u) : (mg_nvfp4_weight){0};
+    mg_nvfp4_moe_desc d = {.experts = experts, .rows = rows, .act_rows = tokens, .n = n, .k = k};
+    mg_nvfp4_moe_tensors t = {.act = d_act,
+                              .sorted_token_ids = d_ids,
+                              .expert_offsets = d_off,
+                              .w = weight_of(&g),
+                              .up = gate_up ? &wu : NULL,
+                              .out = d_out};
+    CHECK_OK(mg_nvfp4_moe_gemm(b, NULL, &d, &t));
+    CHECK_OK(mg_copy_d2h(b, out, d_out, (size_t)rows * n * 2));
+    compare(what, out, rows, n, n, act, k, ids, eor, &g, gate_up ? &u : NULL, false);
+
+    /* Captured once, replayed with another routing: equals the eager call, bit for bit. */
+    if (is_cuda) {
+        mg_stream *s = NULL;
+        mg_graph *graph = NULL;
+        CHECK_OK(mg_stream_create(b, &s));
+        CHECK_OK(mg_graph_begin_capture(s));
+        CHECK_OK(mg_nvfp4_moe_gemm(b, s, &d, &t));
+        CHECK_OK(mg_graph_end_capture(s, &graph));
+        make_routing(experts, rows, tokens, offsets, ids, eor);
+        CHECK_OK(mg_copy_h2d(b, d_off, offsets, (experts + 1) * 4));
+        CHECK_OK(mg_copy_h2d(b, d_ids, ids, rows * 4));
+        CHECK_OK(mg_memset(b, d_out, 0xff, (size_t)rows * n * 2));
+        CHECK_OK(mg_nvfp4_moe_gemm(b, s, &d, &t));
+        CHECK_OK(mg_stream_synchronize(s));
+        uint16_t *eager = malloc((size_t)rows * n * 2);
+        CHECK_OK(mg_copy_d2h(b, eager, d_out, (size_t)rows * n * 2));
+        CHECK_OK(mg_memset(b, d_out, 0xff, (size_t)rows * n * 2));
+        CHECK_OK(mg_graph_launch(graph, s));
+        CHECK_OK(mg_stream_synchronize(s));
+        CHECK_OK(mg_copy_d2h(b, out, d_out, (size_t)rows * n * 2));
+        CHECK(memcmp(eager, out, (size_t)rows * n * 2) == 0);
+        compare(what, out, rows, n, n, act, k, ids, eor, &g, gate_up ? &u : NULL, false);
+        free(eager);
+        mg_graph_destroy(graph);
+        mg_stream_destroy(s);
+    }
+    mg_free(b, d_act);
+    mg_free(b, d_out);
+    mg_free(b, d_off);
+    mg_free(b, d_ids);
+    free(act);
+    free(out);
+    free(offsets);
+    free(ids);
+    free(eor);
+    free_weights(b, &g);
+    if (gate_up)
+        free_weights(b, &u);
+}
+
+static void test_bad_input(mg_backend *b, bool is_cpu) {
+    weights g;
+    if (!make_weights(b, &g, 2, 32, 64))
+        return;
+    mg_nvfp4_weight w = weight_of(&g);
+    mg_devptr act = 0, out = 0, off = 0;
+    CHECK_OK(mg_alloc(b, 4 * 64 * 2 + 16, &act));
+    CHECK_OK(mg_alloc(b, 8 * 32 * 2, &out));
+    CHECK_OK(mg_alloc(b, 3 * 4, &off));
+    CHECK_STATUS(mg_nvfp4_gemm(b, NULL, 4, 32, 40, act, 40, &w, out, 32), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("multiple of 16");
+    CHECK_STATUS(mg_nvfp4_gemm(b, NULL, 4, 32, 64, act + 2, 64, &w, out, 32),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("aligned");
+    CHECK_STATUS(mg_nvfp4_gemm(b, NULL, 4, 32, 64, act, 60, &w, out, 32), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_nvfp4_gemm(b, NULL, 4, 32, 64, act, 64, &w, out, 16), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_nvfp4_gemm(b, NULL, 9, 32, 64, act, 64, &w, out, 32), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_nvfp4_gemm(b, NULL, 4, 32, 64, act, 64, &w, act, 32), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_nvfp4_prepare(b, NULL, 32, 40, 1, g.d_codes, g.d_scales, g.values, g.pscales),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_nvfp4_prepare(b, NULL, 32, 64, 3, g.d_codes, g.d_scales, g.values, g.pscales),
+                 MG_ERR_INVALID_ARGUMENT); /* three experts do not fit buffers of two */
+    mg_nvfp4_moe_desc d = {.experts = 2, .rows = 8, .act_rows = 4, .n = 32, .k = 64};
+    mg_nvfp4_moe_tensors t = {.act = act, .expert_offsets = 0, .w = w, .out = out};
+    CHECK_STATUS(mg_nvfp4_moe_gemm(b, NULL, &d, &t), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("expert_offsets");
+    if (is_cpu) {
+        int32_t bad[3] = {0, 6, 5};
+        CHECK_OK(mg_copy_h2d(b, off, bad, sizeof bad));
+        t.expert_offsets = off;
+        d.rows = 5;
+        CHECK_STATUS(mg_nvfp4_moe_gemm(b, NULL, &d, &t), MG_ERR_INVALID_ARGUMENT);
+        CHECK_MESSAGE("decrease");
+    }
+    mg_free(b, act);
+    mg_free(b, out);
+    mg_free(b, off);
+    free_weights(b, &g);
+}
+
+static void run_backend(mg_backend *b, const char *name, bool is_cuda) {
+    static const uint32_t ms[] = {1, 3, 17, 130};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        test_dense(b, name, ms[i], i % 2 ? 130 : 48, i % 2 ? 272 : 64, false, false);
+    test_dense(b, name, 1, 4, 16, false, false);
+    test_dense(b, name, 5, 37, 528, true, false);
+    test_dense(b, name, 24, 19, 96, true, false);
+    test_dense(b, name, 130, 24, 64, false, true);
+    if (is_cuda) {
+        test_dense(b, name, 1, 4096, 4096, false, false);
+        test_dense(b, name, 16, 1024, 14336, false, false);
+        test_dense(b, name, 1000, 136, 1040, false, false);
+        test_dense(b, name, 1000, 136, 1040, false, true);
+    }
+    test_moe(b, name, is_cuda, 6, 7, 2, 40, 96, false);
+    test_moe(b, name, is_cuda, 5, 33, 3, 24, 272, true);
+    test_moe(b, name, is_cuda, 16, 1, 4, 64, 512, false);
+    if (is_cuda)
+        test_moe(b, name, is_cuda, 64, 100, 8, 768, 2048, true);
+    test_bad_input(b, !is_cuda);
+}
+
+int main(void) {
+    test_seed();
+    mg_backend *cpu = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &cpu));
+    if (cpu) {
+        CHECK(mg_op_supported(cpu, MG_OP_NVFP4_GEMM));
+        run_backend(cpu, "cpu", false);
+        mg_backend_close(cpu);
+    }
+    mg_backend_probe probe;
+    mg_backend_probe_kind(MG_BACKEND_CUDA, &probe);
+    if (probe.compiled_in && probe.usable) {
+        mg_backend *cuda = NULL;
+        CHECK_OK(mg_backend_open(MG_BACKEND_CUDA, 0, &cuda));
+        if (cuda) {
+            run_backend(cuda, "cuda", true);
+            mg_backend_close(cuda);
+        }
+    } else {
+        printf("cuda: not tested here: %s\n", probe.compiled_in ? probe.reason : "not compiled in");
+    }
+    return test_finish();
+}

@@ -128,6 +128,7 @@ if want bench; then
     bench_step nvfp4_format
     bench_step nvfp4 --iters 30 --warmup 5
     bench_step mlx --iters 20 --warmup 5
+    bench_step decode
 fi
 if want peers; then
     peer_step copy_launch "$PEERS/peers_copy_launch.py"
@@ -136,6 +137,7 @@ if want peers; then
     peer_step nvfp4 "$PEERS/peers_nvfp4.py"
     peer_step nvfp4_format "$PEERS/peers_nvfp4_format.py"
     peer_step mlx "$PEERS/peers_mlx.py"
+    peer_step decode "$PEERS/peers_decode.py"
 fi
 
 # ---------------------------------------------------------------- 5. report

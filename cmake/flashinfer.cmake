@@ -74,8 +74,20 @@ foreach(head_dim ${fi_fa3_head_dims})
   list(APPEND fi_host_defines -DMETRALE_FI_FA3_HD${head_dim}=1)
 endforeach()
 
-# Each unit: "<object name>|<source>|<sm90 or all>|<head_dim>|<causal>".
+# Each unit: "<object name>|<source>|<sm90 or all>|<head_dim>|<causal>" (paged units: the last
+# field is the soft-cap mode instead; they are always causal).
 set(fi_units "flashinfer_ragged_prefill|flashinfer_ragged_prefill|all||")
+# Paged FA2 kernels (flashinfer_paged_fa2.cu; decode and prefill over the paged KV cache): one
+# unit per (head_dim, soft cap), causal, sliding window chosen at run time, CTA tiles 16/64/128.
+# Only head_dim 128 is built; adding one here needs the same in mg_fi_paged_head_dim_built and
+# run_fa2_paged. Compile time (nvcc 13.0, sm_90a, same 2-core machine, load 2-5): 22 s without
+# the soft cap, 31 s with it; the host unit (now with the paged glue) 9.5-10 s.
+set(fi_paged_head_dims 128)
+foreach(head_dim ${fi_paged_head_dims})
+  foreach(cap 0 1)
+    list(APPEND fi_units "flashinfer_paged_fa2_hd${head_dim}_cap${cap}|flashinfer_paged_fa2|all|${head_dim}|${cap}")
+  endforeach()
+endforeach()
 foreach(path fa2 sm90)
   set(head_dims ${fi_fa2_head_dims})
   set(archs all)
@@ -107,7 +119,9 @@ foreach(unit ${fi_units})
     set(gencode "-gencode=arch=compute_90a,code=sm_90a")
   endif()
   set(defines ${fi_host_defines})
-  if(NOT head_dim STREQUAL "")
+  if(source STREQUAL "flashinfer_paged_fa2")
+    set(defines -DMG_FI_UNIT_HEAD_DIM=${head_dim} -DMG_FI_UNIT_SOFT_CAP=${causal})
+  elseif(NOT head_dim STREQUAL "")
     set(defines -DMG_FI_UNIT_HEAD_DIM=${head_dim} -DMG_FI_UNIT_CAUSAL=${causal})
   endif()
   set(obj ${fi_out}/${name}.o)

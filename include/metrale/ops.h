@@ -47,6 +47,8 @@ typedef enum mg_op {
     MG_OP_NVFP4_GEMM,       /* metrale/ops_nvfp4.h: NVFP4 weights x BF16, dense (and prepare) */
     MG_OP_NVFP4_MOE_GEMM,   /* metrale/ops_nvfp4.h: the grouped per-expert form */
     MG_OP_MLX_QUANT,        /* metrale/mlx.h: MLX affine-quantized dequant, GEMVs, GEMM */
+    MG_OP_KV_APPEND,        /* metrale/ops_kv_cache.h: new keys/values into the paged cache */
+    MG_OP_ATTENTION_PAGED,  /* metrale/ops_kv_cache.h: decode / prefill attention over pages */
     MG_OP_COUNT
 } mg_op;
 

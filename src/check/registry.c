@@ -10,6 +10,7 @@ extern const mg_check_case mg_checks_nvfp4_format[];
 extern const mg_check_case mg_checks_moe_routing[];
 extern const mg_check_case mg_checks_nvfp4_gemm[];
 extern const mg_check_case mg_checks_mlx[];
+extern const mg_check_case mg_checks_kv_cache[];
 
 const mg_check_case *const mg_check_groups[] = {
     mg_checks_conformance,
@@ -21,5 +22,6 @@ const mg_check_case *const mg_check_groups[] = {
     mg_checks_moe_routing,
     mg_checks_nvfp4_gemm,
     mg_checks_mlx,
+    mg_checks_kv_cache,
     NULL,
 };

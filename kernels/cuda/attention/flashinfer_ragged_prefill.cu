@@ -71,9 +71,19 @@ size_t align16(size_t bytes) {
     return (bytes + 15) & ~size_t(15);
 }
 
-// The plugin's own head of the int workspace: device copies of both indptrs.
-size_t indptr_region_bytes(uint32_t batch_size) {
-    return 2 * align16(sizeof(int32_t) * (size_t(batch_size) + 1));
+// The plugin's own head of the int workspace: device copies of both indptrs and, for paged
+// shapes, of kv_last_page_len, each in a slot of this many bytes.
+size_t indptr_slot_bytes(uint32_t batch_size) {
+    return align16(sizeof(int32_t) * (size_t(batch_size) + 1));
+}
+
+size_t indptr_region_bytes(const mg_fi_shape *s) {
+    return (s->page_size ? 3 : 2) * indptr_slot_bytes(s->batch_size);
+}
+
+// Tokens per unit of kv_indptr: 1 for ragged keys.
+uint32_t kv_page_size(const mg_fi_shape *s) {
+    return s->page_size ? s->page_size : 1;
 }
 
 uint32_t total_qo_rows(const mg_fi_shape *s, const int32_t *qo_indptr) {
@@ -213,12 +223,36 @@ cudaError_t fa3_launch_for(const mg_fi_shape *s, Fa3Params &p, cudaStream_t stre
 }
 #endif
 
+// Points an FA2 params struct (ragged or paged: the schedule members have the same names) at
+// the schedule FlashInfer planned into `fi_int`, and the split-KV partials into the float
+// workspace (left NULL when the plan did not split).
+template <typename Params>
+void set_schedule(Params &p, const flashinfer::PrefillPlanInfo &plan, void *fi_int,
+                  void *float_workspace, __nv_bfloat16 **tmp_v, float **tmp_s) {
+    p.request_indices = at<int32_t>(fi_int, plan.request_indices_offset);
+    p.qo_tile_indices = at<int32_t>(fi_int, plan.qo_tile_indices_offset);
+    p.kv_tile_indices = at<int32_t>(fi_int, plan.kv_tile_indices_offset);
+    p.o_indptr = at<int32_t>(fi_int, plan.o_indptr_offset);
+    p.kv_chunk_size_ptr = at<int32_t>(fi_int, plan.kv_chunk_size_ptr_offset);
+    if (plan.split_kv) {
+        p.merge_indptr = at<int32_t>(fi_int, plan.merge_indptr_offset);
+        *tmp_v = at<__nv_bfloat16>(float_workspace, plan.v_offset);
+        *tmp_s = at<float>(float_workspace, plan.s_offset);
+    }
+    p.padded_batch_size = uint32_t(plan.padded_batch_size);
+    p.max_total_num_rows = uint32_t(plan.total_num_rows);
+    if (plan.enable_cuda_graph) {
+        p.block_valid_mask = at<bool>(fi_int, plan.block_valid_mask_offset);
+        p.total_num_rows = at<uint32_t>(fi_int, plan.total_num_rows_offset);
+    }
+}
+
 mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
                   cudaStream_t stream, mg_fi_error *err) {
     flashinfer::PrefillPlanInfo plan;
     plan.FromVector(std::vector<int64_t>(info->words, info->words + 15));
     void *region = a->int_workspace;
-    void *fi_int = static_cast<char *>(region) + indptr_region_bytes(s->batch_size);
+    void *fi_int = static_cast<char *>(region) + indptr_region_bytes(s);
 
     Fa2Params p;
     std::memset(&p, 0, sizeof p);
@@ -228,7 +262,7 @@ mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
     p.o = static_cast<__nv_bfloat16 *>(a->o);
     p.lse = a->lse;
     p.q_indptr = at<int32_t>(region, 0);
-    p.kv_indptr = at<int32_t>(region, int64_t(indptr_region_bytes(s->batch_size) / 2));
+    p.kv_indptr = at<int32_t>(region, int64_t(indptr_slot_bytes(s->batch_size)));
     p.group_size = flashinfer::uint_fastdiv(s->num_qo_heads / s->num_kv_heads);
     p.sm_scale = a->sm_scale;
     p.num_qo_heads = s->num_qo_heads;
@@ -238,24 +272,9 @@ mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
     p.k_stride_n = p.v_stride_n = s->num_kv_heads * s->head_dim;
     p.k_stride_h = p.v_stride_h = s->head_dim;
     p.window_left = s->window_left;
-    p.request_indices = at<int32_t>(fi_int, plan.request_indices_offset);
-    p.qo_tile_indices = at<int32_t>(fi_int, plan.qo_tile_indices_offset);
-    p.kv_tile_indices = at<int32_t>(fi_int, plan.kv_tile_indices_offset);
-    p.o_indptr = at<int32_t>(fi_int, plan.o_indptr_offset);
-    p.kv_chunk_size_ptr = at<int32_t>(fi_int, plan.kv_chunk_size_ptr_offset);
     __nv_bfloat16 *tmp_v = nullptr;
     float *tmp_s = nullptr;
-    if (plan.split_kv) {
-        p.merge_indptr = at<int32_t>(fi_int, plan.merge_indptr_offset);
-        tmp_v = at<__nv_bfloat16>(a->float_workspace, plan.v_offset);
-        tmp_s = at<float>(a->float_workspace, plan.s_offset);
-    }
-    p.padded_batch_size = uint32_t(plan.padded_batch_size);
-    p.max_total_num_rows = uint32_t(plan.total_num_rows);
-    if (plan.enable_cuda_graph) {
-        p.block_valid_mask = at<bool>(fi_int, plan.block_valid_mask_offset);
-        p.total_num_rows = at<uint32_t>(fi_int, plan.total_num_rows_offset);
-    }
+    set_schedule(p, plan, fi_int, a->float_workspace, &tmp_v, &tmp_s);
 
     cudaError_t e;
     switch (s->head_dim) {
@@ -277,12 +296,65 @@ mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
     return MG_OK;
 }
 
+// The paged FA2 launcher of the shape's head_dim and soft-cap mode.
+template <uint32_t HEAD_DIM>
+cudaError_t fa2_paged_launch_capped(const mg_fi_shape *s, metrale_fi::PagedParams &p,
+                                    uint32_t tile, __nv_bfloat16 *tmp_v, float *tmp_s,
+                                    cudaStream_t stream) {
+    using metrale_fi::fa2_paged_launch;
+    return s->soft_cap ? fa2_paged_launch<HEAD_DIM, true>(p, tile, tmp_v, tmp_s, stream)
+                       : fa2_paged_launch<HEAD_DIM, false>(p, tile, tmp_v, tmp_s, stream);
+}
+
+mg_status run_fa2_paged(const mg_fi_shape *s, const mg_fi_plan_info *info,
+                        const mg_fi_run_args *a, cudaStream_t stream, mg_fi_error *err) {
+    flashinfer::PrefillPlanInfo plan;
+    plan.FromVector(std::vector<int64_t>(info->words, info->words + 15));
+    void *region = a->int_workspace;
+    void *fi_int = static_cast<char *>(region) + indptr_region_bytes(s);
+    const int64_t slot = int64_t(indptr_slot_bytes(s->batch_size));
+
+    metrale_fi::PagedParams p;
+    p.q = static_cast<__nv_bfloat16 *>(a->q);
+    p.o = static_cast<__nv_bfloat16 *>(a->o);
+    p.lse = a->lse;
+    p.paged_kv = flashinfer::paged_kv_t<__nv_bfloat16, int32_t>(
+        s->num_kv_heads, s->page_size, s->head_dim, s->batch_size, flashinfer::QKVLayout::kNHD,
+        static_cast<__nv_bfloat16 *>(a->k), static_cast<__nv_bfloat16 *>(a->v), a->kv_indices,
+        at<int32_t>(region, slot), at<int32_t>(region, 2 * slot));
+    p.q_indptr = at<int32_t>(region, 0);
+    p.group_size = flashinfer::uint_fastdiv(s->num_qo_heads / s->num_kv_heads);
+    p.num_qo_heads = s->num_qo_heads;
+    p.q_stride_n = int32_t(s->num_qo_heads * s->head_dim);
+    p.q_stride_h = int32_t(s->head_dim);
+    p.window_left = s->window_left;
+    p.logits_soft_cap = s->soft_cap ? a->logits_soft_cap : 0.0f;
+    p.sm_scale = a->sm_scale;
+    p.rope_rcp_scale = 1.0f;
+    p.rope_rcp_theta = 1.0f;
+    __nv_bfloat16 *tmp_v = nullptr;
+    float *tmp_s = nullptr;
+    set_schedule(p, plan, fi_int, a->float_workspace, &tmp_v, &tmp_s);
+    cudaError_t e;
+    switch (s->head_dim) {
+    case 128:
+        e = fa2_paged_launch_capped<128>(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
+        break;
+    default:
+        return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no paged kernels",
+                    s->head_dim);
+    }
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "flashinfer FA2 BatchPrefillWithPagedKVCache");
+    return MG_OK;
+}
+
 mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
                   cudaStream_t stream, mg_fi_error *err) {
 #if METRALE_FI_HAVE_FA3
     flashinfer::PrefillPlanSM90Info plan;
     plan.FromVector(std::vector<int64_t>(info->words, info->words + 9));
-    void *fi_int = static_cast<char *>(a->int_workspace) + indptr_region_bytes(s->batch_size);
+    void *fi_int = static_cast<char *>(a->int_workspace) + indptr_region_bytes(s);
 
     Fa3Params p;
     std::memset(&p, 0, sizeof p);
@@ -340,6 +412,19 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
                         "mg_fi_choose_path: head_dim %u is not built (" MG_FI_HEAD_DIMS_TEXT
                         " are)",
                         shape->head_dim);
+        if (shape->page_size) {
+            if (!mg_fi_paged_head_dim_built(shape->head_dim))
+                return fail(err, MG_ERR_UNSUPPORTED, 0,
+                            "mg_fi_choose_path: paged head_dim %u is not built "
+                            "(" MG_FI_PAGED_HEAD_DIMS_TEXT " is)",
+                            shape->head_dim);
+            if (forced == MG_FI_PATH_FA3)
+                return fail(err, MG_ERR_UNSUPPORTED, 0,
+                            "mg_fi_choose_path: paged keys have FA2 kernels only");
+            *out = !shape->graph_mode && qo_indptr[shape->batch_size] == 0 ? MG_FI_PATH_NONE
+                                                                            : MG_FI_PATH_FA2;
+            return MG_OK;
+        }
         if (!shape->graph_mode && qo_indptr[shape->batch_size] == 0 && forced == MG_FI_PATH_NONE) {
             *out = MG_FI_PATH_NONE;
             return MG_OK;
@@ -367,7 +452,7 @@ MG_FI_EXPORT mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int
                                              size_t *int_bytes, mg_fi_error *err) {
     return guarded("mg_fi_workspace_bytes", err, [&]() -> mg_status {
         *float_bytes = 0;
-        *int_bytes = indptr_region_bytes(shape->batch_size);
+        *int_bytes = indptr_region_bytes(shape);
         if (shape->path == MG_FI_PATH_FA3) {
             int num_sm = 0;
             cudaError_t e = sm_count(&num_sm);
@@ -382,7 +467,7 @@ MG_FI_EXPORT mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int
         cudaError_t e = flashinfer::PrefillPlanWorkspaceSize<int32_t>(
             fi_float, fi_int, const_cast<int32_t *>(qo_indptr), const_cast<int32_t *>(kv_indptr),
             fa2_planned_rows(shape, qo_indptr), shape->batch_size, shape->num_qo_heads,
-            shape->num_kv_heads, shape->head_dim, shape->head_dim, /*page_size=*/1,
+            shape->num_kv_heads, shape->head_dim, shape->head_dim, kv_page_size(shape),
             shape->graph_mode != 0, /*sizeof_dtype_o=*/2, shape->window_left,
             /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
             /*uniform_q_len=*/0, /*fixed_uniform_q_len=*/false, /*stream=*/nullptr);
@@ -395,7 +480,8 @@ MG_FI_EXPORT mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int
 }
 
 MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_indptr,
-                                  const int32_t *kv_indptr, void *float_workspace,
+                                  const int32_t *kv_indptr, const int32_t *kv_last_page_len,
+                                  void *float_workspace,
                                   size_t float_bytes, void *flashinfer_copy_target, void *pinned,
                                   size_t int_bytes, void *stream, mg_fi_plan_info *out,
                                   mg_fi_error *err) {
@@ -406,10 +492,18 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
         if (shape->path == MG_FI_PATH_NONE)
             return MG_OK;
         const cudaStream_t s = static_cast<cudaStream_t>(stream);
-        const size_t region = indptr_region_bytes(shape->batch_size);
+        const size_t region = indptr_region_bytes(shape);
         const size_t indptr_bytes = sizeof(int32_t) * (size_t(shape->batch_size) + 1);
         std::memcpy(pinned, qo_indptr, indptr_bytes);
-        std::memcpy(static_cast<char *>(pinned) + region / 2, kv_indptr, indptr_bytes);
+        const size_t slot = indptr_slot_bytes(shape->batch_size);
+        std::memcpy(static_cast<char *>(pinned) + slot, kv_indptr, indptr_bytes);
+        if (shape->page_size) {
+            if (!kv_last_page_len)
+                return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_plan: paged shape without "
+                                                     "kv_last_page_len");
+            std::memcpy(static_cast<char *>(pinned) + 2 * slot, kv_last_page_len,
+                        sizeof(int32_t) * shape->batch_size);
+        }
         void *fi_int = static_cast<char *>(flashinfer_copy_target) + region;
         void *fi_pinned = static_cast<char *>(pinned) + region;
         int32_t *qo = const_cast<int32_t *>(qo_indptr), *kv = const_cast<int32_t *>(kv_indptr);
@@ -419,7 +513,7 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
             e = flashinfer::PrefillPlan<int32_t>(
                 float_workspace, float_bytes, fi_int, fi_pinned, int_bytes - region, plan, qo, kv,
                 fa2_planned_rows(shape, qo_indptr), shape->batch_size, shape->num_qo_heads,
-                shape->num_kv_heads, shape->head_dim, shape->head_dim, /*page_size=*/1,
+                shape->num_kv_heads, shape->head_dim, shape->head_dim, kv_page_size(shape),
                 shape->graph_mode != 0, /*sizeof_dtype_o=*/2, shape->window_left,
                 /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
                 /*uniform_q_len=*/0, /*fixed_uniform_q_len=*/false, s);
@@ -461,7 +555,7 @@ MG_FI_EXPORT mg_status mg_fi_upload(const mg_fi_shape *shape, void *int_workspac
     return guarded("mg_fi_upload", err, [&]() -> mg_status {
         if (shape->path == MG_FI_PATH_NONE)
             return MG_OK;
-        const size_t region = indptr_region_bytes(shape->batch_size);
+        const size_t region = indptr_region_bytes(shape);
         const size_t bytes = whole_image ? int_bytes : region;
         if (bytes < region || bytes > int_bytes)
             return fail(err, MG_ERR_INTERNAL, 0,
@@ -488,7 +582,8 @@ MG_FI_EXPORT mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info
         case MG_FI_PATH_NONE:
             return MG_OK;
         case MG_FI_PATH_FA2:
-            return run_fa2(shape, info, args, s, err);
+            return shape->page_size ? run_fa2_paged(shape, info, args, s, err)
+                                    : run_fa2(shape, info, args, s, err);
         case MG_FI_PATH_FA3:
             return run_fa3(shape, info, args, s, err);
         }

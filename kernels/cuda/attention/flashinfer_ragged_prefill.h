@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or signature below changes; the loader refuses a mismatch. */
-#define MG_FI_ABI_VERSION 2
+#define MG_FI_ABI_VERSION 3
 #define MG_FI_MESSAGE_BYTES 512
 
 /* The head_dims the plugin has kernels for: FA2 for each, FA3 for those built for sm_90a
@@ -35,6 +35,13 @@ extern "C" {
 #define MG_FI_HEAD_DIMS_TEXT "64, 128 and 256"
 static inline int mg_fi_head_dim_built(uint32_t head_dim) {
     return head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
+/* The head_dims of the paged (FA2, causal) kernels, with and without a logits soft-cap; each
+ * costs a translation unit per soft-cap mode (cmake/flashinfer.cmake fi_paged_head_dims). */
+#define MG_FI_PAGED_HEAD_DIMS_TEXT "128"
+static inline int mg_fi_paged_head_dim_built(uint32_t head_dim) {
+    return head_dim == 128;
 }
 
 /* What went wrong in a failed call: the message (naming the CUDA error and its number), and
@@ -63,6 +70,10 @@ typedef struct mg_fi_shape {
     uint32_t graph_qo_rows; /* graph mode: the q/o rows every run passes (padded capacity) */
     uint32_t batch_size;
     mg_fi_path path; /* FA2 or FA3, chosen by mg_fi_choose_path */
+    /* 0: ragged keys (kv_indptr counts rows). Else paged keys: kv_indptr counts pages of this
+     * many tokens, a plan also takes kv_last_page_len, and only FA2 serves it (causal). */
+    uint32_t page_size;
+    uint32_t soft_cap; /* paged: 1 when runs apply a logits soft-cap (its own kernels) */
 } mg_fi_shape;
 
 /* FlashInfer's plan result for one path, kept by the caller between plan and run. */
@@ -78,6 +89,10 @@ typedef struct mg_fi_run_args {
     uint32_t qo_rows, kv_rows;
     float sm_scale;
     void *float_workspace, *int_workspace;
+    /* Paged shapes: k and v are the page pools ([pages][page_size][num_kv_heads][head_dim]),
+     * kv_indices the caller's device page ids; logits_soft_cap > 0 when shape.soft_cap. */
+    int32_t *kv_indices;
+    float logits_soft_cap;
 } mg_fi_run_args;
 
 /* Returns MG_FI_ABI_VERSION of the built plugin. */
@@ -106,19 +121,20 @@ mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int32_t *qo_indp
                                 mg_fi_error *err);
 
 /* Builds the schedule on the host into `pinned` (page-locked, int_bytes long): the indptr
- * region, then FlashInfer's schedule, an image of the whole int workspace. FlashInfer itself
+ * region (qo_indptr, kv_indptr and, for paged shapes, kv_last_page_len), then FlashInfer's schedule, an image of the whole int workspace. FlashInfer itself
  * always queues a copy of its part on `stream`, into `flashinfer_copy_target` (past the indptr
  * region): the live int workspace, or a scratch buffer of int_bytes when the caller wants to
  * compare the new plan's layout before anything it runs reads changes. The indptr region is
  * copied by mg_fi_upload only. `pinned` must not be rewritten until the copies are done. Not
  * capturable. */
 typedef mg_status (*mg_fi_plan_fn)(const mg_fi_shape *shape, const int32_t *qo_indptr,
-                                   const int32_t *kv_indptr, void *float_workspace,
+                                   const int32_t *kv_indptr, const int32_t *kv_last_page_len,
+                                   void *float_workspace,
                                    size_t float_bytes, void *flashinfer_copy_target, void *pinned,
                                    size_t int_bytes, void *stream, mg_fi_plan_info *out,
                                    mg_fi_error *err);
 mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_indptr, const int32_t *kv_indptr,
-                     void *float_workspace, size_t float_bytes, void *flashinfer_copy_target,
+                     const int32_t *kv_last_page_len, void *float_workspace, size_t float_bytes, void *flashinfer_copy_target,
                      void *pinned, size_t int_bytes, void *stream, mg_fi_plan_info *out,
                      mg_fi_error *err);
 
@@ -149,6 +165,7 @@ mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info *info,
 #include <cuda_runtime.h>
 
 #include <cutlass/numeric_types.h>
+#include <flashinfer/attention/default_prefill_params.cuh>
 #include <flashinfer/fastdiv.cuh>
 
 namespace metrale_fi {
@@ -239,6 +256,14 @@ cudaError_t fa2_launch(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v, 
 /* FA3 (per-head schedule, no sliding window); instantiated only for the head_dims built for
  * sm_90a (METRALE_FI_FA3_HD<d>). */
 template <uint32_t HEAD_DIM, bool CAUSAL> cudaError_t fa3_launch(Fa3Params &p, cudaStream_t stream);
+
+/* FlashInfer FA2 paged prefill (causal, runtime sliding window; decode is qo_len 1), one
+ * instantiation per (head_dim, soft cap), built from flashinfer_paged_fa2.cu. */
+using PagedParams = flashinfer::BatchPrefillPagedParams<__nv_bfloat16, __nv_bfloat16,
+                                                        __nv_bfloat16, int32_t>;
+template <uint32_t HEAD_DIM, bool SOFT_CAP>
+cudaError_t fa2_paged_launch(PagedParams &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
+                             float *tmp_s, cudaStream_t stream);
 
 } // namespace metrale_fi
 #endif

@@ -9,6 +9,7 @@
 #include "checked_math.h"
 #include "error.h"
 #include "attention_provider.h"
+#include "kv_cache_internal.h"
 
 /* Beyond this, a batch is certainly a bug (and indptr arrays would be huge). */
 #define MG_ATTENTION_MAX_BATCH (1u << 20)
@@ -40,6 +41,17 @@ static const mg_op_provider *const attention_providers[] = {
 
 const mg_op_def mg_attention_ragged_op = {MG_OP_ATTENTION_RAGGED, "attention_ragged",
                                           attention_providers};
+
+static const mg_op_provider *const paged_attention_providers[] = {
+#ifdef METRALE_HAVE_CUDA
+    &mg_attention_flashinfer_paged_provider.base,
+#endif
+    &mg_attention_reference_provider.base,
+    NULL,
+};
+
+const mg_op_def mg_attention_paged_op = {MG_OP_ATTENTION_PAGED, "attention_paged",
+                                         paged_attention_providers};
 
 static mg_status check_desc(const mg_attention_desc *d, const char *fn) {
     if (!d)
@@ -216,22 +228,25 @@ static mg_status plan_batch(mg_attention_plan *p, const int32_t *qo_indptr,
                             const int32_t *kv_indptr, uint32_t batch_size, mg_stream *s,
                             const char *fn) {
     if (batch_size + 1 > p->indptr_capacity) {
-        int32_t *qo = malloc(sizeof(int32_t) * (batch_size + 1));
-        int32_t *kv = malloc(sizeof(int32_t) * (batch_size + 1));
-        if (!qo || !kv) {
-            free(qo);
-            free(kv);
-            return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory for %u indptrs", fn,
-                            batch_size + 1);
+        /* The host copies: qo, kv (tokens) and, for paged plans, page indptr and last-page
+         * lengths, each of batch_size + 1 entries. */
+        int32_t **const arrays[4] = {&p->qo_indptr, &p->kv_indptr, &p->page_indptr,
+                                     &p->last_page_len};
+        const int count = p->page_size ? 4 : 2;
+        int32_t *grown[4] = {0};
+        for (int i = 0; i < count; i++)
+            if (!(grown[i] = malloc(sizeof(int32_t) * (batch_size + 1)))) {
+                for (int j = 0; j < i; j++)
+                    free(grown[j]);
+                return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory for %u indptrs",
+                                fn, batch_size + 1);
+            }
+        for (int i = 0; i < count; i++) {
+            if (p->batch_size)
+                memcpy(grown[i], *arrays[i], sizeof(int32_t) * (p->batch_size + 1));
+            free(*arrays[i]);
+            *arrays[i] = grown[i];
         }
-        if (p->batch_size) {
-            memcpy(qo, p->qo_indptr, sizeof(int32_t) * (p->batch_size + 1));
-            memcpy(kv, p->kv_indptr, sizeof(int32_t) * (p->batch_size + 1));
-        }
-        free(p->qo_indptr);
-        free(p->kv_indptr);
-        p->qo_indptr = qo;
-        p->kv_indptr = kv;
         p->indptr_capacity = batch_size + 1;
     }
     mg_status st = p->provider->plan(p, qo_indptr, kv_indptr, batch_size, s);
@@ -239,6 +254,10 @@ static mg_status plan_batch(mg_attention_plan *p, const int32_t *qo_indptr,
         return st; /* the backend cleared p->usable if the device schedule may be half-written */
     memcpy(p->qo_indptr, qo_indptr, sizeof(int32_t) * (batch_size + 1));
     memcpy(p->kv_indptr, kv_indptr, sizeof(int32_t) * (batch_size + 1));
+    if (p->page_size) {
+        memcpy(p->page_indptr, p->new_page_indptr, sizeof(int32_t) * (batch_size + 1));
+        memcpy(p->last_page_len, p->new_last_page_len, sizeof(int32_t) * batch_size);
+    }
     p->batch_size = batch_size;
     p->usable = true;
     return MG_OK;
@@ -297,6 +316,9 @@ mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indpt
     if (!p)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
     mg_status st = check_backend_live(p, fn);
+    if (!st && p->page_size)
+        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                      "%s: a paged plan is updated with mg_paged_attention_plan_update", fn);
     if (!st)
         st = mg_backend_check_fault(p->backend);
     if (!st)
@@ -340,21 +362,32 @@ static mg_status tensor_bytes(uint32_t rows, uint32_t heads, uint32_t head_dim,
                     what, rows, heads, head_dim, element_bytes);
 }
 
+/* What every run needs of its plan: a live backend without a sticky fault, the entry point of
+ * the plan's kind (ragged or paged), and a usable schedule. */
+static mg_status check_run_ready(const mg_attention_plan *p, bool paged, const char *fn) {
+    mg_status st = check_backend_live(p, fn);
+    if (!st && paged != (p->page_size != 0))
+        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: a %s plan runs with %s", fn,
+                      paged ? "ragged" : "paged",
+                      paged ? "mg_attention_run" : "mg_paged_attention_run");
+    if (!st)
+        st = mg_backend_check_fault(p->backend);
+    if (!st && !p->usable)
+        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                      "%s: the plan's last update failed on the device; update it again first",
+                      fn);
+    return st;
+}
+
 mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
     const char *fn = "mg_attention_run";
     if (!p)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
     if (!t)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL tensors", fn);
-    mg_status st = check_backend_live(p, fn);
-    if (!st)
-        st = mg_backend_check_fault(p->backend);
+    mg_status st = check_run_ready(p, false, fn);
     if (st)
         return st;
-    if (!p->usable)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: the plan's last update failed on the device; update it again first",
-                        fn);
     if ((st = check_tensor_ptr(t->q, 16, "q", fn)) || (st = check_tensor_ptr(t->k, 16, "k", fn)) ||
         (st = check_tensor_ptr(t->v, 16, "v", fn)) || (st = check_tensor_ptr(t->o, 16, "o", fn)))
         return st;
@@ -412,6 +445,8 @@ mg_status mg_attention_plan_destroy(mg_attention_plan *p) {
         p->provider->release(p, backend_live(p));
     free(p->qo_indptr);
     free(p->kv_indptr);
+    free(p->page_indptr);
+    free(p->last_page_len);
     free(p);
     return MG_OK;
 }
@@ -438,4 +473,224 @@ double mg_attention_plan_flops(const mg_attention_plan *p) {
         pairs += p->desc.causal ? lq * lk - lq * (lq - 1.0) / 2.0 : lq * lk;
     }
     return 4.0 * p->desc.head_dim * p->desc.num_qo_heads * pairs;
+}
+
+/* ------------------------------------------------------------------ paged plans
+ * (metrale/ops_kv_cache.h). The page table is checked on the host, each request's token count
+ * derived from it, and the result planned like a causal ragged batch of those counts. */
+
+/* The ragged descriptor of a paged one (checked as such, plus the paged fields). */
+static mg_status paged_desc(const mg_paged_attention_desc *pd, mg_attention_desc *d,
+                            const char *fn) {
+    if (!pd)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL descriptor", fn);
+    *d = (mg_attention_desc){.num_qo_heads = pd->num_qo_heads,
+                             .num_kv_heads = pd->num_kv_heads,
+                             .head_dim = pd->head_dim,
+                             .causal = true,
+                             .window_left = pd->window_left,
+                             .sm_scale = pd->sm_scale,
+                             .graph_qo_rows = pd->graph_qo_rows,
+                             .graph_kv_rows = pd->graph_kv_tokens};
+    mg_status st = check_desc(d, fn);
+    if (st)
+        return st;
+    if (pd->page_size > MG_KV_PAGE_SIZE_MAX)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: page_size %u must be in 1..%u (0: %u)", fn,
+                        pd->page_size, MG_KV_PAGE_SIZE_MAX, MG_KV_PAGE_SIZE_DEFAULT);
+    if (!isfinite(pd->logits_soft_cap) || pd->logits_soft_cap < 0.0f)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: logits_soft_cap %g must be 0 (none) or finite and > 0", fn,
+                        (double)pd->logits_soft_cap);
+    return MG_OK;
+}
+
+/* Checks `table` for a plan of `d` with pages of `page_size` and derives the token indptr
+ * (malloc'ed into *kv_tokens; the caller frees it). */
+static mg_status paged_batch(const mg_attention_desc *d, uint32_t page_size,
+                             const mg_kv_page_table *table, int32_t **kv_tokens, const char *fn) {
+    *kv_tokens = NULL;
+    if (!table)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL page table", fn);
+    if (!table->qo_indptr)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL qo_indptr (the new tokens)", fn);
+    /* The pool's size is unknown here (runs check it): the indices are checked against
+     * INT32_MAX pages only. */
+    const mg_kv_cache_desc cache = {.num_kv_heads = d->num_kv_heads,
+                                    .head_dim = d->head_dim % 16 ? 16 : d->head_dim,
+                                    .page_size = page_size,
+                                    .num_pages = (uint32_t)INT32_MAX};
+    mg_status st = mg_kv_page_table_check(&cache, table, fn);
+    if (st)
+        return st;
+    int32_t *kv = malloc(sizeof(int32_t) * ((size_t)table->batch_size + 1));
+    if (!kv)
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    kv[0] = 0;
+    for (uint32_t i = 0; i < table->batch_size; i++) {
+        int64_t next = kv[i] + mg_kv_len(table->kv_indptr, table->kv_last_page_len, page_size, i);
+        if (next > INT32_MAX) {
+            free(kv);
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "%s: the batch holds more than %d cached tokens", fn, INT32_MAX);
+        }
+        kv[i + 1] = (int32_t)next;
+    }
+    if ((st = check_batch(d, table->qo_indptr, kv, table->batch_size, fn))) {
+        free(kv);
+        return st;
+    }
+    *kv_tokens = kv;
+    return MG_OK;
+}
+
+static mg_status plan_paged_batch(mg_attention_plan *p, const mg_kv_page_table *table,
+                                  const int32_t *kv_tokens, mg_stream *s, const char *fn) {
+    p->new_page_indptr = table->kv_indptr;
+    p->new_last_page_len = table->kv_last_page_len;
+    mg_status st = plan_batch(p, table->qo_indptr, kv_tokens, table->batch_size, s, fn);
+    p->new_page_indptr = p->new_last_page_len = NULL;
+    return st;
+}
+
+mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention_desc *pd,
+                                         const mg_kv_page_table *table, mg_stream *s,
+                                         mg_attention_plan **out) {
+    const char *fn = "mg_paged_attention_plan_create";
+    if (!out)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
+    *out = NULL;
+    if (!mg_backend_context(b))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend handle %p", fn,
+                        (void *)b);
+    mg_attention_desc d;
+    mg_status st = mg_backend_check_fault(b);
+    if (!st)
+        st = paged_desc(pd, &d, fn);
+    if (!st)
+        st = check_stream(b, s, fn);
+    if (!st)
+        st = mg_stream_check_not_capturing(b, s, fn);
+    if (st)
+        return st;
+    const uint32_t page_size = mg_kv_page_size(pd->page_size);
+    int32_t *kv_tokens;
+    if ((st = paged_batch(&d, page_size, table, &kv_tokens, fn)))
+        return st;
+    const mg_op_provider *chosen;
+    mg_attention_plan *p = NULL;
+    if (!(st = mg_op_choose(b, MG_OP_ATTENTION_PAGED, &d, fn, &chosen)) &&
+        !(p = calloc(1, sizeof *p)))
+        st = MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    if (!st) {
+        p->backend = b;
+        p->backend_ctx = mg_backend_context(b);
+        p->provider = (const mg_attention_provider *)chosen;
+        p->desc = d;
+        p->page_size = page_size;
+        p->logits_soft_cap = pd->logits_soft_cap;
+        st = plan_paged_batch(p, table, kv_tokens, s, fn);
+    }
+    free(kv_tokens);
+    if (st) {
+        mg_attention_plan_destroy(p);
+        return st;
+    }
+    mg_op_count_plans(b, MG_OP_ATTENTION_PAGED, 1);
+    *out = p;
+    return MG_OK;
+}
+
+mg_status mg_paged_attention_plan_update(mg_attention_plan *p, const mg_kv_page_table *table,
+                                         mg_stream *s) {
+    const char *fn = "mg_paged_attention_plan_update";
+    if (!p)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
+    mg_status st = check_backend_live(p, fn);
+    if (!st && !p->page_size)
+        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                      "%s: a ragged plan is updated with mg_attention_plan_update", fn);
+    if (!st)
+        st = mg_backend_check_fault(p->backend);
+    if (!st && table && p->desc.graph_qo_rows && table->batch_size != p->batch_size)
+        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                      "%s: a fixed-grid plan keeps its batch_size %u (asked %u): captured "
+                      "launches depend on it",
+                      fn, p->batch_size, table->batch_size);
+    if (!st)
+        st = check_stream(p->backend, s, fn);
+    if (!st)
+        st = mg_stream_check_not_capturing(p->backend, s, fn);
+    int32_t *kv_tokens = NULL;
+    if (!st)
+        st = paged_batch(&p->desc, p->page_size, table, &kv_tokens, fn);
+    if (!st)
+        st = plan_paged_batch(p, table, kv_tokens, s, fn);
+    free(kv_tokens);
+    return st;
+}
+
+mg_status mg_paged_attention_run(mg_attention_plan *p, const mg_paged_attention_tensors *t,
+                                 mg_stream *s) {
+    const char *fn = "mg_paged_attention_run";
+    if (!p)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL plan", fn);
+    if (!t)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL tensors", fn);
+    mg_status st = check_run_ready(p, true, fn);
+    if (st)
+        return st;
+    const mg_attention_desc *d = &p->desc;
+    const uint32_t qo_total = (uint32_t)p->qo_indptr[p->batch_size];
+    const uint32_t want_rows = d->graph_qo_rows ? d->graph_qo_rows : qo_total;
+    if (t->qo_rows != want_rows)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: qo_rows %u given, the plan needs %u (%s)", fn, t->qo_rows, want_rows,
+                        d->graph_qo_rows ? "its fixed-grid capacity" : "its qo_indptr total");
+    const uint32_t planned_pages = (uint32_t)p->page_indptr[p->batch_size];
+    if (t->num_kv_indices < planned_pages)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: kv_indices has %u entries, the planned batch uses %u", fn,
+                        t->num_kv_indices, planned_pages);
+    const mg_kv_cache_desc cache = {.num_kv_heads = d->num_kv_heads,
+                                    .head_dim = d->head_dim % 16 ? 16 : d->head_dim,
+                                    .page_size = p->page_size,
+                                    .num_pages = t->num_pages};
+    size_t pool_bytes, qo_bytes, lse_bytes;
+    if ((st = mg_kv_cache_desc_check(&cache, fn)))
+        return st;
+    if (!mg_mul_size((size_t)t->num_pages * p->page_size, (size_t)d->num_kv_heads * d->head_dim * 2,
+                     &pool_bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: the pool overflows the address space", fn);
+    if ((st = check_tensor_ptr(t->q, 16, "q", fn)) || (st = check_tensor_ptr(t->o, 16, "o", fn)) ||
+        (st = check_tensor_ptr(t->k_pages, 16, "k_pages", fn)) ||
+        (st = check_tensor_ptr(t->v_pages, 16, "v_pages", fn)) ||
+        (planned_pages && (st = check_tensor_ptr(t->kv_indices, 4, "kv_indices", fn))) ||
+        (t->lse && (st = check_tensor_ptr(t->lse, 4, "lse", fn))))
+        return st;
+    if ((st = tensor_bytes(t->qo_rows, d->num_qo_heads, d->head_dim, 2, "q/o", fn, &qo_bytes)) ||
+        (st = tensor_bytes(t->qo_rows, d->num_qo_heads, 1, 4, "lse", fn, &lse_bytes)))
+        return st;
+    mg_backend *b = p->backend;
+    if ((st = mg_backend_check_device_range(b, t->q, qo_bytes, fn, "q")) ||
+        (st = mg_backend_check_device_range(b, t->o, qo_bytes, fn, "o")) ||
+        (st = mg_backend_check_device_range(b, t->k_pages, pool_bytes, fn, "k_pages")) ||
+        (st = mg_backend_check_device_range(b, t->v_pages, pool_bytes, fn, "v_pages")) ||
+        (planned_pages && (st = mg_backend_check_device_range(b, t->kv_indices,
+                                                              4ull * t->num_kv_indices, fn,
+                                                              "kv_indices"))) ||
+        (t->lse && (st = mg_backend_check_device_range(b, t->lse, lse_bytes, fn, "lse"))))
+        return st;
+    if ((st = check_stream(b, s, fn)))
+        return st;
+    if (!d->graph_qo_rows &&
+        (st = mg_stream_check_not_capturing(
+             b, s,
+             "mg_paged_attention_run: an eager plan (capture needs a fixed-grid plan: set "
+             "graph_qo_rows / graph_kv_tokens)")))
+        return st;
+    if ((st = p->provider->run_paged(p, t, s)))
+        return st;
+    mg_op_count_call(b, MG_OP_ATTENTION_PAGED, &p->provider->base, false);
+    return MG_OK;
 }

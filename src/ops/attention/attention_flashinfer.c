@@ -254,17 +254,22 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
     }
     const mg_attention_desc *d = &p->desc;
     mg_fi_shape shape = shape_of(d, batch_size);
+    /* Paged plans: FlashInfer schedules pages (kv_indptr of the page table) and uploads the
+     * last-page lengths with the indptrs. */
+    shape.page_size = p->page_size;
+    shape.soft_cap = p->logits_soft_cap > 0.0f;
+    const int32_t *kv_units = p->page_size ? p->new_page_indptr : kv_indptr;
     /* An update of a fixed-grid plan: captured graphs read its workspaces and launch layout. */
     const bool fixed_update = shape.graph_mode && p->batch_size;
     mg_fi_error err;
     if (fixed_update) {
         shape.path = c->shape.path; /* captured launches are of this path */
-    } else if ((st = fi.choose_path(&shape, qo_indptr, kv_indptr, forced_path(d->impl), &shape.path,
+    } else if ((st = fi.choose_path(&shape, qo_indptr, kv_units, forced_path(d->impl), &shape.path,
                                     &err))) {
         return plugin_failure(ctx, st, &err);
     }
     size_t float_bytes, int_bytes;
-    if ((st = fi.workspace_bytes(&shape, qo_indptr, kv_indptr, &float_bytes, &int_bytes, &err)))
+    if ((st = fi.workspace_bytes(&shape, qo_indptr, kv_units, &float_bytes, &int_bytes, &err)))
         return plugin_failure(ctx, st, &err);
     if (fixed_update && (float_bytes > c->float_bytes || int_bytes > c->int_bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
@@ -295,7 +300,8 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
      * staging buffer on an update, to the live workspace otherwise. */
     mg_fi_plan_info info;
     const mg_devptr copy_target = fixed_update ? c->int_staging : c->int_workspace;
-    st = fi.plan(&shape, qo_indptr, kv_indptr, (void *)(uintptr_t)c->float_workspace,
+    st = fi.plan(&shape, qo_indptr, kv_units, p->page_size ? p->new_last_page_len : NULL,
+                 (void *)(uintptr_t)c->float_workspace,
                  c->float_bytes, (void *)(uintptr_t)copy_target, c->mirror[mirror], int_bytes,
                  (void *)stream, &info, &err);
     const bool layout_changed =
@@ -335,7 +341,8 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
     return MG_OK;
 }
 
-static mg_status cuda_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
+/* Launches the plan's schedule with `args` (the tensors of a ragged or a paged run). */
+static mg_status launch_planned(mg_attention_plan *p, const mg_fi_run_args *args, mg_stream *s) {
     cuda_attention_plan *c = p->impl;
     mg_cuda_context *ctx;
     mg_status st = mg_cuda_bind(p->backend, &ctx);
@@ -344,6 +351,17 @@ static mg_status cuda_run(mg_attention_plan *p, const mg_attention_tensors *t, m
         st = mg_cuda_stream(p->backend, s, &stream);
     if (st)
         return st;
+    mg_fi_run_args a = *args;
+    a.sm_scale = p->desc.sm_scale;
+    a.float_workspace = (void *)(uintptr_t)c->float_workspace;
+    a.int_workspace = (void *)(uintptr_t)c->int_workspace;
+    mg_fi_error err;
+    if ((st = fi.run(&c->shape, &c->info, &a, (void *)stream, &err)))
+        return plugin_failure(ctx, st, &err);
+    return MG_OK;
+}
+
+static mg_status cuda_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
     const mg_fi_run_args args = {
         .q = (void *)(uintptr_t)t->q,
         .k = (void *)(uintptr_t)t->k,
@@ -352,14 +370,24 @@ static mg_status cuda_run(mg_attention_plan *p, const mg_attention_tensors *t, m
         .lse = (float *)(uintptr_t)t->lse,
         .qo_rows = t->qo_rows,
         .kv_rows = t->kv_rows,
-        .sm_scale = p->desc.sm_scale,
-        .float_workspace = (void *)(uintptr_t)c->float_workspace,
-        .int_workspace = (void *)(uintptr_t)c->int_workspace,
     };
-    mg_fi_error err;
-    if ((st = fi.run(&c->shape, &c->info, &args, (void *)stream, &err)))
-        return plugin_failure(ctx, st, &err);
-    return MG_OK;
+    return launch_planned(p, &args, s);
+}
+
+static mg_status cuda_run_paged(mg_attention_plan *p, const mg_paged_attention_tensors *t,
+                                mg_stream *s) {
+    const mg_fi_run_args args = {
+        .q = (void *)(uintptr_t)t->q,
+        .k = (void *)(uintptr_t)t->k_pages,
+        .v = (void *)(uintptr_t)t->v_pages,
+        .o = (void *)(uintptr_t)t->o,
+        .lse = (float *)(uintptr_t)t->lse,
+        .qo_rows = t->qo_rows,
+        .kv_rows = (uint32_t)p->kv_indptr[p->batch_size],
+        .kv_indices = (int32_t *)(uintptr_t)t->kv_indices,
+        .logits_soft_cap = p->logits_soft_cap,
+    };
+    return launch_planned(p, &args, s);
 }
 
 static void cuda_release(mg_attention_plan *p, bool backend_live) {
@@ -460,4 +488,29 @@ const mg_attention_provider mg_attention_flashinfer_provider = {
     .release = cuda_release,
     .info = cuda_info,
     .workspace_bytes = flashinfer_workspace_bytes,
+};
+
+/* Paged kernels are built for fewer head_dims (each one costs CI compile time). */
+static bool flashinfer_paged_supports(mg_backend *b, const void *call, char *reason,
+                                      size_t reason_bytes) {
+    (void)b;
+    const mg_attention_desc *d = call;
+    if (mg_fi_paged_head_dim_built(d->head_dim))
+        return true;
+    snprintf(reason, reason_bytes,
+             "head_dim %u has no paged CUDA kernels (built for head_dim "
+             MG_FI_PAGED_HEAD_DIMS_TEXT ")",
+             d->head_dim);
+    return false;
+}
+
+const mg_attention_provider mg_attention_flashinfer_paged_provider = {
+    .base = {.name = "flashinfer",
+             .backend = MG_BACKEND_CUDA,
+             .available = flashinfer_available,
+             .supports = flashinfer_paged_supports},
+    .plan = cuda_plan,
+    .run_paged = cuda_run_paged,
+    .release = cuda_release,
+    .info = cuda_info,
 };

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "metrale/ops_attention.h"
+#include "metrale/ops_kv_cache.h"
 #include "op_registry.h"
 
 typedef struct mg_attention_provider mg_attention_provider;
@@ -28,6 +29,14 @@ struct mg_attention_plan {
     bool usable;              /* false once a failed plan may have half-written the device
                                * schedule; true again after the next successful plan */
     void *impl;               /* the backend's state */
+    /* Paged plans (metrale/ops_kv_cache.h) have page_size > 0 (desc.causal is set): kv_indptr
+     * above then holds each request's token counts (derived), page_indptr and last_page_len
+     * the page table's (same capacity). During provider->plan, new_page_indptr and
+     * new_last_page_len point at the batch being planned. */
+    uint32_t page_size;
+    float logits_soft_cap; /* 0: none */
+    int32_t *page_indptr, *last_page_len;
+    const int32_t *new_page_indptr, *new_last_page_len;
 };
 
 struct mg_attention_provider {
@@ -42,6 +51,9 @@ struct mg_attention_provider {
     mg_status (*plan)(mg_attention_plan *p, const int32_t *qo_indptr, const int32_t *kv_indptr,
                       uint32_t batch_size, mg_stream *s);
     mg_status (*run)(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s);
+    /* Runs a paged plan (validated tensors). */
+    mg_status (*run_paged)(mg_attention_plan *p, const mg_paged_attention_tensors *t,
+                           mg_stream *s);
     /* Frees the backend's state. `backend_live` false: the backend was closed, which already
      * released the plan's device memory, events, kernels and pinned memory; only host memory
      * may be freed then (no call on the dead backend). */
@@ -87,6 +99,8 @@ static inline const char *mg_attention_plan_fn(const mg_attention_plan *p) {
 extern const mg_attention_provider mg_attention_reference_provider;
 #ifdef METRALE_HAVE_CUDA
 extern const mg_attention_provider mg_attention_flashinfer_provider;
+/* The same provider for paged plans: its `supports` knows the paged kernels' head_dims. */
+extern const mg_attention_provider mg_attention_flashinfer_paged_provider;
 #endif
 
 #endif

@@ -19,18 +19,24 @@
 #include "checked_math.h"
 #include "cpu_kernels.h"
 #include "error.h"
+#include "kv_cache_internal.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
 
 #define KERNEL_MODULE "metrale"
 #define KERNEL_FUNCTION "attention_ragged_prefill"
 #define KERNEL_NAME KERNEL_MODULE ":" KERNEL_FUNCTION
+/* Paged plans (metrale/ops_kv_cache.h): the same computation, keys and values read through the
+ * page table. */
+#define PAGED_FUNCTION "attention_paged_prefill"
+#define PAGED_NAME KERNEL_MODULE ":" PAGED_FUNCTION
 #define MAX_THREADS 32
 
 typedef struct cpu_attention_plan {
-    mg_devptr indptrs;         /* qo_indptr then kv_indptr, batch_size + 1 int32 each */
+    mg_devptr indptrs;         /* qo_indptr then kv_indptr (tokens), batch_size + 1 int32 each;
+                                * paged plans then page indptr and last-page lengths */
     uint32_t indptrs_capacity; /* batch_size + 1 the buffer holds per array */
-    mg_kernel *kernel;
+    mg_kernel *kernel; /* the ragged or the paged kernel */
 } cpu_attention_plan;
 
 /* Launch argument indices of the kernel. */
@@ -59,8 +65,8 @@ enum {
  * ([lk][d]); `scores` has room for lk floats. Writes d outputs (FP32) and returns the base-2
  * log-sum-exp (-inf when no key is visible, with zero output). */
 static float attend_row(const float *qf, const float *kf, const float *vf, uint32_t d,
-                        uint32_t k_begin, uint32_t k_end, float sm_scale, float *scores,
-                        float *out) {
+                        uint32_t k_begin, uint32_t k_end, float sm_scale, float soft_cap,
+                        float *scores, float *out) {
     for (uint32_t c = 0; c < d; c++)
         out[c] = 0.0f;
     if (k_begin >= k_end)
@@ -75,6 +81,8 @@ static float attend_row(const float *qf, const float *kf, const float *vf, uint3
         float dot = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
                     ((partial[4] + partial[5]) + (partial[6] + partial[7]));
         scores[j] = dot * sm_scale;
+        if (soft_cap > 0.0f) /* c * tanh(s / c): scores bounded by the cap */
+            scores[j] = soft_cap * tanhf(scores[j] / soft_cap);
         if (scores[j] > max_score)
             max_score = scores[j];
     }
@@ -99,6 +107,10 @@ typedef struct attention_args {
     uint32_t batch, qo_heads, kv_heads, d, causal, qo_rows, kv_rows;
     int32_t window_left;
     float sm_scale;
+    /* Paged keys: page_size > 0, keys of request i in pages kv_indices[page_indptr[i]..). */
+    const int32_t *page_indptr, *kv_indices;
+    uint32_t page_size;
+    float soft_cap; /* 0: none */
 } attention_args;
 
 /* The indptrs come from the plan's device buffer, which only the plan writes, but the kernel
@@ -128,7 +140,13 @@ static void compute_item(const attention_args *a, uint32_t request, uint32_t kvh
     float *kf = scratch, *vf = kf + (size_t)lk * d, *scores = vf + (size_t)lk * d;
     float *qf = scores + lk, *out = qf + d;
     for (uint32_t j = 0; j < lk; j++) {
-        const size_t src = ((size_t)(k0 + j) * a->kv_heads + kvh) * d;
+        /* Key j's row: its own row of k/v, or its slot in its page. */
+        const size_t key_row =
+            a->page_size ? (size_t)a->kv_indices[a->page_indptr[request] + j / a->page_size] *
+                                   a->page_size +
+                               j % a->page_size
+                         : (size_t)(k0 + j);
+        const size_t src = (key_row * a->kv_heads + kvh) * d;
         for (uint32_t c = 0; c < d; c++) {
             kf[(size_t)j * d + c] = mg_bf16_to_f32(a->k[src + c]);
             vf[(size_t)j * d + c] = mg_bf16_to_f32(a->v[src + c]);
@@ -147,7 +165,8 @@ static void compute_item(const attention_args *a, uint32_t request, uint32_t kvh
                 qf[c] = mg_bf16_to_f32(a->q[row + c]);
             float lse =
                 attend_row(qf, kf, vf, d, (uint32_t)begin,
-                           end > begin ? (uint32_t)end : (uint32_t)begin, a->sm_scale, scores, out);
+                           end > begin ? (uint32_t)end : (uint32_t)begin, a->sm_scale, a->soft_cap,
+                           scores, out);
             for (uint32_t c = 0; c < d; c++)
                 a->o[row + c] = mg_f32_to_bf16(out[c]);
             if (a->lse)
@@ -268,11 +287,125 @@ static mg_status kernel_attention(const mg_launch *l) {
     return compute(&a);
 }
 
+/* Launch argument indices of the paged kernel. */
+enum {
+    PARG_Q,
+    PARG_K_PAGES,
+    PARG_V_PAGES,
+    PARG_O,
+    PARG_LSE,
+    PARG_INDPTRS,
+    PARG_KV_INDICES,
+    PARG_BATCH,
+    PARG_QO_HEADS,
+    PARG_KV_HEADS,
+    PARG_HEAD_DIM,
+    PARG_PAGE_SIZE,
+    PARG_NUM_PAGES,
+    PARG_NUM_INDICES,
+    PARG_WINDOW_LEFT,
+    PARG_SM_SCALE,
+    PARG_SOFT_CAP,
+    PARG_QO_ROWS,
+    PARG_HAS_LSE,
+    PARG_COUNT
+};
+
+/* The paged kernel checks the whole page table (its indptrs from the plan, the caller's
+ * kv_indices) before computing: a bad entry is an error, never a read outside the pools. */
+static mg_status kernel_attention_paged(const mg_launch *l) {
+    static const mg_arg_kind kinds[PARG_COUNT] = {
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_I32,
+        MG_ARG_F32,    MG_ARG_F32,    MG_ARG_U32,    MG_ARG_U32};
+    mg_status st = mg_cpu_kernel_check_args(l, PAGED_NAME, kinds, PARG_COUNT);
+    if (st)
+        return st;
+    attention_args a = {
+        .batch = mg_launch_get_u32(l, PARG_BATCH),
+        .qo_heads = mg_launch_get_u32(l, PARG_QO_HEADS),
+        .kv_heads = mg_launch_get_u32(l, PARG_KV_HEADS),
+        .d = mg_launch_get_u32(l, PARG_HEAD_DIM),
+        .causal = 1,
+        .window_left = mg_launch_get_i32(l, PARG_WINDOW_LEFT),
+        .sm_scale = mg_launch_get_f32(l, PARG_SM_SCALE),
+        .soft_cap = mg_launch_get_f32(l, PARG_SOFT_CAP),
+        .qo_rows = mg_launch_get_u32(l, PARG_QO_ROWS),
+        .page_size = mg_launch_get_u32(l, PARG_PAGE_SIZE),
+    };
+    const uint32_t num_pages = mg_launch_get_u32(l, PARG_NUM_PAGES);
+    const uint32_t num_indices = mg_launch_get_u32(l, PARG_NUM_INDICES);
+    if (!a.batch || a.batch > MG_KV_MAX_BATCH || !a.qo_heads || !a.kv_heads ||
+        a.qo_heads % a.kv_heads || !a.d || a.d % 8 || a.d > MG_KV_MAX_HEAD_DIM || !a.page_size ||
+        a.page_size > MG_KV_PAGE_SIZE_MAX || !num_pages || num_pages > (uint32_t)INT32_MAX)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: bad shape (batch %u, heads %u/%u, head_dim %u, page_size "
+                        "%u, %u pages)",
+                        PAGED_NAME, a.batch, a.qo_heads, a.kv_heads, a.d, a.page_size, num_pages);
+    size_t q_row, pool_elems, q_bytes, pool_bytes, lse_bytes;
+    if (!mg_mul_size(a.qo_heads, a.d, &q_row) ||
+        !mg_mul_size((size_t)a.kv_heads * a.d * a.page_size, num_pages, &pool_elems) ||
+        !mg_mul_size(pool_elems, 2, &pool_bytes) ||
+        !mg_matrix_span_bytes(a.qo_rows, q_row, q_row, 2, &q_bytes) ||
+        !mg_matrix_span_bytes(a.qo_rows, a.qo_heads, a.qo_heads, 4, &lse_bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: shape overflows the address space",
+                        PAGED_NAME);
+    void *q, *k, *v, *o, *indptrs, *indices = NULL, *lse = NULL;
+    const size_t entries = (size_t)a.batch + 1;
+    if ((st = mg_cpu_kernel_buffer(l, PARG_Q, q_bytes, 16, PAGED_NAME, &q)) ||
+        (st = mg_cpu_kernel_buffer(l, PARG_K_PAGES, pool_bytes, 16, PAGED_NAME, &k)) ||
+        (st = mg_cpu_kernel_buffer(l, PARG_V_PAGES, pool_bytes, 16, PAGED_NAME, &v)) ||
+        (st = mg_cpu_kernel_buffer(l, PARG_O, q_bytes, 16, PAGED_NAME, &o)) ||
+        (st = mg_cpu_kernel_buffer(l, PARG_INDPTRS, 16ull * entries, 4, PAGED_NAME, &indptrs)) ||
+        (num_indices && (st = mg_cpu_kernel_buffer(l, PARG_KV_INDICES, 4ull * num_indices, 4,
+                                                   PAGED_NAME, &indices))))
+        return st;
+    if (mg_launch_get_u32(l, PARG_HAS_LSE) &&
+        (st = mg_cpu_kernel_buffer(l, PARG_LSE, lse_bytes, 4, PAGED_NAME, &lse)))
+        return st;
+    a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
+    a.qo_indptr = indptrs;
+    a.kv_indptr = a.qo_indptr + entries;
+    a.page_indptr = a.kv_indptr + entries;
+    a.kv_indices = indices;
+    const int32_t *last_page_len = a.page_indptr + entries;
+    const mg_kv_cache_desc cache = {.num_kv_heads = a.kv_heads,
+                                    .head_dim = a.d % 16 ? 16 : a.d,
+                                    .page_size = a.page_size,
+                                    .num_pages = num_pages};
+    const mg_kv_page_table table = {a.batch, a.qo_indptr, a.page_indptr, indices, last_page_len};
+    if ((uint32_t)a.page_indptr[a.batch] > num_indices)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: the page table uses %d kv_indices, %u given", PAGED_NAME,
+                        a.page_indptr[a.batch], num_indices);
+    if ((st = mg_kv_page_table_check(&cache, &table, "cpu kernel " PAGED_NAME)))
+        return st;
+    for (uint32_t i = 0; i < a.batch; i++)
+        if (a.kv_indptr[i + 1] - a.kv_indptr[i] !=
+            mg_kv_len(a.page_indptr, last_page_len, a.page_size, i))
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "cpu kernel %s: token counts disagree with the page table at %u",
+                            PAGED_NAME, i);
+    a.kv_rows = (uint32_t)a.kv_indptr[a.batch]; /* only bounds the indptr check */
+    if ((st = check_indptrs(&a)))
+        return st;
+    return compute(&a);
+}
+
 static pthread_once_t register_once = PTHREAD_ONCE_INIT;
 static mg_status register_status;
 
 static void register_kernel(void) {
     register_status = mg_cpu_kernel_register(KERNEL_MODULE, KERNEL_FUNCTION, kernel_attention);
+    if (!register_status)
+        register_status =
+            mg_cpu_kernel_register(KERNEL_MODULE, PAGED_FUNCTION, kernel_attention_paged);
+}
+
+/* Host arrays in a plan's indptr buffer: 2 for ragged plans, 4 for paged ones. */
+static size_t indptr_arrays(const mg_attention_plan *p) {
+    return p->page_size ? 4 : 2;
 }
 
 /* The device bytes of a plan's indptr buffer (carved size: a caller's workspace). */
@@ -289,7 +422,9 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
             return register_status;
         if (!(c = calloc(1, sizeof *c)))
             return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu attention plan: out of host memory");
-        mg_status st = mg_kernel_lookup(p->backend, KERNEL_MODULE, KERNEL_FUNCTION, &c->kernel);
+        mg_status st = mg_kernel_lookup(p->backend, KERNEL_MODULE,
+                                        p->page_size ? PAGED_FUNCTION : KERNEL_FUNCTION,
+                                        &c->kernel);
         if (st) {
             free(c);
             return st;
@@ -313,8 +448,8 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
          * enqueued, so nothing queued still reads the old buffer; and eager plans are never
          * captured, so no graph does either (fixed-grid plans never grow). */
         mg_devptr grown;
-        mg_status st = mg_alloc_owned_at(p->backend, 2 * sizeof(int32_t) * entries, MG_ALLOC_DEVICE,
-                                         &grown, __FILE__, __LINE__);
+        mg_status st = mg_alloc_owned_at(p->backend, indptr_arrays(p) * sizeof(int32_t) * entries,
+                                         MG_ALLOC_DEVICE, &grown, __FILE__, __LINE__);
         if (st)
             return st;
         mg_free(p->backend, c->indptrs);
@@ -326,6 +461,14 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
     if (!st && (st = mg_copy_h2d_async(p->backend, c->indptrs + sizeof(int32_t) * entries,
                                        kv_indptr, sizeof(int32_t) * entries, s)))
         p->usable = false; /* the new qo_indptr landed next to the old kv_indptr */
+    /* Paged plans: the page table's arrays follow, at the offsets the paged kernel reads
+     * (batch_size + 1 entries apart). */
+    if (!st && p->page_size &&
+        ((st = mg_copy_h2d_async(p->backend, c->indptrs + 2 * sizeof(int32_t) * entries,
+                                 p->new_page_indptr, sizeof(int32_t) * entries, s)) ||
+         (st = mg_copy_h2d_async(p->backend, c->indptrs + 3 * sizeof(int32_t) * entries,
+                                 p->new_last_page_len, sizeof(int32_t) * (entries - 1), s))))
+        p->usable = false;
     return st;
 }
 
@@ -353,6 +496,34 @@ static mg_status cpu_run(mg_attention_plan *p, const mg_attention_tensors *t, mg
     return mg_launch_run(p->backend, c->kernel, s, &l);
 }
 
+static mg_status cpu_run_paged(mg_attention_plan *p, const mg_paged_attention_tensors *t,
+                               mg_stream *s) {
+    const cpu_attention_plan *c = p->impl;
+    const mg_attention_desc *d = &p->desc;
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, t->q);
+    mg_launch_arg_ptr(&l, t->k_pages);
+    mg_launch_arg_ptr(&l, t->v_pages);
+    mg_launch_arg_ptr(&l, t->o);
+    mg_launch_arg_ptr(&l, t->lse);
+    mg_launch_arg_ptr(&l, c->indptrs);
+    mg_launch_arg_ptr(&l, t->kv_indices);
+    mg_launch_arg_u32(&l, p->batch_size);
+    mg_launch_arg_u32(&l, d->num_qo_heads);
+    mg_launch_arg_u32(&l, d->num_kv_heads);
+    mg_launch_arg_u32(&l, d->head_dim);
+    mg_launch_arg_u32(&l, p->page_size);
+    mg_launch_arg_u32(&l, t->num_pages);
+    mg_launch_arg_u32(&l, t->num_kv_indices);
+    mg_launch_arg_i32(&l, d->window_left);
+    mg_launch_arg_f32(&l, d->sm_scale);
+    mg_launch_arg_f32(&l, p->logits_soft_cap);
+    mg_launch_arg_u32(&l, t->qo_rows);
+    mg_launch_arg_u32(&l, t->lse != 0);
+    return mg_launch_run(p->backend, c->kernel, s, &l);
+}
+
 static void cpu_release(mg_attention_plan *p, bool backend_live) {
     cpu_attention_plan *c = p->impl;
     if (!c)
@@ -371,7 +542,7 @@ static void cpu_info(const mg_attention_plan *p, mg_attention_plan_info *out) {
     out->impl = MG_ATTENTION_IMPL_AUTO;
     out->workspace_bytes = !c                ? 0
                            : p->desc.workspace ? indptrs_bytes(p->batch_size)
-                                               : 2ull * sizeof(int32_t) * c->indptrs_capacity;
+                                               : indptr_arrays(p) * sizeof(int32_t) * c->indptrs_capacity;
 }
 
 static mg_status cpu_workspace_bytes(mg_backend *b, const mg_attention_desc *d,
@@ -386,6 +557,7 @@ const mg_attention_provider mg_attention_reference_provider = {
     .base = {.name = "reference", .backend = MG_BACKEND_CPU},
     .plan = cpu_plan,
     .run = cpu_run,
+    .run_paged = cpu_run_paged,
     .release = cpu_release,
     .info = cpu_info,
     .workspace_bytes = cpu_workspace_bytes,

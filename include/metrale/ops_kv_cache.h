@@ -1,0 +1,179 @@
+/*
+ * metrale/ops_kv_cache.h - the paged KV cache: a page pool in one device allocation, a host-side
+ * page allocator, the append op that writes new tokens' keys and values into their pages (with
+ * optional RoPE on q and k), and attention over pages (decode: one query per request; prefill:
+ * a chunk of new tokens attending to its cached prefix and itself, causal).
+ *
+ * BF16 keys and values only (FP8 E4M3 pools with per-head scales are not implemented).
+ *
+ * The pool. Pages of `page_size` tokens (1..128), NHD inside a page: the K pool is
+ * [num_pages][page_size][num_kv_heads][head_dim] BF16, the V pool the same, right after it in
+ * the caller's allocation (mg_kv_cache_bytes sizes it, e.g. for a model arena; mg_kv_cache_pools
+ * splits it). Page p's token slot t of head h starts at element
+ * ((p * page_size + t) * num_kv_heads + h) * head_dim of each pool.
+ *
+ * The page table, owned by the engine, in CSR form for a batch of B requests:
+ *   kv_indptr [B + 1]: request i owns kv_indices[kv_indptr[i] .. kv_indptr[i+1]), its pages in
+ *                      token order (any pages of the pool, in any order, never shared);
+ *   kv_last_page_len [B]: tokens in request i's last page, 1..page_size when it has pages
+ *                      (ignored, conventionally 0, when it has none);
+ *   so request i holds kv_len = (pages - 1) * page_size + last_page_len tokens (0 without pages).
+ * For a step, qo_indptr [B + 1] (the append_indptr) delimits each request's new tokens; they are
+ * the LAST qo_len tokens of the request, already counted in kv_len (the engine grows the page
+ * table first, then appends, then attends).
+ *
+ *   mg_kv_cache_desc c = {.num_kv_heads = 8, .head_dim = 128, .page_size = 16, .num_pages = N};
+ *   mg_kv_cache_bytes(&c, &bytes); mg_alloc(b, bytes, &pool); mg_kv_cache_pools(&c, pool, &k, &v);
+ *   mg_kv_page_allocator *a; mg_kv_page_allocator_create(N, &a);
+ *   mg_kv_page_alloc(a, 3, pages);               // MG_ERR_OUT_OF_MEMORY when exhausted
+ *   mg_kv_append(b, s, &c, &append_args);         // capturable
+ *   mg_paged_attention_plan_create(b, &d, &table, s, &plan);   // host arrays, not capturable
+ *   mg_paged_attention_run(plan, &tensors, s);                  // capturable (fixed-grid plans)
+ */
+#ifndef METRALE_OPS_KV_CACHE_H
+#define METRALE_OPS_KV_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrale/export.h"
+#include "metrale/gpu.h"
+#include "metrale/ops_attention.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MG_KV_PAGE_SIZE_DEFAULT 16u
+#define MG_KV_PAGE_SIZE_MAX 128u
+
+typedef struct mg_kv_cache_desc {
+    uint32_t num_kv_heads; /* > 0 */
+    uint32_t head_dim;     /* a positive multiple of 16 up to 512 (CUDA attention: 128) */
+    uint32_t page_size;    /* 1..128 tokens; 0 means MG_KV_PAGE_SIZE_DEFAULT */
+    uint32_t num_pages;    /* > 0, < 2^31 */
+} mg_kv_cache_desc;
+
+/* Bytes of the whole pool (K then V, BF16) of `d`; MG_ERR_INVALID_ARGUMENT naming the problem
+ * for a bad descriptor or a size beyond size_t. */
+MG_API mg_status mg_kv_cache_bytes(const mg_kv_cache_desc *d, size_t *bytes);
+
+/* The K and V pools inside a pool allocation of mg_kv_cache_bytes at `pool`. */
+MG_API mg_status mg_kv_cache_pools(const mg_kv_cache_desc *d, mg_devptr pool, mg_devptr *k_pages,
+                                   mg_devptr *v_pages);
+
+/* ------------------------------------------------------------------ host page allocator
+ * Pages 0..num_pages-1 on a free list (LIFO: recently freed pages are reused first). Not
+ * thread-safe: one engine thread owns an allocator. */
+typedef struct mg_kv_page_allocator mg_kv_page_allocator;
+
+MG_API mg_status mg_kv_page_allocator_create(uint32_t num_pages, mg_kv_page_allocator **out);
+MG_API void mg_kv_page_allocator_destroy(mg_kv_page_allocator *a);
+/* Takes `count` pages into pages[0..count): all or nothing. When fewer are free it returns
+ * MG_ERR_OUT_OF_MEMORY naming both counts and takes none. */
+MG_API mg_status mg_kv_page_alloc(mg_kv_page_allocator *a, uint32_t count, int32_t *pages);
+/* Returns pages to the free list: all or nothing; a page out of range, already free, or listed
+ * twice is MG_ERR_INVALID_ARGUMENT and frees none. */
+MG_API mg_status mg_kv_page_free(mg_kv_page_allocator *a, uint32_t count, const int32_t *pages);
+MG_API uint32_t mg_kv_page_free_count(const mg_kv_page_allocator *a);
+
+/* Host-side validation of a page table (what the plan and the CPU backend check): indptrs start
+ * at 0 and never decrease, every index is in [0, num_pages), every last-page length of a request
+ * with pages is 1..page_size, and qo_len <= kv_len. `kv_indices` may be NULL (not checked);
+ * `qo_indptr` may be NULL (no new tokens). MG_ERR_INVALID_ARGUMENT naming the first problem. */
+typedef struct mg_kv_page_table {
+    uint32_t batch_size;
+    const int32_t *qo_indptr;        /* [B + 1] new tokens per request (append_indptr) */
+    const int32_t *kv_indptr;        /* [B + 1] pages per request */
+    const int32_t *kv_indices;       /* [kv_indptr[B]] page ids */
+    const int32_t *kv_last_page_len; /* [B] */
+} mg_kv_page_table;
+
+MG_API mg_status mg_kv_page_table_check(const mg_kv_cache_desc *d, const mg_kv_page_table *t,
+                                        const char *fn);
+
+/* ------------------------------------------------------------------ append
+ * Writes the keys and values of num_tokens new tokens into their pages. Token t belongs to the
+ * request r with qo_indptr[r] <= t < qo_indptr[r+1]; it is that request's token at kv position
+ * pos = kv_len(r) - qo_len(r) + (t - qo_indptr[r]) and goes to page
+ * kv_indices[kv_indptr[r] + pos / page_size], slot pos % page_size.
+ *
+ * RoPE (rope = true): Llama's rotate-half form on q (in place, num_qo_heads heads per row) and
+ * on k (as it is written): for i < head_dim / 2, with f = rope_theta^(-2i / head_dim) and
+ * a = position * f: x[i]' = x[i] cos a - x[i + D/2] sin a, x[i + D/2]' = x[i + D/2] cos a +
+ * x[i] sin a, in FP32, rounded to BF16 once. position = positions[t] when given, else pos.
+ *
+ * The page table arrays are device arrays here (the engine's). The CPU backend checks all of
+ * them before writing anything (MG_ERR_INVALID_ARGUMENT); the CUDA kernel cannot without a
+ * sync: it skips every token whose page entry is out of range (nothing is written out of the
+ * pool), so validate on the host (mg_kv_page_table_check) when tables are built.
+ * Capturable; asynchronous. */
+typedef struct mg_kv_append_args {
+    /* num_tokens: rows of k, v (and q) available, >= qo_indptr[batch_size], which the kernel
+     * reads on the device: a captured append serves later batches within this capacity. */
+    uint32_t batch_size, num_tokens;
+    uint32_t num_kv_indices;         /* entries of kv_indices (kv_indptr[batch_size]) */
+    mg_devptr k, v;                  /* BF16 [num_tokens] rows of num_kv_heads * head_dim */
+    uint32_t k_stride, v_stride;     /* row strides in elements (multiples of 8; 0: packed) */
+    mg_devptr q;                     /* rope only: BF16 rows of num_qo_heads * head_dim, or 0 */
+    uint32_t q_stride, num_qo_heads; /* rope with q */
+    mg_devptr positions;             /* int32 [num_tokens], or 0: the kv position */
+    bool rope;
+    float rope_theta; /* > 0, e.g. 10000 or 500000 */
+    mg_devptr qo_indptr, kv_indptr, kv_indices, kv_last_page_len; /* int32, device */
+    mg_devptr k_pages, v_pages;                                   /* mg_kv_cache_pools */
+} mg_kv_append_args;
+
+MG_API mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cache,
+                              const mg_kv_append_args *args);
+
+/* ------------------------------------------------------------------ attention over pages
+ * Causal (bottom-right aligned) attention of each request's qo_len new tokens over its kv_len
+ * cached tokens (which include them): decode is qo_len = 1, prefill of a chunk qo_len > 1 (a
+ * request with qo_len = 0 is skipped). Semantics as metrale/ops_attention.h with causal = true,
+ * plus an optional logits soft-cap c > 0: scores s = sm_scale q.k become c * tanh(s / c) before
+ * the softmax (the LSE is of those). CUDA: FlashInfer's paged FA2 kernels (split-KV, so a small
+ * batch still fills the GPU), head_dim 128, page_size as the cache; CPU: the reference.
+ *
+ * Plans follow mg_attention_plan (create / update / destroy / get_info / flops work on them):
+ * plan on the host from the host page table (its kv_indices may be NULL: only counts matter),
+ * which is validated; the plan uploads qo_indptr, kv_indptr and kv_last_page_len itself, so a
+ * run reads only kv_indices from the caller's device memory. Fixed-grid plans (graph_qo_rows >
+ * 0, graph_kv_tokens > 0): runs are capturable, and after an update with the same batch_size
+ * (pages and lengths may change, totals within the capacities) a replay computes the new batch.
+ * A caller's workspace (desc.workspace) is not supported for paged plans. */
+typedef struct mg_paged_attention_desc {
+    uint32_t num_qo_heads, num_kv_heads, head_dim;
+    uint32_t page_size;      /* as the cache (0: default 16) */
+    int32_t window_left;     /* -1: none; else query at p sees keys p - w .. p */
+    float sm_scale;          /* finite, > 0 */
+    float logits_soft_cap;   /* 0: none; else finite > 0 */
+    uint32_t graph_qo_rows;  /* 0: eager; else q/o capacity in rows (fixed-grid) */
+    uint32_t graph_kv_tokens; /* fixed-grid: bound on the planned kv tokens */
+} mg_paged_attention_desc;
+
+typedef struct mg_paged_attention_tensors {
+    mg_devptr q, o;   /* BF16 [qo_rows, num_qo_heads, head_dim], 16-byte aligned */
+    mg_devptr lse;    /* FP32 [qo_rows, num_qo_heads] base-2, or 0 */
+    uint32_t qo_rows; /* the plan's qo total (fixed-grid: the capacity) */
+    mg_devptr k_pages, v_pages; /* mg_kv_cache_pools */
+    uint32_t num_pages;         /* pages in each pool */
+    mg_devptr kv_indices;       /* int32 device array, num_kv_indices entries */
+    uint32_t num_kv_indices;    /* >= the planned kv_indptr[batch_size] */
+} mg_paged_attention_tensors;
+
+MG_API mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention_desc *d,
+                                                const mg_kv_page_table *table, mg_stream *s,
+                                                mg_attention_plan **out);
+MG_API mg_status mg_paged_attention_plan_update(mg_attention_plan *p,
+                                                const mg_kv_page_table *table, mg_stream *s);
+/* Launches the planned attention. The CPU backend checks every planned kv_indices entry
+ * against num_pages before computing; CUDA trusts them (validate tables on the host). */
+MG_API mg_status mg_paged_attention_run(mg_attention_plan *p, const mg_paged_attention_tensors *t,
+                                        mg_stream *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,185 @@
+/* kv_append_reference.c - the CPU reference of mg_kv_append (metrale/ops_kv_cache.h), registered
+ * as the CPU kernel "metrale:kv_append" with the argument list of the CUDA kernel
+ * (kernels/cuda/kv_cache/kv_append.cu; kv_cache_internal.h lists it). Unlike the CUDA kernel,
+ * which skips tokens whose page entry is out of range, it checks the whole page table first
+ * and writes nothing when any entry is bad. RoPE is computed in FP32 like the CUDA kernel
+ * (inverse frequency theta^(-2i/D), then cos and sin of position * frequency). */
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "checked_math.h"
+#include "cpu_kernels.h"
+#include "error.h"
+#include "kv_cache_internal.h"
+#include "metrale/dtype.h"
+#include "metrale/launch.h"
+
+#define NAME "metrale:" MG_KV_APPEND_KERNEL
+
+enum {
+    ARG_K_SRC,
+    ARG_V_SRC,
+    ARG_Q,
+    ARG_POSITIONS,
+    ARG_QO_INDPTR,
+    ARG_KV_INDPTR,
+    ARG_KV_INDICES,
+    ARG_LAST_PAGE_LEN,
+    ARG_K_PAGES,
+    ARG_V_PAGES,
+    ARG_BATCH,
+    ARG_TOKENS,
+    ARG_NUM_INDICES,
+    ARG_KV_HEADS,
+    ARG_QO_HEADS,
+    ARG_HEAD_DIM,
+    ARG_PAGE_SIZE,
+    ARG_NUM_PAGES,
+    ARG_K_STRIDE,
+    ARG_V_STRIDE,
+    ARG_Q_STRIDE,
+    ARG_ROPE,
+    ARG_THETA,
+    ARG_COUNT
+};
+
+/* Rotates one head of `d` elements in place at `position` (rotate-half). */
+static void rope_head(float *x, uint32_t d, float position, float theta) {
+    const uint32_t half = d / 2;
+    for (uint32_t i = 0; i < half; i++) {
+        const float inv_freq = powf(theta, -(float)(2 * i) / (float)d);
+        const float angle = position * inv_freq;
+        const float c = cosf(angle), s = sinf(angle);
+        const float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x1 * c + x0 * s;
+    }
+}
+
+/* Copies (rotating when asked) one head of BF16 from `src` to `dst`, which may alias. */
+static void move_head(const uint16_t *src, uint16_t *dst, uint32_t d, bool rope, float position,
+                      float theta, float *scratch) {
+    for (uint32_t c = 0; c < d; c++)
+        scratch[c] = mg_bf16_to_f32(src[c]);
+    if (rope)
+        rope_head(scratch, d, position, theta);
+    for (uint32_t c = 0; c < d; c++)
+        dst[c] = mg_f32_to_bf16(scratch[c]);
+}
+
+static mg_status row_span(uint32_t rows, uint32_t cols, uint32_t stride, uint64_t *out) {
+    size_t bytes;
+    if (!mg_matrix_span_bytes(rows, cols, stride, 2, &bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: rows overflow the address space",
+                        NAME);
+    *out = bytes;
+    return MG_OK;
+}
+
+static mg_status kernel_append(const mg_launch *l) {
+    static const mg_arg_kind kinds[ARG_COUNT] = {
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_F32};
+    mg_status st = mg_cpu_kernel_check_args(l, NAME, kinds, ARG_COUNT);
+    if (st)
+        return st;
+    const uint32_t batch = mg_launch_get_u32(l, ARG_BATCH), tokens = mg_launch_get_u32(l, ARG_TOKENS);
+    const uint32_t num_indices = mg_launch_get_u32(l, ARG_NUM_INDICES);
+    const uint32_t kv_heads = mg_launch_get_u32(l, ARG_KV_HEADS);
+    const uint32_t qo_heads = mg_launch_get_u32(l, ARG_QO_HEADS);
+    const uint32_t d = mg_launch_get_u32(l, ARG_HEAD_DIM);
+    const uint32_t k_stride = mg_launch_get_u32(l, ARG_K_STRIDE);
+    const uint32_t v_stride = mg_launch_get_u32(l, ARG_V_STRIDE);
+    const uint32_t q_stride = mg_launch_get_u32(l, ARG_Q_STRIDE);
+    const bool rope = mg_launch_get_u32(l, ARG_ROPE) != 0;
+    const float theta = mg_launch_get_f32(l, ARG_THETA);
+    const mg_kv_cache_desc cache = {.num_kv_heads = kv_heads,
+                                    .head_dim = d,
+                                    .page_size = mg_launch_get_u32(l, ARG_PAGE_SIZE),
+                                    .num_pages = mg_launch_get_u32(l, ARG_NUM_PAGES)};
+    if ((st = mg_kv_cache_desc_check(&cache, "cpu kernel " NAME)))
+        return st;
+    if (!batch || batch > MG_KV_MAX_BATCH || k_stride < kv_heads * d ||
+        v_stride < kv_heads * d || (qo_heads && q_stride < qo_heads * d))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: bad shape (batch %u, strides %u/%u/%u)", NAME, batch,
+                        k_stride, v_stride, q_stride);
+    const uint32_t page_size = mg_kv_page_size(cache.page_size);
+    size_t pool_bytes;
+    if ((st = mg_kv_cache_bytes(&cache, &pool_bytes)))
+        return st;
+    uint64_t k_bytes = 0, v_bytes = 0, q_bytes = 0;
+    if ((st = row_span(tokens, kv_heads * d, k_stride, &k_bytes)) ||
+        (st = row_span(tokens, kv_heads * d, v_stride, &v_bytes)) ||
+        (qo_heads && (st = row_span(tokens, qo_heads * d, q_stride, &q_bytes))))
+        return st;
+    void *k_src = NULL, *v_src = NULL, *q = NULL, *positions = NULL, *qo_indptr, *kv_indptr,
+         *kv_indices = NULL, *last, *k_pages, *v_pages;
+    const uint64_t indptr_bytes = 4ull * (batch + 1);
+    if ((tokens && ((st = mg_cpu_kernel_buffer(l, ARG_K_SRC, k_bytes, 16, NAME, &k_src)) ||
+                    (st = mg_cpu_kernel_buffer(l, ARG_V_SRC, v_bytes, 16, NAME, &v_src)))) ||
+        (qo_heads && tokens && (st = mg_cpu_kernel_buffer(l, ARG_Q, q_bytes, 16, NAME, &q))) ||
+        (mg_launch_get_ptr(l, ARG_POSITIONS) && tokens &&
+         (st = mg_cpu_kernel_buffer(l, ARG_POSITIONS, 4ull * tokens, 4, NAME, &positions))) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_QO_INDPTR, indptr_bytes, 4, NAME, &qo_indptr)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_KV_INDPTR, indptr_bytes, 4, NAME, &kv_indptr)) ||
+        (num_indices &&
+         (st = mg_cpu_kernel_buffer(l, ARG_KV_INDICES, 4ull * num_indices, 4, NAME, &kv_indices))) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_LAST_PAGE_LEN, 4ull * batch, 4, NAME, &last)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_K_PAGES, pool_bytes / 2, 16, NAME, &k_pages)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_V_PAGES, pool_bytes / 2, 16, NAME, &v_pages)))
+        return st;
+    const int32_t *qo = qo_indptr, *kv = kv_indptr, *idx = kv_indices, *lpl = last;
+    /* The whole table is checked before the first write. */
+    const mg_kv_page_table table = {batch, qo, kv, NULL, lpl};
+    if ((st = mg_kv_page_table_check(&cache, &table, "cpu kernel " NAME)))
+        return st;
+    if ((uint32_t)qo[batch] > tokens || (uint32_t)kv[batch] > num_indices)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: qo_indptr ends at %d, beyond num_tokens %u, or kv_indptr "
+                        "at %d, beyond num_kv_indices %u",
+                        NAME, qo[batch], tokens, kv[batch], num_indices);
+    const mg_kv_page_table with_indices = {batch, qo, kv, idx, lpl};
+    if (num_indices && (st = mg_kv_page_table_check(&cache, &with_indices, "cpu kernel " NAME)))
+        return st;
+    float scratch[MG_KV_MAX_HEAD_DIM];
+    const size_t token_elems = (size_t)kv_heads * d;
+    for (uint32_t r = 0; r < batch; r++) {
+        const int64_t qo_len = qo[r + 1] - qo[r];
+        const int64_t kv_len = mg_kv_len(kv, lpl, page_size, r);
+        for (int64_t j = 0; j < qo_len; j++) {
+            const uint32_t t = (uint32_t)(qo[r] + j);
+            const int64_t pos = kv_len - qo_len + j;
+            const int32_t page = idx[kv[r] + pos / page_size];
+            const size_t dst = ((size_t)page * page_size + (size_t)(pos % page_size)) * token_elems;
+            const float position = positions ? (float)((const int32_t *)positions)[t] : (float)pos;
+            for (uint32_t h = 0; h < kv_heads; h++) {
+                move_head((const uint16_t *)k_src + (size_t)t * k_stride + (size_t)h * d,
+                          (uint16_t *)k_pages + dst + (size_t)h * d, d, rope, position, theta,
+                          scratch);
+                move_head((const uint16_t *)v_src + (size_t)t * v_stride + (size_t)h * d,
+                          (uint16_t *)v_pages + dst + (size_t)h * d, d, false, 0.0f, theta,
+                          scratch);
+            }
+            for (uint32_t h = 0; q && h < qo_heads; h++) {
+                uint16_t *row = (uint16_t *)q + (size_t)t * q_stride + (size_t)h * d;
+                move_head(row, row, d, rope, position, theta, scratch);
+            }
+        }
+    }
+    return MG_OK;
+}
+
+static pthread_once_t register_once = PTHREAD_ONCE_INIT;
+
+static void register_kernels(void) {
+    mg_cpu_kernel_register("metrale", MG_KV_APPEND_KERNEL, kernel_append);
+}
+
+void mg_kv_append_cpu_kernels_register(void) {
+    pthread_once(&register_once, register_kernels);
+}

@@ -1,0 +1,183 @@
+/* test_kv_cache_cpu.c - the paged KV cache on the CPU backend (metrale/ops_kv_cache.h): the page
+ * allocator, page-table checks, append + attention over shuffled pages against float64, graph
+ * replay across decode steps, and bad tables refused before anything is written. */
+#include "kv_cache_scenario.h"
+
+static void test_allocator(void) {
+    mg_kv_page_allocator *a = NULL;
+    CHECK_OK(mg_kv_page_allocator_create(5, &a));
+    int32_t pages[6];
+    CHECK_OK(mg_kv_page_alloc(a, 3, pages));
+    CHECK(pages[0] == 0 && pages[1] == 1 && pages[2] == 2);
+    CHECK(mg_kv_page_free_count(a) == 2);
+    CHECK_STATUS(mg_kv_page_alloc(a, 3, pages + 3), MG_ERR_OUT_OF_MEMORY);
+    CHECK_MESSAGE("exhausted");
+    CHECK(mg_kv_page_free_count(a) == 2); /* all or nothing */
+    CHECK_STATUS(mg_kv_page_free(a, 2, (int32_t[]){1, 1}), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("listed twice");
+    CHECK_STATUS(mg_kv_page_free(a, 2, (int32_t[]){1, 4}), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("not allocated");
+    CHECK_STATUS(mg_kv_page_free(a, 1, (int32_t[]){5}), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("outside");
+    CHECK(mg_kv_page_free_count(a) == 2); /* a refused free frees nothing */
+    CHECK_OK(mg_kv_page_free(a, 1, (int32_t[]){1}));
+    CHECK_OK(mg_kv_page_alloc(a, 1, pages));
+    CHECK(pages[0] == 1); /* last freed, first reused */
+    CHECK_OK(mg_kv_page_alloc(a, 2, pages));
+    CHECK(mg_kv_page_free_count(a) == 0);
+    CHECK_STATUS(mg_kv_page_alloc(a, 1, pages), MG_ERR_OUT_OF_MEMORY);
+    mg_kv_page_allocator_destroy(a);
+    CHECK_STATUS(mg_kv_page_allocator_create(0, &a), MG_ERR_INVALID_ARGUMENT);
+
+    size_t bytes = 0;
+    mg_kv_cache_desc c = {8, 128, 0, 10};
+    CHECK_OK(mg_kv_cache_bytes(&c, &bytes));
+    CHECK(bytes == 2ull * 10 * 16 * 8 * 128 * 2); /* page size 0 means 16 */
+    c.page_size = 129;
+    CHECK_STATUS(mg_kv_cache_bytes(&c, &bytes), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("page_size");
+    c = (mg_kv_cache_desc){8, 100, 16, 10};
+    CHECK_STATUS(mg_kv_cache_bytes(&c, &bytes), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("head_dim");
+}
+
+static void test_table_checks(void) {
+    const mg_kv_cache_desc c = {2, 64, 4, 6};
+    int32_t qo[3] = {0, 1, 3}, kv[3] = {0, 2, 3}, idx[3] = {5, 0, 2}, last[2] = {3, 4};
+    mg_kv_page_table t = {2, qo, kv, idx, last};
+    CHECK_OK(mg_kv_page_table_check(&c, &t, NULL));
+    idx[1] = 6;
+    CHECK_STATUS(mg_kv_page_table_check(&c, &t, "x"), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("kv_indices[1] = 6 is out of range");
+    idx[1] = 0;
+    kv[1] = 4;
+    CHECK_STATUS(mg_kv_page_table_check(&c, &t, "x"), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("not monotone");
+    kv[1] = 2;
+    last[0] = 0;
+    CHECK_STATUS(mg_kv_page_table_check(&c, &t, "x"), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("kv_last_page_len[0] = 0");
+    last[0] = 5;
+    CHECK_STATUS(mg_kv_page_table_check(&c, &t, "x"), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("kv_last_page_len[0] = 5");
+    last[0] = 3;
+    last[1] = 1;
+    CHECK_STATUS(mg_kv_page_table_check(&c, &t, "x"), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("2 new tokens but only 1 cached");
+}
+
+/* Bad tables in device memory: the CPU append refuses them before writing a single element;
+ * plans refuse bad host tables; runs refuse out-of-range page ids on the CPU backend. */
+static void test_bad_tables(mg_backend *be) {
+    kv_shape sh = {.hq = 4, .hkv = 2, .d = 64, .page_size = 4, .window_left = -1, .rope = true};
+    mg_kv_page_allocator *a = kv_shuffled_allocator(8);
+    kv_requests r;
+    kv_requests_init(&r, 2, 8);
+    kv_step st;
+    kv_step_build(&st, &sh, &r, a, (uint32_t[]){5, 3});
+    sh.num_pages = 8;
+    kv_device dv;
+    kv_device_alloc(be, &sh, &dv, st.tokens, st.kv_stride, 2);
+    CHECK_OK(mg_memset(be, dv.pool, 0xAB, 4 * kv_pool_elems(&sh)));
+    const mg_kv_cache_desc cache = {sh.hkv, sh.d, sh.page_size, sh.num_pages};
+    struct {
+        int32_t *slot;
+        int32_t bad;
+        const char *needle;
+        bool plan_refuses; /* plans do not know the pool: page ids are checked at run time */
+    } cases[] = {
+        {&st.kv_indices[1], 8, "out of range", false},
+        {&st.kv_indices[0], -1, "out of range", true},
+        {&st.kv_indptr[1], 4, "not monotone", true},
+        {&st.last[0], 0, "kv_last_page_len[0] = 0", true},
+        {&st.last[1], 5, "kv_last_page_len[1] = 5", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int32_t good = *cases[i].slot;
+        *cases[i].slot = cases[i].bad;
+        kv_device_upload(be, &sh, &dv, &st);
+        mg_kv_append_args args = kv_append_args_of(&sh, &dv, &st);
+        CHECK_STATUS(mg_kv_append(be, NULL, &cache, &args), MG_ERR_INVALID_ARGUMENT);
+        CHECK_MESSAGE(cases[i].needle);
+        mg_kv_page_table table = kv_table_of(&st);
+        mg_paged_attention_desc d = kv_attention_desc(&sh);
+        mg_attention_plan *p = NULL;
+        if (cases[i].plan_refuses) {
+            CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p),
+                         MG_ERR_INVALID_ARGUMENT);
+            CHECK_MESSAGE(cases[i].needle);
+            CHECK(p == NULL);
+        }
+        *cases[i].slot = good;
+    }
+    uint16_t *pool = malloc(4 * kv_pool_elems(&sh));
+    CHECK_OK(mg_copy_d2h(be, pool, dv.pool, 4 * kv_pool_elems(&sh)));
+    size_t touched = 0;
+    for (size_t i = 0; i < 2 * kv_pool_elems(&sh); i++)
+        touched += pool[i] != 0xABAB;
+    CHECK(touched == 0);
+    free(pool);
+
+    /* A valid plan, then a page id out of the pool in the caller's kv_indices at run time. */
+    kv_device_upload(be, &sh, &dv, &st);
+    mg_kv_page_table table = kv_table_of(&st);
+    mg_paged_attention_desc d = kv_attention_desc(&sh);
+    mg_attention_plan *p = NULL;
+    CHECK_OK(mg_paged_attention_plan_create(be, &d, &table, NULL, &p));
+    mg_paged_attention_tensors t = kv_attention_tensors(&sh, &dv, st.tokens);
+    int32_t bad = 9;
+    CHECK_OK(mg_copy_h2d(be, dv.kv_indices + 4, &bad, 4));
+    CHECK_STATUS(mg_paged_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("out of range");
+    t.qo_rows = st.tokens + 1;
+    CHECK_STATUS(mg_paged_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("qo_rows");
+    t.qo_rows = st.tokens;
+    t.num_kv_indices = 1;
+    CHECK_STATUS(mg_paged_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("kv_indices has 1 entries");
+    /* Ragged entry points refuse a paged plan. */
+    mg_attention_tensors rt = {0};
+    CHECK_STATUS(mg_attention_run(p, &rt, NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_attention_plan_update(p, st.qo_indptr, st.kv_indptr, 2, NULL),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("mg_paged_attention_plan_update");
+    d.logits_soft_cap = -1.0f;
+    mg_attention_plan *q = NULL;
+    CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &q), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("logits_soft_cap");
+    mg_attention_plan_destroy(p);
+    kv_device_free(be, &dv);
+    kv_step_free(&st);
+    kv_requests_free(&r);
+    mg_kv_page_allocator_destroy(a);
+}
+
+int main(void) {
+    test_seed();
+    mg_backend *be = NULL;
+    if (mg_backend_open(MG_BACKEND_CPU, 0, &be)) {
+        fprintf(stderr, "FAIL: cannot open the CPU backend: %s\n", mg_last_error());
+        return 1;
+    }
+    test_allocator();
+    test_table_checks();
+    test_bad_tables(be);
+    const kv_shape shapes[] = {
+        {.hq = 8, .hkv = 2, .d = 64, .page_size = 16, .window_left = -1, .rope = true},
+        {.hq = 4, .hkv = 4, .d = 32, .page_size = 1, .window_left = -1, .rope = false},
+        {.hq = 8, .hkv = 1, .d = 128, .page_size = 5, .window_left = 23, .soft_cap = 30.0f,
+         .rope = true, .positions = true},
+        {.hq = 6, .hkv = 2, .d = 48, .page_size = 128, .window_left = -1, .soft_cap = 2.0f,
+         .rope = true},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "cpu shape %zu (hq %u hkv %u d %u page %u)", i, shapes[i].hq,
+                 shapes[i].hkv, shapes[i].d, shapes[i].page_size);
+        kv_scenario_one_step(be, shapes[i], 700, what);
+        kv_scenario_graph_steps(be, shapes[i], what);
+    }
+    mg_backend_close(be);
+    return test_finish();
+}

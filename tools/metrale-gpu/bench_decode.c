@@ -1,0 +1,376 @@
+/* bench_decode.c - `metrale-gpu bench decode`: decode attention over the paged KV cache
+ * (metrale/ops_kv_cache.h), Hq=32, Hkv=8, D=128, pages of 16 tokens scattered over the pool
+ * (a shuffled page table), one query per request, batch {1, 8, 32, 128} x context {512, 2048,
+ * 8192, 32768} (cases of more than 2^20 cached tokens are skipped, as the peers script does),
+ * each timed as a CUDA-graph replay of a fixed-grid plan. Reported as KV bytes read per
+ * second (row bytes = K and V of every cached token) and, in the note, as a fraction of the
+ * measured device copy bandwidth. Two more rows per case:
+ *   ragged_<case>  our ragged prefill op with one query per request on contiguous keys (the
+ *                  same attention without a page table: what paging costs);
+ * and the append op: append_<tokens> writes that many tokens' K and V (from a strided QKV
+ * output, RoPE on q and k) into shuffled pages; bytes = read + written, against copy bandwidth.
+ * Like the peers (SDPA under graph replay), a replay reads the same keys every time, so the
+ * smallest cases run from L2. Options: --batch N and --context N restrict the grid. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "metrale/dtype.h"
+#include "metrale/ops_kv_cache.h"
+
+#define HQ 32
+#define HKV 8
+#define HEAD_DIM 128
+#define PAGE 16
+#define MAX_TOKENS (1u << 20)
+
+typedef struct decode_run {
+    mg_attention_plan *plan;
+    mg_paged_attention_tensors paged;
+    mg_attention_tensors ragged;
+    mg_kv_cache_desc cache;
+    mg_kv_append_args append;
+} decode_run;
+
+static mg_status body_paged(mg_bench *b, void *arg, int iteration) {
+    (void)iteration;
+    decode_run *r = arg;
+    return mg_paged_attention_run(r->plan, &r->paged, b->stream);
+}
+
+static mg_status body_ragged(mg_bench *b, void *arg, int iteration) {
+    (void)iteration;
+    decode_run *r = arg;
+    return mg_attention_run(r->plan, &r->ragged, b->stream);
+}
+
+static mg_status body_append(mg_bench *b, void *arg, int iteration) {
+    (void)iteration;
+    decode_run *r = arg;
+    return mg_kv_append(b->backend, b->stream, &r->cache, &r->append);
+}
+
+/* Fills a device buffer with BF16 values uniform in [-1, 1] (never raw random bits: NaNs and
+ * huge values would change the softmax's path): one random tile of at most 8 Mi elements made
+ * on the host, repeated on the device, so multi-GiB pools fill in a moment. */
+#define FILL_TILE_ELEMS ((size_t)8 << 20)
+static mg_status fill_bf16(mg_bench *b, mg_devptr dst, size_t elems, uint64_t seed) {
+    if (!elems)
+        return MG_OK;
+    const size_t tile = elems < FILL_TILE_ELEMS ? elems : FILL_TILE_ELEMS;
+    uint16_t *host = calloc(tile, 2);
+    if (!host)
+        return MG_ERR_OUT_OF_MEMORY;
+    uint64_t x = seed | 1;
+    for (size_t i = 0; i < tile; i++) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        host[i] =
+            mg_f32_to_bf16((float)((double)((x * 0x2545f4914f6cdd1dull) >> 11) / 0x1p52 - 1.0));
+    }
+    mg_status st = mg_copy_h2d(b->backend, dst, host, 2 * tile);
+    free(host);
+    for (size_t done = tile; !st && done < elems;) {
+        const size_t n = done < elems - done ? done : elems - done;
+        st = mg_copy_d2d(b->backend, dst + 2 * done, dst, 2 * n);
+        done += n;
+    }
+    return st;
+}
+
+/* A shuffled page table for `batch` requests of `context` tokens (the last one of each is the
+ * new token), and the matching host indptrs. */
+typedef struct paged_table {
+    uint32_t batch, pages;
+    int32_t *qo, *kv, *idx, *last;
+} paged_table;
+
+static bool make_table(paged_table *t, uint32_t batch, uint32_t context, uint64_t seed) {
+    const uint32_t per = (context + PAGE - 1) / PAGE;
+    t->batch = batch;
+    t->pages = per * batch;
+    t->qo = malloc(4 * (batch + 1ull));
+    t->kv = malloc(4 * (batch + 1ull));
+    t->last = malloc(4ull * batch);
+    t->idx = malloc(4ull * t->pages);
+    if (!t->qo || !t->kv || !t->last || !t->idx)
+        return false;
+    for (uint32_t i = 0; i < t->pages; i++)
+        t->idx[i] = (int32_t)i;
+    uint64_t x = seed | 1;
+    for (uint32_t i = t->pages - 1; i > 0; i--) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t j = (uint32_t)((x >> 33) % (i + 1));
+        int32_t tmp = t->idx[i];
+        t->idx[i] = t->idx[j], t->idx[j] = tmp;
+    }
+    for (uint32_t i = 0; i <= batch; i++) {
+        t->qo[i] = (int32_t)i;
+        t->kv[i] = (int32_t)(i * per);
+    }
+    for (uint32_t i = 0; i < batch; i++)
+        t->last[i] = (int32_t)(context - (per - 1) * PAGE);
+    return true;
+}
+
+static void free_table(paged_table *t) {
+    free(t->qo), free(t->kv), free(t->idx), free(t->last);
+}
+
+static void note_fraction(mg_bench_row *row, double copy_gbps, const char *what) {
+    const double gbps = row->bytes / row->stats.median_us / 1e3;
+    snprintf(row->note, sizeof row->note, "%s; %.2f of copy bw (%.0f GB/s)", what,
+             copy_gbps > 0 ? gbps / copy_gbps : 0.0, copy_gbps);
+}
+
+static int bench_point(mg_bench *b, uint32_t batch, uint32_t context, double copy_gbps) {
+    char name[48], shape[64];
+    snprintf(name, sizeof name, "b%u_L%u", batch, context);
+    snprintf(shape, sizeof shape, "B=%u L=%u", batch, context);
+    char ragged_name[48];
+    snprintf(ragged_name, sizeof ragged_name, "ragged_b%u_L%u", batch, context);
+    const bool want_paged = mg_bench_selected(b, name), want_ragged = mg_bench_selected(b, ragged_name);
+    if (!want_paged && !want_ragged)
+        return 0;
+    paged_table t = {0};
+    decode_run r = {0};
+    mg_devptr pool = 0, q = 0, o = 0, idx = 0;
+    int failures = 0;
+    const double kv_bytes = 2.0 * batch * context * HKV * HEAD_DIM * 2;
+    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, 0};
+    mg_status st = make_table(&t, batch, context, 7u + batch * 31u + context) ? MG_OK
+                                                                               : MG_ERR_OUT_OF_MEMORY;
+    size_t pool_bytes = 0;
+    mg_devptr k_pages = 0, v_pages = 0;
+    if (!st) {
+        r.cache.num_pages = t.pages;
+        st = mg_kv_cache_bytes(&r.cache, &pool_bytes);
+    }
+    if (!st)
+        st = mg_alloc(b->backend, pool_bytes, &pool);
+    if (!st)
+        st = mg_kv_cache_pools(&r.cache, pool, &k_pages, &v_pages);
+    if (!st)
+        st = mg_alloc(b->backend, 2ull * batch * HQ * HEAD_DIM, &q);
+    if (!st)
+        st = mg_alloc(b->backend, 2ull * batch * HQ * HEAD_DIM, &o);
+    if (!st)
+        st = mg_alloc(b->backend, 4ull * t.pages, &idx);
+    if (!st)
+        st = mg_copy_h2d(b->backend, idx, t.idx, 4ull * t.pages);
+    if (!st)
+        st = fill_bf16(b, pool, pool_bytes / 2, 11);
+    if (!st)
+        st = fill_bf16(b, q, (size_t)batch * HQ * HEAD_DIM, 12);
+    if (st) {
+        failures += mg_bench_fail(b, name);
+        goto done;
+    }
+    if (want_paged) {
+        const mg_paged_attention_desc d = {.num_qo_heads = HQ,
+                                           .num_kv_heads = HKV,
+                                           .head_dim = HEAD_DIM,
+                                           .page_size = PAGE,
+                                           .window_left = -1,
+                                           .sm_scale = 1.0f / sqrtf((float)HEAD_DIM),
+                                           .graph_qo_rows = batch,
+                                           .graph_kv_tokens = batch * context};
+        const mg_kv_page_table table = {batch, t.qo, t.kv, t.idx, t.last};
+        r.paged = (mg_paged_attention_tensors){.q = q,
+                                               .o = o,
+                                               .qo_rows = batch,
+                                               .k_pages = k_pages,
+                                               .v_pages = v_pages,
+                                               .num_pages = t.pages,
+                                               .kv_indices = idx,
+                                               .num_kv_indices = t.pages};
+        mg_bench_row row = mg_bench_row_make("decode", name, shape);
+        st = mg_paged_attention_plan_create(b->backend, &d, &table, b->stream, &r.plan);
+        if (!st)
+            st = mg_bench_time_graph(b, body_paged, &r, b->warmup, b->quick ? 3 : b->iters,
+                                     &row.stats);
+        mg_attention_plan_destroy(r.plan);
+        r.plan = NULL;
+        if (st) {
+            failures += mg_bench_fail(b, name);
+        } else {
+            row.bytes = kv_bytes;
+            snprintf(row.timing, sizeof row.timing, "graph");
+            note_fraction(&row, copy_gbps, "paged, pages of 16 shuffled, KV bytes read");
+            mg_bench_add(b, &row);
+        }
+    }
+    if (want_ragged) {
+        /* The same keys read as contiguous rows: the pool's first batch*context token rows. */
+        int32_t *qo = malloc(4 * (batch + 1ull)), *kv = malloc(4 * (batch + 1ull));
+        st = qo && kv ? MG_OK : MG_ERR_OUT_OF_MEMORY;
+        for (uint32_t i = 0; !st && i <= batch; i++)
+            qo[i] = (int32_t)i, kv[i] = (int32_t)(i * context);
+        const mg_attention_desc d = {.num_qo_heads = HQ,
+                                     .num_kv_heads = HKV,
+                                     .head_dim = HEAD_DIM,
+                                     .causal = true,
+                                     .window_left = -1,
+                                     .sm_scale = 1.0f / sqrtf((float)HEAD_DIM),
+                                     .graph_qo_rows = batch,
+                                     .graph_kv_rows = batch * context};
+        r.ragged = (mg_attention_tensors){.q = q,
+                                          .k = k_pages,
+                                          .v = v_pages,
+                                          .o = o,
+                                          .qo_rows = batch,
+                                          .kv_rows = batch * context};
+        mg_bench_row row = mg_bench_row_make("decode", ragged_name, shape);
+        if (!st)
+            st = mg_attention_plan_create(b->backend, &d, qo, kv, batch, b->stream, &r.plan);
+        if (!st)
+            st = mg_bench_time_graph(b, body_ragged, &r, b->warmup, b->quick ? 3 : b->iters,
+                                     &row.stats);
+        mg_attention_plan_info info = {0};
+        if (!st)
+            mg_attention_plan_get_info(r.plan, &info);
+        mg_attention_plan_destroy(r.plan);
+        r.plan = NULL;
+        free(qo), free(kv);
+        if (st) {
+            failures += mg_bench_fail(b, ragged_name);
+        } else {
+            row.bytes = kv_bytes;
+            snprintf(row.timing, sizeof row.timing, "graph");
+            char what[48];
+            snprintf(what, sizeof what, "ragged %s, contiguous keys",
+                     mg_attention_impl_name(info.impl));
+            note_fraction(&row, copy_gbps, what);
+            mg_bench_add(b, &row);
+        }
+    }
+done:
+    free_table(&t);
+    mg_free(b->backend, pool);
+    mg_free(b->backend, q);
+    mg_free(b->backend, o);
+    mg_free(b->backend, idx);
+    return failures;
+}
+
+/* Appends `tokens` tokens, spread over 8 requests, from a QKV GEMM output (rows of q, k, v). */
+static int bench_append(mg_bench *b, uint32_t tokens, double copy_gbps) {
+    char name[48], shape[64];
+    snprintf(name, sizeof name, "append_%u", tokens);
+    if (!mg_bench_selected(b, name))
+        return 0;
+    snprintf(shape, sizeof shape, "%u tokens, 8 requests, RoPE", tokens);
+    const uint32_t batch = 8, per = tokens / batch, row_elems = (HQ + 2 * HKV) * HEAD_DIM;
+    paged_table t = {0};
+    decode_run r = {0};
+    mg_devptr pool = 0, qkv = 0, qo = 0, kv = 0, last = 0, idx = 0;
+    size_t pool_bytes = 0;
+    mg_devptr k_pages = 0, v_pages = 0;
+    mg_status st = make_table(&t, batch, per, 99) ? MG_OK : MG_ERR_OUT_OF_MEMORY;
+    for (uint32_t i = 0; !st && i <= batch; i++)
+        t.qo[i] = (int32_t)(i * per); /* every token of each request is new */
+    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, t.pages};
+    if (!st)
+        st = mg_kv_cache_bytes(&r.cache, &pool_bytes);
+    if (!st)
+        st = mg_alloc(b->backend, pool_bytes, &pool);
+    if (!st)
+        st = mg_kv_cache_pools(&r.cache, pool, &k_pages, &v_pages);
+    if (!st)
+        st = mg_alloc(b->backend, 2ull * batch * per * row_elems, &qkv);
+    if (!st)
+        st = fill_bf16(b, qkv, (size_t)batch * per * row_elems, 5);
+    if (!st)
+        st = mg_alloc(b->backend, 4 * (batch + 1ull), &qo);
+    if (!st)
+        st = mg_alloc(b->backend, 4 * (batch + 1ull), &kv);
+    if (!st)
+        st = mg_alloc(b->backend, 4ull * batch, &last);
+    if (!st)
+        st = mg_alloc(b->backend, 4ull * t.pages, &idx);
+    if (!st)
+        st = mg_copy_h2d(b->backend, qo, t.qo, 4 * (batch + 1ull));
+    if (!st)
+        st = mg_copy_h2d(b->backend, kv, t.kv, 4 * (batch + 1ull));
+    if (!st)
+        st = mg_copy_h2d(b->backend, last, t.last, 4ull * batch);
+    if (!st)
+        st = mg_copy_h2d(b->backend, idx, t.idx, 4ull * t.pages);
+    r.append = (mg_kv_append_args){.batch_size = batch,
+                                   .num_tokens = batch * per,
+                                   .num_kv_indices = t.pages,
+                                   .q = qkv,
+                                   .q_stride = row_elems,
+                                   .num_qo_heads = HQ,
+                                   .k = qkv + 2ull * HQ * HEAD_DIM,
+                                   .v = qkv + 2ull * (HQ + HKV) * HEAD_DIM,
+                                   .k_stride = row_elems,
+                                   .v_stride = row_elems,
+                                   .rope = true,
+                                   .rope_theta = 500000.0f,
+                                   .qo_indptr = qo,
+                                   .kv_indptr = kv,
+                                   .kv_indices = idx,
+                                   .kv_last_page_len = last,
+                                   .k_pages = k_pages,
+                                   .v_pages = v_pages};
+    mg_bench_row row = mg_bench_row_make("decode", name, shape);
+    if (!st)
+        st = mg_bench_time_graph(b, body_append, &r, b->warmup, b->quick ? 3 : b->iters,
+                                 &row.stats);
+    int failures = 0;
+    if (st) {
+        failures = mg_bench_fail(b, name);
+    } else {
+        /* k and v read and written, q read and written in place (RoPE). */
+        row.bytes = 2.0 * (double)batch * per * row_elems * 2;
+        snprintf(row.timing, sizeof row.timing, "graph");
+        note_fraction(&row, copy_gbps, "bytes read + written (q, k, v)");
+        mg_bench_add(b, &row);
+    }
+    free_table(&t);
+    mg_devptr all[] = {pool, qkv, qo, kv, last, idx};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        mg_free(b->backend, all[i]);
+    return failures;
+}
+
+static int bench_decode(mg_bench *b, int argc, char **argv) {
+    uint32_t only_batch = 0, only_context = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+            only_batch = (uint32_t)strtoul(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--context") == 0 && i + 1 < argc) {
+            only_context = (uint32_t)strtoul(argv[++i], NULL, 10);
+        } else {
+            fprintf(stderr, "bench decode: unknown option %s (--batch N, --context N)\n",
+                    argv[i]);
+            return 1;
+        }
+    }
+    double copy_gbps = 0;
+    if (mg_bench_copy_bandwidth(b, (size_t)1 << 30, &copy_gbps))
+        return mg_bench_fail(b, "copy bandwidth");
+    static const uint32_t batches[] = {1, 8, 32, 128}, contexts[] = {512, 2048, 8192, 32768};
+    int failures = 0;
+    for (size_t i = 0; i < 4; i++)
+        for (size_t j = 0; j < 4; j++) {
+            const uint32_t batch = batches[i], context = b->quick ? 512 : contexts[j];
+            if ((only_batch && batch != only_batch) || (only_context && context != only_context) ||
+                (uint64_t)batch * context > MAX_TOKENS || (b->quick && j))
+                continue;
+            failures += bench_point(b, batch, context, copy_gbps);
+        }
+    if (!only_batch && !only_context) {
+        failures += bench_append(b, 128, copy_gbps);
+        failures += bench_append(b, b->quick ? 1024 : 16384, copy_gbps);
+    }
+    return failures;
+}
+
+MG_BENCH_REGISTER(decode, "decode",
+                  "decode attention over the paged KV cache (FlashInfer paged FA2, split-KV), "
+                  "Hq=32 Hkv=8 D=128, pages of 16, graph replay; ragged op on contiguous keys; "
+                  "append with RoPE",
+                  bench_decode)

@@ -49,6 +49,9 @@ typedef enum mg_op {
     MG_OP_MLX_QUANT,        /* metrale/mlx.h: MLX affine-quantized dequant, GEMVs, GEMM */
     MG_OP_KV_APPEND,        /* metrale/ops_kv_cache.h: new keys/values into the paged cache */
     MG_OP_ATTENTION_PAGED,  /* metrale/ops_kv_cache.h: decode / prefill attention over pages */
+    MG_OP_GATHER_ROWS,      /* metrale/ops_elementwise.h: row gather (embedding, last tokens) */
+    MG_OP_RMSNORM,          /* metrale/ops_elementwise.h: RMSNorm with the residual add */
+    MG_OP_ARGMAX,           /* metrale/ops_elementwise.h: greedy argmax over FP32 rows */
     MG_OP_COUNT
 } mg_op;
 

@@ -21,5 +21,9 @@ int mg_cmd_bench(int argc, char **argv, const mg_cli_options *opts);
  * packed size, their ratio and the peak-live lower bound; --json prints one object. Needs
  * no device. */
 int mg_cmd_arena(int argc, char **argv, const mg_cli_options *opts);
+/* metrale-gpu run [--preset NAME] [--batch N] [--prompt-len L] [--steps S] [--compare]: a
+ * decoder forward pass (prefill, then decode steps) of a preset with random weights, and its
+ * speed against the memory-bound limit (cmd_run.c). */
+int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts);
 
 #endif

@@ -19,6 +19,8 @@ static const struct {
      "the conformance and op checks on the chosen backend (FILTER: group/name substring)"},
     {"arena", mg_cmd_arena, "--list | PRESET [--fp8] [--max-chunk-bytes N]",
      "the buffer-arena plan of a built-in model preset: buffers, offsets, packed vs unpacked"},
+    {"run", mg_cmd_run, "[--preset NAME] [--batch N] [--prompt-len L] [--steps S] [--compare]",
+     "a model-shaped forward pass: prefill then graph-replayed decode, speed vs memory bound"},
     {"bench", mg_cmd_bench, "NAME|all|list [OPTIONS]",
      "time copy, launch, gemm, quantize or attention on the chosen backend (bench list: the "
      "options)"},

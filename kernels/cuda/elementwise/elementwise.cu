@@ -1,0 +1,170 @@
+// elementwise.cu - gather_rows_bf16, rmsnorm_bf16 and argmax_f32 (metrale/ops_elementwise.h
+// defines the results; src/ops/elementwise/elementwise_reference.c computes them on the CPU).
+// One block per row; BF16 rows move in 16-byte vectors (the front checks cols % 8 == 0 and
+// 16-byte aligned pointers). Built without fast math: sqrtf and `/` are correctly rounded,
+// and the per-element arithmetic is the reference's, operation for operation; only the order
+// of RMSNorm's FP32 sum of squares differs (a tree of warp sums).
+#include <stdint.h>
+
+namespace {
+
+__device__ __forceinline__ uint32_t float_to_bf16(float value) {
+    uint32_t u = __float_as_uint(value);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (u >> 16) | 0x0040u; // quiet NaN, sign kept
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// The two BF16 of a 32-bit word, low half first.
+__device__ __forceinline__ float lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ uint32_t pack(float a, float b) {
+    return float_to_bf16(a) | (float_to_bf16(b) << 16);
+}
+
+__device__ __forceinline__ uint4 add_bf16x8(uint4 a, uint4 b) {
+    uint4 r;
+    r.x = pack(__fadd_rn(lo(a.x), lo(b.x)), __fadd_rn(hi(a.x), hi(b.x)));
+    r.y = pack(__fadd_rn(lo(a.y), lo(b.y)), __fadd_rn(hi(a.y), hi(b.y)));
+    r.z = pack(__fadd_rn(lo(a.z), lo(b.z)), __fadd_rn(hi(a.z), hi(b.z)));
+    r.w = pack(__fadd_rn(lo(a.w), lo(b.w)), __fadd_rn(hi(a.w), hi(b.w)));
+    return r;
+}
+
+__device__ __forceinline__ float sum_squares(uint4 v) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        s = __fadd_rn(s, __fadd_rn(__fmul_rn(lo(w[i]), lo(w[i])), __fmul_rn(hi(w[i]), hi(w[i]))));
+    return s;
+}
+
+__device__ __forceinline__ uint32_t norm_pair(uint32_t x, uint32_t w, float inv) {
+    return pack(__fmul_rn(__fmul_rn(lo(x), inv), lo(w)), __fmul_rn(__fmul_rn(hi(x), inv), hi(w)));
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ float block_sum(float v) {
+    __shared__ float partial[32];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    if (lane == 0)
+        partial[warp] = v;
+    __syncthreads();
+    v = lane < warps ? partial[lane] : 0.0f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// The better of two (value, index) candidates: larger value, then lower index; NaN never wins
+// (an index of UINT32_MAX marks "no candidate").
+__device__ __forceinline__ void better(float &best, uint32_t &best_i, float v, uint32_t i) {
+    if (v != v)
+        return;
+    if (best_i == 0xffffffffu || v > best || (v == best && i < best_i)) {
+        best = v;
+        best_i = i;
+    }
+}
+
+} // namespace
+
+extern "C" __global__ void gather_rows_bf16(const int32_t *__restrict__ ids,
+                                            const uint16_t *__restrict__ src,
+                                            const uint16_t *__restrict__ add,
+                                            uint16_t *__restrict__ out, uint32_t rows,
+                                            uint32_t cols, uint32_t src_rows) {
+    const uint32_t r = blockIdx.x;
+    if (r >= rows)
+        return;
+    const int32_t id = ids[r];
+    const uint32_t vectors = cols / 8;
+    uint4 *o = reinterpret_cast<uint4 *>(out + static_cast<uint64_t>(r) * cols);
+    if (id < 0 || static_cast<uint32_t>(id) >= src_rows) {
+        for (uint32_t i = threadIdx.x; i < vectors; i += blockDim.x)
+            o[i] = make_uint4(0, 0, 0, 0);
+        return;
+    }
+    const uint64_t base = static_cast<uint64_t>(id) * cols;
+    const uint4 *a = reinterpret_cast<const uint4 *>(src + base);
+    const uint4 *d = add ? reinterpret_cast<const uint4 *>(add + base) : nullptr;
+    for (uint32_t i = threadIdx.x; i < vectors; i += blockDim.x)
+        o[i] = d ? add_bf16x8(a[i], d[i]) : a[i];
+}
+
+extern "C" __global__ void rmsnorm_bf16(uint16_t *x, const uint16_t *__restrict__ add,
+                                        const uint16_t *__restrict__ weight, uint16_t *out,
+                                        uint32_t rows, uint32_t cols, float eps) {
+    const uint32_t r = blockIdx.x;
+    if (r >= rows)
+        return;
+    const uint32_t vectors = cols / 8;
+    uint4 *xr = reinterpret_cast<uint4 *>(x + static_cast<uint64_t>(r) * cols);
+    const uint4 *ar = add ? reinterpret_cast<const uint4 *>(add + static_cast<uint64_t>(r) * cols)
+                          : nullptr;
+    float s = 0.0f;
+    for (uint32_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+        uint4 v = xr[i];
+        if (ar) {
+            v = add_bf16x8(v, ar[i]);
+            xr[i] = v; // each thread re-reads only its own vectors below
+        }
+        s = __fadd_rn(s, sum_squares(v));
+    }
+    const float total = block_sum(s);
+    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
+    const uint4 *w = reinterpret_cast<const uint4 *>(weight);
+    uint4 *o = reinterpret_cast<uint4 *>(out + static_cast<uint64_t>(r) * cols);
+    for (uint32_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+        const uint4 v = xr[i], wv = w[i];
+        o[i] = make_uint4(norm_pair(v.x, wv.x, inv), norm_pair(v.y, wv.y, inv),
+                          norm_pair(v.z, wv.z, inv), norm_pair(v.w, wv.w, inv));
+    }
+}
+
+extern "C" __global__ void argmax_f32(const float *__restrict__ in, int32_t *__restrict__ ids,
+                                      uint32_t rows, uint32_t cols, uint32_t pitch) {
+    const uint32_t r = blockIdx.x;
+    if (r >= rows)
+        return;
+    const float *row = in + static_cast<uint64_t>(r) * pitch;
+    float best = 0.0f;
+    uint32_t best_i = 0xffffffffu;
+    const uint32_t vectors = cols / 4;
+    const float4 *v4 = reinterpret_cast<const float4 *>(row);
+    for (uint32_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+        const float4 v = v4[i];
+        better(best, best_i, v.x, 4 * i);
+        better(best, best_i, v.y, 4 * i + 1);
+        better(best, best_i, v.z, 4 * i + 2);
+        better(best, best_i, v.w, 4 * i + 3);
+    }
+    for (uint32_t c = 4 * vectors + threadIdx.x; c < cols; c += blockDim.x)
+        better(best, best_i, row[c], c);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, best, offset);
+        const uint32_t i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+        if (i != 0xffffffffu)
+            better(best, best_i, v, i);
+    }
+    __shared__ float warp_best[32];
+    __shared__ uint32_t warp_index[32];
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) {
+        warp_best[warp] = best;
+        warp_index[warp] = best_i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (unsigned w = 1; w < blockDim.x / 32; w++)
+            if (warp_index[w] != 0xffffffffu)
+                better(best, best_i, warp_best[w], warp_index[w]);
+        ids[r] = best_i == 0xffffffffu ? 0 : static_cast<int32_t>(best_i);
+    }
+}

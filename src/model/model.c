@@ -1,0 +1,693 @@
+/* model.c - the decoder stack of model.h over the public ops: weights, arena, KV cache,
+ * prefill and decode passes. */
+#include "model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "metrale/ops.h"
+#include "metrale/ops_activation.h"
+#include "metrale/ops_elementwise.h"
+#include "metrale/ops_gemm.h"
+#include "metrale/ops_kv_cache.h"
+#include "metrale/status.h"
+
+#define PAGE_SIZE 16u
+
+static _Thread_local char error_text[512];
+
+const char *mg_fwd_error(void) {
+    return error_text;
+}
+
+__attribute__((format(printf, 2, 3))) static mg_status fail(mg_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error_text, sizeof error_text, fmt, ap);
+    va_end(ap);
+    return st ? st : MG_ERR_INTERNAL;
+}
+
+/* A failed library call: its status, with `what` and the library's message. */
+static mg_status lib_fail(mg_status st, const char *what) {
+    return fail(st, "%s: %s", what, mg_last_error());
+}
+
+/* ------------------------------------------------------------------ presets */
+
+static const mg_fwd_preset presets[] = {
+    {.name = "tiny",
+     .description = "2 layers, hidden 256, 4 q / 2 kv heads of 128, vocab 1024 (seconds on a CPU)",
+     .shape = {.hidden = 256, .heads = 4, .kv_heads = 2, .head_dim = 128, .intermediate = 512,
+               .vocab = 1024},
+     .layers = 2, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+     .max_batch_tokens = 4096, .max_batch_size = 64,
+     .batch = 4, .prompt_len = 16, .steps = 8},
+    {.name = "small",
+     .description = "4 layers, hidden 512, 8 q / 2 kv heads of 128, vocab 4096 (under a minute "
+                    "on a CPU)",
+     .shape = {.hidden = 512, .heads = 8, .kv_heads = 2, .head_dim = 128, .intermediate = 1536,
+               .vocab = 4096},
+     .layers = 4, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+     .max_batch_tokens = 8192, .max_batch_size = 64,
+     .batch = 4, .prompt_len = 48, .steps = 16},
+    {.name = "llama-3-8b",
+     .description = "32 layers of Llama-3-8B's shapes (hidden 4096, 32 q / 8 kv heads, MLP "
+                    "14336, vocab 128256)",
+     .shape = {.hidden = 4096, .heads = 32, .kv_heads = 8, .head_dim = 128,
+               .intermediate = 14336, .vocab = 128256},
+     .layers = 32, .rope_theta = 500000.0f, .norm_eps = 1e-5f,
+     .max_batch_tokens = 8192, .max_batch_size = 256,
+     .batch = 1, .prompt_len = 512, .steps = 64},
+    {.name = "qwen3-30b-a3b",
+     .description = "48 layers of Qwen3-30B-A3B's shapes (128 experts, top-8; MoE)",
+     .shape = {.hidden = 2048, .heads = 32, .kv_heads = 4, .head_dim = 128, .intermediate = 768,
+               .experts = 128, .experts_per_token = 8, .vocab = 151936},
+     .layers = 48, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
+     .max_batch_tokens = 8192, .max_batch_size = 256,
+     .batch = 1, .prompt_len = 512, .steps = 64},
+};
+
+const mg_fwd_preset *mg_fwd_presets(size_t *count) {
+    *count = sizeof presets / sizeof presets[0];
+    return presets;
+}
+
+const mg_fwd_preset *mg_fwd_preset_find(const char *name) {
+    for (size_t i = 0; name && i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(presets[i].name, name))
+            return &presets[i];
+    return NULL;
+}
+
+mg_fwd_config mg_fwd_config_default(const mg_fwd_preset *p) {
+    return (mg_fwd_config){.preset = p, .batch = p->batch, .prompt_len = p->prompt_len,
+                           .steps = p->steps, .seed = 1, .use_graphs = true};
+}
+
+uint32_t mg_fwd_prompt_length(const mg_fwd_config *c, uint32_t r) {
+    uint32_t l = c->prompt_len;
+    uint32_t len = l - l / 4 + (r * 37u) % (l / 2 + 1);
+    return len ? len : 1;
+}
+
+/* ------------------------------------------------------------------ weights */
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t key(uint64_t seed, uint32_t id, uint64_t index) {
+    return seed * 0x9E3779B97F4A7C15ull + ((uint64_t)id << 40) + index;
+}
+
+int32_t mg_fwd_prompt_token(uint64_t seed, uint32_t vocab, uint32_t r, uint32_t t) {
+    /* tensor id 15 is reserved for prompts */
+    return (int32_t)(splitmix64(key(seed, 15, ((uint64_t)r << 32) + t)) % vocab);
+}
+
+static uint16_t bf16_rne(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void mg_fwd_weight_fill(uint64_t seed, uint32_t id, float offset, float scale, uint64_t first,
+                        size_t count, uint16_t *out) {
+    for (size_t i = 0; i < count; i++) {
+        uint64_t z = splitmix64(key(seed, id, first + i));
+        float u = (float)(z >> 40) * 0x1p-23f - 1.0f;
+        out[i] = bf16_rne(offset + scale * u);
+    }
+}
+
+mg_status mg_fwd_tensor_shape(const mg_model_shape *s, uint32_t layers, uint32_t id,
+                              uint32_t *rows, uint32_t *cols, float *offset, float *scale) {
+    uint32_t q = s->heads * s->head_dim, kv = 2 * s->kv_heads * s->head_dim;
+    uint32_t r = 0, c = 0;
+    bool norm = false;
+    if (id == MG_FWD_TENSOR_EMBEDDING || id == MG_FWD_TENSOR_LM_HEAD) {
+        r = s->vocab;
+        c = s->hidden;
+    } else if (id == MG_FWD_TENSOR_FINAL_NORM) {
+        r = 1;
+        c = s->hidden;
+        norm = true;
+    } else if (id >= 16 && (id - 16) / 8 < layers) {
+        switch ((id - 16) % 8) {
+        case MG_FWD_ATTN_NORM:
+        case MG_FWD_MLP_NORM: r = 1; c = s->hidden; norm = true; break;
+        case MG_FWD_WQ: r = q; c = s->hidden; break;
+        case MG_FWD_WKV: r = kv; c = s->hidden; break;
+        case MG_FWD_WO: r = s->hidden; c = q; break;
+        case MG_FWD_W_GATE_UP: r = 2 * s->intermediate; c = s->hidden; break;
+        case MG_FWD_W_DOWN: r = s->hidden; c = s->intermediate; break;
+        default: break;
+        }
+    }
+    if (!r)
+        return fail(MG_ERR_INVALID_ARGUMENT, "forward model: no tensor %u", id);
+    *rows = r;
+    *cols = c;
+    *offset = norm ? 1.0f : 0.0f;
+    *scale = norm ? 0.1f : id == MG_FWD_TENSOR_EMBEDDING ? 1.0f : 1.0f / sqrtf((float)c);
+    return MG_OK;
+}
+
+/* ------------------------------------------------------------------ the model */
+
+struct mg_fwd {
+    mg_backend *b;
+    mg_fwd_config c;
+    mg_model_shape sh;
+    uint32_t layers;
+    mg_devptr embedding, final_norm, lm_head;
+    mg_devptr *layer_w; /* [layers][MG_FWD_LAYER_TENSORS] */
+    uint64_t weight_bytes;
+
+    mg_arena *arena;
+    mg_devptr residual, proj_out, norm_out, qkv, attn_out, gate_up, mlp_act, logits_hidden,
+        logits;
+    mg_devptr step_ids, qo_indptr, kv_indptr, kv_indices, last_page_len, logits_indices;
+    uint32_t tokens_cap, tokens_padded;
+
+    mg_kv_cache_desc kv;
+    size_t kv_layer_bytes;
+    mg_devptr kv_pool;
+    mg_kv_page_allocator *allocator;
+    uint32_t pages_per_request;
+    int32_t *pages;    /* [batch][pages_per_request], each request's pages in token order */
+    uint32_t *kv_len;  /* [batch] tokens cached per request */
+    int32_t *h_qo, *h_kv_indptr, *h_kv_indices, *h_last, *h_logits_indices;
+
+    mg_attention_plan *decode_plan;
+    mg_graph *graph;
+    uint32_t decode_calls, graph_steps;
+    int32_t *tokens; /* [batch][steps + 1] */
+    uint32_t token_count;
+    uint64_t prompt_tokens, decode_kv_bytes;
+};
+
+static uint32_t ceil_div(uint64_t a, uint32_t b) {
+    return (uint32_t)((a + b - 1) / b);
+}
+
+static mg_devptr *layer_tensor(mg_fwd *m, uint32_t layer, uint32_t slot) {
+    return &m->layer_w[(size_t)layer * MG_FWD_LAYER_TENSORS + slot];
+}
+
+typedef struct fill_job {
+    uint64_t seed, first;
+    uint32_t id;
+    float offset, scale;
+    size_t count;
+    uint16_t *out;
+} fill_job;
+
+static void *fill_thread(void *arg) {
+    fill_job *j = arg;
+    mg_fwd_weight_fill(j->seed, j->id, j->offset, j->scale, j->first, j->count, j->out);
+    return NULL;
+}
+
+/* Generates tensor `id` on the host (over up to 16 threads) and uploads it. */
+static mg_status upload_tensor(mg_fwd *m, uint32_t id, uint16_t *host, mg_devptr *out) {
+    uint32_t rows, cols;
+    float offset, scale;
+    mg_status st = mg_fwd_tensor_shape(&m->sh, m->layers, id, &rows, &cols, &offset, &scale);
+    if (st)
+        return st;
+    size_t count = (size_t)rows * cols, bytes = count * 2;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (unsigned)cpus;
+    if (count < 1u << 20)
+        threads = 1;
+    pthread_t tid[16];
+    fill_job jobs[16];
+    size_t per = (count + threads - 1) / threads;
+    unsigned started = 0;
+    for (unsigned t = 0; t < threads; t++) {
+        size_t first = (size_t)t * per;
+        jobs[t] = (fill_job){m->c.seed, first, id, offset, scale,
+                             first < count ? (count - first < per ? count - first : per) : 0,
+                             host + (first < count ? first : 0)};
+        if (t == 0 || pthread_create(&tid[t], NULL, fill_thread, &jobs[t]) != 0)
+            continue;
+        started |= 1u << t;
+    }
+    fill_thread(&jobs[0]);
+    for (unsigned t = 1; t < threads; t++) {
+        if (started & (1u << t))
+            pthread_join(tid[t], NULL);
+        else
+            fill_thread(&jobs[t]);
+    }
+    if ((st = mg_alloc(m->b, bytes, out)))
+        return lib_fail(st, "allocating weights");
+    if ((st = mg_copy_h2d(m->b, *out, host, bytes)))
+        return lib_fail(st, "uploading weights");
+    m->weight_bytes += bytes;
+    return MG_OK;
+}
+
+static mg_status create_weights(mg_fwd *m) {
+    const mg_model_shape *s = &m->sh;
+    size_t largest = (size_t)s->vocab * s->hidden;
+    size_t mlp = (size_t)2 * s->intermediate * s->hidden;
+    size_t q = (size_t)s->heads * s->head_dim * s->hidden;
+    if (mlp > largest)
+        largest = mlp;
+    if (q > largest)
+        largest = q;
+    uint16_t *host = malloc(largest * 2);
+    m->layer_w = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->layer_w);
+    if (!host || !m->layer_w) {
+        free(host);
+        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+    }
+    mg_status st = upload_tensor(m, MG_FWD_TENSOR_EMBEDDING, host, &m->embedding);
+    if (!st)
+        st = upload_tensor(m, MG_FWD_TENSOR_FINAL_NORM, host, &m->final_norm);
+    if (!st)
+        st = upload_tensor(m, MG_FWD_TENSOR_LM_HEAD, host, &m->lm_head);
+    for (uint32_t l = 0; !st && l < m->layers; l++)
+        for (uint32_t slot = 0; !st && slot < MG_FWD_LAYER_TENSORS; slot++)
+            st = upload_tensor(m, mg_fwd_layer_tensor(l, slot), host, layer_tensor(m, l, slot));
+    free(host);
+    return st;
+}
+
+/* The arena: the library's plan for the model's shape and this run's limits, plus the
+ * run's own always-live buffers (ids, page table, logits row indices). */
+static mg_status create_arena(mg_fwd *m, uint32_t num_pages) {
+    uint32_t max_seq = 0;
+    for (uint32_t r = 0; r < m->c.batch; r++) {
+        uint32_t len = mg_fwd_prompt_length(&m->c, r) + m->c.steps;
+        max_seq = len > max_seq ? len : max_seq;
+    }
+    m->tokens_cap = (uint32_t)(m->prompt_tokens > m->c.batch ? m->prompt_tokens : m->c.batch);
+    mg_engine_limits limits = {.max_batch_tokens = m->tokens_cap, .max_seq_len = max_seq,
+                               .kv_block_size = PAGE_SIZE, .max_batch_size = m->c.batch};
+    mg_model_shape dense = m->sh;
+    mg_arena_plan *plan = NULL;
+    mg_model_rows rows;
+    mg_status st = mg_model_rows_compute(&dense, &limits, &rows);
+    if (st || (st = mg_arena_plan_for_model(&dense, &limits, &plan)))
+        return lib_fail(st, "planning the arena");
+    m->tokens_padded = (uint32_t)rows.tokens_padded;
+    uint64_t b1 = 4ull * (m->c.batch + 1);
+    if ((st = mg_arena_plan_add(plan, "step_ids", 4ull * m->tokens_cap, 0, NULL, NULL)) ||
+        (st = mg_arena_plan_add(plan, "page_qo_indptr", b1, 0, NULL, NULL)) ||
+        (st = mg_arena_plan_add(plan, "page_kv_indptr", b1, 0, NULL, NULL)) ||
+        (st = mg_arena_plan_add(plan, "page_kv_indices", 4ull * num_pages, 0, NULL, NULL)) ||
+        (st = mg_arena_plan_add(plan, "page_last_len", 4ull * m->c.batch, 0, NULL, NULL)) ||
+        (st = mg_arena_plan_add(plan, "last_token_rows", 4ull * m->c.batch, 0, NULL, NULL)) ||
+        (st = mg_arena_create(m->b, plan, &m->arena))) {
+        mg_arena_plan_destroy(plan);
+        return lib_fail(st, "creating the arena");
+    }
+    mg_arena_plan_destroy(plan);
+    static const char *const names[] = {"residual", "proj_out", "norm_out", "qkv", "attn_out",
+                                        "gate_up", "mlp_act", "logits_hidden", "logits",
+                                        "step_ids", "page_qo_indptr", "page_kv_indptr",
+                                        "page_kv_indices", "page_last_len", "last_token_rows"};
+    mg_devptr *ptrs[] = {&m->residual, &m->proj_out, &m->norm_out, &m->qkv, &m->attn_out,
+                         &m->gate_up, &m->mlp_act, &m->logits_hidden, &m->logits, &m->step_ids,
+                         &m->qo_indptr, &m->kv_indptr, &m->kv_indices, &m->last_page_len,
+                         &m->logits_indices};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((st = mg_arena_find(m->arena, names[i], ptrs[i], NULL)))
+            return lib_fail(st, "arena buffer");
+    return MG_OK;
+}
+
+static mg_status create_kv_cache(mg_fwd *m, uint32_t num_pages) {
+    m->kv = (mg_kv_cache_desc){.num_kv_heads = m->sh.kv_heads, .head_dim = m->sh.head_dim,
+                               .page_size = PAGE_SIZE, .num_pages = num_pages};
+    mg_status st = mg_kv_cache_bytes(&m->kv, &m->kv_layer_bytes);
+    if (st)
+        return lib_fail(st, "sizing the KV cache");
+    if ((st = mg_alloc(m->b, m->kv_layer_bytes * m->layers, &m->kv_pool)))
+        return lib_fail(st, "allocating the KV cache");
+    if ((st = mg_kv_page_allocator_create(num_pages, &m->allocator)))
+        return lib_fail(st, "creating the page allocator");
+    m->pages = calloc((size_t)m->c.batch * m->pages_per_request, sizeof *m->pages);
+    if (!m->pages)
+        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the page table");
+    for (uint32_t r = 0; r < m->c.batch; r++) {
+        uint32_t need = ceil_div(mg_fwd_prompt_length(&m->c, r) + m->c.steps, PAGE_SIZE);
+        if ((st = mg_kv_page_alloc(m->allocator, need, m->pages + (size_t)r * m->pages_per_request)))
+            return lib_fail(st, "allocating KV pages");
+    }
+    return MG_OK;
+}
+
+static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
+    const mg_fwd_preset *p = c->preset;
+    if (!p)
+        return fail(MG_ERR_INVALID_ARGUMENT, "no preset");
+    if (p->shape.experts)
+        return fail(MG_ERR_UNSUPPORTED,
+                    "preset %s is a mixture of experts: BF16 MoE needs a grouped BF16 GEMM, "
+                    "which the library does not have yet", p->name);
+    if (!c->batch || c->batch > p->max_batch_size)
+        return fail(MG_ERR_INVALID_ARGUMENT, "--batch %u: preset %s's arena holds 1..%u requests",
+                    c->batch, p->name, p->max_batch_size);
+    if (!c->prompt_len)
+        return fail(MG_ERR_INVALID_ARGUMENT, "--prompt-len must be at least 1");
+    uint64_t total = 0;
+    for (uint32_t r = 0; r < c->batch; r++)
+        total += mg_fwd_prompt_length(c, r);
+    if (total > p->max_batch_tokens)
+        return fail(MG_ERR_INVALID_ARGUMENT,
+                    "the prompts hold %llu tokens: preset %s's arena holds at most %u per pass",
+                    (unsigned long long)total, p->name, p->max_batch_tokens);
+    if (c->steps > 1u << 20 || c->prompt_len > 1u << 20)
+        return fail(MG_ERR_INVALID_ARGUMENT, "--steps / --prompt-len above 2^20");
+    static const mg_op needed[] = {MG_OP_GEMM_BF16, MG_OP_GATHER_ROWS, MG_OP_RMSNORM,
+                                   MG_OP_ARGMAX, MG_OP_SILU_MUL, MG_OP_KV_APPEND,
+                                   MG_OP_ATTENTION_PAGED};
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
+        if (!mg_op_supported(b, needed[i]))
+            return fail(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
+                        mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(needed[i]));
+    return MG_OK;
+}
+
+mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
+    *out = NULL;
+    error_text[0] = '\0';
+    mg_status st = check_config(b, c);
+    if (st)
+        return st;
+    mg_fwd *m = calloc(1, sizeof *m);
+    if (!m)
+        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+    m->b = b;
+    m->c = *c;
+    m->sh = c->preset->shape;
+    m->layers = c->preset->layers;
+    uint32_t B = c->batch, num_pages = 0;
+    for (uint32_t r = 0; r < B; r++) {
+        uint32_t len = mg_fwd_prompt_length(c, r);
+        m->prompt_tokens += len;
+        uint32_t need = ceil_div(len + c->steps, PAGE_SIZE);
+        num_pages += need;
+        if (need > m->pages_per_request)
+            m->pages_per_request = need;
+    }
+    m->kv_len = calloc(B, sizeof *m->kv_len);
+    m->h_qo = calloc(B + 1, sizeof(int32_t));
+    m->h_kv_indptr = calloc(B + 1, sizeof(int32_t));
+    m->h_kv_indices = calloc(num_pages, sizeof(int32_t));
+    m->h_last = calloc(B, sizeof(int32_t));
+    m->h_logits_indices = calloc(B, sizeof(int32_t));
+    m->tokens = calloc((size_t)B * (c->steps + 1), sizeof(int32_t));
+    if (!m->kv_len || !m->h_qo || !m->h_kv_indptr || !m->h_kv_indices || !m->h_last ||
+        !m->h_logits_indices || !m->tokens)
+        st = fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+    if (!st)
+        st = create_weights(m);
+    if (!st)
+        st = create_arena(m, num_pages);
+    if (!st)
+        st = create_kv_cache(m, num_pages);
+    if (st) {
+        mg_fwd_destroy(m);
+        return st;
+    }
+    *out = m;
+    return MG_OK;
+}
+
+void mg_fwd_destroy(mg_fwd *m) {
+    if (!m)
+        return;
+    if (m->graph)
+        mg_graph_destroy(m->graph);
+    mg_attention_plan_destroy(m->decode_plan);
+    mg_kv_page_allocator_destroy(m->allocator);
+    if (m->kv_pool)
+        mg_free(m->b, m->kv_pool);
+    mg_arena_destroy(m->arena);
+    for (size_t i = 0; m->layer_w && i < (size_t)m->layers * MG_FWD_LAYER_TENSORS; i++)
+        if (m->layer_w[i])
+            mg_free(m->b, m->layer_w[i]);
+    mg_devptr top[] = {m->embedding, m->final_norm, m->lm_head};
+    for (size_t i = 0; i < 3; i++)
+        if (top[i])
+            mg_free(m->b, top[i]);
+    free(m->layer_w);
+    free(m->pages);
+    free(m->kv_len);
+    free(m->h_qo);
+    free(m->h_kv_indptr);
+    free(m->h_kv_indices);
+    free(m->h_last);
+    free(m->h_logits_indices);
+    free(m->tokens);
+    free(m);
+}
+
+/* Builds the host page table for kv_len[] and `qo[r]` new tokens per request, validates it,
+ * and uploads it with the rows of each request's last token. */
+static mg_status upload_tables(mg_fwd *m, const uint32_t *qo, mg_kv_page_table *t) {
+    uint32_t B = m->c.batch;
+    m->h_qo[0] = m->h_kv_indptr[0] = 0;
+    m->decode_kv_bytes = 0;
+    for (uint32_t r = 0; r < B; r++) {
+        uint32_t pages = ceil_div(m->kv_len[r], PAGE_SIZE);
+        m->h_qo[r + 1] = m->h_qo[r] + (int32_t)qo[r];
+        m->h_kv_indptr[r + 1] = m->h_kv_indptr[r] + (int32_t)pages;
+        memcpy(m->h_kv_indices + m->h_kv_indptr[r], m->pages + (size_t)r * m->pages_per_request,
+               pages * sizeof(int32_t));
+        m->h_last[r] = (int32_t)(m->kv_len[r] - (pages - 1) * PAGE_SIZE);
+        m->h_logits_indices[r] = m->h_qo[r + 1] - 1;
+        m->decode_kv_bytes += 2ull * m->kv_len[r] * m->sh.kv_heads * m->sh.head_dim * 2;
+    }
+    m->decode_kv_bytes *= m->layers;
+    *t = (mg_kv_page_table){.batch_size = B, .qo_indptr = m->h_qo, .kv_indptr = m->h_kv_indptr,
+                            .kv_indices = m->h_kv_indices, .kv_last_page_len = m->h_last};
+    mg_status st = mg_kv_page_table_check(&m->kv, t, "forward model");
+    size_t b1 = (B + 1) * sizeof(int32_t), bb = B * sizeof(int32_t);
+    if (st || (st = mg_copy_h2d(m->b, m->qo_indptr, m->h_qo, b1)) ||
+        (st = mg_copy_h2d(m->b, m->kv_indptr, m->h_kv_indptr, b1)) ||
+        (st = mg_copy_h2d(m->b, m->kv_indices, m->h_kv_indices,
+                          (size_t)m->h_kv_indptr[B] * sizeof(int32_t))) ||
+        (st = mg_copy_h2d(m->b, m->last_page_len, m->h_last, bb)) ||
+        (st = mg_copy_h2d(m->b, m->logits_indices, m->h_logits_indices, bb)))
+        return lib_fail(st, "uploading the page table");
+    return MG_OK;
+}
+
+static mg_paged_attention_desc attention_desc(const mg_fwd *m) {
+    return (mg_paged_attention_desc){.num_qo_heads = m->sh.heads,
+                                     .num_kv_heads = m->sh.kv_heads,
+                                     .head_dim = m->sh.head_dim,
+                                     .page_size = PAGE_SIZE,
+                                     .window_left = -1,
+                                     .sm_scale = 1.0f / sqrtf((float)m->sh.head_dim)};
+}
+
+#define TRY(call, what)                                                                            \
+    do {                                                                                           \
+        mg_status st_ = (call);                                                                    \
+        if (st_)                                                                                   \
+            return lib_fail(st_, what);                                                            \
+    } while (0)
+
+/* One pass over `rows` new tokens (their ids in step_ids), launched on `s`: every layer, the
+ * last token rows of each request, the LM head and the argmax into step_ids[0..batch). */
+static mg_status forward(mg_fwd *m, mg_stream *s, uint32_t rows, mg_attention_plan *plan) {
+    mg_backend *b = m->b;
+    const mg_model_shape *sh = &m->sh;
+    uint32_t H = sh->hidden, QD = sh->heads * sh->head_dim, KVD = 2 * sh->kv_heads * sh->head_dim;
+    uint32_t I = sh->intermediate, B = m->c.batch;
+    float eps = m->c.preset->norm_eps;
+    mg_devptr q = m->qkv, kv = m->qkv + (uint64_t)m->tokens_padded * QD * 2;
+    TRY(mg_gather_rows_bf16(b, s, rows, H, m->step_ids, sh->vocab, m->embedding, 0, m->residual),
+        "embedding");
+    for (uint32_t l = 0; l < m->layers; l++) {
+        mg_devptr *w = layer_tensor(m, l, 0);
+        mg_devptr k_pages, v_pages;
+        TRY(mg_kv_cache_pools(&m->kv, m->kv_pool + (uint64_t)l * m->kv_layer_bytes, &k_pages,
+                              &v_pages),
+            "KV pools");
+        TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, l ? m->proj_out : 0,
+                            w[MG_FWD_ATTN_NORM], m->norm_out),
+            "attention norm");
+        TRY(mg_gemm_bf16(b, s, rows, QD, H, m->norm_out, w[MG_FWD_WQ], q, MG_DTYPE_BF16, QD),
+            "q projection");
+        TRY(mg_gemm_bf16(b, s, rows, KVD, H, m->norm_out, w[MG_FWD_WKV], kv, MG_DTYPE_BF16, KVD),
+            "kv projection");
+        mg_kv_append_args a = {.batch_size = B,
+                               .num_tokens = rows,
+                               .num_kv_indices = m->kv.num_pages,
+                               .k = kv,
+                               .v = kv + (uint64_t)(KVD / 2) * 2,
+                               .k_stride = KVD,
+                               .v_stride = KVD,
+                               .q = q,
+                               .q_stride = QD,
+                               .num_qo_heads = sh->heads,
+                               .rope = true,
+                               .rope_theta = m->c.preset->rope_theta,
+                               .qo_indptr = m->qo_indptr,
+                               .kv_indptr = m->kv_indptr,
+                               .kv_indices = m->kv_indices,
+                               .kv_last_page_len = m->last_page_len,
+                               .k_pages = k_pages,
+                               .v_pages = v_pages};
+        TRY(mg_kv_append(b, s, &m->kv, &a), "RoPE and KV append");
+        mg_paged_attention_tensors t = {.q = q, .o = m->attn_out, .qo_rows = rows,
+                                        .k_pages = k_pages, .v_pages = v_pages,
+                                        .num_pages = m->kv.num_pages,
+                                        .kv_indices = m->kv_indices,
+                                        .num_kv_indices = m->kv.num_pages};
+        TRY(mg_paged_attention_run(plan, &t, s), "attention");
+        TRY(mg_gemm_bf16(b, s, rows, H, QD, m->attn_out, w[MG_FWD_WO], m->proj_out, MG_DTYPE_BF16,
+                         H),
+            "output projection");
+        TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, m->proj_out, w[MG_FWD_MLP_NORM],
+                            m->norm_out),
+            "MLP norm");
+        TRY(mg_gemm_bf16(b, s, rows, 2 * I, H, m->norm_out, w[MG_FWD_W_GATE_UP], m->gate_up,
+                         MG_DTYPE_BF16, 2 * I),
+            "gate_up projection");
+        TRY(mg_silu_mul_bf16(b, s, rows, I, m->gate_up, 2 * I, m->mlp_act, I), "SiLU-mul");
+        TRY(mg_gemm_bf16(b, s, rows, H, I, m->mlp_act, w[MG_FWD_W_DOWN], m->proj_out,
+                         MG_DTYPE_BF16, H),
+            "down projection");
+    }
+    TRY(mg_gather_rows_bf16(b, s, B, H, m->logits_indices, rows, m->residual, m->proj_out,
+                            m->logits_hidden),
+        "last-token rows");
+    TRY(mg_rmsnorm_bf16(b, s, B, H, eps, m->logits_hidden, 0, m->final_norm, m->logits_hidden),
+        "final norm");
+    TRY(mg_gemm_bf16(b, s, B, sh->vocab, H, m->logits_hidden, m->lm_head, m->logits,
+                     MG_DTYPE_F32, sh->vocab),
+        "LM head");
+    TRY(mg_argmax_f32(b, s, B, sh->vocab, m->logits, sh->vocab, m->step_ids), "argmax");
+    return MG_OK;
+}
+
+/* Reads step_ids[0..batch) into the token history. */
+static mg_status collect_tokens(mg_fwd *m, mg_stream *s) {
+    TRY(mg_stream_synchronize(s), "running the pass");
+    uint32_t B = m->c.batch;
+    int32_t *ids = m->h_logits_indices; /* scratch of B entries, rebuilt by every upload */
+    TRY(mg_copy_d2h(m->b, ids, m->step_ids, B * sizeof(int32_t)), "reading the tokens");
+    for (uint32_t r = 0; r < B; r++)
+        m->tokens[(size_t)r * (m->c.steps + 1) + m->token_count] = ids[r];
+    m->token_count++;
+    return MG_OK;
+}
+
+mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
+    error_text[0] = '\0';
+    if (m->token_count)
+        return fail(MG_ERR_INVALID_ARGUMENT, "the prefill already ran");
+    uint32_t B = m->c.batch, *qo = calloc(B, sizeof *qo);
+    int32_t *ids = malloc(m->prompt_tokens * sizeof *ids);
+    mg_status st = MG_OK;
+    if (!qo || !ids)
+        st = fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+    size_t n = 0;
+    for (uint32_t r = 0; !st && r < B; r++) {
+        qo[r] = m->kv_len[r] = mg_fwd_prompt_length(&m->c, r);
+        for (uint32_t t = 0; t < qo[r]; t++)
+            ids[n++] = mg_fwd_prompt_token(m->c.seed, m->sh.vocab, r, t);
+    }
+    mg_kv_page_table table;
+    mg_attention_plan *plan = NULL;
+    mg_paged_attention_desc d = attention_desc(m);
+    if (!st && !(st = upload_tables(m, qo, &table))) {
+        if ((st = mg_copy_h2d(m->b, m->step_ids, ids, n * sizeof *ids)) ||
+            (st = mg_paged_attention_plan_create(m->b, &d, &table, s, &plan)))
+            st = lib_fail(st, "prefill plan");
+    }
+    if (!st && !(st = forward(m, s, (uint32_t)n, plan)))
+        st = collect_tokens(m, s);
+    mg_attention_plan_destroy(plan);
+    free(qo);
+    free(ids);
+    return st;
+}
+
+mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
+    error_text[0] = '\0';
+    if (!m->token_count)
+        return fail(MG_ERR_INVALID_ARGUMENT, "decode before the prefill");
+    if (m->token_count > m->c.steps)
+        return fail(MG_ERR_INVALID_ARGUMENT, "all %u planned decode steps already ran",
+                    m->c.steps);
+    uint32_t B = m->c.batch, *qo = calloc(B, sizeof *qo);
+    if (!qo)
+        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (uint32_t r = 0; r < B; r++) {
+        qo[r] = 1;
+        m->kv_len[r]++;
+    }
+    mg_kv_page_table table;
+    mg_status st = upload_tables(m, qo, &table);
+    free(qo);
+    if (st)
+        return st;
+    if (!m->decode_plan) {
+        mg_paged_attention_desc d = attention_desc(m);
+        d.graph_qo_rows = B;
+        d.graph_kv_tokens = m->kv.num_pages * PAGE_SIZE;
+        TRY(mg_paged_attention_plan_create(m->b, &d, &table, s, &m->decode_plan), "decode plan");
+    } else {
+        TRY(mg_paged_attention_plan_update(m->decode_plan, &table, s), "decode plan update");
+    }
+    bool replay = m->c.use_graphs && m->decode_calls > 0;
+    m->decode_calls++;
+    if (!replay) {
+        if ((st = forward(m, s, B, m->decode_plan)))
+            return st;
+        return collect_tokens(m, s);
+    }
+    if (!m->graph) {
+        TRY(mg_graph_begin_capture(s), "capturing the decode step");
+        if ((st = forward(m, s, B, m->decode_plan))) {
+            mg_graph_abort_capture(s);
+            return st;
+        }
+        TRY(mg_graph_end_capture(s, &m->graph), "capturing the decode step");
+    }
+    TRY(mg_graph_launch(m->graph, s), "replaying the decode step");
+    m->graph_steps++;
+    return collect_tokens(m, s);
+}
+
+const int32_t *mg_fwd_tokens(const mg_fwd *m, uint32_t r, uint32_t *count) {
+    *count = m->token_count;
+    return m->tokens + (size_t)r * (m->c.steps + 1);
+}
+
+mg_status mg_fwd_final_hidden(mg_fwd *m, uint16_t *out) {
+    TRY(mg_copy_d2h(m->b, out, m->logits_hidden, (size_t)m->c.batch * m->sh.hidden * 2),
+        "reading the final hidden states");
+    return MG_OK;
+}
+
+void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {
+    memset(out, 0, sizeof *out);
+    out->weight_bytes = m->weight_bytes;
+    /* a decode step reads every weight but the embedding table (a row gather) */
+    out->decode_weight_bytes = m->weight_bytes - 2ull * m->sh.vocab * m->sh.hidden;
+    out->kv_pool_bytes = (uint64_t)m->kv_layer_bytes * m->layers;
+    out->decode_kv_bytes = m->decode_kv_bytes;
+    out->prompt_tokens = m->prompt_tokens;
+    mg_arena_summary_get(m->arena, &out->arena);
+    out->graph_steps = m->graph_steps;
+}

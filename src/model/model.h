@@ -1,0 +1,131 @@
+/*
+ * model.h - a decoder-only transformer assembled from the library's public ops, with
+ * deterministic random weights: what `metrale-gpu run` drives and what the forward-pass tests
+ * check. It uses include/metrale/ only, like an engine would.
+ *
+ *   const mg_fwd_preset *p = mg_fwd_preset_find("tiny");
+ *   mg_fwd_config c = mg_fwd_config_default(p);            // batch, prompt length, steps, seed
+ *   mg_fwd *m;
+ *   mg_fwd_create(backend, &c, &m);                        // weights, arena, KV pages
+ *   mg_fwd_prefill(m, s);                                  // every prompt, eager
+ *   for (i = 0; i < c.steps; i++) mg_fwd_decode(m, s);     // one token per request
+ *   mg_fwd_tokens(m, request)                              // its generated ids
+ *   mg_fwd_destroy(m);
+ *
+ * Layers (Llama-style, no biases): h = embedding[ids]; per layer
+ *   a = rmsnorm(h) * attn_norm;  q = a Wqᵀ, [k v] = a Wkvᵀ;  RoPE (rotate-half) on q and k;
+ *   k, v appended to the paged KV cache;  o = causal attention over the request's cache;
+ *   h += o Woᵀ;  m = rmsnorm(h) * mlp_norm;  [g u] = m Wguᵀ;  h += (silu(g) * u) Wdownᵀ;
+ * final = rmsnorm(h[last token of each request]) * final_norm; logits = final W_lmᵀ (FP32);
+ * next token = argmax. Every activation is BF16 (the ops' rounding defines it).
+ *
+ * Weights (reproducible in numpy): element `index` (row-major) of tensor `id` is
+ *   x = seed * 0x9E3779B97F4A7C15 + (id << 40) + index   (mod 2^64)
+ *   z = splitmix64(x)   (x += 0x9E3779B97F4A7C15; z = (x ^ x >> 30) * 0xBF58476D1CE4E5B9;
+ *                        z = (z ^ z >> 27) * 0x94D049BB133111EB; z ^= z >> 31)
+ *   u = (z >> 40) * 2^-23 - 1   (uniform in [-1, 1))
+ *   value = bf16_rne(offset + scale * u) with (offset, scale) per kind: norms (1, 0.1),
+ *   embedding (0, 1), matrices [N, K] (0, 1 / sqrt(K)).
+ * Tensor ids: embedding 0, final norm 1, LM head 2 [vocab, hidden]; layer l: 16 + 8 l + slot,
+ * slots attn_norm 0, wq 1 [Hq D, hidden], wkv 2 [2 Hkv D, hidden] (k rows then v rows),
+ * wo 3 [hidden, Hq D], mlp_norm 4, w_gate_up 5 [2 I, hidden] (gate rows then up rows),
+ * w_down 6 [hidden, I]. Prompt token t of request r: splitmix64-based id
+ * mg_fwd_prompt_token(seed, vocab, r, t), lengths mg_fwd_prompt_length(config, r).
+ */
+#ifndef METRALE_MODEL_H
+#define METRALE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrale/arena.h"
+#include "metrale/gpu.h"
+
+typedef struct mg_fwd_preset {
+    const char *name;
+    const char *description;
+    mg_model_shape shape;
+    uint32_t layers;
+    float rope_theta, norm_eps;
+    /* What the arena may be built for: prompts' total tokens and requests per batch. */
+    uint32_t max_batch_tokens, max_batch_size;
+    /* Defaults of a run. */
+    uint32_t batch, prompt_len, steps;
+} mg_fwd_preset;
+
+const mg_fwd_preset *mg_fwd_presets(size_t *count);
+/* NULL when there is none. */
+const mg_fwd_preset *mg_fwd_preset_find(const char *name);
+
+typedef struct mg_fwd_config {
+    const mg_fwd_preset *preset;
+    uint32_t batch;      /* requests, 1..preset max_batch_size */
+    uint32_t prompt_len; /* prompts are about this long (see mg_fwd_prompt_length) */
+    uint32_t steps;      /* decode steps after the prefill */
+    uint64_t seed;
+    bool use_graphs; /* decode steps after the first replay one captured graph (CUDA) */
+} mg_fwd_config;
+
+mg_fwd_config mg_fwd_config_default(const mg_fwd_preset *p);
+
+/* Request r's prompt length: prompt_len - prompt_len / 4 + (r * 37) % (prompt_len / 2 + 1),
+ * at least 1: a ragged batch around prompt_len. */
+uint32_t mg_fwd_prompt_length(const mg_fwd_config *c, uint32_t r);
+int32_t mg_fwd_prompt_token(uint64_t seed, uint32_t vocab, uint32_t r, uint32_t t);
+
+/* Weight generation (see above). */
+#define MG_FWD_TENSOR_EMBEDDING 0u
+#define MG_FWD_TENSOR_FINAL_NORM 1u
+#define MG_FWD_TENSOR_LM_HEAD 2u
+enum { MG_FWD_ATTN_NORM, MG_FWD_WQ, MG_FWD_WKV, MG_FWD_WO, MG_FWD_MLP_NORM, MG_FWD_W_GATE_UP,
+       MG_FWD_W_DOWN, MG_FWD_LAYER_TENSORS };
+static inline uint32_t mg_fwd_layer_tensor(uint32_t layer, uint32_t slot) {
+    return 16u + 8u * layer + slot;
+}
+/* Fills out[0..count) with elements first .. first + count - 1 of tensor `id`. */
+void mg_fwd_weight_fill(uint64_t seed, uint32_t id, float offset, float scale, uint64_t first,
+                        size_t count, uint16_t *out);
+/* The (offset, scale) of a tensor whose rows have `k` elements (see above) and the tensor's
+ * shape; MG_ERR_INVALID_ARGUMENT for an unknown id. */
+mg_status mg_fwd_tensor_shape(const mg_model_shape *shape, uint32_t layers, uint32_t id,
+                              uint32_t *rows, uint32_t *cols, float *offset, float *scale);
+
+typedef struct mg_fwd mg_fwd;
+
+/* The message of the latest failing mg_fwd_* call on this thread (one line; it includes the
+ * library's message when a library call failed); "" when none. */
+const char *mg_fwd_error(void);
+
+/* Checks the config (a one-line message in mg_last_error for each bad value: batch beyond
+ * the preset's arena, a backend without an op the model needs, MoE presets (no BF16 grouped
+ * GEMM yet)), then generates and uploads the weights, builds the arena and the KV cache. */
+mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out);
+void mg_fwd_destroy(mg_fwd *m);
+
+/* Every prompt through the model in one ragged pass, eager; appends each request's first
+ * generated token. */
+mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s);
+/* One token for every request; the first call runs eagerly, later ones (with use_graphs)
+ * replay a graph captured at the second call. Waits for the step to finish. */
+mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s);
+
+/* Tokens generated so far for request r (the prefill's first, then one per decode step). */
+const int32_t *mg_fwd_tokens(const mg_fwd *m, uint32_t r, uint32_t *count);
+/* The final-normed hidden state of each request's last token after the latest pass:
+ * BF16 [batch, hidden] copied to host memory. */
+mg_status mg_fwd_final_hidden(mg_fwd *m, uint16_t *out);
+
+typedef struct mg_fwd_info {
+    uint64_t weight_bytes;           /* all weights */
+    uint64_t decode_weight_bytes;    /* weights read by one decode step (all of them: dense) */
+    uint64_t kv_pool_bytes;          /* KV cache of every layer */
+    uint64_t decode_kv_bytes;        /* KV bytes read by the latest decode step */
+    uint64_t prompt_tokens;          /* the prefill's tokens */
+    mg_arena_summary arena;          /* unpacked (sum_bytes) vs packed (arena_bytes) */
+    uint32_t graph_steps;            /* decode steps that replayed the graph */
+} mg_fwd_info;
+
+void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out);
+
+#endif

@@ -1,0 +1,148 @@
+/* elementwise_reference.c - the CPU references of gather_rows, rmsnorm and argmax
+ * (metrale/ops_elementwise.h defines their results) and their CPU kernels. */
+#include "elementwise_reference.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "error.h"
+#include "metrale/dtype.h"
+#include "metrale/launch.h"
+
+static mg_status bad_shape(const char *name, uint32_t rows, uint32_t cols) {
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: bad shape rows=%u cols=%u", name,
+                    rows, cols);
+}
+
+/* An optional buffer argument (0 allowed): NULL when it is 0. */
+static mg_status optional_buffer(const mg_launch *l, uint32_t index, uint64_t bytes,
+                                 const char *name, void **out) {
+    *out = NULL;
+    if (!mg_launch_get_ptr(l, index))
+        return MG_OK;
+    return mg_cpu_kernel_buffer(l, index, bytes, 2, name, out);
+}
+
+static mg_status kernel_gather_rows(const mg_launch *l) {
+    static const char name[] = "metrale:" MG_GATHER_ROWS_KERNEL;
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 7);
+    if (st)
+        return st;
+    uint32_t rows = mg_launch_get_u32(l, 4), cols = mg_launch_get_u32(l, 5);
+    uint32_t src_rows = mg_launch_get_u32(l, 6);
+    if (!rows || !cols || !src_rows)
+        return bad_shape(name, rows, cols);
+    uint64_t src_bytes = (uint64_t)src_rows * cols * 2, out_bytes = (uint64_t)rows * cols * 2;
+    void *ids_v, *src_v, *add_v, *out_v;
+    if ((st = mg_cpu_kernel_buffer(l, 0, (uint64_t)rows * 4, 4, name, &ids_v)) ||
+        (st = mg_cpu_kernel_buffer(l, 1, src_bytes, 2, name, &src_v)) ||
+        (st = optional_buffer(l, 2, src_bytes, name, &add_v)) ||
+        (st = mg_cpu_kernel_buffer(l, 3, out_bytes, 2, name, &out_v)))
+        return st;
+    const int32_t *ids = ids_v;
+    const uint16_t *src = src_v, *add = add_v;
+    uint16_t *out = out_v;
+    for (uint32_t r = 0; r < rows; r++) {
+        uint16_t *o = out + (size_t)r * cols;
+        int32_t id = ids[r];
+        if (id < 0 || (uint32_t)id >= src_rows) {
+            memset(o, 0, (size_t)cols * 2);
+            continue;
+        }
+        const uint16_t *a = src + (size_t)id * cols;
+        if (!add) {
+            memcpy(o, a, (size_t)cols * 2);
+            continue;
+        }
+        const uint16_t *d = add + (size_t)id * cols;
+        for (uint32_t c = 0; c < cols; c++)
+            o[c] = mg_f32_to_bf16(mg_bf16_to_f32(a[c]) + mg_bf16_to_f32(d[c]));
+    }
+    return MG_OK;
+}
+
+static mg_status kernel_rmsnorm(const mg_launch *l) {
+    static const char name[] = "metrale:" MG_RMSNORM_KERNEL;
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_F32};
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 7);
+    if (st)
+        return st;
+    uint32_t rows = mg_launch_get_u32(l, 4), cols = mg_launch_get_u32(l, 5);
+    float eps = mg_launch_get_f32(l, 6);
+    if (!rows || !cols)
+        return bad_shape(name, rows, cols);
+    uint64_t bytes = (uint64_t)rows * cols * 2;
+    void *x_v, *add_v, *w_v, *out_v;
+    if ((st = mg_cpu_kernel_buffer(l, 0, bytes, 2, name, &x_v)) ||
+        (st = optional_buffer(l, 1, bytes, name, &add_v)) ||
+        (st = mg_cpu_kernel_buffer(l, 2, (uint64_t)cols * 2, 2, name, &w_v)) ||
+        (st = mg_cpu_kernel_buffer(l, 3, bytes, 2, name, &out_v)))
+        return st;
+    uint16_t *x = x_v, *out = out_v;
+    const uint16_t *add = add_v, *w = w_v;
+    for (uint32_t r = 0; r < rows; r++) {
+        uint16_t *xr = x + (size_t)r * cols, *o = out + (size_t)r * cols;
+        float sum = 0;
+        for (uint32_t c = 0; c < cols; c++) {
+            if (add)
+                xr[c] = mg_f32_to_bf16(mg_bf16_to_f32(xr[c]) +
+                                       mg_bf16_to_f32(add[(size_t)r * cols + c]));
+            float v = mg_bf16_to_f32(xr[c]);
+            sum += v * v;
+        }
+        float inv = 1.0f / sqrtf(sum / (float)cols + eps);
+        for (uint32_t c = 0; c < cols; c++)
+            o[c] = mg_f32_to_bf16((mg_bf16_to_f32(xr[c]) * inv) * mg_bf16_to_f32(w[c]));
+    }
+    return MG_OK;
+}
+
+static mg_status kernel_argmax(const mg_launch *l) {
+    static const char name[] = "metrale:" MG_ARGMAX_KERNEL;
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32, MG_ARG_U32,
+                                        MG_ARG_U32};
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 5);
+    if (st)
+        return st;
+    uint32_t rows = mg_launch_get_u32(l, 2), cols = mg_launch_get_u32(l, 3);
+    uint32_t pitch = mg_launch_get_u32(l, 4);
+    if (!rows || !cols || pitch < cols)
+        return bad_shape(name, rows, cols);
+    void *in_v, *ids_v;
+    if ((st = mg_cpu_kernel_buffer(l, 0, ((uint64_t)(rows - 1) * pitch + cols) * 4, 4, name,
+                                   &in_v)) ||
+        (st = mg_cpu_kernel_buffer(l, 1, (uint64_t)rows * 4, 4, name, &ids_v)))
+        return st;
+    const float *in = in_v;
+    int32_t *ids = ids_v;
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *row = in + (size_t)r * pitch;
+        uint32_t best = 0;
+        float best_value = -INFINITY;
+        bool found = false;
+        for (uint32_t c = 0; c < cols; c++)
+            if (!isnan(row[c]) && (!found || row[c] > best_value)) {
+                best = c;
+                best_value = row[c];
+                found = true;
+            }
+        ids[r] = (int32_t)best;
+    }
+    return MG_OK;
+}
+
+static void register_kernels(void) {
+    mg_cpu_kernel_register("metrale", MG_GATHER_ROWS_KERNEL, kernel_gather_rows);
+    mg_cpu_kernel_register("metrale", MG_RMSNORM_KERNEL, kernel_rmsnorm);
+    mg_cpu_kernel_register("metrale", MG_ARGMAX_KERNEL, kernel_argmax);
+}
+
+void mg_elementwise_cpu_kernels_register(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_kernels);
+}

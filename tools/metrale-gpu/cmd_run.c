@@ -1,0 +1,351 @@
+/* cmd_run.c - `metrale-gpu run`: a model-shaped forward pass through the whole runtime
+ * (src/model/model.h): deterministic random weights of a preset, the arena, a ragged prefill,
+ * then decode steps (one captured CUDA graph replayed on CUDA, eager on the CPU backend), and
+ * a summary of speeds against the memory-bound limit. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "commands.h"
+#include "metrale/dtype.h"
+#include "model.h"
+
+typedef struct run_args {
+    const char *preset, *weights, *trace;
+    long batch, prompt_len, steps;
+    unsigned long long seed;
+    bool compare;
+} run_args;
+
+static void run_usage(FILE *f) {
+    size_t n;
+    const mg_fwd_preset *p = mg_fwd_presets(&n);
+    fprintf(f, "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] [--weights bf16] "
+               "[--batch N] [--prompt-len L] [--steps S] [--seed N] [--compare]\n"
+               "presets (default: tiny on the CPU backend, llama-3-8b on a GPU):\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "  %-14s %s\n", p[i].name, p[i].description);
+}
+
+static bool parse_count(const char *v, long *out) {
+    char *end = NULL;
+    long x = v ? strtol(v, &end, 10) : -1;
+    if (!v || !*v || *end || x < 0 || x > (1l << 20))
+        return false;
+    *out = x;
+    return true;
+}
+
+/* 0 on success, else the exit status (the message printed). */
+static int parse_args(int argc, char **argv, run_args *a) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true, takes = true;
+        if (!strcmp(arg, "--preset"))
+            a->preset = v, ok = v != NULL;
+        else if (!strcmp(arg, "--weights"))
+            a->weights = v, ok = v != NULL;
+        else if (!strcmp(arg, "--trace"))
+            a->trace = v, ok = v != NULL;
+        else if (!strcmp(arg, "--batch"))
+            ok = parse_count(v, &a->batch);
+        else if (!strcmp(arg, "--prompt-len"))
+            ok = parse_count(v, &a->prompt_len);
+        else if (!strcmp(arg, "--steps"))
+            ok = parse_count(v, &a->steps);
+        else if (!strcmp(arg, "--seed")) {
+            char *end = NULL;
+            a->seed = v ? strtoull(v, &end, 10) : 0;
+            ok = v && *v && !*end;
+        } else if (!strcmp(arg, "--compare"))
+            a->compare = true, takes = false;
+        else if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            run_usage(stdout);
+            return -1;
+        } else {
+            fprintf(stderr, "metrale-gpu run: unknown argument '%s' (see run --help)\n", arg);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "metrale-gpu run: %s needs a value%s\n", arg,
+                    takes && strcmp(arg, "--preset") && strcmp(arg, "--weights") &&
+                            strcmp(arg, "--trace")
+                        ? " (a count up to 2^20)"
+                        : "");
+            return 2;
+        }
+        i += takes;
+    }
+    return 0;
+}
+
+typedef struct run_result {
+    double setup_s, prefill_s, first_step_ms, step_ms; /* step_ms: median-free mean */
+    uint32_t graph_steps, eager_steps;
+    mg_fwd_info info;
+    uint16_t *final_hidden; /* [batch, hidden] */
+    int32_t *tokens;        /* [batch][steps + 1] */
+    uint32_t token_count;
+    uint64_t live_bytes, live_count; /* device memory (ledger) while the model exists */
+} run_result;
+
+static void run_result_free(run_result *r) {
+    free(r->final_hidden);
+    free(r->tokens);
+    memset(r, 0, sizeof *r);
+}
+
+static double seconds(void) {
+    return mg_bench_now_us() * 1e-6;
+}
+
+/* Runs the whole pass on `b`; prints progress lines unless quiet. 0 or 1 (message printed). */
+static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, run_result *r) {
+    const char *kind = mg_backend_kind_name(mg_backend_get_kind(b));
+    mg_stream *s = NULL;
+    mg_fwd *m = NULL;
+    mg_status st = mg_stream_create(b, &s);
+    if (st) {
+        fprintf(stderr, "metrale-gpu run: creating a stream: %s\n", mg_last_error());
+        return 1;
+    }
+    double t0 = seconds();
+    if ((st = mg_fwd_create(b, c, &m))) {
+        fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+        mg_stream_destroy(s);
+        return 1;
+    }
+    r->setup_s = seconds() - t0;
+    mg_fwd_get_info(m, &r->info);
+    if (!quiet) {
+        printf("[%s] weights: %.4g GB (seed %llu), KV cache %.4g MB, arena %.3f MB packed "
+               "(%.3f MB unpacked), %.2f s\n",
+               kind, r->info.weight_bytes / 1e9, (unsigned long long)c->seed,
+               r->info.kv_pool_bytes / 1e6, r->info.arena.arena_bytes / 1e6,
+               r->info.arena.sum_bytes / 1e6, r->setup_s);
+        fflush(stdout);
+    }
+    t0 = seconds();
+    if ((st = mg_fwd_prefill(m, s)))
+        goto failed;
+    r->prefill_s = seconds() - t0;
+    if (!quiet) {
+        printf("[%s] prefill: %llu tokens of %u requests in %.3f s\n", kind,
+               (unsigned long long)r->info.prompt_tokens, c->batch, r->prefill_s);
+        fflush(stdout);
+    }
+    double graph_total = 0;
+    for (uint32_t i = 0; i < c->steps; i++) {
+        t0 = seconds();
+        if ((st = mg_fwd_decode(m, s)))
+            goto failed;
+        double dt = seconds() - t0;
+        mg_fwd_get_info(m, &r->info);
+        if (i == 0) {
+            r->first_step_ms = dt * 1e3;
+            if (!quiet && c->use_graphs && c->steps > 1) {
+                printf("[%s] decode step 1 eager (plans every GEMM shape) in %.3f ms; capturing "
+                       "step 2\n", kind, r->first_step_ms);
+                fflush(stdout);
+            }
+        } else if (i == 1 && c->use_graphs) {
+            if (!quiet)
+                printf("[%s] capture + first replay: %.3f ms\n", kind, dt * 1e3);
+        } else {
+            graph_total += dt;
+        }
+    }
+    uint32_t timed = c->steps > 2 ? c->steps - 2 : 0;
+    if (!c->use_graphs) {
+        timed = c->steps > 1 ? c->steps - 1 : 0;
+    }
+    r->step_ms = timed ? graph_total * 1e3 / timed : r->first_step_ms;
+    r->graph_steps = r->info.graph_steps;
+    r->eager_steps = c->steps - r->graph_steps;
+    r->final_hidden = malloc((size_t)c->batch * c->preset->shape.hidden * 2);
+    r->tokens = malloc((size_t)c->batch * (c->steps + 1) * sizeof(int32_t));
+    if (!r->final_hidden || !r->tokens) {
+        fprintf(stderr, "metrale-gpu run: out of host memory\n");
+        mg_fwd_destroy(m);
+        mg_stream_destroy(s);
+        return 1;
+    }
+    if ((st = mg_fwd_final_hidden(m, r->final_hidden)))
+        goto failed;
+    for (uint32_t q = 0; q < c->batch; q++) {
+        const int32_t *t = mg_fwd_tokens(m, q, &r->token_count);
+        memcpy(r->tokens + (size_t)q * (c->steps + 1), t, r->token_count * sizeof(int32_t));
+    }
+    mg_ledger_live(b, &r->live_bytes, &r->live_count);
+    mg_fwd_destroy(m);
+    mg_stream_destroy(s);
+    return 0;
+failed:
+    fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+    mg_fwd_destroy(m);
+    mg_stream_destroy(s);
+    return 1;
+}
+
+/* The largest |a - b| over the largest |b| of BF16 vectors (a norm-wise relative error that
+ * near-zero elements cannot blow up). */
+static double max_relative_error(const uint16_t *a, const uint16_t *b, size_t n) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = mg_bf16_to_f32(a[i]), y = mg_bf16_to_f32(b[i]);
+        if (isnan(x) != isnan(y))
+            return INFINITY;
+        diff = fmax(diff, fabs(x - y));
+        scale = fmax(scale, fabs(y));
+    }
+    return scale > 0 ? diff / scale : diff;
+}
+
+int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
+    run_args a = {.batch = -1, .prompt_len = -1, .steps = -1, .seed = 1};
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (a.weights && strcmp(a.weights, "bf16")) {
+        fprintf(stderr,
+                "metrale-gpu run: --weights %s: only bf16 runs today (nvfp4, fp8 and mlx weights "
+                "are not wired into the model yet)\n", a.weights);
+        return 2;
+    }
+    if (a.trace) {
+        fprintf(stderr, "metrale-gpu run: --trace is not implemented yet\n");
+        return 2;
+    }
+    if (a.preset && !mg_fwd_preset_find(a.preset)) {
+        fprintf(stderr, "metrale-gpu run: unknown preset '%s' (run --help lists them)\n",
+                a.preset);
+        return 2;
+    }
+    mg_backend *b = NULL;
+    mg_status st = mg_backend_open(opts->backend, opts->device, &b);
+    if (st) {
+        fprintf(stderr, "metrale-gpu run: cannot open the %s backend (device %d): %s\n",
+                mg_backend_kind_name(opts->backend), opts->device, mg_last_error());
+        return 1;
+    }
+    bool on_cpu = mg_backend_get_kind(b) == MG_BACKEND_CPU;
+    const mg_fwd_preset *p = mg_fwd_preset_find(a.preset ? a.preset
+                                                : on_cpu     ? "tiny"
+                                                             : "llama-3-8b");
+    mg_fwd_config c = mg_fwd_config_default(p);
+    if (a.batch >= 0)
+        c.batch = (uint32_t)a.batch;
+    if (a.prompt_len >= 0)
+        c.prompt_len = (uint32_t)a.prompt_len;
+    if (a.steps >= 0)
+        c.steps = (uint32_t)a.steps;
+    c.seed = a.seed;
+    c.use_graphs = !on_cpu;
+    const char *kind = mg_backend_kind_name(mg_backend_get_kind(b));
+    if (!opts->json)
+        printf("metrale-gpu run: preset %s (%s) on %s, batch %u, prompts ~%u tokens, %u decode "
+               "steps, bf16 weights\n",
+               p->name, p->description, kind, c.batch, c.prompt_len, c.steps);
+    run_result r = {0};
+    if ((rc = run_model(b, &c, opts->json, &r))) {
+        mg_backend_close(b);
+        return rc;
+    }
+    /* The memory-bound limit of a decode step: every weight it reads (all but the embedding
+     * table) and the KV cache of every request, over the measured copy bandwidth. */
+    mg_bench bench = {.backend = b, .opts = opts, .warmup = 3, .iters = on_cpu ? 5 : 20};
+    double gbps = 0;
+    if (!(st = mg_stream_create(b, &bench.stream))) {
+        st = mg_bench_copy_bandwidth(&bench, on_cpu ? (64u << 20) : (1u << 30), &gbps);
+        mg_stream_destroy(bench.stream);
+    }
+    if (st)
+        fprintf(stderr, "metrale-gpu run: measuring the copy bandwidth failed: %s\n",
+                mg_last_error());
+    double step_bytes = (double)r.info.decode_weight_bytes + (double)r.info.decode_kv_bytes;
+    double limit_ms = gbps > 0 ? step_bytes / (gbps * 1e6) : 0;
+    double prefill_tps = r.prefill_s > 0 ? r.info.prompt_tokens / r.prefill_s : 0;
+    double decode_tps = r.step_ms > 0 ? c.batch * 1e3 / r.step_ms : 0;
+    uint64_t live = r.live_bytes, live_count = r.live_count;
+
+    /* --compare: the same preset and seed on the CPU backend. */
+    double rel = -1;
+    int agree = -1;
+    if (a.compare) {
+        mg_backend *cpu = NULL;
+        run_result ref = {0};
+        if ((st = mg_backend_open(MG_BACKEND_CPU, 0, &cpu))) {
+            fprintf(stderr, "metrale-gpu run: cannot open the CPU backend: %s\n", mg_last_error());
+            rc = 1;
+        } else {
+            mg_fwd_config cc = c;
+            cc.use_graphs = false;
+            if (!opts->json)
+                printf("[cpu] the same run on the CPU backend for --compare\n");
+            rc = run_model(cpu, &cc, true, &ref);
+            mg_backend_close(cpu);
+        }
+        if (!rc) {
+            rel = max_relative_error(r.final_hidden, ref.final_hidden,
+                                     (size_t)c.batch * p->shape.hidden);
+            agree = !memcmp(r.tokens, ref.tokens,
+                            (size_t)c.batch * (c.steps + 1) * sizeof(int32_t));
+        }
+        run_result_free(&ref);
+    }
+
+    const int32_t *t0 = r.tokens;
+    if (opts->json) {
+        printf("{\"preset\": \"%s\", \"backend\": \"%s\", \"weights\": \"bf16\", \"batch\": %u, "
+               "\"prompt_tokens\": %llu, \"steps\": %u, \"graph_steps\": %u, "
+               "\"setup_s\": %.4f, \"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.2f, "
+               "\"decode_ms_per_step\": %.4f, \"decode_tokens_per_s\": %.2f, "
+               "\"first_step_ms\": %.4f, \"decode_bytes_per_step\": %.0f, "
+               "\"copy_gbps\": %.2f, \"memory_bound_ms\": %.4f, \"fraction_of_limit\": %.4f, "
+               "\"weight_bytes\": %llu, \"kv_pool_bytes\": %llu, \"arena_bytes\": %llu, "
+               "\"arena_unpacked_bytes\": %llu, \"device_bytes_live\": %llu, \"tokens\": [",
+               p->name, kind, c.batch, (unsigned long long)r.info.prompt_tokens, c.steps,
+               r.graph_steps, r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps,
+               r.first_step_ms, step_bytes, gbps, limit_ms,
+               r.step_ms > 0 ? limit_ms / r.step_ms : 0,
+               (unsigned long long)r.info.weight_bytes, (unsigned long long)r.info.kv_pool_bytes,
+               (unsigned long long)r.info.arena.arena_bytes,
+               (unsigned long long)r.info.arena.sum_bytes, (unsigned long long)live);
+        for (uint32_t i = 0; i < r.token_count; i++)
+            printf("%s%d", i ? ", " : "", t0[i]);
+        printf("]");
+        if (a.compare)
+            printf(", \"compare_max_rel_err\": %.6g, \"compare_tokens_agree\": %s", rel,
+                   agree == 1 ? "true" : "false");
+        printf("}\n");
+    } else {
+        printf("summary (%s, %s):\n", p->name, kind);
+        printf("  prefill         %.1f tokens/s (%llu tokens in %.3f s)\n", prefill_tps,
+               (unsigned long long)r.info.prompt_tokens, r.prefill_s);
+        printf("  decode          %.3f ms/step, %.1f tokens/s at batch %u (%s; first eager "
+               "step %.3f ms)\n",
+               r.step_ms, decode_tps, c.batch,
+               r.graph_steps ? "graph replays" : "eager steps", r.first_step_ms);
+        printf("  memory bound    %.3f ms/step: %.3f GB of weights + KV read per step at %.1f "
+               "GB/s copy bandwidth; %.1f%% reached\n",
+               limit_ms, step_bytes / 1e9, gbps, r.step_ms > 0 ? 100 * limit_ms / r.step_ms : 0);
+        printf("  arena           %.3f MB packed, %.3f MB unpacked\n",
+               r.info.arena.arena_bytes / 1e6, r.info.arena.sum_bytes / 1e6);
+        printf("  device memory   %.3f GB in %llu allocations (weights, KV cache, arena)\n",
+               live / 1e9,
+               (unsigned long long)live_count);
+        printf("  request 0       ");
+        for (uint32_t i = 0; i < r.token_count; i++)
+            printf("%s%d", i ? " " : "", t0[i]);
+        printf("\n");
+        if (a.compare)
+            printf("  compare         max relative error of the final hidden states vs CPU "
+                   "%.3g; greedy tokens %s\n",
+                   rel, agree == 1 ? "agree" : "DIFFER");
+    }
+    run_result_free(&r);
+    mg_backend_close(b);
+    return rc;
+}

@@ -14,10 +14,11 @@ build: setup
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: what is here, then every check on the best backend present.
+# The main job: what is here, then a model-shaped forward pass on the best backend present
+# (the tiny preset on the CPU, the Llama-3-8B-shaped one on a GPU).
 run: build
 	./$(BUILD)/metrale-gpu info
-	./$(BUILD)/metrale-gpu check
+	./$(BUILD)/metrale-gpu run
 
 # Every test: the normal build, then ASan+UBSan, then ThreadSanitizer on the concurrent parts.
 test: test-main test-asan test-tsan

@@ -129,6 +129,8 @@ if want bench; then
     bench_step nvfp4 --iters 30 --warmup 5
     bench_step mlx --iters 20 --warmup 5
     bench_step decode
+    step run_llama_3_8b 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b
+    step run_compare_tiny 120 "$BIN/metrale-gpu" --backend cuda run --preset tiny --compare
 fi
 if want peers; then
     peer_step copy_launch "$PEERS/peers_copy_launch.py"

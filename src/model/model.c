@@ -55,7 +55,7 @@ static const mg_fwd_preset presets[] = {
                .vocab = 4096},
      .layers = 4, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
      .max_batch_tokens = 8192, .max_batch_size = 64,
-     .batch = 4, .prompt_len = 48, .steps = 16},
+     .batch = 4, .prompt_len = 32, .steps = 8},
     {.name = "llama-3-8b",
      .description = "32 layers of Llama-3-8B's shapes (hidden 4096, 32 q / 8 kv heads, MLP "
                     "14336, vocab 128256)",

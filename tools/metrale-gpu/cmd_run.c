@@ -274,9 +274,11 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     double rel = -1;
     int agree = -1;
     if (a.compare) {
-        mg_backend *cpu = NULL;
+        /* One CPU backend per process: a run on the CPU compares with itself (what the test
+         * of the comparison can do without a GPU). */
+        mg_backend *cpu = on_cpu ? b : NULL;
         run_result ref = {0};
-        if ((st = mg_backend_open(MG_BACKEND_CPU, 0, &cpu))) {
+        if (!on_cpu && (st = mg_backend_open(MG_BACKEND_CPU, 0, &cpu))) {
             fprintf(stderr, "metrale-gpu run: cannot open the CPU backend: %s\n", mg_last_error());
             rc = 1;
         } else {
@@ -285,13 +287,16 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
             if (!opts->json)
                 printf("[cpu] the same run on the CPU backend for --compare\n");
             rc = run_model(cpu, &cc, true, &ref);
-            mg_backend_close(cpu);
+            if (cpu != b)
+                mg_backend_close(cpu);
         }
         if (!rc) {
             rel = max_relative_error(r.final_hidden, ref.final_hidden,
                                      (size_t)c.batch * p->shape.hidden);
             agree = !memcmp(r.tokens, ref.tokens,
                             (size_t)c.batch * (c.steps + 1) * sizeof(int32_t));
+            if (!agree)
+                rc = 1; /* a disagreement fails the command (reported in the summary) */
         }
         run_result_free(&ref);
     }

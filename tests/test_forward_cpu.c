@@ -1,0 +1,256 @@
+/*
+ * test_forward_cpu.c - the forward pass of src/model (what `metrale-gpu run` drives) on the
+ * CPU backend against a second computation written here with plain float loops over the same
+ * weights: each request processed one token at a time with its own key/value history (which
+ * is what a causal prefill followed by decode steps computes), BF16 rounding where the ops
+ * store BF16. Then the configuration errors the model must refuse with a message.
+ */
+#include <math.h>
+#include <stdbool.h>
+
+#include "metrale/dtype.h"
+#include "model.h"
+#include "test_util.h"
+
+static float bf(float x) {
+    return mg_bf16_to_f32(mg_f32_to_bf16(x));
+}
+
+/* Tensor `id` as floats (the generator is the shared definition of the weights). */
+static float *tensor(const mg_fwd_preset *p, uint64_t seed, uint32_t id) {
+    uint32_t rows, cols;
+    float offset, scale;
+    if (mg_fwd_tensor_shape(&p->shape, p->layers, id, &rows, &cols, &offset, &scale))
+        return NULL;
+    size_t n = (size_t)rows * cols;
+    uint16_t *h = malloc(n * 2);
+    float *f = malloc(n * sizeof *f);
+    mg_fwd_weight_fill(seed, id, offset, scale, 0, n, h);
+    for (size_t i = 0; i < n; i++)
+        f[i] = mg_bf16_to_f32(h[i]);
+    free(h);
+    return f;
+}
+
+/* y[n] = bf16(x[k] . W[n, k]) (or FP32 when round is false), in order of k. */
+static void matvec(const float *x, const float *w, uint32_t n, uint32_t k, float *y, bool round) {
+    for (uint32_t j = 0; j < n; j++) {
+        float acc = 0;
+        for (uint32_t i = 0; i < k; i++)
+            acc += x[i] * w[(size_t)j * k + i];
+        y[j] = round ? bf(acc) : acc;
+    }
+}
+
+static void rmsnorm(const float *x, const float *w, uint32_t n, float eps, float *y) {
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(sum / n + eps));
+    for (uint32_t i = 0; i < n; i++)
+        y[i] = bf(x[i] * inv * w[i]);
+}
+
+static void rope(float *x, uint32_t d, uint32_t pos, float theta) {
+    for (uint32_t i = 0; i < d / 2; i++) {
+        double a = pos * pow(theta, -(double)(2 * i) / d);
+        float x0 = x[i], x1 = x[i + d / 2];
+        x[i] = bf((float)(x0 * cos(a) - x1 * sin(a)));
+        x[i + d / 2] = bf((float)(x1 * cos(a) + x0 * sin(a)));
+    }
+}
+
+typedef struct reference {
+    const mg_fwd_preset *p;
+    float *emb, *final_norm, *lm;
+    float **w; /* [layers * MG_FWD_LAYER_TENSORS] */
+} reference;
+
+/* Runs request r: its prompt, then `steps` greedy tokens; writes the generated ids (steps + 1)
+ * and the final-normed hidden state of the last token. */
+static void reference_request(const reference *ref, const mg_fwd_config *c, uint32_t r,
+                              int32_t *generated, float *final_hidden) {
+    const mg_model_shape *s = &ref->p->shape;
+    uint32_t H = s->hidden, D = s->head_dim, QD = s->heads * D, KD = s->kv_heads * D;
+    uint32_t I = s->intermediate, len = mg_fwd_prompt_length(c, r), total = len + c->steps;
+    uint32_t L = ref->p->layers, group = s->heads / s->kv_heads;
+    float eps = ref->p->norm_eps;
+    float *kc = malloc(sizeof(float) * L * total * KD), *vc = malloc(sizeof(float) * L * total * KD);
+    float *h = malloc(sizeof(float) * H), *a = malloc(sizeof(float) * H);
+    float *q = malloc(sizeof(float) * QD), *kv = malloc(sizeof(float) * 2 * KD);
+    float *o = malloc(sizeof(float) * QD), *proj = malloc(sizeof(float) * H);
+    float *gu = malloc(sizeof(float) * 2 * I), *act = malloc(sizeof(float) * I);
+    float *logits = malloc(sizeof(float) * s->vocab), *scores = malloc(sizeof(float) * total);
+    int32_t token = 0;
+    uint32_t produced = 0;
+    for (uint32_t t = 0; t + 1 < total + 1 && produced < c->steps + 1; t++) {
+        token = t < len ? mg_fwd_prompt_token(c->seed, s->vocab, r, t) : generated[produced - 1];
+        for (uint32_t i = 0; i < H; i++)
+            h[i] = ref->emb[(size_t)token * H + i];
+        for (uint32_t l = 0; l < L; l++) {
+            float *const *w = ref->w + (size_t)l * MG_FWD_LAYER_TENSORS;
+            if (l)
+                for (uint32_t i = 0; i < H; i++)
+                    h[i] = bf(h[i] + proj[i]);
+            rmsnorm(h, w[MG_FWD_ATTN_NORM], H, eps, a);
+            matvec(a, w[MG_FWD_WQ], QD, H, q, true);
+            matvec(a, w[MG_FWD_WKV], 2 * KD, H, kv, true);
+            for (uint32_t hd = 0; hd < s->heads; hd++)
+                rope(q + hd * D, D, t, ref->p->rope_theta);
+            for (uint32_t hd = 0; hd < s->kv_heads; hd++)
+                rope(kv + hd * D, D, t, ref->p->rope_theta);
+            float *kl = kc + (size_t)l * total * KD, *vl = vc + (size_t)l * total * KD;
+            memcpy(kl + (size_t)t * KD, kv, KD * sizeof(float));
+            memcpy(vl + (size_t)t * KD, kv + KD, KD * sizeof(float));
+            for (uint32_t hd = 0; hd < s->heads; hd++) {
+                uint32_t g = hd / group;
+                double mx = -INFINITY, sum = 0;
+                for (uint32_t j = 0; j <= t; j++) {
+                    double dot = 0;
+                    for (uint32_t i = 0; i < D; i++)
+                        dot += (double)q[hd * D + i] * kl[(size_t)j * KD + g * D + i];
+                    scores[j] = (float)(dot / sqrt((double)D));
+                    mx = fmax(mx, scores[j]);
+                }
+                for (uint32_t j = 0; j <= t; j++)
+                    sum += exp(scores[j] - mx);
+                for (uint32_t i = 0; i < D; i++) {
+                    double acc = 0;
+                    for (uint32_t j = 0; j <= t; j++)
+                        acc += exp(scores[j] - mx) * vl[(size_t)j * KD + g * D + i];
+                    o[hd * D + i] = bf((float)(acc / sum));
+                }
+            }
+            matvec(o, w[MG_FWD_WO], H, QD, proj, true);
+            for (uint32_t i = 0; i < H; i++)
+                h[i] = bf(h[i] + proj[i]);
+            rmsnorm(h, w[MG_FWD_MLP_NORM], H, eps, a);
+            matvec(a, w[MG_FWD_W_GATE_UP], 2 * I, H, gu, true);
+            for (uint32_t i = 0; i < I; i++) {
+                float g = gu[i];
+                act[i] = bf(g / (1.0f + expf(-g)) * gu[I + i]);
+            }
+            matvec(act, w[MG_FWD_W_DOWN], H, I, proj, true);
+        }
+        if (t + 1 < len)
+            continue;
+        for (uint32_t i = 0; i < H; i++)
+            h[i] = bf(h[i] + proj[i]);
+        rmsnorm(h, ref->final_norm, H, eps, final_hidden);
+        matvec(final_hidden, ref->lm, s->vocab, H, logits, false);
+        uint32_t best = 0;
+        for (uint32_t v = 1; v < s->vocab; v++)
+            if (logits[v] > logits[best])
+                best = v;
+        generated[produced++] = (int32_t)best;
+    }
+    free(kc), free(vc), free(h), free(a), free(q), free(kv), free(o), free(proj), free(gu);
+    free(act), free(logits), free(scores);
+}
+
+static void check_against_reference(mg_backend *be, mg_fwd_config c) {
+    const mg_fwd_preset *p = c.preset;
+    reference ref = {.p = p};
+    ref.emb = tensor(p, c.seed, MG_FWD_TENSOR_EMBEDDING);
+    ref.final_norm = tensor(p, c.seed, MG_FWD_TENSOR_FINAL_NORM);
+    ref.lm = tensor(p, c.seed, MG_FWD_TENSOR_LM_HEAD);
+    ref.w = calloc((size_t)p->layers * MG_FWD_LAYER_TENSORS, sizeof *ref.w);
+    for (uint32_t l = 0; l < p->layers; l++)
+        for (uint32_t slot = 0; slot < MG_FWD_LAYER_TENSORS; slot++)
+            ref.w[l * MG_FWD_LAYER_TENSORS + slot] = tensor(p, c.seed, mg_fwd_layer_tensor(l, slot));
+
+    mg_stream *s = NULL;
+    mg_fwd *m = NULL;
+    CHECK_OK(mg_stream_create(be, &s));
+    mg_status st = mg_fwd_create(be, &c, &m);
+    CHECK(st == MG_OK);
+    if (st) {
+        fprintf(stderr, "mg_fwd_create: %s\n", mg_fwd_error());
+        return;
+    }
+    CHECK(mg_fwd_prefill(m, s) == MG_OK);
+    for (uint32_t i = 0; i < c.steps; i++)
+        CHECK(mg_fwd_decode(m, s) == MG_OK);
+    CHECK(mg_fwd_decode(m, s) == MG_ERR_INVALID_ARGUMENT); /* beyond the planned steps */
+    uint32_t H = p->shape.hidden;
+    uint16_t *hidden = malloc((size_t)c.batch * H * 2);
+    CHECK(mg_fwd_final_hidden(m, hidden) == MG_OK);
+    int32_t *want = malloc((c.steps + 1) * sizeof(int32_t));
+    float *want_hidden = malloc(H * sizeof(float));
+    for (uint32_t r = 0; r < c.batch; r++) {
+        reference_request(&ref, &c, r, want, want_hidden);
+        uint32_t count;
+        const int32_t *got = mg_fwd_tokens(m, r, &count);
+        CHECK(count == c.steps + 1);
+        int mismatches = 0;
+        for (uint32_t i = 0; i < count && i < c.steps + 1; i++)
+            mismatches += got[i] != want[i];
+        CHECK(mismatches == 0);
+        if (mismatches) {
+            fprintf(stderr, "request %u tokens:", r);
+            for (uint32_t i = 0; i < count; i++)
+                fprintf(stderr, " %d/%d", got[i], want[i]);
+            fprintf(stderr, " (got/want)\n");
+        }
+        double diff = 0, scale = 0;
+        for (uint32_t i = 0; i < H; i++) {
+            diff = fmax(diff, fabs(mg_bf16_to_f32(hidden[(size_t)r * H + i]) - want_hidden[i]));
+            scale = fmax(scale, fabs(want_hidden[i]));
+        }
+        CHECK(scale > 0.1 && diff / scale < 0.02);
+        if (!(diff / scale < 0.02))
+            fprintf(stderr, "request %u final hidden: max rel err %g\n", r, diff / scale);
+    }
+    free(hidden), free(want), free(want_hidden);
+    mg_fwd_destroy(m);
+    mg_stream_destroy(s);
+    free(ref.emb), free(ref.final_norm), free(ref.lm);
+    for (size_t i = 0; i < (size_t)p->layers * MG_FWD_LAYER_TENSORS; i++)
+        free(ref.w[i]);
+    free(ref.w);
+}
+
+/* A refusal: the status and a one-line message naming `needle`. */
+static void check_refused(mg_backend *be, mg_fwd_config c, mg_status want, const char *needle) {
+    mg_fwd *m = (mg_fwd *)1;
+    mg_status st = mg_fwd_create(be, &c, &m);
+    CHECK(st == want);
+    CHECK(m == NULL);
+    CHECK(strstr(mg_fwd_error(), needle) != NULL && !strchr(mg_fwd_error(), '\n'));
+    if (st == MG_OK)
+        mg_fwd_destroy(m);
+    else if (!strstr(mg_fwd_error(), needle))
+        fprintf(stderr, "message '%s' lacks '%s'\n", mg_fwd_error(), needle);
+}
+
+int main(void) {
+    test_seed();
+    mg_backend *be = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &be));
+    const mg_fwd_preset *tiny = mg_fwd_preset_find("tiny");
+    CHECK(tiny != NULL && mg_fwd_preset_find("no-such-preset") == NULL);
+    /* Awkward sizes: prompts crossing page boundaries, a fresh seed each run. */
+    mg_fwd_config c = mg_fwd_config_default(tiny);
+    c.batch = 3;
+    c.prompt_len = (uint32_t)test_rand_range(9, 21);
+    c.steps = (uint32_t)test_rand_range(3, 6);
+    c.seed = test_rand();
+    c.use_graphs = false;
+    printf("tiny: batch %u, prompt_len %u, steps %u, seed %llu\n", c.batch, c.prompt_len, c.steps,
+           (unsigned long long)c.seed);
+    check_against_reference(be, c);
+
+    mg_fwd_config bad = c;
+    bad.batch = tiny->max_batch_size + 1;
+    check_refused(be, bad, MG_ERR_INVALID_ARGUMENT, "--batch");
+    bad.batch = 0;
+    check_refused(be, bad, MG_ERR_INVALID_ARGUMENT, "--batch");
+    bad = c;
+    bad.batch = 64;
+    bad.prompt_len = 100000;
+    check_refused(be, bad, MG_ERR_INVALID_ARGUMENT, "tokens");
+    bad = mg_fwd_config_default(mg_fwd_preset_find("qwen3-30b-a3b"));
+    check_refused(be, bad, MG_ERR_UNSUPPORTED, "mixture of experts");
+    CHECK_OK(mg_backend_close(be));
+    return test_finish();
+}

@@ -11,6 +11,7 @@ extern const mg_check_case mg_checks_moe_routing[];
 extern const mg_check_case mg_checks_nvfp4_gemm[];
 extern const mg_check_case mg_checks_mlx[];
 extern const mg_check_case mg_checks_kv_cache[];
+extern const mg_check_case mg_checks_elementwise[];
 
 const mg_check_case *const mg_check_groups[] = {
     mg_checks_conformance,
@@ -23,5 +24,6 @@ const mg_check_case *const mg_check_groups[] = {
     mg_checks_nvfp4_gemm,
     mg_checks_mlx,
     mg_checks_kv_cache,
+    mg_checks_elementwise,
     NULL,
 };

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "comm_internal.h"
@@ -141,7 +142,12 @@ static void sleep_ms(long ms) {
  * or after the deadline, aborts the rank and returns MG_ERR_DEVICE naming `call`. Caller
  * holds r->lock. */
 static mg_status settle_locked(mg_comm *c, nccl_rank *r, const char *call, uint64_t deadline) {
-    for (;;) {
+    /* A collective's enqueue settles in microseconds: poll without sleeping for the first
+     * SPIN_POLLS rounds (yielding the core), and only then in 1 ms sleeps, which suit
+     * connection set-up and a dead peer. Sleeping from the first round made every collective
+     * cost at least a millisecond of host time, and the device waited for it. */
+    enum { SPIN_POLLS = 20000 };
+    for (unsigned polls = 0;; polls++) {
         ncclResult_t state = ncclInProgress;
         ncclResult_t q = nccl.get_async_error(r->comm, &state);
         if (q != ncclSuccess)
@@ -157,7 +163,10 @@ static mg_status settle_locked(mg_comm *c, nccl_rank *r, const char *call, uint6
                           "never joined); aborted",
                           call, c->rank, c->size, c->timeout_ms);
         } else {
-            sleep_ms(1);
+            if (polls < SPIN_POLLS)
+                sched_yield();
+            else
+                sleep_ms(1);
             continue;
         }
         mg_comm_fail(c, mg_last_error());

@@ -3,7 +3,9 @@
  * CPU backend against a second computation written here with plain float loops over the same
  * weights: each request processed one token at a time with its own key/value history (which
  * is what a causal prefill followed by decode steps computes), BF16 rounding where the ops
- * store BF16. Then the configuration errors the model must refuse with a message.
+ * store BF16, fed the library's tokens: each must be the reference's best or within a near-tie
+ * of it, and the final hidden states must agree within 2%. Then the configuration errors the
+ * model must refuse with a message.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -68,8 +70,12 @@ typedef struct reference {
 
 /* Runs request r: its prompt, then `steps` greedy tokens; writes the generated ids (steps + 1)
  * and the final-normed hidden state of the last token. */
-static void reference_request(const reference *ref, const mg_fwd_config *c, uint32_t r,
-                              int32_t *generated, float *final_hidden) {
+/* Request r, teacher-forced with the library's tokens `forced` (the reference's own argmax can
+ * differ from them at a near-tie of two logits, after which the two runs would decode
+ * different texts): writes the reference's argmax at each step into `generated` and returns
+ * how many of the library's tokens are not within `tol` of the reference's best logit. */
+static int reference_request(const reference *ref, const mg_fwd_config *c, uint32_t r,
+                             const int32_t *forced, int32_t *generated, float *final_hidden) {
     const mg_model_shape *s = &ref->p->shape;
     uint32_t H = s->hidden, D = s->head_dim, QD = s->heads * D, KD = s->kv_heads * D;
     uint32_t I = s->intermediate, len = mg_fwd_prompt_length(c, r), total = len + c->steps;
@@ -83,8 +89,9 @@ static void reference_request(const reference *ref, const mg_fwd_config *c, uint
     float *logits = malloc(sizeof(float) * s->vocab), *scores = malloc(sizeof(float) * total);
     int32_t token = 0;
     uint32_t produced = 0;
+    int far_from_best = 0;
     for (uint32_t t = 0; t + 1 < total + 1 && produced < c->steps + 1; t++) {
-        token = t < len ? mg_fwd_prompt_token(c->seed, s->vocab, r, t) : generated[produced - 1];
+        token = t < len ? mg_fwd_prompt_token(c->seed, s->vocab, r, t) : forced[produced - 1];
         for (uint32_t i = 0; i < H; i++)
             h[i] = ref->emb[(size_t)token * H + i];
         for (uint32_t l = 0; l < L; l++) {
@@ -139,13 +146,24 @@ static void reference_request(const reference *ref, const mg_fwd_config *c, uint
         rmsnorm(h, ref->final_norm, H, eps, final_hidden);
         matvec(final_hidden, ref->lm, s->vocab, H, logits, false);
         uint32_t best = 0;
+        float largest = 0;
         for (uint32_t v = 1; v < s->vocab; v++)
             if (logits[v] > logits[best])
                 best = v;
+        for (uint32_t v = 0; v < s->vocab; v++)
+            largest = fmaxf(largest, fabsf(logits[v]));
+        /* The library's final hidden state may differ by BF16 roundings (checked to 2% below),
+         * so its logits may by about as much: its token must be within 2% of the largest
+         * logit magnitude of the best one. */
+        int32_t chosen = forced[produced];
+        if (chosen < 0 || (uint32_t)chosen >= s->vocab ||
+            logits[chosen] < logits[best] - 0.02f * largest)
+            far_from_best++;
         generated[produced++] = (int32_t)best;
     }
     free(kc), free(vc), free(h), free(a), free(q), free(kv), free(o), free(proj), free(gu);
     free(act), free(logits), free(scores);
+    return far_from_best;
 }
 
 static void check_against_reference(mg_backend *be, mg_fwd_config c) {
@@ -175,22 +193,25 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
     uint32_t H = p->shape.hidden;
     uint16_t *hidden = malloc((size_t)c.batch * H * 2);
     CHECK(mg_fwd_final_hidden(m, hidden) == MG_OK);
-    int32_t *want = malloc((c.steps + 1) * sizeof(int32_t));
+    int32_t *want = malloc((c.steps + 1) * sizeof(int32_t)); /* the reference's argmax */
     float *want_hidden = malloc(H * sizeof(float));
     for (uint32_t r = 0; r < c.batch; r++) {
-        reference_request(&ref, &c, r, want, want_hidden);
         uint32_t count;
         const int32_t *got = mg_fwd_tokens(m, r, &count);
         CHECK(count == c.steps + 1);
-        int mismatches = 0;
-        for (uint32_t i = 0; i < count && i < c.steps + 1; i++)
-            mismatches += got[i] != want[i];
-        CHECK(mismatches == 0);
-        if (mismatches) {
-            fprintf(stderr, "request %u tokens:", r);
+        if (count != c.steps + 1)
+            continue;
+        int far = reference_request(&ref, &c, r, got, want, want_hidden);
+        int differ = 0;
+        for (uint32_t i = 0; i < count; i++)
+            differ += got[i] != want[i];
+        CHECK(far == 0);
+        if (far || differ) {
+            fprintf(stderr, "request %u tokens%s:", r,
+                    far ? "" : " (near-ties: within tolerance of the best logit)");
             for (uint32_t i = 0; i < count; i++)
                 fprintf(stderr, " %d/%d", got[i], want[i]);
-            fprintf(stderr, " (got/want)\n");
+            fprintf(stderr, " (got/reference argmax)\n");
         }
         double diff = 0, scale = 0;
         for (uint32_t i = 0; i < H; i++) {

@@ -130,6 +130,10 @@ if want bench; then
     bench_step mlx --iters 20 --warmup 5
     bench_step decode
     step run_llama_3_8b 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b
+    step run_llama_3_8b_b8 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b --batch 8
+    step run_llama_3_8b_b64 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b --batch 64
+    step run_llama_3_8b_nvfp4 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b --weights nvfp4
+    step run_compare_tiny_nvfp4 120 "$BIN/metrale-gpu" --backend cuda run --preset tiny --weights nvfp4 --compare
     step run_compare_tiny 120 "$BIN/metrale-gpu" --backend cuda run --preset tiny --compare
 fi
 if want peers; then
@@ -140,6 +144,7 @@ if want peers; then
     peer_step nvfp4_format "$PEERS/peers_nvfp4_format.py"
     peer_step mlx "$PEERS/peers_mlx.py"
     peer_step decode "$PEERS/peers_decode.py"
+    peer_step forward "$PEERS/peers_forward.py"
 fi
 
 # ---------------------------------------------------------------- 5. report

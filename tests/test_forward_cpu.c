@@ -6,11 +6,19 @@
  * store BF16, fed the library's tokens: each must be the reference's best or within a near-tie
  * of it, and the final hidden states must agree within 2%. Then the configuration errors the
  * model must refuse with a message.
+ *
+ * With NVFP4 weights the layer matrices are quantized here with mg_nvfp4_quantize (global
+ * scale amax / 2688 of the whole tensor, the rule model.h documents), their codes and block
+ * scales read back and decoded by hand (E2M1 nibbles, E4M3 bytes); the products then follow
+ * the NVFP4 GEMM's definition: FP64 sums of activation x e2m1 x e4m3, times the global scale,
+ * one rounding to BF16; the MLP's gate and up are not rounded before silu(gate) * up; the LM
+ * head's logits are BF16 (argmax ties to the lowest id).
  */
 #include <math.h>
 #include <stdbool.h>
 
 #include "metrale/dtype.h"
+#include "metrale/nvfp4.h"
 #include "model.h"
 #include "test_util.h"
 
@@ -34,6 +42,59 @@ static float *tensor(const mg_fwd_preset *p, uint64_t seed, uint32_t id) {
     return f;
 }
 
+/* An E4M3 byte (bias 7, 3 mantissa bits; the quantizer writes 0x00..0x7e) by hand. */
+static double e4m3_value(uint8_t c) {
+    int e = (c >> 3) & 15, man = c & 7;
+    double v = e ? ldexp(1.0 + man / 8.0, e - 7) : ldexp(man / 8.0, -6);
+    return (c & 0x80) ? -v : v;
+}
+
+/* A nibble: bit 3 the sign, bits 0-2 an E2M1 magnitude. */
+static double e2m1_value(uint8_t nibble) {
+    static const double magnitude[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    return (nibble & 8) ? -magnitude[nibble & 7] : magnitude[nibble & 7];
+}
+
+/* Tensor `id` quantized to NVFP4 on `be` and decoded here: floats e2m1 x e4m3 (exact), with
+ * the tensor's global scale in *global. */
+static float *tensor_nvfp4(mg_backend *be, const mg_fwd_preset *p, uint64_t seed, uint32_t id,
+                           double *global) {
+    uint32_t rows, cols;
+    float offset, scale;
+    if (mg_fwd_tensor_shape(&p->shape, p->layers, id, &rows, &cols, &offset, &scale))
+        return NULL;
+    size_t n = (size_t)rows * cols;
+    uint16_t *h = malloc(n * 2);
+    uint8_t *codes = malloc(n / 2), *scales = malloc(n / 16);
+    float *f = malloc(n * sizeof *f);
+    mg_fwd_weight_fill(seed, id, offset, scale, 0, n, h);
+    float amax = 0;
+    for (size_t i = 0; i < n; i++)
+        amax = fmaxf(amax, fabsf(mg_bf16_to_f32(h[i])));
+    float g = amax / 2688.0f;
+    mg_devptr d_in = 0, d_g = 0, d_codes = 0, d_scales = 0;
+    CHECK_OK(mg_alloc(be, n * 2, &d_in));
+    CHECK_OK(mg_alloc(be, 4, &d_g));
+    CHECK_OK(mg_alloc(be, n / 2, &d_codes));
+    CHECK_OK(mg_alloc(be, n / 16, &d_scales));
+    CHECK_OK(mg_copy_h2d(be, d_in, h, n * 2));
+    CHECK_OK(mg_copy_h2d(be, d_g, &g, 4));
+    CHECK_OK(mg_memset(be, d_codes, 0xff, n / 2));
+    CHECK_OK(mg_memset(be, d_scales, 0xff, n / 16));
+    CHECK_OK(mg_nvfp4_quantize(be, NULL, rows, cols, 0, d_in, d_g, d_codes, d_scales));
+    CHECK_OK(mg_copy_d2h(be, codes, d_codes, n / 2));
+    CHECK_OK(mg_copy_d2h(be, scales, d_scales, n / 16));
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)(e2m1_value((uint8_t)(codes[i / 2] >> (4 * (i % 2)))) *
+                       e4m3_value(scales[i / 16]));
+    *global = g;
+    mg_devptr d[] = {d_in, d_g, d_codes, d_scales};
+    for (size_t i = 0; i < 4; i++)
+        CHECK_OK(mg_free(be, d[i]));
+    free(h), free(codes), free(scales);
+    return f;
+}
+
 /* y[n] = bf16(x[k] . W[n, k]) (or FP32 when round is false), in order of k. */
 static void matvec(const float *x, const float *w, uint32_t n, uint32_t k, float *y, bool round) {
     for (uint32_t j = 0; j < n; j++) {
@@ -41,6 +102,21 @@ static void matvec(const float *x, const float *w, uint32_t n, uint32_t k, float
         for (uint32_t i = 0; i < k; i++)
             acc += x[i] * w[(size_t)j * k + i];
         y[j] = round ? bf(acc) : acc;
+    }
+}
+
+/* The NVFP4 GEMM: y[n] = bf16((FP64 sum over k of x[k] W[n, k]) * global). */
+static void matvec_nvfp4(const float *x, const float *w, double global, uint32_t n, uint32_t k,
+                         double *y_exact, float *y) {
+    for (uint32_t j = 0; j < n; j++) {
+        double acc = 0;
+        for (uint32_t i = 0; i < k; i++)
+            acc += (double)x[i] * w[(size_t)j * k + i];
+        acc *= global;
+        if (y_exact)
+            y_exact[j] = acc;
+        if (y)
+            y[j] = bf((float)acc);
     }
 }
 
@@ -66,14 +142,25 @@ typedef struct reference {
     const mg_fwd_preset *p;
     float *emb, *final_norm, *lm;
     float **w; /* [layers * MG_FWD_LAYER_TENSORS] */
+    double *global; /* [layers * MG_FWD_LAYER_TENSORS]: NVFP4 matrices' global scales, else 0 */
+    double lm_global; /* the NVFP4 LM head's global scale, else 0 */
 } reference;
 
-/* Runs request r: its prompt, then `steps` greedy tokens; writes the generated ids (steps + 1)
- * and the final-normed hidden state of the last token. */
-/* Request r, teacher-forced with the library's tokens `forced` (the reference's own argmax can
- * differ from them at a near-tie of two logits, after which the two runs would decode
- * different texts): writes the reference's argmax at each step into `generated` and returns
- * how many of the library's tokens are not within `tol` of the reference's best logit. */
+/* A layer matrix product: BF16 weights (float sums) or NVFP4 (see matvec_nvfp4). */
+static void linear(const reference *ref, uint32_t l, uint32_t slot, const float *x, uint32_t n,
+                   uint32_t k, float *y) {
+    size_t at = (size_t)l * MG_FWD_LAYER_TENSORS + slot;
+    if (ref->global[at] > 0)
+        matvec_nvfp4(x, ref->w[at], ref->global[at], n, k, NULL, y);
+    else
+        matvec(x, ref->w[at], n, k, y, true);
+}
+
+/* Runs request r: its prompt, then `steps` greedy tokens, teacher-forced with the library's
+ * tokens `forced` (the reference's own argmax can differ from them at a near-tie of two logits,
+ * after which the two runs would decode different texts). Writes the reference's argmax at
+ * each step into `generated` and the final-normed hidden state of the last token; returns how
+ * many of the library's tokens are not within the tolerance of the reference's best logit. */
 static int reference_request(const reference *ref, const mg_fwd_config *c, uint32_t r,
                              const int32_t *forced, int32_t *generated, float *final_hidden) {
     const mg_model_shape *s = &ref->p->shape;
@@ -86,6 +173,7 @@ static int reference_request(const reference *ref, const mg_fwd_config *c, uint3
     float *q = malloc(sizeof(float) * QD), *kv = malloc(sizeof(float) * 2 * KD);
     float *o = malloc(sizeof(float) * QD), *proj = malloc(sizeof(float) * H);
     float *gu = malloc(sizeof(float) * 2 * I), *act = malloc(sizeof(float) * I);
+    double *gu_exact = malloc(sizeof(double) * 2 * I);
     float *logits = malloc(sizeof(float) * s->vocab), *scores = malloc(sizeof(float) * total);
     int32_t token = 0;
     uint32_t produced = 0;
@@ -100,8 +188,8 @@ static int reference_request(const reference *ref, const mg_fwd_config *c, uint3
                 for (uint32_t i = 0; i < H; i++)
                     h[i] = bf(h[i] + proj[i]);
             rmsnorm(h, w[MG_FWD_ATTN_NORM], H, eps, a);
-            matvec(a, w[MG_FWD_WQ], QD, H, q, true);
-            matvec(a, w[MG_FWD_WKV], 2 * KD, H, kv, true);
+            linear(ref, l, MG_FWD_WQ, a, QD, H, q);
+            linear(ref, l, MG_FWD_WKV, a, 2 * KD, H, kv);
             for (uint32_t hd = 0; hd < s->heads; hd++)
                 rope(q + hd * D, D, t, ref->p->rope_theta);
             for (uint32_t hd = 0; hd < s->kv_heads; hd++)
@@ -128,23 +216,36 @@ static int reference_request(const reference *ref, const mg_fwd_config *c, uint3
                     o[hd * D + i] = bf((float)(acc / sum));
                 }
             }
-            matvec(o, w[MG_FWD_WO], H, QD, proj, true);
+            linear(ref, l, MG_FWD_WO, o, H, QD, proj);
             for (uint32_t i = 0; i < H; i++)
                 h[i] = bf(h[i] + proj[i]);
             rmsnorm(h, w[MG_FWD_MLP_NORM], H, eps, a);
-            matvec(a, w[MG_FWD_W_GATE_UP], 2 * I, H, gu, true);
-            for (uint32_t i = 0; i < I; i++) {
-                float g = gu[i];
-                act[i] = bf(g / (1.0f + expf(-g)) * gu[I + i]);
+            double gate_up_global = ref->global[(size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_GATE_UP];
+            if (gate_up_global > 0) {
+                /* fused: gate and up unrounded, silu(gate) * up rounded once */
+                matvec_nvfp4(a, w[MG_FWD_W_GATE_UP], gate_up_global, 2 * I, H, gu_exact, NULL);
+                for (uint32_t i = 0; i < I; i++) {
+                    double g = gu_exact[i];
+                    act[i] = bf((float)(g / (1.0 + exp(-g)) * gu_exact[I + i]));
+                }
+            } else {
+                matvec(a, w[MG_FWD_W_GATE_UP], 2 * I, H, gu, true);
+                for (uint32_t i = 0; i < I; i++) {
+                    float g = gu[i];
+                    act[i] = bf(g / (1.0f + expf(-g)) * gu[I + i]);
+                }
             }
-            matvec(act, w[MG_FWD_W_DOWN], H, I, proj, true);
+            linear(ref, l, MG_FWD_W_DOWN, act, H, I, proj);
         }
         if (t + 1 < len)
             continue;
         for (uint32_t i = 0; i < H; i++)
             h[i] = bf(h[i] + proj[i]);
         rmsnorm(h, ref->final_norm, H, eps, final_hidden);
-        matvec(final_hidden, ref->lm, s->vocab, H, logits, false);
+        if (ref->lm_global > 0) /* BF16 logits */
+            matvec_nvfp4(final_hidden, ref->lm, ref->lm_global, s->vocab, H, NULL, logits);
+        else
+            matvec(final_hidden, ref->lm, s->vocab, H, logits, false);
         uint32_t best = 0;
         float largest = 0;
         for (uint32_t v = 1; v < s->vocab; v++)
@@ -162,7 +263,7 @@ static int reference_request(const reference *ref, const mg_fwd_config *c, uint3
         generated[produced++] = (int32_t)best;
     }
     free(kc), free(vc), free(h), free(a), free(q), free(kv), free(o), free(proj), free(gu);
-    free(act), free(logits), free(scores);
+    free(act), free(logits), free(scores), free(gu_exact);
     return far_from_best;
 }
 
@@ -171,11 +272,20 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
     reference ref = {.p = p};
     ref.emb = tensor(p, c.seed, MG_FWD_TENSOR_EMBEDDING);
     ref.final_norm = tensor(p, c.seed, MG_FWD_TENSOR_FINAL_NORM);
-    ref.lm = tensor(p, c.seed, MG_FWD_TENSOR_LM_HEAD);
+    ref.lm = c.weights == MG_FWD_WEIGHTS_NVFP4
+                 ? tensor_nvfp4(be, p, c.seed, MG_FWD_TENSOR_LM_HEAD, &ref.lm_global)
+                 : tensor(p, c.seed, MG_FWD_TENSOR_LM_HEAD);
     ref.w = calloc((size_t)p->layers * MG_FWD_LAYER_TENSORS, sizeof *ref.w);
+    ref.global = calloc((size_t)p->layers * MG_FWD_LAYER_TENSORS, sizeof *ref.global);
     for (uint32_t l = 0; l < p->layers; l++)
-        for (uint32_t slot = 0; slot < MG_FWD_LAYER_TENSORS; slot++)
-            ref.w[l * MG_FWD_LAYER_TENSORS + slot] = tensor(p, c.seed, mg_fwd_layer_tensor(l, slot));
+        for (uint32_t slot = 0; slot < MG_FWD_LAYER_TENSORS; slot++) {
+            size_t at = (size_t)l * MG_FWD_LAYER_TENSORS + slot;
+            bool matrix = slot != MG_FWD_ATTN_NORM && slot != MG_FWD_MLP_NORM;
+            uint32_t id = mg_fwd_layer_tensor(l, slot);
+            ref.w[at] = c.weights == MG_FWD_WEIGHTS_NVFP4 && matrix
+                            ? tensor_nvfp4(be, p, c.seed, id, &ref.global[at])
+                            : tensor(p, c.seed, id);
+        }
 
     mg_stream *s = NULL;
     mg_fwd *m = NULL;
@@ -229,6 +339,7 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
     for (size_t i = 0; i < (size_t)p->layers * MG_FWD_LAYER_TENSORS; i++)
         free(ref.w[i]);
     free(ref.w);
+    free(ref.global);
 }
 
 /* A refusal: the status and a one-line message naming `needle`. */
@@ -260,6 +371,15 @@ int main(void) {
     printf("tiny: batch %u, prompt_len %u, steps %u, seed %llu\n", c.batch, c.prompt_len, c.steps,
            (unsigned long long)c.seed);
     check_against_reference(be, c);
+    /* NVFP4 weights: another ragged batch and seed */
+    mg_fwd_config f = c;
+    f.weights = MG_FWD_WEIGHTS_NVFP4;
+    f.batch = (uint32_t)test_rand_range(2, 5);
+    f.prompt_len = (uint32_t)test_rand_range(9, 21);
+    f.seed = test_rand();
+    printf("tiny nvfp4: batch %u, prompt_len %u, steps %u, seed %llu\n", f.batch, f.prompt_len,
+           f.steps, (unsigned long long)f.seed);
+    check_against_reference(be, f);
 
     mg_fwd_config bad = c;
     bad.batch = tiny->max_batch_size + 1;
@@ -272,6 +392,11 @@ int main(void) {
     check_refused(be, bad, MG_ERR_INVALID_ARGUMENT, "tokens");
     bad = mg_fwd_config_default(mg_fwd_preset_find("qwen3-30b-a3b"));
     check_refused(be, bad, MG_ERR_UNSUPPORTED, "mixture of experts");
+    bad.weights = MG_FWD_WEIGHTS_NVFP4;
+    check_refused(be, bad, MG_ERR_UNSUPPORTED, "mixture of experts");
+    bad = c;
+    bad.weights = (mg_fwd_weights)7;
+    check_refused(be, bad, MG_ERR_INVALID_ARGUMENT, "weight format");
     CHECK_OK(mg_backend_close(be));
     return test_finish();
 }

@@ -3,7 +3,10 @@
  * usable device): decode steps replayed from one captured graph equal eager decode steps bit
  * for bit (tokens and final hidden states), and after the prefill the CUDA run agrees with the
  * CPU backend's on the same preset and seed (final hidden states within 3% of their largest
- * magnitude; the first greedy tokens are reported, since a near-tie may flip one).
+ * magnitude; the first greedy tokens are reported, since a near-tie may flip one). The NVFP4
+ * case (tiny preset) holds prompts of at least 128 tokens, so its prefill takes the BF16
+ * expansion path (mg_nvfp4_gemm_with_workspace) and its decode steps the NVFP4 tile kernels;
+ * the CPU side runs the NVFP4 reference GEMMs.
  */
 #include <math.h>
 
@@ -56,11 +59,21 @@ int main(void) {
     mg_backend *cuda = cuda_test_open_or_skip("test_forward_cuda");
     mg_backend *cpu = NULL;
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &cpu));
-    const char *names[] = {"tiny", "small"};
-    for (size_t p = 0; p < 2; p++) {
-        mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find(names[p]));
+    static const struct {
+        const char *name;
+        mg_fwd_weights weights;
+    } cases[] = {{"tiny", MG_FWD_WEIGHTS_BF16},
+                 {"small", MG_FWD_WEIGHTS_BF16},
+                 {"tiny", MG_FWD_WEIGHTS_NVFP4}};
+    for (size_t p = 0; p < sizeof cases / sizeof cases[0]; p++) {
+        mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find(cases[p].name));
+        c.weights = cases[p].weights;
         c.batch = (uint32_t)test_rand_range(2, 7);
         c.prompt_len = (uint32_t)test_rand_range(9, 40);
+        if (c.weights == MG_FWD_WEIGHTS_NVFP4) {
+            c.batch = (uint32_t)test_rand_range(5, 9);
+            c.prompt_len = (uint32_t)test_rand_range(40, 60); /* each prompt >= 30 tokens */
+        }
         c.steps = 6;
         c.seed = test_rand();
         uint32_t H = c.preset->shape.hidden;
@@ -95,9 +108,9 @@ int main(void) {
             scale = fmax(scale, fabs(y));
         }
         CHECK(scale > 0 && diff / scale < 0.03);
-        printf("%s: batch %u, prompts ~%u: graph = eager over %u steps; after the prefill CUDA vs "
-               "CPU max rel err %.3g, first greedy tokens agree %zu of %zu\n",
-               names[p], c.batch, c.prompt_len, c.steps, scale > 0 ? diff / scale : -1.0, agree,
+        printf("%s (%s weights): batch %u, prompts ~%u: graph = eager over %u steps; after the "
+               "prefill CUDA vs CPU max rel err %.3g, first greedy tokens agree %zu of %zu\n",
+               cases[p].name, mg_fwd_weights_name(c.weights), c.batch, c.prompt_len, c.steps, scale > 0 ? diff / scale : -1.0, agree,
                first_tokens);
         outcome_free(&graph);
         outcome_free(&eager);

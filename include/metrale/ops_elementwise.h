@@ -5,7 +5,7 @@
  *
  *   mg_gather_rows_bf16(b, s, tokens, hidden, ids, vocab, embedding, 0, residual);
  *   mg_rmsnorm_bf16(b, s, tokens, hidden, 1e-5f, residual, proj_out, norm_w, norm_out);
- *   mg_argmax_f32(b, s, rows, vocab, logits, vocab, next_ids);
+ *   mg_argmax_f32(b, s, rows, vocab, logits, vocab, next_ids);   // or mg_argmax_bf16
  *
  * The results are defined by the CPU references (src/ops/elementwise/), in FP32 from the BF16
  * inputs, rounded to BF16 to nearest even once per stored value:
@@ -55,6 +55,12 @@ MG_API mg_status mg_rmsnorm_bf16(mg_backend *b, mg_stream *s, uint32_t rows, uin
  * pitch a multiple of 4; ids: int32 [rows], 4-byte aligned, not overlapping in. */
 MG_API mg_status mg_argmax_f32(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t cols,
                                mg_devptr in, uint32_t pitch, mg_devptr ids);
+
+/* The same over BF16 logits (e.g. an NVFP4 LM head's output): in BF16 [rows, cols], row pitch
+ * a multiple of 8 elements, 16-byte aligned. Ties (more frequent at BF16 precision) go to the
+ * lowest column, as for FP32. */
+MG_API mg_status mg_argmax_bf16(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t cols,
+                                mg_devptr in, uint32_t pitch, mg_devptr ids);
 
 #ifdef __cplusplus
 }

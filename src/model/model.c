@@ -15,6 +15,8 @@
 #include "metrale/ops_elementwise.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/ops_kv_cache.h"
+#include "metrale/ops_nvfp4.h"
+#include "metrale/nvfp4.h"
 #include "metrale/status.h"
 
 #define PAGE_SIZE 16u
@@ -98,6 +100,18 @@ uint32_t mg_fwd_prompt_length(const mg_fwd_config *c, uint32_t r) {
 
 /* ------------------------------------------------------------------ weights */
 
+const char *mg_fwd_weights_name(mg_fwd_weights w) {
+    return w == MG_FWD_WEIGHTS_NVFP4 ? "nvfp4" : "bf16";
+}
+
+int mg_fwd_weights_find(const char *name) {
+    if (name && !strcmp(name, "bf16"))
+        return MG_FWD_WEIGHTS_BF16;
+    if (name && !strcmp(name, "nvfp4"))
+        return MG_FWD_WEIGHTS_NVFP4;
+    return -1;
+}
+
 static uint64_t splitmix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
     uint64_t z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -164,14 +178,25 @@ mg_status mg_fwd_tensor_shape(const mg_model_shape *s, uint32_t layers, uint32_t
 
 /* ------------------------------------------------------------------ the model */
 
+/* The NVFP4 matrices of a layer: w_gate_up becomes two weights (gate rows, up rows). */
+enum { FP4_Q, FP4_KV, FP4_O, FP4_GATE, FP4_UP, FP4_DOWN, FP4_SLOTS };
+
 struct mg_fwd {
     mg_backend *b;
     mg_fwd_config c;
     mg_model_shape sh;
     uint32_t layers;
     mg_devptr embedding, final_norm, lm_head;
-    mg_devptr *layer_w; /* [layers][MG_FWD_LAYER_TENSORS] */
+    mg_devptr *layer_w; /* [layers][MG_FWD_LAYER_TENSORS]; NVFP4: the matrices' are 0 */
     uint64_t weight_bytes;
+    /* NVFP4 only: prepared weights (each `values` the base of one allocation holding the
+     * values then the scales), their global scales (FP32 [layers * FP4_SLOTS + 1] in one
+     * allocation, the LM head's last), and the prefill's BF16 expansion workspace (0 when the
+     * prompts have fewer than MG_NVFP4_BF16_PATH_MIN_M tokens). */
+    mg_nvfp4_weight *fp4; /* [layers][FP4_SLOTS] */
+    mg_nvfp4_weight lm_head_fp4;
+    mg_devptr fp4_globals, prefill_workspace;
+    size_t prefill_workspace_bytes;
 
     mg_arena *arena;
     mg_devptr residual, proj_out, norm_out, qkv, attn_out, gate_up, mlp_act, logits_hidden,
@@ -218,14 +243,17 @@ static void *fill_thread(void *arg) {
     return NULL;
 }
 
-/* Generates tensor `id` on the host (over up to 16 threads) and uploads it. */
-static mg_status upload_tensor(mg_fwd *m, uint32_t id, uint16_t *host, mg_devptr *out) {
+/* Generates tensor `id` into `host` (over up to 16 threads); its shape in rows x cols. */
+static mg_status generate_tensor(mg_fwd *m, uint32_t id, uint16_t *host, uint32_t *rows_out,
+                                 uint32_t *cols_out) {
     uint32_t rows, cols;
     float offset, scale;
     mg_status st = mg_fwd_tensor_shape(&m->sh, m->layers, id, &rows, &cols, &offset, &scale);
     if (st)
         return st;
-    size_t count = (size_t)rows * cols, bytes = count * 2;
+    *rows_out = rows;
+    *cols_out = cols;
+    size_t count = (size_t)rows * cols;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (unsigned)cpus;
     if (count < 1u << 20)
@@ -250,6 +278,16 @@ static mg_status upload_tensor(mg_fwd *m, uint32_t id, uint16_t *host, mg_devptr
         else
             fill_thread(&jobs[t]);
     }
+    return MG_OK;
+}
+
+/* Generates tensor `id` on the host and uploads it as BF16. */
+static mg_status upload_tensor(mg_fwd *m, uint32_t id, uint16_t *host, mg_devptr *out) {
+    uint32_t rows, cols;
+    mg_status st = generate_tensor(m, id, host, &rows, &cols);
+    if (st)
+        return st;
+    size_t bytes = (size_t)rows * cols * 2;
     if ((st = mg_alloc(m->b, bytes, out)))
         return lib_fail(st, "allocating weights");
     if ((st = mg_copy_h2d(m->b, *out, host, bytes)))
@@ -258,15 +296,117 @@ static mg_status upload_tensor(mg_fwd *m, uint32_t id, uint16_t *host, mg_devptr
     return MG_OK;
 }
 
+/* Device staging for quantizing one tensor at a time: its BF16 copy, codes and scales. */
+typedef struct fp4_staging {
+    mg_devptr bf16, codes, scales;
+} fp4_staging;
+
+/* Tensor `id` (a layer matrix) generated on the host, uploaded into the staging buffers,
+ * quantized with its global scale (model.h), and prepared into `parts` weights of rows /
+ * parts rows each (w_gate_up: gate, then up), whose global scales are entries global_index..
+ * of m->fp4_globals. Ordered on the default stream, which the next blocking upload into the
+ * staging buffers waits for. */
+static mg_status quantize_tensor(mg_fwd *m, uint32_t id, uint16_t *host, const fp4_staging *sg,
+                                 uint32_t parts, mg_nvfp4_weight *out, size_t global_index) {
+    uint32_t rows, cols;
+    mg_status st = generate_tensor(m, id, host, &rows, &cols);
+    if (st)
+        return st;
+    float global = mg_nvfp4_global_scale(host, rows, cols, 0);
+    float globals[2] = {global, global};
+    mg_devptr g = m->fp4_globals + 4 * global_index;
+    mg_stream *s0 = mg_stream_default(m->b);
+    if ((st = mg_copy_h2d(m->b, sg->bf16, host, (size_t)rows * cols * 2)) ||
+        (st = mg_copy_h2d(m->b, g, globals, 4 * parts)) ||
+        (st = mg_nvfp4_quantize(m->b, s0, rows, cols, 0, sg->bf16, g, sg->codes, sg->scales)))
+        return lib_fail(st, "quantizing weights to NVFP4");
+    uint32_t n = rows / parts;
+    size_t vb = mg_nvfp4_prepared_value_bytes(n, cols), sb = mg_nvfp4_prepared_scale_bytes(n, cols);
+    for (uint32_t p = 0; p < parts; p++) {
+        mg_devptr base;
+        if ((st = mg_alloc(m->b, vb + sb, &base)))
+            return lib_fail(st, "allocating NVFP4 weights");
+        out[p] = (mg_nvfp4_weight){.values = base, .scales = base + vb, .global_scale = g + 4 * p};
+        m->weight_bytes += vb + sb;
+        if ((st = mg_nvfp4_prepare(m->b, s0, n, cols, 1,
+                                   sg->codes + (uint64_t)p * mg_nvfp4_packed_bytes(n, cols),
+                                   sg->scales + (uint64_t)p * mg_nvfp4_scale_bytes(n, cols),
+                                   out[p].values, out[p].scales)))
+            return lib_fail(st, "preparing NVFP4 weights");
+    }
+    return MG_OK;
+}
+
+/* The layer matrices and the LM head in NVFP4 (model.h): staging sized for the largest, one
+ * tensor at a time. */
+static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest_matrix) {
+    size_t count = (size_t)m->layers * FP4_SLOTS;
+    m->fp4 = calloc(count, sizeof *m->fp4);
+    if (!m->fp4)
+        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+    fp4_staging sg = {0};
+    mg_status st = mg_alloc(m->b, 4 * (count + 1), &m->fp4_globals);
+    if (!st)
+        st = mg_alloc(m->b, largest_matrix * 2, &sg.bf16);
+    if (!st)
+        st = mg_alloc(m->b, largest_matrix / 2, &sg.codes);
+    if (!st)
+        st = mg_alloc(m->b, largest_matrix / MG_NVFP4_BLOCK, &sg.scales);
+    if (st)
+        st = lib_fail(st, "allocating the NVFP4 staging buffers");
+    static const struct {
+        uint32_t slot, fp4, parts;
+    } matrices[] = {{MG_FWD_WQ, FP4_Q, 1},        {MG_FWD_WKV, FP4_KV, 1},
+                    {MG_FWD_WO, FP4_O, 1},        {MG_FWD_W_GATE_UP, FP4_GATE, 2},
+                    {MG_FWD_W_DOWN, FP4_DOWN, 1}};
+    for (uint32_t l = 0; !st && l < m->layers; l++)
+        for (size_t i = 0; !st && i < sizeof matrices / sizeof matrices[0]; i++) {
+            size_t at = (size_t)l * FP4_SLOTS + matrices[i].fp4;
+            st = quantize_tensor(m, mg_fwd_layer_tensor(l, matrices[i].slot), host, &sg,
+                                 matrices[i].parts, m->fp4 + at, at);
+        }
+    if (!st)
+        st = quantize_tensor(m, MG_FWD_TENSOR_LM_HEAD, host, &sg, 1, &m->lm_head_fp4, count);
+    /* the staging buffers are freed only after the queued quantize and prepare calls ran */
+    mg_status sync = mg_stream_synchronize(mg_stream_default(m->b));
+    if (!st && sync)
+        st = lib_fail(sync, "quantizing weights to NVFP4");
+    mg_devptr staging[] = {sg.bf16, sg.codes, sg.scales};
+    for (size_t i = 0; i < 3; i++)
+        if (staging[i])
+            mg_free(m->b, staging[i]);
+    if (st || m->prompt_tokens < MG_NVFP4_BF16_PATH_MIN_M)
+        return st;
+    /* The prefill's workspace: the largest BF16 expansion of a layer matrix. */
+    const mg_model_shape *s = &m->sh;
+    uint32_t M = (uint32_t)m->prompt_tokens, H = s->hidden, QD = s->heads * s->head_dim;
+    uint32_t shapes[4][2] = {{QD, H}, {2 * s->kv_heads * s->head_dim, H}, {H, QD},
+                             {H, s->intermediate}};
+    for (size_t i = 0; i < 4; i++) {
+        size_t w = mg_nvfp4_gemm_workspace_bytes(M, shapes[i][0], shapes[i][1]);
+        m->prefill_workspace_bytes = w > m->prefill_workspace_bytes ? w : m->prefill_workspace_bytes;
+    }
+    if (m->prefill_workspace_bytes &&
+        (st = mg_alloc(m->b, m->prefill_workspace_bytes, &m->prefill_workspace)))
+        return lib_fail(st, "allocating the prefill workspace");
+    return MG_OK;
+}
+
+static bool is_fp4_matrix(uint32_t slot) {
+    return slot == MG_FWD_WQ || slot == MG_FWD_WKV || slot == MG_FWD_WO ||
+           slot == MG_FWD_W_GATE_UP || slot == MG_FWD_W_DOWN;
+}
+
 static mg_status create_weights(mg_fwd *m) {
     const mg_model_shape *s = &m->sh;
     size_t largest = (size_t)s->vocab * s->hidden;
-    size_t mlp = (size_t)2 * s->intermediate * s->hidden;
+    size_t matrix = (size_t)2 * s->intermediate * s->hidden;
     size_t q = (size_t)s->heads * s->head_dim * s->hidden;
-    if (mlp > largest)
-        largest = mlp;
-    if (q > largest)
-        largest = q;
+    if (q > matrix)
+        matrix = q;
+    if (matrix > largest)
+        largest = matrix;
+    bool fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4;
     uint16_t *host = malloc(largest * 2);
     m->layer_w = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->layer_w);
     if (!host || !m->layer_w) {
@@ -276,11 +416,14 @@ static mg_status create_weights(mg_fwd *m) {
     mg_status st = upload_tensor(m, MG_FWD_TENSOR_EMBEDDING, host, &m->embedding);
     if (!st)
         st = upload_tensor(m, MG_FWD_TENSOR_FINAL_NORM, host, &m->final_norm);
-    if (!st)
+    if (!st && !fp4)
         st = upload_tensor(m, MG_FWD_TENSOR_LM_HEAD, host, &m->lm_head);
     for (uint32_t l = 0; !st && l < m->layers; l++)
         for (uint32_t slot = 0; !st && slot < MG_FWD_LAYER_TENSORS; slot++)
-            st = upload_tensor(m, mg_fwd_layer_tensor(l, slot), host, layer_tensor(m, l, slot));
+            if (!fp4 || !is_fp4_matrix(slot))
+                st = upload_tensor(m, mg_fwd_layer_tensor(l, slot), host, layer_tensor(m, l, slot));
+    if (!st && fp4)
+        st = create_nvfp4_matrices(m, host, largest);
     free(host);
     return st;
 }
@@ -375,10 +518,18 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
     static const mg_op needed[] = {MG_OP_GEMM_BF16, MG_OP_GATHER_ROWS, MG_OP_RMSNORM,
                                    MG_OP_ARGMAX, MG_OP_SILU_MUL, MG_OP_KV_APPEND,
                                    MG_OP_ATTENTION_PAGED};
-    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
-        if (!mg_op_supported(b, needed[i]))
+    static const mg_op needed_nvfp4[] = {MG_OP_NVFP4_FORMAT, MG_OP_NVFP4_GEMM};
+    bool fp4 = c->weights == MG_FWD_WEIGHTS_NVFP4;
+    if (c->weights != MG_FWD_WEIGHTS_BF16 && !fp4)
+        return fail(MG_ERR_INVALID_ARGUMENT, "unknown weight format %d", (int)c->weights);
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0] + (fp4 ? 2 : 0); i++) {
+        mg_op op = i < sizeof needed / sizeof needed[0]
+                       ? needed[i]
+                       : needed_nvfp4[i - sizeof needed / sizeof needed[0]];
+        if (!mg_op_supported(b, op))
             return fail(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
-                        mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(needed[i]));
+                        mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(op));
+    }
     return MG_OK;
 }
 
@@ -445,6 +596,16 @@ void mg_fwd_destroy(mg_fwd *m) {
     for (size_t i = 0; i < 3; i++)
         if (top[i])
             mg_free(m->b, top[i]);
+    for (size_t i = 0; m->fp4 && i < (size_t)m->layers * FP4_SLOTS; i++)
+        if (m->fp4[i].values)
+            mg_free(m->b, m->fp4[i].values);
+    if (m->lm_head_fp4.values)
+        mg_free(m->b, m->lm_head_fp4.values);
+    if (m->fp4_globals)
+        mg_free(m->b, m->fp4_globals);
+    if (m->prefill_workspace)
+        mg_free(m->b, m->prefill_workspace);
+    free(m->fp4);
     free(m->layer_w);
     free(m->pages);
     free(m->kv_len);
@@ -504,9 +665,26 @@ static mg_paged_attention_desc attention_desc(const mg_fwd *m) {
             return lib_fail(st_, what);                                                            \
     } while (0)
 
+/* out[rows, n] = act[rows, k] times layer l's matrix (BF16 `slot`, or NVFP4 `fp4_slot`). The
+ * prefill's NVFP4 GEMMs expand the weight to BF16 in the workspace (mg_nvfp4_gemm_with_
+ * workspace); decode steps decode it in the GEMM tiles. */
+static mg_status linear(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l, uint32_t slot,
+                        uint32_t fp4_slot, uint32_t rows, uint32_t n, uint32_t k, mg_devptr act,
+                        mg_devptr out) {
+    if (!m->fp4)
+        return mg_gemm_bf16(m->b, s, rows, n, k, act, *layer_tensor(m, l, slot), out,
+                            MG_DTYPE_BF16, n);
+    const mg_nvfp4_weight *w = &m->fp4[(size_t)l * FP4_SLOTS + fp4_slot];
+    if (prefill && m->prefill_workspace)
+        return mg_nvfp4_gemm_with_workspace(m->b, s, rows, n, k, act, k, w, out, n,
+                                            m->prefill_workspace, m->prefill_workspace_bytes);
+    return mg_nvfp4_gemm(m->b, s, rows, n, k, act, k, w, out, n);
+}
+
 /* One pass over `rows` new tokens (their ids in step_ids), launched on `s`: every layer, the
  * last token rows of each request, the LM head and the argmax into step_ids[0..batch). */
-static mg_status forward(mg_fwd *m, mg_stream *s, uint32_t rows, mg_attention_plan *plan) {
+static mg_status forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
+                         mg_attention_plan *plan) {
     mg_backend *b = m->b;
     const mg_model_shape *sh = &m->sh;
     uint32_t H = sh->hidden, QD = sh->heads * sh->head_dim, KVD = 2 * sh->kv_heads * sh->head_dim;
@@ -524,9 +702,9 @@ static mg_status forward(mg_fwd *m, mg_stream *s, uint32_t rows, mg_attention_pl
         TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, l ? m->proj_out : 0,
                             w[MG_FWD_ATTN_NORM], m->norm_out),
             "attention norm");
-        TRY(mg_gemm_bf16(b, s, rows, QD, H, m->norm_out, w[MG_FWD_WQ], q, MG_DTYPE_BF16, QD),
+        TRY(linear(m, s, prefill, l, MG_FWD_WQ, FP4_Q, rows, QD, H, m->norm_out, q),
             "q projection");
-        TRY(mg_gemm_bf16(b, s, rows, KVD, H, m->norm_out, w[MG_FWD_WKV], kv, MG_DTYPE_BF16, KVD),
+        TRY(linear(m, s, prefill, l, MG_FWD_WKV, FP4_KV, rows, KVD, H, m->norm_out, kv),
             "kv projection");
         mg_kv_append_args a = {.batch_size = B,
                                .num_tokens = rows,
@@ -553,18 +731,23 @@ static mg_status forward(mg_fwd *m, mg_stream *s, uint32_t rows, mg_attention_pl
                                         .kv_indices = m->kv_indices,
                                         .num_kv_indices = m->kv.num_pages};
         TRY(mg_paged_attention_run(plan, &t, s), "attention");
-        TRY(mg_gemm_bf16(b, s, rows, H, QD, m->attn_out, w[MG_FWD_WO], m->proj_out, MG_DTYPE_BF16,
-                         H),
+        TRY(linear(m, s, prefill, l, MG_FWD_WO, FP4_O, rows, H, QD, m->attn_out, m->proj_out),
             "output projection");
         TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, m->proj_out, w[MG_FWD_MLP_NORM],
                             m->norm_out),
             "MLP norm");
-        TRY(mg_gemm_bf16(b, s, rows, 2 * I, H, m->norm_out, w[MG_FWD_W_GATE_UP], m->gate_up,
-                         MG_DTYPE_BF16, 2 * I),
-            "gate_up projection");
-        TRY(mg_silu_mul_bf16(b, s, rows, I, m->gate_up, 2 * I, m->mlp_act, I), "SiLU-mul");
-        TRY(mg_gemm_bf16(b, s, rows, H, I, m->mlp_act, w[MG_FWD_W_DOWN], m->proj_out,
-                         MG_DTYPE_BF16, H),
+        if (m->fp4) {
+            const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
+            TRY(mg_nvfp4_gemm_gate_up(b, s, rows, I, H, m->norm_out, H, &fw[FP4_GATE], &fw[FP4_UP],
+                                      m->mlp_act, I),
+                "gate_up projection with SiLU-mul");
+        } else {
+            TRY(mg_gemm_bf16(b, s, rows, 2 * I, H, m->norm_out, w[MG_FWD_W_GATE_UP], m->gate_up,
+                             MG_DTYPE_BF16, 2 * I),
+                "gate_up projection");
+            TRY(mg_silu_mul_bf16(b, s, rows, I, m->gate_up, 2 * I, m->mlp_act, I), "SiLU-mul");
+        }
+        TRY(linear(m, s, prefill, l, MG_FWD_W_DOWN, FP4_DOWN, rows, H, I, m->mlp_act, m->proj_out),
             "down projection");
     }
     TRY(mg_gather_rows_bf16(b, s, B, H, m->logits_indices, rows, m->residual, m->proj_out,
@@ -572,10 +755,17 @@ static mg_status forward(mg_fwd *m, mg_stream *s, uint32_t rows, mg_attention_pl
         "last-token rows");
     TRY(mg_rmsnorm_bf16(b, s, B, H, eps, m->logits_hidden, 0, m->final_norm, m->logits_hidden),
         "final norm");
-    TRY(mg_gemm_bf16(b, s, B, sh->vocab, H, m->logits_hidden, m->lm_head, m->logits,
-                     MG_DTYPE_F32, sh->vocab),
-        "LM head");
-    TRY(mg_argmax_f32(b, s, B, sh->vocab, m->logits, sh->vocab, m->step_ids), "argmax");
+    if (m->fp4) { /* BF16 logits (in the FP32 logits buffer) */
+        TRY(mg_nvfp4_gemm(b, s, B, sh->vocab, H, m->logits_hidden, H, &m->lm_head_fp4, m->logits,
+                          sh->vocab),
+            "LM head");
+        TRY(mg_argmax_bf16(b, s, B, sh->vocab, m->logits, sh->vocab, m->step_ids), "argmax");
+    } else {
+        TRY(mg_gemm_bf16(b, s, B, sh->vocab, H, m->logits_hidden, m->lm_head, m->logits,
+                         MG_DTYPE_F32, sh->vocab),
+            "LM head");
+        TRY(mg_argmax_f32(b, s, B, sh->vocab, m->logits, sh->vocab, m->step_ids), "argmax");
+    }
     return MG_OK;
 }
 
@@ -614,7 +804,7 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
             (st = mg_paged_attention_plan_create(m->b, &d, &table, s, &plan)))
             st = lib_fail(st, "prefill plan");
     }
-    if (!st && !(st = forward(m, s, (uint32_t)n, plan)))
+    if (!st && !(st = forward(m, s, true, (uint32_t)n, plan)))
         st = collect_tokens(m, s);
     mg_attention_plan_destroy(plan);
     free(qo);
@@ -652,13 +842,13 @@ mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
     bool replay = m->c.use_graphs && m->decode_calls > 0;
     m->decode_calls++;
     if (!replay) {
-        if ((st = forward(m, s, B, m->decode_plan)))
+        if ((st = forward(m, s, false, B, m->decode_plan)))
             return st;
         return collect_tokens(m, s);
     }
     if (!m->graph) {
         TRY(mg_graph_begin_capture(s), "capturing the decode step");
-        if ((st = forward(m, s, B, m->decode_plan))) {
+        if ((st = forward(m, s, false, B, m->decode_plan))) {
             mg_graph_abort_capture(s);
             return st;
         }

@@ -31,6 +31,17 @@
  * wo 3 [hidden, Hq D], mlp_norm 4, w_gate_up 5 [2 I, hidden] (gate rows then up rows),
  * w_down 6 [hidden, I]. Prompt token t of request r: splitmix64-based id
  * mg_fwd_prompt_token(seed, vocab, r, t), lengths mg_fwd_prompt_length(config, r).
+ *
+ * NVFP4 weights (config weights = MG_FWD_WEIGHTS_NVFP4): each layer matrix (wq, wkv, wo,
+ * w_gate_up, w_down) and the LM head is generated as above in BF16, then quantized at load by
+ * mg_nvfp4_quantize (metrale/nvfp4.h) with ONE global scale per tensor,
+ *   global = amax / (448 * 6) in single precision (mg_nvfp4_global_scale; amax = the largest
+ *            |x| of the whole BF16 tensor; gate and up rows of w_gate_up share it),
+ * prepared by mg_nvfp4_prepare, and the BF16 copy freed. The layers then run mg_nvfp4_gemm
+ * (prefill: mg_nvfp4_gemm_with_workspace) and the MLP runs mg_nvfp4_gemm_gate_up, which
+ * writes silu(gate) * up directly (no gate_up activation, no SiLU-mul op). The LM head runs
+ * mg_nvfp4_gemm into BF16 logits, then mg_argmax_bf16 (ties, likelier at BF16 precision, go to
+ * the lowest id). The embedding and the norms stay BF16.
  */
 #ifndef METRALE_MODEL_H
 #define METRALE_MODEL_H
@@ -58,6 +69,15 @@ const mg_fwd_preset *mg_fwd_presets(size_t *count);
 /* NULL when there is none. */
 const mg_fwd_preset *mg_fwd_preset_find(const char *name);
 
+typedef enum mg_fwd_weights {
+    MG_FWD_WEIGHTS_BF16 = 0,
+    MG_FWD_WEIGHTS_NVFP4, /* the layer matrices quantized at load (see above) */
+} mg_fwd_weights;
+
+/* "bf16" / "nvfp4"; NULL-safe lookup by name (-1 when unknown). */
+const char *mg_fwd_weights_name(mg_fwd_weights w);
+int mg_fwd_weights_find(const char *name);
+
 typedef struct mg_fwd_config {
     const mg_fwd_preset *preset;
     uint32_t batch;      /* requests, 1..preset max_batch_size */
@@ -65,6 +85,7 @@ typedef struct mg_fwd_config {
     uint32_t steps;      /* decode steps after the prefill */
     uint64_t seed;
     bool use_graphs; /* decode steps after the first replay one captured graph (CUDA) */
+    mg_fwd_weights weights;
 } mg_fwd_config;
 
 mg_fwd_config mg_fwd_config_default(const mg_fwd_preset *p);
@@ -98,8 +119,8 @@ typedef struct mg_fwd mg_fwd;
 const char *mg_fwd_error(void);
 
 /* Checks the config (a one-line message in mg_last_error for each bad value: batch beyond
- * the preset's arena, a backend without an op the model needs, MoE presets (no BF16 grouped
- * GEMM yet)), then generates and uploads the weights, builds the arena and the KV cache. */
+ * the preset's arena, a backend without an op the model needs, MoE presets (no grouped
+ * GEMM path yet)), then generates and uploads the weights, builds the arena and the KV cache. */
 mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out);
 void mg_fwd_destroy(mg_fwd *m);
 
@@ -117,7 +138,7 @@ const int32_t *mg_fwd_tokens(const mg_fwd *m, uint32_t r, uint32_t *count);
 mg_status mg_fwd_final_hidden(mg_fwd *m, uint16_t *out);
 
 typedef struct mg_fwd_info {
-    uint64_t weight_bytes;           /* all weights */
+    uint64_t weight_bytes;           /* all weights as stored (NVFP4: prepared values + scales) */
     uint64_t decode_weight_bytes;    /* weights read by one decode step (all of them: dense) */
     uint64_t kv_pool_bytes;          /* KV cache of every layer */
     uint64_t decode_kv_bytes;        /* KV bytes read by the latest decode step */

@@ -22,8 +22,10 @@ typedef struct run_args {
 static void run_usage(FILE *f) {
     size_t n;
     const mg_fwd_preset *p = mg_fwd_presets(&n);
-    fprintf(f, "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] [--weights bf16] "
+    fprintf(f, "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] [--weights bf16|nvfp4] "
                "[--batch N] [--prompt-len L] [--steps S] [--seed N] [--compare]\n"
+               "nvfp4: the layer matrices and the LM head quantized to NVFP4 at load "
+               "(embedding and norms stay BF16)\n"
                "presets (default: tiny on the CPU backend, llama-3-8b on a GPU):\n");
     for (size_t i = 0; i < n; i++)
         fprintf(f, "  %-14s %s\n", p[i].name, p[i].description);
@@ -208,9 +210,10 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     int rc = parse_args(argc, argv, &a);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (a.weights && strcmp(a.weights, "bf16")) {
+    int weights = a.weights ? mg_fwd_weights_find(a.weights) : MG_FWD_WEIGHTS_BF16;
+    if (weights < 0) {
         fprintf(stderr,
-                "metrale-gpu run: --weights %s: only bf16 runs today (nvfp4, fp8 and mlx weights "
+                "metrale-gpu run: --weights %s: bf16 and nvfp4 run today (fp8 and mlx weights "
                 "are not wired into the model yet)\n", a.weights);
         return 2;
     }
@@ -243,18 +246,21 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         c.steps = (uint32_t)a.steps;
     c.seed = a.seed;
     c.use_graphs = !on_cpu;
+    c.weights = (mg_fwd_weights)weights;
+    const char *wname = mg_fwd_weights_name(c.weights);
     const char *kind = mg_backend_kind_name(mg_backend_get_kind(b));
     if (!opts->json)
         printf("metrale-gpu run: preset %s (%s) on %s, batch %u, prompts ~%u tokens, %u decode "
-               "steps, bf16 weights\n",
-               p->name, p->description, kind, c.batch, c.prompt_len, c.steps);
+               "steps, %s weights\n",
+               p->name, p->description, kind, c.batch, c.prompt_len, c.steps, wname);
     run_result r = {0};
     if ((rc = run_model(b, &c, opts->json, &r))) {
         mg_backend_close(b);
         return rc;
     }
     /* The memory-bound limit of a decode step: every weight it reads (all but the embedding
-     * table) and the KV cache of every request, over the measured copy bandwidth. */
+     * table; NVFP4 matrices as their prepared values + scales) and the KV cache of every
+     * request, over the measured copy bandwidth. */
     mg_bench bench = {.backend = b, .opts = opts, .warmup = 3, .iters = on_cpu ? 5 : 20};
     double gbps = 0;
     if (!(st = mg_stream_create(b, &bench.stream))) {
@@ -303,7 +309,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
 
     const int32_t *t0 = r.tokens;
     if (opts->json) {
-        printf("{\"preset\": \"%s\", \"backend\": \"%s\", \"weights\": \"bf16\", \"batch\": %u, "
+        printf("{\"preset\": \"%s\", \"backend\": \"%s\", \"weights\": \"%s\", \"batch\": %u, "
                "\"prompt_tokens\": %llu, \"steps\": %u, \"graph_steps\": %u, "
                "\"setup_s\": %.4f, \"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.2f, "
                "\"decode_ms_per_step\": %.4f, \"decode_tokens_per_s\": %.2f, "
@@ -311,7 +317,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                "\"copy_gbps\": %.2f, \"memory_bound_ms\": %.4f, \"fraction_of_limit\": %.4f, "
                "\"weight_bytes\": %llu, \"kv_pool_bytes\": %llu, \"arena_bytes\": %llu, "
                "\"arena_unpacked_bytes\": %llu, \"device_bytes_live\": %llu, \"tokens\": [",
-               p->name, kind, c.batch, (unsigned long long)r.info.prompt_tokens, c.steps,
+               p->name, kind, wname, c.batch, (unsigned long long)r.info.prompt_tokens, c.steps,
                r.graph_steps, r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps,
                r.first_step_ms, step_bytes, gbps, limit_ms,
                r.step_ms > 0 ? limit_ms / r.step_ms : 0,
@@ -326,7 +332,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                    agree == 1 ? "true" : "false");
         printf("}\n");
     } else {
-        printf("summary (%s, %s):\n", p->name, kind);
+        printf("summary (%s, %s, %s weights):\n", p->name, kind, wname);
         printf("  prefill         %.1f tokens/s (%llu tokens in %.3f s)\n", prefill_tps,
                (unsigned long long)r.info.prompt_tokens, r.prefill_s);
         printf("  decode          %.3f ms/step, %.1f tokens/s at batch %u (%s; first eager "

@@ -1,5 +1,5 @@
-// elementwise.cu - gather_rows_bf16, rmsnorm_bf16 and argmax_f32 (metrale/ops_elementwise.h
-// defines the results; src/ops/elementwise/elementwise_reference.c computes them on the CPU).
+// elementwise.cu - gather_rows_bf16, rmsnorm_bf16, argmax_f32 and argmax_bf16
+// (metrale/ops_elementwise.h defines the results; src/ops/elementwise/elementwise_reference.c computes them on the CPU).
 // One block per row; BF16 rows move in 16-byte vectors (the front checks cols % 8 == 0 and
 // 16-byte aligned pointers). Built without fast math: sqrtf and `/` are correctly rounded,
 // and the per-element arithmetic is the reference's, operation for operation; only the order
@@ -127,25 +127,10 @@ extern "C" __global__ void rmsnorm_bf16(uint16_t *x, const uint16_t *__restrict_
     }
 }
 
-extern "C" __global__ void argmax_f32(const float *__restrict__ in, int32_t *__restrict__ ids,
-                                      uint32_t rows, uint32_t cols, uint32_t pitch) {
-    const uint32_t r = blockIdx.x;
-    if (r >= rows)
-        return;
-    const float *row = in + static_cast<uint64_t>(r) * pitch;
-    float best = 0.0f;
-    uint32_t best_i = 0xffffffffu;
-    const uint32_t vectors = cols / 4;
-    const float4 *v4 = reinterpret_cast<const float4 *>(row);
-    for (uint32_t i = threadIdx.x; i < vectors; i += blockDim.x) {
-        const float4 v = v4[i];
-        better(best, best_i, v.x, 4 * i);
-        better(best, best_i, v.y, 4 * i + 1);
-        better(best, best_i, v.z, 4 * i + 2);
-        better(best, best_i, v.w, 4 * i + 3);
-    }
-    for (uint32_t c = 4 * vectors + threadIdx.x; c < cols; c += blockDim.x)
-        better(best, best_i, row[c], c);
+// The block's argmax of row r from each thread's candidate: warp shuffles, then thread 0 over
+// the warps' winners writes ids[r] (0 when the row has no candidate: all NaN).
+__device__ __forceinline__ void argmax_finish(float best, uint32_t best_i, int32_t *ids,
+                                              uint32_t r) {
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
         const float v = __shfl_xor_sync(0xffffffffu, best, offset);
@@ -167,4 +152,51 @@ extern "C" __global__ void argmax_f32(const float *__restrict__ in, int32_t *__r
                 better(best, best_i, warp_best[w], warp_index[w]);
         ids[r] = best_i == 0xffffffffu ? 0 : static_cast<int32_t>(best_i);
     }
+}
+
+extern "C" __global__ void argmax_f32(const float *__restrict__ in, int32_t *__restrict__ ids,
+                                      uint32_t rows, uint32_t cols, uint32_t pitch) {
+    const uint32_t r = blockIdx.x;
+    if (r >= rows)
+        return;
+    const float *row = in + static_cast<uint64_t>(r) * pitch;
+    float best = 0.0f;
+    uint32_t best_i = 0xffffffffu;
+    const uint32_t vectors = cols / 4;
+    const float4 *v4 = reinterpret_cast<const float4 *>(row);
+    for (uint32_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+        const float4 v = v4[i];
+        better(best, best_i, v.x, 4 * i);
+        better(best, best_i, v.y, 4 * i + 1);
+        better(best, best_i, v.z, 4 * i + 2);
+        better(best, best_i, v.w, 4 * i + 3);
+    }
+    for (uint32_t c = 4 * vectors + threadIdx.x; c < cols; c += blockDim.x)
+        better(best, best_i, row[c], c);
+    argmax_finish(best, best_i, ids, r);
+}
+
+// The same over BF16 rows (pitch a multiple of 8 elements: 16-byte vectors of 8 values).
+extern "C" __global__ void argmax_bf16(const uint16_t *__restrict__ in, int32_t *__restrict__ ids,
+                                       uint32_t rows, uint32_t cols, uint32_t pitch) {
+    const uint32_t r = blockIdx.x;
+    if (r >= rows)
+        return;
+    const uint16_t *row = in + static_cast<uint64_t>(r) * pitch;
+    float best = 0.0f;
+    uint32_t best_i = 0xffffffffu;
+    const uint32_t vectors = cols / 8;
+    const uint4 *v8 = reinterpret_cast<const uint4 *>(row);
+    for (uint32_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+        const uint4 v = v8[i];
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            better(best, best_i, lo(w[j]), 8 * i + 2 * j);
+            better(best, best_i, hi(w[j]), 8 * i + 2 * j + 1);
+        }
+    }
+    for (uint32_t c = 8 * vectors + threadIdx.x; c < cols; c += blockDim.x)
+        better(best, best_i, __uint_as_float(static_cast<uint32_t>(row[c]) << 16), c);
+    argmax_finish(best, best_i, ids, r);
 }

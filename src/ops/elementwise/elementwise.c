@@ -1,8 +1,8 @@
-/* elementwise.c - mg_gather_rows_bf16, mg_rmsnorm_bf16 and mg_argmax_f32
+/* elementwise.c - mg_gather_rows_bf16, mg_rmsnorm_bf16, mg_argmax_f32 and mg_argmax_bf16
  * (metrale/ops_elementwise.h): every argument checked once, then kernel "gather_rows_bf16",
- * "rmsnorm_bf16" or "argmax_f32" of module "metrale" launched by name on any backend that
- * ships it (CUDA: kernels/cuda/elementwise/elementwise.cu; CPU: elementwise_reference.c).
- * The three ops share one provider, "kernels". */
+ * "rmsnorm_bf16", "argmax_f32" or "argmax_bf16" of module "metrale" launched by name on any
+ * backend that ships it (CUDA: kernels/cuda/elementwise/elementwise.cu; CPU:
+ * elementwise_reference.c). The three ops share one provider, "kernels". */
 #include <math.h>
 #include <stdio.h>
 
@@ -20,7 +20,7 @@
 
 static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
     static const char *const names[] = {MG_GATHER_ROWS_KERNEL, MG_RMSNORM_KERNEL,
-                                        MG_ARGMAX_KERNEL};
+                                        MG_ARGMAX_KERNEL, MG_ARGMAX_BF16_KERNEL};
     mg_op_cache *cache = mg_backend_op_cache(b);
     mg_error_state saved;
     mg_error_save(&saved);
@@ -165,19 +165,22 @@ mg_status mg_rmsnorm_bf16(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t c
     return launch(b, s, MG_OP_RMSNORM, fn, MG_RMSNORM_KERNEL, &l);
 }
 
-mg_status mg_argmax_f32(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t cols, mg_devptr in,
+/* argmax over FP32 (element_bytes 4) or BF16 (2) rows: rows 16-byte aligned. */
+static mg_status argmax(mg_backend *b, mg_stream *s, const char *fn, const char *kernel,
+                        unsigned element_bytes, uint32_t rows, uint32_t cols, mg_devptr in,
                         uint32_t pitch, mg_devptr ids) {
-    static const char fn[] = "mg_argmax_f32";
     mg_status st = check_backend(b, fn);
     if (st)
         return st;
     if (!rows || !cols)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape rows=%u cols=%u", fn, rows, cols);
-    if (pitch < cols || pitch % 4)
+    unsigned per_vector = 16 / element_bytes;
+    if (pitch < cols || pitch % per_vector)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: pitch=%u must be >= cols=%u and a multiple of 4", fn, pitch, cols);
+                        "%s: pitch=%u must be >= cols=%u and a multiple of %u", fn, pitch, cols,
+                        per_vector);
     size_t in_bytes;
-    if (!mg_matrix_span_bytes(rows, cols, pitch, 4, &in_bytes))
+    if (!mg_matrix_span_bytes(rows, cols, pitch, element_bytes, &in_bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: in spans more than the address space", fn);
     if ((st = check_buffer(b, fn, "in", in, in_bytes, 16)) ||
         (st = check_buffer(b, fn, "ids", ids, (uint64_t)rows * 4, 4)))
@@ -191,5 +194,15 @@ mg_status mg_argmax_f32(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t col
     mg_launch_arg_u32(&l, rows);
     mg_launch_arg_u32(&l, cols);
     mg_launch_arg_u32(&l, pitch);
-    return launch(b, s, MG_OP_ARGMAX, fn, MG_ARGMAX_KERNEL, &l);
+    return launch(b, s, MG_OP_ARGMAX, fn, kernel, &l);
+}
+
+mg_status mg_argmax_f32(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t cols, mg_devptr in,
+                        uint32_t pitch, mg_devptr ids) {
+    return argmax(b, s, "mg_argmax_f32", MG_ARGMAX_KERNEL, 4, rows, cols, in, pitch, ids);
+}
+
+mg_status mg_argmax_bf16(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t cols, mg_devptr in,
+                         uint32_t pitch, mg_devptr ids) {
+    return argmax(b, s, "mg_argmax_bf16", MG_ARGMAX_BF16_KERNEL, 2, rows, cols, in, pitch, ids);
 }

@@ -102,8 +102,8 @@ static mg_status kernel_rmsnorm(const mg_launch *l) {
     return MG_OK;
 }
 
-static mg_status kernel_argmax(const mg_launch *l) {
-    static const char name[] = "metrale:" MG_ARGMAX_KERNEL;
+/* argmax_f32 / argmax_bf16 (in, ids, rows, cols, pitch): elements of `element_bytes`. */
+static mg_status argmax_rows(const mg_launch *l, const char *name, unsigned element_bytes) {
     static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32, MG_ARG_U32,
                                         MG_ARG_U32};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 5);
@@ -114,32 +114,43 @@ static mg_status kernel_argmax(const mg_launch *l) {
     if (!rows || !cols || pitch < cols)
         return bad_shape(name, rows, cols);
     void *in_v, *ids_v;
-    if ((st = mg_cpu_kernel_buffer(l, 0, ((uint64_t)(rows - 1) * pitch + cols) * 4, 4, name,
-                                   &in_v)) ||
+    if ((st = mg_cpu_kernel_buffer(l, 0, ((uint64_t)(rows - 1) * pitch + cols) * element_bytes,
+                                   element_bytes, name, &in_v)) ||
         (st = mg_cpu_kernel_buffer(l, 1, (uint64_t)rows * 4, 4, name, &ids_v)))
         return st;
-    const float *in = in_v;
     int32_t *ids = ids_v;
     for (uint32_t r = 0; r < rows; r++) {
-        const float *row = in + (size_t)r * pitch;
         uint32_t best = 0;
         float best_value = -INFINITY;
         bool found = false;
-        for (uint32_t c = 0; c < cols; c++)
-            if (!isnan(row[c]) && (!found || row[c] > best_value)) {
+        for (uint32_t c = 0; c < cols; c++) {
+            size_t at = (size_t)r * pitch + c;
+            float v = element_bytes == 4 ? ((const float *)in_v)[at]
+                                         : mg_bf16_to_f32(((const uint16_t *)in_v)[at]);
+            if (!isnan(v) && (!found || v > best_value)) {
                 best = c;
-                best_value = row[c];
+                best_value = v;
                 found = true;
             }
+        }
         ids[r] = (int32_t)best;
     }
     return MG_OK;
+}
+
+static mg_status kernel_argmax(const mg_launch *l) {
+    return argmax_rows(l, "metrale:" MG_ARGMAX_KERNEL, 4);
+}
+
+static mg_status kernel_argmax_bf16(const mg_launch *l) {
+    return argmax_rows(l, "metrale:" MG_ARGMAX_BF16_KERNEL, 2);
 }
 
 static void register_kernels(void) {
     mg_cpu_kernel_register("metrale", MG_GATHER_ROWS_KERNEL, kernel_gather_rows);
     mg_cpu_kernel_register("metrale", MG_RMSNORM_KERNEL, kernel_rmsnorm);
     mg_cpu_kernel_register("metrale", MG_ARGMAX_KERNEL, kernel_argmax);
+    mg_cpu_kernel_register("metrale", MG_ARGMAX_BF16_KERNEL, kernel_argmax_bf16);
 }
 
 void mg_elementwise_cpu_kernels_register(void) {

@@ -14,8 +14,9 @@
 #define MG_GATHER_ROWS_KERNEL "gather_rows_bf16"
 #define MG_RMSNORM_KERNEL "rmsnorm_bf16"
 #define MG_ARGMAX_KERNEL "argmax_f32"
+#define MG_ARGMAX_BF16_KERNEL "argmax_bf16"
 
-/* Registers the three CPU kernels once per process; later calls do nothing. */
+/* Registers the four CPU kernels once per process; later calls do nothing. */
 void mg_elementwise_cpu_kernels_register(void);
 
 #endif

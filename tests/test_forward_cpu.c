@@ -10,7 +10,10 @@
  * scales read back and decoded by hand (E2M1 nibbles, E4M3 bytes); the products then follow
  * the NVFP4 GEMM's definition: FP64 sums of activation x e2m1 x e4m3, times the global scale,
  * one rounding to BF16; the MLP's gate and up are not rounded before silu(gate) * up; the LM
- * head's logits are BF16 (argmax ties to the lowest id).
+ * head's logits are BF16 (argmax ties to the lowest id). The MoE preset tiny-moe (NVFP4 only)
+ * adds, per token: router logits (FP32 sums), the k largest (ties to the lower expert), weights
+ * expf(l - max) renormalized over the k, each chosen expert's fused gate_up and down as above,
+ * and out = bf16 of the fmaf chain of weight x expert row in slot order.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -144,6 +147,8 @@ typedef struct reference {
     double lm_global; /* the NVFP4 LM head's global scale, else 0 */
 } reference;
 
+static void moe_reference(const reference *ref, uint32_t l, const float *a, float *out);
+
 /* A layer matrix product: BF16 weights (float sums) or NVFP4 (see matvec_nvfp4). */
 static void linear(const reference *ref, uint32_t l, uint32_t slot, const float *x, uint32_t n,
                    uint32_t k, float *y) {
@@ -154,10 +159,11 @@ static void linear(const reference *ref, uint32_t l, uint32_t slot, const float 
         matvec(x, ref->w[at], n, k, y, true);
 }
 
-/* Runs request r: its prompt, then `steps` greedy tokens; writes the generated ids (steps + 1)
- * and the final-normed hidden state of the last token. */
+/* Runs request r: its prompt, then `steps` greedy tokens; writes the generated ids (steps + 1),
+ * each step's logits (step_logits [steps + 1][vocab]) and the final-normed hidden state of the
+ * last token. */
 static void reference_request(const reference *ref, const mg_fwd_config *c, uint32_t r,
-                              int32_t *generated, float *final_hidden) {
+                              int32_t *generated, float *step_logits, float *final_hidden) {
     const mg_model_shape *s = &ref->p->shape;
     uint32_t H = s->hidden, D = s->head_dim, QD = s->heads * D, KD = s->kv_heads * D;
     uint32_t I = s->intermediate, len = mg_fwd_prompt_length(c, r), total = len + c->steps;
@@ -215,6 +221,10 @@ static void reference_request(const reference *ref, const mg_fwd_config *c, uint
                 h[i] = bf(h[i] + proj[i]);
             rmsnorm(h, w[MG_FWD_MLP_NORM], H, eps, a);
             double gate_up_global = ref->global[(size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_GATE_UP];
+            if (s->experts) {
+                moe_reference(ref, l, a, proj);
+                continue;
+            }
             if (gate_up_global > 0) {
                 /* fused: gate and up unrounded, silu(gate) * up rounded once */
                 matvec_nvfp4(a, w[MG_FWD_W_GATE_UP], gate_up_global, 2 * I, H, gu_exact, NULL);
@@ -244,10 +254,53 @@ static void reference_request(const reference *ref, const mg_fwd_config *c, uint
         for (uint32_t v = 1; v < s->vocab; v++)
             if (logits[v] > logits[best])
                 best = v;
+        memcpy(step_logits + (size_t)produced * s->vocab, logits, s->vocab * sizeof *logits);
         generated[produced++] = (int32_t)best;
     }
     free(kc), free(vc), free(h), free(a), free(q), free(kv), free(o), free(proj), free(gu);
     free(act), free(logits), free(scores), free(gu_exact);
+}
+
+/* The MoE MLP of layer l for one token: a (normed) -> out (BF16 values). */
+static void moe_reference(const reference *ref, uint32_t l, const float *a, float *out) {
+    const mg_model_shape *s = &ref->p->shape;
+    uint32_t H = s->hidden, I = s->intermediate, E = s->experts, K = s->experts_per_token;
+    float *const *w = ref->w + (size_t)l * MG_FWD_LAYER_TENSORS;
+    const double *g = ref->global + (size_t)l * MG_FWD_LAYER_TENSORS;
+    float *logits = malloc(E * sizeof *logits), *act = malloc(I * sizeof *act);
+    float *rows = malloc((size_t)K * H * sizeof *rows), weight[8];
+    double *gu = malloc(2 * I * sizeof *gu);
+    bool taken[256] = {false};
+    uint32_t chosen[8];
+    matvec(a, w[MG_FWD_ROUTER], E, H, logits, false);
+    for (uint32_t j = 0; j < K; j++) {
+        uint32_t best = UINT32_MAX;
+        for (uint32_t e = 0; e < E; e++)
+            if (!taken[e] && (best == UINT32_MAX || logits[e] > logits[best]))
+                best = e;
+        taken[best] = true;
+        chosen[j] = best;
+    }
+    float max = logits[chosen[0]], sum = 0;
+    for (uint32_t j = 0; j < K; j++)
+        sum += expf(logits[chosen[j]] - max);
+    for (uint32_t j = 0; j < K; j++) {
+        uint32_t e = chosen[j];
+        weight[j] = expf(logits[e] - max) / sum;
+        matvec_nvfp4(a, w[MG_FWD_W_GATE_UP] + (size_t)e * 2 * I * H, g[MG_FWD_W_GATE_UP], 2 * I,
+                     H, gu, NULL);
+        for (uint32_t i = 0; i < I; i++)
+            act[i] = bf((float)(gu[i] / (1.0 + exp(-gu[i])) * gu[I + i]));
+        matvec_nvfp4(act, w[MG_FWD_W_DOWN] + (size_t)e * H * I, g[MG_FWD_W_DOWN], H, I, NULL,
+                     rows + (size_t)j * H);
+    }
+    for (uint32_t h = 0; h < H; h++) {
+        float acc = 0;
+        for (uint32_t j = 0; j < K; j++)
+            acc = fmaf(weight[j], rows[(size_t)j * H + h], acc);
+        out[h] = bf(acc);
+    }
+    free(logits), free(act), free(rows), free(gu);
 }
 
 static void check_against_reference(mg_backend *be, mg_fwd_config c) {
@@ -263,8 +316,11 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
     for (uint32_t l = 0; l < p->layers; l++)
         for (uint32_t slot = 0; slot < MG_FWD_LAYER_TENSORS; slot++) {
             size_t at = (size_t)l * MG_FWD_LAYER_TENSORS + slot;
-            bool matrix = slot != MG_FWD_ATTN_NORM && slot != MG_FWD_MLP_NORM;
+            bool matrix = slot != MG_FWD_ATTN_NORM && slot != MG_FWD_MLP_NORM &&
+                          slot != MG_FWD_ROUTER; /* the router stays BF16 */
             uint32_t id = mg_fwd_layer_tensor(l, slot);
+            if (slot == MG_FWD_ROUTER && !p->shape.experts)
+                continue;
             ref.w[at] = c.weights == MG_FWD_WEIGHTS_NVFP4 && matrix
                             ? tensor_nvfp4(be, p, c.seed, id, &ref.global[at])
                             : tensor(p, c.seed, id);
@@ -288,14 +344,31 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
     CHECK(mg_fwd_final_hidden(m, hidden) == MG_OK);
     int32_t *want = malloc((c.steps + 1) * sizeof(int32_t));
     float *want_hidden = malloc(H * sizeof(float));
+    /* Tokens must agree, except that where the library picks another token than this
+     * computation, that token's logit here may be within a near-tie margin of the best one:
+     * the two computations differ by a BF16 spacing here and there in the hidden states (sums
+     * in other orders), which moves close logits past each other. Past such a step the
+     * histories part, so it ends the comparison of that request (and skips its final hidden
+     * state). Margin: 2^-5 of the best logit's magnitude (about four BF16 spacings). */
+    float *step_logits = malloc((size_t)(c.steps + 1) * p->shape.vocab * sizeof(float));
+    uint32_t whole = 0, compared = 0;
     for (uint32_t r = 0; r < c.batch; r++) {
-        reference_request(&ref, &c, r, want, want_hidden);
-        uint32_t count;
+        reference_request(&ref, &c, r, want, step_logits, want_hidden);
+        uint32_t count, ambiguous_at = c.steps + 1;
         const int32_t *got = mg_fwd_tokens(m, r, &count);
         CHECK(count == c.steps + 1);
         int mismatches = 0;
-        for (uint32_t i = 0; i < count && i < c.steps + 1; i++)
-            mismatches += got[i] != want[i];
+        for (uint32_t i = 0; i < count && i < c.steps + 1 && ambiguous_at > c.steps; i++) {
+            compared++;
+            if (got[i] == want[i])
+                continue;
+            const float *lg = step_logits + (size_t)i * p->shape.vocab;
+            bool valid = got[i] >= 0 && (uint32_t)got[i] < p->shape.vocab;
+            if (valid && lg[want[i]] - lg[got[i]] <= 0x1p-5f * fabsf(lg[want[i]]))
+                ambiguous_at = i;
+            else
+                mismatches++;
+        }
         CHECK(mismatches == 0);
         if (mismatches) {
             fprintf(stderr, "request %u tokens:", r);
@@ -303,6 +376,9 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
                 fprintf(stderr, " %d/%d", got[i], want[i]);
             fprintf(stderr, " (got/want)\n");
         }
+        if (ambiguous_at <= c.steps)
+            continue;
+        whole++;
         double diff = 0, scale = 0;
         for (uint32_t i = 0; i < H; i++) {
             diff = fmax(diff, fabs(mg_bf16_to_f32(hidden[(size_t)r * H + i]) - want_hidden[i]));
@@ -312,7 +388,10 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
         if (!(diff / scale < 0.02))
             fprintf(stderr, "request %u final hidden: max rel err %g\n", r, diff / scale);
     }
-    free(hidden), free(want), free(want_hidden);
+    printf("  %u of %u tokens compared; %u of %u requests without a near-tie divergence (hidden "
+           "states compared)\n", compared, c.batch * (c.steps + 1), whole, c.batch);
+    CHECK(compared > 0);
+    free(hidden), free(want), free(want_hidden), free(step_logits);
     mg_fwd_destroy(m);
     mg_stream_destroy(s);
     free(ref.emb), free(ref.final_norm), free(ref.lm);
@@ -354,12 +433,34 @@ int main(void) {
     /* NVFP4 weights: another ragged batch and seed */
     mg_fwd_config f = c;
     f.weights = MG_FWD_WEIGHTS_NVFP4;
-    f.batch = (uint32_t)test_rand_range(2, 5);
+    f.batch = (uint32_t)test_rand_range(3, 6);
     f.prompt_len = (uint32_t)test_rand_range(9, 21);
     f.seed = test_rand();
     printf("tiny nvfp4: batch %u, prompt_len %u, steps %u, seed %llu\n", f.batch, f.prompt_len,
            f.steps, (unsigned long long)f.seed);
     check_against_reference(be, f);
+    /* MoE (NVFP4 experts), tiny-moe's shapes with every expert chosen: a token's expert choice
+     * is discontinuous in the router logits, so a one-ulp difference between this computation
+     * and the library's (attention, RMSNorm sums) would pick another expert at a near-tie;
+     * with k = E only the rank order (the combine's summation order) can change. The top-k
+     * selection itself is checked exactly by the moe_routing checks. */
+    const mg_fwd_preset *tiny_moe = mg_fwd_preset_find("tiny-moe");
+    CHECK(tiny_moe != NULL && tiny_moe->shape.experts > 0);
+    mg_fwd_preset all_experts = *tiny_moe;
+    all_experts.shape.experts_per_token = all_experts.shape.experts;
+    mg_fwd_config e = mg_fwd_config_default(&all_experts);
+    e.weights = MG_FWD_WEIGHTS_NVFP4;
+    e.batch = (uint32_t)test_rand_range(3, 6);
+    e.prompt_len = (uint32_t)test_rand_range(9, 21);
+    e.steps = (uint32_t)test_rand_range(3, 6);
+    e.seed = test_rand();
+    e.use_graphs = false;
+    printf("tiny-moe (top-%u of %u) nvfp4: batch %u, prompt_len %u, steps %u, seed %llu\n", all_experts.shape.experts_per_token,
+           all_experts.shape.experts, e.batch, e.prompt_len, e.steps, (unsigned long long)e.seed);
+    check_against_reference(be, e);
+    mg_fwd_config moe_bf16 = e;
+    moe_bf16.weights = MG_FWD_WEIGHTS_BF16;
+    check_refused(be, moe_bf16, MG_ERR_UNSUPPORTED, "mixture of experts");
 
     mg_fwd_config bad = c;
     bad.batch = tiny->max_batch_size + 1;
@@ -371,8 +472,6 @@ int main(void) {
     bad.prompt_len = 100000;
     check_refused(be, bad, MG_ERR_INVALID_ARGUMENT, "tokens");
     bad = mg_fwd_config_default(mg_fwd_preset_find("qwen3-30b-a3b"));
-    check_refused(be, bad, MG_ERR_UNSUPPORTED, "mixture of experts");
-    bad.weights = MG_FWD_WEIGHTS_NVFP4;
     check_refused(be, bad, MG_ERR_UNSUPPORTED, "mixture of experts");
     bad = c;
     bad.weights = (mg_fwd_weights)7;

@@ -3,7 +3,9 @@
  * CPU backend against a second computation written here with plain float loops over the same
  * weights: each request processed one token at a time with its own key/value history (which
  * is what a causal prefill followed by decode steps computes), BF16 rounding where the ops
- * store BF16. Then the configuration errors the model must refuse with a message.
+ * store BF16, fed the library's tokens: each must be the reference's best or within a near-tie
+ * of it, and the final hidden states must agree within 2%. Then the configuration errors the
+ * model must refuse with a message.
  *
  * With NVFP4 weights the layer matrices are quantized here with mg_nvfp4_quantize (global
  * scale amax / 2688 of the whole tensor, the rule model.h documents), their codes and block
@@ -159,11 +161,13 @@ static void linear(const reference *ref, uint32_t l, uint32_t slot, const float 
         matvec(x, ref->w[at], n, k, y, true);
 }
 
-/* Runs request r: its prompt, then `steps` greedy tokens; writes the generated ids (steps + 1),
- * each step's logits (step_logits [steps + 1][vocab]) and the final-normed hidden state of the
- * last token. */
-static void reference_request(const reference *ref, const mg_fwd_config *c, uint32_t r,
-                              int32_t *generated, float *step_logits, float *final_hidden) {
+/* Runs request r: its prompt, then `steps` greedy tokens, teacher-forced with the library's
+ * tokens `forced` (the reference's own argmax can differ from them at a near-tie of two logits,
+ * after which the two runs would decode different texts). Writes the reference's argmax at
+ * each step into `generated` and the final-normed hidden state of the last token; returns how
+ * many of the library's tokens are not within the tolerance of the reference's best logit. */
+static int reference_request(const reference *ref, const mg_fwd_config *c, uint32_t r,
+                             const int32_t *forced, int32_t *generated, float *final_hidden) {
     const mg_model_shape *s = &ref->p->shape;
     uint32_t H = s->hidden, D = s->head_dim, QD = s->heads * D, KD = s->kv_heads * D;
     uint32_t I = s->intermediate, len = mg_fwd_prompt_length(c, r), total = len + c->steps;
@@ -178,8 +182,9 @@ static void reference_request(const reference *ref, const mg_fwd_config *c, uint
     float *logits = malloc(sizeof(float) * s->vocab), *scores = malloc(sizeof(float) * total);
     int32_t token = 0;
     uint32_t produced = 0;
+    int far_from_best = 0;
     for (uint32_t t = 0; t + 1 < total + 1 && produced < c->steps + 1; t++) {
-        token = t < len ? mg_fwd_prompt_token(c->seed, s->vocab, r, t) : generated[produced - 1];
+        token = t < len ? mg_fwd_prompt_token(c->seed, s->vocab, r, t) : forced[produced - 1];
         for (uint32_t i = 0; i < H; i++)
             h[i] = ref->emb[(size_t)token * H + i];
         for (uint32_t l = 0; l < L; l++) {
@@ -251,14 +256,24 @@ static void reference_request(const reference *ref, const mg_fwd_config *c, uint
         else
             matvec(final_hidden, ref->lm, s->vocab, H, logits, false);
         uint32_t best = 0;
+        float largest = 0;
         for (uint32_t v = 1; v < s->vocab; v++)
             if (logits[v] > logits[best])
                 best = v;
-        memcpy(step_logits + (size_t)produced * s->vocab, logits, s->vocab * sizeof *logits);
+        for (uint32_t v = 0; v < s->vocab; v++)
+            largest = fmaxf(largest, fabsf(logits[v]));
+        /* The library's final hidden state may differ by BF16 roundings (checked to 2% below),
+         * so its logits may by about as much: its token must be within 2% of the largest
+         * logit magnitude of the best one. */
+        int32_t chosen = forced[produced];
+        if (chosen < 0 || (uint32_t)chosen >= s->vocab ||
+            logits[chosen] < logits[best] - 0.02f * largest)
+            far_from_best++;
         generated[produced++] = (int32_t)best;
     }
     free(kc), free(vc), free(h), free(a), free(q), free(kv), free(o), free(proj), free(gu);
     free(act), free(logits), free(scores), free(gu_exact);
+    return far_from_best;
 }
 
 /* The MoE MLP of layer l for one token: a (normed) -> out (BF16 values). */
@@ -342,43 +357,26 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
     uint32_t H = p->shape.hidden;
     uint16_t *hidden = malloc((size_t)c.batch * H * 2);
     CHECK(mg_fwd_final_hidden(m, hidden) == MG_OK);
-    int32_t *want = malloc((c.steps + 1) * sizeof(int32_t));
+    int32_t *want = malloc((c.steps + 1) * sizeof(int32_t)); /* the reference's argmax */
     float *want_hidden = malloc(H * sizeof(float));
-    /* Tokens must agree, except that where the library picks another token than this
-     * computation, that token's logit here may be within a near-tie margin of the best one:
-     * the two computations differ by a BF16 spacing here and there in the hidden states (sums
-     * in other orders), which moves close logits past each other. Past such a step the
-     * histories part, so it ends the comparison of that request (and skips its final hidden
-     * state). Margin: 2^-5 of the best logit's magnitude (about four BF16 spacings). */
-    float *step_logits = malloc((size_t)(c.steps + 1) * p->shape.vocab * sizeof(float));
-    uint32_t whole = 0, compared = 0;
     for (uint32_t r = 0; r < c.batch; r++) {
-        reference_request(&ref, &c, r, want, step_logits, want_hidden);
-        uint32_t count, ambiguous_at = c.steps + 1;
+        uint32_t count;
         const int32_t *got = mg_fwd_tokens(m, r, &count);
         CHECK(count == c.steps + 1);
-        int mismatches = 0;
-        for (uint32_t i = 0; i < count && i < c.steps + 1 && ambiguous_at > c.steps; i++) {
-            compared++;
-            if (got[i] == want[i])
-                continue;
-            const float *lg = step_logits + (size_t)i * p->shape.vocab;
-            bool valid = got[i] >= 0 && (uint32_t)got[i] < p->shape.vocab;
-            if (valid && lg[want[i]] - lg[got[i]] <= 0x1p-5f * fabsf(lg[want[i]]))
-                ambiguous_at = i;
-            else
-                mismatches++;
-        }
-        CHECK(mismatches == 0);
-        if (mismatches) {
-            fprintf(stderr, "request %u tokens:", r);
+        if (count != c.steps + 1)
+            continue;
+        int far = reference_request(&ref, &c, r, got, want, want_hidden);
+        int differ = 0;
+        for (uint32_t i = 0; i < count; i++)
+            differ += got[i] != want[i];
+        CHECK(far == 0);
+        if (far || differ) {
+            fprintf(stderr, "request %u tokens%s:", r,
+                    far ? "" : " (near-ties: within tolerance of the best logit)");
             for (uint32_t i = 0; i < count; i++)
                 fprintf(stderr, " %d/%d", got[i], want[i]);
-            fprintf(stderr, " (got/want)\n");
+            fprintf(stderr, " (got/reference argmax)\n");
         }
-        if (ambiguous_at <= c.steps)
-            continue;
-        whole++;
         double diff = 0, scale = 0;
         for (uint32_t i = 0; i < H; i++) {
             diff = fmax(diff, fabs(mg_bf16_to_f32(hidden[(size_t)r * H + i]) - want_hidden[i]));
@@ -388,10 +386,7 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
         if (!(diff / scale < 0.02))
             fprintf(stderr, "request %u final hidden: max rel err %g\n", r, diff / scale);
     }
-    printf("  %u of %u tokens compared; %u of %u requests without a near-tie divergence (hidden "
-           "states compared)\n", compared, c.batch * (c.steps + 1), whole, c.batch);
-    CHECK(compared > 0);
-    free(hidden), free(want), free(want_hidden), free(step_logits);
+    free(hidden), free(want), free(want_hidden);
     mg_fwd_destroy(m);
     mg_stream_destroy(s);
     free(ref.emb), free(ref.final_norm), free(ref.lm);

@@ -213,6 +213,10 @@ struct mg_fwd {
     mg_devptr residual, proj_out, norm_out, qkv, attn_out, gate_up, mlp_act, logits_hidden,
         logits;
     mg_devptr step_ids, qo_indptr, kv_indptr, kv_indices, last_page_len, logits_indices;
+    /* Dense NVFP4 only: silu(gate) * up of the fused gate_up GEMM. Live for the whole run: the
+     * arena's plan lets the BF16 path's mlp_act reuse norm_out's memory (norm_out is dead once
+     * the gate_up GEMM has read it), but the fused GEMM reads norm_out while it writes. */
+    mg_devptr mlp_act_fp4;
     /* MoE only (arena) */
     mg_devptr router_logits, topk_ids, topk_weights, sorted_token_ids, expert_offsets, moe_act,
         moe_down, pair_positions, sort_workspace;
@@ -499,6 +503,13 @@ static mg_status create_arena(mg_fwd *m, uint32_t num_pages) {
         return lib_fail(st, "creating the arena");
     }
     uint32_t E = m->sh.experts, K = m->sh.experts_per_token;
+    bool dense_fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4 && !E;
+    if (dense_fp4 && (st = mg_arena_plan_add(plan, "mlp_act_fp4",
+                                             2ull * m->tokens_cap * m->sh.intermediate, 0, NULL,
+                                             NULL))) {
+        mg_arena_plan_destroy(plan);
+        return lib_fail(st, "creating the arena");
+    }
     if (E) {
         mg_moe_sort_desc sd = {.tokens = m->tokens_cap, .experts = E, .k = K};
         m->sort_workspace_bytes = mg_moe_sort_workspace_bytes(&sd);
@@ -539,6 +550,8 @@ static mg_status create_arena(mg_fwd *m, uint32_t num_pages) {
         if ((st = mg_arena_find(m->arena, names[i], ptrs[i], NULL)))
             return lib_fail(st, "arena buffer");
     }
+    if (dense_fp4 && (st = mg_arena_find(m->arena, "mlp_act_fp4", &m->mlp_act_fp4, NULL)))
+        return lib_fail(st, "arena buffer");
     return MG_OK;
 }
 
@@ -850,7 +863,7 @@ static mg_status forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         if (m->fp4) {
             const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
             TRY(mg_nvfp4_gemm_gate_up(b, s, rows, I, H, m->norm_out, H, &fw[FP4_GATE], &fw[FP4_UP],
-                                      m->mlp_act, I),
+                                      m->mlp_act_fp4, I),
                 "gate_up projection with SiLU-mul");
         } else {
             TRY(mg_gemm_bf16(b, s, rows, 2 * I, H, m->norm_out, w[MG_FWD_W_GATE_UP], m->gate_up,
@@ -858,7 +871,8 @@ static mg_status forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                 "gate_up projection");
             TRY(mg_silu_mul_bf16(b, s, rows, I, m->gate_up, 2 * I, m->mlp_act, I), "SiLU-mul");
         }
-        TRY(linear(m, s, prefill, l, MG_FWD_W_DOWN, FP4_DOWN, rows, H, I, m->mlp_act, m->proj_out),
+        TRY(linear(m, s, prefill, l, MG_FWD_W_DOWN, FP4_DOWN, rows, H, I,
+                   m->fp4 ? m->mlp_act_fp4 : m->mlp_act, m->proj_out),
             "down projection");
     }
     TRY(mg_gather_rows_bf16(b, s, B, H, m->logits_indices, rows, m->residual, m->proj_out,

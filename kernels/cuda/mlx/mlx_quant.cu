@@ -12,36 +12,27 @@
 // significant bits), rounded once to the scales' type; t + bias is an IEEE FP32 addition
 // rounded to that type, then converted to BF16 (exact from BF16, round-to-nearest from FP16).
 //
-// GEMV: a block of 8 warps owns 16 output rows (2 per warp). The activation rows (M <= 8) are
-// staged through shared memory in FP32, ChunkCols<M> columns at a time (32 KiB whatever M:
-// 8192 columns at M = 1), together with each group's activation sum, so the bias is folded
-// once per group: sum w*x = scale*sum(q*x) + bias*sum(x). Each lane issues LoadBatch<M> 16-byte
-// weight loads before using any, to keep enough bytes in flight for the memory system.
-// For silu_gate the staged activation is bf16(silu(g) * u), computed once per block. Weights
-// are streamed with 16-byte non-allocating loads; each lane keeps its own partial sums and a
-// warp-shuffle reduction ends each row. Codes become floats without conversion instructions:
-// 8 bits through the 2^23 magic (prmt into 0x4b0000qq, minus 2^23); 4 bits through a BF16
-// magic 128 + q whose offset 128 is folded into the bias (bias - 128 * scale).
+// GEMV: a block of 4 warps owns 16 output rows, 4 per warp (each warp 4 rows of each layer
+// for gate_up). Lane L takes the row's 16-byte weight vectors L, L + 32, ...: for each it
+// loads the vector of every row of the warp first (4 to 8 loads in flight per lane), then
+// the matching activations straight from global memory (16 contiguous BF16 per load, L1 hits
+// for the block's other warps), converts them once for all the warp's rows, and adds
+// scale * sum(q * x) + bias * sum(x) per row, the bias folded through the vector's activation
+// sum (a 16-byte vector lies inside one group). No shared memory, no barrier. For silu_gate
+// the activation bf16(silu(g) * u) is made on the fly, as the reference makes it.
+// Codes become floats without conversion instructions: 8 bits through the 2^23 magic (prmt
+// into 0x4b0000qq, minus 2^23); 4 bits through a BF16 magic 128 + q whose offset 128 is folded
+// into the bias (bias - 128 * scale).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowsPerWarp = 2;
+constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp; // 16, as src/ops/mlx/mlx.c launches
-constexpr int kStagedFloats = 8192;              // activation floats staged per pass (32 KiB)
-constexpr int kStagedGroups = kStagedFloats / 32; // their group sums, at the smallest group
-// Weight vectors a lane loads before using any: 4 while the per-row sums are few, 2 at M > 4
-// (more would spill registers).
-template <int M> constexpr int LoadBatch = M <= 4 ? 4 : 2;
-
-// Staged columns per pass for M activation rows: as many as fit, a multiple of 128 so no group
-// straddles two passes.
-template <int M> constexpr int ChunkCols = kStagedFloats / M / 128 * 128;
-static_assert(ChunkCols<8> == 1024, "M = 8 (MG_MLX_GEMV_MAX_M) stages 1024 columns per pass");
 
 enum { kPlain = 0, kSiluGate = 1, kSiluGateResid = 2 };
 
@@ -78,12 +69,13 @@ __device__ void dequant_body(const uint4 *weight, const uint16_t *scales, const 
     constexpr int kPerWord = 32 / Bits;
     constexpr int kPerVector = 4 * kPerWord;
     const uint32_t vectors_per_row = k / kPerVector;
-    const uint64_t total = (uint64_t)n * vectors_per_row;
     const uint32_t groups = k / group_size;
-    for (uint64_t v = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; v < total;
-         v += (uint64_t)gridDim.x * blockDim.x) {
-        uint32_t row = (uint32_t)(v / vectors_per_row);
-        uint32_t col = (uint32_t)(v % vectors_per_row) * kPerVector;
+    // Rows are strided over the grid and a row's vectors over the block: 32-bit index math
+    // (a 64-bit division per vector cost more than the memory traffic).
+    for (uint32_t row = blockIdx.x; row < n; row += gridDim.x)
+    for (uint32_t vr = threadIdx.x; vr < vectors_per_row; vr += blockDim.x) {
+        const size_t v = (size_t)row * vectors_per_row + vr;
+        uint32_t col = vr * kPerVector;
         size_t g = (size_t)row * groups + col / group_size;
         float scale = scale_value(scales, g, f16), bias = scale_value(biases, g, f16);
         uint4 words = load_stream(weight + v);
@@ -118,40 +110,49 @@ struct Layer {
     const uint16_t *scales, *biases;
 };
 
-// Sum over one 16-byte vector (16 or 32 codes starting at staged column c) of code * act for
-// each activation row, added to acc[t]. For 4 bits the codes are 128 + q (see the file comment).
-template <int Bits, int M>
-__device__ __forceinline__ void vector_dot(uint4 words, const float *act, uint32_t c,
-                                           float acc[M]) {
-    constexpr int kChunk = ChunkCols<M>;
+// Eight activations of row t at column c as floats (with silu_gate: bf16(silu(g) * u)).
+__device__ __forceinline__ void load_act8(const uint16_t *x, const uint16_t *u, int mode,
+                                          size_t at, float (&a)[8]) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4 *>(x + at));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        a[2 * i] = __uint_as_float(w[i] << 16);
+        a[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+    if (mode != kPlain) {
+        const uint4 uv = __ldg(reinterpret_cast<const uint4 *>(u + at));
+        const uint32_t uw[4] = {uv.x, uv.y, uv.z, uv.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float ui = __uint_as_float(i % 2 ? uw[i / 2] & 0xffff0000u : uw[i / 2] << 16);
+            const float silu = a[i] / (1.0f + expf(-a[i]));
+            a[i] = __bfloat162float(__float2bfloat16_rn(silu * ui));
+        }
+    }
+}
+
+// Codes 8 * part .. 8 * part + 7 of a 16-byte vector as floats (4 bits: 128 + q).
+template <int Bits>
+__device__ __forceinline__ void codes8(uint4 words, int part, float (&q)[8]) {
     const uint32_t w[4] = {words.x, words.y, words.z, words.w};
     if (Bits == 8) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int h = 0; h < 2; h++) {
+            const uint32_t word = w[part * 2 + h];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                // 0x4b0000qq: 2^23 + q.
-                float q = __uint_as_float(__byte_perm(w[i], 0x4b000000u, 0x7640u + j)) -
-                          8388608.0f;
-#pragma unroll
-                for (int t = 0; t < M; t++)
-                    acc[t] = fmaf(q, act[t * kChunk + c + i * 4 + j], acc[t]);
-            }
+            for (int j = 0; j < 4; j++)
+                q[h * 4 + j] = __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7640u + j)) -
+                               8388608.0f;
         }
     } else {
+        const uint32_t word = w[part];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                // Nibbles s and s + 4 of the word as BF16 128 + q in the low and high halves.
-                uint32_t pair = ((w[i] >> (4 * s)) & 0x000f000fu) | 0x43004300u;
-                float q_lo = __uint_as_float(pair << 16), q_hi = __uint_as_float(pair & 0xffff0000u);
-#pragma unroll
-                for (int t = 0; t < M; t++) {
-                    acc[t] = fmaf(q_lo, act[t * kChunk + c + i * 8 + s], acc[t]);
-                    acc[t] = fmaf(q_hi, act[t * kChunk + c + i * 8 + s + 4], acc[t]);
-                }
-            }
+        for (int s = 0; s < 4; s++) {
+            // Nibbles s and s + 4 as BF16 128 + q in the low and high halves.
+            const uint32_t pair = ((word >> (4 * s)) & 0x000f000fu) | 0x43004300u;
+            q[s] = __uint_as_float(pair << 16);
+            q[s + 4] = __uint_as_float(pair & 0xffff0000u);
         }
     }
 }
@@ -163,99 +164,92 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// One block: kRowsPerBlock rows of each of the NW layers (NW = 2 for gate_up, one activation).
+// Rows of each layer a warp handles in one pass over K: NW * R * M running sums stay at 8 or
+// fewer, so every M of the one kernel fits its registers (the kernel's register count is that
+// of its largest variant).
+template <int M, int NW> constexpr int RowsPerPass = (M <= 2 ? 4 : M <= 4 ? 2 : 1) / NW > 0
+                                                          ? (M <= 2 ? 4 : M <= 4 ? 2 : 1) / NW
+                                                          : 1;
+
+// R = RowsPerPass rows of each of the NW layers (NW = 2 for gate_up, one activation), from
+// row0 on.
 template <int Bits, int M, int NW>
-__device__ void gemv_body(const Layer *layers, const uint16_t *x, const uint16_t *u,
+__device__ void gemv_rows(const Layer *layers, const uint16_t *x, const uint16_t *u,
                           const uint16_t *resid, uint16_t *const *y, uint32_t n, uint32_t k,
-                          uint32_t group_size, bool f16, int mode, float *act,
-                          float *group_sums) {
-    constexpr int kPerVector = 128 / Bits;
+                          uint32_t group_size, bool f16, int mode, uint32_t row0) {
+    constexpr int R = RowsPerPass<M, NW>;
+    constexpr int kPerVector = 128 / Bits; // codes per 16-byte vector: 16 or 32
+    constexpr int kParts = kPerVector / 8;
     const float offset = Bits == 4 ? 128.0f : 0.0f;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const uint32_t row0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+    const int lane = threadIdx.x % 32;
     const uint32_t groups = k / group_size, vectors_per_row = k / kPerVector;
-    float sum[NW][kRowsPerWarp][M];
+    float sum[NW][R][M];
 #pragma unroll
     for (int l = 0; l < NW; l++)
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
             for (int t = 0; t < M; t++)
                 sum[l][r][t] = 0.0f;
 
-    constexpr int kChunk = ChunkCols<M>;
-    constexpr int kChunkGroups = kChunk / 32; // group sums per activation row, at most
-    constexpr int kLoadBatch = LoadBatch<M>;
-    for (uint32_t c0 = 0; c0 < k; c0 += kChunk) {
-        const uint32_t width = min((uint32_t)kChunk, k - c0);
-        __syncthreads(); // the previous chunk is consumed
-        for (uint32_t i = threadIdx.x; i < M * width; i += kThreads) {
-            uint32_t t = i / width, c = i % width;
-            size_t src = (size_t)t * k + c0 + c;
-            float a = bf16_to_float(x[src]);
-            if (mode != kPlain) {
-                float silu = a / (1.0f + expf(-a));
-                a = __bfloat162float(__float2bfloat16_rn(silu * bf16_to_float(u[src])));
-            }
-            act[t * kChunk + c] = a;
-        }
-        __syncthreads();
-        // Group sums of the staged activations: one warp per (row, group), lanes over columns.
-        const uint32_t chunk_groups = width / group_size;
-        for (uint32_t i = warp; i < M * chunk_groups; i += kWarps) {
-            uint32_t t = i / chunk_groups, g = i % chunk_groups;
-            float s = 0.0f;
-            for (uint32_t c = lane; c < group_size; c += 32)
-                s += act[t * kChunk + g * group_size + c];
-            s = warp_sum(s);
-            if (lane == 0)
-                group_sums[t * kChunkGroups + g] = s;
-        }
-        __syncthreads();
-        const uint32_t chunk_vectors = width / kPerVector;
+    for (uint32_t v = lane; v < vectors_per_row; v += 32) {
+        uint4 w[NW][R];
+        float scale[NW][R], bias[NW][R];
+        const uint32_t c = v * kPerVector;
 #pragma unroll
         for (int l = 0; l < NW; l++)
 #pragma unroll
-            for (int r = 0; r < kRowsPerWarp; r++) {
-                const uint32_t row = row0 + r;
-                if (row >= n)
-                    continue;
-                const uint4 *wrow = layers[l].weight + (size_t)row * vectors_per_row + c0 / kPerVector;
-                for (uint32_t v0 = lane; v0 < chunk_vectors; v0 += 32 * kLoadBatch) {
-                    uint4 words[kLoadBatch];
-#pragma unroll
-                    for (int b = 0; b < kLoadBatch; b++)
-                        if (v0 + b * 32 < chunk_vectors)
-                            words[b] = load_stream(wrow + v0 + b * 32);
-#pragma unroll
-                    for (int b = 0; b < kLoadBatch; b++) {
-                        const uint32_t v = v0 + b * 32;
-                        if (v >= chunk_vectors)
-                            continue;
-                        const uint32_t c = v * kPerVector;
-                        float acc[M];
-#pragma unroll
-                        for (int t = 0; t < M; t++)
-                            acc[t] = 0.0f;
-                        vector_dot<Bits, M>(words[b], act, c, acc);
-                        const size_t g = (size_t)row * groups + (c0 + c) / group_size;
-                        const float scale = scale_value(layers[l].scales, g, f16);
-                        // The group's bias term once, by the lane holding its first vector.
-                        const bool first = (c0 + c) % group_size == 0;
-                        const float bias =
-                            first ? scale_value(layers[l].biases, g, f16) - offset * scale : 0.0f;
-                        const uint32_t cg = c / group_size;
-#pragma unroll
-                        for (int t = 0; t < M; t++)
-                            sum[l][r][t] += scale * acc[t] + bias * group_sums[t * kChunkGroups + cg];
-                    }
-                }
+            for (int r = 0; r < R; r++) {
+                const uint32_t row = min(row0 + r, n - 1); // rows past n compute, never store
+                w[l][r] = load_stream(layers[l].weight + (size_t)row * vectors_per_row + v);
             }
+#pragma unroll
+        for (int l = 0; l < NW; l++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t row = min(row0 + r, n - 1);
+                const size_t g = (size_t)row * groups + c / group_size;
+                scale[l][r] = scale_value(layers[l].scales, g, f16);
+                bias[l][r] = scale_value(layers[l].biases, g, f16) - offset * scale[l][r];
+            }
+#pragma unroll
+        for (int t = 0; t < M; t++) {
+            float xsum = 0.0f;
+            float dot[NW][R];
+#pragma unroll
+            for (int l = 0; l < NW; l++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    dot[l][r] = 0.0f;
+#pragma unroll
+            for (int part = 0; part < kParts; part++) {
+                float a[8];
+                load_act8(x, u, mode, (size_t)t * k + c + part * 8, a);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    xsum += a[i];
+#pragma unroll
+                for (int l = 0; l < NW; l++)
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float q[8];
+                        codes8<Bits>(w[l][r], part, q);
+#pragma unroll
+                        for (int i = 0; i < 8; i++)
+                            dot[l][r] = fmaf(q[i], a[i], dot[l][r]);
+                    }
+            }
+#pragma unroll
+            for (int l = 0; l < NW; l++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    sum[l][r][t] += scale[l][r] * dot[l][r] + bias[l][r] * xsum;
+        }
     }
 #pragma unroll
     for (int l = 0; l < NW; l++)
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; r++) {
+        for (int r = 0; r < R; r++) {
             const uint32_t row = row0 + r;
 #pragma unroll
             for (int t = 0; t < M; t++) {
@@ -270,20 +264,31 @@ __device__ void gemv_body(const Layer *layers, const uint16_t *x, const uint16_t
         }
 }
 
+// The warp's kRowsPerWarp rows, RowsPerPass at a time (the activations of a later pass are L1
+// hits).
+template <int Bits, int M, int NW>
+__device__ void gemv_body(const Layer *layers, const uint16_t *x, const uint16_t *u,
+                          const uint16_t *resid, uint16_t *const *y, uint32_t n, uint32_t k,
+                          uint32_t group_size, bool f16, int mode) {
+    const uint32_t warp_row0 = blockIdx.x * kRowsPerBlock + (threadIdx.x / 32) * kRowsPerWarp;
+    for (uint32_t r = 0; r < kRowsPerWarp && warp_row0 + r < n; r += RowsPerPass<M, NW>)
+        gemv_rows<Bits, M, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode,
+                               warp_row0 + r);
+}
+
 template <int Bits, int NW>
 __device__ void gemv_dispatch_m(const Layer *layers, const uint16_t *x, const uint16_t *u,
                                 const uint16_t *resid, uint16_t *const *y, uint32_t m, uint32_t n,
-                                uint32_t k, uint32_t group_size, bool f16, int mode,
-                                float *act, float *group_sums) {
+                                uint32_t k, uint32_t group_size, bool f16, int mode) {
     switch (m) {
-    case 1: gemv_body<Bits, 1, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode, act, group_sums); break;
-    case 2: gemv_body<Bits, 2, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode, act, group_sums); break;
-    case 3: gemv_body<Bits, 3, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode, act, group_sums); break;
-    case 4: gemv_body<Bits, 4, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode, act, group_sums); break;
-    case 5: gemv_body<Bits, 5, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode, act, group_sums); break;
-    case 6: gemv_body<Bits, 6, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode, act, group_sums); break;
-    case 7: gemv_body<Bits, 7, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode, act, group_sums); break;
-    default: gemv_body<Bits, 8, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode, act, group_sums); break;
+    case 1: gemv_body<Bits, 1, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
+    case 2: gemv_body<Bits, 2, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
+    case 3: gemv_body<Bits, 3, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
+    case 4: gemv_body<Bits, 4, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
+    case 5: gemv_body<Bits, 5, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
+    case 6: gemv_body<Bits, 6, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
+    case 7: gemv_body<Bits, 7, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
+    default: gemv_body<Bits, 8, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
     }
 }
 
@@ -302,15 +307,12 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 mlx_gemv(const uint4 *weight, const uint16_t *scales, const uint16_t *biases, const uint16_t *x,
          const uint16_t *u, const uint16_t *resid, uint16_t *y, uint32_t m, uint32_t n, uint32_t k,
          uint32_t bits, uint32_t group_size, uint32_t scale_type, uint32_t mode) {
-    // Declared here, once: declared in the templates, each instantiation would get its own.
-    __shared__ __align__(16) float act[kStagedFloats];
-    __shared__ float group_sums[kStagedGroups];
     const Layer layer = {weight, scales, biases};
     uint16_t *const outs[1] = {y};
     if (bits == 8)
-        gemv_dispatch_m<8, 1>(&layer, x, u, resid, outs, m, n, k, group_size, scale_type == 1, (int)mode, act, group_sums);
+        gemv_dispatch_m<8, 1>(&layer, x, u, resid, outs, m, n, k, group_size, scale_type == 1, (int)mode);
     else
-        gemv_dispatch_m<4, 1>(&layer, x, u, resid, outs, m, n, k, group_size, scale_type == 1, (int)mode, act, group_sums);
+        gemv_dispatch_m<4, 1>(&layer, x, u, resid, outs, m, n, k, group_size, scale_type == 1, (int)mode);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
@@ -318,12 +320,10 @@ mlx_gemv_gate_up(const uint4 *w1, const uint16_t *s1, const uint16_t *b1, const 
                  const uint16_t *s2, const uint16_t *b2, const uint16_t *x, uint16_t *y1,
                  uint16_t *y2, uint32_t m, uint32_t n, uint32_t k, uint32_t bits,
                  uint32_t group_size, uint32_t scale_type) {
-    __shared__ __align__(16) float act[kStagedFloats];
-    __shared__ float group_sums[kStagedGroups];
     const Layer layers[2] = {{w1, s1, b1}, {w2, s2, b2}};
     uint16_t *const outs[2] = {y1, y2};
     if (bits == 8)
-        gemv_dispatch_m<8, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size, scale_type == 1, kPlain, act, group_sums);
+        gemv_dispatch_m<8, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size, scale_type == 1, kPlain);
     else
-        gemv_dispatch_m<4, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size, scale_type == 1, kPlain, act, group_sums);
+        gemv_dispatch_m<4, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size, scale_type == 1, kPlain);
 }

@@ -13,10 +13,9 @@
 #include "op_cache.h"
 #include "op_registry.h"
 
-/* CUDA launch shape, matched by kernels/cuda/mlx/mlx_quant.cu: GEMV blocks of 256 threads (8
- * warps), each warp computing kGemvRowsPerWarp rows; dequant blocks of 256 threads, one
- * 16-byte word group per thread. */
-#define GEMV_THREADS 256u
+/* CUDA launch shape, matched by kernels/cuda/mlx/mlx_quant.cu: GEMV blocks of 128 threads (4
+ * warps), each warp computing 4 rows; dequant blocks of 256 threads, a block per row. */
+#define GEMV_THREADS 128u
 #define GEMV_ROWS_PER_BLOCK 16u
 #define DEQUANT_THREADS 256u
 #define MAX_GRID 65535u
@@ -157,11 +156,9 @@ static void add_shape_args(mg_launch *l, const mg_mlx_linear *w) {
 
 static mg_status dequant(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_linear *w,
                          const layer_ptrs *p, mg_devptr out) {
-    /* One thread per 16-byte vector of words: n * k * bits / 128 of them. */
-    uint64_t vectors = (uint64_t)w->n * w->k * w->bits / 128;
-    uint64_t blocks = (vectors + DEQUANT_THREADS - 1) / DEQUANT_THREADS;
+    /* A block per row (grid-stride over rows), a thread per 16-byte vector of the row. */
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){blocks < MAX_GRID ? (uint32_t)blocks : MAX_GRID, 1, 1},
+    mg_launch_init(&l, (mg_dim3){w->n < MAX_GRID ? w->n : MAX_GRID, 1, 1},
                    (mg_dim3){DEQUANT_THREADS, 1, 1}, 0);
     add_layer_args(&l, p);
     mg_launch_arg_ptr(&l, out);

@@ -134,6 +134,7 @@ if want bench; then
     step run_llama_3_8b_b64 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b --batch 64
     step run_llama_3_8b_nvfp4 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b --weights nvfp4
     step run_compare_tiny_nvfp4 120 "$BIN/metrale-gpu" --backend cuda run --preset tiny --weights nvfp4 --compare
+    step run_qwen3_30b_a3b_nvfp4 300 "$BIN/metrale-gpu" --backend cuda --json run --preset qwen3-30b-a3b --weights nvfp4
     step run_compare_tiny 120 "$BIN/metrale-gpu" --backend cuda run --preset tiny --compare
 fi
 if want peers; then

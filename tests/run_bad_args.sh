@@ -17,7 +17,7 @@ expect_refused() {
 }
 expect_refused --backend cpu run --preset no-such-preset
 expect_refused --backend cpu run --preset tiny --weights fp8
-expect_refused --backend cpu run --preset qwen3-30b-a3b --weights nvfp4
+expect_refused --backend cpu run --preset tiny-moe --weights bf16
 expect_refused --backend cpu run --preset tiny --weights int3
 expect_refused --backend cpu run --preset tiny --batch 100000
 expect_refused --backend cpu run --preset tiny --batch 65

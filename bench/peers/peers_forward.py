@@ -137,6 +137,14 @@ def make_tensor(p, seed, tid, dev, chunk=1 << 26):
 
 # ------------------------------------------------------------------ the model
 
+def rms_norm(x, weight, eps):
+    """F.rms_norm where this PyTorch has it (2.4 on), else the same in plain ops."""
+    if hasattr(F, "rms_norm"):
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
 class Model:
     def __init__(self, p, seed, dev):
         self.p = p
@@ -167,7 +175,7 @@ class Model:
         eps = p["eps"]
         h = F.embedding(ids, self.emb)
         for l, (an, wq, wkv, wo, mn, wgu, wd) in enumerate(self.layers):
-            a = F.rms_norm(h, (H,), an, eps)
+            a = rms_norm(h, an, eps)
             q = (a @ wq.t()).view(B, T, Hq, D).transpose(1, 2)
             kv = (a @ wkv.t()).view(B, T, 2, Hkv, D)
             k = kv[:, :, 0].transpose(1, 2)
@@ -179,10 +187,10 @@ class Model:
             o = F.scaled_dot_product_attention(q, kcache[l], vcache[l], attn_mask=valid,
                                                enable_gqa=True)
             h = h + o.transpose(1, 2).reshape(B, T, Hq * D) @ wo.t()
-            m = F.rms_norm(h, (H,), mn, eps)
+            m = rms_norm(h, mn, eps)
             gu = m @ wgu.t()
             h = h + (F.silu(gu[..., :I]) * gu[..., I:]) @ wd.t()
-        last = F.rms_norm(h[:, -1], (H,), self.final_norm, eps)
+        last = rms_norm(h[:, -1], self.final_norm, eps)
         return (last @ self.lm.t()).float().argmax(-1)
 
 

@@ -15,6 +15,7 @@
 #include "metrale/ops_elementwise.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/ops_kv_cache.h"
+#include "metrale/ops_moe.h"
 #include "metrale/ops_nvfp4.h"
 #include "metrale/nvfp4.h"
 #include "metrale/status.h"
@@ -73,6 +74,14 @@ static const mg_fwd_preset presets[] = {
      .layers = 48, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
      .max_batch_tokens = 8192, .max_batch_size = 256,
      .batch = 1, .prompt_len = 512, .steps = 64},
+    {.name = "tiny-moe",
+     .description = "2 layers, hidden 256, 8 experts of 128, top-2, vocab 1024 (MoE; seconds on "
+                    "a CPU)",
+     .shape = {.hidden = 256, .heads = 4, .kv_heads = 2, .head_dim = 128, .intermediate = 128,
+               .experts = 8, .experts_per_token = 2, .vocab = 1024},
+     .layers = 2, .rope_theta = 10000.0f, .norm_eps = 1e-6f,
+     .max_batch_tokens = 4096, .max_batch_size = 64,
+     .batch = 4, .prompt_len = 16, .steps = 8},
 };
 
 const mg_fwd_preset *mg_fwd_presets(size_t *count) {
@@ -156,14 +165,16 @@ mg_status mg_fwd_tensor_shape(const mg_model_shape *s, uint32_t layers, uint32_t
         c = s->hidden;
         norm = true;
     } else if (id >= 16 && (id - 16) / 8 < layers) {
+        uint32_t groups = s->experts ? s->experts : 1;
         switch ((id - 16) % 8) {
         case MG_FWD_ATTN_NORM:
         case MG_FWD_MLP_NORM: r = 1; c = s->hidden; norm = true; break;
         case MG_FWD_WQ: r = q; c = s->hidden; break;
         case MG_FWD_WKV: r = kv; c = s->hidden; break;
         case MG_FWD_WO: r = s->hidden; c = q; break;
-        case MG_FWD_W_GATE_UP: r = 2 * s->intermediate; c = s->hidden; break;
-        case MG_FWD_W_DOWN: r = s->hidden; c = s->intermediate; break;
+        case MG_FWD_W_GATE_UP: r = groups * 2 * s->intermediate; c = s->hidden; break;
+        case MG_FWD_W_DOWN: r = groups * s->hidden; c = s->intermediate; break;
+        case MG_FWD_ROUTER: r = s->experts; c = s->hidden; break;
         default: break;
         }
     }
@@ -202,10 +213,15 @@ struct mg_fwd {
     mg_devptr residual, proj_out, norm_out, qkv, attn_out, gate_up, mlp_act, logits_hidden,
         logits;
     mg_devptr step_ids, qo_indptr, kv_indptr, kv_indices, last_page_len, logits_indices;
-    /* NVFP4 only: silu(gate) * up of the fused gate_up GEMM. Live for the whole run: the
+    /* Dense NVFP4 only: silu(gate) * up of the fused gate_up GEMM. Live for the whole run: the
      * arena's plan lets the BF16 path's mlp_act reuse norm_out's memory (norm_out is dead once
      * the gate_up GEMM has read it), but the fused GEMM reads norm_out while it writes. */
     mg_devptr mlp_act_fp4;
+    /* MoE only (arena) */
+    mg_devptr router_logits, topk_ids, topk_weights, sorted_token_ids, expert_offsets, moe_act,
+        moe_down, pair_positions, sort_workspace;
+    size_t sort_workspace_bytes;
+    uint64_t expert_bytes; /* the experts' NVFP4 weights, every layer */
     uint32_t tokens_cap, tokens_padded;
 
     mg_kv_cache_desc kv;
@@ -305,51 +321,74 @@ typedef struct fp4_staging {
     mg_devptr bf16, codes, scales;
 } fp4_staging;
 
-/* Tensor `id` (a layer matrix) generated on the host, uploaded into the staging buffers,
- * quantized with its global scale (model.h), and prepared into `parts` weights of rows /
- * parts rows each (w_gate_up: gate, then up), whose global scales are entries global_index..
- * of m->fp4_globals. Ordered on the default stream, which the next blocking upload into the
- * staging buffers waits for. */
+/* Global scales per NVFP4 weight: one per expert (1 for a dense weight). */
+static size_t global_group(const mg_fwd *m) {
+    return m->sh.experts ? m->sh.experts : 1;
+}
+
+/* Tensor `id` (a layer matrix or the LM head) generated on the host, uploaded into the staging
+ * buffers, quantized with its global scale (model.h), and prepared into `parts` weights (w_gate_up:
+ * gate, then up) of `experts` stacked experts each (rows = experts * parts * n: expert e's part
+ * p at rows (e * parts + p) * n), whose global scales (global_group(m) of them per part, all the
+ * tensor's) are entries global_index.. of m->fp4_globals. Ordered on the default stream, which
+ * the next blocking upload into the staging buffers waits for. */
 static mg_status quantize_tensor(mg_fwd *m, uint32_t id, uint16_t *host, const fp4_staging *sg,
-                                 uint32_t parts, mg_nvfp4_weight *out, size_t global_index) {
+                                 uint32_t experts, uint32_t parts, mg_nvfp4_weight *out,
+                                 size_t global_index) {
     uint32_t rows, cols;
     mg_status st = generate_tensor(m, id, host, &rows, &cols);
     if (st)
         return st;
+    size_t group = global_group(m);
     float global = mg_nvfp4_global_scale(host, rows, cols, 0);
-    float globals[2] = {global, global};
-    mg_devptr g = m->fp4_globals + 4 * global_index;
+    float *globals = malloc(group * sizeof *globals);
+    if (!globals)
+        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+    for (size_t i = 0; i < group; i++)
+        globals[i] = global;
     mg_stream *s0 = mg_stream_default(m->b);
-    if ((st = mg_copy_h2d(m->b, sg->bf16, host, (size_t)rows * cols * 2)) ||
-        (st = mg_copy_h2d(m->b, g, globals, 4 * parts)) ||
-        (st = mg_nvfp4_quantize(m->b, s0, rows, cols, 0, sg->bf16, g, sg->codes, sg->scales)))
-        return lib_fail(st, "quantizing weights to NVFP4");
-    uint32_t n = rows / parts;
+    for (uint32_t p = 0; !st && p < parts; p++)
+        st = mg_copy_h2d(m->b, m->fp4_globals + 4 * (global_index + p * group), globals,
+                         group * sizeof *globals);
+    if (st || (st = mg_copy_h2d(m->b, sg->bf16, host, (size_t)rows * cols * 2)) ||
+        (st = mg_nvfp4_quantize(m->b, s0, rows, cols, 0, sg->bf16, m->fp4_globals + 4 * global_index,
+                                sg->codes, sg->scales)))
+        st = lib_fail(st, "quantizing weights to NVFP4");
+    uint32_t n = rows / (experts * parts);
     size_t vb = mg_nvfp4_prepared_value_bytes(n, cols), sb = mg_nvfp4_prepared_scale_bytes(n, cols);
-    for (uint32_t p = 0; p < parts; p++) {
-        mg_devptr base;
-        if ((st = mg_alloc(m->b, vb + sb, &base)))
-            return lib_fail(st, "allocating NVFP4 weights");
-        out[p] = (mg_nvfp4_weight){.values = base, .scales = base + vb, .global_scale = g + 4 * p};
-        m->weight_bytes += vb + sb;
-        if ((st = mg_nvfp4_prepare(m->b, s0, n, cols, 1,
-                                   sg->codes + (uint64_t)p * mg_nvfp4_packed_bytes(n, cols),
-                                   sg->scales + (uint64_t)p * mg_nvfp4_scale_bytes(n, cols),
-                                   out[p].values, out[p].scales)))
-            return lib_fail(st, "preparing NVFP4 weights");
+    size_t codes_bytes = mg_nvfp4_packed_bytes(n, cols), scale_bytes = mg_nvfp4_scale_bytes(n, cols);
+    for (uint32_t p = 0; !st && p < parts; p++) {
+        mg_devptr base, g = m->fp4_globals + 4 * (global_index + p * group);
+        if ((st = mg_alloc(m->b, experts * (vb + sb), &base))) {
+            st = lib_fail(st, "allocating NVFP4 weights");
+            break;
+        }
+        out[p] = (mg_nvfp4_weight){.values = base, .scales = base + experts * vb, .global_scale = g};
+        m->weight_bytes += experts * (vb + sb);
+        if (m->sh.experts)
+            m->expert_bytes += experts * (vb + sb);
+        for (uint32_t e = 0; !st && e < experts; e++) {
+            uint64_t block = (uint64_t)e * parts + p;
+            if ((st = mg_nvfp4_prepare(m->b, s0, n, cols, 1, sg->codes + block * codes_bytes,
+                                       sg->scales + block * scale_bytes, out[p].values + e * vb,
+                                       out[p].scales + e * sb)))
+                st = lib_fail(st, "preparing NVFP4 weights");
+        }
     }
-    return MG_OK;
+    free(globals);
+    return st;
 }
 
 /* The layer matrices and the LM head in NVFP4 (model.h): staging sized for the largest, one
  * tensor at a time. */
 static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest_matrix) {
-    size_t count = (size_t)m->layers * FP4_SLOTS;
+    size_t count = (size_t)m->layers * FP4_SLOTS, group = global_group(m);
+    uint32_t experts = m->sh.experts ? m->sh.experts : 1;
     m->fp4 = calloc(count, sizeof *m->fp4);
     if (!m->fp4)
         return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
     fp4_staging sg = {0};
-    mg_status st = mg_alloc(m->b, 4 * (count + 1), &m->fp4_globals);
+    mg_status st = mg_alloc(m->b, 4 * (count + 1) * group, &m->fp4_globals);
     if (!st)
         st = mg_alloc(m->b, largest_matrix * 2, &sg.bf16);
     if (!st)
@@ -360,17 +399,20 @@ static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest
         st = lib_fail(st, "allocating the NVFP4 staging buffers");
     static const struct {
         uint32_t slot, fp4, parts;
-    } matrices[] = {{MG_FWD_WQ, FP4_Q, 1},        {MG_FWD_WKV, FP4_KV, 1},
-                    {MG_FWD_WO, FP4_O, 1},        {MG_FWD_W_GATE_UP, FP4_GATE, 2},
-                    {MG_FWD_W_DOWN, FP4_DOWN, 1}};
+        bool expert; /* one per expert in a MoE model */
+    } matrices[] = {{MG_FWD_WQ, FP4_Q, 1, false},         {MG_FWD_WKV, FP4_KV, 1, false},
+                    {MG_FWD_WO, FP4_O, 1, false},         {MG_FWD_W_GATE_UP, FP4_GATE, 2, true},
+                    {MG_FWD_W_DOWN, FP4_DOWN, 1, true}};
     for (uint32_t l = 0; !st && l < m->layers; l++)
         for (size_t i = 0; !st && i < sizeof matrices / sizeof matrices[0]; i++) {
             size_t at = (size_t)l * FP4_SLOTS + matrices[i].fp4;
             st = quantize_tensor(m, mg_fwd_layer_tensor(l, matrices[i].slot), host, &sg,
-                                 matrices[i].parts, m->fp4 + at, at);
+                                 matrices[i].expert ? experts : 1, matrices[i].parts,
+                                 m->fp4 + at, at * group);
         }
     if (!st)
-        st = quantize_tensor(m, MG_FWD_TENSOR_LM_HEAD, host, &sg, 1, &m->lm_head_fp4, count);
+        st = quantize_tensor(m, MG_FWD_TENSOR_LM_HEAD, host, &sg, 1, 1, &m->lm_head_fp4,
+                             count * group);
     /* the staging buffers are freed only after the queued quantize and prepare calls ran */
     mg_status sync = mg_stream_synchronize(mg_stream_default(m->b));
     if (!st && sync)
@@ -381,12 +423,12 @@ static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest
             mg_free(m->b, staging[i]);
     if (st || m->prompt_tokens < MG_NVFP4_BF16_PATH_MIN_M)
         return st;
-    /* The prefill's workspace: the largest BF16 expansion of a layer matrix. */
+    /* The prefill's workspace: the largest BF16 expansion of a dense layer matrix. */
     const mg_model_shape *s = &m->sh;
     uint32_t M = (uint32_t)m->prompt_tokens, H = s->hidden, QD = s->heads * s->head_dim;
     uint32_t shapes[4][2] = {{QD, H}, {2 * s->kv_heads * s->head_dim, H}, {H, QD},
                              {H, s->intermediate}};
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < (s->experts ? 3u : 4u); i++) {
         size_t w = mg_nvfp4_gemm_workspace_bytes(M, shapes[i][0], shapes[i][1]);
         m->prefill_workspace_bytes = w > m->prefill_workspace_bytes ? w : m->prefill_workspace_bytes;
     }
@@ -404,7 +446,7 @@ static bool is_fp4_matrix(uint32_t slot) {
 static mg_status create_weights(mg_fwd *m) {
     const mg_model_shape *s = &m->sh;
     size_t largest = (size_t)s->vocab * s->hidden;
-    size_t matrix = (size_t)2 * s->intermediate * s->hidden;
+    size_t matrix = (size_t)(s->experts ? s->experts : 1) * 2 * s->intermediate * s->hidden;
     size_t q = (size_t)s->heads * s->head_dim * s->hidden;
     if (q > matrix)
         matrix = q;
@@ -424,7 +466,7 @@ static mg_status create_weights(mg_fwd *m) {
         st = upload_tensor(m, MG_FWD_TENSOR_LM_HEAD, host, &m->lm_head);
     for (uint32_t l = 0; !st && l < m->layers; l++)
         for (uint32_t slot = 0; !st && slot < MG_FWD_LAYER_TENSORS; slot++)
-            if (!fp4 || !is_fp4_matrix(slot))
+            if ((!fp4 || !is_fp4_matrix(slot)) && (slot != MG_FWD_ROUTER || s->experts))
                 st = upload_tensor(m, mg_fwd_layer_tensor(l, slot), host, layer_tensor(m, l, slot));
     if (!st && fp4)
         st = create_nvfp4_matrices(m, host, largest);
@@ -456,28 +498,59 @@ static mg_status create_arena(mg_fwd *m, uint32_t num_pages) {
         (st = mg_arena_plan_add(plan, "page_kv_indptr", b1, 0, NULL, NULL)) ||
         (st = mg_arena_plan_add(plan, "page_kv_indices", 4ull * num_pages, 0, NULL, NULL)) ||
         (st = mg_arena_plan_add(plan, "page_last_len", 4ull * m->c.batch, 0, NULL, NULL)) ||
-        (st = mg_arena_plan_add(plan, "last_token_rows", 4ull * m->c.batch, 0, NULL, NULL)) ||
-        (m->c.weights == MG_FWD_WEIGHTS_NVFP4 &&
-         (st = mg_arena_plan_add(plan, "mlp_act_fp4",
-                                 2ull * m->tokens_cap * m->sh.intermediate, 0, NULL, NULL))) ||
-        (st = mg_arena_create(m->b, plan, &m->arena))) {
+        (st = mg_arena_plan_add(plan, "last_token_rows", 4ull * m->c.batch, 0, NULL, NULL))) {
+        mg_arena_plan_destroy(plan);
+        return lib_fail(st, "creating the arena");
+    }
+    uint32_t E = m->sh.experts, K = m->sh.experts_per_token;
+    bool dense_fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4 && !E;
+    if (dense_fp4 && (st = mg_arena_plan_add(plan, "mlp_act_fp4",
+                                             2ull * m->tokens_cap * m->sh.intermediate, 0, NULL,
+                                             NULL))) {
+        mg_arena_plan_destroy(plan);
+        return lib_fail(st, "creating the arena");
+    }
+    if (E) {
+        mg_moe_sort_desc sd = {.tokens = m->tokens_cap, .experts = E, .k = K};
+        m->sort_workspace_bytes = mg_moe_sort_workspace_bytes(&sd);
+        /* The fused expert gate_up reads norm_out, which the plan lets die at the permute step
+         * (a gather this model skips): its output gets a buffer of its own, live throughout. */
+        if ((st = mg_arena_plan_add(plan, "moe_pair_positions", 4ull * m->tokens_cap * K, 0, NULL,
+                                    NULL)) ||
+            (st = mg_arena_plan_add(plan, "moe_expert_act",
+                                    2ull * rows.expert_rows * m->sh.intermediate, 0, NULL, NULL)) ||
+            (st = mg_arena_plan_add(plan, "moe_sort_workspace", m->sort_workspace_bytes, 0, NULL,
+                                    NULL))) {
+            mg_arena_plan_destroy(plan);
+            return lib_fail(st, "creating the arena");
+        }
+    }
+    if ((st = mg_arena_create(m->b, plan, &m->arena))) {
         mg_arena_plan_destroy(plan);
         return lib_fail(st, "creating the arena");
     }
     mg_arena_plan_destroy(plan);
-    static const char *const names[] = {"residual", "proj_out", "norm_out", "qkv", "attn_out",
-                                        "gate_up", "mlp_act", "logits_hidden", "logits",
-                                        "step_ids", "page_qo_indptr", "page_kv_indptr",
-                                        "page_kv_indices", "page_last_len", "last_token_rows"};
+    /* the first 13 in every model; then the dense MLP's two, or the MoE's nine */
+    static const char *const names[] = {
+        "residual", "proj_out", "norm_out", "qkv", "attn_out", "logits_hidden", "logits",
+        "step_ids", "page_qo_indptr", "page_kv_indptr", "page_kv_indices", "page_last_len",
+        "last_token_rows", "gate_up", "mlp_act", "router_logits", "topk_ids", "topk_weights",
+        "sorted_token_ids", "expert_offsets", "moe_expert_act", "moe_down", "moe_pair_positions",
+        "moe_sort_workspace"};
     mg_devptr *ptrs[] = {&m->residual, &m->proj_out, &m->norm_out, &m->qkv, &m->attn_out,
-                         &m->gate_up, &m->mlp_act, &m->logits_hidden, &m->logits, &m->step_ids,
-                         &m->qo_indptr, &m->kv_indptr, &m->kv_indices, &m->last_page_len,
-                         &m->logits_indices};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+                         &m->logits_hidden, &m->logits, &m->step_ids, &m->qo_indptr,
+                         &m->kv_indptr, &m->kv_indices, &m->last_page_len, &m->logits_indices,
+                         &m->gate_up, &m->mlp_act, &m->router_logits, &m->topk_ids,
+                         &m->topk_weights, &m->sorted_token_ids, &m->expert_offsets, &m->moe_act,
+                         &m->moe_down, &m->pair_positions, &m->sort_workspace};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        bool moe_only = i >= 15, dense_only = i == 13 || i == 14;
+        if ((E && dense_only) || (!E && moe_only))
+            continue;
         if ((st = mg_arena_find(m->arena, names[i], ptrs[i], NULL)))
             return lib_fail(st, "arena buffer");
-    if (m->c.weights == MG_FWD_WEIGHTS_NVFP4 &&
-        (st = mg_arena_find(m->arena, "mlp_act_fp4", &m->mlp_act_fp4, NULL)))
+    }
+    if (dense_fp4 && (st = mg_arena_find(m->arena, "mlp_act_fp4", &m->mlp_act_fp4, NULL)))
         return lib_fail(st, "arena buffer");
     return MG_OK;
 }
@@ -507,10 +580,10 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
     const mg_fwd_preset *p = c->preset;
     if (!p)
         return fail(MG_ERR_INVALID_ARGUMENT, "no preset");
-    if (p->shape.experts)
+    if (p->shape.experts && c->weights != MG_FWD_WEIGHTS_NVFP4)
         return fail(MG_ERR_UNSUPPORTED,
                     "preset %s is a mixture of experts: BF16 MoE needs a grouped BF16 GEMM, "
-                    "which the library does not have yet", p->name);
+                    "which the library does not have yet (run it with NVFP4 weights)", p->name);
     if (!c->batch || c->batch > p->max_batch_size)
         return fail(MG_ERR_INVALID_ARGUMENT, "--batch %u: preset %s's arena holds 1..%u requests",
                     c->batch, p->name, p->max_batch_size);
@@ -528,11 +601,13 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
     static const mg_op needed[] = {MG_OP_GEMM_BF16, MG_OP_GATHER_ROWS, MG_OP_RMSNORM,
                                    MG_OP_ARGMAX, MG_OP_SILU_MUL, MG_OP_KV_APPEND,
                                    MG_OP_ATTENTION_PAGED};
-    static const mg_op needed_nvfp4[] = {MG_OP_NVFP4_FORMAT, MG_OP_NVFP4_GEMM};
+    static const mg_op needed_nvfp4[] = {MG_OP_NVFP4_FORMAT, MG_OP_NVFP4_GEMM, MG_OP_MOE_ROUTING,
+                                         MG_OP_NVFP4_MOE_GEMM};
     bool fp4 = c->weights == MG_FWD_WEIGHTS_NVFP4;
     if (c->weights != MG_FWD_WEIGHTS_BF16 && !fp4)
         return fail(MG_ERR_INVALID_ARGUMENT, "unknown weight format %d", (int)c->weights);
-    for (size_t i = 0; i < sizeof needed / sizeof needed[0] + (fp4 ? 2 : 0); i++) {
+    size_t extra = !fp4 ? 0 : p->shape.experts ? 4 : 2;
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0] + extra; i++) {
         mg_op op = i < sizeof needed / sizeof needed[0]
                        ? needed[i]
                        : needed_nvfp4[i - sizeof needed / sizeof needed[0]];
@@ -691,6 +766,39 @@ static mg_status linear(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l, uint3
     return mg_nvfp4_gemm(m->b, s, rows, n, k, act, k, w, out, n);
 }
 
+/* The MoE MLP of layer l over norm_out[rows] into proj_out (model.h): router, top-k, sort, the
+ * grouped NVFP4 GEMMs (gate_up fused with SiLU, then down), the weighted combine. */
+static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
+    mg_backend *b = m->b;
+    const mg_model_shape *sh = &m->sh;
+    uint32_t E = sh->experts, K = sh->experts_per_token, H = sh->hidden, I = sh->intermediate;
+    const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
+    TRY(mg_gemm_bf16(b, s, rows, E, H, m->norm_out, *layer_tensor(m, l, MG_FWD_ROUTER),
+                     m->router_logits, MG_DTYPE_F32, E),
+        "router");
+    mg_moe_topk_desc td = {.tokens = rows, .experts = E, .k = K, .logits_dtype = MG_DTYPE_F32,
+                           .renormalize = true};
+    TRY(mg_moe_topk(b, s, &td, m->router_logits, m->topk_ids, m->topk_weights), "top-k");
+    mg_moe_sort_desc sd = {.tokens = rows, .experts = E, .k = K};
+    TRY(mg_moe_sort(b, s, &sd, m->topk_ids, m->sort_workspace, m->sort_workspace_bytes,
+                    m->expert_offsets, m->sorted_token_ids, m->pair_positions),
+        "expert sort");
+    mg_nvfp4_moe_desc gd = {.experts = E, .rows = rows * K, .act_rows = rows, .n = I, .k = H};
+    mg_nvfp4_moe_tensors gt = {.act = m->norm_out, .sorted_token_ids = m->sorted_token_ids,
+                               .expert_offsets = m->expert_offsets, .w = fw[FP4_GATE],
+                               .up = &fw[FP4_UP], .out = m->moe_act};
+    TRY(mg_nvfp4_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul");
+    mg_nvfp4_moe_desc dd = {.experts = E, .rows = rows * K, .act_rows = rows * K, .n = H, .k = I};
+    mg_nvfp4_moe_tensors dt = {.act = m->moe_act, .expert_offsets = m->expert_offsets,
+                               .w = fw[FP4_DOWN], .out = m->moe_down};
+    TRY(mg_nvfp4_moe_gemm(b, s, &dd, &dt), "experts' down");
+    mg_moe_combine_desc cd = {.tokens = rows, .k = K, .hidden = H};
+    TRY(mg_moe_combine(b, s, &cd, m->moe_down, m->pair_positions, m->topk_weights, 0,
+                       m->proj_out),
+        "expert combine");
+    return MG_OK;
+}
+
 /* One pass over `rows` new tokens (their ids in step_ids), launched on `s`: every layer, the
  * last token rows of each request, the LM head and the argmax into step_ids[0..batch). */
 static mg_status forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
@@ -746,6 +854,12 @@ static mg_status forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, m->proj_out, w[MG_FWD_MLP_NORM],
                             m->norm_out),
             "MLP norm");
+        if (sh->experts) {
+            mg_status st = moe_mlp(m, s, l, rows);
+            if (st)
+                return st;
+            continue;
+        }
         if (m->fp4) {
             const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
             TRY(mg_nvfp4_gemm_gate_up(b, s, rows, I, H, m->norm_out, H, &fw[FP4_GATE], &fw[FP4_UP],
@@ -884,8 +998,14 @@ mg_status mg_fwd_final_hidden(mg_fwd *m, uint16_t *out) {
 void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {
     memset(out, 0, sizeof *out);
     out->weight_bytes = m->weight_bytes;
-    /* a decode step reads every weight but the embedding table (a row gather) */
+    /* a decode step reads every weight but the embedding table (a row gather); of the experts,
+     * the expected distinct ones of batch * k uniform picks */
     out->decode_weight_bytes = m->weight_bytes - 2ull * m->sh.vocab * m->sh.hidden;
+    if (m->sh.experts) {
+        double E = m->sh.experts, k = m->sh.experts_per_token;
+        double used = 1.0 - pow(1.0 - k / E, (double)m->c.batch);
+        out->decode_weight_bytes -= m->expert_bytes - (uint64_t)(m->expert_bytes * used);
+    }
     out->kv_pool_bytes = (uint64_t)m->kv_layer_bytes * m->layers;
     out->decode_kv_bytes = m->decode_kv_bytes;
     out->prompt_tokens = m->prompt_tokens;

@@ -29,7 +29,9 @@
  * Tensor ids: embedding 0, final norm 1, LM head 2 [vocab, hidden]; layer l: 16 + 8 l + slot,
  * slots attn_norm 0, wq 1 [Hq D, hidden], wkv 2 [2 Hkv D, hidden] (k rows then v rows),
  * wo 3 [hidden, Hq D], mlp_norm 4, w_gate_up 5 [2 I, hidden] (gate rows then up rows),
- * w_down 6 [hidden, I]. Prompt token t of request r: splitmix64-based id
+ * w_down 6 [hidden, I]; MoE presets (E experts of intermediate I, top-k): router 7 [E, hidden]
+ * (BF16 always), w_gate_up 5 [E * 2 I, hidden] (expert e's gate rows, then its up rows, at rows
+ * e * 2 I ..), w_down 6 [E * hidden, I] (expert e at rows e * hidden ..). Prompt token t of request r: splitmix64-based id
  * mg_fwd_prompt_token(seed, vocab, r, t), lengths mg_fwd_prompt_length(config, r).
  *
  * NVFP4 weights (config weights = MG_FWD_WEIGHTS_NVFP4): each layer matrix (wq, wkv, wo,
@@ -42,6 +44,12 @@
  * writes silu(gate) * up directly (no gate_up activation, no SiLU-mul op). The LM head runs
  * mg_nvfp4_gemm into BF16 logits, then mg_argmax_bf16 (ties, likelier at BF16 precision, go to
  * the lowest id). The embedding and the norms stay BF16.
+ *
+ * MoE presets run with NVFP4 weights only (the library has no grouped BF16 GEMM): per layer
+ * router logits = m Wrouterᵀ (BF16 GEMM, FP32 logits), mg_moe_topk (softmax renormalized over
+ * the k chosen, as Qwen3), mg_moe_sort, mg_nvfp4_moe_gemm with gate and up fused (silu(g) * u
+ * per routed row), mg_nvfp4_moe_gemm for down, mg_moe_combine (weighted sum, no residual) into
+ * the layer's output; every expert's weights share the tensor's global scale.
  */
 #ifndef METRALE_MODEL_H
 #define METRALE_MODEL_H
@@ -100,7 +108,7 @@ int32_t mg_fwd_prompt_token(uint64_t seed, uint32_t vocab, uint32_t r, uint32_t 
 #define MG_FWD_TENSOR_FINAL_NORM 1u
 #define MG_FWD_TENSOR_LM_HEAD 2u
 enum { MG_FWD_ATTN_NORM, MG_FWD_WQ, MG_FWD_WKV, MG_FWD_WO, MG_FWD_MLP_NORM, MG_FWD_W_GATE_UP,
-       MG_FWD_W_DOWN, MG_FWD_LAYER_TENSORS };
+       MG_FWD_W_DOWN, MG_FWD_ROUTER, MG_FWD_LAYER_TENSORS };
 static inline uint32_t mg_fwd_layer_tensor(uint32_t layer, uint32_t slot) {
     return 16u + 8u * layer + slot;
 }
@@ -108,7 +116,7 @@ static inline uint32_t mg_fwd_layer_tensor(uint32_t layer, uint32_t slot) {
 void mg_fwd_weight_fill(uint64_t seed, uint32_t id, float offset, float scale, uint64_t first,
                         size_t count, uint16_t *out);
 /* The (offset, scale) of a tensor whose rows have `k` elements (see above) and the tensor's
- * shape; MG_ERR_INVALID_ARGUMENT for an unknown id. */
+ * shape; MG_ERR_INVALID_ARGUMENT for an unknown id (the router of a dense model included). */
 mg_status mg_fwd_tensor_shape(const mg_model_shape *shape, uint32_t layers, uint32_t id,
                               uint32_t *rows, uint32_t *cols, float *offset, float *scale);
 
@@ -119,8 +127,8 @@ typedef struct mg_fwd mg_fwd;
 const char *mg_fwd_error(void);
 
 /* Checks the config (a one-line message in mg_last_error for each bad value: batch beyond
- * the preset's arena, a backend without an op the model needs, MoE presets (no grouped
- * GEMM path yet)), then generates and uploads the weights, builds the arena and the KV cache. */
+ * the preset's arena, a backend without an op the model needs, MoE presets with BF16
+ * weights (no grouped BF16 GEMM)), then generates and uploads the weights, builds the arena and the KV cache. */
 mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out);
 void mg_fwd_destroy(mg_fwd *m);
 
@@ -139,7 +147,9 @@ mg_status mg_fwd_final_hidden(mg_fwd *m, uint16_t *out);
 
 typedef struct mg_fwd_info {
     uint64_t weight_bytes;           /* all weights as stored (NVFP4: prepared values + scales) */
-    uint64_t decode_weight_bytes;    /* weights read by one decode step (all of them: dense) */
+    /* weights read by one decode step: all but the embedding (dense); MoE: the dense part and
+     * the expected distinct experts of batch * k uniform picks, E (1 - (1 - k/E)^batch) */
+    uint64_t decode_weight_bytes;
     uint64_t kv_pool_bytes;          /* KV cache of every layer */
     uint64_t decode_kv_bytes;        /* KV bytes read by the latest decode step */
     uint64_t prompt_tokens;          /* the prefill's tokens */

@@ -25,7 +25,7 @@ static void run_usage(FILE *f) {
     fprintf(f, "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] [--weights bf16|nvfp4] "
                "[--batch N] [--prompt-len L] [--steps S] [--seed N] [--compare]\n"
                "nvfp4: the layer matrices and the LM head quantized to NVFP4 at load "
-               "(embedding and norms stay BF16)\n"
+               "(embedding, norms and MoE router stay BF16); MoE presets need nvfp4\n"
                "presets (default: tiny on the CPU backend, llama-3-8b on a GPU):\n");
     for (size_t i = 0; i < n; i++)
         fprintf(f, "  %-14s %s\n", p[i].name, p[i].description);

@@ -55,7 +55,10 @@ static mg_status kernel_prepare(const mg_launch *l) {
                 for (uint32_t i = 0; i < 16; i++) {
                     uint32_t kk = q * 16 + i, shift;
                     uint32_t code = (codes[grow * (k / 2) + kk / 2] >> (4 * (kk % 2))) & 15u;
-                    ev[mg_nvfp4_value_offset(supers, r, kk, &shift)] |= (uint8_t)(code << shift);
+                    /* the offset first: `shift` is its output (the operands of one
+                     * expression are unsequenced) */
+                    size_t at = mg_nvfp4_value_offset(supers, r, kk, &shift);
+                    ev[at] |= (uint8_t)(code << shift);
                 }
             }
         }
@@ -83,7 +86,8 @@ static void decode_weight(const uint8_t *values, const uint8_t *scales, uint32_t
             double scale = ue5m3_value(scales[mg_nvfp4_scale_offset(supers, r, q)]);
             for (uint32_t i = 0; i < 16; i++) {
                 uint32_t kk = q * 16 + i, shift;
-                uint32_t code = (values[mg_nvfp4_value_offset(supers, r, kk, &shift)] >> shift) & 15u;
+                size_t at = mg_nvfp4_value_offset(supers, r, kk, &shift); /* sets shift */
+                uint32_t code = (values[at] >> shift) & 15u;
                 out[(size_t)r * k + kk] = e2m1_value(code) * scale;
             }
         }

@@ -9,6 +9,7 @@
 #include "metrale/launch.h"
 #include "metrale/ops_activation.h"
 #include "op_cache.h"
+#include "op_builtin.h"
 #include "op_registry.h"
 #include "silu_mul_reference.h"
 
@@ -17,17 +18,7 @@
 #define MAX_BLOCKS 8192u
 
 static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    mg_kernel *k;
-    mg_error_state saved;
-    mg_error_save(&saved);
-    mg_silu_mul_cpu_kernels_register();
-    bool ok = cache && mg_op_cache_kernel(cache, "metrale", MG_SILU_MUL_KERNEL, false, &k) == MG_OK;
-    if (!ok)
-        snprintf(reason, reason_bytes, "the backend has no kernel %s: %s", MG_SILU_MUL_KERNEL,
-                 cache ? mg_last_error() : "closed backend");
-    mg_error_restore(&saved);
-    return ok;
+    return mg_op_builtin_available(b, MG_SILU_MUL_KERNEL, mg_silu_mul_cpu_kernels_register, reason, reason_bytes);
 }
 
 static const mg_op_provider kernels_provider = {

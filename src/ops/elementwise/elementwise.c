@@ -13,6 +13,7 @@
 #include "metrale/launch.h"
 #include "metrale/ops_elementwise.h"
 #include "op_cache.h"
+#include "op_builtin.h"
 #include "op_registry.h"
 
 /* Threads per block: one block per row for all three kernels. */
@@ -21,21 +22,10 @@
 static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
     static const char *const names[] = {MG_GATHER_ROWS_KERNEL, MG_RMSNORM_KERNEL,
                                         MG_ARGMAX_KERNEL, MG_ARGMAX_BF16_KERNEL};
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    mg_error_state saved;
-    mg_error_save(&saved);
-    mg_elementwise_cpu_kernels_register();
-    bool ok = cache != NULL;
-    for (size_t i = 0; ok && i < sizeof names / sizeof names[0]; i++) {
-        mg_kernel *k;
-        ok = mg_op_cache_kernel(cache, "metrale", names[i], false, &k) == MG_OK;
-        if (!ok)
-            snprintf(reason, reason_bytes, "the backend has no kernel %s: %s", names[i],
-                     mg_last_error());
-    }
-    if (!cache)
-        snprintf(reason, reason_bytes, "closed backend");
-    mg_error_restore(&saved);
+    bool ok = true;
+    for (size_t i = 0; ok && i < sizeof names / sizeof names[0]; i++)
+        ok = mg_op_builtin_available(b, names[i], mg_elementwise_cpu_kernels_register, reason,
+                                     reason_bytes);
     return ok;
 }
 

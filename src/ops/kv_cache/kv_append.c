@@ -11,6 +11,7 @@
 #include "kv_cache_internal.h"
 #include "metrale/launch.h"
 #include "op_cache.h"
+#include "op_builtin.h"
 #include "op_registry.h"
 
 #define WHAT "mg_kv_append"
@@ -51,18 +52,7 @@ static mg_status check_ints(mg_backend *b, const char *name, mg_devptr p, uint64
 }
 
 static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    mg_kernel *k;
-    mg_error_state saved;
-    mg_error_save(&saved);
-    mg_kv_append_cpu_kernels_register();
-    bool ok =
-        cache && mg_op_cache_kernel(cache, "metrale", MG_KV_APPEND_KERNEL, false, &k) == MG_OK;
-    if (!ok)
-        snprintf(reason, reason_bytes, "the backend has no kernel %s: %s", MG_KV_APPEND_KERNEL,
-                 cache ? mg_last_error() : "closed backend");
-    mg_error_restore(&saved);
-    return ok;
+    return mg_op_builtin_available(b, MG_KV_APPEND_KERNEL, mg_kv_append_cpu_kernels_register, reason, reason_bytes);
 }
 
 static const mg_op_provider kernels_provider = {

@@ -11,6 +11,7 @@
 #include "metrale/ops_gemm.h"
 #include "mlx_reference.h"
 #include "op_cache.h"
+#include "op_builtin.h"
 #include "op_registry.h"
 
 /* CUDA launch shape, matched by kernels/cuda/mlx/mlx_quant.cu: GEMV blocks of 128 threads (4
@@ -105,17 +106,7 @@ static mg_status check_backend(mg_backend *b, const char *fn) {
 /* ------------------------------------------------------------------ provider */
 
 static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    mg_kernel *k;
-    mg_error_state saved;
-    mg_error_save(&saved);
-    mg_mlx_cpu_kernels_register();
-    bool ok = cache && mg_op_cache_kernel(cache, "metrale", MG_MLX_KERNEL_GEMV, false, &k) == MG_OK;
-    if (!ok)
-        snprintf(reason, reason_bytes, "the backend has no kernel %s: %s", MG_MLX_KERNEL_GEMV,
-                 cache ? mg_last_error() : "closed backend");
-    mg_error_restore(&saved);
-    return ok;
+    return mg_op_builtin_available(b, MG_MLX_KERNEL_GEMV, mg_mlx_cpu_kernels_register, reason, reason_bytes);
 }
 
 static const mg_op_provider kernels_provider = {

@@ -14,6 +14,7 @@
 #include "nvfp4_gemm_reference.h"
 #include "nvfp4_hopper_layout.h"
 #include "op_cache.h"
+#include "op_builtin.h"
 #include "op_registry.h"
 
 /* Warps the GEMM grid aims at per multiprocessor: enough 16-byte loads in flight to cover the
@@ -63,39 +64,6 @@ static mg_status check_shape(const char *fn, uint32_t n, uint32_t k) {
     return MG_OK;
 }
 
-typedef struct span {
-    const char *name;
-    mg_devptr start;
-    size_t bytes;
-    uint32_t alignment;
-} span;
-
-static bool overlap(const span *a, const span *b) {
-    return a->start < b->start + b->bytes && b->start < a->start + a->bytes;
-}
-
-/* Every span: non-null, aligned, inside a live allocation of `b`; the first `outputs` spans
- * are written and must not overlap any other span. */
-static mg_status check_spans(mg_backend *b, const char *fn, const span *s, int count,
-                             int outputs) {
-    mg_status st;
-    for (int i = 0; i < count; i++) {
-        if (!s[i].start)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", fn, s[i].name);
-        if (s[i].start % s[i].alignment)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %u-byte aligned", fn,
-                            s[i].name, (unsigned long long)s[i].start, s[i].alignment);
-        if ((st = mg_backend_check_device_range(b, s[i].start, s[i].bytes, fn, s[i].name)))
-            return st;
-    }
-    for (int i = 0; i < outputs; i++)
-        for (int j = 0; j < count; j++)
-            if (i != j && overlap(&s[i], &s[j]))
-                return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s and %s overlap", fn, s[i].name,
-                                s[j].name);
-    return MG_OK;
-}
-
 /* ------------------------------------------------------------------ launching */
 
 static mg_status launch_kernel(mg_backend *b, mg_stream *s, const char *name, mg_launch *l) {
@@ -109,18 +77,7 @@ static mg_status launch_kernel(mg_backend *b, mg_stream *s, const char *name, mg
 }
 
 static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    mg_kernel *k;
-    mg_error_state saved;
-    mg_error_save(&saved);
-    mg_nvfp4_cpu_kernels_register();
-    bool ok = cache && mg_op_cache_kernel(cache, "metrale", MG_NVFP4_KERNEL_PREPARE, false, &k) ==
-                           MG_OK;
-    if (!ok)
-        snprintf(reason, reason_bytes, "the backend has no kernel %s: %s", MG_NVFP4_KERNEL_PREPARE,
-                 cache ? mg_last_error() : "closed backend");
-    mg_error_restore(&saved);
-    return ok;
+    return mg_op_builtin_available(b, MG_NVFP4_KERNEL_PREPARE, mg_nvfp4_cpu_kernels_register, reason, reason_bytes);
 }
 
 static const mg_op_provider kernels_provider = {
@@ -157,18 +114,18 @@ mg_status mg_nvfp4_prepare(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k, 
     if (!experts)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: experts must be >= 1", fn);
     uint64_t rows = (uint64_t)experts * n;
-    span spans[4] = {
-        {"prepared_values", prepared_values, 0, 16},
-        {"prepared_scales", prepared_scales, 0, 16},
-        {"codes", codes, 0, 1},
-        {"scales", scales, 0, 1},
+    mg_op_tensor spans[4] = {
+        {"prepared_values", prepared_values, 0, 16, true},
+        {"prepared_scales", prepared_scales, 0, 16, true},
+        {"codes", codes, 0, 1, false},
+        {"scales", scales, 0, 1, false},
     };
     if (!mg_mul_size(mg_nvfp4_prepared_value_bytes(n, k), experts, &spans[0].bytes) ||
         !mg_mul_size(mg_nvfp4_prepared_scale_bytes(n, k), experts, &spans[1].bytes) ||
         !mg_mul_size(rows, k / 2, &spans[2].bytes) || !mg_mul_size(rows, k / 16, &spans[3].bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %u experts of %u x %u overflow", fn,
                         experts, n, k);
-    if ((st = check_spans(b, fn, spans, 4, 2)))
+    if ((st = mg_op_check_tensors(b, fn, spans, 4, -1, -1)))
         return st;
     const mg_op_provider *provider;
     if ((st = mg_op_choose(b, MG_OP_NVFP4_GEMM, NULL, fn, &provider)))
@@ -260,13 +217,13 @@ static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
                         p->n);
     size_t vb = mg_nvfp4_prepared_value_bytes(p->n, p->k);
     size_t sb = mg_nvfp4_prepared_scale_bytes(p->n, p->k);
-    span s[12];
+    mg_op_tensor s[12];
     int count = 0;
-    s[count++] = (span){"out", p->out, 0, 2};
+    s[count++] = (mg_op_tensor){"out", p->out, 0, 2, true};
     if (!mg_matrix_span_bytes(p->rows, p->n, p->ldc, 2, &s[0].bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: out spans more than the address space",
                         p->fn);
-    s[count] = (span){"act", p->act, 0, 16};
+    s[count] = (mg_op_tensor){"act", p->act, 0, 16, false};
     if (!mg_matrix_span_bytes(p->act_rows, p->k, p->act_pitch, 2, &s[count++].bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: act spans more than the address space",
                         p->fn);
@@ -274,25 +231,22 @@ static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
     static const char *const names[2][3] = {{"w.values", "w.scales", "w.global_scale"},
                                             {"up->values", "up->scales", "up->global_scale"}};
     for (int i = 0; i < 2 && weights[i]; i++) {
-        s[count++] = (span){names[i][0], weights[i]->values, vb * p->experts, 16};
-        s[count++] = (span){names[i][1], weights[i]->scales, sb * p->experts, 16};
-        s[count++] = (span){names[i][2], weights[i]->global_scale, (size_t)p->experts * 4, 4};
+        s[count++] = (mg_op_tensor){names[i][0], weights[i]->values, vb * p->experts, 16, false};
+        s[count++] = (mg_op_tensor){names[i][1], weights[i]->scales, sb * p->experts, 16, false};
+        s[count++] = (mg_op_tensor){names[i][2], weights[i]->global_scale,
+                                    (size_t)p->experts * 4, 4, false};
     }
-    if (p->workspace)
-        s[count++] = (span){"workspace", p->workspace, p->workspace_bytes, 16};
+    if (p->workspace && p->workspace_bytes)
+        s[count++] = (mg_op_tensor){"workspace", p->workspace, p->workspace_bytes, 16, true};
     if (p->op == MG_OP_NVFP4_MOE_GEMM) {
-        s[count++] = (span){"expert_offsets", p->offsets, ((size_t)p->experts + 1) * 4, 4};
+        s[count++] =
+            (mg_op_tensor){"expert_offsets", p->offsets, ((size_t)p->experts + 1) * 4, 4, false};
         if (p->token_ids)
-            s[count++] = (span){"sorted_token_ids", p->token_ids, (size_t)p->rows * 4, 4};
+            s[count++] =
+                (mg_op_tensor){"sorted_token_ids", p->token_ids, (size_t)p->rows * 4, 4, false};
     }
     /* out and the workspace are written: neither may overlap anything. */
-    if ((st = check_spans(b, p->fn, s, count, 1)))
-        return st;
-    for (int i = 0; p->workspace && i < count; i++)
-        if (s[i].start != p->workspace && overlap(&s[i], &(span){"", p->workspace, p->workspace_bytes, 1}))
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: workspace and %s overlap", p->fn,
-                            s[i].name);
-    return MG_OK;
+    return mg_op_check_tensors(b, p->fn, s, count, -1, -1);
 }
 
 /* The variant for a problem: tokens per tile (8 when tiles are mostly small), and the warps

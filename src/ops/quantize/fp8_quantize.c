@@ -11,6 +11,7 @@
 #include "metrale/ops_quantize.h"
 #include "fp8_quantize_reference.h"
 #include "op_cache.h"
+#include "op_builtin.h"
 #include "op_registry.h"
 
 #define WHAT "mg_fp8_quantize"
@@ -239,18 +240,7 @@ static int build_launches(const mg_fp8_quant_desc *d, mg_devptr in, mg_devptr ou
 /* Our kernels run on every backend that ships them under their names (the CUDA backend's
  * embedded fatbins, the CPU backend's registered reference kernels). */
 static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    mg_kernel *k;
-    mg_error_state saved;
-    mg_error_save(&saved);
-    mg_fp8_quantize_cpu_kernels_register();
-    bool ok = cache && mg_op_cache_kernel(cache, "metrale", MG_FP8_QUANTIZE_KERNEL_ROWS, false,
-                                          &k) == MG_OK;
-    if (!ok)
-        snprintf(reason, reason_bytes, "the backend has no kernel %s: %s",
-                 MG_FP8_QUANTIZE_KERNEL_ROWS, cache ? mg_last_error() : "closed backend");
-    mg_error_restore(&saved);
-    return ok;
+    return mg_op_builtin_available(b, MG_FP8_QUANTIZE_KERNEL_ROWS, mg_fp8_quantize_cpu_kernels_register, reason, reason_bytes);
 }
 
 static const mg_op_provider kernels_provider = {

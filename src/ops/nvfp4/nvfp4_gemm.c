@@ -1,6 +1,7 @@
 /* nvfp4_gemm.c - the NVFP4 GEMM ops (metrale/ops_nvfp4.h): every argument checked once, then
  * our kernels of module "metrale" launched by name, the same on every backend (CUDA:
  * kernels/cuda/nvfp4/nvfp4_gemm.cu; CPU: nvfp4_gemm_reference.c). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -249,14 +250,23 @@ static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
     return mg_op_check_tensors(b, p->fn, s, count, -1, -1);
 }
 
+/* The tuning knobs, read from the environment once per process (not on every call). */
+static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
+static uint32_t tuning_max_tile, tuning_target_warps;
+
+static void read_tuning(void) {
+    const char *w = getenv("METRALE_NVFP4_WARPS_PER_SM"), *t = getenv("METRALE_NVFP4_TILE");
+    tuning_max_tile = t && atoi(t) == 8 ? 8 : 16;
+    tuning_target_warps = w && atoi(w) > 0 ? (uint32_t)atoi(w) : TARGET_WARPS_PER_SM;
+}
+
 /* The variant for a problem: tokens per tile (8 when tiles are mostly small), and the warps
  * splitting K so the grid has about TARGET_WARPS_PER_SM warps per multiprocessor, each with at
  * least two super-chunks of K. */
 static void choose_variant(mg_backend *b, const gemm_problem *p, uint32_t *tile,
                            uint32_t *k_warps, uint64_t *tiles) {
-    const char *w = getenv("METRALE_NVFP4_WARPS_PER_SM"), *t = getenv("METRALE_NVFP4_TILE");
-    uint32_t max_tile = t && atoi(t) == 8 ? 8 : 16;
-    uint32_t target_warps = w && atoi(w) > 0 ? (uint32_t)atoi(w) : TARGET_WARPS_PER_SM;
+    pthread_once(&tuning_once, read_tuning);
+    uint32_t max_tile = tuning_max_tile, target_warps = tuning_target_warps;
     uint32_t per_group = p->op == MG_OP_NVFP4_MOE_GEMM ? (p->rows + p->experts - 1) / p->experts
                                                       : p->rows;
     *tile = per_group <= 8 || max_tile == 8 ? 8 : 16;

@@ -162,6 +162,14 @@ static mg_status body_moe(mg_bench *b, void *arg, int iteration) {
     return mg_nvfp4_moe_gemm(b->backend, b->stream, &c->down, &d);
 }
 
+static void free_moe(mg_bench *b, moe_case *c) {
+    if (c->weights.buffers)
+        mg_bench_rotation_destroy(b, &c->weights);
+    mg_devptr *p[] = {&c->act, &c->mid, &c->out, &c->offsets, &c->global};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        mg_free(b->backend, *p[i]);
+}
+
 static int run_moe(mg_bench *b, uint32_t experts, uint32_t per_expert, uint32_t n, uint32_t k,
                    bool fused, double copy_gbps) {
     const char *name = fused ? "moe128" : "moe8";
@@ -214,29 +222,15 @@ static int run_moe(mg_bench *b, uint32_t experts, uint32_t per_expert, uint32_t 
              copy_gbps > 0 ? gbps / copy_gbps : 0, fused ? "; gate_up(silu)+down" : "");
     mg_bench_add(b, &row);
     free(offsets);
-    mg_bench_rotation_destroy(b, &c.weights);
-    c.weights.buffers = NULL;
-    goto done;
+    free_moe(b, &c);
+    return 0;
 fail:;
     char what[128];
     snprintf(what, sizeof what, "%s %s", name, shape);
     free(offsets);
     int failed = mg_bench_fail(b, what);
-    if (c.weights.buffers)
-        mg_bench_rotation_destroy(b, &c.weights);
-    mg_free(b->backend, c.act);
-    mg_free(b->backend, c.mid);
-    mg_free(b->backend, c.out);
-    mg_free(b->backend, c.offsets);
-    mg_free(b->backend, c.global);
+    free_moe(b, &c);
     return failed;
-done:
-    mg_free(b->backend, c.act);
-    mg_free(b->backend, c.mid);
-    mg_free(b->backend, c.out);
-    mg_free(b->backend, c.offsets);
-    mg_free(b->backend, c.global);
-    return 0;
 }
 
 /* ------------------------------------------------------------------ a routed MLP step */

@@ -44,7 +44,7 @@ set(fi_includes
   -I${METRALE_FI_ROOT}/cccl/libcudacxx/include -I${METRALE_FI_ROOT}/cccl/cub
   -I${METRALE_FI_ROOT}/cccl/thrust -I${METRALE_FI_ROOT}/include
   -I${METRALE_FI_ROOT}/cutlass/include -I${METRALE_FI_ROOT}/cutlass/tools/util/include
-  -I${PROJECT_SOURCE_DIR}/include -I${fi_src})
+  -I${PROJECT_SOURCE_DIR}/include -I${fi_src} -I${PROJECT_SOURCE_DIR}/kernels/cuda/common)
 # Warnings inside CUTLASS/CuTe headers we cannot change: defaulted __host__ __device__
 # constructors, C++20 structured-binding captures, deprecated copy_if.
 set(fi_flags -O3 -std=c++17 -DNDEBUG --expt-relaxed-constexpr

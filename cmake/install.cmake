@@ -2,7 +2,8 @@
 #
 #   P/include/metrale/*.h                      the public headers
 #   P/LIBDIR/libmetrale_gpu.so -> .so.SOVERSION -> .so.VERSION, libmetrale_gpu.a
-#   P/LIBDIR/libmetrale_gpu_attention.so       the FlashInfer attention plugin, when it is built:
+#   P/LIBDIR/libmetrale_gpu_attention.so       the FlashInfer attention plugin, when it is built
+#   P/LIBDIR/libmetrale_gpu_cutlass.so         (and the CUTLASS GEMM plugin, when it is built):
 #                                              the CUDA backend dlopens it from the directory of
 #                                              libmetrale_gpu.so (src/backends/cuda/cuda_plugin.c)
 #   P/LIBDIR/cmake/metrale_gpu/                find_package(metrale_gpu): the imported targets
@@ -72,6 +73,10 @@ if(TARGET metrale_gpu_attention)
                         "METRALE_ATTENTION_PLUGIN (its file) is not set here")
   endif()
   install(PROGRAMS ${METRALE_ATTENTION_PLUGIN} DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
+# So does the CUTLASS GEMM plugin.
+if(TARGET metrale_gpu_cutlass)
+  install(PROGRAMS ${METRALE_CUTLASS_PLUGIN} DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
 
 # ---------------------------------------------------------------- CMake package

@@ -31,42 +31,6 @@ int64_t fa3_cta_tile_q(uint32_t head_dim) {
     return head_dim == 64 ? 192 : 128;
 }
 
-mg_status fail(mg_fi_error *err, mg_status st, int32_t cuda_error, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-mg_status fail(mg_fi_error *err, mg_status st, int32_t cuda_error, const char *fmt, ...) {
-    err->cuda_error = cuda_error;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-// Running out of device memory is a resource limit the caller may act on (free something,
-// retry smaller), not a broken device.
-mg_status cuda_fail(mg_fi_error *err, cudaError_t e, const char *call) {
-    const mg_status st = e == cudaErrorMemoryAllocation ? MG_ERR_OUT_OF_MEMORY : MG_ERR_DEVICE;
-    return fail(err, st, (int32_t)e, "%s: %s (%d): %s", call, cudaGetErrorName(e), (int)e,
-                cudaGetErrorString(e));
-}
-
-// Runs `body` with every C++ exception turned into a status: FlashInfer reports invalid
-// configurations and workspace overflows by throwing.
-template <typename Body> mg_status guarded(const char *call, mg_fi_error *err, Body &&body) {
-    err->cuda_error = 0;
-    err->message[0] = '\0';
-    try {
-        return body();
-    } catch (const std::bad_alloc &) {
-        return fail(err, MG_ERR_OUT_OF_MEMORY, 0, "%s: out of host memory", call);
-    } catch (const std::exception &e) {
-        return fail(err, MG_ERR_INTERNAL, 0, "%s: flashinfer: %s", call, e.what());
-    } catch (...) {
-        return fail(err, MG_ERR_INTERNAL, 0, "%s: unknown C++ exception", call);
-    }
-}
-
 size_t align16(size_t bytes) {
     return (bytes + 15) & ~size_t(15);
 }
@@ -288,11 +252,11 @@ mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
         e = fa2_launch_masked<256>(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
         break;
     default:
-        return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no FA2 kernels",
+        return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no FA2 kernels",
                     s->head_dim);
     }
     if (e != cudaSuccess)
-        return cuda_fail(err, e, "flashinfer FA2 BatchPrefillWithRaggedKVCache");
+        return mg_plugin_cuda_fail(err, e, "flashinfer FA2 BatchPrefillWithRaggedKVCache");
     return MG_OK;
 }
 
@@ -341,11 +305,11 @@ mg_status run_fa2_paged(const mg_fi_shape *s, const mg_fi_plan_info *info,
         e = fa2_paged_launch_capped<128>(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
         break;
     default:
-        return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no paged kernels",
+        return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no paged kernels",
                     s->head_dim);
     }
     if (e != cudaSuccess)
-        return cuda_fail(err, e, "flashinfer FA2 BatchPrefillWithPagedKVCache");
+        return mg_plugin_cuda_fail(err, e, "flashinfer FA2 BatchPrefillWithPagedKVCache");
     return MG_OK;
 }
 
@@ -385,15 +349,15 @@ mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
     p.window_left = s->window_left;
     p.causal = s->causal != 0;
     if (!fa3_built(s->head_dim))
-        return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no FA3 kernels",
+        return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no FA3 kernels",
                     s->head_dim);
     cudaError_t e = fa3_launch_for(s, p, stream);
     if (e != cudaSuccess)
-        return cuda_fail(err, e, "flashinfer FA3 BatchPrefillWithRaggedKVCache (sm90)");
+        return mg_plugin_cuda_fail(err, e, "flashinfer FA3 BatchPrefillWithRaggedKVCache (sm90)");
     return MG_OK;
 #else
     (void)s, (void)info, (void)a, (void)stream;
-    return fail(err, MG_ERR_UNSUPPORTED, 0, "mg_fi_run: the plugin was built without sm_90a");
+    return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0, "mg_fi_run: the plugin was built without sm_90a");
 #endif
 }
 
@@ -406,20 +370,20 @@ MG_FI_EXPORT uint32_t mg_fi_abi_version(void) {
 MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t *qo_indptr,
                                          const int32_t *kv_indptr, mg_fi_path forced,
                                          mg_fi_path *out, mg_fi_error *err) {
-    return guarded("mg_fi_choose_path", err, [&]() -> mg_status {
+    return mg_plugin_guarded("mg_fi_choose_path", "flashinfer", err, [&]() -> mg_status {
         if (!mg_fi_head_dim_built(shape->head_dim))
-            return fail(err, MG_ERR_UNSUPPORTED, 0,
+            return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
                         "mg_fi_choose_path: head_dim %u is not built (" MG_FI_HEAD_DIMS_TEXT
                         " are)",
                         shape->head_dim);
         if (shape->page_size) {
             if (!mg_fi_paged_head_dim_built(shape->head_dim))
-                return fail(err, MG_ERR_UNSUPPORTED, 0,
+                return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
                             "mg_fi_choose_path: paged head_dim %u is not built "
                             "(" MG_FI_PAGED_HEAD_DIMS_TEXT " is)",
                             shape->head_dim);
             if (forced == MG_FI_PATH_FA3)
-                return fail(err, MG_ERR_UNSUPPORTED, 0,
+                return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
                             "mg_fi_choose_path: paged keys have FA2 kernels only");
             *out = !shape->graph_mode && qo_indptr[shape->batch_size] == 0 ? MG_FI_PATH_NONE
                                                                             : MG_FI_PATH_FA2;
@@ -433,13 +397,13 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
         const char *why = nullptr;
         cudaError_t e = fa3_unsuitable(shape, qo_indptr, kv_indptr, &cc, &why);
         if (e != cudaSuccess)
-            return cuda_fail(err, e, "mg_fi_choose_path: cudaDeviceGetAttribute");
+            return mg_plugin_cuda_fail(err, e, "mg_fi_choose_path: cudaDeviceGetAttribute");
         if (forced == MG_FI_PATH_FA3 && why)
-            return fail(err, MG_ERR_UNSUPPORTED, 0,
+            return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
                         "mg_fi_choose_path: the FA3 path cannot serve this plan: %s (sm_%d)", why,
                         (int)cc);
         if (forced == MG_FI_PATH_FA2 && cc < 80)
-            return fail(err, MG_ERR_UNSUPPORTED, 0,
+            return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
                         "mg_fi_choose_path: FA2 needs compute capability 8.0+, device is %d.%d",
                         (int)cc / 10, (int)cc % 10);
         *out = forced != MG_FI_PATH_NONE ? forced : why ? MG_FI_PATH_FA2 : MG_FI_PATH_FA3;
@@ -450,14 +414,14 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
 MG_FI_EXPORT mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int32_t *qo_indptr,
                                              const int32_t *kv_indptr, size_t *float_bytes,
                                              size_t *int_bytes, mg_fi_error *err) {
-    return guarded("mg_fi_workspace_bytes", err, [&]() -> mg_status {
+    return mg_plugin_guarded("mg_fi_workspace_bytes", "flashinfer", err, [&]() -> mg_status {
         *float_bytes = 0;
         *int_bytes = indptr_region_bytes(shape);
         if (shape->path == MG_FI_PATH_FA3) {
             int num_sm = 0;
             cudaError_t e = sm_count(&num_sm);
             if (e != cudaSuccess)
-                return cuda_fail(err, e, "mg_fi_workspace_bytes: cudaDeviceGetAttribute");
+                return mg_plugin_cuda_fail(err, e, "mg_fi_workspace_bytes: cudaDeviceGetAttribute");
             *int_bytes += fa3_int_bytes(shape, qo_indptr, num_sm);
             return MG_OK;
         }
@@ -472,7 +436,7 @@ MG_FI_EXPORT mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int
             /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
             /*uniform_q_len=*/0, /*fixed_uniform_q_len=*/false, /*stream=*/nullptr);
         if (e != cudaSuccess)
-            return cuda_fail(err, e, "flashinfer PrefillPlanWorkspaceSize");
+            return mg_plugin_cuda_fail(err, e, "flashinfer PrefillPlanWorkspaceSize");
         *float_bytes = fi_float;
         *int_bytes += fi_int;
         return MG_OK;
@@ -485,7 +449,7 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
                                   size_t float_bytes, void *flashinfer_copy_target, void *pinned,
                                   size_t int_bytes, void *stream, mg_fi_plan_info *out,
                                   mg_fi_error *err) {
-    return guarded("mg_fi_plan", err, [&]() -> mg_status {
+    return mg_plugin_guarded("mg_fi_plan", "flashinfer", err, [&]() -> mg_status {
         std::memset(out, 0, sizeof *out);
         out->path = shape->path;
         out->batch_size = shape->batch_size;
@@ -499,7 +463,7 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
         std::memcpy(static_cast<char *>(pinned) + slot, kv_indptr, indptr_bytes);
         if (shape->page_size) {
             if (!kv_last_page_len)
-                return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_plan: paged shape without "
+                return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_plan: paged shape without "
                                                      "kv_last_page_len");
             std::memcpy(static_cast<char *>(pinned) + 2 * slot, kv_last_page_len,
                         sizeof(int32_t) * shape->batch_size);
@@ -518,7 +482,7 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
                 /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
                 /*uniform_q_len=*/0, /*fixed_uniform_q_len=*/false, s);
             if (e != cudaSuccess)
-                return cuda_fail(err, e, "flashinfer PrefillPlan");
+                return mg_plugin_cuda_fail(err, e, "flashinfer PrefillPlan");
             std::vector<int64_t> words = plan.ToVector();
             std::copy(words.begin(), words.end(), out->words);
         } else {
@@ -534,15 +498,15 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
                 /*page_size=*/1, shape->causal != 0, shape->graph_mode != 0,
                 /*sizeof_dtype_o=*/2, s);
             if (e != cudaSuccess)
-                return cuda_fail(err, e, "flashinfer PrefillSM90Plan");
+                return mg_plugin_cuda_fail(err, e, "flashinfer PrefillSM90Plan");
             if (plan.same_schedule_for_all_heads)
-                return fail(
+                return mg_plugin_fail(
                     err, MG_ERR_INTERNAL, 0,
                     "mg_fi_plan: FA3 chose the shared-schedule variant, which is not built");
             std::vector<int64_t> words = plan.ToVector();
             std::copy(words.begin(), words.end(), out->words);
 #else
-            return fail(err, MG_ERR_UNSUPPORTED, 0, "mg_fi_plan: the plugin was built without sm_90a");
+            return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0, "mg_fi_plan: the plugin was built without sm_90a");
 #endif
         }
         return MG_OK;
@@ -552,28 +516,28 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
 MG_FI_EXPORT mg_status mg_fi_upload(const mg_fi_shape *shape, void *int_workspace,
                                     const void *pinned, size_t int_bytes, uint32_t whole_image,
                                     void *stream, mg_fi_error *err) {
-    return guarded("mg_fi_upload", err, [&]() -> mg_status {
+    return mg_plugin_guarded("mg_fi_upload", "flashinfer", err, [&]() -> mg_status {
         if (shape->path == MG_FI_PATH_NONE)
             return MG_OK;
         const size_t region = indptr_region_bytes(shape);
         const size_t bytes = whole_image ? int_bytes : region;
         if (bytes < region || bytes > int_bytes)
-            return fail(err, MG_ERR_INTERNAL, 0,
+            return mg_plugin_fail(err, MG_ERR_INTERNAL, 0,
                         "mg_fi_upload: %zu bytes to copy, the image has %zu (indptrs %zu)", bytes,
                         int_bytes, region);
         cudaError_t e = cudaMemcpyAsync(int_workspace, pinned, bytes, cudaMemcpyHostToDevice,
                                         static_cast<cudaStream_t>(stream));
         if (e != cudaSuccess)
-            return cuda_fail(err, e, "mg_fi_upload: cudaMemcpyAsync of the schedule");
+            return mg_plugin_cuda_fail(err, e, "mg_fi_upload: cudaMemcpyAsync of the schedule");
         return MG_OK;
     });
 }
 
 MG_FI_EXPORT mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info *info,
                                  const mg_fi_run_args *args, void *stream, mg_fi_error *err) {
-    return guarded("mg_fi_run", err, [&]() -> mg_status {
+    return mg_plugin_guarded("mg_fi_run", "flashinfer", err, [&]() -> mg_status {
         if (info->path != shape->path || info->batch_size != shape->batch_size)
-            return fail(err, MG_ERR_INTERNAL, 0,
+            return mg_plugin_fail(err, MG_ERR_INTERNAL, 0,
                         "mg_fi_run: plan info (path %d, batch %u) does not match the shape "
                         "(path %d, batch %u)",
                         (int)info->path, info->batch_size, (int)shape->path, shape->batch_size);
@@ -587,6 +551,6 @@ MG_FI_EXPORT mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info
         case MG_FI_PATH_FA3:
             return run_fa3(shape, info, args, s, err);
         }
-        return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: unknown path %d", (int)info->path);
+        return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: unknown path %d", (int)info->path);
     });
 }

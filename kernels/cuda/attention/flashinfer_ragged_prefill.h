@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "metrale/status.h"
+#include "plugin_error.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,7 +29,6 @@ extern "C" {
 
 /* Bumped whenever a struct or signature below changes; the loader refuses a mismatch. */
 #define MG_FI_ABI_VERSION 3
-#define MG_FI_MESSAGE_BYTES 512
 
 /* The head_dims the plugin has kernels for: FA2 for each, FA3 for those built for sm_90a
  * (mg_fi_choose_path says when FA3 lacks one). */
@@ -44,14 +44,8 @@ static inline int mg_fi_paged_head_dim_built(uint32_t head_dim) {
     return head_dim == 128;
 }
 
-/* What went wrong in a failed call: the message (naming the CUDA error and its number), and
- * the CUDA runtime error code when a CUDA call failed (0 otherwise), so the caller can record
- * sticky device faults. A failed CUDA call returns MG_ERR_OUT_OF_MEMORY for
- * cudaErrorMemoryAllocation, MG_ERR_DEVICE for anything else. */
-typedef struct mg_fi_error {
-    int32_t cuda_error;
-    char message[MG_FI_MESSAGE_BYTES];
-} mg_fi_error;
+/* A failed call's status comes with an mg_plugin_error (kernels/cuda/common/plugin_error.h). */
+typedef mg_plugin_error mg_fi_error;
 
 typedef enum mg_fi_path {
     MG_FI_PATH_NONE = 0, /* nothing to launch: no query rows */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda_backend.h"
 #include "cuda_plugin.h"
 #include "error.h"
 
@@ -110,4 +111,14 @@ mg_status mg_cuda_plugin_load(const char *file_name, const mg_cuda_plugin_symbol
             *symbols[i].slot = sym;
     }
     return st;
+}
+
+mg_status mg_cuda_plugin_failure(mg_cuda_context *ctx, mg_status st, int32_t cuda_error,
+                                 const char *message, const char *what) {
+    if (cuda_error >= 700) {
+        st = mg_cuda_result(ctx, (CUresult)cuda_error, what, __FILE__, __LINE__);
+        mg_error_append(" [%s]", message);
+        return st;
+    }
+    return MG_ERROR(st, "%s: %s", what, message);
 }

@@ -102,13 +102,7 @@ typedef struct cuda_attention_plan {
 /* A failed plugin call: CUDA errors go through the backend (which records sticky faults),
  * the plugin's own text is kept. */
 static mg_status plugin_failure(mg_cuda_context *ctx, mg_status st, const mg_fi_error *err) {
-    if (err->cuda_error >= 700) { /* launch failures and faults: same codes in both APIs */
-        st = mg_cuda_result(ctx, (CUresult)err->cuda_error, "FlashInfer attention", __FILE__,
-                            __LINE__);
-        mg_error_append(" [%s]", err->message);
-        return st;
-    }
-    return MG_ERROR(st, "%s", err->message);
+    return mg_cuda_plugin_failure(ctx, st, err->cuda_error, err->message, "FlashInfer attention");
 }
 
 static mg_fi_path forced_path(mg_attention_impl impl) {

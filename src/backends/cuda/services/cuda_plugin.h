@@ -12,6 +12,7 @@
 #define METRALE_CUDA_PLUGIN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "metrale/status.h"
 
@@ -26,5 +27,15 @@ typedef struct mg_cuda_plugin_symbol {
  * missing symbol. Thread-safe. */
 mg_status mg_cuda_plugin_load(const char *file_name, const mg_cuda_plugin_symbol *symbols,
                               size_t count);
+
+typedef struct mg_cuda_context mg_cuda_context;
+
+/* A plugin call that failed with `st`, the CUDA runtime error `cuda_error` (0: none) and the
+ * plugin's `message`, turned into the library's error: launch failures and device faults
+ * (runtime codes >= 700, the same numbers as the driver's) go through the backend, which
+ * records sticky faults, with the message appended; anything else is `st` with
+ * "<what>: <message>". */
+mg_status mg_cuda_plugin_failure(mg_cuda_context *ctx, mg_status st, int32_t cuda_error,
+                                 const char *message, const char *what);
 
 #endif

@@ -159,7 +159,9 @@ static void run_bias(mg_backend *b, const mg_st_model *model, const mg_st_model 
     CHECK_OK(mg_mlx_gemv_gate_up(b, NULL, w, &plain, 0, M_GEMV, dx, dy, dup));
     CHECK_OK(mg_mlx_gemv_gate_up(b, NULL, &plain, &plain, 0, M_GEMV, dx, dy0, dup0));
     compare_bias_rounding(b, "gate_up gate", c->name, dy, dy0, bias.data, M_GEMV, c->n);
-    uint16_t *zero = calloc(c->n, 2);
+    uint16_t *zero = malloc((size_t)c->n * 2); /* -0: x + -0 is x, -0 included */
+    for (unsigned i = 0; i < c->n; i++)
+        zero[i] = 0x8000;
     compare_bias_rounding(b, "gate_up up", c->name, dup, dup0, zero, M_GEMV, c->n);
     free(zero);
     mg_devptr bufs[] = {dx, dxg, dy, dy0, dyg, dyg0, scratch, dup, dup0};

@@ -210,16 +210,19 @@ static void run_layer(mg_backend *b, const mg_st_model *model, const mg_mlx_conf
     mg_devptr dx = upload(b, x.data, x.bytes), dg = upload(b, g.data, g.bytes),
               du = upload(b, u.data, u.bytes), dxg = upload(b, xg.data, xg.bytes);
     mg_devptr dy = poisoned(b, (size_t)M_GEMV * c->n * 2);
-    CHECK_OK(mg_mlx_gemv(b, NULL, &w, 0, M_GEMV, dx, dy));
+    /* MLX's y, y_silu and y_gemm are without the layer's own bias (run_bias adds it) */
+    mg_mlx_linear unbiased = w;
+    unbiased.bias = 0;
+    CHECK_OK(mg_mlx_gemv(b, NULL, &unbiased, 0, M_GEMV, dx, dy));
     compare_product(b, "gemv", 12, c->name, dy, y.data, x.data, deq0, M_GEMV, c->n, c->k);
     CHECK_OK(mg_memset(b, dy, 0xff, (size_t)M_GEMV * c->n * 2));
-    CHECK_OK(mg_mlx_gemv_silu_gate(b, NULL, &w, 0, M_GEMV, dg, du, dy));
+    CHECK_OK(mg_mlx_gemv_silu_gate(b, NULL, &unbiased, 0, M_GEMV, dg, du, dy));
     uint16_t *h = silu_gate_activations(g.data, u.data, (size_t)M_GEMV * c->k);
     compare_product(b, "silu_gate", 8, c->name, dy, ys.data, h, deq0, M_GEMV, c->n, c->k);
     free(h);
     mg_devptr dyg = poisoned(b, (size_t)rows_gemm * c->n * 2);
     mg_devptr scratch = poisoned(b, mg_mlx_gemm_scratch_bytes(&w));
-    CHECK_OK(mg_mlx_gemm(b, NULL, &w, 0, rows_gemm, dxg, dyg, scratch));
+    CHECK_OK(mg_mlx_gemm(b, NULL, &unbiased, 0, rows_gemm, dxg, dyg, scratch));
     compare_product(b, "gemm", 8, c->name, dyg, yg.data, xg.data, deq0, rows_gemm, c->n, c->k);
     run_bias(b, model, ref, c, &w, &x, &xg, deq0);
     mg_devptr bufs[] = {out, dx, dg, du, dxg, dy, dyg, scratch};

@@ -42,3 +42,7 @@ if(METRALE_CLANG AND NOT METRALE_SANITIZE AND NOT METRALE_COVERAGE)
     message(STATUS "metrale: clang lacks libFuzzer; no fuzz smoke test")
   endif()
 endif()
+
+# The forward model with MLX weights reads the committed checkpoints (tests/mlx/checkpoints/).
+target_compile_definitions(test_forward_mlx PRIVATE
+  METRALE_MLX_CHECKPOINTS="${PROJECT_SOURCE_DIR}/tests/mlx/checkpoints")

@@ -92,6 +92,83 @@ static uint16_t *silu_gate_activations(const uint16_t *g, const uint16_t *u, siz
     return h;
 }
 
+/* y_have (rows x n, device) must be bf16(y_plain + bias) bit for bit: the rounding metrale/mlx.h
+ * defines for a layer's bias, computed here from the op's result without the bias. */
+static void compare_bias_rounding(mg_backend *b, const char *what, const char *layer,
+                                  mg_devptr y_have, mg_devptr y_plain, const uint16_t *bias,
+                                  unsigned rows, unsigned n) {
+    size_t count = (size_t)rows * n;
+    uint16_t *have = malloc(count * 2), *plain = malloc(count * 2);
+    CHECK_OK(mg_copy_d2h(b, have, y_have, count * 2));
+    CHECK_OK(mg_copy_d2h(b, plain, y_plain, count * 2));
+    size_t bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint16_t want = mg_f32_to_bf16(mg_bf16_to_f32(plain[i]) + mg_bf16_to_f32(bias[i % n]));
+        if (have[i] != want && bad++ < 3)
+            fprintf(stderr, "FAIL %s %s bias [%zu]: 0x%04x, want 0x%04x\n", what, layer, i,
+                    have[i], want);
+    }
+    test_checks++;
+    test_failures += bad != 0;
+    free(have);
+    free(plain);
+}
+
+/* The layer made by nn.QuantizedLinear(bias=True): its loaded BF16 bias, the GEMV and the GEMM
+ * with the bias against MLX's outputs, and against their own unbiased results plus the bias. */
+static void run_bias(mg_backend *b, const mg_st_model *model, const mg_st_model *ref,
+                     const layer_case *c, const mg_mlx_linear *w, const mg_st_tensor *x,
+                     const mg_st_tensor *xg, const uint16_t *deq0) {
+    char name[256];
+    mg_st_tensor yb, ygb, bias;
+    snprintf(name, sizeof name, "%s.y_bias", c->name);
+    bool biased = mg_st_find(ref, name, &yb) == MG_OK;
+    CHECK(biased == (w->bias != 0));
+    if (!biased)
+        return;
+    snprintf(name, sizeof name, "%s.bias", c->name);
+    CHECK_OK(mg_st_find(model, name, &bias));
+    if (!ref_tensor(ref, c->name, "y_gemm_bias", &ygb) || w->bias_type != MG_DTYPE_BF16 ||
+        bias.dtype != MG_ST_BF16) {
+        CHECK(!"biased layer: reference or bias type");
+        return;
+    }
+    mg_mlx_linear plain = *w;
+    plain.bias = 0;
+    unsigned rows_gemm = (unsigned)xg->shape[0];
+    mg_devptr dx = upload(b, x->data, x->bytes), dxg = upload(b, xg->data, xg->bytes);
+    mg_devptr dy = poisoned(b, (size_t)M_GEMV * c->n * 2), dy0 = poisoned(b, (size_t)M_GEMV * c->n * 2);
+    CHECK_OK(mg_mlx_gemv(b, NULL, w, 0, M_GEMV, dx, dy));
+    CHECK_OK(mg_mlx_gemv(b, NULL, &plain, 0, M_GEMV, dx, dy0));
+    compare_product(b, "gemv+bias", 12, c->name, dy, yb.data, x->data, deq0, M_GEMV, c->n, c->k);
+    compare_bias_rounding(b, "gemv", c->name, dy, dy0, bias.data, M_GEMV, c->n);
+    mg_devptr dyg = poisoned(b, (size_t)rows_gemm * c->n * 2);
+    mg_devptr dyg0 = poisoned(b, (size_t)rows_gemm * c->n * 2);
+    mg_devptr scratch = poisoned(b, mg_mlx_gemm_scratch_bytes(w));
+    CHECK_OK(mg_mlx_gemm(b, NULL, w, 0, rows_gemm, dxg, dyg, scratch));
+    CHECK_OK(mg_mlx_gemm(b, NULL, &plain, 0, rows_gemm, dxg, dyg0, scratch));
+    compare_product(b, "gemm+bias", 8, c->name, dyg, ygb.data, xg->data, deq0, rows_gemm, c->n,
+                    c->k);
+    compare_bias_rounding(b, "gemm", c->name, dyg, dyg0, bias.data, rows_gemm, c->n);
+    /* gate_up adds each layer's own bias: the biased layer as gate, the plain one as up,
+     * against both plain */
+    size_t out_bytes = (size_t)M_GEMV * c->n * 2;
+    CHECK_OK(mg_memset(b, dy, 0xff, out_bytes));
+    CHECK_OK(mg_memset(b, dy0, 0xff, out_bytes));
+    mg_devptr dup = poisoned(b, out_bytes), dup0 = poisoned(b, out_bytes);
+    CHECK_OK(mg_mlx_gemv_gate_up(b, NULL, w, &plain, 0, M_GEMV, dx, dy, dup));
+    CHECK_OK(mg_mlx_gemv_gate_up(b, NULL, &plain, &plain, 0, M_GEMV, dx, dy0, dup0));
+    compare_bias_rounding(b, "gate_up gate", c->name, dy, dy0, bias.data, M_GEMV, c->n);
+    uint16_t *zero = malloc((size_t)c->n * 2); /* -0: x + -0 is x, -0 included */
+    for (unsigned i = 0; i < c->n; i++)
+        zero[i] = 0x8000;
+    compare_bias_rounding(b, "gate_up up", c->name, dup, dup0, zero, M_GEMV, c->n);
+    free(zero);
+    mg_devptr bufs[] = {dx, dxg, dy, dy0, dyg, dyg0, scratch, dup, dup0};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        mg_free(b, bufs[i]);
+}
+
 static void run_layer(mg_backend *b, const mg_st_model *model, const mg_mlx_config *config,
                       const mg_st_model *ref, const layer_case *c) {
     mg_mlx_linear w;
@@ -133,17 +210,21 @@ static void run_layer(mg_backend *b, const mg_st_model *model, const mg_mlx_conf
     mg_devptr dx = upload(b, x.data, x.bytes), dg = upload(b, g.data, g.bytes),
               du = upload(b, u.data, u.bytes), dxg = upload(b, xg.data, xg.bytes);
     mg_devptr dy = poisoned(b, (size_t)M_GEMV * c->n * 2);
-    CHECK_OK(mg_mlx_gemv(b, NULL, &w, 0, M_GEMV, dx, dy));
+    /* MLX's y, y_silu and y_gemm are without the layer's own bias (run_bias adds it) */
+    mg_mlx_linear unbiased = w;
+    unbiased.bias = 0;
+    CHECK_OK(mg_mlx_gemv(b, NULL, &unbiased, 0, M_GEMV, dx, dy));
     compare_product(b, "gemv", 12, c->name, dy, y.data, x.data, deq0, M_GEMV, c->n, c->k);
     CHECK_OK(mg_memset(b, dy, 0xff, (size_t)M_GEMV * c->n * 2));
-    CHECK_OK(mg_mlx_gemv_silu_gate(b, NULL, &w, 0, M_GEMV, dg, du, dy));
+    CHECK_OK(mg_mlx_gemv_silu_gate(b, NULL, &unbiased, 0, M_GEMV, dg, du, dy));
     uint16_t *h = silu_gate_activations(g.data, u.data, (size_t)M_GEMV * c->k);
     compare_product(b, "silu_gate", 8, c->name, dy, ys.data, h, deq0, M_GEMV, c->n, c->k);
     free(h);
     mg_devptr dyg = poisoned(b, (size_t)rows_gemm * c->n * 2);
     mg_devptr scratch = poisoned(b, mg_mlx_gemm_scratch_bytes(&w));
-    CHECK_OK(mg_mlx_gemm(b, NULL, &w, 0, rows_gemm, dxg, dyg, scratch));
+    CHECK_OK(mg_mlx_gemm(b, NULL, &unbiased, 0, rows_gemm, dxg, dyg, scratch));
     compare_product(b, "gemm", 8, c->name, dyg, yg.data, xg.data, deq0, rows_gemm, c->n, c->k);
+    run_bias(b, model, ref, c, &w, &x, &xg, deq0);
     mg_devptr bufs[] = {out, dx, dg, du, dxg, dy, dyg, scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         mg_free(b, bufs[i]);

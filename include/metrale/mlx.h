@@ -34,7 +34,14 @@
  *    (mg_mlx_gemm_scratch_bytes) by the dequant kernel, then multiplied by mg_gemm_bf16
  *    (metrale/ops_gemm.h: cuBLASLt on CUDA, the reference on the CPU). Its weights are
  *    therefore the dequant's BF16-rounded ones (the GEMVs use scale * q + bias unrounded).
- * A layer's own `bias` (when the checkpoint has one) is loaded but not added by these ops.
+ *  - A layer's own `bias` (mg_mlx_linear.bias non-zero: BF16, FP16 or FP32 [experts, n]) is
+ *    added by every op but dequant after the product, on the same stream (kernel
+ *    mlx_add_bias(y, bias, m, n, bias_type), bias_type 0 BF16, 1 FP16, 2 FP32):
+ *      y[t, r] = bf16_rne(fp32(y[t, r]) + fp32(bias[r]))
+ *    where y[t, r] is the op's BF16 result without the bias (for silu_gate_resid: after the
+ *    residual add), the bias converted exactly to FP32, and the sum one IEEE FP32 addition.
+ *    This is MLX's own rounding for nn.QuantizedLinear in BF16 (quantized_matmul's BF16
+ *    result, then `+ bias`). gate_up adds each layer's own bias to its own output.
  *
  * What a caller may rely on:
  *  - Arguments are checked before anything is launched (MG_ERR_INVALID_ARGUMENT naming the

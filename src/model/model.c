@@ -1,6 +1,7 @@
 /* model.c - the decoder stack of model.h over the public ops: weights, arena, KV cache,
  * prefill and decode passes. */
 #include "model.h"
+#include "model_mlx.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -36,6 +37,14 @@ __attribute__((format(printf, 2, 3))) static mg_status fail(mg_status st, const 
     return st ? st : MG_ERR_INTERNAL;
 }
 
+mg_status mg_fwd_fail(mg_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error_text, sizeof error_text, fmt, ap);
+    va_end(ap);
+    return st ? st : MG_ERR_INTERNAL;
+}
+
 /* A failed library call: its status, with `what` and the library's message. */
 static mg_status lib_fail(mg_status st, const char *what) {
     return fail(st, "%s: %s", what, mg_last_error());
@@ -59,6 +68,14 @@ static const mg_fwd_preset presets[] = {
      .layers = 4, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
      .max_batch_tokens = 8192, .max_batch_size = 64,
      .batch = 4, .prompt_len = 32, .steps = 8},
+    {.name = "micro",
+     .description = "2 layers, hidden 128, 2 q / 1 kv heads of 128, vocab 512 (the committed MLX "
+                    "checkpoints' shape)",
+     .shape = {.hidden = 128, .heads = 2, .kv_heads = 1, .head_dim = 128, .intermediate = 256,
+               .vocab = 512},
+     .layers = 2, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+     .max_batch_tokens = 4096, .max_batch_size = 64,
+     .batch = 4, .prompt_len = 16, .steps = 8},
     {.name = "llama-3-8b",
      .description = "32 layers of Llama-3-8B's shapes (hidden 4096, 32 q / 8 kv heads, MLP "
                     "14336, vocab 128256)",
@@ -110,7 +127,10 @@ uint32_t mg_fwd_prompt_length(const mg_fwd_config *c, uint32_t r) {
 /* ------------------------------------------------------------------ weights */
 
 const char *mg_fwd_weights_name(mg_fwd_weights w) {
-    return w == MG_FWD_WEIGHTS_NVFP4 ? "nvfp4" : "bf16";
+    return w == MG_FWD_WEIGHTS_NVFP4  ? "nvfp4"
+           : w == MG_FWD_WEIGHTS_MLX8 ? "mlx8"
+           : w == MG_FWD_WEIGHTS_MLX4 ? "mlx4"
+                                      : "bf16";
 }
 
 int mg_fwd_weights_find(const char *name) {
@@ -118,6 +138,10 @@ int mg_fwd_weights_find(const char *name) {
         return MG_FWD_WEIGHTS_BF16;
     if (name && !strcmp(name, "nvfp4"))
         return MG_FWD_WEIGHTS_NVFP4;
+    if (name && !strcmp(name, "mlx8"))
+        return MG_FWD_WEIGHTS_MLX8;
+    if (name && !strcmp(name, "mlx4"))
+        return MG_FWD_WEIGHTS_MLX4;
     return -1;
 }
 
@@ -205,6 +229,7 @@ struct mg_fwd {
      * allocation, the LM head's last), and the prefill's BF16 expansion workspace (0 when the
      * prompts have fewer than MG_NVFP4_BF16_PATH_MIN_M tokens). */
     mg_nvfp4_weight *fp4; /* [layers][FP4_SLOTS] */
+    mg_fwd_mlx *mlx;      /* MLX weights (model_mlx.h), unless dequantized to BF16 at load */
     mg_nvfp4_weight lm_head_fp4;
     mg_devptr fp4_globals, prefill_workspace;
     size_t prefill_workspace_bytes;
@@ -453,6 +478,7 @@ static mg_status create_weights(mg_fwd *m) {
     if (matrix > largest)
         largest = matrix;
     bool fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4;
+    bool mlx = m->c.weights == MG_FWD_WEIGHTS_MLX8 || m->c.weights == MG_FWD_WEIGHTS_MLX4;
     uint16_t *host = malloc(largest * 2);
     m->layer_w = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->layer_w);
     if (!host || !m->layer_w) {
@@ -466,10 +492,12 @@ static mg_status create_weights(mg_fwd *m) {
         st = upload_tensor(m, MG_FWD_TENSOR_LM_HEAD, host, &m->lm_head);
     for (uint32_t l = 0; !st && l < m->layers; l++)
         for (uint32_t slot = 0; !st && slot < MG_FWD_LAYER_TENSORS; slot++)
-            if ((!fp4 || !is_fp4_matrix(slot)) && (slot != MG_FWD_ROUTER || s->experts))
+            if ((!(fp4 || mlx) || !is_fp4_matrix(slot)) && (slot != MG_FWD_ROUTER || s->experts))
                 st = upload_tensor(m, mg_fwd_layer_tensor(l, slot), host, layer_tensor(m, l, slot));
     if (!st && fp4)
         st = create_nvfp4_matrices(m, host, largest);
+    if (!st && mlx)
+        st = mg_fwd_mlx_attach(m->b, &m->c, m->layer_w, &m->mlx, &m->weight_bytes);
     free(host);
     return st;
 }
@@ -604,7 +632,11 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
     static const mg_op needed_nvfp4[] = {MG_OP_NVFP4_FORMAT, MG_OP_NVFP4_GEMM, MG_OP_MOE_ROUTING,
                                          MG_OP_NVFP4_MOE_GEMM};
     bool fp4 = c->weights == MG_FWD_WEIGHTS_NVFP4;
-    if (c->weights != MG_FWD_WEIGHTS_BF16 && !fp4)
+    if (c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) {
+        mg_status st = mg_fwd_mlx_check_config(b, c);
+        if (st)
+            return st;
+    } else if (c->weights != MG_FWD_WEIGHTS_BF16 && !fp4)
         return fail(MG_ERR_INVALID_ARGUMENT, "unknown weight format %d", (int)c->weights);
     size_t extra = !fp4 ? 0 : p->shape.experts ? 4 : 2;
     for (size_t i = 0; i < sizeof needed / sizeof needed[0] + extra; i++) {
@@ -674,6 +706,7 @@ void mg_fwd_destroy(mg_fwd *m) {
     if (m->kv_pool)
         mg_free(m->b, m->kv_pool);
     mg_arena_destroy(m->arena);
+    mg_fwd_mlx_destroy(m->mlx);
     for (size_t i = 0; m->layer_w && i < (size_t)m->layers * MG_FWD_LAYER_TENSORS; i++)
         if (m->layer_w[i])
             mg_free(m->b, m->layer_w[i]);
@@ -756,6 +789,8 @@ static mg_paged_attention_desc attention_desc(const mg_fwd *m) {
 static mg_status linear(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l, uint32_t slot,
                         uint32_t fp4_slot, uint32_t rows, uint32_t n, uint32_t k, mg_devptr act,
                         mg_devptr out) {
+    if (m->mlx)
+        return mg_fwd_mlx_linear(m->mlx, s, l, slot, rows, act, out);
     if (!m->fp4)
         return mg_gemm_bf16(m->b, s, rows, n, k, act, *layer_tensor(m, l, slot), out,
                             MG_DTYPE_BF16, n);
@@ -858,6 +893,12 @@ static mg_status forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
             mg_status st = moe_mlp(m, s, l, rows);
             if (st)
                 return st;
+            continue;
+        }
+        if (m->mlx) {
+            TRY(mg_fwd_mlx_mlp(m->mlx, s, l, rows, m->norm_out, m->gate_up, m->mlp_act,
+                               m->proj_out),
+                "MLP");
             continue;
         }
         if (m->fp4) {

@@ -50,6 +50,15 @@
  * the k chosen, as Qwen3), mg_moe_sort, mg_nvfp4_moe_gemm with gate and up fused (silu(g) * u
  * per routed row), mg_nvfp4_moe_gemm for down, mg_moe_combine (weighted sum, no residual) into
  * the layer's output; every expert's weights share the tensor's global scale.
+ *
+ * MLX weights (MG_FWD_WEIGHTS_MLX8 / MLX4, dense presets): the layer matrices (wq, wkv, wo,
+ * w_gate_up, w_down) come from an MLX affine-quantized checkpoint (metrale/mlx.h; layout in
+ * model_mlx.h; tests/mlx/make_checkpoint.py writes the committed ones from the weights above,
+ * seed 1), loaded through mg_mlx_linear_load, each with the shape the preset gives it and the
+ * bits asked for (else a one-line error). Rows <= 8 (decode) run the MLX GEMVs, the MLP as the
+ * gate_up GEMV then the down GEMV fused with silu(g) * u; more rows (prefill) run mg_mlx_gemm
+ * (the weights dequantized to BF16, then the BF16 GEMM) and the SiLU-mul op. The embedding, the
+ * norms and the LM head stay BF16 from the generator.
  */
 #ifndef METRALE_MODEL_H
 #define METRALE_MODEL_H
@@ -80,9 +89,11 @@ const mg_fwd_preset *mg_fwd_preset_find(const char *name);
 typedef enum mg_fwd_weights {
     MG_FWD_WEIGHTS_BF16 = 0,
     MG_FWD_WEIGHTS_NVFP4, /* the layer matrices quantized at load (see above) */
+    MG_FWD_WEIGHTS_MLX8,  /* the layer matrices from an MLX checkpoint (see below), 8-bit */
+    MG_FWD_WEIGHTS_MLX4,  /* the same, 4-bit */
 } mg_fwd_weights;
 
-/* "bf16" / "nvfp4"; NULL-safe lookup by name (-1 when unknown). */
+/* "bf16" / "nvfp4" / "mlx8" / "mlx4"; NULL-safe lookup by name (-1 when unknown). */
 const char *mg_fwd_weights_name(mg_fwd_weights w);
 int mg_fwd_weights_find(const char *name);
 
@@ -94,6 +105,12 @@ typedef struct mg_fwd_config {
     uint64_t seed;
     bool use_graphs; /* decode steps after the first replay one captured graph (CUDA) */
     mg_fwd_weights weights;
+    /* MLX weights only: the checkpoint directory (NULL: the committed one of the preset,
+     * tests/mlx/checkpoints/<preset>-mlx<bits>, an error when there is none), and whether its
+     * matrices are dequantized to BF16 at load and run by the BF16 path (the reference the
+     * MLX ops are compared with). */
+    const char *checkpoint;
+    bool mlx_dequantized;
 } mg_fwd_config;
 
 mg_fwd_config mg_fwd_config_default(const mg_fwd_preset *p);

@@ -11,6 +11,9 @@ OUT_DIR/reference.safetensors
     <layer>.x             BF16 activations [M, K], M = 5 (GEMV) and <layer>.x_gemm [37, K]
     <layer>.y, .y_gemm    mx.quantized_matmul(x, W, transpose=True) in FP32, rounded to BF16
     <layer>.g, .u, .y_silu    silu_gate: quantized_matmul(silu(g) * u)
+    <layer>.y_bias, .y_gemm_bias  for the layer made by nn.QuantizedLinear(bias=True) only: its
+                          output with its own bias, MLX's rounding in BF16 (the product
+                          rounded to BF16, then `+ bias` in BF16)
 OUT_DIR/layers.txt        one line per layer: name experts n k bits group_size dtype
 """
 import json
@@ -18,6 +21,7 @@ import os
 import sys
 
 import mlx.core as mx
+import mlx.nn as nn
 
 N, K, M, M_GEMM, EXPERTS = 72, 384, 5, 37, 3
 
@@ -29,6 +33,10 @@ def layer_cases():
                 yield f"model.layers.{len(list_cases)}.proj", bits, group, dtype, 1
                 list_cases.append(None)
     yield "model.layers.moe.mlp.switch_mlp.up_proj", 4, 64, "bfloat16", EXPERTS
+    yield BIASED, 8, 64, "bfloat16", 1
+
+
+BIASED = "model.layers.biased.o_proj"
 
 
 list_cases = []
@@ -45,6 +53,14 @@ def main():
         shape = (experts, N, K) if experts > 1 else (N, K)
         w = (mx.random.normal(shape) * 0.05).astype(dtype)
         wq, scales, biases = mx.quantize(w, group_size=group, bits=bits)
+        if name == BIASED:
+            # MLX's own quantized layer with a bias: its packing and its `bias` tensor.
+            lin = nn.Linear(K, N, bias=True)
+            lin.weight = w
+            lin.bias = (mx.random.normal((N,)) * 0.5).astype(dtype)
+            ql = nn.QuantizedLinear.from_linear(lin, group_size=group, bits=bits)
+            wq, scales, biases = ql.weight, ql.scales, ql["biases"]
+            weights[name + ".bias"] = ql.bias
         weights[name + ".weight"] = wq
         weights[name + ".scales"] = scales
         weights[name + ".biases"] = biases
@@ -73,6 +89,18 @@ def main():
         ref[name + ".x_gemm"], ref[name + ".y_gemm"] = xg, qmm(xg)
         ref[name + ".g"], ref[name + ".u"] = g, u
         ref[name + ".y_silu"] = qmm(h.astype(mx.bfloat16))
+        if name == BIASED:
+            # nn.QuantizedLinear's forward is quantized_matmul then `+ bias`: the same here,
+            # with the product in FP32 as above and the bias added in BF16 as MLX does.
+            ref[name + ".y_bias"] = qmm(x) + ql.bias
+            ref[name + ".y_gemm_bias"] = qmm(xg) + ql.bias
+            # ...and that is what the module computes (its FP32 form, checked here).
+            f32 = nn.QuantizedLinear(K, N, bias=True, group_size=group, bits=bits)
+            f32.update({"weight": wq, "scales": e_s, "biases": e_b,
+                        "bias": ql.bias.astype(mx.float32)})
+            want = mx.quantized_matmul(x.astype(mx.float32), wq, e_s, e_b, transpose=True,
+                                       group_size=group, bits=bits) + ql.bias.astype(mx.float32)
+            assert mx.allclose(f32(x.astype(mx.float32)), want, rtol=0, atol=0).item()
     config = {"model_type": "test",
               "quantization": {"group_size": 64, "bits": 4, "mode": "affine", **overrides}}
     config["quantization_config"] = config["quantization"]

@@ -14,6 +14,7 @@
 
 typedef struct run_args {
     const char *preset, *weights, *trace;
+    const char *checkpoint; /* mlx8 / mlx4 weights */
     long batch, prompt_len, steps;
     unsigned long long seed;
     bool compare;
@@ -26,6 +27,8 @@ static void run_usage(FILE *f) {
                "[--batch N] [--prompt-len L] [--steps S] [--seed N] [--compare]\n"
                "nvfp4: the layer matrices and the LM head quantized to NVFP4 at load "
                "(embedding, norms and MoE router stay BF16); MoE presets need nvfp4\n"
+               "mlx8, mlx4 [--checkpoint DIR]: the layer matrices from an MLX checkpoint "
+               "(default: the committed one of the preset; without --preset, micro)\n"
                "presets (default: tiny on the CPU backend, llama-3-8b on a GPU):\n");
     for (size_t i = 0; i < n; i++)
         fprintf(f, "  %-14s %s\n", p[i].name, p[i].description);
@@ -49,6 +52,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
             a->preset = v, ok = v != NULL;
         else if (!strcmp(arg, "--weights"))
             a->weights = v, ok = v != NULL;
+        else if (!strcmp(arg, "--checkpoint"))
+            a->checkpoint = v, ok = v != NULL;
         else if (!strcmp(arg, "--trace"))
             a->trace = v, ok = v != NULL;
         else if (!strcmp(arg, "--batch"))
@@ -73,7 +78,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
         if (!ok) {
             fprintf(stderr, "metrale-gpu run: %s needs a value%s\n", arg,
                     takes && strcmp(arg, "--preset") && strcmp(arg, "--weights") &&
-                            strcmp(arg, "--trace")
+                            strcmp(arg, "--trace") && strcmp(arg, "--checkpoint")
                         ? " (a count up to 2^20)"
                         : "");
             return 2;
@@ -213,8 +218,13 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     int weights = a.weights ? mg_fwd_weights_find(a.weights) : MG_FWD_WEIGHTS_BF16;
     if (weights < 0) {
         fprintf(stderr,
-                "metrale-gpu run: --weights %s: bf16 and nvfp4 run today (fp8 and mlx weights "
-                "are not wired into the model yet)\n", a.weights);
+                "metrale-gpu run: --weights %s: bf16, nvfp4, mlx8 and mlx4 run today (fp8 "
+                "weights are not wired into the model yet)\n", a.weights);
+        return 2;
+    }
+    bool mlx = weights == MG_FWD_WEIGHTS_MLX8 || weights == MG_FWD_WEIGHTS_MLX4;
+    if (a.checkpoint && !mlx) {
+        fprintf(stderr, "metrale-gpu run: --checkpoint needs --weights mlx8 or mlx4\n");
         return 2;
     }
     if (a.trace) {
@@ -235,6 +245,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     }
     bool on_cpu = mg_backend_get_kind(b) == MG_BACKEND_CPU;
     const mg_fwd_preset *p = mg_fwd_preset_find(a.preset ? a.preset
+                                                : mlx        ? "micro"
                                                 : on_cpu     ? "tiny"
                                                              : "llama-3-8b");
     mg_fwd_config c = mg_fwd_config_default(p);
@@ -247,6 +258,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     c.seed = a.seed;
     c.use_graphs = !on_cpu;
     c.weights = (mg_fwd_weights)weights;
+    c.checkpoint = a.checkpoint;
     const char *wname = mg_fwd_weights_name(c.weights);
     const char *kind = mg_backend_kind_name(mg_backend_get_kind(b));
     if (!opts->json)

@@ -327,3 +327,19 @@ mlx_gemv_gate_up(const uint4 *w1, const uint16_t *s1, const uint16_t *b1, const 
     else
         gemv_dispatch_m<4, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size, scale_type == 1, kPlain);
 }
+
+// A layer's own bias after its product (metrale/mlx.h): y[t, r] = bf16(y[t, r] + bias[r]), the
+// sum an IEEE FP32 addition of the BF16 product and the bias converted exactly to FP32
+// (bias_type 0 BF16, 1 FP16, 2 FP32). A thread per element, grid-stride.
+extern "C" __global__ void __launch_bounds__(256)
+mlx_add_bias(uint16_t *y, const void *bias, uint32_t m, uint32_t n, uint32_t bias_type) {
+    size_t total = (size_t)m * n;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t r = (uint32_t)(i % n);
+        float b = bias_type == 2   ? static_cast<const float *>(bias)[r]
+                  : bias_type == 1 ? scale_value(static_cast<const uint16_t *>(bias), r, true)
+                                   : scale_value(static_cast<const uint16_t *>(bias), r, false);
+        y[i] = bf16_bits(__fadd_rn(bf16_to_float(y[i]), b));
+    }
+}

@@ -25,6 +25,7 @@
 
 typedef struct layer_ptrs {
     mg_devptr weight, scales, biases;
+    mg_devptr bias; /* the expert's own bias, or 0 */
 } layer_ptrs;
 
 uint64_t mg_mlx_linear_bytes(const mg_mlx_linear *w) {
@@ -83,6 +84,19 @@ static mg_status check_layer(mg_backend *b, const char *fn, const char *which,
     out->weight = w->weight + weight_bytes * expert;
     out->scales = w->scales + group_bytes * expert;
     out->biases = w->biases + group_bytes * expert;
+    out->bias = 0;
+    if (!w->bias)
+        return MG_OK;
+    uint32_t bias_size = (uint32_t)mg_dtype_bytes(w->bias_type);
+    if (w->bias_type != MG_DTYPE_BF16 && w->bias_type != MG_DTYPE_F16 &&
+        w->bias_type != MG_DTYPE_F32)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s bias_type %s (bf16, f16 or f32)", fn,
+                        which, mg_dtype_name(w->bias_type));
+    if ((st = check_ptr(fn, "bias", w->bias, bias_size)) ||
+        (st = mg_backend_check_device_range(b, w->bias, (uint64_t)bias_size * w->n * w->experts,
+                                            fn, "bias")))
+        return st;
+    out->bias = w->bias + (uint64_t)bias_size * w->n * expert;
     return MG_OK;
 }
 
@@ -141,6 +155,26 @@ static void add_shape_args(mg_launch *l, const mg_mlx_linear *w) {
     mg_launch_arg_u32(l, w->bits);
     mg_launch_arg_u32(l, w->group_size);
     mg_launch_arg_u32(l, w->scale_type == MG_DTYPE_F16 ? MG_MLX_SCALE_F16 : MG_MLX_SCALE_BF16);
+}
+
+/* y[m, n] += the layer's bias (metrale/mlx.h), after the product on the same stream; nothing
+ * for a layer without one. */
+static mg_status add_bias(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_linear *w,
+                          const layer_ptrs *p, uint32_t m, mg_devptr y) {
+    if (!p->bias)
+        return MG_OK;
+    uint64_t total = (uint64_t)m * w->n, blocks = (total + 255) / 256;
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){blocks < MAX_GRID ? (uint32_t)blocks : MAX_GRID, 1, 1},
+                   (mg_dim3){256, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, y);
+    mg_launch_arg_ptr(&l, p->bias);
+    mg_launch_arg_u32(&l, m);
+    mg_launch_arg_u32(&l, w->n);
+    mg_launch_arg_u32(&l, w->bias_type == MG_DTYPE_F32   ? MG_MLX_BIAS_F32
+                          : w->bias_type == MG_DTYPE_F16 ? MG_MLX_BIAS_F16
+                                                         : MG_MLX_BIAS_BF16);
+    return launch(b, s, fn, MG_MLX_KERNEL_ADD_BIAS, &l);
 }
 
 /* ------------------------------------------------------------------ dequant */
@@ -218,7 +252,9 @@ static mg_status gemv(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_
     mg_launch_arg_u32(&l, m);
     add_shape_args(&l, w);
     mg_launch_arg_u32(&l, mode);
-    return launch(b, s, fn, MG_MLX_KERNEL_GEMV, &l);
+    if ((st = launch(b, s, fn, MG_MLX_KERNEL_GEMV, &l)))
+        return st;
+    return add_bias(b, s, fn, w, &p, m, y);
 }
 
 mg_status mg_mlx_gemv(mg_backend *b, mg_stream *s, const mg_mlx_linear *w, uint32_t expert,
@@ -269,7 +305,10 @@ mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *
     mg_launch_arg_ptr(&l, y_up);
     mg_launch_arg_u32(&l, m);
     add_shape_args(&l, gate);
-    return launch(b, s, fn, MG_MLX_KERNEL_GEMV_GATE_UP, &l);
+    if ((st = launch(b, s, fn, MG_MLX_KERNEL_GEMV_GATE_UP, &l)) ||
+        (st = add_bias(b, s, fn, gate, &pg, m, y_gate)))
+        return st;
+    return add_bias(b, s, fn, up, &pu, m, y_up);
 }
 
 /* ------------------------------------------------------------------ GEMM */
@@ -292,7 +331,8 @@ mg_status mg_mlx_gemm(mg_backend *b, mg_stream *s, const mg_mlx_linear *w, uint3
         !disjoint(scratch, scratch_bytes, y, 2ull * m * w->n) ||
         !disjoint(x, 2ull * m * w->k, y, 2ull * m * w->n))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: x, y and scratch must not overlap", fn);
-    if ((st = dequant(b, s, fn, w, &p, scratch)))
+    if ((st = dequant(b, s, fn, w, &p, scratch)) ||
+        (st = mg_gemm_bf16(b, s, m, w->n, w->k, x, scratch, y, MG_DTYPE_BF16, w->n)))
         return st;
-    return mg_gemm_bf16(b, s, m, w->n, w->k, x, scratch, y, MG_DTYPE_BF16, w->n);
+    return add_bias(b, s, fn, w, &p, m, y);
 }

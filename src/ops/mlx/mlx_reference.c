@@ -1,5 +1,5 @@
 /* mlx_reference.c - the CPU reference of the MLX ops (mlx_reference.h, metrale/mlx.h), run by
- * the CPU backend as the kernels mlx_dequant, mlx_gemv and mlx_gemv_gate_up. The GEMVs
+ * the CPU backend as the kernels mlx_dequant, mlx_gemv, mlx_gemv_gate_up and mlx_add_bias. The GEMVs
  * accumulate in double: they define the result the CUDA kernels' FP32 sums approximate. */
 #include "mlx_reference.h"
 
@@ -223,11 +223,41 @@ static mg_status kernel_gemv_gate_up(const mg_launch *l) {
     return MG_OK;
 }
 
+/* y[t, r] = bf16(y[t, r] + bias[r]) in FP32 (metrale/mlx.h). */
+static mg_status kernel_add_bias(const mg_launch *l) {
+    static const char name[] = "metrale:" MG_MLX_KERNEL_ADD_BIAS;
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32, MG_ARG_U32,
+                                        MG_ARG_U32};
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 5);
+    if (st)
+        return st;
+    uint32_t m = mg_launch_get_u32(l, 2), n = mg_launch_get_u32(l, 3);
+    uint32_t type = mg_launch_get_u32(l, 4);
+    if (type > MG_MLX_BIAS_F32)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: bias_type=%u", name, type);
+    void *y, *bias;
+    if ((st = mg_cpu_kernel_buffer(l, 0, (uint64_t)m * n * 2, 2, name, &y)) ||
+        (st = mg_cpu_kernel_buffer(l, 1, (uint64_t)n * (type == MG_MLX_BIAS_F32 ? 4 : 2),
+                                   type == MG_MLX_BIAS_F32 ? 4 : 2, name, &bias)))
+        return st;
+    uint16_t *out = y;
+    for (uint32_t t = 0; t < m; t++)
+        for (uint32_t r = 0; r < n; r++) {
+            float b = type == MG_MLX_BIAS_F32 ? ((const float *)bias)[r]
+                      : scale_to_f32(bias, type == MG_MLX_BIAS_F16 ? MG_MLX_SCALE_F16
+                                                                    : MG_MLX_SCALE_BF16, r);
+            size_t i = (size_t)t * n + r;
+            out[i] = mg_f32_to_bf16(mg_bf16_to_f32(out[i]) + b);
+        }
+    return MG_OK;
+}
+
 static void register_kernels(void) {
     /* Failure is out of host memory at start-up; the lookups then report NOT_FOUND. */
     mg_cpu_kernel_register("metrale", MG_MLX_KERNEL_DEQUANT, kernel_dequant);
     mg_cpu_kernel_register("metrale", MG_MLX_KERNEL_GEMV, kernel_gemv);
     mg_cpu_kernel_register("metrale", MG_MLX_KERNEL_GEMV_GATE_UP, kernel_gemv_gate_up);
+    mg_cpu_kernel_register("metrale", MG_MLX_KERNEL_ADD_BIAS, kernel_add_bias);
 }
 
 void mg_mlx_cpu_kernels_register(void) {

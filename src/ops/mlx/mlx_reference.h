@@ -11,9 +11,12 @@
 #define MG_MLX_KERNEL_DEQUANT "mlx_dequant"
 #define MG_MLX_KERNEL_GEMV "mlx_gemv"
 #define MG_MLX_KERNEL_GEMV_GATE_UP "mlx_gemv_gate_up"
+#define MG_MLX_KERNEL_ADD_BIAS "mlx_add_bias"
 
 /* The kernels' scale_type argument and mlx_gemv's mode argument. */
 enum { MG_MLX_SCALE_BF16 = 0, MG_MLX_SCALE_F16 = 1 };
+/* mlx_add_bias's bias_type argument. */
+enum { MG_MLX_BIAS_BF16 = 0, MG_MLX_BIAS_F16 = 1, MG_MLX_BIAS_F32 = 2 };
 enum { MG_MLX_GEMV_PLAIN = 0, MG_MLX_GEMV_SILU_GATE = 1, MG_MLX_GEMV_SILU_GATE_RESID = 2 };
 
 /* The GEMVs take at most this many activation rows. */

@@ -1,0 +1,60 @@
+/*
+ * model_mlx.h - private to src/model: the layer matrices of the forward model (model.h) read from
+ * an MLX affine-quantized checkpoint (metrale/mlx.h) and run by the MLX ops.
+ *
+ * The checkpoint holds, per layer l, model.layers.<l>.self_attn.{q,k,v,o}_proj and
+ * model.layers.<l>.mlp.{gate,up,down}_proj (tests/mlx/make_checkpoint.py writes them from the
+ * model's own weights). k and v are joined into one layer (k rows then v rows, the model's wkv),
+ * gate and up likewise (the model's w_gate_up): one GEMM each at prefill, and the decode's
+ * gate_up GEMV reads the two halves. Rows <= MG_FWD_MLX_GEMV_MAX_ROWS run the GEMVs (the MLP as
+ * gate_up GEMV, then the down GEMV fused with silu(gate) * up); more rows run mg_mlx_gemm.
+ */
+#ifndef METRALE_MODEL_MLX_H
+#define METRALE_MODEL_MLX_H
+
+#include "model.h"
+
+#define MG_FWD_MLX_GEMV_MAX_ROWS 8u
+
+typedef struct mg_fwd_mlx mg_fwd_mlx;
+
+/* Opens checkpoint `dir` and loads every layer matrix of a model of shape `sh` with `layers`
+ * layers; each must be quantized with `bits` and have the shape the preset gives it. Errors
+ * (one line, through mg_fwd_error) name the checkpoint and what disagrees. */
+mg_status mg_fwd_mlx_create(mg_backend *b, const mg_model_shape *sh, uint32_t layers,
+                            const char *dir, uint32_t bits, mg_fwd_mlx **out);
+void mg_fwd_mlx_destroy(mg_fwd_mlx *x);
+
+/* The committed checkpoint of `preset` with `bits` (tests/mlx/checkpoints/<preset>-mlx<bits>),
+ * or NULL when there is none. */
+const char *mg_fwd_mlx_default_checkpoint(const char *preset, uint32_t bits, char *buf,
+                                          size_t size);
+
+/* Bytes of all the packed weights, scales and biases. */
+uint64_t mg_fwd_mlx_bytes(const mg_fwd_mlx *x);
+
+/* Layer l's matrix `slot` (MG_FWD_WQ, MG_FWD_WKV, MG_FWD_WO, MG_FWD_W_GATE_UP, MG_FWD_W_DOWN)
+ * dequantized to a new BF16 allocation [rows, cols] (mg_mlx_dequant), for the reference run. */
+mg_status mg_fwd_mlx_dequantize(mg_fwd_mlx *x, uint32_t l, uint32_t slot, mg_devptr *out);
+
+/* out[rows, n] = act[rows, k] times layer l's matrix `slot` (not the MLP's). */
+mg_status mg_fwd_mlx_linear(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t slot, uint32_t rows,
+                            mg_devptr act, mg_devptr out);
+/* Layer l's MLP: out[rows, hidden] = down(silu(gate(act)) * up(act)), through gate_up [rows,
+ * 2 I] (and mlp_act [rows, I] when rows > MG_FWD_MLX_GEMV_MAX_ROWS). */
+mg_status mg_fwd_mlx_mlp(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t rows, mg_devptr act,
+                         mg_devptr gate_up, mg_devptr mlp_act, mg_devptr out);
+
+/* For mg_fwd_create: MLX weights need a dense preset, the MLX op on `b`, and a checkpoint
+ * (c->checkpoint, or the committed one of the preset). One-line errors. */
+mg_status mg_fwd_mlx_check_config(mg_backend *b, const mg_fwd_config *c);
+/* Loads the checkpoint of `c` (model.h) into *out; with c->mlx_dequantized instead writes each
+ * layer matrix, dequantized to BF16, into layer_w[l * MG_FWD_LAYER_TENSORS + slot] and leaves
+ * *out NULL. Adds the bytes of the weights kept to *weight_bytes. */
+mg_status mg_fwd_mlx_attach(mg_backend *b, const mg_fwd_config *c, mg_devptr *layer_w,
+                            mg_fwd_mlx **out, uint64_t *weight_bytes);
+
+/* model.c's error path: formats the one-line message of mg_fwd_error and returns st. */
+mg_status mg_fwd_fail(mg_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

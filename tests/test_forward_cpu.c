@@ -643,37 +643,33 @@ int main(void) {
     printf("tiny: batch %u, prompt_len %u, steps %u, seed %llu\n", c.batch, c.prompt_len, c.steps,
            (unsigned long long)c.seed);
     check_against_reference(be, c);
-    /* NVFP4 weights: another ragged batch and seed */
-    mg_fwd_config f = c;
-    f.weights = MG_FWD_WEIGHTS_NVFP4;
-    f.batch = (uint32_t)test_rand_range(3, 6);
-    f.prompt_len = (uint32_t)test_rand_range(9, 21);
-    f.seed = test_rand();
-    printf("tiny nvfp4: batch %u, prompt_len %u, steps %u, seed %llu\n", f.batch, f.prompt_len,
-           f.steps, (unsigned long long)f.seed);
-    check_against_reference(be, f);
-    /* MoE (NVFP4 experts), tiny-moe's shapes with every expert chosen: a token's expert choice
-     * is discontinuous in the router logits, so a one-ulp difference between this computation
-     * and the library's (attention, RMSNorm sums) would pick another expert at a near-tie;
-     * with k = E only the rank order (the combine's summation order) can change. The top-k
-     * selection itself is checked exactly by the moe_routing checks. */
-    /* FP8 weights: another ragged batch and seed */
+    /* NVFP4 and FP8 weights: each another ragged batch and seed */
+    for (int w = 0; w < 2; w++) {
+        mg_fwd_config f = c;
+        f.weights = w ? MG_FWD_WEIGHTS_FP8 : MG_FWD_WEIGHTS_NVFP4;
+        f.batch = (uint32_t)test_rand_range(3, 6);
+        f.prompt_len = (uint32_t)test_rand_range(9, 21);
+        f.seed = test_rand();
+        printf("tiny %s: batch %u, prompt_len %u, steps %u, seed %llu\n",
+               mg_fwd_weights_name(f.weights), f.batch, f.prompt_len, f.steps,
+               (unsigned long long)f.seed);
+        check_against_reference(be, f);
+    }
+    /* the spans and the trace (FP8, then BF16 weights), with graph replays before the timed
+     * step where the CPU backend captures them */
     mg_fwd_config f8 = c;
     f8.weights = MG_FWD_WEIGHTS_FP8;
-    f8.batch = (uint32_t)test_rand_range(3, 6);
-    f8.prompt_len = (uint32_t)test_rand_range(9, 21);
-    f8.seed = test_rand();
-    printf("tiny fp8: batch %u, prompt_len %u, steps %u, seed %llu\n", f8.batch, f8.prompt_len,
-           f8.steps, (unsigned long long)f8.seed);
-    check_against_reference(be, f8);
-    /* the spans and the trace, with graph replays before the timed step where the CPU backend
-     * captures them */
     f8.use_graphs = true;
     f8.steps = 4;
     check_trace(be, f8);
     mg_fwd_config traced = c;
     traced.steps = 2;
     check_trace(be, traced);
+    /* MoE (NVFP4 experts), tiny-moe's shapes with every expert chosen: a token's expert choice
+     * is discontinuous in the router logits, so a one-ulp difference between this computation
+     * and the library's (attention, RMSNorm sums) would pick another expert at a near-tie;
+     * with k = E only the rank order (the combine's summation order) can change. The top-k
+     * selection itself is checked exactly by the moe_routing checks. */
     const mg_fwd_preset *tiny_moe = mg_fwd_preset_find("tiny-moe");
     CHECK(tiny_moe != NULL && tiny_moe->shape.experts > 0);
     mg_fwd_preset all_experts = *tiny_moe;

@@ -152,7 +152,8 @@ void mg_fwd_destroy(mg_fwd *m);
  * generated token. */
 mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s);
 /* One token for every request; the first call runs eagerly, later ones (with use_graphs)
- * replay a graph captured at the second call. Waits for the step to finish. */
+ * replay a graph captured at the second call, except while a timing object is attached
+ * (mg_fwd_set_timing: eager). Waits for the step to finish. */
 mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s);
 
 /* Per-op timing spans. With `t` attached, every pass records, in `t`, a lane span around the

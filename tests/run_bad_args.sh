@@ -16,7 +16,9 @@ expect_refused() {
     fi
 }
 expect_refused --backend cpu run --preset no-such-preset
-expect_refused --backend cpu run --preset tiny --weights fp8
+expect_refused --backend cpu run --preset tiny-moe --weights fp8
+expect_refused --backend cpu run --preset tiny --trace /nonexistent-directory/trace.json
+expect_refused --backend cpu run --preset tiny --trace
 expect_refused --backend cpu run --preset tiny-moe --weights bf16
 expect_refused --backend cpu run --preset tiny --weights int3
 expect_refused --backend cpu run --preset tiny --batch 100000

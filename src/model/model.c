@@ -18,6 +18,7 @@
 #include "metrale/ops_kv_cache.h"
 #include "metrale/ops_moe.h"
 #include "metrale/ops_nvfp4.h"
+#include "metrale/ops_quantize.h"
 #include "metrale/nvfp4.h"
 #include "metrale/status.h"
 
@@ -128,6 +129,7 @@ uint32_t mg_fwd_prompt_length(const mg_fwd_config *c, uint32_t r) {
 
 const char *mg_fwd_weights_name(mg_fwd_weights w) {
     return w == MG_FWD_WEIGHTS_NVFP4  ? "nvfp4"
+           : w == MG_FWD_WEIGHTS_FP8  ? "fp8"
            : w == MG_FWD_WEIGHTS_MLX8 ? "mlx8"
            : w == MG_FWD_WEIGHTS_MLX4 ? "mlx4"
                                       : "bf16";
@@ -142,6 +144,8 @@ int mg_fwd_weights_find(const char *name) {
         return MG_FWD_WEIGHTS_MLX8;
     if (name && !strcmp(name, "mlx4"))
         return MG_FWD_WEIGHTS_MLX4;
+    if (name && !strcmp(name, "fp8"))
+        return MG_FWD_WEIGHTS_FP8;
     return -1;
 }
 
@@ -222,7 +226,14 @@ struct mg_fwd {
     mg_model_shape sh;
     uint32_t layers;
     mg_devptr embedding, final_norm, lm_head;
-    mg_devptr *layer_w; /* [layers][MG_FWD_LAYER_TENSORS]; NVFP4: the matrices' are 0 */
+    mg_devptr *layer_w; /* [layers][MG_FWD_LAYER_TENSORS]; NVFP4: the matrices' are 0; FP8:
+                           the matrices' E4M3 codes (their allocation also holds the scales) */
+    /* FP8 only: each matrix's FP32 row scales (inside its allocation, after the codes), the
+     * LM head's; the device-quantized activation of the next GEMM(s) and its per-token scales,
+     * and which BF16 buffer (of how many rows) they were quantized from. */
+    mg_devptr *fp8_scales; /* [layers][MG_FWD_LAYER_TENSORS] */
+    mg_devptr lm_head_scales, act_fp8, act_scales, act_fp8_source;
+    uint32_t act_fp8_rows;
     uint64_t weight_bytes;
     /* NVFP4 only: prepared weights (each `values` the base of one allocation holding the
      * values then the scales), their global scales (FP32 [layers * FP4_SLOTS + 1] in one
@@ -260,6 +271,8 @@ struct mg_fwd {
 
     mg_attention_plan *decode_plan;
     mg_graph *graph;
+    mg_timing *timing; /* mg_fwd_set_timing; NULL when not attached */
+    uint32_t lane_prefill, lane_decode;
     uint32_t decode_calls, graph_steps;
     int32_t *tokens; /* [batch][steps + 1] */
     uint32_t token_count;
@@ -274,18 +287,64 @@ static mg_devptr *layer_tensor(mg_fwd *m, uint32_t layer, uint32_t slot) {
     return &m->layer_w[(size_t)layer * MG_FWD_LAYER_TENSORS + slot];
 }
 
+/* fn(ctx, first, count) over a part [first, first + count) of a range. */
+typedef mg_status (*range_fn)(void *ctx, size_t first, size_t count);
+
+typedef struct range_job {
+    range_fn fn;
+    void *ctx;
+    size_t first, count;
+    mg_status st;
+} range_job;
+
+static void *range_thread(void *arg) {
+    range_job *j = arg;
+    j->st = j->count ? j->fn(j->ctx, j->first, j->count) : MG_OK;
+    return NULL;
+}
+
+/* Runs fn over [0, total) in parts on up to 16 threads (one when total < serial_below), the
+ * calling thread included; the first failing part's status. */
+static mg_status parallel_ranges(size_t total, size_t serial_below, range_fn fn, void *ctx) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (unsigned)cpus;
+    if (total < serial_below)
+        threads = 1;
+    pthread_t tid[16];
+    range_job jobs[16];
+    size_t per = (total + threads - 1) / threads;
+    unsigned started = 0;
+    for (unsigned t = 0; t < threads; t++) {
+        size_t first = (size_t)t * per < total ? (size_t)t * per : total;
+        jobs[t] = (range_job){fn, ctx, first, total - first < per ? total - first : per, MG_OK};
+        if (t == 0 || pthread_create(&tid[t], NULL, range_thread, &jobs[t]) != 0)
+            continue;
+        started |= 1u << t;
+    }
+    range_thread(&jobs[0]);
+    mg_status st = jobs[0].st;
+    for (unsigned t = 1; t < threads; t++) {
+        if (started & (1u << t))
+            pthread_join(tid[t], NULL);
+        else
+            range_thread(&jobs[t]);
+        if (!st)
+            st = jobs[t].st;
+    }
+    return st;
+}
+
 typedef struct fill_job {
-    uint64_t seed, first;
+    uint64_t seed;
     uint32_t id;
     float offset, scale;
-    size_t count;
     uint16_t *out;
 } fill_job;
 
-static void *fill_thread(void *arg) {
-    fill_job *j = arg;
-    mg_fwd_weight_fill(j->seed, j->id, j->offset, j->scale, j->first, j->count, j->out);
-    return NULL;
+static mg_status fill_range(void *ctx, size_t first, size_t count) {
+    fill_job *j = ctx;
+    mg_fwd_weight_fill(j->seed, j->id, j->offset, j->scale, first, count, j->out + first);
+    return MG_OK;
 }
 
 /* Generates tensor `id` into `host` (over up to 16 threads); its shape in rows x cols. */
@@ -298,32 +357,8 @@ static mg_status generate_tensor(mg_fwd *m, uint32_t id, uint16_t *host, uint32_
         return st;
     *rows_out = rows;
     *cols_out = cols;
-    size_t count = (size_t)rows * cols;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (unsigned)cpus;
-    if (count < 1u << 20)
-        threads = 1;
-    pthread_t tid[16];
-    fill_job jobs[16];
-    size_t per = (count + threads - 1) / threads;
-    unsigned started = 0;
-    for (unsigned t = 0; t < threads; t++) {
-        size_t first = (size_t)t * per;
-        jobs[t] = (fill_job){m->c.seed, first, id, offset, scale,
-                             first < count ? (count - first < per ? count - first : per) : 0,
-                             host + (first < count ? first : 0)};
-        if (t == 0 || pthread_create(&tid[t], NULL, fill_thread, &jobs[t]) != 0)
-            continue;
-        started |= 1u << t;
-    }
-    fill_thread(&jobs[0]);
-    for (unsigned t = 1; t < threads; t++) {
-        if (started & (1u << t))
-            pthread_join(tid[t], NULL);
-        else
-            fill_thread(&jobs[t]);
-    }
-    return MG_OK;
+    fill_job job = {m->c.seed, id, offset, scale, host};
+    return parallel_ranges((size_t)rows * cols, 1u << 20, fill_range, &job);
 }
 
 /* Generates tensor `id` on the host and uploads it as BF16. */
@@ -337,6 +372,47 @@ static mg_status upload_tensor(mg_fwd *m, uint32_t id, uint16_t *host, mg_devptr
         return lib_fail(st, "allocating weights");
     if ((st = mg_copy_h2d(m->b, *out, host, bytes)))
         return lib_fail(st, "uploading weights");
+    m->weight_bytes += bytes;
+    return MG_OK;
+}
+
+typedef struct fp8_job {
+    const uint16_t *bf16;
+    uint32_t cols;
+    uint8_t *codes;
+    float *scales;
+} fp8_job;
+
+static mg_status fp8_rows(void *ctx, size_t first, size_t count) {
+    fp8_job *j = ctx;
+    return mg_fp8_quantize_rowwise(j->bf16 + first * j->cols, (uint32_t)count, j->cols,
+                                   j->codes + first * j->cols, j->scales + first);
+}
+
+/* Tensor `id` generated on the host in BF16, quantized there to E4M3 with one scale per row
+ * (mg_fp8_quantize_rowwise; model.h) and uploaded as one allocation: the codes [rows, cols]
+ * at *codes_out, then the FP32 scales [rows] at the next 16-byte boundary (*scales_out). */
+static mg_status upload_fp8_tensor(mg_fwd *m, uint32_t id, uint16_t *host, mg_devptr *codes_out,
+                                   mg_devptr *scales_out) {
+    uint32_t rows, cols;
+    mg_status st = generate_tensor(m, id, host, &rows, &cols);
+    if (st)
+        return st;
+    size_t codes_bytes = ((size_t)rows * cols + 15) & ~(size_t)15, bytes = codes_bytes + 4ull * rows;
+    uint8_t *codes = malloc(bytes);
+    if (!codes)
+        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the FP8 weights");
+    fp8_job job = {host, cols, codes, (float *)(codes + codes_bytes)};
+    if ((st = parallel_ranges(rows, (1u << 20) / cols + 1, fp8_rows, &job)))
+        st = fail(st, "quantizing weights to FP8: %s", mg_last_error());
+    else if ((st = mg_alloc(m->b, bytes, codes_out)))
+        st = lib_fail(st, "allocating FP8 weights");
+    else if ((st = mg_copy_h2d(m->b, *codes_out, codes, bytes)))
+        st = lib_fail(st, "uploading FP8 weights");
+    free(codes);
+    if (st)
+        return st;
+    *scales_out = *codes_out + codes_bytes;
     m->weight_bytes += bytes;
     return MG_OK;
 }
@@ -477,23 +553,32 @@ static mg_status create_weights(mg_fwd *m) {
         matrix = q;
     if (matrix > largest)
         largest = matrix;
-    bool fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4;
+    bool fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4, fp8 = m->c.weights == MG_FWD_WEIGHTS_FP8;
     bool mlx = m->c.weights == MG_FWD_WEIGHTS_MLX8 || m->c.weights == MG_FWD_WEIGHTS_MLX4;
     uint16_t *host = malloc(largest * 2);
     m->layer_w = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->layer_w);
-    if (!host || !m->layer_w) {
+    if (fp8)
+        m->fp8_scales = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->fp8_scales);
+    if (!host || !m->layer_w || (fp8 && !m->fp8_scales)) {
         free(host);
         return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
     }
     mg_status st = upload_tensor(m, MG_FWD_TENSOR_EMBEDDING, host, &m->embedding);
     if (!st)
         st = upload_tensor(m, MG_FWD_TENSOR_FINAL_NORM, host, &m->final_norm);
-    if (!st && !fp4)
+    if (!st && fp8)
+        st = upload_fp8_tensor(m, MG_FWD_TENSOR_LM_HEAD, host, &m->lm_head, &m->lm_head_scales);
+    else if (!st && !fp4)
         st = upload_tensor(m, MG_FWD_TENSOR_LM_HEAD, host, &m->lm_head);
     for (uint32_t l = 0; !st && l < m->layers; l++)
-        for (uint32_t slot = 0; !st && slot < MG_FWD_LAYER_TENSORS; slot++)
-            if ((!(fp4 || mlx) || !is_fp4_matrix(slot)) && (slot != MG_FWD_ROUTER || s->experts))
-                st = upload_tensor(m, mg_fwd_layer_tensor(l, slot), host, layer_tensor(m, l, slot));
+        for (uint32_t slot = 0; !st && slot < MG_FWD_LAYER_TENSORS; slot++) {
+            uint32_t id = mg_fwd_layer_tensor(l, slot);
+            if (fp8 && is_fp4_matrix(slot)) /* the same matrices as NVFP4's */
+                st = upload_fp8_tensor(m, id, host, layer_tensor(m, l, slot),
+                                       &m->fp8_scales[(size_t)l * MG_FWD_LAYER_TENSORS + slot]);
+            else if ((!(fp4 || mlx) || !is_fp4_matrix(slot)) && (slot != MG_FWD_ROUTER || s->experts))
+                st = upload_tensor(m, id, host, layer_tensor(m, l, slot));
+        }
     if (!st && fp4)
         st = create_nvfp4_matrices(m, host, largest);
     if (!st && mlx)
@@ -535,6 +620,19 @@ static mg_status create_arena(mg_fwd *m, uint32_t num_pages) {
     if (dense_fp4 && (st = mg_arena_plan_add(plan, "mlp_act_fp4",
                                              2ull * m->tokens_cap * m->sh.intermediate, 0, NULL,
                                              NULL))) {
+        mg_arena_plan_destroy(plan);
+        return lib_fail(st, "creating the arena");
+    }
+    /* FP8: the quantized input of the next GEMM (the widest of hidden, q heads, intermediate)
+     * and its per-token scales, live throughout (each is rewritten before every GEMM group). */
+    bool fp8 = m->c.weights == MG_FWD_WEIGHTS_FP8;
+    uint32_t widest = m->sh.hidden, qd = m->sh.heads * m->sh.head_dim;
+    widest = qd > widest ? qd : widest;
+    widest = m->sh.intermediate > widest ? m->sh.intermediate : widest;
+    if (fp8 && ((st = mg_arena_plan_add(plan, "fp8_act", (uint64_t)m->tokens_cap * widest, 0,
+                                        NULL, NULL)) ||
+                (st = mg_arena_plan_add(plan, "fp8_act_scales", 4ull * m->tokens_cap, 0, NULL,
+                                        NULL)))) {
         mg_arena_plan_destroy(plan);
         return lib_fail(st, "creating the arena");
     }
@@ -580,6 +678,9 @@ static mg_status create_arena(mg_fwd *m, uint32_t num_pages) {
     }
     if (dense_fp4 && (st = mg_arena_find(m->arena, "mlp_act_fp4", &m->mlp_act_fp4, NULL)))
         return lib_fail(st, "arena buffer");
+    if (fp8 && ((st = mg_arena_find(m->arena, "fp8_act", &m->act_fp8, NULL)) ||
+                (st = mg_arena_find(m->arena, "fp8_act_scales", &m->act_scales, NULL))))
+        return lib_fail(st, "arena buffer");
     return MG_OK;
 }
 
@@ -608,6 +709,10 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
     const mg_fwd_preset *p = c->preset;
     if (!p)
         return fail(MG_ERR_INVALID_ARGUMENT, "no preset");
+    if (p->shape.experts && c->weights == MG_FWD_WEIGHTS_FP8)
+        return fail(MG_ERR_UNSUPPORTED,
+                    "preset %s is a mixture of experts: FP8 MoE needs a grouped FP8 GEMM, which "
+                    "the library does not have yet (run it with NVFP4 weights)", p->name);
     if (p->shape.experts && c->weights != MG_FWD_WEIGHTS_NVFP4)
         return fail(MG_ERR_UNSUPPORTED,
                     "preset %s is a mixture of experts: BF16 MoE needs a grouped BF16 GEMM, "
@@ -631,18 +736,19 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
                                    MG_OP_ATTENTION_PAGED};
     static const mg_op needed_nvfp4[] = {MG_OP_NVFP4_FORMAT, MG_OP_NVFP4_GEMM, MG_OP_MOE_ROUTING,
                                          MG_OP_NVFP4_MOE_GEMM};
-    bool fp4 = c->weights == MG_FWD_WEIGHTS_NVFP4;
+    static const mg_op needed_fp8[] = {MG_OP_GEMM_FP8, MG_OP_FP8_QUANTIZE};
+    bool fp4 = c->weights == MG_FWD_WEIGHTS_NVFP4, fp8 = c->weights == MG_FWD_WEIGHTS_FP8;
     if (c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) {
         mg_status st = mg_fwd_mlx_check_config(b, c);
         if (st)
             return st;
-    } else if (c->weights != MG_FWD_WEIGHTS_BF16 && !fp4)
+    } else if (c->weights != MG_FWD_WEIGHTS_BF16 && !fp4 && !fp8)
         return fail(MG_ERR_INVALID_ARGUMENT, "unknown weight format %d", (int)c->weights);
-    size_t extra = !fp4 ? 0 : p->shape.experts ? 4 : 2;
+    size_t extra = fp8 ? 2 : !fp4 ? 0 : p->shape.experts ? 4 : 2;
     for (size_t i = 0; i < sizeof needed / sizeof needed[0] + extra; i++) {
-        mg_op op = i < sizeof needed / sizeof needed[0]
-                       ? needed[i]
-                       : needed_nvfp4[i - sizeof needed / sizeof needed[0]];
+        mg_op op = i < sizeof needed / sizeof needed[0] ? needed[i]
+                   : fp8 ? needed_fp8[i - sizeof needed / sizeof needed[0]]
+                         : needed_nvfp4[i - sizeof needed / sizeof needed[0]];
         if (!mg_op_supported(b, op))
             return fail(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
                         mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(op));
@@ -724,6 +830,7 @@ void mg_fwd_destroy(mg_fwd *m) {
     if (m->prefill_workspace)
         mg_free(m->b, m->prefill_workspace);
     free(m->fp4);
+    free(m->fp8_scales);
     free(m->layer_w);
     free(m->pages);
     free(m->kv_len);
@@ -783,14 +890,42 @@ static mg_paged_attention_desc attention_desc(const mg_fwd *m) {
             return lib_fail(st_, what);                                                            \
     } while (0)
 
-/* out[rows, n] = act[rows, k] times layer l's matrix (BF16 `slot`, or NVFP4 `fp4_slot`). The
- * prefill's NVFP4 GEMMs expand the weight to BF16 in the workspace (mg_nvfp4_gemm_with_
- * workspace); decode steps decode it in the GEMM tiles. */
+/* A span named `op` (model.h's names) around the statements that follow, when a timing object
+ * is attached (mg_fwd_set_timing); nothing otherwise. Needs `m` and the stream `s` in scope. */
+#define OP(op, ...)                                                                                \
+    do {                                                                                           \
+        mg_timing_span span_ = 0;                                                                  \
+        if (m->timing)                                                                             \
+            TRY(mg_timing_kernel_begin(m->timing, op, s, &span_), "timing span");                  \
+        __VA_ARGS__;                                                                               \
+        TRY(span_ ? mg_timing_span_end(m->timing, span_, s) : MG_OK, "timing span");             \
+    } while (0)
+
+/* FP8 weights: quantizes act[rows, k] (BF16) per token into act_fp8 and act_scales, the input
+ * of the next GEMM(s) (model.h). */
+static mg_status quantize_act(mg_fwd *m, mg_stream *s, uint32_t rows, uint32_t k, mg_devptr act) {
+    mg_fp8_quant_desc d = {.mode = MG_FP8_QUANT_ROW, .rows = rows, .cols = k};
+    m->act_fp8_source = act;
+    m->act_fp8_rows = rows;
+    return mg_fp8_quantize(m->b, s, &d, act, m->act_fp8, m->act_scales);
+}
+
+/* out[rows, n] = act[rows, k] times layer l's matrix (BF16 or FP8 `slot`, or NVFP4
+ * `fp4_slot`). FP8: act must have been quantized by quantize_act just before. The prefill's
+ * NVFP4 GEMMs expand the weight to BF16 in the workspace (mg_nvfp4_gemm_with_workspace);
+ * decode steps decode it in the GEMM tiles. */
 static mg_status linear(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l, uint32_t slot,
                         uint32_t fp4_slot, uint32_t rows, uint32_t n, uint32_t k, mg_devptr act,
                         mg_devptr out) {
     if (m->mlx)
         return mg_fwd_mlx_linear(m->mlx, s, l, slot, rows, act, out);
+    if (m->fp8_scales) {
+        if (m->act_fp8_source != act || m->act_fp8_rows != rows)
+            return fail(MG_ERR_INTERNAL, "forward model: FP8 GEMM input not quantized");
+        return mg_gemm_fp8_rowwise(m->b, s, rows, n, k, m->act_fp8, m->act_scales,
+                                   *layer_tensor(m, l, slot),
+                                   m->fp8_scales[(size_t)l * MG_FWD_LAYER_TENSORS + slot], out, n);
+    }
     if (!m->fp4)
         return mg_gemm_bf16(m->b, s, rows, n, k, act, *layer_tensor(m, l, slot), out,
                             MG_DTYPE_BF16, n);
@@ -808,29 +943,32 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
     const mg_model_shape *sh = &m->sh;
     uint32_t E = sh->experts, K = sh->experts_per_token, H = sh->hidden, I = sh->intermediate;
     const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
-    TRY(mg_gemm_bf16(b, s, rows, E, H, m->norm_out, *layer_tensor(m, l, MG_FWD_ROUTER),
-                     m->router_logits, MG_DTYPE_F32, E),
-        "router");
+    OP("moe_router", TRY(mg_gemm_bf16(b, s, rows, E, H, m->norm_out,
+                                      *layer_tensor(m, l, MG_FWD_ROUTER), m->router_logits,
+                                      MG_DTYPE_F32, E),
+                         "router"));
     mg_moe_topk_desc td = {.tokens = rows, .experts = E, .k = K, .logits_dtype = MG_DTYPE_F32,
                            .renormalize = true};
-    TRY(mg_moe_topk(b, s, &td, m->router_logits, m->topk_ids, m->topk_weights), "top-k");
+    OP("moe_topk",
+       TRY(mg_moe_topk(b, s, &td, m->router_logits, m->topk_ids, m->topk_weights), "top-k"));
     mg_moe_sort_desc sd = {.tokens = rows, .experts = E, .k = K};
-    TRY(mg_moe_sort(b, s, &sd, m->topk_ids, m->sort_workspace, m->sort_workspace_bytes,
-                    m->expert_offsets, m->sorted_token_ids, m->pair_positions),
-        "expert sort");
+    OP("moe_sort", TRY(mg_moe_sort(b, s, &sd, m->topk_ids, m->sort_workspace,
+                                   m->sort_workspace_bytes, m->expert_offsets,
+                                   m->sorted_token_ids, m->pair_positions),
+                       "expert sort"));
     mg_nvfp4_moe_desc gd = {.experts = E, .rows = rows * K, .act_rows = rows, .n = I, .k = H};
     mg_nvfp4_moe_tensors gt = {.act = m->norm_out, .sorted_token_ids = m->sorted_token_ids,
                                .expert_offsets = m->expert_offsets, .w = fw[FP4_GATE],
                                .up = &fw[FP4_UP], .out = m->moe_act};
-    TRY(mg_nvfp4_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul");
+    OP("moe_gate_up", TRY(mg_nvfp4_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul"));
     mg_nvfp4_moe_desc dd = {.experts = E, .rows = rows * K, .act_rows = rows * K, .n = H, .k = I};
     mg_nvfp4_moe_tensors dt = {.act = m->moe_act, .expert_offsets = m->expert_offsets,
                                .w = fw[FP4_DOWN], .out = m->moe_down};
-    TRY(mg_nvfp4_moe_gemm(b, s, &dd, &dt), "experts' down");
+    OP("moe_down", TRY(mg_nvfp4_moe_gemm(b, s, &dd, &dt), "experts' down"));
     mg_moe_combine_desc cd = {.tokens = rows, .k = K, .hidden = H};
-    TRY(mg_moe_combine(b, s, &cd, m->moe_down, m->pair_positions, m->topk_weights, 0,
-                       m->proj_out),
-        "expert combine");
+    OP("moe_combine", TRY(mg_moe_combine(b, s, &cd, m->moe_down, m->pair_positions,
+                                         m->topk_weights, 0, m->proj_out),
+                          "expert combine"));
     return MG_OK;
 }
 
@@ -844,21 +982,26 @@ static mg_status forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
     uint32_t I = sh->intermediate, B = m->c.batch;
     float eps = m->c.preset->norm_eps;
     mg_devptr q = m->qkv, kv = m->qkv + (uint64_t)m->tokens_padded * QD * 2;
-    TRY(mg_gather_rows_bf16(b, s, rows, H, m->step_ids, sh->vocab, m->embedding, 0, m->residual),
-        "embedding");
+    bool fp8 = m->fp8_scales != NULL;
+    OP("embedding", TRY(mg_gather_rows_bf16(b, s, rows, H, m->step_ids, sh->vocab, m->embedding,
+                                            0, m->residual),
+                        "embedding"));
     for (uint32_t l = 0; l < m->layers; l++) {
         mg_devptr *w = layer_tensor(m, l, 0);
         mg_devptr k_pages, v_pages;
         TRY(mg_kv_cache_pools(&m->kv, m->kv_pool + (uint64_t)l * m->kv_layer_bytes, &k_pages,
                               &v_pages),
             "KV pools");
-        TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, l ? m->proj_out : 0,
-                            w[MG_FWD_ATTN_NORM], m->norm_out),
-            "attention norm");
-        TRY(linear(m, s, prefill, l, MG_FWD_WQ, FP4_Q, rows, QD, H, m->norm_out, q),
-            "q projection");
-        TRY(linear(m, s, prefill, l, MG_FWD_WKV, FP4_KV, rows, KVD, H, m->norm_out, kv),
-            "kv projection");
+        OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, l ? m->proj_out : 0,
+                                          w[MG_FWD_ATTN_NORM], m->norm_out),
+                          "attention norm"));
+        if (fp8)
+            OP("fp8_quant", TRY(quantize_act(m, s, rows, H, m->norm_out), "quantizing to FP8"));
+        OP("qkv_gemm",
+           TRY(linear(m, s, prefill, l, MG_FWD_WQ, FP4_Q, rows, QD, H, m->norm_out, q),
+               "q projection");
+           TRY(linear(m, s, prefill, l, MG_FWD_WKV, FP4_KV, rows, KVD, H, m->norm_out, kv),
+               "kv projection"));
         mg_kv_append_args a = {.batch_size = B,
                                .num_tokens = rows,
                                .num_kv_indices = m->kv.num_pages,
@@ -877,18 +1020,21 @@ static mg_status forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                                .kv_last_page_len = m->last_page_len,
                                .k_pages = k_pages,
                                .v_pages = v_pages};
-        TRY(mg_kv_append(b, s, &m->kv, &a), "RoPE and KV append");
+        OP("rope_append", TRY(mg_kv_append(b, s, &m->kv, &a), "RoPE and KV append"));
         mg_paged_attention_tensors t = {.q = q, .o = m->attn_out, .qo_rows = rows,
                                         .k_pages = k_pages, .v_pages = v_pages,
                                         .num_pages = m->kv.num_pages,
                                         .kv_indices = m->kv_indices,
                                         .num_kv_indices = m->kv.num_pages};
-        TRY(mg_paged_attention_run(plan, &t, s), "attention");
-        TRY(linear(m, s, prefill, l, MG_FWD_WO, FP4_O, rows, H, QD, m->attn_out, m->proj_out),
-            "output projection");
-        TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, m->proj_out, w[MG_FWD_MLP_NORM],
-                            m->norm_out),
-            "MLP norm");
+        OP("attention", TRY(mg_paged_attention_run(plan, &t, s), "attention"));
+        if (fp8)
+            OP("fp8_quant", TRY(quantize_act(m, s, rows, QD, m->attn_out), "quantizing to FP8"));
+        OP("o_gemm", TRY(linear(m, s, prefill, l, MG_FWD_WO, FP4_O, rows, H, QD, m->attn_out,
+                                m->proj_out),
+                         "output projection"));
+        OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, m->proj_out,
+                                          w[MG_FWD_MLP_NORM], m->norm_out),
+                          "MLP norm"));
         if (sh->experts) {
             mg_status st = moe_mlp(m, s, l, rows);
             if (st)
@@ -896,42 +1042,85 @@ static mg_status forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
             continue;
         }
         if (m->mlx) {
-            TRY(mg_fwd_mlx_mlp(m->mlx, s, l, rows, m->norm_out, m->gate_up, m->mlp_act,
-                               m->proj_out),
-                "MLP");
+            OP("mlp", TRY(mg_fwd_mlx_mlp(m->mlx, s, l, rows, m->norm_out, m->gate_up,
+                                         m->mlp_act, m->proj_out),
+                          "MLP"));
             continue;
         }
         if (m->fp4) {
             const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
-            TRY(mg_nvfp4_gemm_gate_up(b, s, rows, I, H, m->norm_out, H, &fw[FP4_GATE], &fw[FP4_UP],
-                                      m->mlp_act_fp4, I),
-                "gate_up projection with SiLU-mul");
+            OP("gate_up", TRY(mg_nvfp4_gemm_gate_up(b, s, rows, I, H, m->norm_out, H,
+                                                    &fw[FP4_GATE], &fw[FP4_UP], m->mlp_act_fp4, I),
+                              "gate_up projection with SiLU-mul"));
         } else {
-            TRY(mg_gemm_bf16(b, s, rows, 2 * I, H, m->norm_out, w[MG_FWD_W_GATE_UP], m->gate_up,
-                             MG_DTYPE_BF16, 2 * I),
-                "gate_up projection");
-            TRY(mg_silu_mul_bf16(b, s, rows, I, m->gate_up, 2 * I, m->mlp_act, I), "SiLU-mul");
+            if (fp8)
+                OP("fp8_quant",
+                   TRY(quantize_act(m, s, rows, H, m->norm_out), "quantizing to FP8"));
+            OP("gate_up", TRY(linear(m, s, prefill, l, MG_FWD_W_GATE_UP, 0, rows, 2 * I, H,
+                                     m->norm_out, m->gate_up),
+                              "gate_up projection"));
+            OP("silu_mul",
+               TRY(mg_silu_mul_bf16(b, s, rows, I, m->gate_up, 2 * I, m->mlp_act, I), "SiLU-mul"));
+            if (fp8)
+                OP("fp8_quant", TRY(quantize_act(m, s, rows, I, m->mlp_act), "quantizing to FP8"));
         }
-        TRY(linear(m, s, prefill, l, MG_FWD_W_DOWN, FP4_DOWN, rows, H, I,
-                   m->fp4 ? m->mlp_act_fp4 : m->mlp_act, m->proj_out),
-            "down projection");
+        OP("down", TRY(linear(m, s, prefill, l, MG_FWD_W_DOWN, FP4_DOWN, rows, H, I,
+                              m->fp4 ? m->mlp_act_fp4 : m->mlp_act, m->proj_out),
+                       "down projection"));
     }
-    TRY(mg_gather_rows_bf16(b, s, B, H, m->logits_indices, rows, m->residual, m->proj_out,
-                            m->logits_hidden),
-        "last-token rows");
-    TRY(mg_rmsnorm_bf16(b, s, B, H, eps, m->logits_hidden, 0, m->final_norm, m->logits_hidden),
-        "final norm");
-    if (m->fp4) { /* BF16 logits (in the FP32 logits buffer) */
-        TRY(mg_nvfp4_gemm(b, s, B, sh->vocab, H, m->logits_hidden, H, &m->lm_head_fp4, m->logits,
-                          sh->vocab),
-            "LM head");
-        TRY(mg_argmax_bf16(b, s, B, sh->vocab, m->logits, sh->vocab, m->step_ids), "argmax");
+    OP("last_rows", TRY(mg_gather_rows_bf16(b, s, B, H, m->logits_indices, rows, m->residual,
+                                            m->proj_out, m->logits_hidden),
+                        "last-token rows"));
+    OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, B, H, eps, m->logits_hidden, 0, m->final_norm,
+                                      m->logits_hidden),
+                      "final norm"));
+    if (m->fp4 || fp8) { /* BF16 logits (in the FP32 logits buffer) */
+        if (fp8)
+            OP("fp8_quant",
+               TRY(quantize_act(m, s, B, H, m->logits_hidden), "quantizing to FP8"));
+        OP("lm_head",
+           TRY(fp8 ? mg_gemm_fp8_rowwise(b, s, B, sh->vocab, H, m->act_fp8, m->act_scales,
+                                         m->lm_head, m->lm_head_scales, m->logits, sh->vocab)
+                   : mg_nvfp4_gemm(b, s, B, sh->vocab, H, m->logits_hidden, H, &m->lm_head_fp4,
+                                   m->logits, sh->vocab),
+               "LM head"));
+        OP("argmax",
+           TRY(mg_argmax_bf16(b, s, B, sh->vocab, m->logits, sh->vocab, m->step_ids), "argmax"));
     } else {
-        TRY(mg_gemm_bf16(b, s, B, sh->vocab, H, m->logits_hidden, m->lm_head, m->logits,
-                         MG_DTYPE_F32, sh->vocab),
-            "LM head");
-        TRY(mg_argmax_f32(b, s, B, sh->vocab, m->logits, sh->vocab, m->step_ids), "argmax");
+        OP("lm_head", TRY(mg_gemm_bf16(b, s, B, sh->vocab, H, m->logits_hidden, m->lm_head,
+                                       m->logits, MG_DTYPE_F32, sh->vocab),
+                          "LM head"));
+        OP("argmax",
+           TRY(mg_argmax_f32(b, s, B, sh->vocab, m->logits, sh->vocab, m->step_ids), "argmax"));
     }
+    return MG_OK;
+}
+
+/* forward() inside a lane span ("prefill" or "decode", step = the pass's index) when a timing
+ * object is attached; the pass's op spans are armed by that step. */
+static mg_status timed_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
+                               mg_attention_plan *plan) {
+    if (!m->timing)
+        return forward(m, s, prefill, rows, plan);
+    mg_timing_span lane = 0;
+    TRY(mg_timing_step_begin(m->timing, m->token_count), "timing step");
+    TRY(mg_timing_lane_begin(m->timing, prefill ? m->lane_prefill : m->lane_decode, s, &lane),
+        "timing span");
+    mg_status st = forward(m, s, prefill, rows, plan);
+    if (st)
+        return st;
+    TRY(mg_timing_span_end(m->timing, lane, s), "timing span");
+    return MG_OK;
+}
+
+mg_status mg_fwd_set_timing(mg_fwd *m, mg_timing *t) {
+    error_text[0] = '\0';
+    m->timing = NULL;
+    if (t) {
+        TRY(mg_timing_lane(t, "prefill", &m->lane_prefill), "timing lane");
+        TRY(mg_timing_lane(t, "decode", &m->lane_decode), "timing lane");
+    }
+    m->timing = t;
     return MG_OK;
 }
 
@@ -970,7 +1159,7 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
             (st = mg_paged_attention_plan_create(m->b, &d, &table, s, &plan)))
             st = lib_fail(st, "prefill plan");
     }
-    if (!st && !(st = forward(m, s, true, (uint32_t)n, plan)))
+    if (!st && !(st = timed_forward(m, s, true, (uint32_t)n, plan)))
         st = collect_tokens(m, s);
     mg_attention_plan_destroy(plan);
     free(qo);
@@ -1005,10 +1194,10 @@ mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
     } else {
         TRY(mg_paged_attention_plan_update(m->decode_plan, &table, s), "decode plan update");
     }
-    bool replay = m->c.use_graphs && m->decode_calls > 0;
+    bool replay = m->c.use_graphs && m->decode_calls > 0 && !m->timing;
     m->decode_calls++;
     if (!replay) {
-        if ((st = forward(m, s, false, B, m->decode_plan)))
+        if ((st = timed_forward(m, s, false, B, m->decode_plan)))
             return st;
         return collect_tokens(m, s);
     }

@@ -45,6 +45,20 @@
  * mg_nvfp4_gemm into BF16 logits, then mg_argmax_bf16 (ties, likelier at BF16 precision, go to
  * the lowest id). The embedding and the norms stay BF16.
  *
+ * FP8 weights (config weights = MG_FWD_WEIGHTS_FP8): each layer matrix (wq, wkv, wo,
+ * w_gate_up, w_down) and the LM head is generated as above in BF16, then quantized at load by
+ * mg_fp8_quantize_rowwise (metrale/ops_gemm.h): E4M3 codes with ONE scale per output row
+ * (scale = amax of the row / 448 in single precision, 1 for an all-zero row; codes the
+ * round-to-nearest-even of x / scale), and the BF16 copy is not kept. Every GEMM input is
+ * quantized on the device, per token, by mg_fp8_quantize in MG_FP8_QUANT_ROW mode
+ * (metrale/ops_quantize.h: the same rule over each activation row; q and kv share one
+ * quantization of the normed input, as do gate and up), then
+ *   out[t, j] = bf16((sum over k of e4m3(act)[t, k] e4m3(w)[j, k]) * act_scale[t] * w_scale[j])
+ * by mg_gemm_fp8_rowwise (FP32 accumulation; cuBLASLt on CUDA, the reference on the CPU). The
+ * MLP keeps the BF16 path's shape: gate_up GEMM (BF16 out), SiLU-mul, quantize, down GEMM. The
+ * LM head writes BF16 logits, then mg_argmax_bf16 (ties to the lowest id). The embedding and
+ * the norms stay BF16. MoE presets do not run with FP8 weights (no grouped FP8 GEMM).
+ *
  * MoE presets run with NVFP4 weights only (the library has no grouped BF16 GEMM): per layer
  * router logits = m Wrouterᵀ (BF16 GEMM, FP32 logits), mg_moe_topk (softmax renormalized over
  * the k chosen, as Qwen3), mg_moe_sort, mg_nvfp4_moe_gemm with gate and up fused (silu(g) * u
@@ -69,6 +83,7 @@
 
 #include "metrale/arena.h"
 #include "metrale/gpu.h"
+#include "metrale/timing.h"
 
 typedef struct mg_fwd_preset {
     const char *name;
@@ -89,11 +104,12 @@ const mg_fwd_preset *mg_fwd_preset_find(const char *name);
 typedef enum mg_fwd_weights {
     MG_FWD_WEIGHTS_BF16 = 0,
     MG_FWD_WEIGHTS_NVFP4, /* the layer matrices quantized at load (see above) */
+    MG_FWD_WEIGHTS_FP8,   /* E4M3 with per-row scales, activations quantized per token */
     MG_FWD_WEIGHTS_MLX8,  /* the layer matrices from an MLX checkpoint (see below), 8-bit */
     MG_FWD_WEIGHTS_MLX4,  /* the same, 4-bit */
 } mg_fwd_weights;
 
-/* "bf16" / "nvfp4" / "mlx8" / "mlx4"; NULL-safe lookup by name (-1 when unknown). */
+/* "bf16" / "nvfp4" / "fp8" / "mlx8" / "mlx4"; NULL-safe lookup by name (-1 when unknown). */
 const char *mg_fwd_weights_name(mg_fwd_weights w);
 int mg_fwd_weights_find(const char *name);
 
@@ -144,8 +160,8 @@ typedef struct mg_fwd mg_fwd;
 const char *mg_fwd_error(void);
 
 /* Checks the config (a one-line message in mg_last_error for each bad value: batch beyond
- * the preset's arena, a backend without an op the model needs, MoE presets with BF16
- * weights (no grouped BF16 GEMM)), then generates and uploads the weights, builds the arena and the KV cache. */
+ * the preset's arena, a backend without an op the model needs, MoE presets with BF16 or FP8
+ * weights (no grouped BF16 or FP8 GEMM)), then generates and uploads the weights, builds the arena and the KV cache. */
 mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out);
 void mg_fwd_destroy(mg_fwd *m);
 
@@ -153,8 +169,23 @@ void mg_fwd_destroy(mg_fwd *m);
  * generated token. */
 mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s);
 /* One token for every request; the first call runs eagerly, later ones (with use_graphs)
- * replay a graph captured at the second call. Waits for the step to finish. */
+ * replay a graph captured at the second call, except while a timing object is attached
+ * (mg_fwd_set_timing: eager). Waits for the step to finish. */
 mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s);
+
+/* Per-op timing spans. With `t` attached, every pass records, in `t`, a lane span around the
+ * whole pass (lane "prefill" or "decode", step number = the pass's index: 0 for the prefill,
+ * then 1, 2, ...) and, inside it, one kernel span per op of each layer, recorded on the pass's
+ * stream and named by the op: embedding, rmsnorm, fp8_quant (FP8 weights: the activation
+ * quantizer), qkv_gemm (q and kv projections), rope_append, attention, o_gemm, gate_up
+ * (NVFP4: fused with SiLU-mul), silu_mul, down, moe_router, moe_topk, moe_sort, moe_gate_up,
+ * moe_down, moe_combine, last_rows, lm_head, argmax. Kernel spans need `t` at level
+ * MG_TELEMETRY_KERNEL with kernel_span_every 1 (the model arms each pass as one step).
+ * Spans cannot live in a graph, so while `t` is attached every decode step runs eagerly
+ * (never replays nor captures the graph); detach (NULL) to go back to graph replays. The
+ * timing object must outlive its attachment. Fails only when `t` has no room for the two
+ * lanes (then nothing is attached). */
+mg_status mg_fwd_set_timing(mg_fwd *m, mg_timing *t);
 
 /* Tokens generated so far for request r (the prefill's first, then one per decode step). */
 const int32_t *mg_fwd_tokens(const mg_fwd *m, uint32_t r, uint32_t *count);
@@ -163,7 +194,8 @@ const int32_t *mg_fwd_tokens(const mg_fwd *m, uint32_t r, uint32_t *count);
 mg_status mg_fwd_final_hidden(mg_fwd *m, uint16_t *out);
 
 typedef struct mg_fwd_info {
-    uint64_t weight_bytes;           /* all weights as stored (NVFP4: prepared values + scales) */
+    uint64_t weight_bytes;           /* all weights as stored (NVFP4: prepared values + scales;
+                                        FP8: codes + row scales) */
     /* weights read by one decode step: all but the embedding (dense); MoE: the dense part and
      * the expected distinct experts of batch * k uniform picks, E (1 - (1 - k/E)^batch) */
     uint64_t decode_weight_bytes;

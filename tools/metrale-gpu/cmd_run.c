@@ -1,7 +1,11 @@
 /* cmd_run.c - `metrale-gpu run`: a model-shaped forward pass through the whole runtime
  * (src/model/model.h): deterministic random weights of a preset, the arena, a ragged prefill,
  * then decode steps (one captured CUDA graph replayed on CUDA, eager on the CPU backend), and
- * a summary of speeds against the memory-bound limit. */
+ * a summary of speeds against the memory-bound limit. After the timed steps, one more decode
+ * step runs eagerly with the model's per-op timing spans (model.h mg_fwd_set_timing) for the
+ * per-op times of the summary; --trace also records the prefill's spans and writes both passes
+ * as a Chrome trace. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,12 +27,18 @@ typedef struct run_args {
 static void run_usage(FILE *f) {
     size_t n;
     const mg_fwd_preset *p = mg_fwd_presets(&n);
-    fprintf(f, "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] [--weights bf16|nvfp4] "
-               "[--batch N] [--prompt-len L] [--steps S] [--seed N] [--compare]\n"
+    fprintf(f, "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] "
+               "[--weights bf16|fp8|nvfp4] [--batch N] [--prompt-len L] [--steps S] [--seed N] "
+               "[--trace FILE] [--compare]\n"
                "nvfp4: the layer matrices and the LM head quantized to NVFP4 at load "
                "(embedding, norms and MoE router stay BF16); MoE presets need nvfp4\n"
                "mlx8, mlx4 [--checkpoint DIR]: the layer matrices from an MLX checkpoint "
                "(default: the committed one of the preset; without --preset, micro)\n"
+               "fp8: the same matrices in FP8 E4M3 with one scale per output row, activations "
+               "quantized per token on the device (dense presets only)\n"
+               "after the S timed decode steps one more runs eagerly with per-op timing spans "
+               "(the summary's per-op times); --trace FILE writes the Chrome trace (JSON) of "
+               "the prefill and that step\n"
                "presets (default: tiny on the CPU backend, llama-3-8b on a GPU):\n");
     for (size_t i = 0; i < n; i++)
         fprintf(f, "  %-14s %s\n", p[i].name, p[i].description);
@@ -88,8 +98,17 @@ static int parse_args(int argc, char **argv, run_args *a) {
     return 0;
 }
 
+/* One op's time in the profiled decode step (the spans named after it, summed). */
+typedef struct op_time {
+    char name[MG_TIMING_NAME_BYTES];
+    double ms;
+} op_time;
+
 typedef struct run_result {
     double setup_s, prefill_s, first_step_ms, step_ms; /* step_ms: median-free mean */
+    op_time *ops;         /* the profiled step's ops in order of first launch; NULL when none */
+    size_t op_count;
+    double profiled_ms;   /* the profiled step's lane span (the whole pass on the device) */
     uint32_t graph_steps, eager_steps;
     mg_fwd_info info;
     uint16_t *final_hidden; /* [batch, hidden] */
@@ -99,6 +118,7 @@ typedef struct run_result {
 } run_result;
 
 static void run_result_free(run_result *r) {
+    free(r->ops);
     free(r->final_hidden);
     free(r->tokens);
     memset(r, 0, sizeof *r);
@@ -108,19 +128,89 @@ static double seconds(void) {
     return mg_bench_now_us() * 1e-6;
 }
 
-/* Runs the whole pass on `b`; prints progress lines unless quiet. 0 or 1 (message printed). */
-static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, run_result *r) {
+/* Per-series span totals and counts of a timing object (index = series). */
+typedef struct span_totals {
+    size_t count;
+    double *us;
+    uint64_t *spans;
+} span_totals;
+
+static mg_status span_totals_read(mg_timing *t, span_totals *out) {
+    mg_status st = mg_timing_harvest(t, NULL);
+    out->count = mg_timing_summary_count(t);
+    out->us = calloc(out->count + 1, sizeof *out->us);
+    out->spans = calloc(out->count + 1, sizeof *out->spans);
+    if (!out->us || !out->spans)
+        return MG_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; !st && i < out->count; i++) {
+        mg_timing_summary sum;
+        if (!(st = mg_timing_summary_get(t, i, &sum))) {
+            out->us[i] = sum.total_us;
+            out->spans[i] = sum.count;
+        }
+    }
+    return st;
+}
+
+static void span_totals_free(span_totals *t) {
+    free(t->us);
+    free(t->spans);
+}
+
+/* The op spans (kernel series) and the decode lane of the profiled step: the totals now minus
+ * those `before` it. */
+static mg_status read_profile(mg_timing *t, const span_totals *before, run_result *r) {
+    span_totals now = {0};
+    mg_status st = span_totals_read(t, &now);
+    if (!st && !(r->ops = calloc(now.count + 1, sizeof *r->ops)))
+        st = MG_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; !st && i < now.count; i++) {
+        mg_timing_summary sum;
+        if ((st = mg_timing_summary_get(t, i, &sum)))
+            break;
+        bool old = i < before->count;
+        if (now.spans[i] == (old ? before->spans[i] : 0))
+            continue; /* no span in the profiled step */
+        double ms = (now.us[i] - (old ? before->us[i] : 0)) * 1e-3;
+        if (sum.kind == MG_TIMING_LANE) {
+            if (!strcmp(sum.name, "decode"))
+                r->profiled_ms = ms;
+            continue;
+        }
+        snprintf(r->ops[r->op_count].name, sizeof r->ops[0].name, "%s", sum.name);
+        r->ops[r->op_count++].ms = ms;
+    }
+    span_totals_free(&now);
+    return st;
+}
+
+/* Runs the whole pass on `b`; prints progress lines unless quiet. With `profile`, the last of
+ * c->steps decode steps is the profiled eager one (per-op spans into r->ops); with `trace`
+ * (needs profile) the prefill is recorded too and both are written to that file. 0 or 1
+ * (message printed). */
+static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, bool profile,
+                     const char *trace, run_result *r) {
     const char *kind = mg_backend_kind_name(mg_backend_get_kind(b));
     mg_stream *s = NULL;
     mg_fwd *m = NULL;
+    mg_timing *timing = NULL;
+    span_totals before = {0};
+    const char *failed_what = NULL; /* a failed timing call: the library's message */
     mg_status st = mg_stream_create(b, &s);
     if (st) {
         fprintf(stderr, "metrale-gpu run: creating a stream: %s\n", mg_last_error());
         return 1;
     }
+    mg_timing_options topts = {.level = MG_TELEMETRY_KERNEL, .kernel_span_every = 1};
+    if ((profile || trace) && (st = mg_timing_create(b, &topts, &timing))) {
+        fprintf(stderr, "metrale-gpu run: creating the timing spans: %s\n", mg_last_error());
+        mg_stream_destroy(s);
+        return 1;
+    }
     double t0 = seconds();
     if ((st = mg_fwd_create(b, c, &m))) {
         fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+        mg_timing_destroy(timing);
         mg_stream_destroy(s);
         return 1;
     }
@@ -134,17 +224,25 @@ static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, run_resu
                r->info.arena.sum_bytes / 1e6, r->setup_s);
         fflush(stdout);
     }
+    if (trace && (st = mg_fwd_set_timing(m, timing)))
+        goto failed;
     t0 = seconds();
     if ((st = mg_fwd_prefill(m, s)))
         goto failed;
     r->prefill_s = seconds() - t0;
+    if (trace && ((st = mg_fwd_set_timing(m, NULL)) || (st = span_totals_read(timing, &before)))) {
+        failed_what = "reading the prefill's spans";
+        goto failed;
+    }
     if (!quiet) {
-        printf("[%s] prefill: %llu tokens of %u requests in %.3f s\n", kind,
-               (unsigned long long)r->info.prompt_tokens, c->batch, r->prefill_s);
+        printf("[%s] prefill: %llu tokens of %u requests in %.3f s%s\n", kind,
+               (unsigned long long)r->info.prompt_tokens, c->batch, r->prefill_s,
+               trace ? " (with op spans for --trace)" : "");
         fflush(stdout);
     }
     double graph_total = 0;
-    for (uint32_t i = 0; i < c->steps; i++) {
+    uint32_t steps = c->steps - (profile ? 1 : 0); /* the timed ones */
+    for (uint32_t i = 0; i < steps; i++) {
         t0 = seconds();
         if ((st = mg_fwd_decode(m, s)))
             goto failed;
@@ -152,7 +250,7 @@ static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, run_resu
         mg_fwd_get_info(m, &r->info);
         if (i == 0) {
             r->first_step_ms = dt * 1e3;
-            if (!quiet && c->use_graphs && c->steps > 1) {
+            if (!quiet && c->use_graphs && steps > 1) {
                 printf("[%s] decode step 1 eager (plans every GEMM shape) in %.3f ms; capturing "
                        "step 2\n", kind, r->first_step_ms);
                 fflush(stdout);
@@ -164,18 +262,48 @@ static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, run_resu
             graph_total += dt;
         }
     }
-    uint32_t timed = c->steps > 2 ? c->steps - 2 : 0;
+    uint32_t timed = steps > 2 ? steps - 2 : 0;
     if (!c->use_graphs) {
-        timed = c->steps > 1 ? c->steps - 1 : 0;
+        timed = steps > 1 ? steps - 1 : 0;
     }
     r->step_ms = timed ? graph_total * 1e3 / timed : r->first_step_ms;
     r->graph_steps = r->info.graph_steps;
-    r->eager_steps = c->steps - r->graph_steps;
+    r->eager_steps = steps - r->graph_steps;
+    if (profile) {
+        /* Spans cannot be recorded inside a graph: the profiled step runs eagerly (model.h). */
+        if ((st = mg_fwd_set_timing(m, timing)))
+            goto failed;
+        if ((st = mg_fwd_decode(m, s)))
+            goto failed;
+        if ((st = mg_fwd_set_timing(m, NULL)) || (st = read_profile(timing, &before, r))) {
+            failed_what = "reading the profiled step's spans";
+            goto failed;
+        }
+        if (!quiet) {
+            printf("[%s] profiled decode step: eager%s, one span per op, %.3f ms on the device\n",
+                   kind, c->use_graphs ? " (a graph replay cannot hold timing spans)" : "",
+                   r->profiled_ms);
+            fflush(stdout);
+        }
+    }
+    if (trace) {
+        if ((st = mg_timing_export_chrome_trace(timing, trace))) {
+            failed_what = "--trace";
+            goto failed;
+        }
+        if (!quiet) {
+            printf("[%s] trace: the prefill and %s decode step written to %s\n", kind,
+                   c->use_graphs ? "one EAGER (not graph-replayed)" : "one", trace);
+            fflush(stdout);
+        }
+    }
     r->final_hidden = malloc((size_t)c->batch * c->preset->shape.hidden * 2);
     r->tokens = malloc((size_t)c->batch * (c->steps + 1) * sizeof(int32_t));
     if (!r->final_hidden || !r->tokens) {
         fprintf(stderr, "metrale-gpu run: out of host memory\n");
         mg_fwd_destroy(m);
+        mg_timing_destroy(timing);
+        span_totals_free(&before);
         mg_stream_destroy(s);
         return 1;
     }
@@ -187,11 +315,19 @@ static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, run_resu
     }
     mg_ledger_live(b, &r->live_bytes, &r->live_count);
     mg_fwd_destroy(m);
+    mg_timing_destroy(timing);
+    span_totals_free(&before);
     mg_stream_destroy(s);
     return 0;
 failed:
-    fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+    if (failed_what)
+        fprintf(stderr, "metrale-gpu run: %s: %s\n", failed_what,
+                st == MG_ERR_OUT_OF_MEMORY ? "out of host memory" : mg_last_error());
+    else
+        fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
     mg_fwd_destroy(m);
+    mg_timing_destroy(timing);
+    span_totals_free(&before);
     mg_stream_destroy(s);
     return 1;
 }
@@ -218,8 +354,8 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     int weights = a.weights ? mg_fwd_weights_find(a.weights) : MG_FWD_WEIGHTS_BF16;
     if (weights < 0) {
         fprintf(stderr,
-                "metrale-gpu run: --weights %s: bf16, nvfp4, mlx8 and mlx4 run today (fp8 "
-                "weights are not wired into the model yet)\n", a.weights);
+                "metrale-gpu run: --weights %s: bf16, fp8, nvfp4, mlx8 and mlx4 are the weight "
+                "formats\n", a.weights);
         return 2;
     }
     bool mlx = weights == MG_FWD_WEIGHTS_MLX8 || weights == MG_FWD_WEIGHTS_MLX4;
@@ -227,9 +363,14 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         fprintf(stderr, "metrale-gpu run: --checkpoint needs --weights mlx8 or mlx4\n");
         return 2;
     }
-    if (a.trace) {
-        fprintf(stderr, "metrale-gpu run: --trace is not implemented yet\n");
-        return 2;
+    if (a.trace) { /* refuse an unwritable path before the run rather than after it */
+        FILE *f = fopen(a.trace, "w");
+        if (!f) {
+            fprintf(stderr, "metrale-gpu run: --trace %s: cannot write the file: %s\n", a.trace,
+                    strerror(errno));
+            return 2;
+        }
+        fclose(f);
     }
     if (a.preset && !mg_fwd_preset_find(a.preset)) {
         fprintf(stderr, "metrale-gpu run: unknown preset '%s' (run --help lists them)\n",
@@ -255,6 +396,9 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         c.prompt_len = (uint32_t)a.prompt_len;
     if (a.steps >= 0)
         c.steps = (uint32_t)a.steps;
+    /* One more decode step than the timed ones: the profiled eager step (none with --steps 0). */
+    bool profile = c.steps > 0;
+    c.steps += profile;
     c.seed = a.seed;
     c.use_graphs = !on_cpu;
     c.weights = (mg_fwd_weights)weights;
@@ -264,9 +408,9 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     if (!opts->json)
         printf("metrale-gpu run: preset %s (%s) on %s, batch %u, prompts ~%u tokens, %u decode "
                "steps, %s weights\n",
-               p->name, p->description, kind, c.batch, c.prompt_len, c.steps, wname);
+               p->name, p->description, kind, c.batch, c.prompt_len, c.steps - profile, wname);
     run_result r = {0};
-    if ((rc = run_model(b, &c, opts->json, &r))) {
+    if ((rc = run_model(b, &c, opts->json, profile, a.trace, &r))) {
         mg_backend_close(b);
         return rc;
     }
@@ -304,7 +448,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
             cc.use_graphs = false;
             if (!opts->json)
                 printf("[cpu] the same run on the CPU backend for --compare\n");
-            rc = run_model(cpu, &cc, true, &ref);
+            rc = run_model(cpu, &cc, true, false, NULL, &ref);
             if (cpu != b)
                 mg_backend_close(cpu);
         }
@@ -329,7 +473,8 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                "\"copy_gbps\": %.2f, \"memory_bound_ms\": %.4f, \"fraction_of_limit\": %.4f, "
                "\"weight_bytes\": %llu, \"kv_pool_bytes\": %llu, \"arena_bytes\": %llu, "
                "\"arena_unpacked_bytes\": %llu, \"device_bytes_live\": %llu, \"tokens\": [",
-               p->name, kind, wname, c.batch, (unsigned long long)r.info.prompt_tokens, c.steps,
+               p->name, kind, wname, c.batch, (unsigned long long)r.info.prompt_tokens,
+               c.steps - profile,
                r.graph_steps, r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps,
                r.first_step_ms, step_bytes, gbps, limit_ms,
                r.step_ms > 0 ? limit_ms / r.step_ms : 0,
@@ -338,7 +483,20 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                (unsigned long long)r.info.arena.sum_bytes, (unsigned long long)live);
         for (uint32_t i = 0; i < r.token_count; i++)
             printf("%s%d", i ? ", " : "", t0[i]);
-        printf("]");
+        printf("], \"profiled_step_ms\": %.4f, \"per_op_ms\": {", r.profiled_ms);
+        for (size_t i = 0; i < r.op_count; i++)
+            printf("%s\"%s\": %.4f", i ? ", " : "", r.ops[i].name, r.ops[i].ms);
+        printf("}");
+        if (a.trace) {
+            printf(", \"trace\": \"");
+            for (const char *ch = a.trace; *ch; ch++) { /* a JSON string */
+                if ((unsigned char)*ch < 0x20)
+                    printf("\\u%04x", (unsigned)*ch);
+                else
+                    printf("%s%c", *ch == '"' || *ch == '\\' ? "\\" : "", *ch);
+            }
+            printf("\"");
+        }
         if (a.compare)
             printf(", \"compare_max_rel_err\": %.6g, \"compare_tokens_agree\": %s", rel,
                    agree == 1 ? "true" : "false");
@@ -359,6 +517,14 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         printf("  device memory   %.3f GB in %llu allocations (weights, KV cache, arena)\n",
                live / 1e9,
                (unsigned long long)live_count);
+        if (r.op_count) {
+            printf("  per-op          one %s decode step after the timed ones, %.3f ms on the "
+                   "device (ms, %% of the step):\n",
+                   c.use_graphs ? "eager (graph replays hold no spans)" : "eager", r.profiled_ms);
+            for (size_t i = 0; i < r.op_count; i++)
+                printf("    %-14s %10.4f %6.1f%%\n", r.ops[i].name, r.ops[i].ms,
+                       r.profiled_ms > 0 ? 100 * r.ops[i].ms / r.profiled_ms : 0);
+        }
         printf("  request 0       ");
         for (uint32_t i = 0; i < r.token_count; i++)
             printf("%s%d", i ? " " : "", t0[i]);

@@ -16,6 +16,8 @@ cp "$REPO/bench/gpu_run.sh" "$REPO/bench/gpu_run_multi.sh" "$DEST/"
 # The MLX reference files test_mlx_reference reads (made by ctest's mlx_reference_files here:
 # the GPU machine cannot install MLX).
 [ -f "$BUILD/mlx_reference/layers.txt" ] && cp -r "$BUILD/mlx_reference" "$DEST/"
+# The committed MLX checkpoints (check mlx/checkpoint, run --weights mlx8|mlx4).
+cp -r "$REPO/tests/mlx/checkpoints" "$DEST/mlx_checkpoints"
 cp "$REPO"/bench/peers/*.py "$DEST/peers/"
 if command -v nvcc >/dev/null && [ -f "$REPO/kernels/cuda/test_kernels.cu" ]; then
     nvcc -cubin -O3 -arch=sm_90a -o "$DEST/test_kernels.sm_90a.cubin" \

@@ -100,6 +100,7 @@ for cubin in "$HERE"/*.cubin; do
 done
 # MLX-made checkpoints and results (carried from the build's ctest fixture): test_mlx_reference.
 [ -f "$HERE/mlx_reference/layers.txt" ] && export METRALE_MLX_REFERENCE="$HERE/mlx_reference"
+[ -d "$HERE/mlx_checkpoints" ] && export METRALE_MLX_CHECKPOINTS="$HERE/mlx_checkpoints"
 
 # ---------------------------------------------------------------- 2-3. correctness
 ctest_file "$LOGS/ctest"

@@ -6,12 +6,14 @@
  * spread term 2^-8 for the silu forms). Also a GEMV captured in a graph and replayed on new
  * activations. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check_util.h"
 #include "metrale/dtype.h"
 #include "metrale/mlx.h"
+#include "metrale/safetensors.h"
 
 typedef enum mlx_op { OP_DEQUANT, OP_GEMV, OP_SILU, OP_SILU_RESID, OP_GATE_UP, OP_GEMM } mlx_op;
 
@@ -323,6 +325,135 @@ done:
     inputs_free(&in);
 }
 
+/* The directory of the committed MLX checkpoints (tests/mlx/checkpoints, made by MLX itself:
+ * tests/mlx/make_checkpoint.py): METRALE_MLX_CHECKPOINTS in the environment, else the source
+ * tree's, compiled in. */
+static const char *checkpoints_dir(void) {
+    const char *env = getenv("METRALE_MLX_CHECKPOINTS");
+    if (env && *env)
+        return env;
+#ifdef METRALE_MLX_CHECKPOINTS
+    return METRALE_MLX_CHECKPOINTS;
+#else
+    return NULL;
+#endif
+}
+
+/* One layer of a checkpoint loaded on the backend under test and on the reference: dequant
+ * bit for bit, and a GEMV of m = 3 random rows within the product tolerance above. */
+static void check_checkpoint_layer(mg_check_ctx *ctx, mg_check_result *result, mg_st_model *m,
+                                   mg_mlx_config *c, const char *path, uint64_t *rng,
+                                   double *worst_error) {
+    mg_backend *b = ctx->backend, *ref_b = ctx->reference;
+    mg_mlx_linear w = {0}, wr = {0};
+    mg_devptr x = 0, y = 0, xr = 0, yr = 0, dr = 0, d = 0;
+    uint16_t *got = NULL, *ref = NULL, *deq = NULL, *deq_got = NULL;
+    mlx_inputs in;
+    memset(&in, 0, sizeof in);
+    mg_status st;
+    if ((st = mg_mlx_linear_load(b, m, c, path, &w)) ||
+        (st = mg_mlx_linear_load(ref_b, m, c, path, &wr)))
+        FAIL("loading %s: %s", path, mg_last_error());
+    in.shape = wr;
+    in.m = 3;
+    in.act_bytes = (size_t)in.m * w.k * 2;
+    in.out_bytes = (size_t)in.m * w.n * 2;
+    size_t deq_bytes = (size_t)w.n * w.k * 2;
+    if (!(in.x = malloc(in.act_bytes)) || !(got = malloc(in.out_bytes)) ||
+        !(ref = malloc(in.out_bytes)) || !(deq = malloc(deq_bytes)) ||
+        !(deq_got = malloc(deq_bytes)))
+        FAIL("out of host memory");
+    for (size_t i = 0; i < in.act_bytes / 2; i++)
+        in.x[i] = random_activation(rng);
+    OK(mg_check_upload(b, in.x, in.act_bytes, &x));
+    OK(mg_check_upload(ref_b, in.x, in.act_bytes, &xr));
+    OK(mg_check_alloc_poisoned(b, in.out_bytes, &y));
+    OK(mg_check_alloc_poisoned(ref_b, in.out_bytes, &yr));
+    OK(mg_check_alloc_poisoned(b, deq_bytes, &d));
+    OK(mg_check_alloc_poisoned(ref_b, deq_bytes, &dr));
+    OK(mg_mlx_dequant(b, NULL, &w, 0, d));
+    OK(mg_mlx_dequant(ref_b, NULL, &wr, 0, dr));
+    OK(mg_mlx_gemv(b, NULL, &w, 0, in.m, x, y));
+    OK(mg_mlx_gemv(ref_b, NULL, &wr, 0, in.m, xr, yr));
+    OK(mg_copy_d2h(b, deq_got, d, deq_bytes));
+    OK(mg_copy_d2h(ref_b, deq, dr, deq_bytes));
+    OK(mg_copy_d2h(b, got, y, in.out_bytes));
+    OK(mg_copy_d2h(ref_b, ref, yr, in.out_bytes));
+    EXPECT(!memcmp(deq_got, deq, deq_bytes), "%s: dequant differs from the reference", path);
+    long worst = 0;
+    double e = product_error(got, ref, deq, &in, OP_GEMV, &worst);
+    if (e > *worst_error)
+        *worst_error = e;
+    EXPECT(e <= 1.0, "%s gemv: [%ld] is %g, the reference %g (%.2f x the tolerance)", path, worst,
+           mg_bf16_to_f32(got[worst]), mg_bf16_to_f32(ref[worst]), e);
+done:
+    mg_mlx_linear_free(b, &w);
+    mg_mlx_linear_free(ref_b, &wr);
+    mg_devptr mine[] = {x, y, d}, theirs[] = {xr, yr, dr};
+    for (int i = 0; i < 3; i++) {
+        if (mine[i])
+            mg_free(b, mine[i]);
+        if (theirs[i])
+            mg_free(ref_b, theirs[i]);
+    }
+    free(in.x);
+    free(got);
+    free(ref);
+    free(deq);
+    free(deq_got);
+}
+
+/* Every quantized layer of the committed MLX checkpoints (8 and 4 bits), as loaded by the
+ * public loader on the backend under test, against the same checkpoint on the reference. */
+static void check_checkpoint(mg_check_ctx *ctx, mg_check_result *result) {
+    static const char *const modules[] = {"self_attn.q_proj", "self_attn.k_proj",
+                                          "self_attn.v_proj", "self_attn.o_proj",
+                                          "mlp.gate_proj",    "mlp.up_proj",
+                                          "mlp.down_proj"};
+    const char *dir = checkpoints_dir();
+    if (!dir) {
+        result->skipped = true;
+        snprintf(result->detail, sizeof result->detail,
+                 "no checkpoint directory (set METRALE_MLX_CHECKPOINTS)");
+        return;
+    }
+    result->passed = true;
+    if (!ctx->reference)
+        FAIL("no CPU reference backend");
+    uint64_t rng = mg_check_rng_seed(ctx, "checkpoint");
+    double worst_error = 0;
+    unsigned layers = 0;
+    for (unsigned bits = 8; bits >= 4 && result->passed; bits -= 4) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/micro-mlx%u", dir, bits);
+        mg_st_model *m = NULL;
+        mg_mlx_config *c = NULL;
+        mg_status st = mg_st_open(path, &m);
+        if (!st)
+            st = mg_mlx_config_open(path, &c);
+        if (st) {
+            MG_CHECK_FAIL(result, "opening %s: %s", path, mg_last_error());
+        } else {
+            for (unsigned l = 0; l < 2 && result->passed; l++)
+                for (size_t i = 0; i < sizeof modules / sizeof *modules && result->passed; i++) {
+                    char name[128];
+                    snprintf(name, sizeof name, "model.layers.%u.%s", l, modules[i]);
+                    check_checkpoint_layer(ctx, result, m, c, name, &rng, &worst_error);
+                    layers++;
+                }
+        }
+        mg_mlx_config_close(c);
+        if (m)
+            mg_st_close(m);
+    }
+    result->error = worst_error;
+    if (result->passed)
+        snprintf(result->detail, sizeof result->detail,
+                 "%u layers of micro-mlx8 and micro-mlx4: dequant exact, GEMV worst %.2f of the "
+                 "tolerance", layers, worst_error);
+done:;
+}
+
 const mg_check_case mg_checks_mlx[] = {
     {"mlx", "dequant", check_dequant},
     {"mlx", "gemv", check_gemv},
@@ -331,5 +462,6 @@ const mg_check_case mg_checks_mlx[] = {
     {"mlx", "gate_up", check_gate_up},
     {"mlx", "gemm", check_gemm},
     {"mlx", "graph_replay", check_graph_replay},
+    {"mlx", "checkpoint", check_checkpoint},
     {NULL, NULL, NULL},
 };

@@ -35,15 +35,19 @@ static int mx_slot(uint32_t slot) {
 
 const char *mg_fwd_mlx_default_checkpoint(const char *preset, uint32_t bits, char *buf,
                                           size_t size) {
+    /* The environment first, so a binary moved off its source tree still finds them. */
+    const char *dir = getenv("METRALE_MLX_CHECKPOINTS");
 #ifdef METRALE_MLX_CHECKPOINTS
-    snprintf(buf, size, "%s/%s-mlx%u", METRALE_MLX_CHECKPOINTS, preset, bits);
+    if (!dir || !*dir)
+        dir = METRALE_MLX_CHECKPOINTS;
+#endif
+    if (!dir || !*dir)
+        return NULL;
+    snprintf(buf, size, "%s/%s-mlx%u", dir, preset, bits);
     char probe[1200];
     snprintf(probe, sizeof probe, "%s/config.json", buf);
     if (access(probe, R_OK) == 0)
         return buf;
-#else
-    (void)preset, (void)bits, (void)buf, (void)size;
-#endif
     return NULL;
 }
 

@@ -29,7 +29,6 @@ int main(void) {
 }
 #else
 #include "gemm_cutlass.h"
-#include "gemm_cutlass_table.h"
 
 #define POISON_BF16 0xFFFFu /* a NaN: never a result of these inputs */
 
@@ -147,7 +146,7 @@ static void test_kernels(mg_backend *b) {
             sh.ldc = sh.n + 8 * (uint32_t)test_rand_range(0, 3);
         gemm_buffers g;
         buffers_make(b, &g, sh);
-        for (int config = -1; config < MG_CUTLASS_DENSE_CONFIG_COUNT; config++) {
+        for (int config = -1; config < mg_gemm_cutlass_config_count(); config++) {
             const char *name = config < 0 ? "default" : mg_gemm_cutlass_config_name(config);
             if (config < 0)
                 unsetenv(MG_GEMM_CUTLASS_CONFIG_ENV);

@@ -32,6 +32,7 @@ static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
 static mg_status plugin_status;
 static char plugin_message[512];
 
+static atomic_bool plugin_resolved; /* resolve_plugin has run: skip the once and the error copy */
 static atomic_uint_fast64_t kernel_calls, fallback_calls;
 
 static void resolve_plugin(void) {
@@ -40,6 +41,7 @@ static void resolve_plugin(void) {
                                               symbols, 1);
     if (plugin_status)
         snprintf(plugin_message, sizeof plugin_message, "%s", mg_last_error());
+    atomic_store_explicit(&plugin_resolved, true, memory_order_release);
 }
 
 /* Per backend: the device facts every call needs, read once. */
@@ -83,10 +85,12 @@ static cutlass_state *state_of(mg_backend *b) {
 
 /* The kernels are sm_90a: they run on compute capability 9.0 exactly. */
 static bool cutlass_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    mg_error_state saved;
-    mg_error_save(&saved);
-    pthread_once(&plugin_once, resolve_plugin);
-    mg_error_restore(&saved);
+    if (!atomic_load_explicit(&plugin_resolved, memory_order_acquire)) {
+        mg_error_state saved; /* the loader reports through mg_last_error: keep the caller's */
+        mg_error_save(&saved);
+        pthread_once(&plugin_once, resolve_plugin);
+        mg_error_restore(&saved);
+    }
     if (plugin_status) {
         snprintf(reason, reason_bytes, "%s", plugin_message);
         return false;

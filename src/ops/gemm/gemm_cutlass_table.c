@@ -36,6 +36,10 @@ static const char *const config_names[MG_CUTLASS_DENSE_CONFIG_COUNT] = {
     [MG_CUTLASS_DENSE_PINGPONG_64X128] = "pingpong_64x128",
 };
 
+int mg_gemm_cutlass_config_count(void) {
+    return MG_CUTLASS_DENSE_CONFIG_COUNT;
+}
+
 const char *mg_gemm_cutlass_config_name(int config) {
     return config >= 0 && config < MG_CUTLASS_DENSE_CONFIG_COUNT ? config_names[config] : "?";
 }

@@ -124,6 +124,7 @@ if want bench; then
         done
     fi
     bench_step gemm --iters 50 --warmup 10
+    bench_step gemm_providers --iters 20 --warmup 5
     bench_step quantize --iters 50 --warmup 10
     bench_step attention
     bench_step nvfp4_format

@@ -183,6 +183,12 @@ mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider) {
     return MG_OK;
 }
 
+const mg_op_provider *mg_op_forced(mg_backend *b, mg_op op) {
+    registry_state *st = (unsigned)op < MG_OP_COUNT ? mg_op_state_peek(b, &registry_state_type)
+                                                    : NULL;
+    return st ? atomic_load(&st->ops[op].forced) : NULL;
+}
+
 mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn,
                        const mg_op_provider **out) {
     const mg_op_def *d = def_of(op);

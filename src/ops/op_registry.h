@@ -50,6 +50,11 @@ extern const mg_op_def *const mg_op_defs[MG_OP_COUNT];
 mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn,
                        const mg_op_provider **out);
 
+/* The provider forced for `op` on `b` (mg_op_force_provider), NULL when the choice is automatic.
+ * Cheap; never sets mg_last_error. For a provider's supports hook that accepts more calls when
+ * a caller asked for it by name than when it competes in the automatic choice. */
+const mg_op_provider *mg_op_forced(mg_backend *b, mg_op op);
+
 /* Launches our kernel `function` of module "metrale" on `b` (the handle memoised in the op
  * cache): the CUDA backend's embedded kernels, or the CPU kernels registered under the same
  * name and argument list. */

@@ -7,9 +7,11 @@
 #include "gemm_reference.h"
 #include "metrale/launch.h"
 
-/* The providers of both GEMM ops, in order of preference. */
+/* The providers of both GEMM ops, in order of preference. CUTLASS comes first but takes, in the
+ * automatic choice, only the BF16 shapes its measured table gives it (gemm_cutlass_table.c). */
 static const mg_op_provider *const gemm_providers[] = {
 #ifdef METRALE_HAVE_CUDA
+    &mg_gemm_cutlass_provider.base,
     &mg_gemm_cublaslt_provider.base,
 #endif
     &mg_gemm_reference_provider.base,

@@ -681,6 +681,15 @@ static mg_status cublaslt_gemm(mg_backend *b, mg_stream *s, const mg_gemm_call *
     return MG_OK;
 }
 
+mg_status mg_cublaslt_stream_workspace(mg_backend *b, mg_stream *s, mg_devptr *out) {
+    lt_state *st;
+    CUstream stream;
+    mg_status status = get_state(b, "mg_gemm", &st);
+    if (status || (status = mg_cuda_stream(b, s, &stream)))
+        return status;
+    return get_workspace(st, s, stream, out);
+}
+
 static mg_status cublaslt_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans,
                                  size_t count) {
     lt_state *st;

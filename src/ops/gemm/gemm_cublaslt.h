@@ -26,4 +26,10 @@
 /* Whether cuBLASLt can be loaded; on false, `reason` says why. Never crashes without it. */
 bool mg_cublaslt_available(char *reason, size_t reason_bytes);
 
+/* The workspace of stream `s` on `b` (MG_CUBLASLT_WORKSPACE_BYTES), created on the stream's
+ * first GEMM outside a capture (MG_ERR_CAPTURING inside one: mg_gemm_prewarm first). For the
+ * other CUDA GEMM providers, whose calls may fall back to cuBLASLt and so share its
+ * per-stream workspace. */
+mg_status mg_cublaslt_stream_workspace(mg_backend *b, mg_stream *s, mg_devptr *out);
+
 #endif

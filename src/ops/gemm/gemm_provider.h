@@ -30,10 +30,11 @@ typedef struct mg_gemm_provider {
     bool (*batch_invariant)(mg_backend *b);
 } mg_gemm_provider;
 
-/* The providers, in gemm_reference.c and gemm_cublaslt.c. */
+/* The providers, in gemm_reference.c, gemm_cublaslt.c and gemm_cutlass_cuda.c. */
 extern const mg_gemm_provider mg_gemm_reference_provider;
 #ifdef METRALE_HAVE_CUDA
 extern const mg_gemm_provider mg_gemm_cublaslt_provider;
+extern const mg_gemm_provider mg_gemm_cutlass_provider; /* gemm_cutlass_cuda.c */
 #endif
 
 #endif

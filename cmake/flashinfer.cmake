@@ -82,7 +82,7 @@ set(fi_units "flashinfer_ragged_prefill|flashinfer_ragged_prefill|all||")
 # Only head_dim 128 is built; adding one here needs the same in mg_fi_paged_head_dim_built and
 # run_fa2_paged. Compile time (nvcc 13.0, sm_90a, same 2-core machine, load 2-5): 22 s without
 # the soft cap, 31 s with it; the host unit (now with the paged glue) 9.5-10 s.
-set(fi_paged_head_dims 128)
+set(fi_paged_head_dims 64 128 256)
 foreach(head_dim ${fi_paged_head_dims})
   foreach(cap 0 1)
     list(APPEND fi_units "flashinfer_paged_fa2_hd${head_dim}_cap${cap}|flashinfer_paged_fa2|all|${head_dim}|${cap}")

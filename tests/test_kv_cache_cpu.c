@@ -170,6 +170,10 @@ int main(void) {
          .rope = true, .positions = true},
         {.hq = 6, .hkv = 2, .d = 48, .page_size = 128, .window_left = -1, .soft_cap = 2.0f,
          .rope = true},
+        /* The head_dims with CUDA paged kernels besides 128: 64 above, 256 here (Gemma 2's:
+         * soft-cap and sliding window). */
+        {.hq = 8, .hkv = 4, .d = 256, .page_size = 16, .window_left = 300, .soft_cap = 50.0f,
+         .rope = true},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         char what[96];

@@ -337,8 +337,14 @@ mg_status run_fa2_paged(const mg_fi_shape *s, const mg_fi_plan_info *info,
     set_schedule(p, plan, fi_int, a->float_workspace, &tmp_v, &tmp_s);
     cudaError_t e;
     switch (s->head_dim) {
+    case 64:
+        e = fa2_paged_launch_capped<64>(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
+        break;
     case 128:
         e = fa2_paged_launch_capped<128>(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
+        break;
+    case 256:
+        e = fa2_paged_launch_capped<256>(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
         break;
     default:
         return fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no paged kernels",

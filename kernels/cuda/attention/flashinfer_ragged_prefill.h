@@ -39,9 +39,9 @@ static inline int mg_fi_head_dim_built(uint32_t head_dim) {
 
 /* The head_dims of the paged (FA2, causal) kernels, with and without a logits soft-cap; each
  * costs a translation unit per soft-cap mode (cmake/flashinfer.cmake fi_paged_head_dims). */
-#define MG_FI_PAGED_HEAD_DIMS_TEXT "128"
+#define MG_FI_PAGED_HEAD_DIMS_TEXT "64, 128 and 256"
 static inline int mg_fi_paged_head_dim_built(uint32_t head_dim) {
-    return head_dim == 128;
+    return head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
 /* What went wrong in a failed call: the message (naming the CUDA error and its number), and

@@ -17,6 +17,11 @@
 #define WHAT "mg_kv_append"
 #define THREADS 128u
 #define MAX_BLOCKS 65535u
+/* The CUDA kernel's items per thread and token (kItemsPerThread in kv_append.cu), and the token
+ * count below which a thread takes one item, so that small batches (decode) spread over more
+ * blocks. */
+#define ITEMS_PER_THREAD 4u
+#define FEW_TOKENS 1024u
 
 static mg_status check_pointer(const char *name, mg_devptr p, uint32_t alignment) {
     if (!p)
@@ -122,8 +127,13 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
     if ((st = mg_op_cache_kernel(opc, "metrale", MG_KV_APPEND_KERNEL, false, &kernel)))
         return st;
     mg_launch l;
+    /* Grid: tokens in x, slices of a token's items (8-element pairs of a head: K, V and q heads)
+     * in y; see kv_append.cu. */
     const uint32_t blocks = a->num_tokens < MAX_BLOCKS ? a->num_tokens : MAX_BLOCKS;
-    mg_launch_init(&l, (mg_dim3){blocks, 1, 1}, (mg_dim3){THREADS, 1, 1}, 0);
+    const uint32_t items = (2 * cache->num_kv_heads + qo_heads) * (cache->head_dim / 16);
+    const uint32_t per_block = THREADS * (a->num_tokens < FEW_TOKENS ? 1u : ITEMS_PER_THREAD);
+    const uint32_t slices = (items + per_block - 1) / per_block;
+    mg_launch_init(&l, (mg_dim3){blocks, slices, 1}, (mg_dim3){THREADS, 1, 1}, 0);
     mg_launch_arg_ptr(&l, a->k);
     mg_launch_arg_ptr(&l, a->v);
     mg_launch_arg_ptr(&l, a->q);

@@ -82,7 +82,7 @@ static bool make_batch(uint64_t *r, const kv_case *c, bool small, kv_batch *b) {
     free(len);
     b->pages_used = (uint32_t)b->kv_indptr[n];
     b->tokens = (uint32_t)b->qo_indptr[n];
-    b->cache = (mg_kv_cache_desc){c->hkv, d, ps, b->pages_used + rng_range(r, 1, 9)};
+    b->cache = (mg_kv_cache_desc){c->hkv, d, ps, b->pages_used + rng_range(r, 1, 9), MG_KV_BF16};
     /* Page ids: a shuffled permutation of the pool, so pages are scattered. */
     const uint32_t np = b->cache.num_pages;
     int32_t *perm = malloc(4ull * np);

@@ -138,7 +138,7 @@ static int bench_point(mg_bench *b, uint32_t batch, uint32_t context, double cop
     mg_devptr pool = 0, q = 0, o = 0, idx = 0;
     int failures = 0;
     const double kv_bytes = 2.0 * batch * context * HKV * HEAD_DIM * 2;
-    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, 0};
+    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, 0, MG_KV_BF16};
     mg_status st = make_table(&t, batch, context, 7u + batch * 31u + context) ? MG_OK
                                                                                : MG_ERR_OUT_OF_MEMORY;
     size_t pool_bytes = 0;
@@ -270,7 +270,7 @@ static int bench_append(mg_bench *b, uint32_t tokens, double copy_gbps) {
     mg_status st = make_table(&t, batch, per, 99) ? MG_OK : MG_ERR_OUT_OF_MEMORY;
     for (uint32_t i = 0; !st && i <= batch; i++)
         t.qo[i] = (int32_t)(i * per); /* every token of each request is new */
-    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, t.pages};
+    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, t.pages, MG_KV_BF16};
     if (!st)
         st = mg_kv_cache_bytes(&r.cache, &pool_bytes);
     if (!st)

@@ -21,8 +21,12 @@
 // head_dim is a multiple of 16 up to 512 and every row start 16-byte aligned (the front checks).
 // A token whose page entry is out of range (a bad table; the CPU backend refuses those before
 // writing) is skipped: nothing is written outside the pool.
-// Same argument list as the CPU reference (src/ops/kv_cache/kv_append_reference.c).
+// FP8 E4M3 pools (kv_append_fp8: the same arguments, then the FP32 per-head scales k_scale and
+// v_scale): K (rotated in FP32) and V are stored as e4m3(x / scale[h]), IEEE FP32 division then
+// round to nearest even saturating to +-448 (cvt.rn.satfinite), 8 bytes per half item.
+// Same argument lists as the CPU reference (src/ops/kv_cache/kv_append_reference.c).
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 namespace {
@@ -51,11 +55,8 @@ __device__ __forceinline__ uint4 pack(const float in[8]) {
 
 // Rotates elements [i0, i0 + 8) (lo) and [i0 + D/2, i0 + D/2 + 8) (hi) of one head with the
 // block's table of cos and sin per frequency index.
-__device__ __forceinline__ void rotate(uint4 &lo_raw, uint4 &hi_raw, uint32_t i0, const float *cos_t,
+__device__ __forceinline__ void rotate(float lo[8], float hi[8], uint32_t i0, const float *cos_t,
                                        const float *sin_t) {
-    float lo[8], hi[8];
-    unpack(lo_raw, lo);
-    unpack(hi_raw, hi);
 #pragma unroll
     for (int u = 0; u < 8; u++) {
         const float c = cos_t[i0 + u], s = sin_t[i0 + u];
@@ -63,20 +64,29 @@ __device__ __forceinline__ void rotate(uint4 &lo_raw, uint4 &hi_raw, uint32_t i0
         lo[u] = x0 * c - x1 * s;
         hi[u] = x1 * c + x0 * s;
     }
-    lo_raw = pack(lo);
-    hi_raw = pack(hi);
 }
 
-} // namespace
+// 8 FP32 values as 8 E4M3 codes of value / scale.
+__device__ __forceinline__ uint2 quantize(const float x[8], float scale) {
+    uint2 raw;
+    uint8_t *b = reinterpret_cast<uint8_t *>(&raw);
+#pragma unroll
+    for (int u = 0; u < 8; u++)
+        b[u] = __nv_cvt_float_to_fp8(x[u] / scale, __NV_SATFINITE, __NV_E4M3);
+    return raw;
+}
 
-extern "C" __global__ void __launch_bounds__(128)
-    kv_append(const __nv_bfloat16 *k_src, const __nv_bfloat16 *v_src, __nv_bfloat16 *q,
-              const int32_t *positions, const int32_t *qo_indptr, const int32_t *kv_indptr,
-              const int32_t *kv_indices, const int32_t *kv_last_page_len, __nv_bfloat16 *k_pages,
-              __nv_bfloat16 *v_pages, uint32_t batch, uint32_t num_tokens, uint32_t num_kv_indices,
-              uint32_t num_kv_heads, uint32_t num_qo_heads, uint32_t head_dim, uint32_t page_size,
-              uint32_t num_pages, uint32_t k_stride, uint32_t v_stride, uint32_t q_stride,
-              uint32_t rope, float rope_theta) {
+// The pool element type: BF16 (Pool = __nv_bfloat16) or FP8 E4M3 codes (Pool = uint8_t).
+template <typename Pool>
+__device__ __forceinline__ void append_rows(
+    const __nv_bfloat16 *k_src, const __nv_bfloat16 *v_src, __nv_bfloat16 *q,
+    const int32_t *positions, const int32_t *qo_indptr, const int32_t *kv_indptr,
+    const int32_t *kv_indices, const int32_t *kv_last_page_len, Pool *k_pages, Pool *v_pages,
+    uint32_t batch, uint32_t num_tokens, uint32_t num_kv_indices, uint32_t num_kv_heads,
+    uint32_t num_qo_heads, uint32_t head_dim, uint32_t page_size, uint32_t num_pages,
+    uint32_t k_stride, uint32_t v_stride, uint32_t q_stride, uint32_t rope, float rope_theta,
+    const float *k_scale, const float *v_scale) {
+    constexpr bool kFp8 = sizeof(Pool) == 1;
     __shared__ __align__(16) float cos_t[kMaxHalfDim];
     __shared__ __align__(16) float sin_t[kMaxHalfDim];
     const uint32_t half = head_dim / 2;
@@ -162,27 +172,71 @@ extern "C" __global__ void __launch_bounds__(128)
                 const uint32_t i = base + u * item_stride;
                 if (i >= items)
                     continue;
-                __nv_bfloat16 *out;
-                uint32_t j;
-                bool rotated = rope != 0;
-                if (i < kv_items) {
-                    j = i;
-                    out = k_pages + dst;
-                } else if (i < 2 * kv_items) {
-                    j = i - kv_items;
-                    out = v_pages + dst;
-                    rotated = false;
-                } else {
-                    j = i - 2 * kv_items;
-                    out = q + (size_t)t * q_stride;
+                const bool is_k = i < kv_items, is_q = i >= 2 * kv_items, is_v = !is_k && !is_q;
+                const uint32_t j = is_k ? i : is_q ? i - 2 * kv_items : i - kv_items;
+                const uint32_t h = j / pairs, i0 = (j % pairs) * 8;
+                const size_t offset = (size_t)h * head_dim + i0;
+                const bool rotated = rope != 0 && !is_v;
+                if constexpr (kFp8) {
+                    if (!is_q) {
+                        // A K or V head of the FP8 pool: quantized with its head's scale.
+                        float x_lo[8], x_hi[8];
+                        unpack(lo[u], x_lo);
+                        unpack(hi[u], x_hi);
+                        if (rotated)
+                            rotate(x_lo, x_hi, i0, cos_t, sin_t);
+                        const float scale = is_k ? k_scale[h] : v_scale[h];
+                        Pool *pool = (is_k ? k_pages : v_pages) + dst + offset;
+                        *reinterpret_cast<uint2 *>(pool) = quantize(x_lo, scale);
+                        *reinterpret_cast<uint2 *>(pool + half) = quantize(x_hi, scale);
+                        continue;
+                    }
                 }
-                const uint32_t i0 = (j % pairs) * 8;
-                out += (size_t)(j / pairs) * head_dim + i0;
-                if (rotated)
-                    rotate(lo[u], hi[u], i0, cos_t, sin_t);
+                if (rotated) {
+                    float x_lo[8], x_hi[8];
+                    unpack(lo[u], x_lo);
+                    unpack(hi[u], x_hi);
+                    rotate(x_lo, x_hi, i0, cos_t, sin_t);
+                    lo[u] = pack(x_lo);
+                    hi[u] = pack(x_hi);
+                }
+                __nv_bfloat16 *out =
+                    is_q ? q + (size_t)t * q_stride + offset
+                         : reinterpret_cast<__nv_bfloat16 *>(is_k ? k_pages : v_pages) + dst + offset;
                 *reinterpret_cast<uint4 *>(out) = lo[u];
                 *reinterpret_cast<uint4 *>(out + half) = hi[u];
             }
         }
     }
+}
+
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(128)
+    kv_append(const __nv_bfloat16 *k_src, const __nv_bfloat16 *v_src, __nv_bfloat16 *q,
+              const int32_t *positions, const int32_t *qo_indptr, const int32_t *kv_indptr,
+              const int32_t *kv_indices, const int32_t *kv_last_page_len, __nv_bfloat16 *k_pages,
+              __nv_bfloat16 *v_pages, uint32_t batch, uint32_t num_tokens, uint32_t num_kv_indices,
+              uint32_t num_kv_heads, uint32_t num_qo_heads, uint32_t head_dim, uint32_t page_size,
+              uint32_t num_pages, uint32_t k_stride, uint32_t v_stride, uint32_t q_stride,
+              uint32_t rope, float rope_theta) {
+    append_rows(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                k_pages, v_pages, batch, num_tokens, num_kv_indices, num_kv_heads, num_qo_heads,
+                head_dim, page_size, num_pages, k_stride, v_stride, q_stride, rope, rope_theta,
+                nullptr, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+    kv_append_fp8(const __nv_bfloat16 *k_src, const __nv_bfloat16 *v_src, __nv_bfloat16 *q,
+                  const int32_t *positions, const int32_t *qo_indptr, const int32_t *kv_indptr,
+                  const int32_t *kv_indices, const int32_t *kv_last_page_len, uint8_t *k_pages,
+                  uint8_t *v_pages, uint32_t batch, uint32_t num_tokens,
+                  uint32_t num_kv_indices, uint32_t num_kv_heads, uint32_t num_qo_heads,
+                  uint32_t head_dim, uint32_t page_size, uint32_t num_pages, uint32_t k_stride,
+                  uint32_t v_stride, uint32_t q_stride, uint32_t rope, float rope_theta,
+                  const float *k_scale, const float *v_scale) {
+    append_rows(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                k_pages, v_pages, batch, num_tokens, num_kv_indices, num_kv_heads, num_qo_heads,
+                head_dim, page_size, num_pages, k_stride, v_stride, q_stride, rope, rope_theta,
+                k_scale, v_scale);
 }

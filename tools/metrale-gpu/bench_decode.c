@@ -55,56 +55,39 @@ static mg_status body_append(mg_bench *b, void *arg, int iteration) {
     return mg_kv_append(b->backend, b->stream, &r->cache, &r->append);
 }
 
-/* Fills a device buffer with BF16 values uniform in [-1, 1] (never raw random bits: NaNs and
- * huge values would change the softmax's path): one random tile of at most 8 Mi elements made
- * on the host, repeated on the device, so multi-GiB pools fill in a moment. */
+/* Fills a device buffer with `elems` values uniform in [-1, 1] (never raw random bits: NaNs and
+ * huge values would change the softmax's path), BF16 or (fp8) FP8 E4M3 codes of 100 times the
+ * value (the bench's scales are about 0.01): one random tile of at most 8 Mi elements made on
+ * the host, repeated on the device, so multi-GiB pools fill in a moment. */
 #define FILL_TILE_ELEMS ((size_t)8 << 20)
-static mg_status fill_bf16(mg_bench *b, mg_devptr dst, size_t elems, uint64_t seed) {
+static mg_status fill_values(mg_bench *b, mg_devptr dst, size_t elems, bool fp8, uint64_t seed) {
     if (!elems)
         return MG_OK;
-    const size_t tile = elems < FILL_TILE_ELEMS ? elems : FILL_TILE_ELEMS;
-    uint16_t *host = calloc(tile, 2);
+    const size_t tile = elems < FILL_TILE_ELEMS ? elems : FILL_TILE_ELEMS, size = fp8 ? 1 : 2;
+    uint8_t *host = calloc(tile, size);
     if (!host)
         return MG_ERR_OUT_OF_MEMORY;
     uint64_t x = seed | 1;
     for (size_t i = 0; i < tile; i++) {
         x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-        host[i] =
-            mg_f32_to_bf16((float)((double)((x * 0x2545f4914f6cdd1dull) >> 11) / 0x1p52 - 1.0));
+        const float value = (float)((double)((x * 0x2545f4914f6cdd1dull) >> 11) / 0x1p52 - 1.0);
+        if (fp8)
+            host[i] = mg_f32_to_fp8_e4m3(100.0f * value);
+        else
+            ((uint16_t *)host)[i] = mg_f32_to_bf16(value);
     }
-    mg_status st = mg_copy_h2d(b->backend, dst, host, 2 * tile);
+    mg_status st = mg_copy_h2d(b->backend, dst, host, size * tile);
     free(host);
     for (size_t done = tile; !st && done < elems;) {
         const size_t n = done < elems - done ? done : elems - done;
-        st = mg_copy_d2d(b->backend, dst + 2 * done, dst, 2 * n);
+        st = mg_copy_d2d(b->backend, dst + size * done, dst, size * n);
         done += n;
     }
     return st;
 }
 
-/* Fills a device buffer with FP8 E4M3 codes of values uniform in [-100, 100] (no NaN codes),
- * like fill_bf16: one random host tile repeated on the device. */
-static mg_status fill_fp8(mg_bench *b, mg_devptr dst, size_t bytes, uint64_t seed) {
-    if (!bytes)
-        return MG_OK;
-    const size_t tile = bytes < FILL_TILE_ELEMS ? bytes : FILL_TILE_ELEMS;
-    uint8_t *host = malloc(tile);
-    if (!host)
-        return MG_ERR_OUT_OF_MEMORY;
-    uint64_t x = seed | 1;
-    for (size_t i = 0; i < tile; i++) {
-        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-        host[i] = mg_f32_to_fp8_e4m3(
-            (float)(200.0 * ((double)((x * 0x2545f4914f6cdd1dull) >> 11) / 0x1p53) - 100.0));
-    }
-    mg_status st = mg_copy_h2d(b->backend, dst, host, tile);
-    free(host);
-    for (size_t done = tile; !st && done < bytes;) {
-        const size_t n = done < bytes - done ? done : bytes - done;
-        st = mg_copy_d2d(b->backend, dst + done, dst, n);
-        done += n;
-    }
-    return st;
+static mg_status fill_bf16(mg_bench *b, mg_devptr dst, size_t elems, uint64_t seed) {
+    return fill_values(b, dst, elems, false, seed);
 }
 
 /* Per-head FP32 scales (K then V, HKV each) for the FP8 cases: codes of about 100 stand for
@@ -323,7 +306,7 @@ static int bench_fp8_point(mg_bench *b, uint32_t batch, uint32_t context, double
     if (!st)
         st = mg_copy_h2d(b->backend, idx, t.idx, 4ull * t.pages);
     if (!st)
-        st = fill_fp8(b, pool, pool_bytes, 11);
+        st = fill_values(b, pool, pool_bytes, true, 11);
     if (!st)
         st = fill_bf16(b, q, (size_t)batch * HQ * HEAD_DIM, 12);
     if (!st)

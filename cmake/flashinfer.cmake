@@ -83,7 +83,12 @@ set(fi_units "flashinfer_ragged_prefill|flashinfer_ragged_prefill|all||")
 # pools at head_dim 128 and 256 (Gemma 2's soft-capped heads are 256) with and without the soft
 # cap, at 64 without it; FP8 E4M3 pools at head_dim 128 without it. Changing this list needs
 # the same in mg_fi_paged_built (flashinfer_ragged_prefill.h) and fa2_paged_launch_for.
-# Compile time per unit: see the table at the top of this file.
+# Compile time per unit (nvcc 13.0, sm_90a, the 2-core build machine at load ~6 with other
+# builds running, so CPU seconds, user + sys, say more than wall time): BF16 head_dim 64 without
+# soft-cap 14.7 s (67 s wall), BF16 head_dim 256 with soft-cap 18.3 s (51 s wall), FP8 head_dim
+# 128 without soft-cap 17.7 s (73 s wall); an earlier, quieter run measured 22 s (no soft-cap)
+# and 31 s (soft-cap) of wall time for the BF16 head_dim 128 units. The host unit (with the
+# paged glue) 9.5-10 s.
 set(fi_paged_units bf16:64:0 bf16:128:0 bf16:128:1 bf16:256:0 bf16:256:1 fp8:128:0)
 foreach(paged_unit ${fi_paged_units})
   string(REPLACE ":" ";" paged_fields "${paged_unit}")

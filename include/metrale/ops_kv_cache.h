@@ -121,7 +121,7 @@ MG_API mg_status mg_kv_page_table_check(const mg_kv_cache_desc *d, const mg_kv_p
  * x[i] sin a, in FP32, rounded to BF16 once. position = positions[t] when given, else pos.
  * FP8 pools: k (rotated, in FP32) and v are quantized as above instead of rounded to BF16; q
  * stays BF16. The CPU backend checks every scale (finite, > 0) before writing; CUDA uses them
- * as given (a zero scale stores saturated codes).
+ * as given (a zero scale stores saturated or NaN codes).
  *
  * The page table arrays are device arrays here (the engine's). The CPU backend checks all of
  * them before writing anything (MG_ERR_INVALID_ARGUMENT); the CUDA kernel cannot without a

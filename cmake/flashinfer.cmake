@@ -75,18 +75,34 @@ foreach(head_dim ${fi_fa3_head_dims})
 endforeach()
 
 # Each unit: "<object name>|<source>|<sm90 or all>|<head_dim>|<causal>" (paged units: the last
-# field is the soft-cap mode instead; they are always causal).
+# field is "<soft-cap mode>,<FP8 pools>" instead; they are always causal).
 set(fi_units "flashinfer_ragged_prefill|flashinfer_ragged_prefill|all||")
 # Paged FA2 kernels (flashinfer_paged_fa2.cu; decode and prefill over the paged KV cache): one
-# unit per (head_dim, soft cap), causal, sliding window chosen at run time, CTA tiles 16/64/128.
-# Only head_dim 128 is built; adding one here needs the same in mg_fi_paged_head_dim_built and
-# run_fa2_paged. Compile time (nvcc 13.0, sm_90a, same 2-core machine, load 2-5): 22 s without
-# the soft cap, 31 s with it; the host unit (now with the paged glue) 9.5-10 s.
-set(fi_paged_head_dims 128)
-foreach(head_dim ${fi_paged_head_dims})
-  foreach(cap 0 1)
-    list(APPEND fi_units "flashinfer_paged_fa2_hd${head_dim}_cap${cap}|flashinfer_paged_fa2|all|${head_dim}|${cap}")
-  endforeach()
+# unit per (KV dtype, head_dim, soft cap), causal, sliding window chosen at run time, CTA tiles
+# 16/64/128. Each unit costs ~25-40 s of CI compile time, so only what models use is built: BF16
+# pools at head_dim 128 and 256 (Gemma 2's soft-capped heads are 256) with and without the soft
+# cap, at 64 without it; FP8 E4M3 pools at head_dim 128 without it. Changing this list needs
+# the same in mg_fi_paged_built (flashinfer_ragged_prefill.h) and fa2_paged_launch_for.
+# Compile time per unit (nvcc 13.0, sm_90a, the 2-core build machine at load ~6 with other
+# builds running, so CPU seconds, user + sys, say more than wall time): BF16 head_dim 64 without
+# soft-cap 14.7 s (67 s wall), BF16 head_dim 256 with soft-cap 18.3 s (51 s wall), FP8 head_dim
+# 128 without soft-cap 17.7 s (73 s wall); an earlier, quieter run measured 22 s (no soft-cap)
+# and 31 s (soft-cap) of wall time for the BF16 head_dim 128 units. The host unit (with the
+# paged glue) 9.5-10 s.
+set(fi_paged_units bf16:64:0 bf16:128:0 bf16:128:1 bf16:256:0 bf16:256:1 fp8:128:0)
+foreach(paged_unit ${fi_paged_units})
+  string(REPLACE ":" ";" paged_fields "${paged_unit}")
+  list(GET paged_fields 0 kv_dtype)
+  list(GET paged_fields 1 head_dim)
+  list(GET paged_fields 2 cap)
+  set(kv_fp8 0)
+  set(name_dtype "")
+  if(kv_dtype STREQUAL "fp8")
+    set(kv_fp8 1)
+    set(name_dtype "_fp8")
+  endif()
+  # The last field carries "<soft cap>,<fp8>" for the paged source.
+  list(APPEND fi_units "flashinfer_paged_fa2${name_dtype}_hd${head_dim}_cap${cap}|flashinfer_paged_fa2|all|${head_dim}|${cap},${kv_fp8}")
 endforeach()
 foreach(path fa2 sm90)
   set(head_dims ${fi_fa2_head_dims})
@@ -120,7 +136,11 @@ foreach(unit ${fi_units})
   endif()
   set(defines ${fi_host_defines})
   if(source STREQUAL "flashinfer_paged_fa2")
-    set(defines -DMG_FI_UNIT_HEAD_DIM=${head_dim} -DMG_FI_UNIT_SOFT_CAP=${causal})
+    string(REPLACE "," ";" cap_fp8 "${causal}")
+    list(GET cap_fp8 0 cap)
+    list(GET cap_fp8 1 kv_fp8)
+    set(defines -DMG_FI_UNIT_HEAD_DIM=${head_dim} -DMG_FI_UNIT_SOFT_CAP=${cap}
+                -DMG_FI_UNIT_KV_FP8=${kv_fp8})
   elseif(NOT head_dim STREQUAL "")
     set(defines -DMG_FI_UNIT_HEAD_DIM=${head_dim} -DMG_FI_UNIT_CAUSAL=${causal})
   endif()

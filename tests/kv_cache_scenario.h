@@ -3,7 +3,8 @@
  * over shuffled pages, the float64 references of append (RoPE) and of attention over pages,
  * and the two scenarios every backend must pass: one step of append then attention (decode
  * and prefill chunks, empty requests, partial last pages, long requests), and steps of a
- * captured graph replayed while contexts grow and the batch composition changes.
+ * captured graph replayed while contexts grow and the batch composition changes. Pools are
+ * BF16 or FP8 E4M3 with per-head scales (kv_shape.fp8).
  */
 #ifndef METRALE_KV_CACHE_SCENARIO_H
 #define METRALE_KV_CACHE_SCENARIO_H
@@ -20,6 +21,7 @@ typedef struct kv_shape {
     int32_t window_left;
     float soft_cap;
     bool rope, positions;
+    bool fp8; /* FP8 E4M3 pools with the per-head scales kv_scale */
 } kv_shape;
 
 /* One step's batch on the host: the page table after the step's tokens were added, the new
@@ -40,8 +42,58 @@ static inline size_t kv_pool_elems(const kv_shape *sh) {
     return (size_t)sh->num_pages * sh->page_size * sh->hkv * sh->d;
 }
 
+#define KV_MAX_TEST_HEADS 64
+
+/* Bytes of both pools (K then V). */
+static inline size_t kv_pool_bytes(const kv_shape *sh) {
+    return 2 * kv_pool_elems(sh) * (sh->fp8 ? 1 : 2);
+}
+
 static inline double kv_bf16(uint16_t x) {
     return mg_bf16_to_f32(x);
+}
+
+/* FP8 pools: the scale of KV head h for K (v false) or V (v true). Keys and values are within
+ * [-1, 1] (rotated keys within sqrt 2), so codes reach 180-360 of E4M3's 448; head 3's key scale
+ * is small enough that rotated keys saturate. */
+static inline float kv_scale(uint32_t h, bool v) {
+    static const float k_scales[4] = {1.0f / 128, 1.0f / 256, 1.0f / 160, 1.0f / 400};
+    static const float v_scales[4] = {1.0f / 256, 1.0f / 128, 1.0f / 200, 1.0f / 300};
+    return v ? v_scales[h % 4] : k_scales[h % 4];
+}
+
+/* Element e of the K (v false) or V pool of a host image of both pools, as the value it
+ * stands for (FP8: code * scale of its head). */
+static inline double kv_pool_value(const kv_shape *sh, const void *pool, bool v, size_t e) {
+    const size_t half = kv_pool_elems(sh);
+    if (!sh->fp8)
+        return kv_bf16(((const uint16_t *)pool)[(v ? half : 0) + e]);
+    const uint32_t h = (uint32_t)(e / sh->d % sh->hkv);
+    return (double)mg_fp8_e4m3_to_f32(((const uint8_t *)pool)[(v ? half : 0) + e]) *
+           kv_scale(h, v);
+}
+
+/* A random host image of both pools (values within [-1, 1]; no NaN codes). */
+static inline void *kv_random_pool(const kv_shape *sh) {
+    const size_t elems = 2 * kv_pool_elems(sh);
+    void *pool = malloc(kv_pool_bytes(sh));
+    for (size_t i = 0; i < elems; i++) {
+        const uint16_t x = kv_random_bf16();
+        if (!sh->fp8) {
+            ((uint16_t *)pool)[i] = x;
+            continue;
+        }
+        const bool v = i >= elems / 2;
+        const uint32_t h = (uint32_t)(i % (elems / 2) / sh->d % sh->hkv);
+        ((uint8_t *)pool)[i] = mg_f32_to_fp8_e4m3(mg_bf16_to_f32(x) / kv_scale(h, v));
+    }
+    return pool;
+}
+
+/* Bytes of pool element e (K or V) differ between two host images. */
+static inline bool kv_pool_changed(const kv_shape *sh, const void *a, const void *b, size_t e) {
+    return sh->fp8 ? ((const uint8_t *)a)[e] != ((const uint8_t *)b)[e]
+                   : ((const uint16_t *)a)[e] != ((const uint16_t *)b)[e];
 }
 
 /* Requests' state across steps: tokens held and pages owned. */
@@ -159,8 +211,18 @@ static inline int64_t kv_token_pos(const kv_step *st, const kv_shape *sh, uint32
 
 /* Checks the pool and q after an append against float64: the new tokens' slots hold their
  * (rotated) keys and values, every other element is unchanged. Returns failures. */
-static inline int kv_verify_append(const kv_shape *sh, const kv_step *st, const uint16_t *pool_before,
-                                   const uint16_t *pool_after, const uint16_t *q_after,
+/* FP8 pools: a stored key (code * scale) against the float64 value: within half an E4M3 step
+ * (2^-4 relative, 2^-10 * scale below the normal range) of the value saturated to 448 * scale,
+ * plus kv_close_rope's allowance for the FP32 angle. */
+static inline bool kv_close_fp8(double got, double want, double scale, double position) {
+    const double limit = 448.0 * scale;
+    const double clamped = want > limit ? limit : want < -limit ? -limit : want;
+    return fabs(got - clamped) <= fabs(clamped) / 16.0 + scale / 1024.0 + 1e-3 * fabs(want) +
+                                      2e-6 * position;
+}
+
+static inline int kv_verify_append(const kv_shape *sh, const kv_step *st, const void *pool_before,
+                                   const void *pool_after, const uint16_t *q_after,
                                    const char *what) {
     const size_t half = kv_pool_elems(sh), token = (size_t)sh->hkv * sh->d;
     unsigned char *written = calloc(half, 1);
@@ -182,9 +244,18 @@ static inline int kv_verify_append(const kv_shape *sh, const kv_step *st, const 
                 for (uint32_t c = 0; c < sh->d; c++) {
                     const size_t e = slot + (size_t)h * sh->d + c;
                     written[e] = 1;
-                    if (!(sh->rope ? kv_close_rope(pool_after[e], x[c], position)
-                                   : pool_after[e] == k[c]) ||
-                        pool_after[half + e] != v[c])
+                    if (sh->fp8) {
+                        /* V: exactly e4m3(v / scale) in FP32; K: close to float64. */
+                        const uint8_t v_code = mg_f32_to_fp8_e4m3(mg_bf16_to_f32(v[c]) /
+                                                                  kv_scale(h, true));
+                        bad += !kv_close_fp8(kv_pool_value(sh, pool_after, false, e), x[c],
+                                             kv_scale(h, false), position) +
+                               (((const uint8_t *)pool_after)[half + e] != v_code);
+                        continue;
+                    }
+                    const uint16_t *after = pool_after;
+                    if (!(sh->rope ? kv_close_rope(after[e], x[c], position) : after[e] == k[c]) ||
+                        after[half + e] != v[c])
                         bad++;
                 }
             }
@@ -199,7 +270,8 @@ static inline int kv_verify_append(const kv_shape *sh, const kv_step *st, const 
         }
     for (size_t e = 0; e < half; e++)
         if (!written[e])
-            bad += (pool_after[e] != pool_before[e]) + (pool_after[half + e] != pool_before[half + e]);
+            bad += kv_pool_changed(sh, pool_after, pool_before, e) +
+                   kv_pool_changed(sh, pool_after, pool_before, half + e);
     free(written);
     if (bad)
         fprintf(stderr, "FAIL %s: %d elements of the appended pool or q differ\n", what, bad);
@@ -209,9 +281,9 @@ static inline int kv_verify_append(const kv_shape *sh, const kv_step *st, const 
 /* Float64 causal attention over pages for every new token, compared with o and lse (rows of
  * requests with tokens; others must stay poisoned: o 0xFFFF, lse NaN bits). */
 static inline int kv_verify_attention(const kv_shape *sh, const kv_step *st, const uint16_t *q,
-                                      const uint16_t *pool, const uint16_t *o, const float *lse,
+                                      const void *pool, const uint16_t *o, const float *lse,
                                       uint32_t qo_rows, const char *what) {
-    const size_t half = kv_pool_elems(sh), token = (size_t)sh->hkv * sh->d;
+    const size_t token = (size_t)sh->hkv * sh->d;
     const uint32_t group = sh->hq / sh->hkv;
     const double scale = 1.0 / sqrt((double)sh->d);
     int bad = 0;
@@ -229,11 +301,11 @@ static inline int kv_verify_attention(const kv_shape *sh, const kv_step *st, con
                 double mx = -INFINITY, sum = 0;
                 for (int64_t k = begin; k <= p; k++) {
                     const int32_t page = st->kv_indices[st->kv_indptr[r] + k / sh->page_size];
-                    const uint16_t *kr = pool + ((size_t)page * sh->page_size + (size_t)(k % sh->page_size)) * token +
-                                         (size_t)(h / group) * sh->d;
+                    const size_t kr = ((size_t)page * sh->page_size + (size_t)(k % sh->page_size)) * token +
+                                      (size_t)(h / group) * sh->d;
                     double dot = 0;
                     for (uint32_t c = 0; c < sh->d; c++)
-                        dot += kv_bf16(qr[c]) * kv_bf16(kr[c]);
+                        dot += kv_bf16(qr[c]) * kv_pool_value(sh, pool, false, kr + c);
                     double s = dot * scale;
                     if (sh->soft_cap > 0)
                         s = sh->soft_cap * tanh(s / sh->soft_cap);
@@ -244,12 +316,12 @@ static inline int kv_verify_attention(const kv_shape *sh, const kv_step *st, con
                     acc[c] = 0;
                 for (int64_t k = begin; k <= p; k++) {
                     const int32_t page = st->kv_indices[st->kv_indptr[r] + k / sh->page_size];
-                    const uint16_t *vr = pool + half + ((size_t)page * sh->page_size + (size_t)(k % sh->page_size)) * token +
-                                         (size_t)(h / group) * sh->d;
+                    const size_t vr = ((size_t)page * sh->page_size + (size_t)(k % sh->page_size)) * token +
+                                      (size_t)(h / group) * sh->d;
                     double e = exp(scores[k] - mx);
                     sum += e;
                     for (uint32_t c = 0; c < sh->d; c++)
-                        acc[c] += e * kv_bf16(vr[c]);
+                        acc[c] += e * kv_pool_value(sh, pool, true, vr + c);
                 }
                 const uint16_t *orow = o + ((size_t)t * sh->hq + h) * sh->d;
                 for (uint32_t c = 0; c < sh->d; c++) {
@@ -278,6 +350,7 @@ static inline int kv_verify_attention(const kv_shape *sh, const kv_step *st, con
 /* Device buffers of a scenario. */
 typedef struct kv_device {
     mg_devptr pool, k_pages, v_pages, q, kv, pos, o, lse;
+    mg_devptr k_scale, v_scale; /* FP8 pools only */
     mg_devptr qo_indptr, kv_indptr, kv_indices, last;
     uint32_t token_capacity, index_capacity, batch_capacity;
 } kv_device;
@@ -285,10 +358,21 @@ typedef struct kv_device {
 static inline void kv_device_alloc(mg_backend *be, const kv_shape *sh, kv_device *dv,
                                    uint32_t tokens, uint32_t kv_stride, uint32_t batch) {
     memset(dv, 0, sizeof *dv);
-    mg_kv_cache_desc c = {sh->hkv, sh->d, sh->page_size, sh->num_pages};
+    mg_kv_cache_desc c = {sh->hkv, sh->d, sh->page_size, sh->num_pages,
+                          sh->fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16};
     size_t bytes = 0;
     CHECK_OK(mg_kv_cache_bytes(&c, &bytes));
-    CHECK(bytes == 4 * kv_pool_elems(sh));
+    CHECK(bytes == kv_pool_bytes(sh));
+    if (sh->fp8) {
+        float scales[2][KV_MAX_TEST_HEADS];
+        CHECK(sh->hkv <= KV_MAX_TEST_HEADS);
+        for (uint32_t h = 0; h < sh->hkv && h < KV_MAX_TEST_HEADS; h++)
+            scales[0][h] = kv_scale(h, false), scales[1][h] = kv_scale(h, true);
+        CHECK_OK(mg_alloc(be, 4 * sh->hkv, &dv->k_scale));
+        CHECK_OK(mg_alloc(be, 4 * sh->hkv, &dv->v_scale));
+        CHECK_OK(mg_copy_h2d(be, dv->k_scale, scales[0], 4 * sh->hkv));
+        CHECK_OK(mg_copy_h2d(be, dv->v_scale, scales[1], 4 * sh->hkv));
+    }
     CHECK_OK(mg_alloc(be, bytes, &dv->pool));
     CHECK_OK(mg_kv_cache_pools(&c, dv->pool, &dv->k_pages, &dv->v_pages));
     const size_t t = tokens ? tokens : 1;
@@ -307,8 +391,9 @@ static inline void kv_device_alloc(mg_backend *be, const kv_shape *sh, kv_device
 }
 
 static inline void kv_device_free(mg_backend *be, kv_device *dv) {
-    mg_devptr *all[] = {&dv->pool, &dv->q, &dv->kv, &dv->pos, &dv->o, &dv->lse,
-                        &dv->qo_indptr, &dv->kv_indptr, &dv->last, &dv->kv_indices};
+    mg_devptr *all[] = {&dv->pool,      &dv->q,         &dv->kv,   &dv->pos,
+                        &dv->o,         &dv->lse,       &dv->qo_indptr, &dv->kv_indptr,
+                        &dv->last,      &dv->kv_indices, &dv->k_scale,  &dv->v_scale};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         mg_free(be, *all[i]);
 }
@@ -352,6 +437,8 @@ static inline mg_kv_append_args kv_append_args_of(const kv_shape *sh, const kv_d
         .kv_last_page_len = dv->last,
         .k_pages = dv->k_pages,
         .v_pages = dv->v_pages,
+        .k_scale = dv->k_scale,
+        .v_scale = dv->v_scale,
     };
 }
 
@@ -362,7 +449,8 @@ static inline mg_paged_attention_desc kv_attention_desc(const kv_shape *sh) {
                                      .page_size = sh->page_size,
                                      .window_left = sh->window_left,
                                      .sm_scale = (float)(1.0 / sqrt((double)sh->d)),
-                                     .logits_soft_cap = sh->soft_cap};
+                                     .logits_soft_cap = sh->soft_cap,
+                                     .kv_dtype = sh->fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16};
 }
 
 static inline mg_paged_attention_tensors kv_attention_tensors(const kv_shape *sh,
@@ -376,23 +464,26 @@ static inline mg_paged_attention_tensors kv_attention_tensors(const kv_shape *sh
                                         .v_pages = dv->v_pages,
                                         .num_pages = sh->num_pages,
                                         .kv_indices = dv->kv_indices,
-                                        .num_kv_indices = dv->index_capacity};
+                                        .num_kv_indices = dv->index_capacity,
+                                        .k_scale = dv->k_scale,
+                                        .v_scale = dv->v_scale};
 }
 
 /* Host images of the device state after a step. */
 typedef struct kv_host_images {
-    uint16_t *pool, *q, *o;
+    void *pool;
+    uint16_t *q, *o;
     float *lse;
 } kv_host_images;
 
 static inline void kv_read_back(mg_backend *be, const kv_shape *sh, const kv_device *dv,
                                 kv_host_images *im) {
     const size_t t = dv->token_capacity;
-    im->pool = malloc(4 * kv_pool_elems(sh));
+    im->pool = malloc(kv_pool_bytes(sh));
     im->q = malloc(2 * t * sh->hq * sh->d);
     im->o = malloc(2 * t * sh->hq * sh->d);
     im->lse = malloc(4 * t * sh->hq);
-    CHECK_OK(mg_copy_d2h(be, im->pool, dv->pool, 4 * kv_pool_elems(sh)));
+    CHECK_OK(mg_copy_d2h(be, im->pool, dv->pool, kv_pool_bytes(sh)));
     CHECK_OK(mg_copy_d2h(be, im->q, dv->q, 2 * t * sh->hq * sh->d));
     CHECK_OK(mg_copy_d2h(be, im->o, dv->o, 2 * t * sh->hq * sh->d));
     CHECK_OK(mg_copy_d2h(be, im->lse, dv->lse, 4 * t * sh->hq));
@@ -423,13 +514,12 @@ static inline void kv_scenario_one_step(mg_backend *be, kv_shape sh, uint32_t lo
     kv_step_build(&st, &sh, &r, a, add);
     kv_device dv;
     kv_device_alloc(be, &sh, &dv, st.tokens, st.kv_stride, B);
-    uint16_t *pool0 = malloc(4 * kv_pool_elems(&sh));
-    for (size_t i = 0; i < 2 * kv_pool_elems(&sh); i++)
-        pool0[i] = kv_random_bf16();
-    CHECK_OK(mg_copy_h2d(be, dv.pool, pool0, 4 * kv_pool_elems(&sh)));
+    void *pool0 = kv_random_pool(&sh);
+    CHECK_OK(mg_copy_h2d(be, dv.pool, pool0, kv_pool_bytes(&sh)));
     kv_device_upload(be, &sh, &dv, &st);
     mg_kv_append_args args = kv_append_args_of(&sh, &dv, &st);
-    CHECK_OK(mg_kv_append(be, NULL, &(mg_kv_cache_desc){sh.hkv, sh.d, sh.page_size, sh.num_pages},
+    CHECK_OK(mg_kv_append(be, NULL, &(mg_kv_cache_desc){sh.hkv, sh.d, sh.page_size, sh.num_pages,
+                                                        sh.fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16},
                           &args));
     mg_paged_attention_desc d = kv_attention_desc(&sh);
     mg_kv_page_table table = kv_table_of(&st);
@@ -475,16 +565,15 @@ static inline void kv_scenario_graph_steps(mg_backend *be, kv_shape sh, const ch
     kv_step_free(&st);
     kv_device dv;
     kv_device_alloc(be, &sh, &dv, B, 2 * sh.hkv * sh.d + 8, B);
-    uint16_t *pool = malloc(4 * kv_pool_elems(&sh));
-    for (size_t i = 0; i < 2 * kv_pool_elems(&sh); i++)
-        pool[i] = kv_random_bf16();
-    CHECK_OK(mg_copy_h2d(be, dv.pool, pool, 4 * kv_pool_elems(&sh)));
+    void *pool = kv_random_pool(&sh);
+    CHECK_OK(mg_copy_h2d(be, dv.pool, pool, kv_pool_bytes(&sh)));
     mg_stream *s = NULL;
     CHECK_OK(mg_stream_create(be, &s));
     mg_paged_attention_desc d = kv_attention_desc(&sh);
     d.graph_qo_rows = B;
     d.graph_kv_tokens = sh.num_pages * sh.page_size;
-    mg_kv_cache_desc cache = {sh.hkv, sh.d, sh.page_size, sh.num_pages};
+    mg_kv_cache_desc cache = {sh.hkv, sh.d, sh.page_size, sh.num_pages,
+                              sh.fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16};
     mg_attention_plan *p = NULL;
     mg_graph *g = NULL;
     for (int step = 0; step < STEPS; step++) {
@@ -518,7 +607,7 @@ static inline void kv_scenario_graph_steps(mg_backend *be, kv_shape sh, const ch
         snprintf(label, sizeof label, "%s: graph step %d attention", what, step);
         test_failures += kv_verify_attention(&sh, &st, im.q, im.pool, im.o, im.lse, B, label) != 0;
         test_checks += 2;
-        memcpy(pool, im.pool, 4 * kv_pool_elems(&sh));
+        memcpy(pool, im.pool, kv_pool_bytes(&sh));
         kv_images_free(&im);
         kv_step_free(&st);
     }

@@ -30,19 +30,19 @@ static void test_allocator(void) {
     CHECK_STATUS(mg_kv_page_allocator_create(0, &a), MG_ERR_INVALID_ARGUMENT);
 
     size_t bytes = 0;
-    mg_kv_cache_desc c = {8, 128, 0, 10};
+    mg_kv_cache_desc c = {8, 128, 0, 10, MG_KV_BF16};
     CHECK_OK(mg_kv_cache_bytes(&c, &bytes));
     CHECK(bytes == 2ull * 10 * 16 * 8 * 128 * 2); /* page size 0 means 16 */
     c.page_size = 129;
     CHECK_STATUS(mg_kv_cache_bytes(&c, &bytes), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("page_size");
-    c = (mg_kv_cache_desc){8, 100, 16, 10};
+    c = (mg_kv_cache_desc){8, 100, 16, 10, MG_KV_BF16};
     CHECK_STATUS(mg_kv_cache_bytes(&c, &bytes), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("head_dim");
 }
 
 static void test_table_checks(void) {
-    const mg_kv_cache_desc c = {2, 64, 4, 6};
+    const mg_kv_cache_desc c = {2, 64, 4, 6, MG_KV_BF16};
     int32_t qo[3] = {0, 1, 3}, kv[3] = {0, 2, 3}, idx[3] = {5, 0, 2}, last[2] = {3, 4};
     mg_kv_page_table t = {2, qo, kv, idx, last};
     CHECK_OK(mg_kv_page_table_check(&c, &t, NULL));
@@ -78,8 +78,8 @@ static void test_bad_tables(mg_backend *be) {
     sh.num_pages = 8;
     kv_device dv;
     kv_device_alloc(be, &sh, &dv, st.tokens, st.kv_stride, 2);
-    CHECK_OK(mg_memset(be, dv.pool, 0xAB, 4 * kv_pool_elems(&sh)));
-    const mg_kv_cache_desc cache = {sh.hkv, sh.d, sh.page_size, sh.num_pages};
+    CHECK_OK(mg_memset(be, dv.pool, 0xAB, kv_pool_bytes(&sh)));
+    const mg_kv_cache_desc cache = {sh.hkv, sh.d, sh.page_size, sh.num_pages, MG_KV_BF16};
     struct {
         int32_t *slot;
         int32_t bad;
@@ -110,8 +110,8 @@ static void test_bad_tables(mg_backend *be) {
         }
         *cases[i].slot = good;
     }
-    uint16_t *pool = malloc(4 * kv_pool_elems(&sh));
-    CHECK_OK(mg_copy_d2h(be, pool, dv.pool, 4 * kv_pool_elems(&sh)));
+    uint16_t *pool = malloc(kv_pool_bytes(&sh));
+    CHECK_OK(mg_copy_d2h(be, pool, dv.pool, kv_pool_bytes(&sh)));
     size_t touched = 0;
     for (size_t i = 0; i < 2 * kv_pool_elems(&sh); i++)
         touched += pool[i] != 0xABAB;
@@ -153,6 +153,69 @@ static void test_bad_tables(mg_backend *be) {
     mg_kv_page_allocator_destroy(a);
 }
 
+/* FP8 pools: sizes, and the scale arguments refused before anything is written. */
+static void test_fp8_arguments(mg_backend *be) {
+    size_t bytes = 0;
+    mg_kv_cache_desc c = {8, 128, 16, 10, MG_KV_FP8_E4M3};
+    CHECK_OK(mg_kv_cache_bytes(&c, &bytes));
+    CHECK(bytes == 2ull * 10 * 16 * 8 * 128); /* one byte per element */
+    CHECK(mg_kv_dtype_bytes(MG_KV_FP8_E4M3) == 1 && mg_kv_dtype_bytes(MG_KV_BF16) == 2);
+    c.kv_dtype = (mg_kv_dtype)7;
+    CHECK_STATUS(mg_kv_cache_bytes(&c, &bytes), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("kv_dtype 7");
+
+    kv_shape sh = {.hq = 4, .hkv = 2, .d = 32, .page_size = 4, .window_left = -1, .rope = true,
+                   .fp8 = true};
+    mg_kv_page_allocator *a = kv_shuffled_allocator(8);
+    kv_requests r;
+    kv_requests_init(&r, 2, 8);
+    kv_step st;
+    kv_step_build(&st, &sh, &r, a, (uint32_t[]){5, 3});
+    sh.num_pages = 8;
+    kv_device dv;
+    kv_device_alloc(be, &sh, &dv, st.tokens, st.kv_stride, 2);
+    CHECK_OK(mg_memset(be, dv.pool, 0x5A, kv_pool_bytes(&sh)));
+    kv_device_upload(be, &sh, &dv, &st);
+    const mg_kv_cache_desc cache = {sh.hkv, sh.d, sh.page_size, sh.num_pages, MG_KV_FP8_E4M3};
+    mg_kv_append_args args = kv_append_args_of(&sh, &dv, &st);
+    args.v_scale = 0;
+    CHECK_STATUS(mg_kv_append(be, NULL, &cache, &args), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("v_scale");
+    args = kv_append_args_of(&sh, &dv, &st);
+    const mg_kv_cache_desc bf16_cache = {sh.hkv, sh.d, sh.page_size, sh.num_pages, MG_KV_BF16};
+    CHECK_STATUS(mg_kv_append(be, NULL, &bf16_cache, &args), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("for FP8 pools");
+    /* A scale that is not finite and > 0: the CPU kernel refuses it before writing. */
+    const float bad_scale = -1.0f;
+    CHECK_OK(mg_copy_h2d(be, dv.k_scale + 4, &bad_scale, 4));
+    CHECK_STATUS(mg_kv_append(be, NULL, &cache, &args), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("k_scale[1] = -1");
+    uint8_t *pool = malloc(kv_pool_bytes(&sh));
+    CHECK_OK(mg_copy_d2h(be, pool, dv.pool, kv_pool_bytes(&sh)));
+    size_t touched = 0;
+    for (size_t i = 0; i < kv_pool_bytes(&sh); i++)
+        touched += pool[i] != 0x5A;
+    CHECK(touched == 0);
+    free(pool);
+    /* Attention: scales required for FP8 plans, refused for BF16 ones. */
+    mg_kv_page_table table = kv_table_of(&st);
+    mg_paged_attention_desc d = kv_attention_desc(&sh);
+    mg_attention_plan *p = NULL;
+    CHECK_OK(mg_paged_attention_plan_create(be, &d, &table, NULL, &p));
+    mg_paged_attention_tensors t = kv_attention_tensors(&sh, &dv, st.tokens);
+    t.k_scale = 0;
+    CHECK_STATUS(mg_paged_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("k_scale");
+    mg_attention_plan_destroy(p);
+    d.kv_dtype = (mg_kv_dtype)2;
+    CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("kv_dtype 2");
+    kv_device_free(be, &dv);
+    kv_step_free(&st);
+    kv_requests_free(&r);
+    mg_kv_page_allocator_destroy(a);
+}
+
 int main(void) {
     test_seed();
     mg_backend *be = NULL;
@@ -163,6 +226,7 @@ int main(void) {
     test_allocator();
     test_table_checks();
     test_bad_tables(be);
+    test_fp8_arguments(be);
     const kv_shape shapes[] = {
         {.hq = 8, .hkv = 2, .d = 64, .page_size = 16, .window_left = -1, .rope = true},
         {.hq = 4, .hkv = 4, .d = 32, .page_size = 1, .window_left = -1, .rope = false},
@@ -170,11 +234,22 @@ int main(void) {
          .rope = true, .positions = true},
         {.hq = 6, .hkv = 2, .d = 48, .page_size = 128, .window_left = -1, .soft_cap = 2.0f,
          .rope = true},
+        /* The head_dims with CUDA paged kernels besides 128: 64 above, 256 here (Gemma 2's:
+         * soft-cap and sliding window). */
+        {.hq = 8, .hkv = 4, .d = 256, .page_size = 16, .window_left = 300, .soft_cap = 50.0f,
+         .rope = true},
+        /* FP8 E4M3 pools with per-head scales (head 3's keys saturate). */
+        {.hq = 8, .hkv = 4, .d = 64, .page_size = 16, .window_left = -1, .rope = true,
+         .fp8 = true},
+        {.hq = 4, .hkv = 2, .d = 128, .page_size = 5, .window_left = 23, .soft_cap = 30.0f,
+         .rope = true, .positions = true, .fp8 = true},
+        {.hq = 6, .hkv = 6, .d = 32, .page_size = 1, .window_left = -1, .fp8 = true},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         char what[96];
-        snprintf(what, sizeof what, "cpu shape %zu (hq %u hkv %u d %u page %u)", i, shapes[i].hq,
-                 shapes[i].hkv, shapes[i].d, shapes[i].page_size);
+        snprintf(what, sizeof what, "cpu shape %zu (hq %u hkv %u d %u page %u%s)", i,
+                 shapes[i].hq, shapes[i].hkv, shapes[i].d, shapes[i].page_size,
+                 shapes[i].fp8 ? " fp8" : "");
         kv_scenario_one_step(be, shapes[i], 700, what);
         kv_scenario_graph_steps(be, shapes[i], what);
     }

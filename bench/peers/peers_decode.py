@@ -15,6 +15,9 @@ Rows (keys as metrale's rows, for bench/peers/report.py):
                            L <= 8192: split the keys across blocks), else 1.0x (paging must
                            cost nothing).
   decode/ragged_b<B>_L<L>  the same SDPA figure, for our ragged op on contiguous keys, 1.0x.
+  decode/fp8_b<B>_L<L>     FP8 E4M3 K/V with per-head scales, as torch does it without an FP8
+                           kernel: dequantize to BF16 (code * scale per head), then SDPA;
+                           reported per FP8 byte read (2 * B * L * Hkv * D), target 1.0x.
   decode/append_<tokens>   a copy of the QKV rows' K and V with torch (index_copy_ into a flat
                            pool by slot), for the record; the target is 0.7 of copy bandwidth
                            (checked in the note of our row).
@@ -73,6 +76,29 @@ def main():
                 print(key, f"{us:.1f} us", f"{gbps:.0f} GB/s", flush=True)
             except Exception as e:  # noqa: BLE001 - record why the peer is missing
                 rows[key + ".sdpa_error"] = {"metric": "info", "value": None, "how": str(e)[:200]}
+            fp8_key = f"decode/fp8_b{b}_L{length}"
+            try:
+                scale = (torch.rand(1, HKV, 1, 1, device=dev) + 0.5) / 100
+                k8 = (k.float() / scale).to(torch.float8_e4m3fn)
+                v8 = (v.float() / scale).to(torch.float8_e4m3fn)
+                del k, v
+                torch.cuda.empty_cache()
+
+                def fp8_decode():
+                    kd = (k8.to(bf) * scale.to(bf))
+                    vd = (v8.to(bf) * scale.to(bf))
+                    return F.scaled_dot_product_attention(q, kd, vd, enable_gqa=True)
+
+                us = graph_median_us(fp8_decode, args.iters)
+                gbps = (kv_bytes / 2) / us / 1e3
+                rows[fp8_key] = {"metric": "gbps", "value": gbps, "target_ratio": 1.0,
+                                 "how": "FP8 K/V dequantized to BF16 per head, then SDPA, graph "
+                                        "replay (FP8 bytes read)"}
+                print(fp8_key, f"{us:.1f} us", f"{gbps:.0f} GB/s", flush=True)
+                del k8, v8
+            except Exception as e:  # noqa: BLE001 - record why the peer is missing
+                rows[fp8_key + ".error"] = {"metric": "info", "value": None, "how": str(e)[:200]}
+            k = v = None
             del q, k, v
             torch.cuda.empty_cache()
     # Append: the K and V columns of QKV rows into a pool by slot (a plain scatter, no RoPE).

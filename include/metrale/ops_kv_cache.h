@@ -4,13 +4,18 @@
  * optional RoPE on q and k), and attention over pages (decode: one query per request; prefill:
  * a chunk of new tokens attending to its cached prefix and itself, causal).
  *
- * BF16 keys and values only (FP8 E4M3 pools with per-head scales are not implemented).
- *
  * The pool. Pages of `page_size` tokens (1..128), NHD inside a page: the K pool is
- * [num_pages][page_size][num_kv_heads][head_dim] BF16, the V pool the same, right after it in
- * the caller's allocation (mg_kv_cache_bytes sizes it, e.g. for a model arena; mg_kv_cache_pools
- * splits it). Page p's token slot t of head h starts at element
+ * [num_pages][page_size][num_kv_heads][head_dim] elements, the V pool the same, right after it
+ * in the caller's allocation (mg_kv_cache_bytes sizes it, e.g. for a model arena;
+ * mg_kv_cache_pools splits it). Page p's token slot t of head h starts at element
  * ((p * page_size + t) * num_kv_heads + h) * head_dim of each pool.
+ *
+ * Elements are BF16 (kv_dtype MG_KV_BF16, the default) or FP8 E4M3 (MG_KV_FP8_E4M3: half the
+ * bytes) with one FP32 scale per kv head for K and one for V, owned by the caller (FP32
+ * [num_kv_heads] device arrays k_scale and v_scale, passed to append and to attention): the
+ * stored code of a value x of head h is e4m3(x / scale[h]) (FP32 division, round to nearest
+ * even, saturating to +-448), and it stands for code * scale[h]. FP8 attention on CUDA:
+ * head_dim 128 without a logits soft-cap only; the CPU backend serves every shape.
  *
  * The page table, owned by the engine, in CSR form for a batch of B requests:
  *   kv_indptr [B + 1]: request i owns kv_indices[kv_indptr[i] .. kv_indptr[i+1]), its pages in
@@ -48,14 +53,25 @@ extern "C" {
 #define MG_KV_PAGE_SIZE_DEFAULT 16u
 #define MG_KV_PAGE_SIZE_MAX 128u
 
+/* The element type of the K and V pools. */
+typedef enum mg_kv_dtype {
+    MG_KV_BF16 = 0,     /* BF16, 2 bytes */
+    MG_KV_FP8_E4M3 = 1, /* FP8 E4M3 with per-head FP32 scales, 1 byte */
+} mg_kv_dtype;
+
 typedef struct mg_kv_cache_desc {
     uint32_t num_kv_heads; /* > 0 */
-    uint32_t head_dim;     /* a positive multiple of 16 up to 512 (CUDA attention: 128) */
+    uint32_t head_dim;     /* a positive multiple of 16 up to 512 (CUDA attention: 64, 128,
+                            * 256; FP8: 128) */
     uint32_t page_size;    /* 1..128 tokens; 0 means MG_KV_PAGE_SIZE_DEFAULT */
     uint32_t num_pages;    /* > 0, < 2^31 */
+    mg_kv_dtype kv_dtype;  /* MG_KV_BF16 (0) or MG_KV_FP8_E4M3 */
 } mg_kv_cache_desc;
 
-/* Bytes of the whole pool (K then V, BF16) of `d`; MG_ERR_INVALID_ARGUMENT naming the problem
+/* Bytes per pool element of `t` (2 or 1; 0 for an unknown value). */
+MG_API size_t mg_kv_dtype_bytes(mg_kv_dtype t);
+
+/* Bytes of the whole pool (K then V) of `d`; MG_ERR_INVALID_ARGUMENT naming the problem
  * for a bad descriptor or a size beyond size_t. */
 MG_API mg_status mg_kv_cache_bytes(const mg_kv_cache_desc *d, size_t *bytes);
 
@@ -103,6 +119,9 @@ MG_API mg_status mg_kv_page_table_check(const mg_kv_cache_desc *d, const mg_kv_p
  * on k (as it is written): for i < head_dim / 2, with f = rope_theta^(-2i / head_dim) and
  * a = position * f: x[i]' = x[i] cos a - x[i + D/2] sin a, x[i + D/2]' = x[i + D/2] cos a +
  * x[i] sin a, in FP32, rounded to BF16 once. position = positions[t] when given, else pos.
+ * FP8 pools: k (rotated, in FP32) and v are quantized as above instead of rounded to BF16; q
+ * stays BF16. The CPU backend checks every scale (finite, > 0) before writing; CUDA uses them
+ * as given (a zero scale stores saturated or NaN codes).
  *
  * The page table arrays are device arrays here (the engine's). The CPU backend checks all of
  * them before writing anything (MG_ERR_INVALID_ARGUMENT); the CUDA kernel cannot without a
@@ -123,6 +142,7 @@ typedef struct mg_kv_append_args {
     float rope_theta; /* > 0, e.g. 10000 or 500000 */
     mg_devptr qo_indptr, kv_indptr, kv_indices, kv_last_page_len; /* int32, device */
     mg_devptr k_pages, v_pages;                                   /* mg_kv_cache_pools */
+    mg_devptr k_scale, v_scale; /* FP8 pools: FP32 [num_kv_heads], finite and > 0; else 0 */
 } mg_kv_append_args;
 
 MG_API mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cache,
@@ -134,7 +154,10 @@ MG_API mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_des
  * request with qo_len = 0 is skipped). Semantics as metrale/ops_attention.h with causal = true,
  * plus an optional logits soft-cap c > 0: scores s = sm_scale q.k become c * tanh(s / c) before
  * the softmax (the LSE is of those). CUDA: FlashInfer's paged FA2 kernels (split-KV, so a small
- * batch still fills the GPU), head_dim 128, page_size as the cache; CPU: the reference.
+ * batch still fills the GPU), page_size as the cache; built for BF16 pools at head_dim 128 and
+ * 256 (with or without soft-cap) and 64 (without), and for FP8 pools at head_dim 128 without
+ * soft-cap (the others return MG_ERR_UNSUPPORTED at plan creation); CPU: the reference, any
+ * shape. FP8 pools: scores use k = code * k_scale[h], outputs v = code * v_scale[h].
  *
  * Plans follow mg_attention_plan (create / update / destroy / get_info / flops work on them):
  * plan on the host from the host page table (its kv_indices may be NULL: only counts matter),
@@ -151,6 +174,7 @@ typedef struct mg_paged_attention_desc {
     float logits_soft_cap;   /* 0: none; else finite > 0 */
     uint32_t graph_qo_rows;  /* 0: eager; else q/o capacity in rows (fixed-grid) */
     uint32_t graph_kv_tokens; /* fixed-grid: bound on the planned kv tokens */
+    mg_kv_dtype kv_dtype;     /* as the cache */
 } mg_paged_attention_desc;
 
 typedef struct mg_paged_attention_tensors {
@@ -161,6 +185,7 @@ typedef struct mg_paged_attention_tensors {
     uint32_t num_pages;         /* pages in each pool */
     mg_devptr kv_indices;       /* int32 device array, num_kv_indices entries */
     uint32_t num_kv_indices;    /* >= the planned kv_indptr[batch_size] */
+    mg_devptr k_scale, v_scale; /* FP8 plans: FP32 [num_kv_heads] (as append); else 0 */
 } mg_paged_attention_tensors;
 
 MG_API mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention_desc *d,

@@ -30,6 +30,7 @@ typedef struct kv_case {
     float soft_cap;
     bool positions;
     uint32_t long_prefix; /* request 0's cached prefix (0: none) */
+    uint32_t head_dim;
 } kv_case;
 
 static uint32_t rng_range(uint64_t *r, uint32_t lo, uint32_t hi) {
@@ -56,7 +57,7 @@ static void free_batch(kv_batch *b) {
 }
 
 static bool make_batch(uint64_t *r, const kv_case *c, bool small, kv_batch *b) {
-    const uint32_t d = 128, shrink = small ? 8 : 1, n = c->batch;
+    const uint32_t d = c->head_dim, shrink = small ? 8 : 1, n = c->batch;
     b->qo_indptr = calloc(n + 1, 4);
     b->kv_indptr = calloc(n + 1, 4);
     b->last = calloc(n, 4);
@@ -82,7 +83,7 @@ static bool make_batch(uint64_t *r, const kv_case *c, bool small, kv_batch *b) {
     free(len);
     b->pages_used = (uint32_t)b->kv_indptr[n];
     b->tokens = (uint32_t)b->qo_indptr[n];
-    b->cache = (mg_kv_cache_desc){c->hkv, d, ps, b->pages_used + rng_range(r, 1, 9)};
+    b->cache = (mg_kv_cache_desc){c->hkv, d, ps, b->pages_used + rng_range(r, 1, 9), MG_KV_BF16};
     /* Page ids: a shuffled permutation of the pool, so pages are scattered. */
     const uint32_t np = b->cache.num_pages;
     int32_t *perm = malloc(4ull * np);
@@ -135,7 +136,7 @@ static void free_buffers(kv_buffers *g) {
 
 /* Uploads the batch to `be`, appends (RoPE on q and k) and runs the attention. */
 static mg_status run_on(mg_backend *be, const kv_case *c, const kv_batch *b, kv_buffers *g) {
-    const uint32_t d = 128;
+    const uint32_t d = c->head_dim;
     const size_t t = b->tokens ? b->tokens : 1;
     g->be = be;
     mg_status st;
@@ -202,7 +203,7 @@ static mg_status run_on(mg_backend *be, const kv_case *c, const kv_batch *b, kv_
 /* Compares what both backends hold after the run; fills `why` on a mismatch. */
 static bool compare(const kv_case *c, const kv_batch *b, const kv_buffers *got,
                     const kv_buffers *want, double *error, char *why, size_t why_bytes) {
-    const size_t t = b->tokens, o_elems = t * c->hq * 128, pool = 2 * b->pool_elems;
+    const size_t t = b->tokens, o_elems = t * c->hq * c->head_dim, pool = 2 * b->pool_elems;
     uint16_t *gp = malloc(2 * pool), *wp = malloc(2 * pool);
     uint16_t *go = malloc(2 * o_elems + 2), *wo = malloc(2 * o_elems + 2);
     uint16_t *gq = malloc(2 * o_elems + 2), *wq = malloc(2 * o_elems + 2);
@@ -243,7 +244,7 @@ static bool compare(const kv_case *c, const kv_batch *b, const kv_buffers *got,
         ref2 += w * w;
         if (!(fabs(g - w) <= MAX_ABS_ERROR)) {
             snprintf(why, why_bytes, "o element %zu (row %zu): %g, reference %g", i,
-                     i / (c->hq * 128), g, w);
+                     i / (c->hq * c->head_dim), g, w);
             ok = false;
         }
     }
@@ -297,13 +298,18 @@ done:
     }
 
 /* name, batch, Hq, Hkv, page size, longest prefix, most new tokens, window, soft cap, positions,
- * long prefix of request 0. */
-CASE(decode_gqa4, 13, 32, 8, 16, 3000, 1, -1, 0.0f, false, 0)
-CASE(decode_long, 3, 32, 8, 16, 200, 1, -1, 0.0f, false, 32768)
-CASE(decode_mha_page1, 9, 8, 8, 1, 400, 1, -1, 0.0f, true, 0)
-CASE(decode_gqa8_window_cap, 6, 16, 2, 7, 2000, 1, 100, 30.0f, true, 0)
-CASE(prefill_chunks, 7, 32, 8, 16, 1500, 300, -1, 0.0f, false, 0)
-CASE(prefill_page128_cap, 5, 16, 4, 128, 800, 90, -1, 5.0f, false, 0)
+ * long prefix of request 0, head_dim. */
+CASE(decode_gqa4, 13, 32, 8, 16, 3000, 1, -1, 0.0f, false, 0, 128)
+CASE(decode_long, 3, 32, 8, 16, 200, 1, -1, 0.0f, false, 32768, 128)
+CASE(decode_mha_page1, 9, 8, 8, 1, 400, 1, -1, 0.0f, true, 0, 128)
+CASE(decode_gqa8_window_cap, 6, 16, 2, 7, 2000, 1, 100, 30.0f, true, 0, 128)
+CASE(prefill_chunks, 7, 32, 8, 16, 1500, 300, -1, 0.0f, false, 0, 128)
+CASE(prefill_page128_cap, 5, 16, 4, 128, 800, 90, -1, 5.0f, false, 0, 128)
+/* The other head_dims with paged kernels: 64 (no soft-cap kernels) and 256 (with). */
+CASE(decode_hd64, 11, 32, 8, 16, 2500, 1, -1, 0.0f, false, 0, 64)
+CASE(prefill_hd64_window, 5, 12, 3, 32, 900, 200, 300, 0.0f, true, 0, 64)
+CASE(decode_hd256_window_cap, 7, 8, 4, 16, 3000, 1, 1000, 50.0f, false, 0, 256)
+CASE(prefill_hd256, 4, 16, 16, 7, 700, 150, -1, 0.0f, false, 0, 256)
 
 const mg_check_case mg_checks_kv_cache[] = {
     {"kv_cache", "decode_gqa4", check_decode_gqa4},
@@ -312,5 +318,9 @@ const mg_check_case mg_checks_kv_cache[] = {
     {"kv_cache", "decode_gqa8_window_cap", check_decode_gqa8_window_cap},
     {"kv_cache", "prefill_chunks", check_prefill_chunks},
     {"kv_cache", "prefill_page128_cap", check_prefill_page128_cap},
+    {"kv_cache", "decode_hd64", check_decode_hd64},
+    {"kv_cache", "prefill_hd64_window", check_prefill_hd64_window},
+    {"kv_cache", "decode_hd256_window_cap", check_decode_hd256_window_cap},
+    {"kv_cache", "prefill_hd256", check_prefill_hd256},
     {NULL, NULL, NULL},
 };

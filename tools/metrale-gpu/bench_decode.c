@@ -7,8 +7,11 @@
  * measured device copy bandwidth. Two more rows per case:
  *   ragged_<case>  our ragged prefill op with one query per request on contiguous keys (the
  *                  same attention without a page table: what paging costs);
+ *   fp8_<case>     the paged op over FP8 E4M3 pools with per-head scales (KV bytes read are
+ *                  half the BF16 case's);
  * and the append op: append_<tokens> writes that many tokens' K and V (from a strided QKV
- * output, RoPE on q and k) into shuffled pages; bytes = read + written, against copy bandwidth.
+ * output, RoPE on q and k) into shuffled pages; bytes = read + written, against copy bandwidth;
+ * append_fp8_<tokens> the same into FP8 pools (K and V written as one byte per element).
  * Like the peers (SDPA under graph replay), a replay reads the same keys every time, so the
  * smallest cases run from L2. Options: --batch N and --context N restrict the grid. */
 #include <math.h>
@@ -52,31 +55,49 @@ static mg_status body_append(mg_bench *b, void *arg, int iteration) {
     return mg_kv_append(b->backend, b->stream, &r->cache, &r->append);
 }
 
-/* Fills a device buffer with BF16 values uniform in [-1, 1] (never raw random bits: NaNs and
- * huge values would change the softmax's path): one random tile of at most 8 Mi elements made
- * on the host, repeated on the device, so multi-GiB pools fill in a moment. */
+/* Fills a device buffer with `elems` values uniform in [-1, 1] (never raw random bits: NaNs and
+ * huge values would change the softmax's path), BF16 or (fp8) FP8 E4M3 codes of 100 times the
+ * value (the bench's scales are about 0.01): one random tile of at most 8 Mi elements made on
+ * the host, repeated on the device, so multi-GiB pools fill in a moment. */
 #define FILL_TILE_ELEMS ((size_t)8 << 20)
-static mg_status fill_bf16(mg_bench *b, mg_devptr dst, size_t elems, uint64_t seed) {
+static mg_status fill_values(mg_bench *b, mg_devptr dst, size_t elems, bool fp8, uint64_t seed) {
     if (!elems)
         return MG_OK;
-    const size_t tile = elems < FILL_TILE_ELEMS ? elems : FILL_TILE_ELEMS;
-    uint16_t *host = calloc(tile, 2);
+    const size_t tile = elems < FILL_TILE_ELEMS ? elems : FILL_TILE_ELEMS, size = fp8 ? 1 : 2;
+    uint8_t *host = calloc(tile, size);
     if (!host)
         return MG_ERR_OUT_OF_MEMORY;
     uint64_t x = seed | 1;
     for (size_t i = 0; i < tile; i++) {
         x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-        host[i] =
-            mg_f32_to_bf16((float)((double)((x * 0x2545f4914f6cdd1dull) >> 11) / 0x1p52 - 1.0));
+        const float value = (float)((double)((x * 0x2545f4914f6cdd1dull) >> 11) / 0x1p52 - 1.0);
+        if (fp8)
+            host[i] = mg_f32_to_fp8_e4m3(100.0f * value);
+        else
+            ((uint16_t *)host)[i] = mg_f32_to_bf16(value);
     }
-    mg_status st = mg_copy_h2d(b->backend, dst, host, 2 * tile);
+    mg_status st = mg_copy_h2d(b->backend, dst, host, size * tile);
     free(host);
     for (size_t done = tile; !st && done < elems;) {
         const size_t n = done < elems - done ? done : elems - done;
-        st = mg_copy_d2d(b->backend, dst + 2 * done, dst, 2 * n);
+        st = mg_copy_d2d(b->backend, dst + size * done, dst, size * n);
         done += n;
     }
     return st;
+}
+
+static mg_status fill_bf16(mg_bench *b, mg_devptr dst, size_t elems, uint64_t seed) {
+    return fill_values(b, dst, elems, false, seed);
+}
+
+/* Per-head FP32 scales (K then V, HKV each) for the FP8 cases: codes of about 100 stand for
+ * values of about 1. */
+static mg_status make_scales(mg_bench *b, mg_devptr *scales) {
+    float host[2 * HKV];
+    for (int i = 0; i < 2 * HKV; i++)
+        host[i] = 0.01f * (1.0f + 0.125f * (float)(i % HKV));
+    mg_status st = mg_alloc(b->backend, sizeof host, scales);
+    return st ? st : mg_copy_h2d(b->backend, *scales, host, sizeof host);
 }
 
 /* A shuffled page table for `batch` requests of `context` tokens (the last one of each is the
@@ -138,7 +159,7 @@ static int bench_point(mg_bench *b, uint32_t batch, uint32_t context, double cop
     mg_devptr pool = 0, q = 0, o = 0, idx = 0;
     int failures = 0;
     const double kv_bytes = 2.0 * batch * context * HKV * HEAD_DIM * 2;
-    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, 0};
+    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, 0, MG_KV_BF16};
     mg_status st = make_table(&t, batch, context, 7u + batch * 31u + context) ? MG_OK
                                                                                : MG_ERR_OUT_OF_MEMORY;
     size_t pool_bytes = 0;
@@ -254,23 +275,105 @@ done:
     return failures;
 }
 
-/* Appends `tokens` tokens, spread over 8 requests, from a QKV GEMM output (rows of q, k, v). */
-static int bench_append(mg_bench *b, uint32_t tokens, double copy_gbps) {
+/* The paged op over FP8 E4M3 pools: fp8_b<batch>_L<context>. */
+static int bench_fp8_point(mg_bench *b, uint32_t batch, uint32_t context, double copy_gbps) {
     char name[48], shape[64];
-    snprintf(name, sizeof name, "append_%u", tokens);
+    snprintf(name, sizeof name, "fp8_b%u_L%u", batch, context);
     if (!mg_bench_selected(b, name))
         return 0;
-    snprintf(shape, sizeof shape, "%u tokens, 8 requests, RoPE", tokens);
+    snprintf(shape, sizeof shape, "B=%u L=%u FP8 KV", batch, context);
+    paged_table t = {0};
+    decode_run r = {0};
+    mg_devptr pool = 0, q = 0, o = 0, idx = 0, scales = 0, k_pages = 0, v_pages = 0;
+    size_t pool_bytes = 0;
+    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, 0, MG_KV_FP8_E4M3};
+    mg_status st = make_table(&t, batch, context, 7u + batch * 31u + context) ? MG_OK
+                                                                               : MG_ERR_OUT_OF_MEMORY;
+    if (!st) {
+        r.cache.num_pages = t.pages;
+        st = mg_kv_cache_bytes(&r.cache, &pool_bytes);
+    }
+    if (!st)
+        st = mg_alloc(b->backend, pool_bytes, &pool);
+    if (!st)
+        st = mg_kv_cache_pools(&r.cache, pool, &k_pages, &v_pages);
+    if (!st)
+        st = mg_alloc(b->backend, 2ull * batch * HQ * HEAD_DIM, &q);
+    if (!st)
+        st = mg_alloc(b->backend, 2ull * batch * HQ * HEAD_DIM, &o);
+    if (!st)
+        st = mg_alloc(b->backend, 4ull * t.pages, &idx);
+    if (!st)
+        st = mg_copy_h2d(b->backend, idx, t.idx, 4ull * t.pages);
+    if (!st)
+        st = fill_values(b, pool, pool_bytes, true, 11);
+    if (!st)
+        st = fill_bf16(b, q, (size_t)batch * HQ * HEAD_DIM, 12);
+    if (!st)
+        st = make_scales(b, &scales);
+    const mg_paged_attention_desc d = {.num_qo_heads = HQ,
+                                       .num_kv_heads = HKV,
+                                       .head_dim = HEAD_DIM,
+                                       .page_size = PAGE,
+                                       .window_left = -1,
+                                       .sm_scale = 1.0f / sqrtf((float)HEAD_DIM),
+                                       .graph_qo_rows = batch,
+                                       .graph_kv_tokens = batch * context,
+                                       .kv_dtype = MG_KV_FP8_E4M3};
+    const mg_kv_page_table table = {batch, t.qo, t.kv, t.idx, t.last};
+    r.paged = (mg_paged_attention_tensors){.q = q,
+                                           .o = o,
+                                           .qo_rows = batch,
+                                           .k_pages = k_pages,
+                                           .v_pages = v_pages,
+                                           .num_pages = t.pages,
+                                           .kv_indices = idx,
+                                           .num_kv_indices = t.pages,
+                                           .k_scale = scales,
+                                           .v_scale = scales + 4 * HKV};
+    mg_bench_row row = mg_bench_row_make("decode", name, shape);
+    if (!st)
+        st = mg_paged_attention_plan_create(b->backend, &d, &table, b->stream, &r.plan);
+    if (!st)
+        st = mg_bench_time_graph(b, body_paged, &r, b->warmup, b->quick ? 3 : b->iters,
+                                 &row.stats);
+    mg_attention_plan_destroy(r.plan);
+    int failures = 0;
+    if (st) {
+        failures = mg_bench_fail(b, name);
+    } else {
+        row.bytes = 2.0 * batch * context * HKV * HEAD_DIM; /* one byte per K and V element */
+        snprintf(row.timing, sizeof row.timing, "graph");
+        note_fraction(&row, copy_gbps, "paged FP8 E4M3, pages of 16 shuffled, KV bytes read");
+        mg_bench_add(b, &row);
+    }
+    free_table(&t);
+    mg_devptr all[] = {pool, q, o, idx, scales};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        mg_free(b->backend, all[i]);
+    return failures;
+}
+
+/* Appends `tokens` tokens, spread over 8 requests, from a QKV GEMM output (rows of q, k, v). */
+static int bench_append(mg_bench *b, uint32_t tokens, bool fp8, double copy_gbps) {
+    char name[48], shape[64];
+    snprintf(name, sizeof name, "append_%s%u", fp8 ? "fp8_" : "", tokens);
+    if (!mg_bench_selected(b, name))
+        return 0;
+    snprintf(shape, sizeof shape, "%u tokens, 8 requests, RoPE%s", tokens,
+             fp8 ? ", FP8 pools" : "");
     const uint32_t batch = 8, per = tokens / batch, row_elems = (HQ + 2 * HKV) * HEAD_DIM;
     paged_table t = {0};
     decode_run r = {0};
-    mg_devptr pool = 0, qkv = 0, qo = 0, kv = 0, last = 0, idx = 0;
+    mg_devptr pool = 0, qkv = 0, qo = 0, kv = 0, last = 0, idx = 0, scales = 0;
     size_t pool_bytes = 0;
     mg_devptr k_pages = 0, v_pages = 0;
     mg_status st = make_table(&t, batch, per, 99) ? MG_OK : MG_ERR_OUT_OF_MEMORY;
     for (uint32_t i = 0; !st && i <= batch; i++)
         t.qo[i] = (int32_t)(i * per); /* every token of each request is new */
-    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, t.pages};
+    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, t.pages, fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16};
+    if (!st && fp8)
+        st = make_scales(b, &scales);
     if (!st)
         st = mg_kv_cache_bytes(&r.cache, &pool_bytes);
     if (!st)
@@ -314,7 +417,9 @@ static int bench_append(mg_bench *b, uint32_t tokens, double copy_gbps) {
                                    .kv_indices = idx,
                                    .kv_last_page_len = last,
                                    .k_pages = k_pages,
-                                   .v_pages = v_pages};
+                                   .v_pages = v_pages,
+                                   .k_scale = fp8 ? scales : 0,
+                                   .v_scale = fp8 ? scales + 4 * HKV : 0};
     mg_bench_row row = mg_bench_row_make("decode", name, shape);
     if (!st)
         st = mg_bench_time_graph(b, body_append, &r, b->warmup, b->quick ? 3 : b->iters,
@@ -323,14 +428,16 @@ static int bench_append(mg_bench *b, uint32_t tokens, double copy_gbps) {
     if (st) {
         failures = mg_bench_fail(b, name);
     } else {
-        /* k and v read and written, q read and written in place (RoPE). */
-        row.bytes = 2.0 * (double)batch * per * row_elems * 2;
+        /* k and v read and written (FP8: one byte each written), q read and written in place
+         * (RoPE). */
+        row.bytes = fp8 ? (double)batch * per * (2.0 * row_elems * 2 - 2.0 * HKV * HEAD_DIM)
+                        : 2.0 * (double)batch * per * row_elems * 2;
         snprintf(row.timing, sizeof row.timing, "graph");
         note_fraction(&row, copy_gbps, "bytes read + written (q, k, v)");
         mg_bench_add(b, &row);
     }
     free_table(&t);
-    mg_devptr all[] = {pool, qkv, qo, kv, last, idx};
+    mg_devptr all[] = {pool, qkv, qo, kv, last, idx, scales};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         mg_free(b->backend, all[i]);
     return failures;
@@ -361,10 +468,13 @@ static int bench_decode(mg_bench *b, int argc, char **argv) {
                 (uint64_t)batch * context > MAX_TOKENS || (b->quick && j))
                 continue;
             failures += bench_point(b, batch, context, copy_gbps);
+            failures += bench_fp8_point(b, batch, context, copy_gbps);
         }
     if (!only_batch && !only_context) {
-        failures += bench_append(b, 128, copy_gbps);
-        failures += bench_append(b, b->quick ? 1024 : 16384, copy_gbps);
+        for (int fp8 = 0; fp8 < 2; fp8++) {
+            failures += bench_append(b, 128, fp8, copy_gbps);
+            failures += bench_append(b, b->quick ? 1024 : 16384, fp8, copy_gbps);
+        }
     }
     return failures;
 }
@@ -372,5 +482,5 @@ static int bench_decode(mg_bench *b, int argc, char **argv) {
 MG_BENCH_REGISTER(decode, "decode",
                   "decode attention over the paged KV cache (FlashInfer paged FA2, split-KV), "
                   "Hq=32 Hkv=8 D=128, pages of 16, graph replay; ragged op on contiguous keys; "
-                  "append with RoPE",
+                  "FP8 E4M3 pools; append with RoPE (BF16 and FP8)",
                   bench_decode)

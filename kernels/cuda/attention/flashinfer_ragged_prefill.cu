@@ -260,31 +260,53 @@ mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
     return MG_OK;
 }
 
-// The paged FA2 launcher of the shape's head_dim and soft-cap mode.
-template <uint32_t HEAD_DIM>
-cudaError_t fa2_paged_launch_capped(const mg_fi_shape *s, metrale_fi::PagedParams &p,
-                                    uint32_t tile, __nv_bfloat16 *tmp_v, float *tmp_s,
-                                    cudaStream_t stream) {
+// The paged FA2 launcher of the shape's KV dtype, head_dim and soft-cap mode: one of the
+// (dtype, head_dim, soft cap) units cmake/flashinfer.cmake builds (mg_fi_paged_built), which the
+// path choice has already checked; cudaErrorNotSupported for any other.
+cudaError_t fa2_paged_launch_for(const mg_fi_shape *s, metrale_fi::PagedParams &p, uint32_t tile,
+                                 __nv_bfloat16 *tmp_v, float *tmp_s, cudaStream_t stream) {
     using metrale_fi::fa2_paged_launch;
-    return s->soft_cap ? fa2_paged_launch<HEAD_DIM, true>(p, tile, tmp_v, tmp_s, stream)
-                       : fa2_paged_launch<HEAD_DIM, false>(p, tile, tmp_v, tmp_s, stream);
+    switch (s->head_dim) {
+    case 64:
+        if (!s->soft_cap)
+            return fa2_paged_launch<64, false>(p, tile, tmp_v, tmp_s, stream);
+        break;
+    case 128:
+        return s->soft_cap ? fa2_paged_launch<128, true>(p, tile, tmp_v, tmp_s, stream)
+                           : fa2_paged_launch<128, false>(p, tile, tmp_v, tmp_s, stream);
+    case 256:
+        return s->soft_cap ? fa2_paged_launch<256, true>(p, tile, tmp_v, tmp_s, stream)
+                           : fa2_paged_launch<256, false>(p, tile, tmp_v, tmp_s, stream);
+    }
+    return cudaErrorNotSupported;
 }
 
-mg_status run_fa2_paged(const mg_fi_shape *s, const mg_fi_plan_info *info,
-                        const mg_fi_run_args *a, cudaStream_t stream, mg_fi_error *err) {
+cudaError_t fa2_paged_launch_for(const mg_fi_shape *s, metrale_fi::PagedFp8Params &p,
+                                 uint32_t tile, __nv_bfloat16 *tmp_v, float *tmp_s,
+                                 cudaStream_t stream) {
+    if (s->head_dim == 128 && !s->soft_cap)
+        return metrale_fi::fa2_paged_fp8_launch<128, false>(p, tile, tmp_v, tmp_s, stream);
+    return cudaErrorNotSupported;
+}
+
+// Fills FlashInfer's paged params (BF16 or FP8 pools: Params::DTypeKV) and launches.
+template <typename Params>
+mg_status run_fa2_paged_as(const mg_fi_shape *s, const mg_fi_plan_info *info,
+                           const mg_fi_run_args *a, Params &p, cudaStream_t stream,
+                           mg_fi_error *err) {
+    using DTypeKV = typename Params::DTypeKV;
     flashinfer::PrefillPlanInfo plan;
     plan.FromVector(std::vector<int64_t>(info->words, info->words + 15));
     void *region = a->int_workspace;
     void *fi_int = static_cast<char *>(region) + indptr_region_bytes(s);
     const int64_t slot = int64_t(indptr_slot_bytes(s->batch_size));
 
-    metrale_fi::PagedParams p;
     p.q = static_cast<__nv_bfloat16 *>(a->q);
     p.o = static_cast<__nv_bfloat16 *>(a->o);
     p.lse = a->lse;
-    p.paged_kv = flashinfer::paged_kv_t<__nv_bfloat16, int32_t>(
+    p.paged_kv = flashinfer::paged_kv_t<DTypeKV, int32_t>(
         s->num_kv_heads, s->page_size, s->head_dim, s->batch_size, flashinfer::QKVLayout::kNHD,
-        static_cast<__nv_bfloat16 *>(a->k), static_cast<__nv_bfloat16 *>(a->v), a->kv_indices,
+        static_cast<DTypeKV *>(a->k), static_cast<DTypeKV *>(a->v), a->kv_indices,
         at<int32_t>(region, slot), at<int32_t>(region, 2 * slot));
     p.q_indptr = at<int32_t>(region, 0);
     p.group_size = flashinfer::uint_fastdiv(s->num_qo_heads / s->num_kv_heads);
@@ -299,18 +321,27 @@ mg_status run_fa2_paged(const mg_fi_shape *s, const mg_fi_plan_info *info,
     __nv_bfloat16 *tmp_v = nullptr;
     float *tmp_s = nullptr;
     set_schedule(p, plan, fi_int, a->float_workspace, &tmp_v, &tmp_s);
-    cudaError_t e;
-    switch (s->head_dim) {
-    case 128:
-        e = fa2_paged_launch_capped<128>(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
-        break;
-    default:
-        return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no paged kernels",
-                    s->head_dim);
-    }
+    const cudaError_t e =
+        fa2_paged_launch_for(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
+    if (e == cudaErrorNotSupported)
+        return mg_plugin_fail(err, MG_ERR_INTERNAL, 0,
+                    "mg_fi_run: no paged kernels for head_dim %u, soft-cap %u, FP8 %u",
+                    s->head_dim, s->soft_cap, s->kv_fp8);
     if (e != cudaSuccess)
         return mg_plugin_cuda_fail(err, e, "flashinfer FA2 BatchPrefillWithPagedKVCache");
     return MG_OK;
+}
+
+mg_status run_fa2_paged(const mg_fi_shape *s, const mg_fi_plan_info *info,
+                        const mg_fi_run_args *a, cudaStream_t stream, mg_fi_error *err) {
+    if (s->kv_fp8) {
+        metrale_fi::PagedFp8Params p;
+        p.head_k_scale = a->k_scale;
+        p.head_v_scale = a->v_scale;
+        return run_fa2_paged_as(s, info, a, p, stream, err);
+    }
+    metrale_fi::PagedParams p;
+    return run_fa2_paged_as(s, info, a, p, stream, err);
 }
 
 mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
@@ -377,11 +408,12 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
                         " are)",
                         shape->head_dim);
         if (shape->page_size) {
-            if (!mg_fi_paged_head_dim_built(shape->head_dim))
+            if (!mg_fi_paged_built(shape->head_dim, shape->soft_cap, shape->kv_fp8))
                 return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
-                            "mg_fi_choose_path: paged head_dim %u is not built "
-                            "(" MG_FI_PAGED_HEAD_DIMS_TEXT " is)",
-                            shape->head_dim);
+                            "mg_fi_choose_path: no paged kernels for head_dim %u%s%s (built: "
+                            MG_FI_PAGED_KERNELS_TEXT ")",
+                            shape->head_dim, shape->soft_cap ? " with soft-cap" : "",
+                            shape->kv_fp8 ? " on FP8 pools" : "");
             if (forced == MG_FI_PATH_FA3)
                 return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
                             "mg_fi_choose_path: paged keys have FA2 kernels only");

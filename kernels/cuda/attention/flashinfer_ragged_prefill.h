@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or signature below changes; the loader refuses a mismatch. */
-#define MG_FI_ABI_VERSION 3
+#define MG_FI_ABI_VERSION 4
 
 /* The head_dims the plugin has kernels for: FA2 for each, FA3 for those built for sm_90a
  * (mg_fi_choose_path says when FA3 lacks one). */
@@ -37,11 +37,15 @@ static inline int mg_fi_head_dim_built(uint32_t head_dim) {
     return head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
-/* The head_dims of the paged (FA2, causal) kernels, with and without a logits soft-cap; each
- * costs a translation unit per soft-cap mode (cmake/flashinfer.cmake fi_paged_head_dims). */
-#define MG_FI_PAGED_HEAD_DIMS_TEXT "128"
-static inline int mg_fi_paged_head_dim_built(uint32_t head_dim) {
-    return head_dim == 128;
+/* The paged (FA2, causal) kernels built: one translation unit per (KV dtype, head_dim, soft-cap
+ * mode) of cmake/flashinfer.cmake fi_paged_units, which must list the same. */
+#define MG_FI_PAGED_KERNELS_TEXT                                                                   \
+    "BF16 pools: head_dim 128 and 256 with or without soft-cap, 64 without; FP8 pools: "        \
+    "head_dim 128 without soft-cap"
+static inline int mg_fi_paged_built(uint32_t head_dim, uint32_t soft_cap, uint32_t kv_fp8) {
+    if (kv_fp8)
+        return head_dim == 128 && !soft_cap;
+    return head_dim == 128 || head_dim == 256 || (head_dim == 64 && !soft_cap);
 }
 
 /* A failed call's status comes with an mg_plugin_error (kernels/cuda/common/plugin_error.h). */
@@ -68,6 +72,7 @@ typedef struct mg_fi_shape {
      * many tokens, a plan also takes kv_last_page_len, and only FA2 serves it (causal). */
     uint32_t page_size;
     uint32_t soft_cap; /* paged: 1 when runs apply a logits soft-cap (its own kernels) */
+    uint32_t kv_fp8;   /* paged: 1 for FP8 E4M3 pools with per-head scales (its own kernels) */
 } mg_fi_shape;
 
 /* FlashInfer's plan result for one path, kept by the caller between plan and run. */
@@ -87,6 +92,9 @@ typedef struct mg_fi_run_args {
      * kv_indices the caller's device page ids; logits_soft_cap > 0 when shape.soft_cap. */
     int32_t *kv_indices;
     float logits_soft_cap;
+    /* FP8 pools (shape.kv_fp8): FP32 [num_kv_heads] device arrays; a key code stands for
+     * code * k_scale[h], a value code for code * v_scale[h]. */
+    const float *k_scale, *v_scale;
 } mg_fi_run_args;
 
 /* Returns MG_FI_ABI_VERSION of the built plugin. */
@@ -156,6 +164,7 @@ mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info *info,
  */
 #if defined(__cplusplus) && defined(__CUDACC__)
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cutlass/numeric_types.h>
@@ -258,6 +267,18 @@ using PagedParams = flashinfer::BatchPrefillPagedParams<__nv_bfloat16, __nv_bflo
 template <uint32_t HEAD_DIM, bool SOFT_CAP>
 cudaError_t fa2_paged_launch(PagedParams &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
                              float *tmp_s, cudaStream_t stream);
+
+/* FP8 E4M3 pools: FlashInfer's paged params with FP8 keys and values, plus the per-KV-head
+ * scales the attention variant of flashinfer_paged_fa2.cu folds into the score scale and the
+ * output. (Not named k_scale / v_scale: FlashInfer reads a scalar member v_scale when present.) */
+struct PagedFp8Params
+    : flashinfer::BatchPrefillPagedParams<__nv_bfloat16, __nv_fp8_e4m3, __nv_bfloat16, int32_t> {
+    const float *head_k_scale;
+    const float *head_v_scale;
+};
+template <uint32_t HEAD_DIM, bool SOFT_CAP>
+cudaError_t fa2_paged_fp8_launch(PagedFp8Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
+                                 float *tmp_s, cudaStream_t stream);
 
 } // namespace metrale_fi
 #endif

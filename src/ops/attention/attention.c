@@ -502,6 +502,10 @@ static mg_status paged_desc(const mg_paged_attention_desc *pd, mg_attention_desc
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: logits_soft_cap %g must be 0 (none) or finite and > 0", fn,
                         (double)pd->logits_soft_cap);
+    if (!mg_kv_dtype_bytes(pd->kv_dtype))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: kv_dtype %d must be MG_KV_BF16 (0) or MG_KV_FP8_E4M3 (1)", fn,
+                        (int)pd->kv_dtype);
     return MG_OK;
 }
 
@@ -579,7 +583,8 @@ mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention
         return st;
     const mg_op_provider *chosen;
     mg_attention_plan *p = NULL;
-    if (!(st = mg_op_choose(b, MG_OP_ATTENTION_PAGED, &d, fn, &chosen)) &&
+    const mg_paged_attention_call call = {d, pd->logits_soft_cap, pd->kv_dtype};
+    if (!(st = mg_op_choose(b, MG_OP_ATTENTION_PAGED, &call, fn, &chosen)) &&
         !(p = calloc(1, sizeof *p)))
         st = MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     if (!st) {
@@ -589,6 +594,7 @@ mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention
         p->desc = d;
         p->page_size = page_size;
         p->logits_soft_cap = pd->logits_soft_cap;
+        p->kv_dtype = pd->kv_dtype;
         st = plan_paged_batch(p, table, kv_tokens, s, fn);
     }
     free(kv_tokens);
@@ -655,13 +661,22 @@ mg_status mg_paged_attention_run(mg_attention_plan *p, const mg_paged_attention_
     const mg_kv_cache_desc cache = {.num_kv_heads = d->num_kv_heads,
                                     .head_dim = d->head_dim % 16 ? 16 : d->head_dim,
                                     .page_size = p->page_size,
-                                    .num_pages = t->num_pages};
+                                    .num_pages = t->num_pages,
+                                    .kv_dtype = p->kv_dtype};
     size_t pool_bytes, qo_bytes, lse_bytes;
     if ((st = mg_kv_cache_desc_check(&cache, fn)))
         return st;
-    if (!mg_mul_size((size_t)t->num_pages * p->page_size, (size_t)d->num_kv_heads * d->head_dim * 2,
+    if (!mg_mul_size((size_t)t->num_pages * p->page_size,
+                     (size_t)d->num_kv_heads * d->head_dim * mg_kv_dtype_bytes(p->kv_dtype),
                      &pool_bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: the pool overflows the address space", fn);
+    const bool fp8 = p->kv_dtype == MG_KV_FP8_E4M3;
+    if (!fp8 && (t->k_scale || t->v_scale))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: k_scale / v_scale are for FP8 pools; pass 0 for BF16", fn);
+    if (fp8 && ((st = check_tensor_ptr(t->k_scale, 4, "k_scale", fn)) ||
+                (st = check_tensor_ptr(t->v_scale, 4, "v_scale", fn))))
+        return st;
     if ((st = check_tensor_ptr(t->q, 16, "q", fn)) || (st = check_tensor_ptr(t->o, 16, "o", fn)) ||
         (st = check_tensor_ptr(t->k_pages, 16, "k_pages", fn)) ||
         (st = check_tensor_ptr(t->v_pages, 16, "v_pages", fn)) ||
@@ -676,6 +691,10 @@ mg_status mg_paged_attention_run(mg_attention_plan *p, const mg_paged_attention_
         (st = mg_backend_check_device_range(b, t->o, qo_bytes, fn, "o")) ||
         (st = mg_backend_check_device_range(b, t->k_pages, pool_bytes, fn, "k_pages")) ||
         (st = mg_backend_check_device_range(b, t->v_pages, pool_bytes, fn, "v_pages")) ||
+        (fp8 && ((st = mg_backend_check_device_range(b, t->k_scale, 4ull * d->num_kv_heads, fn,
+                                                     "k_scale")) ||
+                 (st = mg_backend_check_device_range(b, t->v_scale, 4ull * d->num_kv_heads, fn,
+                                                     "v_scale")))) ||
         (planned_pages && (st = mg_backend_check_device_range(b, t->kv_indices,
                                                               4ull * t->num_kv_indices, fn,
                                                               "kv_indices"))) ||

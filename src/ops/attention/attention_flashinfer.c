@@ -252,6 +252,7 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
      * last-page lengths with the indptrs. */
     shape.page_size = p->page_size;
     shape.soft_cap = p->logits_soft_cap > 0.0f;
+    shape.kv_fp8 = p->kv_dtype == MG_KV_FP8_E4M3;
     const int32_t *kv_units = p->page_size ? p->new_page_indptr : kv_indptr;
     /* An update of a fixed-grid plan: captured graphs read its workspaces and launch layout. */
     const bool fixed_update = shape.graph_mode && p->batch_size;
@@ -380,6 +381,8 @@ static mg_status cuda_run_paged(mg_attention_plan *p, const mg_paged_attention_t
         .kv_rows = (uint32_t)p->kv_indptr[p->batch_size],
         .kv_indices = (int32_t *)(uintptr_t)t->kv_indices,
         .logits_soft_cap = p->logits_soft_cap,
+        .k_scale = (const float *)(uintptr_t)t->k_scale,
+        .v_scale = (const float *)(uintptr_t)t->v_scale,
     };
     return launch_planned(p, &args, s);
 }
@@ -484,17 +487,17 @@ const mg_attention_provider mg_attention_flashinfer_provider = {
     .workspace_bytes = flashinfer_workspace_bytes,
 };
 
-/* Paged kernels are built for fewer head_dims (each one costs CI compile time). */
+/* Paged kernels are built for fewer shapes (each one costs CI compile time). */
 static bool flashinfer_paged_supports(mg_backend *b, const void *call, char *reason,
                                       size_t reason_bytes) {
     (void)b;
-    const mg_attention_desc *d = call;
-    if (mg_fi_paged_head_dim_built(d->head_dim))
+    const mg_paged_attention_call *c = call;
+    const bool soft_cap = c->logits_soft_cap > 0.0f, fp8 = c->kv_dtype == MG_KV_FP8_E4M3;
+    if (mg_fi_paged_built(c->desc.head_dim, soft_cap, fp8))
         return true;
     snprintf(reason, reason_bytes,
-             "head_dim %u has no paged CUDA kernels (built for head_dim "
-             MG_FI_PAGED_HEAD_DIMS_TEXT ")",
-             d->head_dim);
+             "head_dim %u%s%s has no paged CUDA kernels (built: " MG_FI_PAGED_KERNELS_TEXT ")",
+             c->desc.head_dim, soft_cap ? " with soft-cap" : "", fp8 ? " on FP8 pools" : "");
     return false;
 }
 

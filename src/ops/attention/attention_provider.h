@@ -35,13 +35,23 @@ struct mg_attention_plan {
      * new_last_page_len point at the batch being planned. */
     uint32_t page_size;
     float logits_soft_cap; /* 0: none */
+    mg_kv_dtype kv_dtype;  /* the pools' element type */
     int32_t *page_indptr, *last_page_len;
     const int32_t *new_page_indptr, *new_last_page_len;
 };
 
+/* What the paged op's `supports` hooks receive: the validated descriptor first (so a hook
+ * written for mg_attention_desc reads it unchanged), then the paged plan's kernel choices. */
+typedef struct mg_paged_attention_call {
+    mg_attention_desc desc;
+    float logits_soft_cap; /* 0: none */
+    mg_kv_dtype kv_dtype;
+} mg_paged_attention_call;
+
 struct mg_attention_provider {
     /* First: the registry hands this back as an mg_op_provider. Its `supports` hook gets the
-     * validated mg_attention_desc (e.g. the head_dims the provider has kernels for). */
+     * validated mg_attention_desc (e.g. the head_dims the provider has kernels for); for the
+     * paged op an mg_paged_attention_call. */
     mg_op_provider base;
     /* Plans `qo_indptr` / `kv_indptr` (validated; batch_size + 1 entries) for `p`, whose
      * batch fields still describe the previous plan (batch_size 0 before the first). On

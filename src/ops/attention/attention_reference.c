@@ -111,6 +111,9 @@ typedef struct attention_args {
     const int32_t *page_indptr, *kv_indices;
     uint32_t page_size;
     float soft_cap; /* 0: none */
+    /* FP8 E4M3 pools: k and v hold codes, scaled per KV head (k_scale, v_scale). */
+    bool kv_fp8;
+    const float *k_scale, *v_scale;
 } attention_args;
 
 /* The indptrs come from the plan's device buffer, which only the plan writes, but the kernel
@@ -148,10 +151,19 @@ static void compute_item(const attention_args *a, uint32_t request, uint32_t kvh
                          : (size_t)(k0 + j);
         const size_t src = (key_row * a->kv_heads + kvh) * d;
         for (uint32_t c = 0; c < d; c++) {
-            kf[(size_t)j * d + c] = mg_bf16_to_f32(a->k[src + c]);
-            vf[(size_t)j * d + c] = mg_bf16_to_f32(a->v[src + c]);
+            if (a->kv_fp8) { /* the codes, exactly; the scales are applied below */
+                kf[(size_t)j * d + c] = mg_fp8_e4m3_to_f32(((const uint8_t *)a->k)[src + c]);
+                vf[(size_t)j * d + c] = mg_fp8_e4m3_to_f32(((const uint8_t *)a->v)[src + c]);
+            } else {
+                kf[(size_t)j * d + c] = mg_bf16_to_f32(a->k[src + c]);
+                vf[(size_t)j * d + c] = mg_bf16_to_f32(a->v[src + c]);
+            }
         }
     }
+    /* FP8: q.(code * k_scale) = (q.code) * k_scale, folded into the score scale; the output is
+     * a convex combination of value codes, times v_scale. */
+    const float sm_scale = a->kv_fp8 ? a->sm_scale * a->k_scale[kvh] : a->sm_scale;
+    const float out_scale = a->kv_fp8 ? a->v_scale[kvh] : 1.0f;
     for (uint32_t h = kvh * group; h < (kvh + 1) * group; h++)
         for (uint32_t r = 0; r < lq; r++) {
             /* Position of query r among the keys (bottom-right aligned). */
@@ -165,10 +177,10 @@ static void compute_item(const attention_args *a, uint32_t request, uint32_t kvh
                 qf[c] = mg_bf16_to_f32(a->q[row + c]);
             float lse =
                 attend_row(qf, kf, vf, d, (uint32_t)begin,
-                           end > begin ? (uint32_t)end : (uint32_t)begin, a->sm_scale, a->soft_cap,
+                           end > begin ? (uint32_t)end : (uint32_t)begin, sm_scale, a->soft_cap,
                            scores, out);
             for (uint32_t c = 0; c < d; c++)
-                a->o[row + c] = mg_f32_to_bf16(out[c]);
+                a->o[row + c] = mg_f32_to_bf16(out[c] * out_scale);
             if (a->lse)
                 a->lse[(size_t)(q0 + r) * a->qo_heads + h] = lse;
         }
@@ -308,6 +320,9 @@ enum {
     PARG_SOFT_CAP,
     PARG_QO_ROWS,
     PARG_HAS_LSE,
+    PARG_KV_DTYPE, /* mg_kv_dtype */
+    PARG_K_SCALE,  /* FP8: FP32 [kv_heads], else 0 */
+    PARG_V_SCALE,
     PARG_COUNT
 };
 
@@ -318,7 +333,8 @@ static mg_status kernel_attention_paged(const mg_launch *l) {
         MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
         MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
         MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_I32,
-        MG_ARG_F32,    MG_ARG_F32,    MG_ARG_U32,    MG_ARG_U32};
+        MG_ARG_F32,    MG_ARG_F32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_BUFFER, MG_ARG_BUFFER};
     mg_status st = mg_cpu_kernel_check_args(l, PAGED_NAME, kinds, PARG_COUNT);
     if (st)
         return st;
@@ -336,9 +352,13 @@ static mg_status kernel_attention_paged(const mg_launch *l) {
     };
     const uint32_t num_pages = mg_launch_get_u32(l, PARG_NUM_PAGES);
     const uint32_t num_indices = mg_launch_get_u32(l, PARG_NUM_INDICES);
+    const uint32_t kv_dtype = mg_launch_get_u32(l, PARG_KV_DTYPE);
+    const size_t elem_bytes = mg_kv_dtype_bytes((mg_kv_dtype)kv_dtype);
+    a.kv_fp8 = kv_dtype == MG_KV_FP8_E4M3;
     if (!a.batch || a.batch > MG_KV_MAX_BATCH || !a.qo_heads || !a.kv_heads ||
         a.qo_heads % a.kv_heads || !a.d || a.d % 8 || a.d > MG_KV_MAX_HEAD_DIM || !a.page_size ||
-        a.page_size > MG_KV_PAGE_SIZE_MAX || !num_pages || num_pages > (uint32_t)INT32_MAX)
+        a.page_size > MG_KV_PAGE_SIZE_MAX || !num_pages || num_pages > (uint32_t)INT32_MAX ||
+        !elem_bytes)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "cpu kernel %s: bad shape (batch %u, heads %u/%u, head_dim %u, page_size "
                         "%u, %u pages)",
@@ -346,7 +366,7 @@ static mg_status kernel_attention_paged(const mg_launch *l) {
     size_t q_row, pool_elems, q_bytes, pool_bytes, lse_bytes;
     if (!mg_mul_size(a.qo_heads, a.d, &q_row) ||
         !mg_mul_size((size_t)a.kv_heads * a.d * a.page_size, num_pages, &pool_elems) ||
-        !mg_mul_size(pool_elems, 2, &pool_bytes) ||
+        !mg_mul_size(pool_elems, elem_bytes, &pool_bytes) ||
         !mg_matrix_span_bytes(a.qo_rows, q_row, q_row, 2, &q_bytes) ||
         !mg_matrix_span_bytes(a.qo_rows, a.qo_heads, a.qo_heads, 4, &lse_bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: shape overflows the address space",
@@ -364,6 +384,20 @@ static mg_status kernel_attention_paged(const mg_launch *l) {
     if (mg_launch_get_u32(l, PARG_HAS_LSE) &&
         (st = mg_cpu_kernel_buffer(l, PARG_LSE, lse_bytes, 4, PAGED_NAME, &lse)))
         return st;
+    void *k_scale = NULL, *v_scale = NULL;
+    if (a.kv_fp8 && ((st = mg_cpu_kernel_buffer(l, PARG_K_SCALE, 4ull * a.kv_heads, 4, PAGED_NAME,
+                                                &k_scale)) ||
+                     (st = mg_cpu_kernel_buffer(l, PARG_V_SCALE, 4ull * a.kv_heads, 4, PAGED_NAME,
+                                                &v_scale))))
+        return st;
+    a.k_scale = k_scale, a.v_scale = v_scale;
+    for (uint32_t h = 0; a.kv_fp8 && h < a.kv_heads; h++)
+        if (!isfinite(a.k_scale[h]) || !(a.k_scale[h] > 0.0f) || !isfinite(a.v_scale[h]) ||
+            !(a.v_scale[h] > 0.0f))
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "cpu kernel %s: k_scale[%u] = %g / v_scale[%u] = %g must be finite "
+                            "and > 0",
+                            PAGED_NAME, h, (double)a.k_scale[h], h, (double)a.v_scale[h]);
     a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
     a.qo_indptr = indptrs;
     a.kv_indptr = a.qo_indptr + entries;
@@ -521,6 +555,9 @@ static mg_status cpu_run_paged(mg_attention_plan *p, const mg_paged_attention_te
     mg_launch_arg_f32(&l, p->logits_soft_cap);
     mg_launch_arg_u32(&l, t->qo_rows);
     mg_launch_arg_u32(&l, t->lse != 0);
+    mg_launch_arg_u32(&l, (uint32_t)p->kv_dtype);
+    mg_launch_arg_ptr(&l, t->k_scale);
+    mg_launch_arg_ptr(&l, t->v_scale);
     return mg_launch_run(p->backend, c->kernel, s, &l);
 }
 

@@ -1,5 +1,6 @@
 /* kv_append.c - mg_kv_append (metrale/ops_kv_cache.h): every argument checked once, then the
- * kernel "metrale:kv_append" launched by name with the same arguments on every backend (CUDA:
+ * kernel "metrale:kv_append" ("metrale:kv_append_fp8" for FP8 pools, with the per-head scales
+ * after the same arguments) launched by name with the same arguments on every backend (CUDA:
  * kernels/cuda/kv_cache/kv_append.cu; CPU: kv_append_reference.c, which also checks the page
  * table's contents before writing). */
 #include <math.h>
@@ -17,6 +18,11 @@
 #define WHAT "mg_kv_append"
 #define THREADS 128u
 #define MAX_BLOCKS 65535u
+/* The CUDA kernel's items per thread and token (kItemsPerThread in kv_append.cu), and the token
+ * count below which a thread takes one item, so that small batches (decode) spread over more
+ * blocks. */
+#define ITEMS_PER_THREAD 4u
+#define FEW_TOKENS 1024u
 
 static mg_status check_pointer(const char *name, mg_devptr p, uint32_t alignment) {
     if (!p)
@@ -87,6 +93,15 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
     if (a->q && (!a->num_qo_heads || a->num_qo_heads > MG_KV_MAX_HEADS))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": num_qo_heads %u must be in 1..%u with q",
                         a->num_qo_heads, MG_KV_MAX_HEADS);
+    /* FP8 pools: the per-head scales (their values are checked by the CPU kernel only). */
+    const bool fp8 = cache->kv_dtype == MG_KV_FP8_E4M3;
+    if (fp8 && ((st = check_ints(b, "k_scale", a->k_scale, cache->num_kv_heads)) ||
+                (st = check_ints(b, "v_scale", a->v_scale, cache->num_kv_heads))))
+        return st;
+    if (!fp8 && (a->k_scale || a->v_scale))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        WHAT ": k_scale / v_scale are for FP8 pools (kv_dtype MG_KV_FP8_E4M3); "
+                             "pass 0 for BF16");
     const uint32_t row = cache->num_kv_heads * cache->head_dim;
     uint32_t k_stride = a->k_stride, v_stride = a->v_stride, q_stride = a->q_stride;
     const uint32_t qo_heads = a->q ? a->num_qo_heads : 0;
@@ -119,11 +134,17 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": invalid or closed backend");
     mg_kv_append_cpu_kernels_register();
     mg_kernel *kernel;
-    if ((st = mg_op_cache_kernel(opc, "metrale", MG_KV_APPEND_KERNEL, false, &kernel)))
+    if ((st = mg_op_cache_kernel(opc, "metrale", fp8 ? MG_KV_APPEND_FP8_KERNEL : MG_KV_APPEND_KERNEL,
+                                 false, &kernel)))
         return st;
     mg_launch l;
+    /* Grid: tokens in x, slices of a token's items (8-element pairs of a head: K, V and q heads)
+     * in y; see kv_append.cu. */
     const uint32_t blocks = a->num_tokens < MAX_BLOCKS ? a->num_tokens : MAX_BLOCKS;
-    mg_launch_init(&l, (mg_dim3){blocks, 1, 1}, (mg_dim3){THREADS, 1, 1}, 0);
+    const uint32_t items = (2 * cache->num_kv_heads + qo_heads) * (cache->head_dim / 16);
+    const uint32_t per_block = THREADS * (a->num_tokens < FEW_TOKENS ? 1u : ITEMS_PER_THREAD);
+    const uint32_t slices = (items + per_block - 1) / per_block;
+    mg_launch_init(&l, (mg_dim3){blocks, slices, 1}, (mg_dim3){THREADS, 1, 1}, 0);
     mg_launch_arg_ptr(&l, a->k);
     mg_launch_arg_ptr(&l, a->v);
     mg_launch_arg_ptr(&l, a->q);
@@ -147,6 +168,10 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
     mg_launch_arg_u32(&l, qo_heads ? q_stride : 0);
     mg_launch_arg_u32(&l, a->rope ? 1u : 0u);
     mg_launch_arg_f32(&l, a->rope ? a->rope_theta : 1.0f);
+    if (fp8) {
+        mg_launch_arg_ptr(&l, a->k_scale);
+        mg_launch_arg_ptr(&l, a->v_scale);
+    }
     if ((st = mg_launch_run(b, kernel, s, &l)))
         return st;
     mg_op_count_call(b, MG_OP_KV_APPEND, provider, false);

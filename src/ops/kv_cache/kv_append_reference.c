@@ -3,7 +3,9 @@
  * (kernels/cuda/kv_cache/kv_append.cu; kv_cache_internal.h lists it). Unlike the CUDA kernel,
  * which skips tokens whose page entry is out of range, it checks the whole page table first
  * and writes nothing when any entry is bad. RoPE is computed in FP32 like the CUDA kernel
- * (inverse frequency theta^(-2i/D), then cos and sin of position * frequency). */
+ * (inverse frequency theta^(-2i/D), then cos and sin of position * frequency).
+ * "metrale:kv_append_fp8" (FP8 E4M3 pools) takes the same arguments plus the per-head scales,
+ * checks them (finite, > 0) first, and stores e4m3(x / scale) of the FP32 (rotated) value. */
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -17,6 +19,7 @@
 #include "metrale/launch.h"
 
 #define NAME "metrale:" MG_KV_APPEND_KERNEL
+#define FP8_NAME "metrale:" MG_KV_APPEND_FP8_KERNEL
 
 enum {
     ARG_K_SRC,
@@ -42,7 +45,11 @@ enum {
     ARG_Q_STRIDE,
     ARG_ROPE,
     ARG_THETA,
-    ARG_COUNT
+    ARG_COUNT,
+    /* kv_append_fp8 only */
+    ARG_K_SCALE = ARG_COUNT,
+    ARG_V_SCALE,
+    ARG_FP8_COUNT
 };
 
 /* Rotates one head of `d` elements in place at `position` (rotate-half). */
@@ -58,15 +65,20 @@ static void rope_head(float *x, uint32_t d, float position, float theta) {
     }
 }
 
-/* Copies (rotating when asked) one head of BF16 from `src` to `dst`, which may alias. */
-static void move_head(const uint16_t *src, uint16_t *dst, uint32_t d, bool rope, float position,
-                      float theta, float *scratch) {
+/* Copies (rotating when asked) one head of BF16 from `src` to `dst`, which may alias: BF16 when
+ * `scale` is 0, else FP8 E4M3 codes of value / scale. */
+static void move_head(const uint16_t *src, void *dst, uint32_t d, bool rope, float position,
+                      float theta, float scale, float *scratch) {
     for (uint32_t c = 0; c < d; c++)
         scratch[c] = mg_bf16_to_f32(src[c]);
     if (rope)
         rope_head(scratch, d, position, theta);
-    for (uint32_t c = 0; c < d; c++)
-        dst[c] = mg_f32_to_bf16(scratch[c]);
+    for (uint32_t c = 0; c < d; c++) {
+        if (scale)
+            ((uint8_t *)dst)[c] = mg_f32_to_fp8_e4m3(scratch[c] / scale);
+        else
+            ((uint16_t *)dst)[c] = mg_f32_to_bf16(scratch[c]);
+    }
 }
 
 static mg_status row_span(uint32_t rows, uint32_t cols, uint32_t stride, uint64_t *out) {
@@ -78,13 +90,17 @@ static mg_status row_span(uint32_t rows, uint32_t cols, uint32_t stride, uint64_
     return MG_OK;
 }
 
-static mg_status kernel_append(const mg_launch *l) {
-    static const mg_arg_kind kinds[ARG_COUNT] = {
+/* Both kernels: `fp8` selects the FP8 pools and the two scale arguments. */
+static mg_status append(const mg_launch *l, bool fp8) {
+    static const mg_arg_kind kinds[ARG_FP8_COUNT] = {
         MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
         MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,
         MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_F32};
-    mg_status st = mg_cpu_kernel_check_args(l, NAME, kinds, ARG_COUNT);
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_F32,    MG_ARG_BUFFER,
+        MG_ARG_BUFFER};
+    const char *name = fp8 ? FP8_NAME : name;
+    const char *fn = fp8 ? "cpu kernel " FP8_NAME : fn;
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, fp8 ? ARG_FP8_COUNT : ARG_COUNT);
     if (st)
         return st;
     const uint32_t batch = mg_launch_get_u32(l, ARG_BATCH), tokens = mg_launch_get_u32(l, ARG_TOKENS);
@@ -100,13 +116,14 @@ static mg_status kernel_append(const mg_launch *l) {
     const mg_kv_cache_desc cache = {.num_kv_heads = kv_heads,
                                     .head_dim = d,
                                     .page_size = mg_launch_get_u32(l, ARG_PAGE_SIZE),
-                                    .num_pages = mg_launch_get_u32(l, ARG_NUM_PAGES)};
-    if ((st = mg_kv_cache_desc_check(&cache, "cpu kernel " NAME)))
+                                    .num_pages = mg_launch_get_u32(l, ARG_NUM_PAGES),
+                                    .kv_dtype = fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16};
+    if ((st = mg_kv_cache_desc_check(&cache, fn)))
         return st;
     if (!batch || batch > MG_KV_MAX_BATCH || k_stride < kv_heads * d ||
         v_stride < kv_heads * d || (qo_heads && q_stride < qo_heads * d))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "cpu kernel %s: bad shape (batch %u, strides %u/%u/%u)", NAME, batch,
+                        "cpu kernel %s: bad shape (batch %u, strides %u/%u/%u)", name, batch,
                         k_stride, v_stride, q_stride);
     const uint32_t page_size = mg_kv_page_size(cache.page_size);
     size_t pool_bytes;
@@ -120,34 +137,47 @@ static mg_status kernel_append(const mg_launch *l) {
     void *k_src = NULL, *v_src = NULL, *q = NULL, *positions = NULL, *qo_indptr, *kv_indptr,
          *kv_indices = NULL, *last, *k_pages, *v_pages;
     const uint64_t indptr_bytes = 4ull * (batch + 1);
-    if ((tokens && ((st = mg_cpu_kernel_buffer(l, ARG_K_SRC, k_bytes, 16, NAME, &k_src)) ||
-                    (st = mg_cpu_kernel_buffer(l, ARG_V_SRC, v_bytes, 16, NAME, &v_src)))) ||
-        (qo_heads && tokens && (st = mg_cpu_kernel_buffer(l, ARG_Q, q_bytes, 16, NAME, &q))) ||
+    if ((tokens && ((st = mg_cpu_kernel_buffer(l, ARG_K_SRC, k_bytes, 16, name, &k_src)) ||
+                    (st = mg_cpu_kernel_buffer(l, ARG_V_SRC, v_bytes, 16, name, &v_src)))) ||
+        (qo_heads && tokens && (st = mg_cpu_kernel_buffer(l, ARG_Q, q_bytes, 16, name, &q))) ||
         (mg_launch_get_ptr(l, ARG_POSITIONS) && tokens &&
-         (st = mg_cpu_kernel_buffer(l, ARG_POSITIONS, 4ull * tokens, 4, NAME, &positions))) ||
-        (st = mg_cpu_kernel_buffer(l, ARG_QO_INDPTR, indptr_bytes, 4, NAME, &qo_indptr)) ||
-        (st = mg_cpu_kernel_buffer(l, ARG_KV_INDPTR, indptr_bytes, 4, NAME, &kv_indptr)) ||
+         (st = mg_cpu_kernel_buffer(l, ARG_POSITIONS, 4ull * tokens, 4, name, &positions))) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_QO_INDPTR, indptr_bytes, 4, name, &qo_indptr)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_KV_INDPTR, indptr_bytes, 4, name, &kv_indptr)) ||
         (num_indices &&
-         (st = mg_cpu_kernel_buffer(l, ARG_KV_INDICES, 4ull * num_indices, 4, NAME, &kv_indices))) ||
-        (st = mg_cpu_kernel_buffer(l, ARG_LAST_PAGE_LEN, 4ull * batch, 4, NAME, &last)) ||
-        (st = mg_cpu_kernel_buffer(l, ARG_K_PAGES, pool_bytes / 2, 16, NAME, &k_pages)) ||
-        (st = mg_cpu_kernel_buffer(l, ARG_V_PAGES, pool_bytes / 2, 16, NAME, &v_pages)))
+         (st = mg_cpu_kernel_buffer(l, ARG_KV_INDICES, 4ull * num_indices, 4, name, &kv_indices))) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_LAST_PAGE_LEN, 4ull * batch, 4, name, &last)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_K_PAGES, pool_bytes / 2, 16, name, &k_pages)) ||
+        (st = mg_cpu_kernel_buffer(l, ARG_V_PAGES, pool_bytes / 2, 16, name, &v_pages)))
         return st;
+    void *k_scale_buf = NULL, *v_scale_buf = NULL;
+    if (fp8 && ((st = mg_cpu_kernel_buffer(l, ARG_K_SCALE, 4ull * kv_heads, 4, name,
+                                           &k_scale_buf)) ||
+                (st = mg_cpu_kernel_buffer(l, ARG_V_SCALE, 4ull * kv_heads, 4, name,
+                                           &v_scale_buf))))
+        return st;
+    const float *k_scale = k_scale_buf, *v_scale = v_scale_buf;
+    for (uint32_t h = 0; fp8 && h < kv_heads; h++)
+        if (!isfinite(k_scale[h]) || !(k_scale[h] > 0.0f) || !isfinite(v_scale[h]) ||
+            !(v_scale[h] > 0.0f))
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "%s: k_scale[%u] = %g / v_scale[%u] = %g must be finite and > 0", fn,
+                            h, (double)k_scale[h], h, (double)v_scale[h]);
     const int32_t *qo = qo_indptr, *kv = kv_indptr, *idx = kv_indices, *lpl = last;
     /* The whole table is checked before the first write. */
     const mg_kv_page_table table = {batch, qo, kv, NULL, lpl};
-    if ((st = mg_kv_page_table_check(&cache, &table, "cpu kernel " NAME)))
+    if ((st = mg_kv_page_table_check(&cache, &table, fn)))
         return st;
     if ((uint32_t)qo[batch] > tokens || (uint32_t)kv[batch] > num_indices)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "cpu kernel %s: qo_indptr ends at %d, beyond num_tokens %u, or kv_indptr "
                         "at %d, beyond num_kv_indices %u",
-                        NAME, qo[batch], tokens, kv[batch], num_indices);
+                        name, qo[batch], tokens, kv[batch], num_indices);
     const mg_kv_page_table with_indices = {batch, qo, kv, idx, lpl};
-    if (num_indices && (st = mg_kv_page_table_check(&cache, &with_indices, "cpu kernel " NAME)))
+    if (num_indices && (st = mg_kv_page_table_check(&cache, &with_indices, fn)))
         return st;
     float scratch[MG_KV_MAX_HEAD_DIM];
-    const size_t token_elems = (size_t)kv_heads * d;
+    const size_t token_elems = (size_t)kv_heads * d, elem_bytes = fp8 ? 1 : 2;
     for (uint32_t r = 0; r < batch; r++) {
         const int64_t qo_len = qo[r + 1] - qo[r];
         const int64_t kv_len = mg_kv_len(kv, lpl, page_size, r);
@@ -158,16 +188,17 @@ static mg_status kernel_append(const mg_launch *l) {
             const size_t dst = ((size_t)page * page_size + (size_t)(pos % page_size)) * token_elems;
             const float position = positions ? (float)((const int32_t *)positions)[t] : (float)pos;
             for (uint32_t h = 0; h < kv_heads; h++) {
+                const size_t at = (dst + (size_t)h * d) * elem_bytes;
                 move_head((const uint16_t *)k_src + (size_t)t * k_stride + (size_t)h * d,
-                          (uint16_t *)k_pages + dst + (size_t)h * d, d, rope, position, theta,
-                          scratch);
+                          (uint8_t *)k_pages + at, d, rope, position, theta,
+                          fp8 ? k_scale[h] : 0.0f, scratch);
                 move_head((const uint16_t *)v_src + (size_t)t * v_stride + (size_t)h * d,
-                          (uint16_t *)v_pages + dst + (size_t)h * d, d, false, 0.0f, theta,
-                          scratch);
+                          (uint8_t *)v_pages + at, d, false, 0.0f, theta,
+                          fp8 ? v_scale[h] : 0.0f, scratch);
             }
             for (uint32_t h = 0; q && h < qo_heads; h++) {
                 uint16_t *row = (uint16_t *)q + (size_t)t * q_stride + (size_t)h * d;
-                move_head(row, row, d, rope, position, theta, scratch);
+                move_head(row, row, d, rope, position, theta, 0.0f, scratch);
             }
         }
     }
@@ -176,8 +207,17 @@ static mg_status kernel_append(const mg_launch *l) {
 
 static pthread_once_t register_once = PTHREAD_ONCE_INIT;
 
+static mg_status kernel_append(const mg_launch *l) {
+    return append(l, false);
+}
+
+static mg_status kernel_append_fp8(const mg_launch *l) {
+    return append(l, true);
+}
+
 static void register_kernels(void) {
     mg_cpu_kernel_register("metrale", MG_KV_APPEND_KERNEL, kernel_append);
+    mg_cpu_kernel_register("metrale", MG_KV_APPEND_FP8_KERNEL, kernel_append_fp8);
 }
 
 void mg_kv_append_cpu_kernels_register(void) {

@@ -23,7 +23,21 @@ mg_status mg_kv_cache_desc_check(const mg_kv_cache_desc *d, const char *fn) {
     if (!d->num_pages || d->num_pages > (uint32_t)INT32_MAX)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: num_pages %u must be in 1..%d", fn,
                         d->num_pages, INT32_MAX);
+    if (!mg_kv_dtype_bytes(d->kv_dtype))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: kv_dtype %d must be MG_KV_BF16 (0) or MG_KV_FP8_E4M3 (1)", fn,
+                        (int)d->kv_dtype);
     return MG_OK;
+}
+
+size_t mg_kv_dtype_bytes(mg_kv_dtype t) {
+    switch (t) {
+    case MG_KV_BF16:
+        return 2;
+    case MG_KV_FP8_E4M3:
+        return 1;
+    }
+    return 0;
 }
 
 uint32_t mg_kv_page_size(uint32_t page_size) {
@@ -33,7 +47,8 @@ uint32_t mg_kv_page_size(uint32_t page_size) {
 /* Bytes of one pool (K or V) of a checked descriptor; false beyond size_t. */
 static bool pool_bytes(const mg_kv_cache_desc *d, size_t *bytes) {
     size_t token, page;
-    return mg_mul_size((size_t)d->num_kv_heads * d->head_dim, 2, &token) &&
+    return mg_mul_size((size_t)d->num_kv_heads * d->head_dim, mg_kv_dtype_bytes(d->kv_dtype),
+                       &token) &&
            mg_mul_size(token, mg_kv_page_size(d->page_size), &page) &&
            mg_mul_size(page, d->num_pages, bytes);
 }

@@ -17,6 +17,9 @@
  * num_tokens, num_kv_indices, num_kv_heads, num_qo_heads (0: no q), head_dim, page_size,
  * num_pages, k_stride, v_stride, q_stride, rope (0/1), f32 rope_theta. */
 #define MG_KV_APPEND_KERNEL "kv_append"
+/* FP8 E4M3 pools (k_pages / v_pages of bytes): the same arguments, then buffers k_scale and
+ * v_scale (FP32 [num_kv_heads]). */
+#define MG_KV_APPEND_FP8_KERNEL "kv_append_fp8"
 
 mg_status mg_kv_cache_desc_check(const mg_kv_cache_desc *d, const char *fn);
 /* page_size with 0 meaning the default. */

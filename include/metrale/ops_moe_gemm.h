@@ -55,9 +55,9 @@
  *  - The workspace (device memory, 256-byte aligned, mg_moe_gemm_workspace_bytes long) holds
  *    the gathered (and, for FP8, quantized) activations, the gate_up intermediate and the
  *    per-expert arguments; calls that may overlap need workspaces of their own.
- *  - On CUDA the op runs CUTLASS's Hopper grouped GEMMs (sm_90a, compute capability 9.0) for
- *    the BF16 and FP8 block-scaled kinds; the FP8 row-wise kind has no CUDA kernel yet
- *    (MG_ERR_UNSUPPORTED there). The CPU backend runs the reference for every kind (FP8 values
+ *  - On CUDA the op runs CUTLASS's Hopper grouped GEMMs (sm_90a, compute capability 9.0; FP8
+ *    with FP32 block-scaled accumulation: the row-wise product is scaled per 128-wide K block,
+ *    equal up to FP32 rounding). The CPU backend runs the reference for every kind (FP8 values
  *    decoded exactly, FP32 accumulation).
  */
 #ifndef METRALE_OPS_MOE_GEMM_H

@@ -1,6 +1,6 @@
 /*
  * cutlass_moe_sm90.h - private: the Hopper grouped MoE GEMM entry points of the CUTLASS plugin
- * (cutlass_moe_sm90_bf16.cu, cutlass_moe_sm90_fp8.cu), as src/ops/moe_gemm/moe_gemm_cuda.c
+ * (cutlass_moe_sm90_bf16.cu, cutlass_moe_sm90_fp8.cu, cutlass_moe_sm90_fp8_rowwise.cu), as src/ops/moe_gemm/moe_gemm_cuda.c
  * calls them for metrale/ops_moe_gemm.h.
  *
  * One call: a kernel of the unit gathers the activation rows into the workspace (for FP8 it
@@ -51,11 +51,13 @@ typedef mg_status (*mg_cutlass_moe_sm90_workspace_fn)(const mg_cutlass_moe_probl
 typedef mg_status (*mg_cutlass_moe_sm90_run_fn)(const mg_cutlass_moe_problem *p, void *stream,
                                                 mg_plugin_error *err);
 
-/* Exported names: the BF16 unit, then the FP8 unit (both FP8 kinds). */
+/* Exported names, one pair per unit (one kind each). */
 #define MG_CUTLASS_MOE_SM90_BF16_WORKSPACE "mg_cutlass_moe_sm90_bf16_workspace"
 #define MG_CUTLASS_MOE_SM90_BF16_RUN "mg_cutlass_moe_sm90_bf16_run"
 #define MG_CUTLASS_MOE_SM90_FP8_WORKSPACE "mg_cutlass_moe_sm90_fp8_workspace"
 #define MG_CUTLASS_MOE_SM90_FP8_RUN "mg_cutlass_moe_sm90_fp8_run"
+#define MG_CUTLASS_MOE_SM90_FP8_ROWWISE_WORKSPACE "mg_cutlass_moe_sm90_fp8_rowwise_workspace"
+#define MG_CUTLASS_MOE_SM90_FP8_ROWWISE_RUN "mg_cutlass_moe_sm90_fp8_rowwise_run"
 
 #ifdef __cplusplus
 }

@@ -37,8 +37,6 @@ using Kernel = cutlass::gemm::kernel::GemmUniversal<mg_moe::ProblemShape, Mainlo
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 using Args = mg_moe::ExpertArgs<Gemm>;
 
-constexpr const char *kWhat = "CUTLASS BF16 grouped MoE GEMM";
-
 // Block 0 writes the per-expert arguments; every block copies its share of the gathered rows
 // (16-byte vectors: k is a multiple of 8, act 16-byte aligned with a pitch of 8n elements).
 __global__ void gather_bf16(mg_cutlass_moe_problem p, Args args, uint4 *gathered) {
@@ -56,78 +54,52 @@ __global__ void gather_bf16(mg_cutlass_moe_problem p, Args args, uint4 *gathered
     }
 }
 
-struct Carve {
-    Args args;
-    ElementAB *gathered;
-    void *cutlass_workspace;
-    size_t bytes;
+struct Unit {
+    using Gemm = mg_moe_bf16::Gemm;
+    static constexpr uint32_t kKind = MG_CUTLASS_MOE_BF16;
+    static constexpr const char *kWhat = "CUTLASS BF16 grouped MoE GEMM";
+
+    struct Carve {
+        Args args;
+        ElementAB *gathered;
+        void *cutlass_workspace;
+        size_t bytes;
+    };
+
+    static typename Gemm::Arguments make_arguments(const mg_cutlass_moe_problem &p,
+                                                   const Carve &c, int device, int sms) {
+        const Args &a = c.args;
+        return mg_moe::grouped_arguments<Gemm>(p, a, {a.ptr_a, a.stride_a, a.ptr_b, a.stride_b},
+                                               device, sms);
+    }
+
+    // Arguments, gathered rows [rows, k], then CUTLASS's own workspace.
+    static Carve carve(const mg_cutlass_moe_problem &p, char *base, int device, int sms) {
+        Carve c;
+        mg_moe::Carver w{base};
+        c.args.carve(w, p.experts);
+        c.gathered = w.take<ElementAB>((size_t)p.rows * p.k);
+        typename Gemm::Arguments args = make_arguments(p, c, device, sms);
+        c.cutlass_workspace = w.take<char>(Gemm::get_workspace_size(args));
+        c.bytes = w.used;
+        return c;
+    }
+
+    static void prepare(const mg_cutlass_moe_problem &p, const Carve &c, cudaStream_t s) {
+        gather_bf16<<<mg_moe::gather_blocks((size_t)p.rows * (p.k / 8)), 256, 0, s>>>(
+            p, c.args, reinterpret_cast<uint4 *>(c.gathered));
+    }
 };
-
-typename Gemm::Arguments make_arguments(const mg_cutlass_moe_problem &p, const Args &a, int device,
-                                        int sms) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = sms;
-    typename Gemm::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGrouped,
-        {(int)p.experts, a.shapes, nullptr},
-        {a.ptr_a, a.stride_a, a.ptr_b, a.stride_b},
-        {{}, nullptr, nullptr, a.ptr_d, a.stride_d},
-        hw};
-    args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = 0.0f;
-    return args;
-}
-
-// The carve of `p`'s workspace (base null: sizes only): arguments, gathered rows, then
-// CUTLASS's own workspace.
-Carve carve(const mg_cutlass_moe_problem &p, char *base, int device, int sms) {
-    Carve l;
-    mg_moe::Carver c{base};
-    l.args.carve(c, p.experts);
-    l.gathered = c.take<ElementAB>((size_t)p.rows * p.k);
-    typename Gemm::Arguments args = make_arguments(p, l.args, device, sms);
-    l.cutlass_workspace = c.take<char>(Gemm::get_workspace_size(args));
-    l.bytes = c.used;
-    return l;
-}
 
 } // namespace mg_moe_bf16
 
-using namespace mg_moe_bf16;
-
 MG_PLUGIN_EXPORT mg_status mg_cutlass_moe_sm90_bf16_workspace(const mg_cutlass_moe_problem *p,
                                                              size_t *bytes, mg_plugin_error *err) {
-    return mg_plugin_guarded("mg_cutlass_moe_sm90_bf16_workspace", "CUTLASS", err, [&] {
-        int device, sms;
-        mg_status st = mg_moe::current_sm_count(err, &device, &sms);
-        if (!st)
-            *bytes = carve(*p, nullptr, device, sms).bytes;
-        return st;
-    });
+    return mg_moe::unit_workspace<mg_moe_bf16::Unit>("mg_cutlass_moe_sm90_bf16_workspace", p,
+                                                     bytes, err);
 }
 
 MG_PLUGIN_EXPORT mg_status mg_cutlass_moe_sm90_bf16_run(const mg_cutlass_moe_problem *p,
                                                        void *stream, mg_plugin_error *err) {
-    return mg_plugin_guarded("mg_cutlass_moe_sm90_bf16_run", "CUTLASS", err, [&] {
-        int device, sms;
-        mg_status st = mg_moe::current_sm_count(err, &device, &sms);
-        if (st)
-            return st;
-        if (p->kind != MG_CUTLASS_MOE_BF16)
-            return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0, "%s: kind %u is not BF16",
-                                  kWhat, p->kind);
-        Carve l = carve(*p, static_cast<char *>(p->workspace), device, sms);
-        if (l.bytes > p->workspace_bytes)
-            return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0,
-                                  "%s: workspace of %zu bytes, %zu needed", kWhat,
-                                  p->workspace_bytes, l.bytes);
-        cudaStream_t s = static_cast<cudaStream_t>(stream);
-        gather_bf16<<<mg_moe::gather_blocks((size_t)p->rows * (p->k / 8)), 256, 0, s>>>(
-            *p, l.args, reinterpret_cast<uint4 *>(l.gathered));
-        if ((st = mg_moe::cuda_check(err, cudaGetLastError(), "gather_bf16 launch")))
-            return st;
-        typename Gemm::Arguments args = make_arguments(*p, l.args, device, sms);
-        return mg_moe::launch<Gemm>(args, l.cutlass_workspace, s, err, kWhat);
-    });
+    return mg_moe::unit_run<mg_moe_bf16::Unit>("mg_cutlass_moe_sm90_bf16_run", p, stream, err);
 }

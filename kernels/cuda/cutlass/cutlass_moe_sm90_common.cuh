@@ -104,6 +104,27 @@ template <class Gemm> struct ExpertArgs {
     }
 };
 
+// The grouped GEMM's arguments: `experts` groups with their shapes in device memory (no host
+// copy, so nothing is read back), the persistent grid sized for `sms` multiprocessors, out =
+// the accumulator (alpha 1, no C operand).
+template <class Gemm>
+typename Gemm::Arguments grouped_arguments(const mg_cutlass_moe_problem &p,
+                                           const ExpertArgs<Gemm> &g,
+                                           const typename Gemm::GemmKernel::MainloopArguments &mainloop,
+                                           int device, int sms) {
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = device;
+    hw.sm_count = sms;
+    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
+                                  {(int)p.experts, g.shapes, nullptr},
+                                  mainloop,
+                                  {{}, nullptr, nullptr, g.ptr_d, g.stride_d},
+                                  hw};
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    return args;
+}
+
 inline mg_status cuda_check(mg_plugin_error *err, cudaError_t e, const char *call) {
     return e == cudaSuccess ? MG_OK : mg_plugin_cuda_fail(err, e, call);
 }
@@ -114,13 +135,6 @@ inline mg_status current_sm_count(mg_plugin_error *err, int *device, int *sms) {
         st = cuda_check(err, cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *device),
                         "cudaDeviceGetAttribute(multiprocessors)");
     return st;
-}
-
-// The grouped GEMM's own workspace for `experts` groups on `sms` multiprocessors (it holds the
-// per-multiprocessor TMA descriptors and the tile scheduler's state, not the problem).
-template <class Gemm>
-size_t cutlass_workspace_bytes(typename Gemm::Arguments &args) {
-    return Gemm::get_workspace_size(args);
 }
 
 // Checks, initializes and launches `args` on `stream` with `workspace` (capture-safe: the
@@ -150,6 +164,47 @@ mg_status launch(typename Gemm::Arguments &args, void *workspace, cudaStream_t s
 inline unsigned gather_blocks(size_t vectors) {
     size_t blocks = (vectors + 255) / 256;
     return (unsigned)(blocks < 1 ? 1 : (blocks > 2048 ? 2048 : blocks));
+}
+
+// The two entry points of a unit. `Unit` provides: Gemm; kKind (MG_CUTLASS_MOE_*) and kWhat;
+// Carve (with bytes and cutlass_workspace) and carve(p, base, device, sms), which cuts the
+// workspace (base null: sizes only); prepare(p, carve, stream), which launches our kernel (gather
+// or quantize, per-expert arguments); make_arguments(p, carve, device, sms).
+template <class Unit>
+mg_status unit_workspace(const char *call, const mg_cutlass_moe_problem *p, size_t *bytes,
+                         mg_plugin_error *err) {
+    return mg_plugin_guarded(call, "CUTLASS", err, [&] {
+        int device, sms;
+        mg_status st = current_sm_count(err, &device, &sms);
+        if (!st)
+            *bytes = Unit::carve(*p, nullptr, device, sms).bytes;
+        return st;
+    });
+}
+
+template <class Unit>
+mg_status unit_run(const char *call, const mg_cutlass_moe_problem *p, void *stream,
+                   mg_plugin_error *err) {
+    return mg_plugin_guarded(call, "CUTLASS", err, [&] {
+        if (p->kind != Unit::kKind)
+            return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0, "%s: kind %u is not this unit's",
+                                  Unit::kWhat, p->kind);
+        int device, sms;
+        mg_status st = current_sm_count(err, &device, &sms);
+        if (st)
+            return st;
+        typename Unit::Carve c = Unit::carve(*p, static_cast<char *>(p->workspace), device, sms);
+        if (c.bytes > p->workspace_bytes)
+            return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0,
+                                  "%s: workspace of %zu bytes, %zu needed", Unit::kWhat,
+                                  p->workspace_bytes, c.bytes);
+        cudaStream_t s = static_cast<cudaStream_t>(stream);
+        Unit::prepare(*p, c, s);
+        if ((st = cuda_check(err, cudaGetLastError(), Unit::kWhat)))
+            return st;
+        typename Unit::Gemm::Arguments args = Unit::make_arguments(*p, c, device, sms);
+        return launch<typename Unit::Gemm>(args, c.cutlass_workspace, s, err, Unit::kWhat);
+    });
 }
 
 } // namespace mg_moe

@@ -33,6 +33,7 @@ extern "C" {
 #define MG_CUTLASS_UNITS_SM100_NVFP4 (1u << 2)
 #define MG_CUTLASS_UNITS_SM120_NVFP4 (1u << 3)
 #define MG_CUTLASS_UNITS_SM90_MOE_FP8 (1u << 4)
+#define MG_CUTLASS_UNITS_SM90_MOE_FP8_ROWWISE (1u << 5)
 
 typedef uint32_t (*mg_cutlass_abi_version_fn)(void);
 /* CUTLASS_MAJOR * 10000 + CUTLASS_MINOR * 100 + CUTLASS_PATCH of the headers it was built with. */

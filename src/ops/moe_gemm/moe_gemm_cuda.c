@@ -25,11 +25,17 @@ typedef struct unit_entry {
 static const unit_entry bf16_unit = {"BF16 grouped MoE GEMM on CUDA", MG_CUTLASS_UNITS_SM90_MOE,
                                      MG_CUTLASS_MOE_SM90_BF16_WORKSPACE,
                                      MG_CUTLASS_MOE_SM90_BF16_RUN};
-static const unit_entry fp8_unit = {"FP8 grouped MoE GEMM on CUDA", MG_CUTLASS_UNITS_SM90_MOE_FP8,
-                                    MG_CUTLASS_MOE_SM90_FP8_WORKSPACE, MG_CUTLASS_MOE_SM90_FP8_RUN};
+static const unit_entry block_unit = {
+    "FP8 block-scaled grouped MoE GEMM on CUDA", MG_CUTLASS_UNITS_SM90_MOE_FP8,
+    MG_CUTLASS_MOE_SM90_FP8_WORKSPACE, MG_CUTLASS_MOE_SM90_FP8_RUN};
+static const unit_entry rowwise_unit = {
+    "FP8 row-wise grouped MoE GEMM on CUDA", MG_CUTLASS_UNITS_SM90_MOE_FP8_ROWWISE,
+    MG_CUTLASS_MOE_SM90_FP8_ROWWISE_WORKSPACE, MG_CUTLASS_MOE_SM90_FP8_ROWWISE_RUN};
 
 static const unit_entry *unit_of(mg_moe_gemm_kind kind) {
-    return kind == MG_MOE_GEMM_BF16 ? &bf16_unit : &fp8_unit;
+    return kind == MG_MOE_GEMM_BF16          ? &bf16_unit
+           : kind == MG_MOE_GEMM_FP8_ROWWISE ? &rowwise_unit
+                                             : &block_unit;
 }
 
 /* The unit's entry points, resolved on first use (the loader remembers the plugin). */
@@ -129,14 +135,8 @@ static bool cutlass_supports(mg_backend *b, const void *call, char *reason, size
     (void)b;
     const mg_moe_gemm_call *c = call;
     if (!(mg_cutlass_plugin_units() & unit_of(c->d.kind)->unit)) {
-        snprintf(reason, reason_bytes, "the CUTLASS plugin was built without the %s kernels",
-                 c->d.kind == MG_MOE_GEMM_BF16 ? "BF16" : "FP8");
-        return false;
-    }
-    if (c->d.kind == MG_MOE_GEMM_FP8_ROWWISE) {
-        snprintf(reason, reason_bytes,
-                 "FP8 row-wise grouped kernels are not built (cutlass_moe_sm90_fp8 holds the "
-                 "128x128 block-scaled one)");
+        snprintf(reason, reason_bytes, "the CUTLASS plugin was built without the %s",
+                 unit_of(c->d.kind)->what);
         return false;
     }
     uint32_t align = c->d.kind == MG_MOE_GEMM_BF16 ? 8 : 16;

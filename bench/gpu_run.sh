@@ -129,6 +129,7 @@ if want bench; then
     bench_step attention
     bench_step nvfp4_format
     bench_step nvfp4 --iters 30 --warmup 5
+    bench_step moe_gemm --iters 20 --warmup 5
     bench_step mlx --iters 20 --warmup 5
     bench_step decode
     step run_llama_3_8b 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b
@@ -144,6 +145,7 @@ if want peers; then
     peer_step gemm "$PEERS/peers_gemm.py"
     peer_step attention "$PEERS/peers_attention.py"
     peer_step nvfp4 "$PEERS/peers_nvfp4.py"
+    peer_step moe_gemm "$PEERS/peers_moe_gemm.py"
     peer_step nvfp4_format "$PEERS/peers_nvfp4_format.py"
     peer_step mlx "$PEERS/peers_mlx.py"
     peer_step decode "$PEERS/peers_decode.py"

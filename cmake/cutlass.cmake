@@ -47,6 +47,9 @@ set(cutlass_flags -O3 -std=c++17 -DNDEBUG --expt-relaxed-constexpr
 # (the ABI version and which architectures were built) has no kernels.
 set(cutlass_units "cutlass_plugin|host")
 # -- Hopper grouped MoE GEMMs (kernels/cuda/cutlass/cutlass_moe_sm90*.cu)
+list(APPEND cutlass_units "cutlass_moe_sm90_bf16|90a")         # BF16, one kernel: 1 min 18 s
+list(APPEND cutlass_units "cutlass_moe_sm90_fp8|90a")          # FP8 128x128 blocks, one kernel: 2 min 6 s
+list(APPEND cutlass_units "cutlass_moe_sm90_fp8_rowwise|90a")  # FP8 row-wise, one kernel: 2 min 7 s
 # -- Hopper dense BF16 GEMMs (kernels/cuda/cutlass/cutlass_dense_sm90*.cu)
 # cutlass_dense_sm90: 3 kernels (cooperative 128x128 and 128x256, ping-pong 64x128); 95 s wall
 # (54 s user)

@@ -12,6 +12,7 @@ extern const mg_check_case mg_checks_nvfp4_gemm[];
 extern const mg_check_case mg_checks_mlx[];
 extern const mg_check_case mg_checks_kv_cache[];
 extern const mg_check_case mg_checks_elementwise[];
+extern const mg_check_case mg_checks_moe_gemm[];
 
 const mg_check_case *const mg_check_groups[] = {
     mg_checks_conformance,
@@ -25,5 +26,6 @@ const mg_check_case *const mg_check_groups[] = {
     mg_checks_mlx,
     mg_checks_kv_cache,
     mg_checks_elementwise,
+    mg_checks_moe_gemm,
     NULL,
 };

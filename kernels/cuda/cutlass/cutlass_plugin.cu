@@ -18,6 +18,12 @@ MG_PLUGIN_EXPORT uint32_t mg_cutlass_built_units(void) {
 #if defined(METRALE_CUTLASS_HAVE_cutlass_moe_sm90_bf16)
     units |= MG_CUTLASS_UNITS_SM90_MOE;
 #endif
+#if defined(METRALE_CUTLASS_HAVE_cutlass_moe_sm90_fp8)
+    units |= MG_CUTLASS_UNITS_SM90_MOE_FP8;
+#endif
+#if defined(METRALE_CUTLASS_HAVE_cutlass_moe_sm90_fp8_rowwise)
+    units |= MG_CUTLASS_UNITS_SM90_MOE_FP8_ROWWISE;
+#endif
 #if defined(METRALE_CUTLASS_HAVE_cutlass_dense_sm90)
     units |= MG_CUTLASS_UNITS_SM90_DENSE;
 #endif

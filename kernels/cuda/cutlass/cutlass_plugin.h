@@ -25,13 +25,15 @@ extern "C" {
 
 /* Bumped whenever a struct or signature of the plugin's headers changes; the loader refuses a
  * plugin of another version. */
-#define MG_CUTLASS_ABI_VERSION 1
+#define MG_CUTLASS_ABI_VERSION 2
 
 /* Bits of mg_cutlass_built_units(): which kernel families this build of the plugin holds. */
 #define MG_CUTLASS_UNITS_SM90_MOE (1u << 0)
 #define MG_CUTLASS_UNITS_SM90_DENSE (1u << 1)
 #define MG_CUTLASS_UNITS_SM100_NVFP4 (1u << 2)
 #define MG_CUTLASS_UNITS_SM120_NVFP4 (1u << 3)
+#define MG_CUTLASS_UNITS_SM90_MOE_FP8 (1u << 4)
+#define MG_CUTLASS_UNITS_SM90_MOE_FP8_ROWWISE (1u << 5)
 
 typedef uint32_t (*mg_cutlass_abi_version_fn)(void);
 /* CUTLASS_MAJOR * 10000 + CUTLASS_MINOR * 100 + CUTLASS_PATCH of the headers it was built with. */

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
+#include "moe_routing_host.h"
 #include "nvfp4_hopper_layout.h"
 
 void mg_nvfp4_gemm_kernel_name(char *buf, unsigned bytes, unsigned tile_tokens, unsigned k_warps,
@@ -105,29 +106,6 @@ typedef struct gemm_call {
     uint32_t ldc, n, k;
 } gemm_call;
 
-/* The routing checks the CUDA kernels cannot make without a synchronisation. */
-static mg_status check_routing(const gemm_call *c, const char *name) {
-    if (c->offsets) {
-        if (c->offsets[0] != 0 || c->offsets[c->experts] != (int32_t)c->rows)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "%s: expert_offsets[0] = %d and expert_offsets[%u] = %d must be 0 and "
-                            "rows = %u",
-                            name, c->offsets[0], c->experts, c->offsets[c->experts], c->rows);
-        for (uint32_t e = 0; e < c->experts; e++)
-            if (c->offsets[e + 1] < c->offsets[e])
-                return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                                "%s: expert_offsets decrease at expert %u (%d > %d)", name, e,
-                                c->offsets[e], c->offsets[e + 1]);
-    }
-    if (c->token_ids)
-        for (uint32_t r = 0; r < c->rows; r++)
-            if (c->token_ids[r] < 0 || (uint32_t)c->token_ids[r] >= c->act_rows)
-                return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                                "%s: sorted_token_ids[%u] = %d is outside the %u activation rows",
-                                name, r, c->token_ids[r], c->act_rows);
-    return MG_OK;
-}
-
 static double dot_row(const uint16_t *x, const double *w, uint32_t k) {
     double sum = 0;
     for (uint32_t i = 0; i < k; i++)
@@ -136,7 +114,8 @@ static double dot_row(const uint16_t *x, const double *w, uint32_t k) {
 }
 
 static mg_status run_gemm(const gemm_call *c, const char *name) {
-    mg_status st = check_routing(c, name);
+    mg_status st = mg_moe_routing_check_host(name, c->offsets, c->experts, c->rows, true,
+                                             c->token_ids, c->act_rows);
     if (st)
         return st;
     double *w = malloc(sizeof(double) * c->n * c->k);

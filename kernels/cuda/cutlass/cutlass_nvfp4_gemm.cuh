@@ -1,8 +1,8 @@
 // cutlass_nvfp4_gemm.cuh - the Blackwell NVFP4 GEMMs of one architecture, included once by its
-// unit (cutlass_nvfp4_sm100.cu, cutlass_nvfp4_sm120.cu) after it defined DenseGemm and
-// GroupedGemm (GemmUniversalAdapter types over nv_float4_t<float_e2m1_t> A and B, BF16 D, no C)
-// in namespace MG_NVFP4_ARCH_NS, its own per architecture, so the two units' kernels and host
-// stubs never meet at link time.
+// unit (cutlass_nvfp4_sm100.cu, cutlass_nvfp4_sm120.cu), which defines MG_NVFP4_ARCH_NS first
+// (its own namespace, so the two units' kernels and host stubs never meet at link time), then
+// DenseGemm and GroupedGemm in it from BlockScaledGemms, then expands
+// MG_CUTLASS_NVFP4_ENTRY_POINTS(arch).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,8 +11,15 @@
 
 #include <type_traits>
 
+#include <cutlass/cutlass.h>
+
 #include <cute/tensor.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/group_array_problem_shape.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/kernel_hardware_info.h>
 #include <cutlass/util/packed_stride.hpp>
 
@@ -234,6 +241,48 @@ mg_status prepare(const void *codes, const void *scales, uint32_t n, uint32_t k,
     return e == cudaSuccess ? MG_OK : mg_plugin_cuda_fail(err, e, call);
 }
 
+// ---------------------------------------------------------------- the GEMM types
+
+// The dense and grouped GEMMs of one architecture: nv_float4_t<e2m1> A (row-major, the
+// quantized activation) and B (column-major, i.e. the [n, k] K-major weight), FP32 accumulation,
+// BF16 D, no C; one tile shape, no cluster; the schedules the unit names.
+template <class Arch, class Tile, class DenseEpilogueSchedule, class DenseSchedule,
+          class GroupedEpilogueSchedule, class GroupedSchedule>
+struct BlockScaledGemms {
+    using ElementAB = cutlass::nv_float4_t<cutlass::float_e2m1_t>;
+    using ElementD = cutlass::bfloat16_t;
+    static constexpr int kAlignAB = 32;  // 16 bytes of E2M1
+    static constexpr int kAlignD = 8;    // 16 bytes of BF16
+    using OpClass = cutlass::arch::OpClassBlockScaledTensorOp;
+    using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
+
+    template <class LayoutA, class LayoutB, class LayoutD, class EpilogueSchedule, class Schedule>
+    struct Collectives {
+        using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+            Arch, OpClass, Tile, Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float,
+            float, void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD,
+            EpilogueSchedule>::CollectiveOp;
+        using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+            Arch, OpClass, ElementAB, LayoutA, kAlignAB, ElementAB, LayoutB, kAlignAB, float, Tile,
+            Cluster,
+            cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+                sizeof(typename Epilogue::SharedStorage))>,
+            Schedule>::CollectiveOp;
+    };
+    using DenseParts = Collectives<cutlass::layout::RowMajor, cutlass::layout::ColumnMajor,
+                                   cutlass::layout::RowMajor, DenseEpilogueSchedule, DenseSchedule>;
+    using GroupedParts =
+        Collectives<cutlass::layout::RowMajor *, cutlass::layout::ColumnMajor *,
+                    cutlass::layout::RowMajor *, GroupedEpilogueSchedule, GroupedSchedule>;
+
+    using Dense = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
+        cute::Shape<int, int, int, int>, typename DenseParts::Mainloop,
+        typename DenseParts::Epilogue, void>>;
+    using Grouped = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
+        cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>,
+        typename GroupedParts::Mainloop, typename GroupedParts::Epilogue>>;
+};
+
 // ---------------------------------------------------------------- CUTLASS argument types
 
 template <class Gemm>
@@ -446,27 +495,28 @@ typename Gemm::Arguments arguments(const mg_cutlass_nvfp4_args *a,
     else return dense_arguments<Gemm>(a, w);
 }
 
-// The checks, the workspace layout and the SM count every entry point starts with.
-template <bool Grouped>
-mg_status prologue(const mg_cutlass_nvfp4_args *a, const char *call, mg_plugin_error *err,
-                   mg_cutlass_nvfp4_workspace_layout *w, int *sms) {
-    err->cuda_error = 0;
-    err->message[0] = '\0';
-    mg_status st = check_args(a, Grouped, call, err);
-    if (st) return st;
-    if (workspace_layout(a->rows, a->experts, a->k, Grouped, w) != MG_OK)
-        return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0, "%s: bad shape", call);
-    return sm_count(sms, err);
+// Every entry point: exceptions turned into statuses, then the checks, the workspace layout and
+// the SM count before `body(w, sms)`.
+template <bool Grouped, class Body>
+mg_status guarded_call(const mg_cutlass_nvfp4_args *a, const char *call, mg_plugin_error *err,
+                       Body &&body) {
+    return mg_plugin_guarded(call, "CUTLASS", err, [&]() -> mg_status {
+        mg_status st = check_args(a, Grouped, call, err);
+        if (st) return st;
+        mg_cutlass_nvfp4_workspace_layout w;
+        if (workspace_layout(a->rows, a->experts, a->k, Grouped, &w) != MG_OK)
+            return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0, "%s: bad shape", call);
+        int sms = 0;
+        if ((st = sm_count(&sms, err))) return st;
+        return body(w, sms);
+    });
 }
 
 template <class Gemm, bool Grouped>
 mg_status workspace_bytes(const mg_cutlass_nvfp4_args *a, size_t *bytes, const char *call,
                           mg_plugin_error *err) {
-    return mg_plugin_guarded(call, "CUTLASS", err, [&]() -> mg_status {
-        mg_cutlass_nvfp4_workspace_layout w;
-        int sms = 0;
-        mg_status st = prologue<Grouped>(a, call, err, &w, &sms);
-        if (st) return st;
+    return guarded_call<Grouped>(a, call, err, [&](const mg_cutlass_nvfp4_workspace_layout &w,
+                                                   int sms) -> mg_status {
         if (!bytes) return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0, "%s: null bytes", call);
         *bytes = w.fixed_bytes + Gemm::get_workspace_size(arguments<Gemm, Grouped>(a, w, sms));
         return MG_OK;
@@ -479,11 +529,8 @@ mg_status workspace_bytes(const mg_cutlass_nvfp4_args *a, size_t *bytes, const c
 template <class Gemm, bool Grouped>
 mg_status run(const mg_cutlass_nvfp4_args *a, cudaStream_t stream, const char *call,
               mg_plugin_error *err) {
-    return mg_plugin_guarded(call, "CUTLASS", err, [&]() -> mg_status {
-        mg_cutlass_nvfp4_workspace_layout w;
-        int sms = 0;
-        mg_status st = prologue<Grouped>(a, call, err, &w, &sms);
-        if (st) return st;
+    return guarded_call<Grouped>(a, call, err, [&](const mg_cutlass_nvfp4_workspace_layout &w,
+                                                   int sms) -> mg_status {
         uint8_t *ws = static_cast<uint8_t *>(a->workspace);
         if (!ws || (uintptr_t)ws % 256)
             return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0,

@@ -85,6 +85,17 @@ static mg_status entry_for(mg_backend *b, const char *fn, arch_entry **out) {
     return MG_OK;
 }
 
+/* The entry points of b's architecture, with its context made current and s's CUstream. */
+static mg_status bound(mg_backend *b, mg_stream *s, const char *fn, arch_entry **a,
+                       mg_cuda_context **ctx, CUstream *stream) {
+    mg_status st = entry_for(b, fn, a);
+    if (!st)
+        st = mg_cuda_bind(b, ctx);
+    if (!st)
+        st = mg_cuda_stream(b, s, stream);
+    return st;
+}
+
 bool mg_nvfp4_blackwell_layout(mg_backend *b, uint32_t n, uint32_t k) {
     return n && n % 128 == 0 && k && k % 32 == 0 && device_arch(b) != NULL;
 }
@@ -124,11 +135,7 @@ mg_status mg_nvfp4_blackwell_prepare(mg_backend *b, mg_stream *s, const char *fn
     arch_entry *a;
     mg_cuda_context *ctx;
     CUstream stream;
-    mg_status st = entry_for(b, fn, &a);
-    if (!st)
-        st = mg_cuda_bind(b, &ctx);
-    if (!st)
-        st = mg_cuda_stream(b, s, &stream);
+    mg_status st = bound(b, s, fn, &a, &ctx, &stream);
     if (st)
         return st;
     mg_plugin_error err;
@@ -143,11 +150,7 @@ mg_status mg_nvfp4_blackwell_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_ge
     arch_entry *a;
     mg_cuda_context *ctx;
     CUstream stream;
-    mg_status st = entry_for(b, c->fn, &a);
-    if (!st)
-        st = mg_cuda_bind(b, &ctx);
-    if (!st)
-        st = mg_cuda_stream(b, s, &stream);
+    mg_status st = bound(b, s, c->fn, &a, &ctx, &stream);
     if (st)
         return st;
     const bool grouped = c->op == MG_OP_NVFP4_MOE_GEMM;

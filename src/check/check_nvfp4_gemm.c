@@ -66,13 +66,17 @@ static mg_status make_weight(mg_check_ctx *ctx, nv_state *st, uint32_t experts, 
     return s;
 }
 
-static void free_weight(mg_check_ctx *ctx, nv_weight *w) {
+/* Frees buffers held on both backends: pairs[j][0] on the one under test, [1] on the reference. */
+static void free_pairs(mg_check_ctx *ctx, mg_devptr *const pairs[], size_t count) {
     mg_backend *bs[2] = {ctx->backend, ctx->reference};
-    for (int i = 0; i < 2; i++) {
-        mg_free(bs[i], w->values[i]);
-        mg_free(bs[i], w->scales[i]);
-        mg_free(bs[i], w->global[i]);
-    }
+    for (size_t j = 0; j < count; j++)
+        for (int i = 0; i < 2; i++)
+            mg_free(bs[i], pairs[j][i]);
+}
+
+static void free_weight(mg_check_ctx *ctx, nv_weight *w) {
+    mg_devptr *const pairs[] = {w->values, w->scales, w->global};
+    free_pairs(ctx, pairs, 3);
 }
 
 static mg_nvfp4_weight weight_on(const nv_weight *w, int i) {
@@ -265,13 +269,36 @@ done:
 }
 
 static void free_moe_io(mg_check_ctx *ctx, nv_moe_io *io) {
+    mg_devptr *const pairs[] = {io->act, io->out, io->off, io->ids};
+    free_pairs(ctx, pairs, 4);
+}
+
+/* The grouped GEMM, plain then gate_up, on both backends (the one under test on `s`; NULL: its
+ * default stream), compared; false (result failed) on a mismatch. */
+static bool grouped_both(mg_check_ctx *ctx, mg_check_result *result, mg_stream *s,
+                         const mg_nvfp4_moe_desc *d, const nv_weight *g, const nv_weight *u,
+                         nv_moe_io *io, double *worst) {
     mg_backend *bs[2] = {ctx->backend, ctx->reference};
-    for (int i = 0; i < 2; i++) {
-        mg_free(bs[i], io->act[i]);
-        mg_free(bs[i], io->out[i]);
-        mg_free(bs[i], io->off[i]);
-        mg_free(bs[i], io->ids[i]);
+    const size_t out_bytes = (size_t)d->rows * d->n * 2;
+    char why[160];
+    for (int fused = 0; fused < 2; fused++) {
+        for (int i = 0; i < 2; i++) {
+            mg_nvfp4_weight wu = weight_on(u, i);
+            mg_nvfp4_moe_tensors t = {io->act[i], io->ids[i], io->off[i], weight_on(g, i),
+                                      fused ? &wu : NULL, io->out[i]};
+            OK(mg_memset(bs[i], io->out[i], MG_CHECK_POISON, out_bytes));
+            OK(mg_nvfp4_moe_gemm(bs[i], i ? NULL : s, d, &t));
+        }
+        if (s)
+            OK(mg_stream_synchronize(s));
+        double err = compare_outputs(ctx, io->out[0], io->out[1], d->rows, d->n, d->n, why,
+                                     sizeof why);
+        EXPECT(err >= 0, "grouped %s: %s", fused ? "gate_up" : "plain", why);
+        *worst = fmax(*worst, err);
     }
+    return true;
+done:
+    return false;
 }
 
 static void check_moe(mg_check_ctx *ctx, mg_check_result *result) {
@@ -282,7 +309,6 @@ static void check_moe(mg_check_ctx *ctx, mg_check_result *result) {
     nv_moe_io io = {.offsets = offsets, .token_ids = token_ids};
     uint16_t *host = NULL;
     mg_stream *s = NULL;
-    char why[160];
     double worst = 0;
     mg_backend *bs[2] = {ctx->backend, ctx->reference};
     OK(make_weight(ctx, &st, experts, n, k, &g));
@@ -297,18 +323,8 @@ static void check_moe(mg_check_ctx *ctx, mg_check_result *result) {
         OK(mg_check_upload(bs[i], token_ids, sizeof token_ids, &io.ids[i]));
     }
     mg_nvfp4_moe_desc d = {.experts = experts, .rows = rows, .act_rows = tokens, .n = n, .k = k};
-    for (int fused = 0; fused < 2; fused++) {
-        for (int i = 0; i < 2; i++) {
-            mg_nvfp4_weight wu = weight_on(&u, i);
-            mg_nvfp4_moe_tensors t = {io.act[i], io.ids[i], io.off[i], weight_on(&g, i),
-                                      fused ? &wu : NULL, io.out[i]};
-            OK(mg_memset(bs[i], io.out[i], MG_CHECK_POISON, (size_t)rows * n * 2));
-            OK(mg_nvfp4_moe_gemm(bs[i], NULL, &d, &t));
-        }
-        double err = compare_outputs(ctx, io.out[0], io.out[1], rows, n, n, why, sizeof why);
-        EXPECT(err >= 0, "%s: %s", fused ? "gate_up" : "plain", why);
-        worst = fmax(worst, err);
-    }
+    if (!grouped_both(ctx, result, NULL, &d, &g, &u, &io, &worst))
+        goto done;
     /* Captured on the backend under test, replayed after a new routing was uploaded. */
     OK(mg_stream_create(ctx->backend, &s));
     if (!replay_new_routing(ctx, result, &st, s, &d, &g, &io, &worst))
@@ -421,19 +437,8 @@ static void check_native_shapes(mg_check_ctx *ctx, mg_check_result *result) {
     }
     mg_nvfp4_moe_desc d = {.experts = experts, .rows = rows, .act_rows = tokens, .n = mn, .k = mk};
     OK(mg_stream_create(ctx->backend, &s));
-    for (int fused = 0; fused < 2; fused++) {
-        for (int i = 0; i < 2; i++) {
-            mg_nvfp4_weight wu = weight_on(&mu, i);
-            mg_nvfp4_moe_tensors t = {io.act[i], io.ids[i], io.off[i], weight_on(&mg, i),
-                                      fused ? &wu : NULL, io.out[i]};
-            OK(mg_memset(bs[i], io.out[i], MG_CHECK_POISON, (size_t)rows * mn * 2));
-            OK(mg_nvfp4_moe_gemm(bs[i], i ? NULL : s, &d, &t));
-        }
-        OK(mg_stream_synchronize(s));
-        double err = compare_outputs(ctx, io.out[0], io.out[1], rows, mn, mn, why, sizeof why);
-        EXPECT(err >= 0, "grouped %s: %s", fused ? "gate_up" : "plain", why);
-        worst = fmax(worst, err);
-    }
+    if (!grouped_both(ctx, result, s, &d, &mg, &mu, &io, &worst))
+        goto done;
     if (!replay_new_routing(ctx, result, &st, s, &d, &mg, &io, &worst))
         goto done;
     result->error = worst;

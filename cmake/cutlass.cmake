@@ -51,9 +51,9 @@ set(cutlass_units "cutlass_plugin|host")
 # -- Blackwell NVFP4 dense and grouped GEMMs (kernels/cuda/cutlass/cutlass_nvfp4_sm1*.cu)
 #    the scale-factor layout and workspace code, host only (needs no GPU; tested on the CPU): 17 s
 list(APPEND cutlass_units "cutlass_nvfp4_layout|host")
-#    sm_100a: dense + grouped, 128x128x256 tiles, 1 SM, activation quantizer: 1 min 57 s
+#    sm_100a: dense + grouped, 128x128x256 tiles, 1 SM, activation quantizer: 2 min 0-30 s
 list(APPEND cutlass_units "cutlass_nvfp4_sm100|100a")
-#    sm_120a: dense + grouped, 128x128x128 tiles, cooperative, activation quantizer: 2 min 8 s
+#    sm_120a: dense + grouped, 128x128x128 tiles, cooperative, activation quantizer: 1 min 10 s-2 min
 list(APPEND cutlass_units "cutlass_nvfp4_sm120|120a")
 
 set(cutlass_host_defines "")

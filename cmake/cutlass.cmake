@@ -55,6 +55,12 @@ list(APPEND cutlass_units "cutlass_moe_sm90_fp8_rowwise|90a")  # FP8 row-wise, o
 # (54 s user)
 list(APPEND cutlass_units "cutlass_dense_sm90|90a")
 # -- Blackwell NVFP4 dense and grouped GEMMs (kernels/cuda/cutlass/cutlass_nvfp4_sm1*.cu)
+#    the scale-factor layout and workspace code, host only (needs no GPU; tested on the CPU): 17 s
+list(APPEND cutlass_units "cutlass_nvfp4_layout|host")
+#    sm_100a: dense + grouped, 128x128x256 tiles, 1 SM, activation quantizer: 2 min 0-30 s
+list(APPEND cutlass_units "cutlass_nvfp4_sm100|100a")
+#    sm_120a: dense + grouped, 128x128x128 tiles, cooperative, activation quantizer: 1 min 10 s-2 min
+list(APPEND cutlass_units "cutlass_nvfp4_sm120|120a")
 
 set(cutlass_host_defines "")
 set(cutlass_objects "")

@@ -20,6 +20,16 @@
  *   mg_nvfp4_weight w = {.values = wv, .scales = ws, .global_scale = gs};
  *   mg_nvfp4_gemm(b, s, m, n, k, act, k, &w, out, n);                // every step
  *
+ * On a Blackwell device (compute capability 10.0 or 12.0, with the CUTLASS plugin's Blackwell
+ * kernels), for N a multiple of 128 and K a multiple of 32, mg_nvfp4_prepare writes another
+ * layout (the codes unchanged, the scales in the 128x4 layout of metrale/nvfp4.h) and the GEMMs
+ * run native FP4 x FP4 tensor-core kernels (provider "cutlass_blackwell"): the activation is
+ * quantized to NVFP4 on every call (per-16 E4M3 scales, the global amax / (448 * 6) of the
+ * activation measured on the device), so results carry FP4 activation error; ldc must be a
+ * multiple of 8; the workspace is stream-private scratch that grows outside a capture only (make
+ * one call of the largest shape on a stream before capturing on it); gate_up is two GEMMs and a
+ * SiLU-multiply. Not yet verified on hardware. Other shapes and devices: as below.
+ *
  * What a caller may rely on:
  *  - Arguments are checked before anything is launched (MG_ERR_INVALID_ARGUMENT naming the
  *    argument): K a multiple of 16, activation rows 16-byte aligned (act and act_pitch * 2),

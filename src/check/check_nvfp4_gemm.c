@@ -2,13 +2,17 @@
  * backend under test against the CPU reference backend (weights decoded exactly, FP64 sums),
  * on random canonical weights of awkward shapes, outputs poisoned first: the re-layout bit for
  * bit, dense and fused gate_up at several M, the grouped GEMM with skewed and empty experts
- * and a random gather, its graph replayed with a new routing, and refused arguments. */
+ * and a random gather, its graph replayed with a new routing, and refused arguments; and
+ * shapes the native Blackwell FP4 provider takes, against a reference whose activation is
+ * quantized the same way when that provider runs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check_util.h"
 #include "metrale/dtype.h"
+#include "metrale/nvfp4.h"
+#include "metrale/ops.h"
 #include "metrale/ops_nvfp4.h"
 
 typedef struct nv_weight {
@@ -62,13 +66,17 @@ static mg_status make_weight(mg_check_ctx *ctx, nv_state *st, uint32_t experts, 
     return s;
 }
 
-static void free_weight(mg_check_ctx *ctx, nv_weight *w) {
+/* Frees buffers held on both backends: pairs[j][0] on the one under test, [1] on the reference. */
+static void free_pairs(mg_check_ctx *ctx, mg_devptr *const pairs[], size_t count) {
     mg_backend *bs[2] = {ctx->backend, ctx->reference};
-    for (int i = 0; i < 2; i++) {
-        mg_free(bs[i], w->values[i]);
-        mg_free(bs[i], w->scales[i]);
-        mg_free(bs[i], w->global[i]);
-    }
+    for (size_t j = 0; j < count; j++)
+        for (int i = 0; i < 2; i++)
+            mg_free(bs[i], pairs[j][i]);
+}
+
+static void free_weight(mg_check_ctx *ctx, nv_weight *w) {
+    mg_devptr *const pairs[] = {w->values, w->scales, w->global};
+    free_pairs(ctx, pairs, 3);
 }
 
 static mg_nvfp4_weight weight_on(const nv_weight *w, int i) {
@@ -219,16 +227,88 @@ static void routing(nv_state *st, uint32_t experts, uint32_t rows, uint32_t toke
         ids[r] = (int32_t)rnd(st, tokens);
 }
 
+/* The buffers of a grouped check on both backends, and the host routing they are filled from. */
+typedef struct nv_moe_io {
+    mg_devptr act[2], out[2], off[2], ids[2];
+    int32_t *offsets, *token_ids;
+} nv_moe_io;
+
+/* Captures the plain grouped GEMM on `s` (backend under test), uploads a new routing to both
+ * backends, replays the graph and compares with the reference; false (result failed) if not. */
+static bool replay_new_routing(mg_check_ctx *ctx, mg_check_result *result, nv_state *st,
+                               mg_stream *s, const mg_nvfp4_moe_desc *d, const nv_weight *g,
+                               nv_moe_io *io, double *worst) {
+    mg_backend *bs[2] = {ctx->backend, ctx->reference};
+    mg_graph *graph = NULL;
+    char why[160];
+    bool ok = false;
+    mg_nvfp4_moe_tensors t = {io->act[0], io->ids[0], io->off[0], weight_on(g, 0), NULL, io->out[0]};
+    mg_nvfp4_moe_tensors r = {io->act[1], io->ids[1], io->off[1], weight_on(g, 1), NULL, io->out[1]};
+    OK(mg_graph_begin_capture(s));
+    mg_status cs = mg_nvfp4_moe_gemm(ctx->backend, s, d, &t);
+    mg_status es = mg_graph_end_capture(s, &graph);
+    OK(cs);
+    OK(es);
+    routing(st, d->experts, d->rows, d->act_rows, io->offsets, io->token_ids);
+    for (int i = 0; i < 2; i++) {
+        OK(mg_copy_h2d(bs[i], io->off[i], io->offsets, ((size_t)d->experts + 1) * 4));
+        OK(mg_copy_h2d(bs[i], io->ids[i], io->token_ids, (size_t)d->rows * 4));
+        OK(mg_memset(bs[i], io->out[i], MG_CHECK_POISON, (size_t)d->rows * d->n * 2));
+    }
+    OK(mg_graph_launch(graph, s));
+    OK(mg_stream_synchronize(s));
+    OK(mg_nvfp4_moe_gemm(ctx->reference, NULL, d, &r));
+    double err = compare_outputs(ctx, io->out[0], io->out[1], d->rows, d->n, d->n, why, sizeof why);
+    EXPECT(err >= 0, "graph replay with a new routing: %s", why);
+    *worst = fmax(*worst, err);
+    ok = true;
+done:
+    if (graph)
+        mg_graph_destroy(graph);
+    return ok;
+}
+
+static void free_moe_io(mg_check_ctx *ctx, nv_moe_io *io) {
+    mg_devptr *const pairs[] = {io->act, io->out, io->off, io->ids};
+    free_pairs(ctx, pairs, 4);
+}
+
+/* The grouped GEMM, plain then gate_up, on both backends (the one under test on `s`; NULL: its
+ * default stream), compared; false (result failed) on a mismatch. */
+static bool grouped_both(mg_check_ctx *ctx, mg_check_result *result, mg_stream *s,
+                         const mg_nvfp4_moe_desc *d, const nv_weight *g, const nv_weight *u,
+                         nv_moe_io *io, double *worst) {
+    mg_backend *bs[2] = {ctx->backend, ctx->reference};
+    const size_t out_bytes = (size_t)d->rows * d->n * 2;
+    char why[160];
+    for (int fused = 0; fused < 2; fused++) {
+        for (int i = 0; i < 2; i++) {
+            mg_nvfp4_weight wu = weight_on(u, i);
+            mg_nvfp4_moe_tensors t = {io->act[i], io->ids[i], io->off[i], weight_on(g, i),
+                                      fused ? &wu : NULL, io->out[i]};
+            OK(mg_memset(bs[i], io->out[i], MG_CHECK_POISON, out_bytes));
+            OK(mg_nvfp4_moe_gemm(bs[i], i ? NULL : s, d, &t));
+        }
+        if (s)
+            OK(mg_stream_synchronize(s));
+        double err = compare_outputs(ctx, io->out[0], io->out[1], d->rows, d->n, d->n, why,
+                                     sizeof why);
+        EXPECT(err >= 0, "grouped %s: %s", fused ? "gate_up" : "plain", why);
+        *worst = fmax(*worst, err);
+    }
+    return true;
+done:
+    return false;
+}
+
 static void check_moe(mg_check_ctx *ctx, mg_check_result *result) {
     nv_state st = {mg_check_rng_seed(ctx, "nvfp4_gemm/moe")};
     const uint32_t experts = 6, tokens = 23, rows = 46, n = 40, k = 288;
     nv_weight g = {0}, u = {0};
-    mg_devptr act[2] = {0}, out[2] = {0}, off[2] = {0}, ids[2] = {0};
-    uint16_t *host = NULL;
     int32_t offsets[7], token_ids[46];
+    nv_moe_io io = {.offsets = offsets, .token_ids = token_ids};
+    uint16_t *host = NULL;
     mg_stream *s = NULL;
-    mg_graph *graph = NULL;
-    char why[160];
     double worst = 0;
     mg_backend *bs[2] = {ctx->backend, ctx->reference};
     OK(make_weight(ctx, &st, experts, n, k, &g));
@@ -237,47 +317,18 @@ static void check_moe(mg_check_ctx *ctx, mg_check_result *result) {
     EXPECT(host, "no host memory");
     routing(&st, experts, rows, tokens, offsets, token_ids);
     for (int i = 0; i < 2; i++) {
-        OK(mg_check_upload(bs[i], host, (size_t)tokens * k * 2, &act[i]));
-        OK(mg_check_alloc_poisoned(bs[i], (size_t)rows * n * 2, &out[i]));
-        OK(mg_check_upload(bs[i], offsets, sizeof offsets, &off[i]));
-        OK(mg_check_upload(bs[i], token_ids, sizeof token_ids, &ids[i]));
+        OK(mg_check_upload(bs[i], host, (size_t)tokens * k * 2, &io.act[i]));
+        OK(mg_check_alloc_poisoned(bs[i], (size_t)rows * n * 2, &io.out[i]));
+        OK(mg_check_upload(bs[i], offsets, sizeof offsets, &io.off[i]));
+        OK(mg_check_upload(bs[i], token_ids, sizeof token_ids, &io.ids[i]));
     }
     mg_nvfp4_moe_desc d = {.experts = experts, .rows = rows, .act_rows = tokens, .n = n, .k = k};
-    for (int fused = 0; fused < 2; fused++) {
-        for (int i = 0; i < 2; i++) {
-            mg_nvfp4_weight wu = weight_on(&u, i);
-            mg_nvfp4_moe_tensors t = {act[i], ids[i], off[i], weight_on(&g, i), fused ? &wu : NULL,
-                                      out[i]};
-            OK(mg_memset(bs[i], out[i], MG_CHECK_POISON, (size_t)rows * n * 2));
-            OK(mg_nvfp4_moe_gemm(bs[i], NULL, &d, &t));
-        }
-        double err = compare_outputs(ctx, out[0], out[1], rows, n, n, why, sizeof why);
-        EXPECT(err >= 0, "%s: %s", fused ? "gate_up" : "plain", why);
-        worst = fmax(worst, err);
-    }
+    if (!grouped_both(ctx, result, NULL, &d, &g, &u, &io, &worst))
+        goto done;
     /* Captured on the backend under test, replayed after a new routing was uploaded. */
     OK(mg_stream_create(ctx->backend, &s));
-    {
-        mg_nvfp4_moe_tensors t = {act[0], ids[0], off[0], weight_on(&g, 0), NULL, out[0]};
-        mg_nvfp4_moe_tensors r = {act[1], ids[1], off[1], weight_on(&g, 1), NULL, out[1]};
-        OK(mg_graph_begin_capture(s));
-        mg_status cs = mg_nvfp4_moe_gemm(ctx->backend, s, &d, &t);
-        mg_status es = mg_graph_end_capture(s, &graph);
-        OK(cs);
-        OK(es);
-        routing(&st, experts, rows, tokens, offsets, token_ids);
-        for (int i = 0; i < 2; i++) {
-            OK(mg_copy_h2d(bs[i], off[i], offsets, sizeof offsets));
-            OK(mg_copy_h2d(bs[i], ids[i], token_ids, sizeof token_ids));
-            OK(mg_memset(bs[i], out[i], MG_CHECK_POISON, (size_t)rows * n * 2));
-        }
-        OK(mg_graph_launch(graph, s));
-        OK(mg_stream_synchronize(s));
-        OK(mg_nvfp4_moe_gemm(ctx->reference, NULL, &d, &r));
-        double err = compare_outputs(ctx, out[0], out[1], rows, n, n, why, sizeof why);
-        EXPECT(err >= 0, "graph replay with a new routing: %s", why);
-        worst = fmax(worst, err);
-    }
+    if (!replay_new_routing(ctx, result, &st, s, &d, &g, &io, &worst))
+        goto done;
     result->error = worst;
     snprintf(result->detail, sizeof result->detail,
              "%u experts (one empty, one hot), %u rows gathered from %u tokens, plain and gate_up, "
@@ -285,19 +336,127 @@ static void check_moe(mg_check_ctx *ctx, mg_check_result *result) {
              experts, rows, tokens);
     PASS();
 done:
-    if (graph)
-        mg_graph_destroy(graph);
     if (s)
         mg_stream_destroy(s);
     free(host);
-    for (int i = 0; i < 2; i++) {
-        mg_free(bs[i], act[i]);
-        mg_free(bs[i], out[i]);
-        mg_free(bs[i], off[i]);
-        mg_free(bs[i], ids[i]);
-    }
+    free_moe_io(ctx, &io);
     free_weight(ctx, &g);
     free_weight(ctx, &u);
+}
+
+/* ------------------------------------------------------------------ the Blackwell path */
+
+/* Whether this backend runs the native FP4 provider (a device of compute capability 10.0 or
+ * 12.0 with the CUTLASS plugin's Blackwell kernels): there the activation is quantized to NVFP4
+ * per call (metrale/ops_nvfp4.h). */
+static bool native_fp4(mg_check_ctx *ctx) {
+    return mg_op_provider_available(ctx->backend, MG_OP_NVFP4_GEMM, "cutlass_blackwell", NULL, 0);
+}
+
+/* The activation as the reference multiplies it: uploaded as is, or, on the native FP4 path,
+ * quantized by the rule of metrale/nvfp4.h with the global amax / 2688 of the whole tensor and
+ * decoded back to BF16 (what the tensor cores read, up to that last rounding). */
+static mg_status reference_act(mg_check_ctx *ctx, const uint16_t *host, uint32_t rows, uint32_t k,
+                               bool quantized, mg_devptr *out) {
+    mg_backend *r = ctx->reference;
+    mg_status s = mg_check_upload(r, host, (size_t)rows * k * 2, out);
+    if (s || !quantized)
+        return s;
+    float global = mg_nvfp4_global_scale(host, rows, k, 0);
+    mg_devptr g = 0, packed = 0, scales = 0;
+    if (!(s = mg_check_upload(r, &global, sizeof global, &g)) &&
+        !(s = mg_check_alloc_poisoned(r, mg_nvfp4_packed_bytes(rows, k), &packed)) &&
+        !(s = mg_check_alloc_poisoned(r, mg_nvfp4_scale_bytes(rows, k), &scales)) &&
+        !(s = mg_nvfp4_quantize(r, NULL, rows, k, 0, *out, g, packed, scales)))
+        s = mg_nvfp4_dequantize(r, NULL, rows, k, packed, scales, g, MG_DTYPE_BF16, *out);
+    mg_free(r, g);
+    mg_free(r, packed);
+    mg_free(r, scales);
+    return s;
+}
+
+/* Shapes the native FP4 provider takes (n a multiple of 128, k of 32; elsewhere the usual
+ * providers): dense and gate_up at several M with ldc > n, then the grouped GEMM with an empty
+ * expert and a gather, plain and gate_up, and its graph replayed with a new routing. */
+static void check_native_shapes(mg_check_ctx *ctx, mg_check_result *result) {
+    nv_state st = {mg_check_rng_seed(ctx, "nvfp4_gemm/native_shapes")};
+    static const uint32_t ms[] = {1, 37, 130};
+    const uint32_t n = 256, k = 544, ldc = 264, experts = 5, tokens = 19, rows = 41;
+    const uint32_t mn = 128, mk = 288; /* per expert */
+    const bool quantized = native_fp4(ctx);
+    nv_weight g = {0}, u = {0}, mg = {0}, mu = {0};
+    int32_t offsets[6], token_ids[41];
+    nv_moe_io io = {.offsets = offsets, .token_ids = token_ids};
+    uint16_t *host = NULL;
+    mg_stream *s = NULL;
+    char why[160];
+    double worst = 0;
+    mg_backend *bs[2] = {ctx->backend, ctx->reference};
+    OK(make_weight(ctx, &st, 1, n, k, &g));
+    OK(make_weight(ctx, &st, 1, n, k, &u));
+    host = random_act(&st, (size_t)130 * k);
+    EXPECT(host, "no host memory");
+    OK(mg_check_upload(bs[0], host, (size_t)130 * k * 2, &io.act[0]));
+    for (int i = 0; i < 2; i++)
+        OK(mg_check_alloc_poisoned(bs[i], (size_t)130 * ldc * 2, &io.out[i]));
+    for (size_t c = 0; c < sizeof ms / sizeof ms[0]; c++) {
+        /* The activation's global scale is that of the rows multiplied. */
+        OK(reference_act(ctx, host, ms[c], k, quantized, &io.act[1]));
+        for (int fused = 0; fused < 2; fused++) {
+            for (int i = 0; i < 2; i++) {
+                OK(mg_memset(bs[i], io.out[i], MG_CHECK_POISON, (size_t)130 * ldc * 2));
+                mg_nvfp4_weight wg = weight_on(&g, i), wu = weight_on(&u, i);
+                if (fused)
+                    OK(mg_nvfp4_gemm_gate_up(bs[i], NULL, ms[c], n, k, io.act[i], k, &wg, &wu,
+                                             io.out[i], ldc));
+                else
+                    OK(mg_nvfp4_gemm(bs[i], NULL, ms[c], n, k, io.act[i], k, &wg, io.out[i], ldc));
+            }
+            double err = compare_outputs(ctx, io.out[0], io.out[1], ms[c], n, ldc, why, sizeof why);
+            EXPECT(err >= 0, "%s m=%u: %s", fused ? "gate_up" : "dense", ms[c], why);
+            worst = fmax(worst, err);
+        }
+        mg_free(bs[1], io.act[1]);
+        io.act[1] = 0;
+    }
+    free_moe_io(ctx, &io);
+    memset(io.act, 0, sizeof io.act);
+    memset(io.out, 0, sizeof io.out);
+
+    /* Grouped, on a created stream: the plain and gate_up calls size its workspace, so the
+     * capture that follows allocates nothing. */
+    OK(make_weight(ctx, &st, experts, mn, mk, &mg));
+    OK(make_weight(ctx, &st, experts, mn, mk, &mu));
+    routing(&st, experts, rows, tokens, offsets, token_ids);
+    OK(mg_check_upload(bs[0], host, (size_t)tokens * mk * 2, &io.act[0]));
+    OK(reference_act(ctx, host, tokens, mk, quantized, &io.act[1]));
+    for (int i = 0; i < 2; i++) {
+        OK(mg_check_alloc_poisoned(bs[i], (size_t)rows * mn * 2, &io.out[i]));
+        OK(mg_check_upload(bs[i], offsets, sizeof offsets, &io.off[i]));
+        OK(mg_check_upload(bs[i], token_ids, sizeof token_ids, &io.ids[i]));
+    }
+    mg_nvfp4_moe_desc d = {.experts = experts, .rows = rows, .act_rows = tokens, .n = mn, .k = mk};
+    OK(mg_stream_create(ctx->backend, &s));
+    if (!grouped_both(ctx, result, s, &d, &mg, &mu, &io, &worst))
+        goto done;
+    if (!replay_new_routing(ctx, result, &st, s, &d, &mg, &io, &worst))
+        goto done;
+    result->error = worst;
+    snprintf(result->detail, sizeof result->detail,
+             "%s: dense and gate_up m = 1, 37, 130 of %ux%u (ldc %u); grouped %u experts of "
+             "%ux%u, gather, graph replay",
+             quantized ? "native FP4 (activation quantized)" : "BF16 activation", n, k, ldc,
+             experts, mn, mk);
+    PASS();
+done:
+    if (s)
+        mg_stream_destroy(s);
+    free(host);
+    free_moe_io(ctx, &io);
+    free_weight(ctx, &g);
+    free_weight(ctx, &u);
+    free_weight(ctx, &mg);
+    free_weight(ctx, &mu);
 }
 
 static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
@@ -338,6 +497,7 @@ const mg_check_case mg_checks_nvfp4_gemm[] = {
     {"nvfp4_gemm", "dense", check_dense},
     {"nvfp4_gemm", "gate_up", check_gate_up},
     {"nvfp4_gemm", "moe", check_moe},
+    {"nvfp4_gemm", "native_shapes", check_native_shapes},
     {"nvfp4_gemm", "validation", check_validation},
     {NULL, NULL, NULL},
 };

@@ -12,6 +12,7 @@
 #include "metrale/ops.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/ops_nvfp4.h"
+#include "nvfp4_blackwell.h"
 #include "nvfp4_gemm_reference.h"
 #include "nvfp4_hopper_layout.h"
 #include "op_cache.h"
@@ -96,9 +97,18 @@ static bool dequant_available(mg_backend *b, char *reason, size_t reason_bytes) 
 }
 
 static const mg_op_provider dequant_provider; /* defined below, with its supports hook */
-static const mg_op_provider *const dense_providers[] = {&dequant_provider, &kernels_provider,
-                                                        NULL};
-static const mg_op_provider *const moe_providers[] = {&kernels_provider, NULL};
+/* On Blackwell (nvfp4_blackwell.h) the native FP4 provider comes first: it takes every call
+ * whose weight mg_nvfp4_prepare laid out for it. */
+static const mg_op_provider *const dense_providers[] = {
+#ifdef METRALE_HAVE_CUDA
+    &mg_nvfp4_blackwell_provider,
+#endif
+    &dequant_provider, &kernels_provider, NULL};
+static const mg_op_provider *const moe_providers[] = {
+#ifdef METRALE_HAVE_CUDA
+    &mg_nvfp4_blackwell_provider,
+#endif
+    &kernels_provider, NULL};
 
 const mg_op_def mg_nvfp4_gemm_op = {MG_OP_NVFP4_GEMM, "nvfp4_gemm", dense_providers};
 const mg_op_def mg_nvfp4_moe_gemm_op = {MG_OP_NVFP4_MOE_GEMM, "nvfp4_moe_gemm", moe_providers};
@@ -128,6 +138,15 @@ mg_status mg_nvfp4_prepare(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k, 
                         experts, n, k);
     if ((st = mg_op_check_tensors(b, fn, spans, 4, -1, -1)))
         return st;
+#ifdef METRALE_HAVE_CUDA
+    if (mg_nvfp4_blackwell_layout(b, n, k)) {
+        if ((st = mg_nvfp4_blackwell_prepare(b, s, fn, n, k, experts, codes, scales,
+                                             prepared_values, prepared_scales)))
+            return st;
+        mg_op_count_call(b, MG_OP_NVFP4_GEMM, &mg_nvfp4_blackwell_provider, false);
+        return MG_OK;
+    }
+#endif
     const mg_op_provider *provider;
     if ((st = mg_op_choose(b, MG_OP_NVFP4_GEMM, NULL, fn, &provider)))
         return st;
@@ -150,16 +169,7 @@ mg_status mg_nvfp4_prepare(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k, 
 
 /* ------------------------------------------------------------------ the GEMMs */
 
-typedef struct gemm_problem {
-    const char *fn;
-    mg_op op;
-    uint32_t experts, rows, act_rows, n, k, act_pitch, ldc;
-    mg_devptr act, token_ids, offsets, out;
-    mg_nvfp4_weight w;
-    const mg_nvfp4_weight *up;
-    mg_devptr workspace;
-    size_t workspace_bytes;
-} gemm_problem;
+typedef mg_nvfp4_gemm_problem gemm_problem;
 
 size_t mg_nvfp4_gemm_workspace_bytes(uint32_t m, uint32_t n, uint32_t k) {
     if (m < MG_NVFP4_BF16_PATH_MIN_M || !shape_ok(n, k))
@@ -296,6 +306,20 @@ static mg_status run_problem(mg_backend *b, mg_stream *s, const gemm_problem *p)
     const mg_op_provider *provider;
     if ((st = mg_op_choose(b, p->op, p, p->fn, &provider)))
         return st;
+#ifdef METRALE_HAVE_CUDA
+    if (provider == &mg_nvfp4_blackwell_provider) {
+        if ((st = mg_nvfp4_blackwell_gemm(b, s, p)))
+            return st;
+        mg_op_count_call(b, p->op, provider, false);
+        return MG_OK;
+    }
+    /* A weight mg_nvfp4_prepare laid out for Blackwell is unreadable to the other providers. */
+    if (mg_nvfp4_blackwell_layout(b, p->n, p->k))
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "%s: the weight is in the Blackwell layout, whose GEMM needs ldc a multiple "
+                        "of 8 (ldc=%u)",
+                        p->fn, p->ldc);
+#endif
     if (provider == &dequant_provider) {
         if ((st = run_dequant_gemm(b, s, p)))
             return st;

@@ -16,10 +16,10 @@ expect_refused() {
     fi
 }
 expect_refused --backend cpu run --preset no-such-preset
-expect_refused --backend cpu run --preset tiny-moe --weights fp8
+expect_refused --backend cpu run --preset tiny-moe --weights mlx8
 expect_refused --backend cpu run --preset tiny --trace /nonexistent-directory/trace.json
 expect_refused --backend cpu run --preset tiny --trace
-expect_refused --backend cpu run --preset tiny-moe --weights bf16
+expect_refused --backend cpu run --preset tiny-moe --weights mlx4 --checkpoint /nonexistent
 expect_refused --backend cpu run --preset tiny --weights int3
 expect_refused --backend cpu run --preset tiny --batch 100000
 expect_refused --backend cpu run --preset tiny --batch 65

@@ -12,8 +12,8 @@
  * scales read back and decoded by hand (E2M1 nibbles, E4M3 bytes); the products then follow
  * the NVFP4 GEMM's definition: FP64 sums of activation x e2m1 x e4m3, times the global scale,
  * one rounding to BF16; the MLP's gate and up are not rounded before silu(gate) * up; the LM
- * head's logits are BF16 (argmax ties to the lowest id). The MoE preset tiny-moe (NVFP4 only)
- * adds, per token: router logits (FP32 sums), the k largest (ties to the lower expert), weights
+ * head's logits are BF16 (argmax ties to the lowest id). The MoE preset tiny-moe (NVFP4, BF16
+ * and FP8 experts) adds, per token: router logits (FP32 sums), the k largest (ties to the lower expert), weights
  * expf(l - max) renormalized over the k, each chosen expert's fused gate_up and down as above,
  * and out = bf16 of the fmaf chain of weight x expert row in slot order.
  *
@@ -381,16 +381,36 @@ static void moe_reference(const reference *ref, uint32_t l, const float *a, floa
     float max = logits[chosen[0]], sum = 0;
     for (uint32_t j = 0; j < K; j++)
         sum += expf(logits[chosen[j]] - max);
+    float *const *sc = ref->row_scale + (size_t)l * MG_FWD_LAYER_TENSORS;
+    float *gu_rounded = malloc(2 * I * sizeof *gu_rounded);
     for (uint32_t j = 0; j < K; j++) {
         uint32_t e = chosen[j];
         weight[j] = expf(logits[e] - max) / sum;
-        matvec_nvfp4(a, w[MG_FWD_W_GATE_UP] + (size_t)e * 2 * I * H, g[MG_FWD_W_GATE_UP], 2 * I,
-                     H, gu, NULL);
-        for (uint32_t i = 0; i < I; i++)
-            act[i] = bf((float)(gu[i] / (1.0 + exp(-gu[i])) * gu[I + i]));
-        matvec_nvfp4(act, w[MG_FWD_W_DOWN] + (size_t)e * H * I, g[MG_FWD_W_DOWN], H, I, NULL,
-                     rows + (size_t)j * H);
+        const float *wgu = w[MG_FWD_W_GATE_UP] + (size_t)e * 2 * I * H;
+        const float *wdn = w[MG_FWD_W_DOWN] + (size_t)e * H * I;
+        if (g[MG_FWD_W_GATE_UP] > 0) { /* NVFP4: gate and up not rounded before silu * up */
+            matvec_nvfp4(a, wgu, g[MG_FWD_W_GATE_UP], 2 * I, H, gu, NULL);
+            for (uint32_t i = 0; i < I; i++)
+                act[i] = bf((float)(gu[i] / (1.0 + exp(-gu[i])) * gu[I + i]));
+            matvec_nvfp4(act, wdn, g[MG_FWD_W_DOWN], H, I, NULL, rows + (size_t)j * H);
+            continue;
+        }
+        /* BF16 or FP8 experts (metrale/ops_moe_gemm.h): gate and up rounded to BF16 first,
+         * then silu(gate) * up in single precision (mg_silu_mul_bf16's definition) */
+        if (sc[MG_FWD_W_GATE_UP])
+            matvec_fp8(a, wgu, sc[MG_FWD_W_GATE_UP] + (size_t)e * 2 * I, 2 * I, H, gu_rounded);
+        else
+            matvec(a, wgu, 2 * I, H, gu_rounded, true);
+        for (uint32_t i = 0; i < I; i++) {
+            float gate = gu_rounded[i];
+            act[i] = bf(gate / (1.0f + expf(-gate)) * gu_rounded[I + i]);
+        }
+        if (sc[MG_FWD_W_DOWN])
+            matvec_fp8(act, wdn, sc[MG_FWD_W_DOWN] + (size_t)e * H, H, I, rows + (size_t)j * H);
+        else
+            matvec(act, wdn, H, I, rows + (size_t)j * H, true);
     }
+    free(gu_rounded);
     for (uint32_t h = 0; h < H; h++) {
         float acc = 0;
         for (uint32_t j = 0; j < K; j++)
@@ -684,12 +704,19 @@ int main(void) {
     printf("tiny-moe (top-%u of %u) nvfp4: batch %u, prompt_len %u, steps %u, seed %llu\n", all_experts.shape.experts_per_token,
            all_experts.shape.experts, e.batch, e.prompt_len, e.steps, (unsigned long long)e.seed);
     check_against_reference(be, e);
-    mg_fwd_config moe_bf16 = e;
-    moe_bf16.weights = MG_FWD_WEIGHTS_BF16;
-    check_refused(be, moe_bf16, MG_ERR_UNSUPPORTED, "mixture of experts");
-    mg_fwd_config moe_fp8 = e;
-    moe_fp8.weights = MG_FWD_WEIGHTS_FP8;
-    check_refused(be, moe_fp8, MG_ERR_UNSUPPORTED, "FP8 MoE");
+    /* the same with BF16 and with FP8 experts (the grouped GEMM op, metrale/ops_moe_gemm.h) */
+    for (int w = 0; w < 2; w++) {
+        mg_fwd_config moe = e;
+        moe.weights = w ? MG_FWD_WEIGHTS_FP8 : MG_FWD_WEIGHTS_BF16;
+        moe.seed = test_rand();
+        printf("tiny-moe (top-%u of %u) %s: seed %llu\n", all_experts.shape.experts_per_token,
+               all_experts.shape.experts, mg_fwd_weights_name(moe.weights),
+               (unsigned long long)moe.seed);
+        check_against_reference(be, moe);
+    }
+    mg_fwd_config moe_mlx = e;
+    moe_mlx.weights = MG_FWD_WEIGHTS_MLX8;
+    check_refused(be, moe_mlx, MG_ERR_UNSUPPORTED, "mixture of experts");
 
     mg_fwd_config bad = c;
     bad.batch = tiny->max_batch_size + 1;
@@ -701,6 +728,7 @@ int main(void) {
     bad.prompt_len = 100000;
     check_refused(be, bad, MG_ERR_INVALID_ARGUMENT, "tokens");
     bad = mg_fwd_config_default(mg_fwd_preset_find("qwen3-30b-a3b"));
+    bad.weights = MG_FWD_WEIGHTS_MLX4;
     check_refused(be, bad, MG_ERR_UNSUPPORTED, "mixture of experts");
     bad = c;
     bad.weights = (mg_fwd_weights)7;

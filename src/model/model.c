@@ -17,6 +17,7 @@
 #include "metrale/ops_gemm.h"
 #include "metrale/ops_kv_cache.h"
 #include "metrale/ops_moe.h"
+#include "metrale/ops_moe_gemm.h"
 #include "metrale/ops_nvfp4.h"
 #include "metrale/ops_quantize.h"
 #include "metrale/nvfp4.h"
@@ -257,7 +258,9 @@ struct mg_fwd {
     mg_devptr router_logits, topk_ids, topk_weights, sorted_token_ids, expert_offsets, moe_act,
         moe_down, pair_positions, sort_workspace;
     size_t sort_workspace_bytes;
-    uint64_t expert_bytes; /* the experts' NVFP4 weights, every layer */
+    uint64_t expert_bytes; /* the experts' weights, every layer */
+    mg_devptr moe_gemm_workspace; /* BF16 / FP8 experts: the grouped GEMMs' workspace */
+    size_t moe_gemm_workspace_bytes;
     uint32_t tokens_cap, tokens_padded;
 
     mg_kv_cache_desc kv;
@@ -573,11 +576,17 @@ static mg_status create_weights(mg_fwd *m) {
     for (uint32_t l = 0; !st && l < m->layers; l++)
         for (uint32_t slot = 0; !st && slot < MG_FWD_LAYER_TENSORS; slot++) {
             uint32_t id = mg_fwd_layer_tensor(l, slot);
+            /* the experts' BF16 or FP8 matrices count as expert bytes (the NVFP4 ones are
+             * counted where they are quantized) */
+            bool expert_matrix = s->experts && (slot == MG_FWD_W_GATE_UP || slot == MG_FWD_W_DOWN);
+            uint64_t before = m->weight_bytes;
             if (fp8 && is_fp4_matrix(slot)) /* the same matrices as NVFP4's */
                 st = upload_fp8_tensor(m, id, host, layer_tensor(m, l, slot),
                                        &m->fp8_scales[(size_t)l * MG_FWD_LAYER_TENSORS + slot]);
             else if ((!(fp4 || mlx) || !is_fp4_matrix(slot)) && (slot != MG_FWD_ROUTER || s->experts))
                 st = upload_tensor(m, id, host, layer_tensor(m, l, slot));
+            if (expert_matrix && !fp4)
+                m->expert_bytes += m->weight_bytes - before;
         }
     if (!st && fp4)
         st = create_nvfp4_matrices(m, host, largest);
@@ -589,6 +598,37 @@ static mg_status create_weights(mg_fwd *m) {
 
 /* The arena: the library's plan for the model's shape and this run's limits, plus the
  * run's own always-live buffers (ids, page table, logits row indices). */
+/* The BF16 / FP8 experts' grouped GEMMs (metrale/ops_moe_gemm.h) of a pass of up to
+ * `expert_rows` routed rows: gate_up (fused SiLU-mul) and down share one workspace, sized for
+ * the larger. */
+static mg_moe_gemm_desc moe_gemm_desc(const mg_fwd *m, bool gate_up, uint32_t tokens) {
+    uint32_t K = m->sh.experts_per_token;
+    return (mg_moe_gemm_desc){
+        .kind = m->c.weights == MG_FWD_WEIGHTS_FP8 ? MG_MOE_GEMM_FP8_ROWWISE : MG_MOE_GEMM_BF16,
+        .experts = m->sh.experts,
+        .rows = tokens * K,
+        .act_rows = gate_up ? tokens : tokens * K,
+        .n = gate_up ? m->sh.intermediate : m->sh.hidden,
+        .k = gate_up ? m->sh.hidden : m->sh.intermediate,
+        .gate_up = gate_up};
+}
+
+static mg_status moe_gemm_workspace(mg_fwd *m, uint64_t expert_rows, mg_arena_plan *plan) {
+    uint32_t tokens = (uint32_t)(expert_rows / m->sh.experts_per_token);
+    size_t need = 256;
+    for (int gate_up = 0; gate_up < 2; gate_up++) {
+        mg_moe_gemm_desc d = moe_gemm_desc(m, gate_up, tokens);
+        size_t bytes = 0;
+        mg_status st = mg_moe_gemm_workspace_bytes(m->b, &d, &bytes);
+        if (st)
+            return lib_fail(st, "sizing the experts' GEMM workspace");
+        need = bytes > need ? bytes : need;
+    }
+    m->moe_gemm_workspace_bytes = need;
+    mg_status st = mg_arena_plan_add(plan, "moe_gemm_workspace", need, 0, NULL, NULL);
+    return st ? lib_fail(st, "creating the arena") : MG_OK;
+}
+
 static mg_status create_arena(mg_fwd *m, uint32_t num_pages) {
     uint32_t max_seq = 0;
     for (uint32_t r = 0; r < m->c.batch; r++) {
@@ -650,6 +690,10 @@ static mg_status create_arena(mg_fwd *m, uint32_t num_pages) {
             mg_arena_plan_destroy(plan);
             return lib_fail(st, "creating the arena");
         }
+        if (!m->fp4 && (st = moe_gemm_workspace(m, rows.expert_rows, plan))) {
+            mg_arena_plan_destroy(plan);
+            return st;
+        }
     }
     if ((st = mg_arena_create(m->b, plan, &m->arena))) {
         mg_arena_plan_destroy(plan);
@@ -681,6 +725,9 @@ static mg_status create_arena(mg_fwd *m, uint32_t num_pages) {
     if (fp8 && ((st = mg_arena_find(m->arena, "fp8_act", &m->act_fp8, NULL)) ||
                 (st = mg_arena_find(m->arena, "fp8_act_scales", &m->act_scales, NULL))))
         return lib_fail(st, "arena buffer");
+    if (E && !m->fp4 &&
+        (st = mg_arena_find(m->arena, "moe_gemm_workspace", &m->moe_gemm_workspace, NULL)))
+        return lib_fail(st, "arena buffer");
     return MG_OK;
 }
 
@@ -705,18 +752,40 @@ static mg_status create_kv_cache(mg_fwd *m, uint32_t num_pages) {
     return MG_OK;
 }
 
+/* The device bytes of the preset's weights in format `w`, from the tensor shapes: BF16 2 bytes
+ * per element, FP8 1 (+ a row scale), NVFP4 and MLX about what their packing takes. An
+ * estimate for refusing a model that cannot fit, not the allocation itself. */
+static double weight_bytes_estimate(const mg_fwd_preset *p, mg_fwd_weights w) {
+    double per_element = w == MG_FWD_WEIGHTS_FP8     ? 1.0
+                         : w == MG_FWD_WEIGHTS_NVFP4 ? 0.5625
+                         : w == MG_FWD_WEIGHTS_MLX8  ? 1.0625
+                         : w == MG_FWD_WEIGHTS_MLX4  ? 0.5625
+                                                     : 2.0;
+    double total = 2.0 * p->shape.vocab * p->shape.hidden; /* the BF16 embedding table */
+    for (uint32_t l = 0; l < p->layers; l++)
+        for (uint32_t slot = 0; slot < MG_FWD_LAYER_TENSORS; slot++) {
+            uint32_t rows = 0, cols = 0;
+            float offset, scale;
+            if ((slot == MG_FWD_ROUTER && !p->shape.experts) ||
+                mg_fwd_tensor_shape(&p->shape, p->layers, mg_fwd_layer_tensor(l, slot), &rows,
+                                    &cols, &offset, &scale))
+                continue;
+            total += (double)rows * cols * (is_fp4_matrix(slot) ? per_element : 2.0);
+        }
+    return total + (double)p->shape.vocab * p->shape.hidden * per_element; /* LM head */
+}
+
 static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
     const mg_fwd_preset *p = c->preset;
     if (!p)
         return fail(MG_ERR_INVALID_ARGUMENT, "no preset");
-    if (p->shape.experts && c->weights == MG_FWD_WEIGHTS_FP8)
+    if (p->shape.experts && c->weights != MG_FWD_WEIGHTS_NVFP4 &&
+        (!mg_op_supported(b, MG_OP_MOE_GEMM) || !mg_op_supported(b, MG_OP_MOE_ROUTING)))
         return fail(MG_ERR_UNSUPPORTED,
-                    "preset %s is a mixture of experts: FP8 MoE needs a grouped FP8 GEMM, which "
-                    "the library does not have yet (run it with NVFP4 weights)", p->name);
-    if (p->shape.experts && c->weights != MG_FWD_WEIGHTS_NVFP4)
-        return fail(MG_ERR_UNSUPPORTED,
-                    "preset %s is a mixture of experts: BF16 MoE needs a grouped BF16 GEMM, "
-                    "which the library does not have yet (run it with NVFP4 weights)", p->name);
+                    "preset %s is a mixture of experts: %s experts need the ops moe_gemm and "
+                    "moe_routing, which the %s backend cannot run (run it with NVFP4 weights)",
+                    p->name, mg_fwd_weights_name(c->weights),
+                    mg_backend_kind_name(mg_backend_get_kind(b)));
     if (!c->batch || c->batch > p->max_batch_size)
         return fail(MG_ERR_INVALID_ARGUMENT, "--batch %u: preset %s's arena holds 1..%u requests",
                     c->batch, p->name, p->max_batch_size);
@@ -753,6 +822,13 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
             return fail(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
                         mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(op));
     }
+    uint64_t free_bytes = 0, total_bytes = 0;
+    double need = weight_bytes_estimate(p, c->weights);
+    if (!mg_memory_free_bytes(b, &free_bytes, &total_bytes) && need > (double)free_bytes)
+        return fail(MG_ERR_OUT_OF_MEMORY,
+                    "preset %s with %s weights needs about %.1f GB of weights; the %s backend has "
+                    "%.1f GB free", p->name, mg_fwd_weights_name(c->weights), need / 1e9,
+                    mg_backend_kind_name(mg_backend_get_kind(b)), free_bytes / 1e9);
     return MG_OK;
 }
 
@@ -942,7 +1018,6 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
     mg_backend *b = m->b;
     const mg_model_shape *sh = &m->sh;
     uint32_t E = sh->experts, K = sh->experts_per_token, H = sh->hidden, I = sh->intermediate;
-    const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
     OP("moe_router", TRY(mg_gemm_bf16(b, s, rows, E, H, m->norm_out,
                                       *layer_tensor(m, l, MG_FWD_ROUTER), m->router_logits,
                                       MG_DTYPE_F32, E),
@@ -956,15 +1031,42 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
                                    m->sort_workspace_bytes, m->expert_offsets,
                                    m->sorted_token_ids, m->pair_positions),
                        "expert sort"));
-    mg_nvfp4_moe_desc gd = {.experts = E, .rows = rows * K, .act_rows = rows, .n = I, .k = H};
-    mg_nvfp4_moe_tensors gt = {.act = m->norm_out, .sorted_token_ids = m->sorted_token_ids,
-                               .expert_offsets = m->expert_offsets, .w = fw[FP4_GATE],
-                               .up = &fw[FP4_UP], .out = m->moe_act};
-    OP("moe_gate_up", TRY(mg_nvfp4_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul"));
-    mg_nvfp4_moe_desc dd = {.experts = E, .rows = rows * K, .act_rows = rows * K, .n = H, .k = I};
-    mg_nvfp4_moe_tensors dt = {.act = m->moe_act, .expert_offsets = m->expert_offsets,
-                               .w = fw[FP4_DOWN], .out = m->moe_down};
-    OP("moe_down", TRY(mg_nvfp4_moe_gemm(b, s, &dd, &dt), "experts' down"));
+    if (m->fp4) {
+        const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
+        mg_nvfp4_moe_desc gd = {.experts = E, .rows = rows * K, .act_rows = rows, .n = I, .k = H};
+        mg_nvfp4_moe_tensors gt = {.act = m->norm_out, .sorted_token_ids = m->sorted_token_ids,
+                                   .expert_offsets = m->expert_offsets, .w = fw[FP4_GATE],
+                                   .up = &fw[FP4_UP], .out = m->moe_act};
+        OP("moe_gate_up",
+           TRY(mg_nvfp4_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul"));
+        mg_nvfp4_moe_desc dd = {.experts = E, .rows = rows * K, .act_rows = rows * K, .n = H,
+                                .k = I};
+        mg_nvfp4_moe_tensors dt = {.act = m->moe_act, .expert_offsets = m->expert_offsets,
+                                   .w = fw[FP4_DOWN], .out = m->moe_down};
+        OP("moe_down", TRY(mg_nvfp4_moe_gemm(b, s, &dd, &dt), "experts' down"));
+    } else { /* BF16 or FP8 (row-wise) experts: metrale/ops_moe_gemm.h */
+        size_t gu = (size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_GATE_UP;
+        size_t dn = (size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_DOWN;
+        mg_moe_gemm_desc gd = moe_gemm_desc(m, true, rows);
+        mg_moe_gemm_tensors gt = {.act = m->norm_out,
+                                  .sorted_token_ids = m->sorted_token_ids,
+                                  .expert_offsets = m->expert_offsets,
+                                  .weight = m->layer_w[gu],
+                                  .weight_scale = m->fp8_scales ? m->fp8_scales[gu] : 0,
+                                  .out = m->moe_act,
+                                  .workspace = m->moe_gemm_workspace,
+                                  .workspace_bytes = m->moe_gemm_workspace_bytes};
+        OP("moe_gate_up", TRY(mg_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul"));
+        mg_moe_gemm_desc dd = moe_gemm_desc(m, false, rows);
+        mg_moe_gemm_tensors dt = {.act = m->moe_act,
+                                  .expert_offsets = m->expert_offsets,
+                                  .weight = m->layer_w[dn],
+                                  .weight_scale = m->fp8_scales ? m->fp8_scales[dn] : 0,
+                                  .out = m->moe_down,
+                                  .workspace = m->moe_gemm_workspace,
+                                  .workspace_bytes = m->moe_gemm_workspace_bytes};
+        OP("moe_down", TRY(mg_moe_gemm(b, s, &dd, &dt), "experts' down"));
+    }
     mg_moe_combine_desc cd = {.tokens = rows, .k = K, .hidden = H};
     OP("moe_combine", TRY(mg_moe_combine(b, s, &cd, m->moe_down, m->pair_positions,
                                          m->topk_weights, 0, m->proj_out),

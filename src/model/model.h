@@ -57,13 +57,17 @@
  * by mg_gemm_fp8_rowwise (FP32 accumulation; cuBLASLt on CUDA, the reference on the CPU). The
  * MLP keeps the BF16 path's shape: gate_up GEMM (BF16 out), SiLU-mul, quantize, down GEMM. The
  * LM head writes BF16 logits, then mg_argmax_bf16 (ties to the lowest id). The embedding and
- * the norms stay BF16. MoE presets do not run with FP8 weights (no grouped FP8 GEMM).
+ * the norms stay BF16. MoE presets' experts: see below.
  *
- * MoE presets run with NVFP4 weights only (the library has no grouped BF16 GEMM): per layer
- * router logits = m Wrouterᵀ (BF16 GEMM, FP32 logits), mg_moe_topk (softmax renormalized over
- * the k chosen, as Qwen3), mg_moe_sort, mg_nvfp4_moe_gemm with gate and up fused (silu(g) * u
- * per routed row), mg_nvfp4_moe_gemm for down, mg_moe_combine (weighted sum, no residual) into
- * the layer's output; every expert's weights share the tensor's global scale.
+ * MoE presets: per layer router logits = m Wrouterᵀ (BF16 GEMM, FP32 logits), mg_moe_topk
+ * (softmax renormalized over the k chosen, as Qwen3), mg_moe_sort, the experts' gate_up with
+ * SiLU-mul fused, the experts' down, mg_moe_combine (weighted sum, no residual) into the
+ * layer's output. With NVFP4 weights the experts run mg_nvfp4_moe_gemm (every expert's weights
+ * share the tensor's global scale); with BF16 weights mg_moe_gemm (metrale/ops_moe_gemm.h,
+ * CUTLASS's grouped GEMM on CUDA) on w_gate_up / w_down as generated; with FP8 weights
+ * mg_moe_gemm's FP8 row-wise kind on the same rows quantized as the dense FP8 matrices (one
+ * scale per row), the activation quantized per row by the op. MLX weights run dense presets
+ * only.
  *
  * MLX weights (MG_FWD_WEIGHTS_MLX8 / MLX4, dense presets): the layer matrices (wq, wkv, wo,
  * w_gate_up, w_down) come from an MLX affine-quantized checkpoint (metrale/mlx.h; layout in
@@ -160,8 +164,8 @@ typedef struct mg_fwd mg_fwd;
 const char *mg_fwd_error(void);
 
 /* Checks the config (a one-line message in mg_last_error for each bad value: batch beyond
- * the preset's arena, a backend without an op the model needs, MoE presets with BF16 or FP8
- * weights (no grouped BF16 or FP8 GEMM)), then generates and uploads the weights, builds the arena and the KV cache. */
+ * the preset's arena, a backend without an op the model needs, MoE presets with MLX weights),
+ * then generates and uploads the weights, builds the arena and the KV cache. */
 mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out);
 void mg_fwd_destroy(mg_fwd *m);
 

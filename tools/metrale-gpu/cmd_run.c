@@ -28,14 +28,14 @@ static void run_usage(FILE *f) {
     size_t n;
     const mg_fwd_preset *p = mg_fwd_presets(&n);
     fprintf(f, "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] "
-               "[--weights bf16|fp8|nvfp4] [--batch N] [--prompt-len L] [--steps S] [--seed N] "
+               "[--weights bf16|fp8|nvfp4|mlx8|mlx4] [--batch N] [--prompt-len L] [--steps S] [--seed N] "
                "[--trace FILE] [--compare]\n"
                "nvfp4: the layer matrices and the LM head quantized to NVFP4 at load "
-               "(embedding, norms and MoE router stay BF16); MoE presets need nvfp4\n"
+               "(embedding, norms and MoE router stay BF16)\n"
                "mlx8, mlx4 [--checkpoint DIR]: the layer matrices from an MLX checkpoint "
                "(default: the committed one of the preset; without --preset, micro)\n"
                "fp8: the same matrices in FP8 E4M3 with one scale per output row, activations "
-               "quantized per token on the device (dense presets only)\n"
+               "quantized per token on the device (MoE experts: grouped FP8 GEMMs)\n"
                "after the S timed decode steps one more runs eagerly with per-op timing spans "
                "(the summary's per-op times); --trace FILE writes the Chrome trace (JSON) of "
                "the prefill and that step\n"

@@ -8,7 +8,9 @@
  * expansion path (mg_nvfp4_gemm_with_workspace) and its decode steps the NVFP4 tile kernels;
  * the CPU side runs the NVFP4 reference GEMMs. The MoE preset tiny-moe runs twice: top-2 (graph
  * = eager only: a one-spacing difference between backends may route a token to another expert
- * at a near-tie) and with every expert chosen (graph = eager, and CUDA vs CPU as above).
+ * at a near-tie) and with every expert chosen (graph = eager, and CUDA vs CPU as above); with
+ * every expert chosen it also runs with BF16 and with FP8 experts (the grouped GEMM op,
+ * CUTLASS on CUDA).
  * The FP8 case (tiny preset: E4M3 weights with row scales, activations quantized per token on
  * the device, cuBLASLt's row-wise FP8 GEMMs) is compared with the CPU backend's reference GEMMs
  * within 4% (model.h; the CPU test's FP8 tolerance: a one-ulp BF16 difference may move an
@@ -102,7 +104,9 @@ int main(void) {
                  {"tiny", MG_FWD_WEIGHTS_NVFP4, false, true},
                  {"tiny", MG_FWD_WEIGHTS_FP8, false, true},
                  {"tiny-moe", MG_FWD_WEIGHTS_NVFP4, false, false},
-                 {"tiny-moe", MG_FWD_WEIGHTS_NVFP4, true, true}};
+                 {"tiny-moe", MG_FWD_WEIGHTS_NVFP4, true, true},
+                 {"tiny-moe", MG_FWD_WEIGHTS_BF16, true, true},
+                 {"tiny-moe", MG_FWD_WEIGHTS_FP8, true, true}};
     for (size_t p = 0; p < sizeof cases / sizeof cases[0]; p++) {
         mg_fwd_preset preset = *mg_fwd_preset_find(cases[p].name);
         if (cases[p].all_experts)

@@ -186,11 +186,18 @@ __global__ void __launch_bounds__(256) quantize_fp8(mg_cutlass_moe_problem p,
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t thread = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t per_expert = (size_t)srows * kb;
-    for (size_t i = thread; i < (size_t)p.experts * per_expert; i += stride) {
-        size_t e = i / per_expert, within = i % per_expert;
-        uint32_t g = (uint32_t)(within / srows), row = (uint32_t)(within % srows);
-        size_t src = Unit::kRowwise ? e * srows + row : (e * srows + row) * kb + g;
-        c.sfb[e * per_expert + (size_t)g * srows + row] = p.weight_scale[src];
+    // Only the experts that have rows: the GEMM reads no other expert's scales, and a decode
+    // step routes its few tokens to a few of many experts.
+    for (uint32_t e = 0; e < p.experts; e++) {
+        uint32_t begin, count;
+        mg_moe::expert_rows(p.expert_offsets, p.rows, e, &begin, &count);
+        if (!count)
+            continue;
+        for (size_t within = thread; within < per_expert; within += stride) {
+            uint32_t g = (uint32_t)(within / srows), row = (uint32_t)(within % srows);
+            size_t src = Unit::kRowwise ? (size_t)e * srows + row : ((size_t)e * srows + row) * kb + g;
+            c.sfb[e * per_expert + (size_t)g * srows + row] = p.weight_scale[src];
+        }
     }
     const uint32_t vectors = p.k / 8, warp_lane = threadIdx.x % 32;
     const size_t warp = thread / 32, warps = stride / 32;
@@ -232,6 +239,9 @@ __global__ void __launch_bounds__(256) quantize_fp8(mg_cutlass_moe_problem p,
 template <uint32_t Kind, class Types>
 void FP8Unit<Kind, Types>::prepare(const mg_cutlass_moe_problem &p, const Carve &c, cudaStream_t s) {
     size_t threads = kRowwise ? (size_t)p.rows * 32 : (size_t)p.rows * blocks_of(p.k) * 16;
+    // Enough threads for one expert's weight scales too (each thread copies a few per expert).
+    size_t scale_threads = (size_t)weight_scale_rows(p) * blocks_of(p.k) / 4;
+    threads = scale_threads > threads ? scale_threads : threads;
     quantize_fp8<FP8Unit<Kind, Types>><<<mg_moe::gather_blocks(threads), 256, 0, s>>>(p, c);
 }
 

@@ -98,8 +98,8 @@ static mg_status append(const mg_launch *l, bool fp8) {
         MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
         MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_F32,    MG_ARG_BUFFER,
         MG_ARG_BUFFER};
-    const char *name = fp8 ? FP8_NAME : name;
-    const char *fn = fp8 ? "cpu kernel " FP8_NAME : fn;
+    const char *name = fp8 ? FP8_NAME : NAME;
+    const char *fn = fp8 ? "cpu kernel " FP8_NAME : "cpu kernel " NAME;
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, fp8 ? ARG_FP8_COUNT : ARG_COUNT);
     if (st)
         return st;

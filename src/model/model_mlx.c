@@ -207,6 +207,11 @@ mg_status mg_fwd_mlx_dequantize(mg_fwd_mlx *x, uint32_t l, uint32_t slot, mg_dev
     if (!w)
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "MLX weights: no matrix %u of layer %u",
                            slot, l);
+    /* the BF16 path that runs dequantized matrices adds no bias: refuse rather than drop it */
+    if (w->bias)
+        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                           "MLX weights: matrix %u of layer %u has a bias, which the dequantized "
+                           "(BF16) path does not apply", slot, l);
     mg_status st = mg_alloc(x->b, mg_mlx_gemm_scratch_bytes(w), out);
     if (!st && (st = mg_mlx_dequant(x->b, NULL, w, 0, *out))) {
         mg_free(x->b, *out);

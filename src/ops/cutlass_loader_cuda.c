@@ -57,6 +57,10 @@ mg_status mg_cutlass_plugin_resolve(const char *what, uint32_t units,
 }
 
 uint32_t mg_cutlass_plugin_units(void) {
+    /* A first load that fails sets this thread's error: an availability query must not. */
+    mg_error_state saved;
+    mg_error_save(&saved);
     pthread_once(&plugin_once, load_plugin_once);
+    mg_error_restore(&saved);
     return plugin_status ? 0 : plugin_units;
 }

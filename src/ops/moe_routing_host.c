@@ -21,8 +21,11 @@ mg_status mg_moe_routing_check_host(const char *name, const int32_t *offsets, ui
                                 "%s: expert_offsets decrease at expert %u (%d > %d)", name, e,
                                 offsets[e], offsets[e + 1]);
     }
+    /* Rows past offsets[experts] belong to no expert and are not computed: their ids (e.g. the
+     * -1 of pairs mg_moe_sort dropped) are not read. */
+    uint32_t routed = offsets ? (uint32_t)offsets[experts] : rows;
     if (token_ids)
-        for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t r = 0; r < routed; r++)
             if (token_ids[r] < 0 || (uint32_t)token_ids[r] >= act_rows)
                 return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                                 "%s: sorted_token_ids[%u] = %d is outside the %u activation rows",

@@ -293,7 +293,10 @@ static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, bool pro
         }
         if (!quiet) {
             printf("[%s] trace: the prefill and %s decode step written to %s\n", kind,
-                   c->use_graphs ? "one EAGER (not graph-replayed)" : "one", trace);
+                   !c->steps       ? "no (--steps 0)"
+                   : c->use_graphs ? "one EAGER (not graph-replayed)"
+                                   : "one",
+                   trace);
             fflush(stdout);
         }
     }
@@ -363,8 +366,9 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         fprintf(stderr, "metrale-gpu run: --checkpoint needs --weights mlx8 or mlx4\n");
         return 2;
     }
-    if (a.trace) { /* refuse an unwritable path before the run rather than after it */
-        FILE *f = fopen(a.trace, "w");
+    if (a.trace) { /* refuse an unwritable path before the run rather than after it (appending
+                    * probes without truncating a trace already there) */
+        FILE *f = fopen(a.trace, "a");
         if (!f) {
             fprintf(stderr, "metrale-gpu run: --trace %s: cannot write the file: %s\n", a.trace,
                     strerror(errno));

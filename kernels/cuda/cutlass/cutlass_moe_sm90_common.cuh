@@ -137,17 +137,23 @@ inline mg_status current_sm_count(mg_plugin_error *err, int *device, int *sms) {
     return st;
 }
 
-// Checks, initializes and launches `args` on `stream` with `workspace` (capture-safe: the
-// initialization writes the TMA descriptors into the workspace with stream-ordered work).
+// Whether CUTLASS can run `args` (nothing is launched): MG_ERR_UNSUPPORTED with its reason.
 template <class Gemm>
-mg_status launch(typename Gemm::Arguments &args, void *workspace, cudaStream_t stream,
-                 mg_plugin_error *err, const char *what) {
-    Gemm gemm;
+mg_status check(Gemm &gemm, typename Gemm::Arguments &args, mg_plugin_error *err,
+                const char *what) {
     cutlass::Status s = gemm.can_implement(args);
     if (s != cutlass::Status::kSuccess)
         return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0, "%s: CUTLASS refuses the problem: %s",
                               what, cutlass::cutlassGetStatusString(s));
-    s = gemm.initialize(args, workspace, stream);
+    return MG_OK;
+}
+
+// Initializes and launches checked `args` on `stream` with `workspace` (capture-safe: the
+// initialization writes the TMA descriptors into the workspace with stream-ordered work).
+template <class Gemm>
+mg_status launch(Gemm &gemm, typename Gemm::Arguments &args, void *workspace,
+                 cudaStream_t stream, mg_plugin_error *err, const char *what) {
+    cutlass::Status s = gemm.initialize(args, workspace, stream);
     if (s == cutlass::Status::kSuccess)
         s = gemm.run(stream);
     if (s != cutlass::Status::kSuccess) {
@@ -198,12 +204,16 @@ mg_status unit_run(const char *call, const mg_cutlass_moe_problem *p, void *stre
             return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0,
                                   "%s: workspace of %zu bytes, %zu needed", Unit::kWhat,
                                   p->workspace_bytes, c.bytes);
+        // CUTLASS's verdict first, so a refused problem launches and writes nothing.
+        typename Unit::Gemm gemm;
+        typename Unit::Gemm::Arguments args = Unit::make_arguments(*p, c, device, sms);
+        if ((st = check(gemm, args, err, Unit::kWhat)))
+            return st;
         cudaStream_t s = static_cast<cudaStream_t>(stream);
         Unit::prepare(*p, c, s);
         if ((st = cuda_check(err, cudaGetLastError(), Unit::kWhat)))
             return st;
-        typename Unit::Gemm::Arguments args = Unit::make_arguments(*p, c, device, sms);
-        return launch<typename Unit::Gemm>(args, c.cutlass_workspace, s, err, Unit::kWhat);
+        return launch(gemm, args, c.cutlass_workspace, s, err, Unit::kWhat);
     });
 }
 

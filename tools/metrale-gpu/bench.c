@@ -280,6 +280,29 @@ int mg_bench_fail(mg_bench *b, const char *what) {
     return 1;
 }
 
+void mg_bench_note_weights(mg_bench_row *row, double copy_gbps, const char *suffix) {
+    double gbps = row->bytes / (row->stats.median_us * 1e3);
+    snprintf(row->note, sizeof row->note, "weights %.2f of copy bw%s",
+             copy_gbps > 0 ? gbps / copy_gbps : 0, suffix);
+}
+
+size_t mg_bench_option_u32_list(int argc, char **argv, const char *option, uint32_t *out,
+                                size_t max) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], option) == 0) {
+            size_t count = 0;
+            for (char *p = argv[i + 1], *end; *p && count < max; p = *end ? end + 1 : end) {
+                unsigned long v = strtoul(p, &end, 10);
+                if (end == p)
+                    break;
+                if (v > 0)
+                    out[count++] = (uint32_t)v;
+            }
+            return count;
+        }
+    return 0;
+}
+
 static double row_gbps(const mg_bench_row *r) {
     return r->bytes > 0 && r->stats.median_us > 0 ? r->bytes / (r->stats.median_us * 1e3) : 0;
 }

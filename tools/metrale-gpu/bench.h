@@ -148,4 +148,15 @@ void mg_bench_add(mg_bench *b, const mg_bench_row *row);
 /* Prints "bench <case>: <status>: <message>" to stderr, counts the failure, returns 1. */
 int mg_bench_fail(mg_bench *b, const char *what);
 
+/* A timed row of a weight-streaming op: its note "weights F of copy bw<suffix>", F the row's
+ * bytes per second over `copy_gbps` (0 when unknown). */
+void mg_bench_note_weights(mg_bench_row *row, double copy_gbps, const char *suffix);
+
+/* ------------------------------------------------------------------ options */
+
+/* The positive numbers of `option`'s comma-separated value ("--m 1,16,4096"), at most `max`
+ * into `out`; how many (0 when the option is absent). */
+size_t mg_bench_option_u32_list(int argc, char **argv, const char *option, uint32_t *out,
+                                size_t max);
+
 #endif

@@ -145,6 +145,97 @@ static void note_fraction(mg_bench_row *row, double copy_gbps, const char *what)
              copy_gbps > 0 ? gbps / copy_gbps : 0.0, copy_gbps);
 }
 
+/* One grid point's device state: a shuffled page table of `batch` requests of `context` tokens,
+ * pools of that many pages (BF16 or FP8, filled with random values), one query row per request
+ * and an output, and for FP8 the per-head scales. */
+typedef struct paged_case {
+    paged_table t;
+    mg_kv_cache_desc cache;
+    mg_devptr pool, q, o, idx, scales, k_pages, v_pages;
+} paged_case;
+
+static void paged_case_destroy(mg_bench *b, paged_case *c) {
+    free_table(&c->t);
+    mg_devptr all[] = {c->pool, c->q, c->o, c->idx, c->scales};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        mg_free(b->backend, all[i]);
+}
+
+static mg_status paged_case_create(mg_bench *b, uint32_t batch, uint32_t context,
+                                   mg_kv_dtype kv_dtype, paged_case *c) {
+    *c = (paged_case){.cache = {HKV, HEAD_DIM, PAGE, 0, kv_dtype}};
+    const bool fp8 = kv_dtype == MG_KV_FP8_E4M3;
+    size_t pool_bytes = 0;
+    mg_status st = make_table(&c->t, batch, context, 7u + batch * 31u + context)
+                       ? MG_OK
+                       : MG_ERR_OUT_OF_MEMORY;
+    if (!st) {
+        c->cache.num_pages = c->t.pages;
+        st = mg_kv_cache_bytes(&c->cache, &pool_bytes);
+    }
+    if (!st)
+        st = mg_alloc(b->backend, pool_bytes, &c->pool);
+    if (!st)
+        st = mg_kv_cache_pools(&c->cache, c->pool, &c->k_pages, &c->v_pages);
+    if (!st)
+        st = mg_alloc(b->backend, 2ull * batch * HQ * HEAD_DIM, &c->q);
+    if (!st)
+        st = mg_alloc(b->backend, 2ull * batch * HQ * HEAD_DIM, &c->o);
+    if (!st)
+        st = mg_alloc(b->backend, 4ull * c->t.pages, &c->idx);
+    if (!st)
+        st = mg_copy_h2d(b->backend, c->idx, c->t.idx, 4ull * c->t.pages);
+    if (!st)
+        st = fill_values(b, c->pool, fp8 ? pool_bytes : pool_bytes / 2, fp8, 11);
+    if (!st)
+        st = fill_bf16(b, c->q, (size_t)batch * HQ * HEAD_DIM, 12);
+    if (!st && fp8)
+        st = make_scales(b, &c->scales);
+    if (st)
+        paged_case_destroy(b, c);
+    return st;
+}
+
+/* The paged op on `c` under graph replay, one row named `name` (bytes: the KV bytes read). */
+static int time_paged(mg_bench *b, paged_case *c, uint32_t context, const char *name,
+                      const char *shape, double kv_bytes, double copy_gbps, const char *what) {
+    const uint32_t batch = c->t.batch;
+    const mg_paged_attention_desc d = {.num_qo_heads = HQ,
+                                       .num_kv_heads = HKV,
+                                       .head_dim = HEAD_DIM,
+                                       .page_size = PAGE,
+                                       .window_left = -1,
+                                       .sm_scale = 1.0f / sqrtf((float)HEAD_DIM),
+                                       .graph_qo_rows = batch,
+                                       .graph_kv_tokens = batch * context,
+                                       .kv_dtype = c->cache.kv_dtype};
+    const mg_kv_page_table table = {batch, c->t.qo, c->t.kv, c->t.idx, c->t.last};
+    decode_run r = {0};
+    r.paged = (mg_paged_attention_tensors){.q = c->q,
+                                           .o = c->o,
+                                           .qo_rows = batch,
+                                           .k_pages = c->k_pages,
+                                           .v_pages = c->v_pages,
+                                           .num_pages = c->t.pages,
+                                           .kv_indices = c->idx,
+                                           .num_kv_indices = c->t.pages,
+                                           .k_scale = c->scales,
+                                           .v_scale = c->scales ? c->scales + 4 * HKV : 0};
+    mg_bench_row row = mg_bench_row_make("decode", name, shape);
+    mg_status st = mg_paged_attention_plan_create(b->backend, &d, &table, b->stream, &r.plan);
+    if (!st)
+        st = mg_bench_time_graph(b, body_paged, &r, b->warmup, b->quick ? 3 : b->iters,
+                                 &row.stats);
+    mg_attention_plan_destroy(r.plan);
+    if (st)
+        return mg_bench_fail(b, name);
+    row.bytes = kv_bytes;
+    snprintf(row.timing, sizeof row.timing, "graph");
+    note_fraction(&row, copy_gbps, what);
+    mg_bench_add(b, &row);
+    return 0;
+}
+
 static int bench_point(mg_bench *b, uint32_t batch, uint32_t context, double copy_gbps) {
     char name[48], shape[64];
     snprintf(name, sizeof name, "b%u_L%u", batch, context);
@@ -154,78 +245,19 @@ static int bench_point(mg_bench *b, uint32_t batch, uint32_t context, double cop
     const bool want_paged = mg_bench_selected(b, name), want_ragged = mg_bench_selected(b, ragged_name);
     if (!want_paged && !want_ragged)
         return 0;
-    paged_table t = {0};
-    decode_run r = {0};
-    mg_devptr pool = 0, q = 0, o = 0, idx = 0;
-    int failures = 0;
     const double kv_bytes = 2.0 * batch * context * HKV * HEAD_DIM * 2;
-    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, 0, MG_KV_BF16};
-    mg_status st = make_table(&t, batch, context, 7u + batch * 31u + context) ? MG_OK
-                                                                               : MG_ERR_OUT_OF_MEMORY;
-    size_t pool_bytes = 0;
-    mg_devptr k_pages = 0, v_pages = 0;
-    if (!st) {
-        r.cache.num_pages = t.pages;
-        st = mg_kv_cache_bytes(&r.cache, &pool_bytes);
-    }
-    if (!st)
-        st = mg_alloc(b->backend, pool_bytes, &pool);
-    if (!st)
-        st = mg_kv_cache_pools(&r.cache, pool, &k_pages, &v_pages);
-    if (!st)
-        st = mg_alloc(b->backend, 2ull * batch * HQ * HEAD_DIM, &q);
-    if (!st)
-        st = mg_alloc(b->backend, 2ull * batch * HQ * HEAD_DIM, &o);
-    if (!st)
-        st = mg_alloc(b->backend, 4ull * t.pages, &idx);
-    if (!st)
-        st = mg_copy_h2d(b->backend, idx, t.idx, 4ull * t.pages);
-    if (!st)
-        st = fill_bf16(b, pool, pool_bytes / 2, 11);
-    if (!st)
-        st = fill_bf16(b, q, (size_t)batch * HQ * HEAD_DIM, 12);
-    if (st) {
-        failures += mg_bench_fail(b, name);
-        goto done;
-    }
-    if (want_paged) {
-        const mg_paged_attention_desc d = {.num_qo_heads = HQ,
-                                           .num_kv_heads = HKV,
-                                           .head_dim = HEAD_DIM,
-                                           .page_size = PAGE,
-                                           .window_left = -1,
-                                           .sm_scale = 1.0f / sqrtf((float)HEAD_DIM),
-                                           .graph_qo_rows = batch,
-                                           .graph_kv_tokens = batch * context};
-        const mg_kv_page_table table = {batch, t.qo, t.kv, t.idx, t.last};
-        r.paged = (mg_paged_attention_tensors){.q = q,
-                                               .o = o,
-                                               .qo_rows = batch,
-                                               .k_pages = k_pages,
-                                               .v_pages = v_pages,
-                                               .num_pages = t.pages,
-                                               .kv_indices = idx,
-                                               .num_kv_indices = t.pages};
-        mg_bench_row row = mg_bench_row_make("decode", name, shape);
-        st = mg_paged_attention_plan_create(b->backend, &d, &table, b->stream, &r.plan);
-        if (!st)
-            st = mg_bench_time_graph(b, body_paged, &r, b->warmup, b->quick ? 3 : b->iters,
-                                     &row.stats);
-        mg_attention_plan_destroy(r.plan);
-        r.plan = NULL;
-        if (st) {
-            failures += mg_bench_fail(b, name);
-        } else {
-            row.bytes = kv_bytes;
-            snprintf(row.timing, sizeof row.timing, "graph");
-            note_fraction(&row, copy_gbps, "paged, pages of 16 shuffled, KV bytes read");
-            mg_bench_add(b, &row);
-        }
-    }
+    paged_case c;
+    if (paged_case_create(b, batch, context, MG_KV_BF16, &c))
+        return mg_bench_fail(b, name);
+    int failures = 0;
+    if (want_paged)
+        failures += time_paged(b, &c, context, name, shape, kv_bytes, copy_gbps,
+                               "paged, pages of 16 shuffled, KV bytes read");
     if (want_ragged) {
         /* The same keys read as contiguous rows: the pool's first batch*context token rows. */
+        decode_run r = {0};
         int32_t *qo = malloc(4 * (batch + 1ull)), *kv = malloc(4 * (batch + 1ull));
-        st = qo && kv ? MG_OK : MG_ERR_OUT_OF_MEMORY;
+        mg_status st = qo && kv ? MG_OK : MG_ERR_OUT_OF_MEMORY;
         for (uint32_t i = 0; !st && i <= batch; i++)
             qo[i] = (int32_t)i, kv[i] = (int32_t)(i * context);
         const mg_attention_desc d = {.num_qo_heads = HQ,
@@ -236,10 +268,10 @@ static int bench_point(mg_bench *b, uint32_t batch, uint32_t context, double cop
                                      .sm_scale = 1.0f / sqrtf((float)HEAD_DIM),
                                      .graph_qo_rows = batch,
                                      .graph_kv_rows = batch * context};
-        r.ragged = (mg_attention_tensors){.q = q,
-                                          .k = k_pages,
-                                          .v = v_pages,
-                                          .o = o,
+        r.ragged = (mg_attention_tensors){.q = c.q,
+                                          .k = c.k_pages,
+                                          .v = c.v_pages,
+                                          .o = c.o,
                                           .qo_rows = batch,
                                           .kv_rows = batch * context};
         mg_bench_row row = mg_bench_row_make("decode", ragged_name, shape);
@@ -252,7 +284,6 @@ static int bench_point(mg_bench *b, uint32_t batch, uint32_t context, double cop
         if (!st)
             mg_attention_plan_get_info(r.plan, &info);
         mg_attention_plan_destroy(r.plan);
-        r.plan = NULL;
         free(qo), free(kv);
         if (st) {
             failures += mg_bench_fail(b, ragged_name);
@@ -266,12 +297,7 @@ static int bench_point(mg_bench *b, uint32_t batch, uint32_t context, double cop
             mg_bench_add(b, &row);
         }
     }
-done:
-    free_table(&t);
-    mg_free(b->backend, pool);
-    mg_free(b->backend, q);
-    mg_free(b->backend, o);
-    mg_free(b->backend, idx);
+    paged_case_destroy(b, &c);
     return failures;
 }
 
@@ -282,75 +308,13 @@ static int bench_fp8_point(mg_bench *b, uint32_t batch, uint32_t context, double
     if (!mg_bench_selected(b, name))
         return 0;
     snprintf(shape, sizeof shape, "B=%u L=%u FP8 KV", batch, context);
-    paged_table t = {0};
-    decode_run r = {0};
-    mg_devptr pool = 0, q = 0, o = 0, idx = 0, scales = 0, k_pages = 0, v_pages = 0;
-    size_t pool_bytes = 0;
-    r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, 0, MG_KV_FP8_E4M3};
-    mg_status st = make_table(&t, batch, context, 7u + batch * 31u + context) ? MG_OK
-                                                                               : MG_ERR_OUT_OF_MEMORY;
-    if (!st) {
-        r.cache.num_pages = t.pages;
-        st = mg_kv_cache_bytes(&r.cache, &pool_bytes);
-    }
-    if (!st)
-        st = mg_alloc(b->backend, pool_bytes, &pool);
-    if (!st)
-        st = mg_kv_cache_pools(&r.cache, pool, &k_pages, &v_pages);
-    if (!st)
-        st = mg_alloc(b->backend, 2ull * batch * HQ * HEAD_DIM, &q);
-    if (!st)
-        st = mg_alloc(b->backend, 2ull * batch * HQ * HEAD_DIM, &o);
-    if (!st)
-        st = mg_alloc(b->backend, 4ull * t.pages, &idx);
-    if (!st)
-        st = mg_copy_h2d(b->backend, idx, t.idx, 4ull * t.pages);
-    if (!st)
-        st = fill_values(b, pool, pool_bytes, true, 11);
-    if (!st)
-        st = fill_bf16(b, q, (size_t)batch * HQ * HEAD_DIM, 12);
-    if (!st)
-        st = make_scales(b, &scales);
-    const mg_paged_attention_desc d = {.num_qo_heads = HQ,
-                                       .num_kv_heads = HKV,
-                                       .head_dim = HEAD_DIM,
-                                       .page_size = PAGE,
-                                       .window_left = -1,
-                                       .sm_scale = 1.0f / sqrtf((float)HEAD_DIM),
-                                       .graph_qo_rows = batch,
-                                       .graph_kv_tokens = batch * context,
-                                       .kv_dtype = MG_KV_FP8_E4M3};
-    const mg_kv_page_table table = {batch, t.qo, t.kv, t.idx, t.last};
-    r.paged = (mg_paged_attention_tensors){.q = q,
-                                           .o = o,
-                                           .qo_rows = batch,
-                                           .k_pages = k_pages,
-                                           .v_pages = v_pages,
-                                           .num_pages = t.pages,
-                                           .kv_indices = idx,
-                                           .num_kv_indices = t.pages,
-                                           .k_scale = scales,
-                                           .v_scale = scales + 4 * HKV};
-    mg_bench_row row = mg_bench_row_make("decode", name, shape);
-    if (!st)
-        st = mg_paged_attention_plan_create(b->backend, &d, &table, b->stream, &r.plan);
-    if (!st)
-        st = mg_bench_time_graph(b, body_paged, &r, b->warmup, b->quick ? 3 : b->iters,
-                                 &row.stats);
-    mg_attention_plan_destroy(r.plan);
-    int failures = 0;
-    if (st) {
-        failures = mg_bench_fail(b, name);
-    } else {
-        row.bytes = 2.0 * batch * context * HKV * HEAD_DIM; /* one byte per K and V element */
-        snprintf(row.timing, sizeof row.timing, "graph");
-        note_fraction(&row, copy_gbps, "paged FP8 E4M3, pages of 16 shuffled, KV bytes read");
-        mg_bench_add(b, &row);
-    }
-    free_table(&t);
-    mg_devptr all[] = {pool, q, o, idx, scales};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        mg_free(b->backend, all[i]);
+    paged_case c;
+    if (paged_case_create(b, batch, context, MG_KV_FP8_E4M3, &c))
+        return mg_bench_fail(b, name);
+    int failures = time_paged(b, &c, context, name, shape,
+                              2.0 * batch * context * HKV * HEAD_DIM, /* a byte per element */
+                              copy_gbps, "paged FP8 E4M3, pages of 16 shuffled, KV bytes read");
+    paged_case_destroy(b, &c);
     return failures;
 }
 

@@ -166,23 +166,6 @@ static bool has_flag(int argc, char **argv, const char *flag) {
     return false;
 }
 
-/* --m 1,16,4096 */
-static size_t parse_m_list(int argc, char **argv, uint32_t *out, size_t max) {
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--m") == 0) {
-            size_t count = 0;
-            for (char *p = argv[i + 1], *end; *p && count < max; p = *end ? end + 1 : end) {
-                unsigned long v = strtoul(p, &end, 10);
-                if (end == p)
-                    break;
-                if (v > 0)
-                    out[count++] = (uint32_t)v;
-            }
-            return count;
-        }
-    return 0;
-}
-
 static int bench_gemm(mg_bench *b, int argc, char **argv) {
     static const uint32_t default_m[] = {1, 16, 64, 128, 256, 4096, 8192};
     static const uint32_t nk[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
@@ -191,7 +174,7 @@ static int bench_gemm(mg_bench *b, int argc, char **argv) {
                                          MG_GEMM_FP8_BLOCKSCALED};
     static const mg_gemm_kind decode_kinds[] = {MG_GEMM_BF16, MG_GEMM_FP8_TENSORWISE};
     uint32_t ms[16];
-    size_t m_count = parse_m_list(argc, argv, ms, 16);
+    size_t m_count = mg_bench_option_u32_list(argc, argv, "--m", ms, 16);
     if (m_count == 0) {
         m_count = b->quick ? 2 : sizeof default_m / sizeof default_m[0];
         memcpy(ms, b->quick ? (const uint32_t[]){1, 256} : default_m, m_count * sizeof *ms);

@@ -157,23 +157,6 @@ static double option_double(int argc, char **argv, const char *name, double fall
     return fallback;
 }
 
-/* --m 1,16,4096 */
-static size_t option_m_list(int argc, char **argv, uint32_t *out, size_t max) {
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--m")) {
-            size_t count = 0;
-            for (char *p = argv[i + 1], *end; *p && count < max; p = *end ? end + 1 : end) {
-                unsigned long v = strtoul(p, &end, 10);
-                if (end == p)
-                    break;
-                if (v > 0)
-                    out[count++] = (uint32_t)v;
-            }
-            return count;
-        }
-    return 0;
-}
-
 static int bench_gemm_providers(mg_bench *b, int argc, char **argv) {
     static const uint32_t default_m[] = {1,   2,   4,    8,    16,   32,   64,
                                          128, 256, 512, 1024, 2048, 4096, 8192};
@@ -187,7 +170,7 @@ static int bench_gemm_providers(mg_bench *b, int argc, char **argv) {
         return 0;
     }
     uint32_t ms[32];
-    size_t m_count = option_m_list(argc, argv, ms, 32);
+    size_t m_count = mg_bench_option_u32_list(argc, argv, "--m", ms, 32);
     bool custom_m = m_count > 0;
     if (!custom_m) {
         m_count = b->quick ? 2 : sizeof default_m / sizeof default_m[0];

@@ -131,9 +131,7 @@ static int run_case(mg_bench *b, mg_moe_gemm_kind kind, uint32_t experts, uint32
     snprintf(row.timing, sizeof row.timing, "graph");
     row.bytes = (double)set;
     row.flops = 2.0 * rows * (double)n * k * (layer ? 3 : 1);
-    double gbps = row.bytes / (row.stats.median_us * 1e3);
-    snprintf(row.note, sizeof row.note, "weights %.2f of copy bw%s",
-             copy_gbps > 0 ? gbps / copy_gbps : 0, layer ? "; gate_up(silu)+down" : "");
+    mg_bench_note_weights(&row, copy_gbps, layer ? "; gate_up(silu)+down" : "");
     mg_bench_add(b, &row);
     free(offsets);
     free_case(b, &c);

@@ -217,9 +217,7 @@ static int run_moe(mg_bench *b, uint32_t experts, uint32_t per_expert, uint32_t 
     snprintf(row.timing, sizeof row.timing, "graph");
     row.bytes = (double)bytes;
     row.flops = 2.0 * rows * (double)n * k * (fused ? 3 : 1);
-    double gbps = row.bytes / (row.stats.median_us * 1e3);
-    snprintf(row.note, sizeof row.note, "weights %.2f of copy bw%s",
-             copy_gbps > 0 ? gbps / copy_gbps : 0, fused ? "; gate_up(silu)+down" : "");
+    mg_bench_note_weights(&row, copy_gbps, fused ? "; gate_up(silu)+down" : "");
     mg_bench_add(b, &row);
     free(offsets);
     free_moe(b, &c);
@@ -360,16 +358,7 @@ static int bench_nvfp4(mg_bench *b, int argc, char **argv) {
     static const uint32_t default_m[] = {1, 2, 4, 8, 16, 64, 256, 4096};
     static const uint32_t nk[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {6144, 4096}};
     uint32_t ms[16];
-    size_t m_count = 0;
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--m") == 0)
-            for (char *p = argv[i + 1], *end; *p && m_count < 16; p = *end ? end + 1 : end) {
-                unsigned long v = strtoul(p, &end, 10);
-                if (end == p)
-                    break;
-                if (v > 0)
-                    ms[m_count++] = (uint32_t)v;
-            }
+    size_t m_count = mg_bench_option_u32_list(argc, argv, "--m", ms, 16);
     if (!m_count) {
         m_count = b->quick ? 2 : sizeof default_m / sizeof default_m[0];
         memcpy(ms, default_m, m_count * sizeof *ms);

@@ -22,12 +22,16 @@ foreach(cu ${METRALE_KERNEL_CU})
   get_filename_component(stem ${cu} NAME_WE)
   set(fatbin ${PROJECT_BINARY_DIR}/kernels/${stem}.fatbin)
   set(csrc ${PROJECT_BINARY_DIR}/generated/kernel_${stem}.c)
+  # nvcc writes the headers each file includes into a depfile, so a change to a shared header
+  # (kernels/cuda/common/, *.cuh) rebuilds every fatbin that includes it.
   add_custom_command(
     OUTPUT ${fatbin}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/kernels
     COMMAND ${METRALE_NVCC_LAUNCHER} ${CMAKE_CUDA_COMPILER} -fatbin -O3 -std=c++17 ${gencode}
-            -I${PROJECT_SOURCE_DIR}/kernels/cuda -Werror=all-warnings -o ${fatbin} ${cu}
+            -I${PROJECT_SOURCE_DIR}/kernels/cuda -Werror=all-warnings -MD -MF ${fatbin}.d
+            -o ${fatbin} ${cu}
     DEPENDS ${cu}
+    DEPFILE ${fatbin}.d
     COMMENT "nvcc -fatbin ${stem}.cu"
     VERBATIM)
   add_custom_command(

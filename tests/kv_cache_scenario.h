@@ -493,17 +493,61 @@ static inline void kv_images_free(kv_host_images *im) {
     free(im->pool), free(im->q), free(im->o), free(im->lse);
 }
 
-/* One step on `be`: a batch mixing empty requests, decode tokens, prefill chunks over a cached
- * prefix, a fresh prefill and a long request; append then attention, both checked. */
-static inline void kv_scenario_one_step(mg_backend *be, kv_shape sh, uint32_t long_len,
-                                        const char *what) {
-    enum { B = 7 };
-    const uint32_t prefix[B] = {0, 37, 5, 0, (uint32_t)test_rand_range(1, 60), long_len, 16};
-    const uint32_t add[B] = {0, 1, (uint32_t)test_rand_range(2, 40), 19, 1, 1,
-                             (uint32_t)test_rand_range(0, 1)};
-    uint32_t pages = 0;
-    for (int i = 0; i < B; i++)
-        pages += (prefix[i] + add[i] + sh.page_size - 1) / sh.page_size;
+/* Runs one eager step on `be` and checks it against float64: uploads the step, appends its
+ * tokens, plans the attention (creating *plan, or updating it), runs it, reads back. `pool`
+ * holds the pool's host image before the step and is replaced by the image after it. */
+static inline void kv_check_eager_step(mg_backend *be, const kv_shape *sh, kv_device *dv,
+                                       const kv_step *st, void *pool, mg_attention_plan **plan,
+                                       const char *what) {
+    CHECK_OK(mg_copy_h2d(be, dv->pool, pool, kv_pool_bytes(sh)));
+    kv_device_upload(be, sh, dv, st);
+    mg_kv_append_args args = kv_append_args_of(sh, dv, st);
+    CHECK_OK(mg_kv_append(be, NULL, &(mg_kv_cache_desc){sh->hkv, sh->d, sh->page_size, sh->num_pages,
+                                                        sh->fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16},
+                          &args));
+    mg_paged_attention_desc d = kv_attention_desc(sh);
+    mg_kv_page_table table = kv_table_of(st);
+    if (!*plan)
+        CHECK_OK(mg_paged_attention_plan_create(be, &d, &table, NULL, plan));
+    else
+        CHECK_OK(mg_paged_attention_plan_update(*plan, &table, NULL));
+    mg_paged_attention_tensors t = kv_attention_tensors(sh, dv, st->tokens);
+    if (*plan)
+        CHECK_OK(mg_paged_attention_run(*plan, &t, NULL));
+    CHECK_OK(mg_stream_synchronize(mg_stream_default(be)));
+    kv_host_images im;
+    kv_read_back(be, sh, dv, &im);
+    char label[160];
+    snprintf(label, sizeof label, "%s: append", what);
+    test_failures += kv_verify_append(sh, st, pool, im.pool, im.q, label) != 0;
+    snprintf(label, sizeof label, "%s: attention", what);
+    test_failures += kv_verify_attention(sh, st, im.q, im.pool, im.o, im.lse, st->tokens, label) != 0;
+    test_checks += 2;
+    memcpy(pool, im.pool, kv_pool_bytes(sh));
+    kv_images_free(&im);
+}
+
+/* Eager steps on `be` over B = 7 requests whose cached prefixes are `prefix` (0: a request
+ * without pages), each step adding add[step][request] tokens; one plan serves every step
+ * (created on the first, updated after). */
+enum { KV_STEP_BATCH = 7 };
+static inline void kv_scenario_steps(mg_backend *be, kv_shape sh, const uint32_t *prefix,
+                                     const uint32_t (*add)[KV_STEP_BATCH], int steps,
+                                     const char *what) {
+    enum { B = KV_STEP_BATCH };
+    uint32_t pages = 0, tokens = 1;
+    for (int i = 0; i < B; i++) {
+        uint32_t len = prefix[i];
+        for (int k = 0; k < steps; k++)
+            len += add[k][i];
+        pages += (len + sh.page_size - 1) / sh.page_size;
+    }
+    for (int k = 0; k < steps; k++) {
+        uint32_t n = 0;
+        for (int i = 0; i < B; i++)
+            n += add[k][i];
+        tokens = n > tokens ? n : tokens;
+    }
     sh.num_pages = pages + 5;
     mg_kv_page_allocator *a = kv_shuffled_allocator(sh.num_pages);
     kv_requests r;
@@ -511,39 +555,46 @@ static inline void kv_scenario_one_step(mg_backend *be, kv_shape sh, uint32_t lo
     kv_step st;
     kv_step_build(&st, &sh, &r, a, prefix); /* the cached prefixes: only their pages matter */
     kv_step_free(&st);
-    kv_step_build(&st, &sh, &r, a, add);
     kv_device dv;
-    kv_device_alloc(be, &sh, &dv, st.tokens, st.kv_stride, B);
-    void *pool0 = kv_random_pool(&sh);
-    CHECK_OK(mg_copy_h2d(be, dv.pool, pool0, kv_pool_bytes(&sh)));
-    kv_device_upload(be, &sh, &dv, &st);
-    mg_kv_append_args args = kv_append_args_of(&sh, &dv, &st);
-    CHECK_OK(mg_kv_append(be, NULL, &(mg_kv_cache_desc){sh.hkv, sh.d, sh.page_size, sh.num_pages,
-                                                        sh.fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16},
-                          &args));
-    mg_paged_attention_desc d = kv_attention_desc(&sh);
-    mg_kv_page_table table = kv_table_of(&st);
+    kv_device_alloc(be, &sh, &dv, tokens, 2 * sh.hkv * sh.d + 8, B);
+    void *pool = kv_random_pool(&sh);
     mg_attention_plan *p = NULL;
-    CHECK_OK(mg_paged_attention_plan_create(be, &d, &table, NULL, &p));
-    mg_paged_attention_tensors t = kv_attention_tensors(&sh, &dv, st.tokens);
-    if (p)
-        CHECK_OK(mg_paged_attention_run(p, &t, NULL));
-    CHECK_OK(mg_stream_synchronize(mg_stream_default(be)));
-    kv_host_images im;
-    kv_read_back(be, &sh, &dv, &im);
-    char label[160];
-    snprintf(label, sizeof label, "%s: append", what);
-    test_failures += kv_verify_append(&sh, &st, pool0, im.pool, im.q, label) != 0;
-    snprintf(label, sizeof label, "%s: attention", what);
-    test_failures += kv_verify_attention(&sh, &st, im.q, im.pool, im.o, im.lse, st.tokens, label) != 0;
-    test_checks += 2;
-    kv_images_free(&im);
+    for (int k = 0; k < steps; k++) {
+        kv_step_build(&st, &sh, &r, a, add[k]);
+        char label[128];
+        snprintf(label, sizeof label, "%s step %d", what, k);
+        kv_check_eager_step(be, &sh, &dv, &st, pool, &p, label);
+        kv_step_free(&st);
+    }
     mg_attention_plan_destroy(p);
-    free(pool0);
+    free(pool);
     kv_device_free(be, &dv);
-    kv_step_free(&st);
     kv_requests_free(&r);
     mg_kv_page_allocator_destroy(a);
+}
+
+/* One step on `be`: a batch mixing empty requests, decode tokens, prefill chunks over a cached
+ * prefix, a fresh prefill and a long request; append then attention, both checked. */
+static inline void kv_scenario_one_step(mg_backend *be, kv_shape sh, uint32_t long_len,
+                                        const char *what) {
+    const uint32_t prefix[KV_STEP_BATCH] = {0, 37, 5, 0, (uint32_t)test_rand_range(1, 60),
+                                            long_len, 16};
+    const uint32_t add[1][KV_STEP_BATCH] = {{0, 1, (uint32_t)test_rand_range(2, 40), 19, 1, 1,
+                                             (uint32_t)test_rand_range(0, 1)}};
+    kv_scenario_steps(be, sh, prefix, add, 1, what);
+}
+
+/* A decode step (one new token per request but an empty one; a long request, a fresh one),
+ * then, on the same plan, a step mixing prefill chunks with decode tokens and idle requests:
+ * a plan created on a decode batch must serve both. */
+static inline void kv_scenario_decode_then_mixed(mg_backend *be, kv_shape sh, uint32_t long_len,
+                                                 const char *what) {
+    const uint32_t prefix[KV_STEP_BATCH] = {0, 37, 5, 0, (uint32_t)test_rand_range(1, 60),
+                                            long_len, 16};
+    const uint32_t add[2][KV_STEP_BATCH] = {
+        {0, 1, 1, 1, 1, 1, 1},
+        {0, 1, (uint32_t)test_rand_range(2, 40), 19, 1, 0, (uint32_t)test_rand_range(0, 1)}};
+    kv_scenario_steps(be, sh, prefix, add, 2, what);
 }
 
 /* Decode steps replayed from one captured graph (append + attention): contexts grow, pages are

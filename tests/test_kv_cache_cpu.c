@@ -251,6 +251,7 @@ int main(void) {
                  shapes[i].hq, shapes[i].hkv, shapes[i].d, shapes[i].page_size,
                  shapes[i].fp8 ? " fp8" : "");
         kv_scenario_one_step(be, shapes[i], 700, what);
+        kv_scenario_decode_then_mixed(be, shapes[i], 700, what);
         kv_scenario_graph_steps(be, shapes[i], what);
     }
     mg_backend_close(be);

@@ -1,9 +1,12 @@
-/* test_kv_cache_cuda.c - the paged KV cache on CUDA (metrale/ops_kv_cache.h): the append kernel
- * and FlashInfer's paged kernels against float64 over shuffled pages (decode tokens, prefill
- * chunks, empty requests, partial last pages, a 32k-token request), and a captured graph of
- * append + attention replayed across decode steps while contexts grow. Skips (77) without a
- * usable CUDA device. */
+/* test_kv_cache_cuda.c - the paged KV cache on CUDA (metrale/ops_kv_cache.h): the append kernel,
+ * and both paged attention providers (FlashInfer's kernels, chosen where built, and the split-KV
+ * decode kernels, chosen for the other shapes and forced by name for FlashInfer's) against
+ * float64 over shuffled pages (decode tokens, prefill chunks, empty requests, partial last pages,
+ * a 32k-token request, a decode plan updated to a mixed batch), and a captured graph of append
+ * + attention replayed across decode steps while contexts grow. Skips (77) without a usable
+ * CUDA device. */
 #include "kv_cache_scenario.h"
+#include "metrale/ops.h"
 #include "test_cuda_util.h"
 
 int main(void) {
@@ -39,9 +42,48 @@ int main(void) {
                  shapes[i].hq, shapes[i].hkv, shapes[i].d, shapes[i].page_size,
                  shapes[i].fp8 ? " fp8" : "");
         kv_scenario_one_step(be, shapes[i], i == 0 ? 32768 : 3000, what);
+        kv_scenario_decode_then_mixed(be, shapes[i], i == 0 ? 32768 : 3000, what);
         kv_scenario_graph_steps(be, shapes[i], what);
+        /* The same through the split-KV decode kernels. */
+        char forced[128];
+        snprintf(forced, sizeof forced, "%s split_kv_decode", what);
+        CHECK_OK(mg_op_force_provider(be, MG_OP_ATTENTION_PAGED, "split_kv_decode"));
+        kv_scenario_decode_then_mixed(be, shapes[i], i == 0 ? 32768 : 3000, forced);
+        kv_scenario_graph_steps(be, shapes[i], forced);
+        CHECK_OK(mg_op_force_provider(be, MG_OP_ATTENTION_PAGED, NULL));
     }
-    /* A head_dim without paged kernels is refused at plan creation. */
+    /* Shapes only the split-KV kernels serve (the first five: FlashInfer's paged kernels are not
+     * built for them, so the automatic choice must find these kernels), then GQA groups that
+     * are not powers of two or exceed an FP8 row block (forced). */
+    const kv_shape decode_shapes[] = {
+        {.hq = 16, .hkv = 8, .d = 64, .page_size = 16, .window_left = -1, .soft_cap = 20.0f,
+         .rope = true},
+        {.hq = 8, .hkv = 2, .d = 64, .page_size = 5, .window_left = 50, .fp8 = true},
+        {.hq = 16, .hkv = 4, .d = 256, .page_size = 16, .window_left = -1, .fp8 = true,
+         .rope = true},
+        {.hq = 8, .hkv = 8, .d = 256, .page_size = 2, .window_left = 300, .soft_cap = 30.0f,
+         .fp8 = true},
+        {.hq = 8, .hkv = 2, .d = 128, .page_size = 16, .window_left = -1, .soft_cap = 10.0f,
+         .fp8 = true},
+        {.hq = 32, .hkv = 2, .d = 128, .page_size = 16, .window_left = -1, .rope = true},
+        {.hq = 12, .hkv = 4, .d = 128, .page_size = 9, .window_left = 400},
+        {.hq = 24, .hkv = 4, .d = 64, .page_size = 128, .window_left = -1, .fp8 = true},
+        {.hq = 10, .hkv = 2, .d = 256, .page_size = 1, .window_left = -1, .soft_cap = 40.0f},
+    };
+    for (size_t i = 0; i < sizeof decode_shapes / sizeof decode_shapes[0]; i++) {
+        char what[112];
+        const kv_shape *sh = &decode_shapes[i];
+        snprintf(what, sizeof what, "cuda decode shape %zu (hq %u hkv %u d %u page %u%s%s)", i,
+                 sh->hq, sh->hkv, sh->d, sh->page_size, sh->soft_cap > 0 ? " cap" : "",
+                 sh->fp8 ? " fp8" : "");
+        if (i >= 5)
+            CHECK_OK(mg_op_force_provider(be, MG_OP_ATTENTION_PAGED, "split_kv_decode"));
+        kv_scenario_one_step(be, *sh, 1000, what);
+        kv_scenario_decode_then_mixed(be, *sh, i % 3 == 0 ? 20000 : 2500, what);
+        kv_scenario_graph_steps(be, *sh, what);
+        CHECK_OK(mg_op_force_provider(be, MG_OP_ATTENTION_PAGED, NULL));
+    }
+    /* A head_dim neither provider has kernels for is refused at plan creation. */
     kv_shape other = shapes[0];
     other.d = 96;
     mg_paged_attention_desc d = kv_attention_desc(&other);
@@ -50,23 +92,6 @@ int main(void) {
     mg_attention_plan *p = NULL;
     CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p), MG_ERR_UNSUPPORTED);
     CHECK_MESSAGE("head_dim 96");
-    /* Shapes whose kernels are not built (compile time): soft-cap at head_dim 64, FP8 pools
-     * at head_dim 256 or with soft-cap. */
-    other.d = 64;
-    other.soft_cap = 10.0f;
-    d = kv_attention_desc(&other);
-    CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p), MG_ERR_UNSUPPORTED);
-    CHECK_MESSAGE("head_dim 64 with soft-cap");
-    other.d = 128;
-    other.fp8 = true;
-    d = kv_attention_desc(&other);
-    CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p), MG_ERR_UNSUPPORTED);
-    CHECK_MESSAGE("head_dim 128 with soft-cap on FP8 pools");
-    other.d = 256;
-    other.soft_cap = 0.0f;
-    d = kv_attention_desc(&other);
-    CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p), MG_ERR_UNSUPPORTED);
-    CHECK_MESSAGE("head_dim 256 on FP8 pools");
     mg_backend_close(be);
     return test_finish();
 }

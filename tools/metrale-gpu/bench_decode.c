@@ -12,6 +12,8 @@
  * and the append op: append_<tokens> writes that many tokens' K and V (from a strided QKV
  * output, RoPE on q and k) into shuffled pages; bytes = read + written, against copy bandwidth;
  * append_fp8_<tokens> the same into FP8 pools (K and V written as one byte per element).
+ * Every paged row has a twin skv_<row>: the same plan with the split-KV decode kernels forced
+ * (the automatic choice on this shape is FlashInfer's paged FA2 kernels).
  * Like the peers (SDPA under graph replay), a replay reads the same keys every time, so the
  * smallest cases run from L2. Options: --batch N and --context N restrict the grid. */
 #include <math.h>
@@ -21,6 +23,7 @@
 
 #include "bench.h"
 #include "metrale/dtype.h"
+#include "metrale/ops.h"
 #include "metrale/ops_kv_cache.h"
 
 #define HQ 32
@@ -196,9 +199,13 @@ static mg_status paged_case_create(mg_bench *b, uint32_t batch, uint32_t context
     return st;
 }
 
-/* The paged op on `c` under graph replay, one row named `name` (bytes: the KV bytes read). */
-static int time_paged(mg_bench *b, paged_case *c, uint32_t context, const char *name,
-                      const char *shape, double kv_bytes, double copy_gbps, const char *what) {
+/* The paged op on `c` under graph replay, one row named `name` (bytes: the KV bytes read), run
+ * by `provider` (NULL: the automatic choice). */
+static int time_paged_by(mg_bench *b, paged_case *c, uint32_t context, const char *name,
+                         const char *shape, double kv_bytes, double copy_gbps, const char *what,
+                         const char *provider) {
+    if (!mg_bench_selected(b, name))
+        return 0;
     const uint32_t batch = c->t.batch;
     const mg_paged_attention_desc d = {.num_qo_heads = HQ,
                                        .num_kv_heads = HKV,
@@ -222,11 +229,14 @@ static int time_paged(mg_bench *b, paged_case *c, uint32_t context, const char *
                                            .k_scale = c->scales,
                                            .v_scale = c->scales ? c->scales + 4 * HKV : 0};
     mg_bench_row row = mg_bench_row_make("decode", name, shape);
-    mg_status st = mg_paged_attention_plan_create(b->backend, &d, &table, b->stream, &r.plan);
+    mg_status st = mg_op_force_provider(b->backend, MG_OP_ATTENTION_PAGED, provider);
+    if (!st)
+        st = mg_paged_attention_plan_create(b->backend, &d, &table, b->stream, &r.plan);
     if (!st)
         st = mg_bench_time_graph(b, body_paged, &r, b->warmup, b->quick ? 3 : b->iters,
                                  &row.stats);
     mg_attention_plan_destroy(r.plan);
+    mg_op_force_provider(b->backend, MG_OP_ATTENTION_PAGED, NULL);
     if (st)
         return mg_bench_fail(b, name);
     row.bytes = kv_bytes;
@@ -236,13 +246,27 @@ static int time_paged(mg_bench *b, paged_case *c, uint32_t context, const char *
     return 0;
 }
 
+/* The row `name` (the automatic choice: FlashInfer's paged FA2 kernels on this shape) and
+ * skv_<name> (the split-KV decode kernels forced, in the same process). */
+static int time_paged(mg_bench *b, paged_case *c, uint32_t context, const char *name,
+                      const char *shape, double kv_bytes, double copy_gbps, const char *what) {
+    char skv_name[64], skv_what[160];
+    snprintf(skv_name, sizeof skv_name, "skv_%s", name);
+    snprintf(skv_what, sizeof skv_what, "%s; split_kv_decode forced", what);
+    return time_paged_by(b, c, context, name, shape, kv_bytes, copy_gbps, what, NULL) +
+           time_paged_by(b, c, context, skv_name, shape, kv_bytes, copy_gbps, skv_what,
+                         "split_kv_decode");
+}
+
 static int bench_point(mg_bench *b, uint32_t batch, uint32_t context, double copy_gbps) {
     char name[48], shape[64];
     snprintf(name, sizeof name, "b%u_L%u", batch, context);
     snprintf(shape, sizeof shape, "B=%u L=%u", batch, context);
-    char ragged_name[48];
+    char ragged_name[48], skv_name[64];
     snprintf(ragged_name, sizeof ragged_name, "ragged_b%u_L%u", batch, context);
-    const bool want_paged = mg_bench_selected(b, name), want_ragged = mg_bench_selected(b, ragged_name);
+    snprintf(skv_name, sizeof skv_name, "skv_%s", name);
+    const bool want_paged = mg_bench_selected(b, name) || mg_bench_selected(b, skv_name),
+               want_ragged = mg_bench_selected(b, ragged_name);
     if (!want_paged && !want_ragged)
         return 0;
     const double kv_bytes = 2.0 * batch * context * HKV * HEAD_DIM * 2;
@@ -304,8 +328,10 @@ static int bench_point(mg_bench *b, uint32_t batch, uint32_t context, double cop
 /* The paged op over FP8 E4M3 pools: fp8_b<batch>_L<context>. */
 static int bench_fp8_point(mg_bench *b, uint32_t batch, uint32_t context, double copy_gbps) {
     char name[48], shape[64];
+    char skv_name[64];
     snprintf(name, sizeof name, "fp8_b%u_L%u", batch, context);
-    if (!mg_bench_selected(b, name))
+    snprintf(skv_name, sizeof skv_name, "skv_%s", name);
+    if (!mg_bench_selected(b, name) && !mg_bench_selected(b, skv_name))
         return 0;
     snprintf(shape, sizeof shape, "B=%u L=%u FP8 KV", batch, context);
     paged_case c;
@@ -444,7 +470,8 @@ static int bench_decode(mg_bench *b, int argc, char **argv) {
 }
 
 MG_BENCH_REGISTER(decode, "decode",
-                  "decode attention over the paged KV cache (FlashInfer paged FA2, split-KV), "
+                  "decode attention over the paged KV cache (FlashInfer paged FA2, split-KV; our "
+                  "split-KV decode kernels as skv_*), "
                   "Hq=32 Hkv=8 D=128, pages of 16, graph replay; ragged op on contiguous keys; "
                   "FP8 E4M3 pools; append with RoPE (BF16 and FP8)",
                   bench_decode)

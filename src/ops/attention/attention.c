@@ -45,6 +45,7 @@ const mg_op_def mg_attention_ragged_op = {MG_OP_ATTENTION_RAGGED, "attention_rag
 static const mg_op_provider *const paged_attention_providers[] = {
 #ifdef METRALE_HAVE_CUDA
     &mg_attention_flashinfer_paged_provider.base,
+    &mg_attention_paged_decode_provider.base,
 #endif
     &mg_attention_reference_provider.base,
     NULL,

@@ -111,6 +111,8 @@ extern const mg_attention_provider mg_attention_reference_provider;
 extern const mg_attention_provider mg_attention_flashinfer_provider;
 /* The same provider for paged plans: its `supports` knows the paged kernels' head_dims. */
 extern const mg_attention_provider mg_attention_flashinfer_paged_provider;
+/* metrale's split-KV decode kernels: the paged shapes FlashInfer's kernels are not built for. */
+extern const mg_attention_provider mg_attention_paged_decode_provider;
 #endif
 
 #endif

@@ -5,7 +5,8 @@
  *
  * The plugin wraps FlashInfer's ragged (varlen) BF16 prefill attention, head_dim 64, 128 or 256,
  * through two paths: FA2 (any sm_80+, kernels built for the configured architectures) and the
- * Hopper FA3 path (sm_90a only). src/cuda/attention_cuda.c loads it with dlopen and calls only the
+ * Hopper FA3 path (sm_90a only); and its paged attention: FA2 for every paged shape built, FA3
+ * for BF16 pools at head_dim 128 without soft-cap (flashinfer_paged_sm90.h). src/cuda/attention_cuda.c loads it with dlopen and calls only the
  * functions below; every one returns an mg_status and fills `err` on failure, never throws and
  * never exits. They use the CUDA runtime, which runs in the device's primary
  * context: the caller makes that context current first (mg_cuda_bind).
@@ -69,7 +70,8 @@ typedef struct mg_fi_shape {
     uint32_t batch_size;
     mg_fi_path path; /* FA2 or FA3, chosen by mg_fi_choose_path */
     /* 0: ragged keys (kv_indptr counts rows). Else paged keys: kv_indptr counts pages of this
-     * many tokens, a plan also takes kv_last_page_len, and only FA2 serves it (causal). */
+     * many tokens, a plan also takes kv_last_page_len (causal; FA2, or FA3 for the one Hopper
+     * paged kernel built: see mg_fi_choose_path). */
     uint32_t page_size;
     uint32_t soft_cap; /* paged: 1 when runs apply a logits soft-cap (its own kernels) */
     uint32_t kv_fp8;   /* paged: 1 for FP8 E4M3 pools with per-head scales (its own kernels) */
@@ -103,7 +105,11 @@ uint32_t mg_fi_abi_version(void);
 
 /* Picks the path for `shape` (its `path` member is ignored) on the current device: FA3 when it
  * was built, the device is compute capability 9.0, no sliding window is asked and the batch
- * suits the Hopper scheduler; FA2 otherwise. MG_FI_PATH_NONE when an eager plan has no query
+ * suits the Hopper scheduler; FA2 otherwise. Paged keys: FA3 when its paged kernel was built for
+ * the shape (BF16 pools, head_dim 128, no soft-cap; any page size, sliding window or not), the
+ * device is 9.0, the batch suits the Hopper scheduler and it is prefill-like (at least 64 query
+ * rows per request on average: fewer leave FA3's 128-row tiles mostly empty, where FA2 packs the
+ * GQA group); FA2 otherwise. MG_FI_PATH_NONE when an eager plan has no query
  * rows (nothing to launch). `forced` (MG_FI_PATH_NONE: automatic) demands one
  * and fails with MG_ERR_UNSUPPORTED when it cannot serve the shape here. */
 typedef mg_status (*mg_fi_choose_path_fn)(const mg_fi_shape *shape, const int32_t *qo_indptr,

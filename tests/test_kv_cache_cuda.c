@@ -61,6 +61,8 @@ static void test_fa3_paths(mg_backend *be) {
     kv_scenario_prefill_chunks(be, sh, "cuda auto prefill chunks");
     sh.window_left = 250;
     kv_scenario_prefill_chunks(be, sh, "cuda auto prefill chunks, window");
+    sh.window_left = 0; /* each query sees itself only */
+    kv_scenario_prefill_chunks(be, sh, "cuda auto prefill chunks, window 0");
     sh.window_left = -1;
     sh.graph_chunk = 100;
     kv_scenario_graph_steps(be, sh, "cuda auto graph chunks");

@@ -318,14 +318,15 @@ done:
     free_batch(&b);
 }
 
-#define CASE(id, ...)                                                                              \
+#define CASE_PATH(id, impl, ...)                                                                   \
     static void check_##id(mg_check_ctx *ctx, mg_check_result *result) {                           \
-        static const kv_case c = {#id, __VA_ARGS__};                                               \
+        static const kv_case c = {#id, __VA_ARGS__, impl};                                         \
         run_case(ctx, result, &c);                                                                 \
     }
+#define CASE(id, ...) CASE_PATH(id, MG_ATTENTION_IMPL_AUTO, __VA_ARGS__)
 
 /* name, batch, Hq, Hkv, page size, longest prefix, most new tokens, window, soft cap, positions,
- * long prefix of request 0, head_dim[, impl]. */
+ * long prefix of request 0, head_dim; CASE_PATH asks for a path first. */
 CASE(decode_gqa4, 13, 32, 8, 16, 3000, 1, -1, 0.0f, false, 0, 128)
 CASE(decode_long, 3, 32, 8, 16, 200, 1, -1, 0.0f, false, 32768, 128)
 CASE(decode_mha_page1, 9, 8, 8, 1, 400, 1, -1, 0.0f, true, 0, 128)
@@ -339,12 +340,13 @@ CASE(decode_hd256_window_cap, 7, 8, 4, 16, 3000, 1, 1000, 50.0f, false, 0, 256)
 CASE(prefill_hd256, 4, 16, 16, 7, 700, 150, -1, 0.0f, false, 0, 256)
 /* Both paths of BF16 head_dim 128 prefill on CUDA: FA3 (Hopper; any page size, windows) and
  * FA2 forced, over the same kind of batch. */
-CASE(prefill_fa3, 7, 32, 8, 16, 1500, 300, -1, 0.0f, false, 0, 128, MG_ATTENTION_IMPL_FA3)
-CASE(prefill_fa3_window_page7, 5, 16, 2, 7, 900, 250, 200, 0.0f, true, 0, 128,
-     MG_ATTENTION_IMPL_FA3)
-CASE(prefill_fa3_page1_long, 4, 8, 8, 1, 400, 200, -1, 0.0f, false, 9000, 128,
-     MG_ATTENTION_IMPL_FA3)
-CASE(prefill_fa2_forced, 7, 32, 8, 16, 1500, 300, -1, 0.0f, false, 0, 128, MG_ATTENTION_IMPL_FA2)
+CASE_PATH(prefill_fa3, MG_ATTENTION_IMPL_FA3, 7, 32, 8, 16, 1500, 300, -1, 0.0f, false, 0, 128)
+CASE_PATH(prefill_fa3_window_page7, MG_ATTENTION_IMPL_FA3, 5, 16, 2, 7, 900, 250, 200, 0.0f,
+          true, 0, 128)
+CASE_PATH(prefill_fa3_page1_long, MG_ATTENTION_IMPL_FA3, 4, 8, 8, 1, 400, 200, -1, 0.0f, false,
+          9000, 128)
+CASE_PATH(prefill_fa2_forced, MG_ATTENTION_IMPL_FA2, 7, 32, 8, 16, 1500, 300, -1, 0.0f, false, 0,
+          128)
 
 const mg_check_case mg_checks_kv_cache[] = {
     {"kv_cache", "decode_gqa4", check_decode_gqa4},

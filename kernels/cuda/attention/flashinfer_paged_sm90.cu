@@ -10,7 +10,7 @@
 #include <flashinfer/attention/hopper/prefill_sm90.cuh>
 #include <flashinfer/attention/hopper/variants.cuh>
 
-#include "flashinfer_paged_sm90.h"
+#include "flashinfer_ragged_prefill.h"
 
 namespace metrale_fi {
 

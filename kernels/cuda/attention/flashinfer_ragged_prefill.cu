@@ -14,7 +14,6 @@
 
 #include <flashinfer/attention/scheduler.cuh>
 
-#include "flashinfer_paged_sm90.h"
 #include "flashinfer_ragged_prefill.h"
 
 #define MG_FI_EXPORT extern "C" __attribute__((visibility("default")))
@@ -130,16 +129,21 @@ bool fa3_paged_built(const mg_fi_shape *s) {
 }
 
 // AUTO on paged keys takes FA3 only for prefill-like batches: at least this many query rows per
-// request on average (the planned rows, or a fixed grid's capacity, over batch_size). FA3 gives
-// every (request, query head) query tiles of 128 rows of their own, while FA2 packs the GQA
-// group's heads into one tile and splits long key ranges over CTAs: with a few rows per request
-// (decode, short chunks) FA2 wastes far less. Half an FA3 tile is where the tiles FA3 fills stop
-// being mostly padding.
+// request on average (eager: the rows over the requests that have any; fixed grid: the row
+// capacity over batch_size). FA3 gives every (request, query head) query tiles of 128 rows of
+// their own, while FA2 packs the GQA group's heads into one tile and splits long key ranges over
+// CTAs: with a few rows per request (decode, short chunks) FA2 wastes far less. Half an FA3 tile
+// is where the tiles FA3 fills stop being mostly padding.
 constexpr int64_t kFa3PagedMinRowsPerRequest = 64;
 
 bool fa3_paged_preferred(const mg_fi_shape *s, const int32_t *qo_indptr) {
-    return int64_t(total_qo_rows(s, qo_indptr)) >=
-           kFa3PagedMinRowsPerRequest * int64_t(s->batch_size);
+    int64_t requests = s->batch_size;
+    if (!s->graph_mode) {
+        requests = 0;
+        for (uint32_t i = 0; i < s->batch_size; i++)
+            requests += qo_indptr[i + 1] > qo_indptr[i];
+    }
+    return int64_t(total_qo_rows(s, qo_indptr)) >= kFa3PagedMinRowsPerRequest * requests;
 }
 
 // Why FA3 cannot serve this plan on the current device (nullptr: it can), and the device's

@@ -6,7 +6,8 @@
  * The plugin wraps FlashInfer's ragged (varlen) BF16 prefill attention, head_dim 64, 128 or 256,
  * through two paths: FA2 (any sm_80+, kernels built for the configured architectures) and the
  * Hopper FA3 path (sm_90a only); and its paged attention: FA2 for every paged shape built, FA3
- * for BF16 pools at head_dim 128 without soft-cap (flashinfer_paged_sm90.h). src/cuda/attention_cuda.c loads it with dlopen and calls only the
+ * for BF16 pools at head_dim 128 without soft-cap (flashinfer_paged_sm90.cu).
+ * src/cuda/attention_cuda.c loads it with dlopen and calls only the
  * functions below; every one returns an mg_status and fills `err` on failure, never throws and
  * never exits. They use the CUDA runtime, which runs in the device's primary
  * context: the caller makes that context current first (mg_cuda_bind).
@@ -265,6 +266,28 @@ cudaError_t fa2_launch(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v, 
 /* FA3 (per-head schedule, no sliding window); instantiated only for the head_dims built for
  * sm_90a (METRALE_FI_FA3_HD<d>). */
 template <uint32_t HEAD_DIM, bool CAUSAL> cudaError_t fa3_launch(Fa3Params &p, cudaStream_t stream);
+
+/* FlashInfer FA3 (Hopper) paged prefill params: the ragged ones (their schedule members are the
+ * same; k_ptr and v_ptr are the page pools, k/v_stride_n the stride between tokens of a page)
+ * plus the page table. (FlashInfer's own hopper BatchPrefillPagedParams shares its name and
+ * namespace with the FA2 paged params above, so it cannot be included next to them.) */
+struct Fa3PagedParams : Fa3Params {
+    IdType *kv_indices;                   /* the caller's page ids; kv_indptr counts pages */
+    int64_t k_page_stride, v_page_stride; /* elements between pages */
+    int page_size;
+};
+
+/* The one FA3 paged kernel built (flashinfer_paged_sm90.cu, sm_90a only: METRALE_FI_FA3_PAGED):
+ * BF16 pools, head_dim kFa3PagedHeadDim, causal, no soft cap, per-head schedule, and the
+ * sliding window applied at run time: window_left >= 0, or kFa3PagedNoWindow for none. */
+constexpr uint32_t kFa3PagedHeadDim = 128;
+
+/* The left window the kernel runs with when the plan has none: no key is ever that far behind
+ * its query (a request holds fewer than 2^31 tokens), so nothing is masked, and FlashInfer's
+ * window tile bounds (positions minus this, never below -INT32_MAX) cannot overflow. */
+constexpr int32_t kFa3PagedNoWindow = INT32_MAX;
+
+cudaError_t fa3_paged_launch(Fa3PagedParams &p, cudaStream_t stream);
 
 /* FlashInfer FA2 paged prefill (causal, runtime sliding window; decode is qo_len 1), one
  * instantiation per (head_dim, soft cap), built from flashinfer_paged_fa2.cu. */

@@ -459,8 +459,7 @@ static inline mg_paged_attention_desc kv_attention_desc(const kv_shape *sh) {
 }
 
 /* The plan runs the path the shape expects (kv_shape.expect_impl), when it expects one. */
-static inline void kv_check_impl(const mg_attention_plan *p, const kv_shape *sh,
-                                 const char *what) {
+static inline void kv_check_impl(const mg_attention_plan *p, const kv_shape *sh, const char *what) {
     if (!p || sh->expect_impl == MG_ATTENTION_IMPL_AUTO)
         return;
     mg_attention_plan_info info;
@@ -570,8 +569,8 @@ static inline void kv_scenario_one_step(mg_backend *be, kv_shape sh, uint32_t lo
                                         const char *what) {
     enum { B = 7 };
     const uint32_t prefix[B] = {0, 37, 5, 0, (uint32_t)test_rand_range(1, 60), long_len, 16};
-    const uint32_t add[B] = {0, 1, (uint32_t)test_rand_range(2, 40), 19, 1, 1,
-                             (uint32_t)test_rand_range(0, 1)};
+    const uint32_t add[B] = {0, 1, (uint32_t)test_rand_range(2, 40), 19,
+                             1, 1, (uint32_t)test_rand_range(0, 1)};
     kv_scenario_batch(be, sh, B, prefix, add, what);
 }
 

@@ -341,8 +341,8 @@ CASE(prefill_hd256, 4, 16, 16, 7, 700, 150, -1, 0.0f, false, 0, 256)
 /* Both paths of BF16 head_dim 128 prefill on CUDA: FA3 (Hopper; any page size, windows) and
  * FA2 forced, over the same kind of batch. */
 CASE_PATH(prefill_fa3, MG_ATTENTION_IMPL_FA3, 7, 32, 8, 16, 1500, 300, -1, 0.0f, false, 0, 128)
-CASE_PATH(prefill_fa3_window_page7, MG_ATTENTION_IMPL_FA3, 5, 16, 2, 7, 900, 250, 200, 0.0f,
-          true, 0, 128)
+CASE_PATH(prefill_fa3_window_page7, MG_ATTENTION_IMPL_FA3, 5, 16, 2, 7, 900, 250, 200, 0.0f, true,
+          0, 128)
 CASE_PATH(prefill_fa3_page1_long, MG_ATTENTION_IMPL_FA3, 4, 8, 8, 1, 400, 200, -1, 0.0f, false,
           9000, 128)
 CASE_PATH(prefill_fa2_forced, MG_ATTENTION_IMPL_FA2, 7, 32, 8, 16, 1500, 300, -1, 0.0f, false, 0,

@@ -442,8 +442,8 @@ mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
 
 // FA3 over the page pools: the same per-head schedule, whose kv_indptr counts pages; the kernel
 // gathers each key and value row through kv_indices.
-mg_status run_fa3_paged(const mg_fi_shape *s, const mg_fi_plan_info *info,
-                        const mg_fi_run_args *a, cudaStream_t stream, mg_fi_error *err) {
+mg_status run_fa3_paged(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
+                        cudaStream_t stream, mg_fi_error *err) {
 #if METRALE_FI_HAVE_FA3 && METRALE_FI_FA3_PAGED
     if (!fa3_paged_built(s))
         return mg_plugin_fail(err, MG_ERR_INTERNAL, 0,
@@ -493,7 +493,7 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
             if (forced == MG_FI_PATH_FA2 ||
                 (forced == MG_FI_PATH_NONE && !fa3_paged_built(shape))) {
                 *out = !shape->graph_mode && qo_indptr[shape->batch_size] == 0 ? MG_FI_PATH_NONE
-                                                                                : MG_FI_PATH_FA2;
+                                                                               : MG_FI_PATH_FA2;
                 return MG_OK;
             }
         }
@@ -519,8 +519,8 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
             const bool fa3 =
                 forced == MG_FI_PATH_FA3 || (!why && fa3_paged_preferred(shape, qo_indptr));
             *out = !shape->graph_mode && qo_indptr[shape->batch_size] == 0 ? MG_FI_PATH_NONE
-                   : fa3                                                    ? MG_FI_PATH_FA3
-                                                                            : MG_FI_PATH_FA2;
+                   : fa3                                                   ? MG_FI_PATH_FA3
+                                                                           : MG_FI_PATH_FA2;
             return MG_OK;
         }
         *out = forced != MG_FI_PATH_NONE ? forced : why ? MG_FI_PATH_FA2 : MG_FI_PATH_FA3;
@@ -610,9 +610,9 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
             for (uint32_t i = 0; i < shape->batch_size; i++) {
                 const int32_t units = kv_indptr[i + 1] - kv_indptr[i];
                 kv_len[i] = !shape->page_size ? units
-                            : units == 0      ? 0
-                                              : (units - 1) * int32_t(shape->page_size) +
-                                               kv_last_page_len[i];
+                            : units == 0
+                                ? 0
+                                : (units - 1) * int32_t(shape->page_size) + kv_last_page_len[i];
             }
             flashinfer::PrefillPlanSM90Info plan;
             e = flashinfer::PrefillSM90Plan<int32_t>(

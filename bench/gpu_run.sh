@@ -132,6 +132,7 @@ if want bench; then
     bench_step moe_gemm --iters 20 --warmup 5
     bench_step mlx --iters 20 --warmup 5
     bench_step decode
+    bench_step paged_prefill
     step run_llama_3_8b 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b
     step run_llama_3_8b_b8 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b --batch 8
     step run_llama_3_8b_b64 300 "$BIN/metrale-gpu" --backend cuda --json run --preset llama-3-8b --batch 64

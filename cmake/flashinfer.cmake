@@ -10,7 +10,9 @@
 #
 # Translation units: one host unit (plan/run glue); FA2 kernels, one unit per (head_dim, mask),
 # each with and without a sliding window, for every architecture in METRALE_CUDA_ARCHS; and when
-# 90a is among them the Hopper FA3 kernels, one unit per (head_dim, mask), for sm_90a only.
+# 90a is among them the Hopper FA3 kernels, one unit per (head_dim, mask), for sm_90a only. Paged
+# kernels: FA2 units per (KV dtype, head_dim, soft cap) (fi_paged_units) and, with 90a, one FA3
+# paged prefill unit (BF16, head_dim 128).
 #
 # Compile time per unit (nvcc 13.0, METRALE_CUDA_ARCHS=90a, 2-core build machine at -j2 with
 # other builds running, load ~2.5; seconds of wall time each, two units at a time):
@@ -69,7 +71,7 @@ if(have_fa3)
   set(fi_fa3_head_dims 64 128 256)
 endif()
 
-set(fi_host_defines -DMETRALE_FI_HAVE_FA3=${have_fa3})
+set(fi_host_defines -DMETRALE_FI_HAVE_FA3=${have_fa3} -DMETRALE_FI_FA3_PAGED=${have_fa3})
 foreach(head_dim ${fi_fa3_head_dims})
   list(APPEND fi_host_defines -DMETRALE_FI_FA3_HD${head_dim}=1)
 endforeach()
@@ -104,6 +106,14 @@ foreach(paged_unit ${fi_paged_units})
   # The last field carries "<soft cap>,<fp8>" for the paged source.
   list(APPEND fi_units "flashinfer_paged_fa2${name_dtype}_hd${head_dim}_cap${cap}|flashinfer_paged_fa2|all|${head_dim}|${cap},${kv_fp8}")
 endforeach()
+# The Hopper (FA3) paged prefill kernel (flashinfer_paged_sm90.cu), sm_90a only: ONE unit and
+# one instantiation, BF16 pools at head_dim 128, causal, sliding window at run time, no soft cap
+# (the host unit knows it from METRALE_FI_FA3_PAGED and fa3_paged_built; other paged shapes run
+# on FA2). Compile time: 39.0-39.7 s wall (35.7-36.6 s user + 3.1-3.2 s sys; nvcc 13.0, sm_90a,
+# the 2-core build machine at load ~1, two runs), about one ragged FA3 unit's worth of CI.
+if(have_fa3)
+  list(APPEND fi_units "flashinfer_paged_sm90_hd128|flashinfer_paged_sm90|sm90||")
+endif()
 foreach(path fa2 sm90)
   set(head_dims ${fi_fa2_head_dims})
   set(archs all)

@@ -2,9 +2,10 @@
  * kv_cache_scenario.h - what the paged KV cache tests share (public API only): random batches
  * over shuffled pages, the float64 references of append (RoPE) and of attention over pages,
  * and the two scenarios every backend must pass: one step of append then attention (decode
- * and prefill chunks, empty requests, partial last pages, long requests), and steps of a
- * captured graph replayed while contexts grow and the batch composition changes. Pools are
- * BF16 or FP8 E4M3 with per-head scales (kv_shape.fp8).
+ * and prefill chunks, empty requests, partial last pages, long requests), a prefill-heavy step
+ * (chunks over cached prefixes, as CUDA's FA3 path takes them), and steps of a captured graph
+ * replayed while contexts grow and the batch composition changes (decode tokens, or chunks:
+ * kv_shape.graph_chunk). Pools are BF16 or FP8 E4M3 with per-head scales (kv_shape.fp8).
  */
 #ifndef METRALE_KV_CACHE_SCENARIO_H
 #define METRALE_KV_CACHE_SCENARIO_H
@@ -22,6 +23,9 @@ typedef struct kv_shape {
     float soft_cap;
     bool rope, positions;
     bool fp8; /* FP8 E4M3 pools with the per-head scales kv_scale */
+    mg_attention_impl impl;        /* the path the plans ask for (0: AUTO) */
+    mg_attention_impl expect_impl; /* AUTO: not checked; else what plans must report running */
+    uint32_t graph_chunk;          /* graph steps: 0 decode; else up to this many tokens each */
 } kv_shape;
 
 /* One step's batch on the host: the page table after the step's tokens were added, the new
@@ -450,7 +454,22 @@ static inline mg_paged_attention_desc kv_attention_desc(const kv_shape *sh) {
                                      .window_left = sh->window_left,
                                      .sm_scale = (float)(1.0 / sqrt((double)sh->d)),
                                      .logits_soft_cap = sh->soft_cap,
-                                     .kv_dtype = sh->fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16};
+                                     .kv_dtype = sh->fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16,
+                                     .impl = sh->impl};
+}
+
+/* The plan runs the path the shape expects (kv_shape.expect_impl), when it expects one. */
+static inline void kv_check_impl(const mg_attention_plan *p, const kv_shape *sh, const char *what) {
+    if (!p || sh->expect_impl == MG_ATTENTION_IMPL_AUTO)
+        return;
+    mg_attention_plan_info info;
+    CHECK_OK(mg_attention_plan_get_info(p, &info));
+    test_checks++;
+    if (info.impl != sh->expect_impl) {
+        fprintf(stderr, "FAIL %s: the plan runs %s, expected %s\n", what,
+                mg_attention_impl_name(info.impl), mg_attention_impl_name(sh->expect_impl));
+        test_failures++;
+    }
 }
 
 static inline mg_paged_attention_tensors kv_attention_tensors(const kv_shape *sh,
@@ -494,8 +513,9 @@ static inline void kv_images_free(kv_host_images *im) {
 }
 
 /* Runs one eager step on `be` and checks it against float64: uploads the step, appends its
- * tokens, plans the attention (creating *plan, or updating it), runs it, reads back. `pool`
- * holds the pool's host image before the step and is replaced by the image after it. */
+ * tokens, plans the attention (creating *plan, which must run the path the shape expects, or
+ * updating it), runs it, reads back. `pool` holds the pool's host image before the step and is
+ * replaced by the image after it. */
 static inline void kv_check_eager_step(mg_backend *be, const kv_shape *sh, kv_device *dv,
                                        const kv_step *st, void *pool, mg_attention_plan **plan,
                                        const char *what) {
@@ -507,10 +527,12 @@ static inline void kv_check_eager_step(mg_backend *be, const kv_shape *sh, kv_de
                           &args));
     mg_paged_attention_desc d = kv_attention_desc(sh);
     mg_kv_page_table table = kv_table_of(st);
-    if (!*plan)
+    if (!*plan) {
         CHECK_OK(mg_paged_attention_plan_create(be, &d, &table, NULL, plan));
-    else
+        kv_check_impl(*plan, sh, what);
+    } else {
         CHECK_OK(mg_paged_attention_plan_update(*plan, &table, NULL));
+    }
     mg_paged_attention_tensors t = kv_attention_tensors(sh, dv, st->tokens);
     if (*plan)
         CHECK_OK(mg_paged_attention_run(*plan, &t, NULL));
@@ -527,25 +549,23 @@ static inline void kv_check_eager_step(mg_backend *be, const kv_shape *sh, kv_de
     kv_images_free(&im);
 }
 
-/* Eager steps on `be` over B = 7 requests whose cached prefixes are `prefix` (0: a request
- * without pages), each step adding add[step][request] tokens; one plan serves every step
- * (created on the first, updated after). */
-enum { KV_STEP_BATCH = 7 };
-static inline void kv_scenario_steps(mg_backend *be, kv_shape sh, const uint32_t *prefix,
-                                     const uint32_t (*add)[KV_STEP_BATCH], int steps,
+/* Eager steps on `be` over B requests whose cached prefixes are `prefix` (0: a request without
+ * pages), step k adding add[k * B + i] tokens to request i; one plan serves every step (created
+ * on the first, updated after). */
+static inline void kv_scenario_steps(mg_backend *be, kv_shape sh, uint32_t B,
+                                     const uint32_t *prefix, const uint32_t *add, int steps,
                                      const char *what) {
-    enum { B = KV_STEP_BATCH };
     uint32_t pages = 0, tokens = 1;
-    for (int i = 0; i < B; i++) {
+    for (uint32_t i = 0; i < B; i++) {
         uint32_t len = prefix[i];
         for (int k = 0; k < steps; k++)
-            len += add[k][i];
+            len += add[k * B + i];
         pages += (len + sh.page_size - 1) / sh.page_size;
     }
     for (int k = 0; k < steps; k++) {
         uint32_t n = 0;
-        for (int i = 0; i < B; i++)
-            n += add[k][i];
+        for (uint32_t i = 0; i < B; i++)
+            n += add[k * B + i];
         tokens = n > tokens ? n : tokens;
     }
     sh.num_pages = pages + 5;
@@ -560,9 +580,12 @@ static inline void kv_scenario_steps(mg_backend *be, kv_shape sh, const uint32_t
     void *pool = kv_random_pool(&sh);
     mg_attention_plan *p = NULL;
     for (int k = 0; k < steps; k++) {
-        kv_step_build(&st, &sh, &r, a, add[k]);
+        kv_step_build(&st, &sh, &r, a, add + (size_t)k * B);
         char label[128];
-        snprintf(label, sizeof label, "%s step %d", what, k);
+        if (steps > 1)
+            snprintf(label, sizeof label, "%s step %d", what, k);
+        else
+            snprintf(label, sizeof label, "%s", what);
         kv_check_eager_step(be, &sh, &dv, &st, pool, &p, label);
         kv_step_free(&st);
     }
@@ -573,15 +596,15 @@ static inline void kv_scenario_steps(mg_backend *be, kv_shape sh, const uint32_t
     mg_kv_page_allocator_destroy(a);
 }
 
-/* One step on `be`: a batch mixing empty requests, decode tokens, prefill chunks over a cached
- * prefix, a fresh prefill and a long request; append then attention, both checked. */
+/* One step mixing empty requests, decode tokens, prefill chunks over a cached prefix, a fresh
+ * prefill and a long request. */
 static inline void kv_scenario_one_step(mg_backend *be, kv_shape sh, uint32_t long_len,
                                         const char *what) {
-    const uint32_t prefix[KV_STEP_BATCH] = {0, 37, 5, 0, (uint32_t)test_rand_range(1, 60),
-                                            long_len, 16};
-    const uint32_t add[1][KV_STEP_BATCH] = {{0, 1, (uint32_t)test_rand_range(2, 40), 19, 1, 1,
-                                             (uint32_t)test_rand_range(0, 1)}};
-    kv_scenario_steps(be, sh, prefix, add, 1, what);
+    enum { B = 7 };
+    const uint32_t prefix[B] = {0, 37, 5, 0, (uint32_t)test_rand_range(1, 60), long_len, 16};
+    const uint32_t add[B] = {0, 1, (uint32_t)test_rand_range(2, 40), 19,
+                             1, 1, (uint32_t)test_rand_range(0, 1)};
+    kv_scenario_steps(be, sh, B, prefix, add, 1, what);
 }
 
 /* A decode step (one new token per request but an empty one; a long request, a fresh one),
@@ -589,23 +612,37 @@ static inline void kv_scenario_one_step(mg_backend *be, kv_shape sh, uint32_t lo
  * a plan created on a decode batch must serve both. */
 static inline void kv_scenario_decode_then_mixed(mg_backend *be, kv_shape sh, uint32_t long_len,
                                                  const char *what) {
-    const uint32_t prefix[KV_STEP_BATCH] = {0, 37, 5, 0, (uint32_t)test_rand_range(1, 60),
-                                            long_len, 16};
-    const uint32_t add[2][KV_STEP_BATCH] = {
-        {0, 1, 1, 1, 1, 1, 1},
-        {0, 1, (uint32_t)test_rand_range(2, 40), 19, 1, 0, (uint32_t)test_rand_range(0, 1)}};
-    kv_scenario_steps(be, sh, prefix, add, 2, what);
+    enum { B = 7 };
+    const uint32_t prefix[B] = {0, 37, 5, 0, (uint32_t)test_rand_range(1, 60), long_len, 16};
+    const uint32_t add[2 * B] = {0, 1, 1, 1, 1, 1, 1,
+                                 0, 1, (uint32_t)test_rand_range(2, 40), 19, 1, 0,
+                                 (uint32_t)test_rand_range(0, 1)};
+    kv_scenario_steps(be, sh, B, prefix, add, 2, what);
 }
 
-/* Decode steps replayed from one captured graph (append + attention): contexts grow, pages are
- * added, some requests sit idle in some steps (qo_len 0), and each step equals float64. */
+/* One prefill-heavy step (over 64 new tokens per request on average, so CUDA's AUTO takes FA3
+ * where it can): a fresh prompt spanning tile and page boundaries, chunks of 257 and of 64..200
+ * tokens over cached prefixes ending inside a page, a decode token riding along and an idle
+ * request. */
+static inline void kv_scenario_prefill_chunks(mg_backend *be, kv_shape sh, const char *what) {
+    enum { B = 5 };
+    const uint32_t prefix[B] = {0, 333, (uint32_t)test_rand_range(1, 1000), 50, 7};
+    const uint32_t add[B] = {130, 257, (uint32_t)test_rand_range(64, 200), 1, 0};
+    kv_scenario_steps(be, sh, B, prefix, add, 1, what);
+}
+
+/* Steps replayed from one captured graph (append + attention): contexts grow, pages are added,
+ * some requests sit idle in some steps (qo_len 0), and each step equals float64. Each active
+ * request adds one token (decode), or with kv_shape.graph_chunk up to that many (chunked
+ * prefill; the fixed grid holds B * graph_chunk rows). */
 static inline void kv_scenario_graph_steps(mg_backend *be, kv_shape sh, const char *what) {
     enum { B = 6, STEPS = 5 };
+    const uint32_t chunk = sh.graph_chunk ? sh.graph_chunk : 1, rows = B * chunk;
     sh.num_pages = 0;
     uint32_t start[B];
     for (int i = 0; i < B; i++) {
         start[i] = (uint32_t)test_rand_range(1, 300);
-        sh.num_pages += (start[i] + STEPS + sh.page_size - 1) / sh.page_size;
+        sh.num_pages += (start[i] + STEPS * chunk + sh.page_size - 1) / sh.page_size;
     }
     sh.num_pages += 3;
     mg_kv_page_allocator *a = kv_shuffled_allocator(sh.num_pages);
@@ -615,13 +652,13 @@ static inline void kv_scenario_graph_steps(mg_backend *be, kv_shape sh, const ch
     kv_step_build(&st, &sh, &r, a, start);
     kv_step_free(&st);
     kv_device dv;
-    kv_device_alloc(be, &sh, &dv, B, 2 * sh.hkv * sh.d + 8, B);
+    kv_device_alloc(be, &sh, &dv, rows, 2 * sh.hkv * sh.d + 8, B);
     void *pool = kv_random_pool(&sh);
     CHECK_OK(mg_copy_h2d(be, dv.pool, pool, kv_pool_bytes(&sh)));
     mg_stream *s = NULL;
     CHECK_OK(mg_stream_create(be, &s));
     mg_paged_attention_desc d = kv_attention_desc(&sh);
-    d.graph_qo_rows = B;
+    d.graph_qo_rows = rows;
     d.graph_kv_tokens = sh.num_pages * sh.page_size;
     mg_kv_cache_desc cache = {sh.hkv, sh.d, sh.page_size, sh.num_pages,
                               sh.fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16};
@@ -629,19 +666,22 @@ static inline void kv_scenario_graph_steps(mg_backend *be, kv_shape sh, const ch
     mg_graph *g = NULL;
     for (int step = 0; step < STEPS; step++) {
         uint32_t add[B];
-        for (int i = 0; i < B; i++)
-            add[i] = step == 0 || test_rand_range(0, 3) ? 1 : 0; /* some idle from step 1 */
+        for (int i = 0; i < B; i++) /* some idle from step 1 */
+            add[i] = step == 0 || test_rand_range(0, 3)
+                         ? (uint32_t)test_rand_range(sh.graph_chunk ? 2 : 1, chunk)
+                         : 0;
         kv_step_build(&st, &sh, &r, a, add);
         mg_kv_page_table table = kv_table_of(&st);
-        if (!p)
+        if (!p) {
             CHECK_OK(mg_paged_attention_plan_create(be, &d, &table, s, &p));
-        else
+            kv_check_impl(p, &sh, what);
+        } else
             CHECK_OK(mg_paged_attention_plan_update(p, &table, s));
         CHECK_OK(mg_stream_synchronize(s));
         kv_device_upload(be, &sh, &dv, &st);
         if (!g && p) {
             mg_kv_append_args args = kv_append_args_of(&sh, &dv, &st);
-            mg_paged_attention_tensors t = kv_attention_tensors(&sh, &dv, B);
+            mg_paged_attention_tensors t = kv_attention_tensors(&sh, &dv, rows);
             CHECK_OK(mg_graph_begin_capture(s));
             CHECK_OK(mg_kv_append(be, s, &cache, &args));
             CHECK_OK(mg_paged_attention_run(p, &t, s));
@@ -656,7 +696,8 @@ static inline void kv_scenario_graph_steps(mg_backend *be, kv_shape sh, const ch
         snprintf(label, sizeof label, "%s: graph step %d append", what, step);
         test_failures += kv_verify_append(&sh, &st, pool, im.pool, im.q, label) != 0;
         snprintf(label, sizeof label, "%s: graph step %d attention", what, step);
-        test_failures += kv_verify_attention(&sh, &st, im.q, im.pool, im.o, im.lse, B, label) != 0;
+        test_failures +=
+            kv_verify_attention(&sh, &st, im.q, im.pool, im.o, im.lse, rows, label) != 0;
         test_checks += 2;
         memcpy(pool, im.pool, kv_pool_bytes(&sh));
         kv_images_free(&im);

@@ -254,6 +254,12 @@ int main(void) {
         kv_scenario_decode_then_mixed(be, shapes[i], 700, what);
         kv_scenario_graph_steps(be, shapes[i], what);
     }
+    /* Prefill-heavy steps, eager and replayed from a fixed grid of chunks (what CUDA runs on
+     * its FA3 path on Hopper); the CPU backend ignores impl and serves them with its reference. */
+    const kv_shape chunked = {.hq = 8, .hkv = 2, .d = 64, .page_size = 7, .window_left = 40,
+                              .rope = true, .impl = MG_ATTENTION_IMPL_FA3, .graph_chunk = 24};
+    kv_scenario_prefill_chunks(be, chunked, "cpu prefill chunks (impl fa3)");
+    kv_scenario_graph_steps(be, chunked, "cpu graph chunks (impl fa3)");
     mg_backend_close(be);
     return test_finish();
 }

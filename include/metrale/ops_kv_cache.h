@@ -165,7 +165,19 @@ MG_API mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_des
  * run reads only kv_indices from the caller's device memory. Fixed-grid plans (graph_qo_rows >
  * 0, graph_kv_tokens > 0): runs are capturable, and after an update with the same batch_size
  * (pages and lengths may change, totals within the capacities) a replay computes the new batch.
- * A caller's workspace (desc.workspace) is not supported for paged plans. */
+ * A caller's workspace (desc.workspace) is not supported for paged plans.
+ *
+ * Paths on CUDA (desc.impl; mg_attention_plan_get_info says which one a plan took): FA2 serves
+ * every shape above. FA3 (FlashInfer's Hopper paged prefill) is built for BF16 pools at
+ * head_dim 128 without soft-cap, any page size, with or without a sliding window, and runs on
+ * compute capability 9.0 only; MG_ATTENTION_IMPL_FA3 elsewhere (or for another shape, or a batch
+ * too large for its per-head schedule) is MG_ERR_UNSUPPORTED when planned.
+ * MG_ATTENTION_IMPL_AUTO (0, the default) takes FA3 where it can serve the plan and the batch is
+ * prefill-like: at least 64 query rows per request on average (qo_indptr[B] over the requests
+ * with new tokens, or a fixed-grid plan's graph_qo_rows / B, decided once at creation); decode
+ * and short chunks stay on FA2, whose split-KV schedule and packed GQA heads suit them. A
+ * fixed-grid plan keeps the path it was created with. The CPU backend ignores impl (its
+ * reference serves every plan). */
 typedef struct mg_paged_attention_desc {
     uint32_t num_qo_heads, num_kv_heads, head_dim;
     uint32_t page_size;      /* as the cache (0: default 16) */
@@ -175,6 +187,7 @@ typedef struct mg_paged_attention_desc {
     uint32_t graph_qo_rows;  /* 0: eager; else q/o capacity in rows (fixed-grid) */
     uint32_t graph_kv_tokens; /* fixed-grid: bound on the planned kv tokens */
     mg_kv_dtype kv_dtype;     /* as the cache */
+    mg_attention_impl impl;   /* 0 (AUTO): see above; FA2 or FA3 demands that path (CUDA) */
 } mg_paged_attention_desc;
 
 typedef struct mg_paged_attention_tensors {

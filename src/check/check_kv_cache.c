@@ -8,7 +8,11 @@
  * and powf may differ by an ulp between CUDA and the host libm, so a key may differ by one BF16
  * ulp: |diff| <= |x| / 128 + 1e-3); values exactly. Attention outputs as the ragged op's checks
  * (check_attention.c): max |diff| <= 2e-2, relative L2 <= 1e-2, LSE within 5e-3 base-2 units
- * scaled by its size. On the CPU backend (reference against itself) lengths shrink eightfold. */
+ * scaled by its size. On the CPU backend (reference against itself) lengths shrink eightfold.
+ *
+ * Cases with an impl ask CUDA for that path (the CPU backend ignores it) and check the plan
+ * reports running it; FA3 cases (the Hopper paged prefill kernel) skip where the device is not
+ * compute capability 9.0. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +35,7 @@ typedef struct kv_case {
     bool positions;
     uint32_t long_prefix; /* request 0's cached prefix (0: none) */
     uint32_t head_dim;
+    mg_attention_impl impl; /* 0: AUTO */
 } kv_case;
 
 static uint32_t rng_range(uint64_t *r, uint32_t lo, uint32_t hi) {
@@ -134,8 +139,10 @@ static void free_buffers(kv_buffers *g) {
             mg_free(g->be, *all[i]);
 }
 
-/* Uploads the batch to `be`, appends (RoPE on q and k) and runs the attention. */
-static mg_status run_on(mg_backend *be, const kv_case *c, const kv_batch *b, kv_buffers *g) {
+/* Uploads the batch to `be`, appends (RoPE on q and k) and runs the attention; *ran: the path
+ * the plan reports. */
+static mg_status run_on(mg_backend *be, const kv_case *c, const kv_batch *b, kv_buffers *g,
+                        mg_attention_impl *ran) {
     const uint32_t d = c->head_dim;
     const size_t t = b->tokens ? b->tokens : 1;
     g->be = be;
@@ -179,11 +186,18 @@ static mg_status run_on(mg_backend *be, const kv_case *c, const kv_batch *b, kv_
                                         .page_size = c->page_size,
                                         .window_left = c->window_left,
                                         .sm_scale = 1.0f / sqrtf((float)d),
-                                        .logits_soft_cap = c->soft_cap};
+                                        .logits_soft_cap = c->soft_cap,
+                                        .impl = c->impl};
     const mg_kv_page_table table = {c->batch, b->qo_indptr, b->kv_indptr, b->kv_indices, b->last};
     mg_attention_plan *p = NULL;
     if ((st = mg_paged_attention_plan_create(be, &d_, &table, NULL, &p)))
         return st;
+    mg_attention_plan_info info;
+    if ((st = mg_attention_plan_get_info(p, &info))) {
+        mg_attention_plan_destroy(p);
+        return st;
+    }
+    *ran = info.impl;
     const mg_paged_attention_tensors at = {.q = g->q,
                                            .o = g->o,
                                            .lse = g->lse,
@@ -271,7 +285,17 @@ static void run_case(mg_check_ctx *ctx, mg_check_result *result, const kv_case *
         FAIL("no CPU reference backend");
     if (!make_batch(&r, c, mg_backend_get_kind(ctx->backend) == MG_BACKEND_CPU, &b))
         FAIL("out of host memory");
-    mg_status st = run_on(ctx->backend, c, &b, &got);
+    const bool cuda = mg_backend_get_kind(ctx->backend) == MG_BACKEND_CUDA;
+    mg_device_info info;
+    if (cuda && c->impl == MG_ATTENTION_IMPL_FA3 &&
+        (mg_device_get_info(ctx->backend, &info) || info.cc_major != 9 || info.cc_minor != 0)) {
+        result->skipped = true;
+        snprintf(result->detail, sizeof result->detail,
+                 "FA3 paged prefill needs compute capability 9.0");
+        goto done;
+    }
+    mg_attention_impl ran = MG_ATTENTION_IMPL_AUTO, ref_ran;
+    mg_status st = run_on(ctx->backend, c, &b, &got, &ran);
     if (st == MG_ERR_UNAVAILABLE) { /* built without the FlashInfer plugin */
         result->skipped = true;
         snprintf(result->detail, sizeof result->detail, "%s", mg_last_error());
@@ -279,26 +303,30 @@ static void run_case(mg_check_ctx *ctx, mg_check_result *result, const kv_case *
     }
     if (st)
         FAIL("run on the backend under test: %s: %s", mg_status_name(st), mg_last_error());
-    OK(run_on(ctx->reference, c, &b, &want));
+    if (cuda && c->impl != MG_ATTENTION_IMPL_AUTO && ran != c->impl)
+        FAIL("the plan runs %s, asked for %s", mg_attention_impl_name(ran),
+             mg_attention_impl_name(c->impl));
+    OK(run_on(ctx->reference, c, &b, &want, &ref_ran));
     if (!compare(c, &b, &got, &want, &result->error, why, sizeof why))
         FAIL("%s", why);
     PASS();
-    snprintf(result->detail, sizeof result->detail, "B=%u, %u new tokens, %u pages of %u",
-             c->batch, b.tokens, b.pages_used, c->page_size);
+    snprintf(result->detail, sizeof result->detail, "B=%u, %u new tokens, %u pages of %u, %s",
+             c->batch, b.tokens, b.pages_used, c->page_size, mg_attention_impl_name(ran));
 done:
     free_buffers(&got);
     free_buffers(&want);
     free_batch(&b);
 }
 
-#define CASE(id, ...)                                                                              \
+#define CASE_PATH(id, impl, ...)                                                                   \
     static void check_##id(mg_check_ctx *ctx, mg_check_result *result) {                           \
-        static const kv_case c = {#id, __VA_ARGS__};                                               \
+        static const kv_case c = {#id, __VA_ARGS__, impl};                                         \
         run_case(ctx, result, &c);                                                                 \
     }
+#define CASE(id, ...) CASE_PATH(id, MG_ATTENTION_IMPL_AUTO, __VA_ARGS__)
 
 /* name, batch, Hq, Hkv, page size, longest prefix, most new tokens, window, soft cap, positions,
- * long prefix of request 0, head_dim. */
+ * long prefix of request 0, head_dim; CASE_PATH asks for a path first. */
 CASE(decode_gqa4, 13, 32, 8, 16, 3000, 1, -1, 0.0f, false, 0, 128)
 CASE(decode_long, 3, 32, 8, 16, 200, 1, -1, 0.0f, false, 32768, 128)
 CASE(decode_mha_page1, 9, 8, 8, 1, 400, 1, -1, 0.0f, true, 0, 128)
@@ -310,6 +338,15 @@ CASE(decode_hd64, 11, 32, 8, 16, 2500, 1, -1, 0.0f, false, 0, 64)
 CASE(prefill_hd64_window, 5, 12, 3, 32, 900, 200, 300, 0.0f, true, 0, 64)
 CASE(decode_hd256_window_cap, 7, 8, 4, 16, 3000, 1, 1000, 50.0f, false, 0, 256)
 CASE(prefill_hd256, 4, 16, 16, 7, 700, 150, -1, 0.0f, false, 0, 256)
+/* Both paths of BF16 head_dim 128 prefill on CUDA: FA3 (Hopper; any page size, windows) and
+ * FA2 forced, over the same kind of batch. */
+CASE_PATH(prefill_fa3, MG_ATTENTION_IMPL_FA3, 7, 32, 8, 16, 1500, 300, -1, 0.0f, false, 0, 128)
+CASE_PATH(prefill_fa3_window_page7, MG_ATTENTION_IMPL_FA3, 5, 16, 2, 7, 900, 250, 200, 0.0f, true,
+          0, 128)
+CASE_PATH(prefill_fa3_page1_long, MG_ATTENTION_IMPL_FA3, 4, 8, 8, 1, 400, 200, -1, 0.0f, false,
+          9000, 128)
+CASE_PATH(prefill_fa2_forced, MG_ATTENTION_IMPL_FA2, 7, 32, 8, 16, 1500, 300, -1, 0.0f, false, 0,
+          128)
 
 const mg_check_case mg_checks_kv_cache[] = {
     {"kv_cache", "decode_gqa4", check_decode_gqa4},
@@ -322,5 +359,9 @@ const mg_check_case mg_checks_kv_cache[] = {
     {"kv_cache", "prefill_hd64_window", check_prefill_hd64_window},
     {"kv_cache", "decode_hd256_window_cap", check_decode_hd256_window_cap},
     {"kv_cache", "prefill_hd256", check_prefill_hd256},
+    {"kv_cache", "prefill_fa3", check_prefill_fa3},
+    {"kv_cache", "prefill_fa3_window_page7", check_prefill_fa3_window_page7},
+    {"kv_cache", "prefill_fa3_page1_long", check_prefill_fa3_page1_long},
+    {"kv_cache", "prefill_fa2_forced", check_prefill_fa2_forced},
     {NULL, NULL, NULL},
 };

@@ -1,7 +1,8 @@
 // flashinfer_ragged_prefill.cu - the C ABI of the attention plugin: path choice, workspace
-// sizing, planning and launch of FlashInfer's ragged BF16 prefill (head_dim 64, 128, 256). The
-// kernels themselves are instantiated in flashinfer_ragged_prefill_{fa2,sm90}.cu, one unit per
-// (head_dim, mask).
+// sizing, planning and launch of FlashInfer's ragged BF16 prefill (head_dim 64, 128, 256) and of
+// its paged attention. The kernels themselves are instantiated in
+// flashinfer_ragged_prefill_{fa2,sm90}.cu, one unit per (head_dim, mask), flashinfer_paged_fa2.cu
+// (one unit per KV dtype, head_dim, soft cap) and flashinfer_paged_sm90.cu (one unit).
 //
 // Every entry point catches what FlashInfer throws and turns it, like a failed CUDA call, into a
 // status and a message (mg_fi_error); nothing propagates across the C boundary.
@@ -20,6 +21,7 @@
 namespace {
 
 using metrale_fi::Fa2Params;
+using metrale_fi::Fa3PagedParams;
 using metrale_fi::Fa3Params;
 
 // FA3's scheduler (PrefillSM90Plan) falls back to one schedule shared by all heads above this
@@ -115,8 +117,40 @@ bool fa3_built(uint32_t head_dim) {
     }
 }
 
+// Whether the FA3 paged kernel serves the shape: cmake/flashinfer.cmake builds one
+// (flashinfer_paged_sm90.cu, METRALE_FI_FA3_PAGED): BF16 pools, head_dim 128, no soft cap.
+bool fa3_paged_built(const mg_fi_shape *s) {
+#if METRALE_FI_FA3_PAGED
+    return s->head_dim == metrale_fi::kFa3PagedHeadDim && !s->soft_cap && !s->kv_fp8;
+#else
+    (void)s;
+    return false;
+#endif
+}
+
+// AUTO on paged keys takes FA3 only for prefill-like batches: at least this many query rows per
+// request on average (eager: the rows over the requests that have any; fixed grid: the row
+// capacity over batch_size). FA3 gives every (request, query head) query tiles of 128 rows of
+// their own, while FA2 packs the GQA group's heads into one tile and splits long key ranges over
+// CTAs: with a few rows per request (decode, short chunks) FA2 wastes far less. Half an FA3 tile
+// is where the tiles FA3 fills stop being mostly padding.
+constexpr int64_t kFa3PagedMinRowsPerRequest = 64;
+
+bool fa3_paged_preferred(const mg_fi_shape *s, const int32_t *qo_indptr) {
+    int64_t requests = s->batch_size;
+    if (!s->graph_mode) {
+        requests = 0;
+        for (uint32_t i = 0; i < s->batch_size; i++)
+            requests += qo_indptr[i + 1] > qo_indptr[i];
+    }
+    return int64_t(total_qo_rows(s, qo_indptr)) >= kFa3PagedMinRowsPerRequest * requests;
+}
+
 // Why FA3 cannot serve this plan on the current device (nullptr: it can), and the device's
-// compute capability as major * 10 + minor.
+// compute capability as major * 10 + minor. Paged keys need the one FA3 paged kernel built
+// (fa3_paged_built), which applies sliding windows and gathers keys through the page table
+// (any page size; an empty batch is fine); ragged keys need a Hopper unit of their head_dim, no
+// window, and at least one key row for their TMA descriptors.
 cudaError_t fa3_unsuitable(const mg_fi_shape *s, const int32_t *qo_indptr, const int32_t *kv_indptr,
                            int32_t *cc_out, const char **why) {
     int device = 0, major = 0, minor = 0;
@@ -128,16 +162,20 @@ cudaError_t fa3_unsuitable(const mg_fi_shape *s, const int32_t *qo_indptr, const
     if (e != cudaSuccess)
         return e;
     *cc_out = major * 10 + minor;
-    if (!fa3_built(s->head_dim))
+    if (s->page_size && !fa3_paged_built(s))
+        *why = METRALE_FI_HAVE_FA3 ? "the Hopper paged kernel is built for BF16 pools at head_dim "
+                                     "128 without soft-cap only"
+                                   : "the plugin was built without sm_90a";
+    else if (!s->page_size && !fa3_built(s->head_dim))
         *why = METRALE_FI_HAVE_FA3 ? "the plugin has no Hopper kernels for this head_dim"
                                    : "the plugin was built without sm_90a";
     else if (major != 9 || minor != 0)
         *why = "the device is not compute capability 9.0";
-    else if (s->window_left >= 0)
-        *why = "the Hopper path is built without sliding windows";
+    else if (!s->page_size && s->window_left >= 0)
+        *why = "the Hopper ragged path is built without sliding windows";
     else if (fa3_works_bound(s, qo_indptr) > kFa3MaxWorksPerHead)
         *why = "the batch needs the shared-schedule variant, which is not built";
-    else if (!s->graph_mode && kv_indptr[s->batch_size] == 0)
+    else if (!s->page_size && !s->graph_mode && kv_indptr[s->batch_size] == 0)
         *why = "no key rows at all (its TMA descriptors need at least one)";
     else
         *why = nullptr;
@@ -344,14 +382,16 @@ mg_status run_fa2_paged(const mg_fi_shape *s, const mg_fi_plan_info *info,
     return run_fa2_paged_as(s, info, a, p, stream, err);
 }
 
-mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
-                  cudaStream_t stream, mg_fi_error *err) {
 #if METRALE_FI_HAVE_FA3
+// Fills what the FA3 params (ragged or paged: the members have the same names) share: tensors,
+// FlashInfer's per-head schedule of `info` in the int workspace, strides of q and o, and the
+// head counts; the caller sets the key and value layout.
+template <typename Params>
+void set_fa3_common(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
+                    Params &p) {
     flashinfer::PrefillPlanSM90Info plan;
     plan.FromVector(std::vector<int64_t>(info->words, info->words + 9));
     void *fi_int = static_cast<char *>(a->int_workspace) + indptr_region_bytes(s);
-
-    Fa3Params p;
     std::memset(&p, 0, sizeof p);
     p.q_ptr = static_cast<cutlass::bfloat16_t *>(a->q);
     p.k_ptr = static_cast<cutlass::bfloat16_t *>(a->k);
@@ -372,13 +412,21 @@ mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
     p.k_stride_n = p.v_stride_n = int64_t(s->num_kv_heads) * s->head_dim;
     p.k_stride_h = p.v_stride_h = s->head_dim;
     p.nnz_qo = a->qo_rows;
-    p.nnz_kv = a->kv_rows;
-    p.head_dim = int(s->head_dim);
     p.num_qo_heads = int(s->num_qo_heads);
     p.num_kv_heads = int(s->num_kv_heads);
     p.group_size = int(s->num_qo_heads / s->num_kv_heads);
     p.window_left = s->window_left;
     p.causal = s->causal != 0;
+}
+#endif
+
+mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
+                  cudaStream_t stream, mg_fi_error *err) {
+#if METRALE_FI_HAVE_FA3
+    Fa3Params p;
+    set_fa3_common(s, info, a, p);
+    p.nnz_kv = a->kv_rows;
+    p.head_dim = int(s->head_dim);
     if (!fa3_built(s->head_dim))
         return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no FA3 kernels",
                     s->head_dim);
@@ -389,6 +437,33 @@ mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
 #else
     (void)s, (void)info, (void)a, (void)stream;
     return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0, "mg_fi_run: the plugin was built without sm_90a");
+#endif
+}
+
+// FA3 over the page pools: the same per-head schedule, whose kv_indptr counts pages; the kernel
+// gathers each key and value row through kv_indices.
+mg_status run_fa3_paged(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
+                        cudaStream_t stream, mg_fi_error *err) {
+#if METRALE_FI_HAVE_FA3 && METRALE_FI_FA3_PAGED
+    if (!fa3_paged_built(s))
+        return mg_plugin_fail(err, MG_ERR_INTERNAL, 0,
+                              "mg_fi_run: no FA3 paged kernel for head_dim %u, soft-cap %u, FP8 %u",
+                              s->head_dim, s->soft_cap, s->kv_fp8);
+    Fa3PagedParams p;
+    set_fa3_common(s, info, a, p);
+    p.kv_indices = a->kv_indices;
+    p.k_page_stride = p.v_page_stride = int64_t(s->page_size) * s->num_kv_heads * s->head_dim;
+    p.page_size = int(s->page_size);
+    if (p.window_left < 0)
+        p.window_left = metrale_fi::kFa3PagedNoWindow;
+    const cudaError_t e = metrale_fi::fa3_paged_launch(p, stream);
+    if (e != cudaSuccess)
+        return mg_plugin_cuda_fail(err, e, "flashinfer FA3 BatchPrefillWithPagedKVCache (sm90)");
+    return MG_OK;
+#else
+    (void)s, (void)info, (void)a, (void)stream;
+    return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
+                          "mg_fi_run: the plugin was built without the FA3 paged kernel");
 #endif
 }
 
@@ -414,12 +489,13 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
                             MG_FI_PAGED_KERNELS_TEXT ")",
                             shape->head_dim, shape->soft_cap ? " with soft-cap" : "",
                             shape->kv_fp8 ? " on FP8 pools" : "");
-            if (forced == MG_FI_PATH_FA3)
-                return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
-                            "mg_fi_choose_path: paged keys have FA2 kernels only");
-            *out = !shape->graph_mode && qo_indptr[shape->batch_size] == 0 ? MG_FI_PATH_NONE
-                                                                            : MG_FI_PATH_FA2;
-            return MG_OK;
+            /* FA2 serves every built paged shape; FA3 only fa3_paged_built ones. */
+            if (forced == MG_FI_PATH_FA2 ||
+                (forced == MG_FI_PATH_NONE && !fa3_paged_built(shape))) {
+                *out = !shape->graph_mode && qo_indptr[shape->batch_size] == 0 ? MG_FI_PATH_NONE
+                                                                               : MG_FI_PATH_FA2;
+                return MG_OK;
+            }
         }
         if (!shape->graph_mode && qo_indptr[shape->batch_size] == 0 && forced == MG_FI_PATH_NONE) {
             *out = MG_FI_PATH_NONE;
@@ -438,6 +514,15 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
             return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
                         "mg_fi_choose_path: FA2 needs compute capability 8.0+, device is %d.%d",
                         (int)cc / 10, (int)cc % 10);
+        if (shape->page_size) {
+            /* Paged: an empty eager batch launches nothing, whatever the path. */
+            const bool fa3 =
+                forced == MG_FI_PATH_FA3 || (!why && fa3_paged_preferred(shape, qo_indptr));
+            *out = !shape->graph_mode && qo_indptr[shape->batch_size] == 0 ? MG_FI_PATH_NONE
+                   : fa3                                                   ? MG_FI_PATH_FA3
+                                                                           : MG_FI_PATH_FA2;
+            return MG_OK;
+        }
         *out = forced != MG_FI_PATH_NONE ? forced : why ? MG_FI_PATH_FA2 : MG_FI_PATH_FA3;
         return MG_OK;
     });
@@ -519,15 +604,22 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
             std::copy(words.begin(), words.end(), out->words);
         } else {
 #if METRALE_FI_HAVE_FA3
+            // Tokens per request: kv_indptr counts rows, or pages of which the last holds
+            // kv_last_page_len tokens (a request without pages holds none).
             std::vector<int32_t> kv_len(shape->batch_size);
-            for (uint32_t i = 0; i < shape->batch_size; i++)
-                kv_len[i] = kv_indptr[i + 1] - kv_indptr[i];
+            for (uint32_t i = 0; i < shape->batch_size; i++) {
+                const int32_t units = kv_indptr[i + 1] - kv_indptr[i];
+                kv_len[i] = !shape->page_size ? units
+                            : units == 0
+                                ? 0
+                                : (units - 1) * int32_t(shape->page_size) + kv_last_page_len[i];
+            }
             flashinfer::PrefillPlanSM90Info plan;
             e = flashinfer::PrefillSM90Plan<int32_t>(
                 float_workspace, float_bytes, fi_int, fi_pinned, int_bytes - region, plan, qo, kv,
                 kv_len.data(), total_qo_rows(shape, qo_indptr), shape->batch_size,
                 shape->num_qo_heads, shape->num_kv_heads, shape->head_dim, shape->head_dim,
-                /*page_size=*/1, shape->causal != 0, shape->graph_mode != 0,
+                kv_page_size(shape), shape->causal != 0, shape->graph_mode != 0,
                 /*sizeof_dtype_o=*/2, s);
             if (e != cudaSuccess)
                 return mg_plugin_cuda_fail(err, e, "flashinfer PrefillSM90Plan");
@@ -581,7 +673,8 @@ MG_FI_EXPORT mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info
             return shape->page_size ? run_fa2_paged(shape, info, args, s, err)
                                     : run_fa2(shape, info, args, s, err);
         case MG_FI_PATH_FA3:
-            return run_fa3(shape, info, args, s, err);
+            return shape->page_size ? run_fa3_paged(shape, info, args, s, err)
+                                    : run_fa3(shape, info, args, s, err);
         }
         return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: unknown path %d", (int)info->path);
     });

@@ -5,7 +5,9 @@
  *
  * The plugin wraps FlashInfer's ragged (varlen) BF16 prefill attention, head_dim 64, 128 or 256,
  * through two paths: FA2 (any sm_80+, kernels built for the configured architectures) and the
- * Hopper FA3 path (sm_90a only). src/cuda/attention_cuda.c loads it with dlopen and calls only the
+ * Hopper FA3 path (sm_90a only); and its paged attention: FA2 for every paged shape built, FA3
+ * for BF16 pools at head_dim 128 without soft-cap (flashinfer_paged_sm90.cu).
+ * src/cuda/attention_cuda.c loads it with dlopen and calls only the
  * functions below; every one returns an mg_status and fills `err` on failure, never throws and
  * never exits. They use the CUDA runtime, which runs in the device's primary
  * context: the caller makes that context current first (mg_cuda_bind).
@@ -69,7 +71,8 @@ typedef struct mg_fi_shape {
     uint32_t batch_size;
     mg_fi_path path; /* FA2 or FA3, chosen by mg_fi_choose_path */
     /* 0: ragged keys (kv_indptr counts rows). Else paged keys: kv_indptr counts pages of this
-     * many tokens, a plan also takes kv_last_page_len, and only FA2 serves it (causal). */
+     * many tokens, a plan also takes kv_last_page_len (causal; FA2, or FA3 for the one Hopper
+     * paged kernel built: see mg_fi_choose_path). */
     uint32_t page_size;
     uint32_t soft_cap; /* paged: 1 when runs apply a logits soft-cap (its own kernels) */
     uint32_t kv_fp8;   /* paged: 1 for FP8 E4M3 pools with per-head scales (its own kernels) */
@@ -103,7 +106,11 @@ uint32_t mg_fi_abi_version(void);
 
 /* Picks the path for `shape` (its `path` member is ignored) on the current device: FA3 when it
  * was built, the device is compute capability 9.0, no sliding window is asked and the batch
- * suits the Hopper scheduler; FA2 otherwise. MG_FI_PATH_NONE when an eager plan has no query
+ * suits the Hopper scheduler; FA2 otherwise. Paged keys: FA3 when its paged kernel was built for
+ * the shape (BF16 pools, head_dim 128, no soft-cap; any page size, sliding window or not), the
+ * device is 9.0, the batch suits the Hopper scheduler and it is prefill-like (at least 64 query
+ * rows per request on average: fewer leave FA3's 128-row tiles mostly empty, where FA2 packs the
+ * GQA group); FA2 otherwise. MG_FI_PATH_NONE when an eager plan has no query
  * rows (nothing to launch). `forced` (MG_FI_PATH_NONE: automatic) demands one
  * and fails with MG_ERR_UNSUPPORTED when it cannot serve the shape here. */
 typedef mg_status (*mg_fi_choose_path_fn)(const mg_fi_shape *shape, const int32_t *qo_indptr,
@@ -259,6 +266,28 @@ cudaError_t fa2_launch(Fa2Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v, 
 /* FA3 (per-head schedule, no sliding window); instantiated only for the head_dims built for
  * sm_90a (METRALE_FI_FA3_HD<d>). */
 template <uint32_t HEAD_DIM, bool CAUSAL> cudaError_t fa3_launch(Fa3Params &p, cudaStream_t stream);
+
+/* FlashInfer FA3 (Hopper) paged prefill params: the ragged ones (their schedule members are the
+ * same; k_ptr and v_ptr are the page pools, k/v_stride_n the stride between tokens of a page)
+ * plus the page table. (FlashInfer's own hopper BatchPrefillPagedParams shares its name and
+ * namespace with the FA2 paged params above, so it cannot be included next to them.) */
+struct Fa3PagedParams : Fa3Params {
+    IdType *kv_indices;                   /* the caller's page ids; kv_indptr counts pages */
+    int64_t k_page_stride, v_page_stride; /* elements between pages */
+    int page_size;
+};
+
+/* The one FA3 paged kernel built (flashinfer_paged_sm90.cu, sm_90a only: METRALE_FI_FA3_PAGED):
+ * BF16 pools, head_dim kFa3PagedHeadDim, causal, no soft cap, per-head schedule, and the
+ * sliding window applied at run time: window_left >= 0, or kFa3PagedNoWindow for none. */
+constexpr uint32_t kFa3PagedHeadDim = 128;
+
+/* The left window the kernel runs with when the plan has none: no key is ever that far behind
+ * its query (a request holds fewer than 2^31 tokens), so nothing is masked, and FlashInfer's
+ * window tile bounds (positions minus this, never below -INT32_MAX) cannot overflow. */
+constexpr int32_t kFa3PagedNoWindow = INT32_MAX;
+
+cudaError_t fa3_paged_launch(Fa3PagedParams &p, cudaStream_t stream);
 
 /* FlashInfer FA2 paged prefill (causal, runtime sliding window; decode is qo_len 1), one
  * instantiation per (head_dim, soft cap), built from flashinfer_paged_fa2.cu. */

@@ -492,7 +492,8 @@ static mg_status paged_desc(const mg_paged_attention_desc *pd, mg_attention_desc
                              .window_left = pd->window_left,
                              .sm_scale = pd->sm_scale,
                              .graph_qo_rows = pd->graph_qo_rows,
-                             .graph_kv_rows = pd->graph_kv_tokens};
+                             .graph_kv_rows = pd->graph_kv_tokens,
+                             .impl = pd->impl};
     mg_status st = check_desc(d, fn);
     if (st)
         return st;

@@ -620,14 +620,14 @@ static inline void kv_scenario_decode_then_mixed(mg_backend *be, kv_shape sh, ui
     kv_scenario_steps(be, sh, B, prefix, add, 2, what);
 }
 
-/* One prefill-heavy step (over 64 new tokens per request on average, so CUDA's AUTO takes FA3
+/* One prefill-heavy step (over 128 new tokens per request on average, so CUDA's AUTO takes FA3
  * where it can): a fresh prompt spanning tile and page boundaries, chunks of 257 and of 64..200
  * tokens over cached prefixes ending inside a page, a decode token riding along and an idle
  * request. */
 static inline void kv_scenario_prefill_chunks(mg_backend *be, kv_shape sh, const char *what) {
     enum { B = 5 };
     const uint32_t prefix[B] = {0, 333, (uint32_t)test_rand_range(1, 1000), 50, 7};
-    const uint32_t add[B] = {130, 257, (uint32_t)test_rand_range(64, 200), 1, 0};
+    const uint32_t add[B] = {300, 257, (uint32_t)test_rand_range(64, 200), 1, 0};
     kv_scenario_steps(be, sh, B, prefix, add, 1, what);
 }
 

@@ -66,7 +66,7 @@ static void test_fa3_paths(mg_backend *be) {
     sh.window_left = 0; /* each query sees itself only */
     kv_scenario_prefill_chunks(be, sh, "cuda auto prefill chunks, window 0");
     sh.window_left = -1;
-    sh.graph_chunk = 100;
+    sh.graph_chunk = 160;
     kv_scenario_graph_steps(be, sh, "cuda auto graph chunks");
     sh.graph_chunk = 0;
     sh.expect_impl = fa2;

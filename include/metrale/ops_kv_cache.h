@@ -173,7 +173,7 @@ MG_API mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_des
  * compute capability 9.0 only; MG_ATTENTION_IMPL_FA3 elsewhere (or for another shape, or a batch
  * too large for its per-head schedule) is MG_ERR_UNSUPPORTED when planned.
  * MG_ATTENTION_IMPL_AUTO (0, the default) takes FA3 where it can serve the plan and the batch is
- * prefill-like: at least 64 query rows per request on average (qo_indptr[B] over the requests
+ * prefill-like: at least 128 query rows per request on average (qo_indptr[B] over the requests
  * with new tokens, or a fixed-grid plan's graph_qo_rows / B, decided once at creation); decode
  * and short chunks stay on FA2, whose split-KV schedule and packed GQA heads suit them. A
  * fixed-grid plan keeps the path it was created with. The CPU backend ignores impl (its

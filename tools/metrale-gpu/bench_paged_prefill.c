@@ -4,8 +4,8 @@
  * side: each case as "<case>" (AUTO: the path the plan chooses, named in the note),
  * "<case>.fa2" and "<case>.fa3" (forced; FA3 runs on Hopper only). Cases are B requests of C new
  * tokens over P cached ones, named b<B>_c<C>_p<P>: a fresh 8k prompt, long and short chunks
- * over long prefixes, and small chunks at and below AUTO's FA3 threshold (64 query rows per
- * request), where the rows show whether the threshold sits where the paths cross. Eager plans,
+ * over long prefixes, and small chunks around AUTO's FA3 threshold (128 query rows per request:
+ * 128, 64 and 16 here), where the rows show whether the threshold sits where the paths cross. Eager plans,
  * event-timed; FLOPs as mg_attention_plan_flops counts them. Options: --only as every bench. */
 #include <math.h>
 #include <stdio.h>

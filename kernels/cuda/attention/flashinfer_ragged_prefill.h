@@ -108,7 +108,7 @@ uint32_t mg_fi_abi_version(void);
  * was built, the device is compute capability 9.0, no sliding window is asked and the batch
  * suits the Hopper scheduler; FA2 otherwise. Paged keys: FA3 when its paged kernel was built for
  * the shape (BF16 pools, head_dim 128, no soft-cap; any page size, sliding window or not), the
- * device is 9.0, the batch suits the Hopper scheduler and it is prefill-like (at least 64 query
+ * device is 9.0, the batch suits the Hopper scheduler and it is prefill-like (at least 128 query
  * rows per request on average: fewer leave FA3's 128-row tiles mostly empty, where FA2 packs the
  * GQA group); FA2 otherwise. MG_FI_PATH_NONE when an eager plan has no query
  * rows (nothing to launch). `forced` (MG_FI_PATH_NONE: automatic) demands one

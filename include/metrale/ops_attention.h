@@ -167,7 +167,8 @@ MG_API mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tenso
 MG_API mg_status mg_attention_plan_destroy(mg_attention_plan *p);
 
 typedef struct mg_attention_plan_info {
-    mg_attention_impl impl; /* what runs: FA2 or FA3 on CUDA; AUTO on the CPU backend */
+    mg_attention_impl impl; /* what runs: FlashInfer's FA2 or FA3 on CUDA; AUTO on the CPU
+                             * backend and for a paged plan of the "split_kv_decode" provider */
     uint32_t batch_size;
     uint32_t qo_total, kv_total; /* the planned batch's indptr ends */
     uint64_t workspace_bytes;    /* device workspaces held (float + int); with a caller's

@@ -14,8 +14,9 @@
  * bytes) with one FP32 scale per kv head for K and one for V, owned by the caller (FP32
  * [num_kv_heads] device arrays k_scale and v_scale, passed to append and to attention): the
  * stored code of a value x of head h is e4m3(x / scale[h]) (FP32 division, round to nearest
- * even, saturating to +-448), and it stands for code * scale[h]. FP8 attention on CUDA:
- * head_dim 128 without a logits soft-cap only; the CPU backend serves every shape.
+ * even, saturating to +-448), and it stands for code * scale[h]. Attention on CUDA serves
+ * head_dim 64, 128 and 256 on both pool types (see "attention over pages"); the CPU backend
+ * serves every shape.
  *
  * The page table, owned by the engine, in CSR form for a batch of B requests:
  *   kv_indptr [B + 1]: request i owns kv_indices[kv_indptr[i] .. kv_indptr[i+1]), its pages in
@@ -62,7 +63,7 @@ typedef enum mg_kv_dtype {
 typedef struct mg_kv_cache_desc {
     uint32_t num_kv_heads; /* > 0 */
     uint32_t head_dim;     /* a positive multiple of 16 up to 512 (CUDA attention: 64, 128,
-                            * 256; FP8: 128) */
+                            * 256) */
     uint32_t page_size;    /* 1..128 tokens; 0 means MG_KV_PAGE_SIZE_DEFAULT */
     uint32_t num_pages;    /* > 0, < 2^31 */
     mg_kv_dtype kv_dtype;  /* MG_KV_BF16 (0) or MG_KV_FP8_E4M3 */
@@ -153,11 +154,17 @@ MG_API mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_des
  * cached tokens (which include them): decode is qo_len = 1, prefill of a chunk qo_len > 1 (a
  * request with qo_len = 0 is skipped). Semantics as metrale/ops_attention.h with causal = true,
  * plus an optional logits soft-cap c > 0: scores s = sm_scale q.k become c * tanh(s / c) before
- * the softmax (the LSE is of those). CUDA: FlashInfer's paged FA2 kernels (split-KV, so a small
- * batch still fills the GPU), page_size as the cache; built for BF16 pools at head_dim 128 and
- * 256 (with or without soft-cap) and 64 (without), and for FP8 pools at head_dim 128 without
- * soft-cap (the others return MG_ERR_UNSUPPORTED at plan creation); CPU: the reference, any
- * shape. FP8 pools: scores use k = code * k_scale[h], outputs v = code * v_scale[h].
+ * the softmax (the LSE is of those). CUDA, two providers (mg_op_force_provider picks one):
+ *  - "flashinfer", chosen where built: FlashInfer's paged kernels (split-KV, so a small batch
+ *    still fills the GPU), page_size as the cache, for BF16 pools at head_dim 128 and 256 (with
+ *    or without soft-cap) and 64 (without), and FP8 pools at head_dim 128 without soft-cap;
+ *  - "split_kv_decode", for the rest of head_dim 64, 128 and 256 (BF16 at 64 with soft-cap; FP8
+ *    at 64 or 256, or with soft-cap): metrale's split-KV decode kernels, one launch per run
+ *    (tensor cores on BF16 pools, CUDA cores on FP8). They compute any batch, but a request's
+ *    rows 16 (BF16) or 1-8 (FP8) at a time, each block reading all its keys: made for decode
+ *    and short chunks, slow for long prefill chunks.
+ * Other head_dims are MG_ERR_UNSUPPORTED at plan creation. CPU: the reference, any shape. FP8
+ * pools: scores use k = code * k_scale[h], outputs v = code * v_scale[h].
  *
  * Plans follow mg_attention_plan (create / update / destroy / get_info / flops work on them):
  * plan on the host from the host page table (its kv_indices may be NULL: only counts matter),
@@ -167,8 +174,8 @@ MG_API mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_des
  * (pages and lengths may change, totals within the capacities) a replay computes the new batch.
  * A caller's workspace (desc.workspace) is not supported for paged plans.
  *
- * Paths on CUDA (desc.impl; mg_attention_plan_get_info says which one a plan took): FA2 serves
- * every shape above. FA3 (FlashInfer's Hopper paged prefill) is built for BF16 pools at
+ * FlashInfer's paths on CUDA (desc.impl; mg_attention_plan_get_info says which one a plan took,
+ * AUTO for a "split_kv_decode" plan): FA2 serves every shape FlashInfer is built for. FA3 (FlashInfer's Hopper paged prefill) is built for BF16 pools at
  * head_dim 128 without soft-cap, any page size, with or without a sliding window, and runs on
  * compute capability 9.0 only; MG_ATTENTION_IMPL_FA3 elsewhere (or for another shape, or a batch
  * too large for its per-head schedule) is MG_ERR_UNSUPPORTED when planned.

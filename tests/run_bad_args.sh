@@ -28,6 +28,8 @@ expect_refused --backend cpu run --preset tiny --batch
 expect_refused --backend cpu run --preset tiny --steps -3
 expect_refused --backend cpu run --preset tiny --prompt-len 5000 --batch 64
 expect_refused --backend cpu run --preset qwen3-30b-a3b
+# The memory check counts the KV cache: 64 requests of 100k tokens need about 840 GB of it.
+expect_refused --backend cpu run --preset llama-3-8b --batch 64 --prompt-len 120 --steps 100000
 expect_refused --backend cpu run --bogus
 expect_refused --backend metal run --preset tiny
 expect_refused --backend cpu run --weights mlx8 --checkpoint /nonexistent/checkpoint

@@ -275,6 +275,7 @@ struct mg_fwd {
     mg_attention_plan *decode_plan;
     mg_graph *graph;
     mg_timing *timing; /* mg_fwd_set_timing; NULL when not attached */
+    mg_timing_span open_span; /* the op span begun and not yet ended (OP), 0 when none */
     uint32_t lane_prefill, lane_decode;
     uint32_t decode_calls, graph_steps;
     int32_t *tokens; /* [batch][steps + 1] */
@@ -771,8 +772,52 @@ static double weight_bytes_estimate(const mg_fwd_preset *p, mg_fwd_weights w) {
                                     &cols, &offset, &scale))
                 continue;
             total += (double)rows * cols * (is_fp4_matrix(slot) ? per_element : 2.0);
+            if (w == MG_FWD_WEIGHTS_FP8 && is_fp4_matrix(slot))
+                total += 4.0 * rows; /* the FP32 row scales */
         }
+    total += w == MG_FWD_WEIGHTS_FP8 ? 4.0 * p->shape.vocab : 0.0;
     return total + (double)p->shape.vocab * p->shape.hidden * per_element; /* LM head */
+}
+
+/* The device bytes beyond the weights: the KV pool (every layer's pages for the prompts and the
+ * steps) and the arena of the model's intermediates as mg_arena_plan_for_model plans it (the
+ * forward pass adds a few small buffers to it: page tables, step ids, FP8 staging). */
+static mg_status state_bytes_estimate(const mg_fwd_config *c, double *bytes) {
+    const mg_fwd_preset *p = c->preset;
+    uint64_t pages = 0, tokens = 0;
+    uint32_t max_seq = 0;
+    for (uint32_t r = 0; r < c->batch; r++) {
+        const uint32_t len = mg_fwd_prompt_length(c, r) + c->steps;
+        pages += ceil_div(len, PAGE_SIZE);
+        tokens += mg_fwd_prompt_length(c, r);
+        max_seq = len > max_seq ? len : max_seq;
+    }
+    if (pages >= (1u << 31))
+        return fail(MG_ERR_INVALID_ARGUMENT, "the prompts and steps need %llu KV pages, too many",
+                    (unsigned long long)pages);
+    const mg_kv_cache_desc kv = {.num_kv_heads = p->shape.kv_heads,
+                                 .head_dim = p->shape.head_dim,
+                                 .page_size = PAGE_SIZE,
+                                 .num_pages = (uint32_t)pages};
+    size_t kv_layer_bytes = 0;
+    mg_status st = mg_kv_cache_bytes(&kv, &kv_layer_bytes);
+    if (st)
+        return lib_fail(st, "sizing the KV cache");
+    const mg_engine_limits limits = {.max_batch_tokens =
+                                         (uint32_t)(tokens > c->batch ? tokens : c->batch),
+                                     .max_seq_len = max_seq,
+                                     .kv_block_size = PAGE_SIZE,
+                                     .max_batch_size = c->batch};
+    mg_arena_plan *plan = NULL;
+    mg_arena_summary summary = {0};
+    if (!(st = mg_arena_plan_for_model(&p->shape, &limits, &plan)) &&
+        !(st = mg_arena_plan_pack(plan)))
+        st = mg_arena_plan_summary(plan, &summary);
+    mg_arena_plan_destroy(plan);
+    if (st)
+        return lib_fail(st, "planning the arena");
+    *bytes = (double)kv_layer_bytes * p->layers + (double)summary.device_bytes;
+    return MG_OK;
 }
 
 static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
@@ -823,12 +868,18 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
                         mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(op));
     }
     uint64_t free_bytes = 0, total_bytes = 0;
-    double need = weight_bytes_estimate(p, c->weights);
-    if (!mg_memory_free_bytes(b, &free_bytes, &total_bytes) && need > (double)free_bytes)
+    const double weights = weight_bytes_estimate(p, c->weights);
+    double state = 0.0;
+    mg_status st = state_bytes_estimate(c, &state);
+    if (st)
+        return st;
+    if (!mg_memory_free_bytes(b, &free_bytes, &total_bytes) && weights + state > (double)free_bytes)
         return fail(MG_ERR_OUT_OF_MEMORY,
-                    "preset %s with %s weights needs about %.1f GB of weights; the %s backend has "
-                    "%.1f GB free", p->name, mg_fwd_weights_name(c->weights), need / 1e9,
-                    mg_backend_kind_name(mg_backend_get_kind(b)), free_bytes / 1e9);
+                    "preset %s with %s weights needs about %.1f GB (%.1f GB of weights, %.1f GB of "
+                    "KV cache and activations); the %s backend has %.1f GB free",
+                    p->name, mg_fwd_weights_name(c->weights), (weights + state) / 1e9,
+                    weights / 1e9, state / 1e9, mg_backend_kind_name(mg_backend_get_kind(b)),
+                    free_bytes / 1e9);
     return MG_OK;
 }
 
@@ -967,13 +1018,16 @@ static mg_paged_attention_desc attention_desc(const mg_fwd *m) {
     } while (0)
 
 /* A span named `op` (model.h's names) around the statements that follow, when a timing object
- * is attached (mg_fwd_set_timing); nothing otherwise. Needs `m` and the stream `s` in scope. */
+ * is attached (mg_fwd_set_timing); nothing otherwise. Needs `m` and the stream `s` in scope.
+ * The span is kept in m->open_span while the statements run, so that a failing statement's
+ * early return leaves it for timed_forward to close. */
 #define OP(op, ...)                                                                                \
     do {                                                                                           \
-        mg_timing_span span_ = 0;                                                                  \
         if (m->timing)                                                                             \
-            TRY(mg_timing_kernel_begin(m->timing, op, s, &span_), "timing span");                  \
+            TRY(mg_timing_kernel_begin(m->timing, op, s, &m->open_span), "timing span");           \
         __VA_ARGS__;                                                                               \
+        const mg_timing_span span_ = m->open_span;                                                 \
+        m->open_span = 0;                                                                          \
         TRY(span_ ? mg_timing_span_end(m->timing, span_, s) : MG_OK, "timing span");             \
     } while (0)
 
@@ -1209,8 +1263,15 @@ static mg_status timed_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t r
     TRY(mg_timing_lane_begin(m->timing, prefill ? m->lane_prefill : m->lane_decode, s, &lane),
         "timing span");
     mg_status st = forward(m, s, prefill, rows, plan);
-    if (st)
+    if (st) {
+        /* An op failed mid-pass: its span and the lane's are ended anyway, so the timing object
+         * holds no span left open (their times mean nothing; the status is what counts). */
+        if (m->open_span)
+            mg_timing_span_end(m->timing, m->open_span, s);
+        m->open_span = 0;
+        mg_timing_span_end(m->timing, lane, s);
         return st;
+    }
     TRY(mg_timing_span_end(m->timing, lane, s), "timing span");
     return MG_OK;
 }

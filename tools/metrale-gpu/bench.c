@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "metrale/dtype.h"
+
 #define MAX_BENCHES 32
 #define DEFAULT_WARMUP 3
 #define DEFAULT_ITERS 20
@@ -164,6 +166,33 @@ void mg_bench_fill_random(void *host, size_t bytes, uint64_t seed) {
         p[i] = (unsigned char)(0x5Au ^ i);
 }
 
+#define FILL_TILE_ELEMS ((size_t)8 << 20)
+mg_status mg_bench_fill_unit(mg_bench *b, mg_devptr dst, size_t elems, bool fp8, uint64_t seed) {
+    if (!elems)
+        return MG_OK;
+    const size_t tile = elems < FILL_TILE_ELEMS ? elems : FILL_TILE_ELEMS, size = fp8 ? 1 : 2;
+    uint8_t *host = calloc(tile, size);
+    if (!host)
+        return MG_ERR_OUT_OF_MEMORY;
+    uint64_t x = seed | 1;
+    for (size_t i = 0; i < tile; i++) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        const float value = (float)((double)((x * 0x2545f4914f6cdd1dull) >> 11) / 0x1p52 - 1.0);
+        if (fp8)
+            host[i] = mg_f32_to_fp8_e4m3(100.0f * value);
+        else
+            ((uint16_t *)host)[i] = mg_f32_to_bf16(value);
+    }
+    mg_status st = mg_copy_h2d(b->backend, dst, host, size * tile);
+    free(host);
+    for (size_t done = tile; !st && done < elems;) {
+        const size_t n = done < elems - done ? done : elems - done;
+        st = mg_copy_d2d(b->backend, dst + size * done, dst, size * n);
+        done += n;
+    }
+    return st;
+}
+
 mg_status mg_bench_fill_random_device(mg_bench *b, mg_devptr dst, size_t bytes, uint64_t seed) {
     const size_t chunk = (size_t)64 << 20;
     void *host = malloc(bytes < chunk ? bytes : chunk);
@@ -177,6 +206,41 @@ mg_status mg_bench_fill_random_device(mg_bench *b, mg_devptr dst, size_t bytes, 
     }
     free(host);
     return st;
+}
+
+/* ------------------------------------------------------------------ paged KV cache */
+
+bool mg_bench_page_table_make(mg_bench_page_table *t, uint32_t batch, uint32_t new_tokens,
+                              uint32_t tokens, uint32_t page_size, uint64_t seed) {
+    const uint32_t per = (tokens + page_size - 1) / page_size;
+    *t = (mg_bench_page_table){.batch = batch, .pages = per * batch};
+    t->qo = malloc(4 * (batch + 1ull));
+    t->kv = malloc(4 * (batch + 1ull));
+    t->last = malloc(4ull * batch);
+    t->idx = malloc(4ull * (t->pages ? t->pages : 1));
+    if (!t->qo || !t->kv || !t->last || !t->idx)
+        return false;
+    for (uint32_t i = 0; i < t->pages; i++)
+        t->idx[i] = (int32_t)i;
+    uint64_t x = seed | 1;
+    for (uint32_t i = t->pages ? t->pages - 1 : 0; i > 0; i--) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const uint32_t j = (uint32_t)((x >> 33) % (i + 1));
+        const int32_t swap = t->idx[i];
+        t->idx[i] = t->idx[j], t->idx[j] = swap;
+    }
+    for (uint32_t i = 0; i <= batch; i++) {
+        t->qo[i] = (int32_t)(i * new_tokens);
+        t->kv[i] = (int32_t)(i * per);
+    }
+    for (uint32_t i = 0; i < batch; i++)
+        t->last[i] = (int32_t)(tokens - (per - 1) * page_size);
+    return true;
+}
+
+void mg_bench_page_table_free(mg_bench_page_table *t) {
+    free(t->qo), free(t->kv), free(t->idx), free(t->last);
+    t->qo = t->kv = t->idx = t->last = NULL;
 }
 
 mg_status mg_bench_rotation_create(mg_bench *b, size_t bytes, int min_count,

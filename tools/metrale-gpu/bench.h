@@ -132,6 +132,26 @@ void mg_bench_fill_random(void *host, size_t bytes, uint64_t seed);
 /* Fills device memory with pseudo-random bytes through a pageable host buffer. */
 mg_status mg_bench_fill_random_device(mg_bench *b, mg_devptr dst, size_t bytes, uint64_t seed);
 
+/* Fills `elems` device elements with values uniform in [-1, 1) (never raw random bits: NaNs
+ * and huge values would change a softmax's path): BF16, or (fp8) FP8 E4M3 codes of 100 times
+ * the value, for per-head scales of about 0.01. One random tile of at most 8 Mi elements is
+ * made on the host and repeated on the device, so multi-GiB pools fill in a moment. */
+mg_status mg_bench_fill_unit(mg_bench *b, mg_devptr dst, size_t elems, bool fp8, uint64_t seed);
+
+/* ------------------------------------------------------------------ paged KV cache */
+
+/* A host page table (metrale/ops_kv_cache.h) of `batch` requests, each holding `tokens` tokens
+ * of which the last `new_tokens` are new (qo_indptr), on pages of `page_size` tokens: exactly
+ * the pages needed, numbered 0..pages-1 and dealt in a seeded shuffled order. */
+typedef struct mg_bench_page_table {
+    uint32_t batch, pages;
+    int32_t *qo, *kv, *idx, *last;
+} mg_bench_page_table;
+
+bool mg_bench_page_table_make(mg_bench_page_table *t, uint32_t batch, uint32_t new_tokens,
+                              uint32_t tokens, uint32_t page_size, uint64_t seed);
+void mg_bench_page_table_free(mg_bench_page_table *t);
+
 /* ------------------------------------------------------------------ yardsticks */
 
 /* Device-to-device copy bandwidth in GB/s (bytes read + written per second): event-timed

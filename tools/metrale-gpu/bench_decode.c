@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "bench.h"
-#include "metrale/dtype.h"
 #include "metrale/ops.h"
 #include "metrale/ops_kv_cache.h"
 
@@ -58,41 +57,6 @@ static mg_status body_append(mg_bench *b, void *arg, int iteration) {
     return mg_kv_append(b->backend, b->stream, &r->cache, &r->append);
 }
 
-/* Fills a device buffer with `elems` values uniform in [-1, 1] (never raw random bits: NaNs and
- * huge values would change the softmax's path), BF16 or (fp8) FP8 E4M3 codes of 100 times the
- * value (the bench's scales are about 0.01): one random tile of at most 8 Mi elements made on
- * the host, repeated on the device, so multi-GiB pools fill in a moment. */
-#define FILL_TILE_ELEMS ((size_t)8 << 20)
-static mg_status fill_values(mg_bench *b, mg_devptr dst, size_t elems, bool fp8, uint64_t seed) {
-    if (!elems)
-        return MG_OK;
-    const size_t tile = elems < FILL_TILE_ELEMS ? elems : FILL_TILE_ELEMS, size = fp8 ? 1 : 2;
-    uint8_t *host = calloc(tile, size);
-    if (!host)
-        return MG_ERR_OUT_OF_MEMORY;
-    uint64_t x = seed | 1;
-    for (size_t i = 0; i < tile; i++) {
-        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-        const float value = (float)((double)((x * 0x2545f4914f6cdd1dull) >> 11) / 0x1p52 - 1.0);
-        if (fp8)
-            host[i] = mg_f32_to_fp8_e4m3(100.0f * value);
-        else
-            ((uint16_t *)host)[i] = mg_f32_to_bf16(value);
-    }
-    mg_status st = mg_copy_h2d(b->backend, dst, host, size * tile);
-    free(host);
-    for (size_t done = tile; !st && done < elems;) {
-        const size_t n = done < elems - done ? done : elems - done;
-        st = mg_copy_d2d(b->backend, dst + size * done, dst, size * n);
-        done += n;
-    }
-    return st;
-}
-
-static mg_status fill_bf16(mg_bench *b, mg_devptr dst, size_t elems, uint64_t seed) {
-    return fill_values(b, dst, elems, false, seed);
-}
-
 /* Per-head FP32 scales (K then V, HKV each) for the FP8 cases: codes of about 100 stand for
  * values of about 1. */
 static mg_status make_scales(mg_bench *b, mg_devptr *scales) {
@@ -101,45 +65,6 @@ static mg_status make_scales(mg_bench *b, mg_devptr *scales) {
         host[i] = 0.01f * (1.0f + 0.125f * (float)(i % HKV));
     mg_status st = mg_alloc(b->backend, sizeof host, scales);
     return st ? st : mg_copy_h2d(b->backend, *scales, host, sizeof host);
-}
-
-/* A shuffled page table for `batch` requests of `context` tokens (the last one of each is the
- * new token), and the matching host indptrs. */
-typedef struct paged_table {
-    uint32_t batch, pages;
-    int32_t *qo, *kv, *idx, *last;
-} paged_table;
-
-static bool make_table(paged_table *t, uint32_t batch, uint32_t context, uint64_t seed) {
-    const uint32_t per = (context + PAGE - 1) / PAGE;
-    t->batch = batch;
-    t->pages = per * batch;
-    t->qo = malloc(4 * (batch + 1ull));
-    t->kv = malloc(4 * (batch + 1ull));
-    t->last = malloc(4ull * batch);
-    t->idx = malloc(4ull * t->pages);
-    if (!t->qo || !t->kv || !t->last || !t->idx)
-        return false;
-    for (uint32_t i = 0; i < t->pages; i++)
-        t->idx[i] = (int32_t)i;
-    uint64_t x = seed | 1;
-    for (uint32_t i = t->pages - 1; i > 0; i--) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        uint32_t j = (uint32_t)((x >> 33) % (i + 1));
-        int32_t tmp = t->idx[i];
-        t->idx[i] = t->idx[j], t->idx[j] = tmp;
-    }
-    for (uint32_t i = 0; i <= batch; i++) {
-        t->qo[i] = (int32_t)i;
-        t->kv[i] = (int32_t)(i * per);
-    }
-    for (uint32_t i = 0; i < batch; i++)
-        t->last[i] = (int32_t)(context - (per - 1) * PAGE);
-    return true;
-}
-
-static void free_table(paged_table *t) {
-    free(t->qo), free(t->kv), free(t->idx), free(t->last);
 }
 
 static void note_fraction(mg_bench_row *row, double copy_gbps, const char *what) {
@@ -152,13 +77,13 @@ static void note_fraction(mg_bench_row *row, double copy_gbps, const char *what)
  * pools of that many pages (BF16 or FP8, filled with random values), one query row per request
  * and an output, and for FP8 the per-head scales. */
 typedef struct paged_case {
-    paged_table t;
+    mg_bench_page_table t;
     mg_kv_cache_desc cache;
     mg_devptr pool, q, o, idx, scales, k_pages, v_pages;
 } paged_case;
 
 static void paged_case_destroy(mg_bench *b, paged_case *c) {
-    free_table(&c->t);
+    mg_bench_page_table_free(&c->t);
     mg_devptr all[] = {c->pool, c->q, c->o, c->idx, c->scales};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         mg_free(b->backend, all[i]);
@@ -169,7 +94,8 @@ static mg_status paged_case_create(mg_bench *b, uint32_t batch, uint32_t context
     *c = (paged_case){.cache = {HKV, HEAD_DIM, PAGE, 0, kv_dtype}};
     const bool fp8 = kv_dtype == MG_KV_FP8_E4M3;
     size_t pool_bytes = 0;
-    mg_status st = make_table(&c->t, batch, context, 7u + batch * 31u + context)
+    mg_status st = mg_bench_page_table_make(&c->t, batch, 1, context, PAGE,
+                                            7u + batch * 31u + context)
                        ? MG_OK
                        : MG_ERR_OUT_OF_MEMORY;
     if (!st) {
@@ -189,9 +115,9 @@ static mg_status paged_case_create(mg_bench *b, uint32_t batch, uint32_t context
     if (!st)
         st = mg_copy_h2d(b->backend, c->idx, c->t.idx, 4ull * c->t.pages);
     if (!st)
-        st = fill_values(b, c->pool, fp8 ? pool_bytes : pool_bytes / 2, fp8, 11);
+        st = mg_bench_fill_unit(b, c->pool, fp8 ? pool_bytes : pool_bytes / 2, fp8, 11);
     if (!st)
-        st = fill_bf16(b, c->q, (size_t)batch * HQ * HEAD_DIM, 12);
+        st = mg_bench_fill_unit(b, c->q, (size_t)batch * HQ * HEAD_DIM, false, 12);
     if (!st && fp8)
         st = make_scales(b, &c->scales);
     if (st)
@@ -353,14 +279,14 @@ static int bench_append(mg_bench *b, uint32_t tokens, bool fp8, double copy_gbps
     snprintf(shape, sizeof shape, "%u tokens, 8 requests, RoPE%s", tokens,
              fp8 ? ", FP8 pools" : "");
     const uint32_t batch = 8, per = tokens / batch, row_elems = (HQ + 2 * HKV) * HEAD_DIM;
-    paged_table t = {0};
+    mg_bench_page_table t = {0};
     decode_run r = {0};
     mg_devptr pool = 0, qkv = 0, qo = 0, kv = 0, last = 0, idx = 0, scales = 0;
     size_t pool_bytes = 0;
     mg_devptr k_pages = 0, v_pages = 0;
-    mg_status st = make_table(&t, batch, per, 99) ? MG_OK : MG_ERR_OUT_OF_MEMORY;
-    for (uint32_t i = 0; !st && i <= batch; i++)
-        t.qo[i] = (int32_t)(i * per); /* every token of each request is new */
+    /* Every token of each request is new. */
+    mg_status st =
+        mg_bench_page_table_make(&t, batch, per, per, PAGE, 99) ? MG_OK : MG_ERR_OUT_OF_MEMORY;
     r.cache = (mg_kv_cache_desc){HKV, HEAD_DIM, PAGE, t.pages, fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16};
     if (!st && fp8)
         st = make_scales(b, &scales);
@@ -373,7 +299,7 @@ static int bench_append(mg_bench *b, uint32_t tokens, bool fp8, double copy_gbps
     if (!st)
         st = mg_alloc(b->backend, 2ull * batch * per * row_elems, &qkv);
     if (!st)
-        st = fill_bf16(b, qkv, (size_t)batch * per * row_elems, 5);
+        st = mg_bench_fill_unit(b, qkv, (size_t)batch * per * row_elems, false, 5);
     if (!st)
         st = mg_alloc(b->backend, 4 * (batch + 1ull), &qo);
     if (!st)
@@ -426,7 +352,7 @@ static int bench_append(mg_bench *b, uint32_t tokens, bool fp8, double copy_gbps
         note_fraction(&row, copy_gbps, "bytes read + written (q, k, v)");
         mg_bench_add(b, &row);
     }
-    free_table(&t);
+    mg_bench_page_table_free(&t);
     mg_devptr all[] = {pool, qkv, qo, kv, last, idx, scales};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         mg_free(b->backend, all[i]);

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "bench.h"
-#include "metrale/dtype.h"
 #include "metrale/ops_kv_cache.h"
 
 #define HQ 32
@@ -32,66 +31,15 @@ static mg_status body_prefill(mg_bench *b, void *arg, int iteration) {
     return mg_paged_attention_run(r->plan, &r->tensors, b->stream);
 }
 
-/* `elems` BF16 values in [-1, 1) on the device, from the bench's random bytes (raw random
- * BF16 bits would hold NaNs and huge values, which change the softmax's path). */
-static mg_status upload_unit_bf16(mg_bench *b, mg_devptr dst, size_t elems, uint64_t seed) {
-    uint16_t *host = malloc(2 * elems);
-    if (!host)
-        return MG_ERR_OUT_OF_MEMORY;
-    mg_bench_fill_random(host, 2 * elems, seed);
-    for (size_t i = 0; i < elems; i++)
-        host[i] = mg_f32_to_bf16((float)host[i] / 32768.0f - 1.0f);
-    mg_status st = mg_copy_h2d(b->backend, dst, host, 2 * elems);
-    free(host);
-    return st;
-}
-
-/* One case's host page table: `batch` requests of `prefix` + `chunk` tokens on shuffled pages. */
-typedef struct prefill_table {
-    uint32_t batch, pages;
-    int32_t *qo, *kv, *idx, *last;
-} prefill_table;
-
-static void free_table(prefill_table *t) {
-    free(t->qo), free(t->kv), free(t->idx), free(t->last);
-}
-
-static bool make_table(prefill_table *t, uint32_t batch, uint32_t chunk, uint32_t prefix) {
-    const uint32_t len = prefix + chunk, per = (len + PAGE - 1) / PAGE;
-    *t = (prefill_table){.batch = batch, .pages = per * batch};
-    t->qo = malloc(4 * (batch + 1ull));
-    t->kv = malloc(4 * (batch + 1ull));
-    t->last = malloc(4ull * batch);
-    t->idx = malloc(4ull * t->pages);
-    if (!t->qo || !t->kv || !t->last || !t->idx)
-        return false;
-    uint64_t x = 0x9e3779b97f4a7c15ull ^ ((uint64_t)batch << 32 | chunk);
-    for (uint32_t i = 0; i < t->pages; i++)
-        t->idx[i] = (int32_t)i;
-    for (uint32_t i = t->pages - 1; i > 0; i--) {
-        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-        const uint32_t j = (uint32_t)((x * 0x2545f4914f6cdd1dull >> 33) % (i + 1));
-        const int32_t swap = t->idx[i];
-        t->idx[i] = t->idx[j], t->idx[j] = swap;
-    }
-    for (uint32_t i = 0; i <= batch; i++) {
-        t->qo[i] = (int32_t)(i * chunk);
-        t->kv[i] = (int32_t)(i * per);
-    }
-    for (uint32_t i = 0; i < batch; i++)
-        t->last[i] = (int32_t)(len - (per - 1) * PAGE);
-    return true;
-}
-
 /* Device state of one case, shared by its rows. */
 typedef struct prefill_case {
-    prefill_table t;
+    mg_bench_page_table t; /* `batch` requests of prefix + chunk tokens, shuffled pages */
     uint32_t chunk, prefix;
     mg_devptr pool, q, o, idx, k_pages, v_pages;
 } prefill_case;
 
 static void case_destroy(mg_bench *b, prefill_case *c) {
-    free_table(&c->t);
+    mg_bench_page_table_free(&c->t);
     mg_devptr all[] = {c->pool, c->q, c->o, c->idx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         mg_free(b->backend, all[i]);
@@ -100,7 +48,8 @@ static void case_destroy(mg_bench *b, prefill_case *c) {
 static mg_status case_create(mg_bench *b, uint32_t batch, uint32_t chunk, uint32_t prefix,
                              prefill_case *c) {
     *c = (prefill_case){.chunk = chunk, .prefix = prefix};
-    if (!make_table(&c->t, batch, chunk, prefix)) {
+    if (!mg_bench_page_table_make(&c->t, batch, chunk, prefix + chunk, PAGE,
+                                  (uint64_t)batch << 32 | chunk)) {
         case_destroy(b, c);
         return MG_ERR_OUT_OF_MEMORY;
     }
@@ -121,9 +70,9 @@ static mg_status case_create(mg_bench *b, uint32_t batch, uint32_t chunk, uint32
     if (!st)
         st = mg_copy_h2d(b->backend, c->idx, c->t.idx, 4ull * c->t.pages);
     if (!st)
-        st = upload_unit_bf16(b, c->pool, pool_bytes / 2, 21);
+        st = mg_bench_fill_unit(b, c->pool, pool_bytes / 2, false, 21);
     if (!st)
-        st = upload_unit_bf16(b, c->q, rows, 22);
+        st = mg_bench_fill_unit(b, c->q, rows, false, 22);
     if (st)
         case_destroy(b, c);
     return st;

@@ -287,6 +287,35 @@ static uint32_t ceil_div(uint64_t a, uint32_t b) {
     return (uint32_t)((a + b - 1) / b);
 }
 
+/* What a configuration's requests hold, computed once for the memory check and for creation:
+ * prompt tokens, KV pages for the prompts and the steps (in all, and the most of one request),
+ * and the engine limits the arena is planned for. */
+typedef struct batch_extent {
+    uint64_t prompt_tokens, pages;
+    uint32_t max_pages;
+    mg_engine_limits limits;
+} batch_extent;
+
+static batch_extent batch_extent_of(const mg_fwd_config *c) {
+    batch_extent e = {0};
+    uint32_t max_seq = 0;
+    for (uint32_t r = 0; r < c->batch; r++) {
+        const uint32_t len = mg_fwd_prompt_length(c, r), seq = len + c->steps;
+        const uint32_t need = ceil_div(seq, PAGE_SIZE);
+        e.prompt_tokens += len;
+        e.pages += need;
+        e.max_pages = need > e.max_pages ? need : e.max_pages;
+        max_seq = seq > max_seq ? seq : max_seq;
+    }
+    e.limits = (mg_engine_limits){
+        .max_batch_tokens =
+            (uint32_t)(e.prompt_tokens > c->batch ? e.prompt_tokens : c->batch),
+        .max_seq_len = max_seq,
+        .kv_block_size = PAGE_SIZE,
+        .max_batch_size = c->batch};
+    return e;
+}
+
 static mg_devptr *layer_tensor(mg_fwd *m, uint32_t layer, uint32_t slot) {
     return &m->layer_w[(size_t)layer * MG_FWD_LAYER_TENSORS + slot];
 }
@@ -630,15 +659,10 @@ static mg_status moe_gemm_workspace(mg_fwd *m, uint64_t expert_rows, mg_arena_pl
     return st ? lib_fail(st, "creating the arena") : MG_OK;
 }
 
-static mg_status create_arena(mg_fwd *m, uint32_t num_pages) {
-    uint32_t max_seq = 0;
-    for (uint32_t r = 0; r < m->c.batch; r++) {
-        uint32_t len = mg_fwd_prompt_length(&m->c, r) + m->c.steps;
-        max_seq = len > max_seq ? len : max_seq;
-    }
-    m->tokens_cap = (uint32_t)(m->prompt_tokens > m->c.batch ? m->prompt_tokens : m->c.batch);
-    mg_engine_limits limits = {.max_batch_tokens = m->tokens_cap, .max_seq_len = max_seq,
-                               .kv_block_size = PAGE_SIZE, .max_batch_size = m->c.batch};
+static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
+    const uint32_t num_pages = (uint32_t)e->pages;
+    m->tokens_cap = e->limits.max_batch_tokens;
+    const mg_engine_limits limits = e->limits;
     mg_model_shape dense = m->sh;
     mg_arena_plan *plan = NULL;
     mg_model_rows rows;
@@ -784,14 +808,8 @@ static double weight_bytes_estimate(const mg_fwd_preset *p, mg_fwd_weights w) {
  * forward pass adds a few small buffers to it: page tables, step ids, FP8 staging). */
 static mg_status state_bytes_estimate(const mg_fwd_config *c, double *bytes) {
     const mg_fwd_preset *p = c->preset;
-    uint64_t pages = 0, tokens = 0;
-    uint32_t max_seq = 0;
-    for (uint32_t r = 0; r < c->batch; r++) {
-        const uint32_t len = mg_fwd_prompt_length(c, r) + c->steps;
-        pages += ceil_div(len, PAGE_SIZE);
-        tokens += mg_fwd_prompt_length(c, r);
-        max_seq = len > max_seq ? len : max_seq;
-    }
+    const batch_extent e = batch_extent_of(c);
+    const uint64_t pages = e.pages;
     if (pages >= (1u << 31))
         return fail(MG_ERR_INVALID_ARGUMENT, "the prompts and steps need %llu KV pages, too many",
                     (unsigned long long)pages);
@@ -803,14 +821,9 @@ static mg_status state_bytes_estimate(const mg_fwd_config *c, double *bytes) {
     mg_status st = mg_kv_cache_bytes(&kv, &kv_layer_bytes);
     if (st)
         return lib_fail(st, "sizing the KV cache");
-    const mg_engine_limits limits = {.max_batch_tokens =
-                                         (uint32_t)(tokens > c->batch ? tokens : c->batch),
-                                     .max_seq_len = max_seq,
-                                     .kv_block_size = PAGE_SIZE,
-                                     .max_batch_size = c->batch};
     mg_arena_plan *plan = NULL;
     mg_arena_summary summary = {0};
-    if (!(st = mg_arena_plan_for_model(&p->shape, &limits, &plan)) &&
+    if (!(st = mg_arena_plan_for_model(&p->shape, &e.limits, &plan)) &&
         !(st = mg_arena_plan_pack(plan)))
         st = mg_arena_plan_summary(plan, &summary);
     mg_arena_plan_destroy(plan);
@@ -896,15 +909,11 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     m->c = *c;
     m->sh = c->preset->shape;
     m->layers = c->preset->layers;
-    uint32_t B = c->batch, num_pages = 0;
-    for (uint32_t r = 0; r < B; r++) {
-        uint32_t len = mg_fwd_prompt_length(c, r);
-        m->prompt_tokens += len;
-        uint32_t need = ceil_div(len + c->steps, PAGE_SIZE);
-        num_pages += need;
-        if (need > m->pages_per_request)
-            m->pages_per_request = need;
-    }
+    const uint32_t B = c->batch;
+    const batch_extent extent = batch_extent_of(c); /* pages < 2^31: check_config */
+    const uint32_t num_pages = (uint32_t)extent.pages;
+    m->prompt_tokens = extent.prompt_tokens;
+    m->pages_per_request = extent.max_pages;
     m->kv_len = calloc(B, sizeof *m->kv_len);
     m->h_qo = calloc(B + 1, sizeof(int32_t));
     m->h_kv_indptr = calloc(B + 1, sizeof(int32_t));
@@ -918,7 +927,7 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     if (!st)
         st = create_weights(m);
     if (!st)
-        st = create_arena(m, num_pages);
+        st = create_arena(m, &extent);
     if (!st)
         st = create_kv_cache(m, num_pages);
     if (st) {

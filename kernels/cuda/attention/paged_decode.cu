@@ -31,10 +31,8 @@ using namespace mg_decode;
 
 constexpr int kThreads = MG_DECODE_THREADS;
 constexpr int kWarps = kThreads / 32;
-template <bool FP8> struct KvVector;
-
 // Eight FP8 E4M3 codes: 8 bytes, widened exactly (through FP16).
-template <> struct KvVector<true> {
+struct Fp8Codes {
     uint2 raw;
     __device__ __forceinline__ void read(const char *slot) {
         raw = *reinterpret_cast<const uint2 *>(slot);
@@ -72,13 +70,13 @@ __device__ __forceinline__ void merge_state(RowState &s, float m, float l, const
     s.m = m_new;
 }
 
-template <int D, int ROWS, bool FP8>
+template <int D, int ROWS>
 __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched,
                                             int item_index, uint32_t kv_head, void *ring_smem) {
     constexpr int kStages = MG_DECODE_STAGES;
     constexpr int kLanes = D / 8;              // lanes sharing one token
     constexpr int kGroups = 32 / kLanes;       // tokens side by side in a warp
-    constexpr int kUnroll = FP8 ? 8 : 4;       // token groups per step (4 KiB of K and V)
+    constexpr int kUnroll = 8;                 // token groups per step (4 KiB of K and V)
     constexpr int kStep = kGroups * kUnroll;   // tokens per warp step
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int group = lane / kLanes, part = lane % kLanes;
@@ -87,9 +85,8 @@ __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched
     const int page_begin = item.page_begin;
 
     // The rows of this block: q (pre-scaled), and each row's visible key range [lo, hi].
-    float scale = p.soft_cap > 0.0f ? p.sm_scale / p.soft_cap : p.sm_scale * kLog2e;
-    if (FP8)
-        scale *= p.k_scale[kv_head];
+    const float scale =
+        (p.soft_cap > 0.0f ? p.sm_scale / p.soft_cap : p.sm_scale * kLog2e) * p.k_scale[kv_head];
     const float cap_log2 = p.soft_cap * kLog2e;
     float q[ROWS][8];
     int lo[ROWS], hi[ROWS];
@@ -132,7 +129,7 @@ __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched
     // only what it copied itself (so a lane's wait on its own copies is all the synchronization
     // needed). Copies run kStages - 1 steps ahead of the math; page ids are loaded one step
     // before the copies that need them.
-    constexpr int kVecBytes = FP8 ? 8 : 16;
+    constexpr int kVecBytes = 8;
     char *ring = reinterpret_cast<char *>(ring_smem) +
                  (size_t)warp * kStages * kUnroll * 2 * 32 * kVecBytes;
     auto slot_of = [&](int stage, int u, int kv) {
@@ -160,8 +157,8 @@ __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched
                 valid ? ((size_t)page_id[u] * p.page_size + page_slot[u]) * token_stride +
                             head_offset
                       : 0;
-            const char *k_src = static_cast<const char *>(p.k_pages) + element * (FP8 ? 1 : 2);
-            const char *v_src = static_cast<const char *>(p.v_pages) + element * (FP8 ? 1 : 2);
+            const char *k_src = static_cast<const char *>(p.k_pages) + element;
+            const char *v_src = static_cast<const char *>(p.v_pages) + element;
             copy_async<kVecBytes>(slot_of(stage, u, 0), k_src, valid);
             copy_async<kVecBytes>(slot_of(stage, u, 1), v_src, valid);
         }
@@ -194,7 +191,7 @@ __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched
         float s[ROWS][kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; u++) {
-            KvVector<FP8> k;
+            Fp8Codes k;
             k.read(slot_of(stage, u, 0));
             float kf[8];
             k.widen(kf);
@@ -239,7 +236,7 @@ __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; u++) {
-            KvVector<FP8> v;
+            Fp8Codes v;
             v.read(slot_of(stage, u, 1));
             float vf[8];
             v.widen(vf);
@@ -312,34 +309,34 @@ __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched
     __syncthreads();
 
     finish_item<D, ROWS, kHalf>(p, item, item_index, kv_head, smem_o, smem_ml, smem_o,
-                                FP8 ? p.v_scale[kv_head] : 1.0f);
+                                p.v_scale[kv_head]);
 }
 
 // The grid: x walks the items (a fixed-grid plan's grid may be smaller than the item count of
 // a later batch: each CTA then takes items x, x + gridDim.x, ...), y is the KV head.
-template <int D, int ROWS, bool FP8>
+template <int D, int ROWS>
 __device__ void decode_kernel(const mg_decode_params &params) {
     extern __shared__ __align__(16) uint4 ring_smem[]; // MG_DECODE_SHARED_BYTES
     const Args p(params);
     const Schedule sched = schedule_of(params);
     for (int item = blockIdx.x; item < sched.num_items; item += gridDim.x)
-        decode_item<D, ROWS, FP8>(p, sched, item, blockIdx.y, ring_smem);
+        decode_item<D, ROWS>(p, sched, item, blockIdx.y, ring_smem);
 }
 
 } // namespace
 
-#define MG_PAGED_DECODE_KERNEL(KV, FP8, D, ROWS)                                                  \
+#define MG_PAGED_DECODE_KERNEL(D, ROWS)                                                           \
     extern "C" __global__ void __launch_bounds__(kThreads, 1)                                     \
-        paged_decode_##KV##_d##D##_r##ROWS(const mg_decode_params p) {                           \
-        decode_kernel<D, ROWS, FP8>(p);                                                           \
+        paged_decode_fp8_d##D##_r##ROWS(const mg_decode_params p) {                               \
+        decode_kernel<D, ROWS>(p);                                                                \
     }
 
-#define MG_PAGED_DECODE_ROWS(KV, FP8, D)                                                          \
-    MG_PAGED_DECODE_KERNEL(KV, FP8, D, 1)                                                         \
-    MG_PAGED_DECODE_KERNEL(KV, FP8, D, 2)                                                         \
-    MG_PAGED_DECODE_KERNEL(KV, FP8, D, 4)                                                         \
-    MG_PAGED_DECODE_KERNEL(KV, FP8, D, 8)
+#define MG_PAGED_DECODE_ROWS(D)                                                                   \
+    MG_PAGED_DECODE_KERNEL(D, 1)                                                                  \
+    MG_PAGED_DECODE_KERNEL(D, 2)                                                                  \
+    MG_PAGED_DECODE_KERNEL(D, 4)                                                                  \
+    MG_PAGED_DECODE_KERNEL(D, 8)
 
-MG_PAGED_DECODE_ROWS(fp8, true, 64)
-MG_PAGED_DECODE_ROWS(fp8, true, 128)
-MG_PAGED_DECODE_ROWS(fp8, true, 256)
+MG_PAGED_DECODE_ROWS(64)
+MG_PAGED_DECODE_ROWS(128)
+MG_PAGED_DECODE_ROWS(256)

@@ -57,11 +57,10 @@ typedef struct mg_decode_params {
     uint64_t partial_o;      /* FP32 [split items][Hkv][ROWS][D] */
     uint64_t partial_ml;     /* FP32 pairs (max, sum) [split items][Hkv][ROWS] */
     uint64_t counters;       /* uint32 [items][Hkv], zero between launches */
-    uint32_t batch_size, num_qo_heads, num_kv_heads, page_size;
+    uint32_t num_qo_heads, num_kv_heads, page_size;
     uint32_t page_div_mul, page_div_shift; /* t / page_size = (umulhi(t, mul) + t) >> shift */
     int32_t window_left;     /* -1: none */
     float sm_scale, soft_cap; /* soft_cap 0: none */
-    uint32_t reserved;
 } mg_decode_params;
 
 #endif

@@ -260,7 +260,6 @@ static mg_status decode_init(mg_attention_plan *p, decode_plan *c, uint32_t batc
         if (blocks + partials > INT32_MAX)
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: the fixed-grid capacities are too large",
                             WHAT);
-        c->item_capacity = 0;
         return ensure_buffers(p, c, blocks + partials, partials, s);
     }
     return MG_OK;
@@ -372,7 +371,6 @@ static mg_status decode_run_paged(mg_attention_plan *p, const mg_paged_attention
         .partial_o = c->partial_o,
         .partial_ml = c->partial_ml,
         .counters = c->counters,
-        .batch_size = p->batch_size,
         .num_qo_heads = d->num_qo_heads,
         .num_kv_heads = d->num_kv_heads,
         .page_size = p->page_size,

@@ -1,6 +1,7 @@
 /* model.c - the decoder stack of model.h over the public ops: weights, arena, KV cache,
  * prefill and decode passes. */
 #include "model.h"
+#include "model_gguf.h"
 #include "model_mlx.h"
 
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "metrale/dtype.h"
 #include "metrale/ops.h"
 #include "metrale/ops_activation.h"
 #include "metrale/ops_elementwise.h"
@@ -121,6 +123,8 @@ mg_fwd_config mg_fwd_config_default(const mg_fwd_preset *p) {
 }
 
 uint32_t mg_fwd_prompt_length(const mg_fwd_config *c, uint32_t r) {
+    if (c->prompt_ids)
+        return c->prompt_ids_count;
     uint32_t l = c->prompt_len;
     uint32_t len = l - l / 4 + (r * 37u) % (l / 2 + 1);
     return len ? len : 1;
@@ -133,6 +137,7 @@ const char *mg_fwd_weights_name(mg_fwd_weights w) {
            : w == MG_FWD_WEIGHTS_FP8  ? "fp8"
            : w == MG_FWD_WEIGHTS_MLX8 ? "mlx8"
            : w == MG_FWD_WEIGHTS_MLX4 ? "mlx4"
+           : w == MG_FWD_WEIGHTS_GGUF ? "gguf"
                                       : "bf16";
 }
 
@@ -224,6 +229,11 @@ enum { FP4_Q, FP4_KV, FP4_O, FP4_GATE, FP4_UP, FP4_DOWN, FP4_SLOTS };
 struct mg_fwd {
     mg_backend *b;
     mg_fwd_config c;
+    /* a checkpoint's architecture (c.preset points here) and the open file */
+    mg_gguf *gguf;
+    mg_fwd_preset arch;
+    char arch_name[128];
+    int32_t *prompt; /* the config's prompt ids, copied */
     mg_model_shape sh;
     uint32_t layers;
     mg_devptr embedding, final_norm, lm_head;
@@ -588,6 +598,19 @@ static mg_status create_weights(mg_fwd *m) {
         largest = matrix;
     bool fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4, fp8 = m->c.weights == MG_FWD_WEIGHTS_FP8;
     bool mlx = m->c.weights == MG_FWD_WEIGHTS_MLX8 || m->c.weights == MG_FWD_WEIGHTS_MLX4;
+    if (m->gguf) {
+        m->layer_w = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->layer_w);
+        if (!m->layer_w)
+            return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+        mg_fwd_gguf_weights gw;
+        mg_status st = mg_fwd_gguf_load(m->b, m->gguf, &m->arch, m->layer_w, &gw);
+        m->embedding = gw.embedding; /* what was loaded, freed with the model on failure */
+        m->final_norm = gw.final_norm;
+        m->lm_head = gw.lm_head;
+        m->mlx = gw.mlx;
+        m->weight_bytes = gw.bytes;
+        return st;
+    }
     uint16_t *host = malloc(largest * 2);
     m->layer_w = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->layer_w);
     if (fp8)
@@ -833,7 +856,7 @@ static mg_status state_bytes_estimate(const mg_fwd_config *c, double *bytes) {
     return MG_OK;
 }
 
-static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
+static mg_status check_config(mg_backend *b, const mg_fwd_config *c, const mg_gguf *gguf) {
     const mg_fwd_preset *p = c->preset;
     if (!p)
         return fail(MG_ERR_INVALID_ARGUMENT, "no preset");
@@ -847,7 +870,7 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
     if (!c->batch || c->batch > p->max_batch_size)
         return fail(MG_ERR_INVALID_ARGUMENT, "--batch %u: preset %s's arena holds 1..%u requests",
                     c->batch, p->name, p->max_batch_size);
-    if (!c->prompt_len)
+    if (!c->prompt_ids && !c->prompt_len)
         return fail(MG_ERR_INVALID_ARGUMENT, "--prompt-len must be at least 1");
     uint64_t total = 0;
     for (uint32_t r = 0; r < c->batch; r++)
@@ -865,7 +888,20 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
                                          MG_OP_NVFP4_MOE_GEMM};
     static const mg_op needed_fp8[] = {MG_OP_GEMM_FP8, MG_OP_FP8_QUANTIZE};
     bool fp4 = c->weights == MG_FWD_WEIGHTS_NVFP4, fp8 = c->weights == MG_FWD_WEIGHTS_FP8;
-    if (c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) {
+    if (c->prompt_ids) {
+        if (!c->prompt_ids_count)
+            return fail(MG_ERR_INVALID_ARGUMENT, "an empty prompt: give at least one token");
+        for (uint32_t i = 0; i < c->prompt_ids_count; i++)
+            if (c->prompt_ids[i] < 0 || (uint32_t)c->prompt_ids[i] >= p->shape.vocab)
+                return fail(MG_ERR_INVALID_ARGUMENT,
+                            "prompt token %u is id %d, outside the vocabulary of %u", i,
+                            c->prompt_ids[i], p->shape.vocab);
+    }
+    if (c->weights == MG_FWD_WEIGHTS_GGUF) {
+        if (!mg_op_supported(b, MG_OP_MLX_QUANT))
+            return fail(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
+                        mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(MG_OP_MLX_QUANT));
+    } else if (c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) {
         mg_status st = mg_fwd_mlx_check_config(b, c);
         if (st)
             return st;
@@ -881,7 +917,8 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
                         mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(op));
     }
     uint64_t free_bytes = 0, total_bytes = 0;
-    const double weights = weight_bytes_estimate(p, c->weights);
+    const double weights = gguf ? mg_fwd_gguf_weight_bytes(gguf, p)
+                                : weight_bytes_estimate(p, c->weights);
     double state = 0.0;
     mg_status st = state_bytes_estimate(c, &state);
     if (st)
@@ -899,14 +936,37 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c) {
 mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     *out = NULL;
     error_text[0] = '\0';
-    mg_status st = check_config(b, c);
-    if (st)
-        return st;
     mg_fwd *m = calloc(1, sizeof *m);
     if (!m)
         return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     m->b = b;
     m->c = *c;
+    mg_status st = MG_OK;
+    if (c->model_path) {
+        if ((st = mg_gguf_open(c->model_path, &m->gguf)) ||
+            (st = mg_fwd_gguf_arch(m->gguf, c->model_path, &m->arch, m->arch_name,
+                                   sizeof m->arch_name))) {
+            mg_fwd_destroy(m);
+            return st;
+        }
+        m->c.preset = &m->arch;
+        m->c.weights = MG_FWD_WEIGHTS_GGUF;
+        m->c.checkpoint = NULL;
+        m->c.mlx_dequantized = false;
+    }
+    if (c->prompt_ids && c->prompt_ids_count) {
+        if (!(m->prompt = malloc(c->prompt_ids_count * sizeof *m->prompt))) {
+            mg_fwd_destroy(m);
+            return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        }
+        memcpy(m->prompt, c->prompt_ids, c->prompt_ids_count * sizeof *m->prompt);
+        m->c.prompt_ids = m->prompt;
+    }
+    if ((st = check_config(b, &m->c, m->gguf))) {
+        mg_fwd_destroy(m);
+        return st;
+    }
+    c = &m->c;
     m->sh = c->preset->shape;
     m->layers = c->preset->layers;
     const uint32_t B = c->batch;
@@ -938,6 +998,12 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     return MG_OK;
 }
 
+const mg_fwd_preset *mg_fwd_get_preset(const mg_fwd *m, mg_fwd_weights *weights) {
+    if (weights)
+        *weights = m->c.weights;
+    return m->c.preset;
+}
+
 void mg_fwd_destroy(mg_fwd *m) {
     if (!m)
         return;
@@ -952,7 +1018,8 @@ void mg_fwd_destroy(mg_fwd *m) {
     for (size_t i = 0; m->layer_w && i < (size_t)m->layers * MG_FWD_LAYER_TENSORS; i++)
         if (m->layer_w[i])
             mg_free(m->b, m->layer_w[i]);
-    mg_devptr top[] = {m->embedding, m->final_norm, m->lm_head};
+    /* a tied LM head is the embedding itself */
+    mg_devptr top[] = {m->embedding, m->final_norm, m->lm_head != m->embedding ? m->lm_head : 0};
     for (size_t i = 0; i < 3; i++)
         if (top[i])
             mg_free(m->b, top[i]);
@@ -976,6 +1043,8 @@ void mg_fwd_destroy(mg_fwd *m) {
     free(m->h_last);
     free(m->h_logits_indices);
     free(m->tokens);
+    free(m->prompt);
+    mg_gguf_close(m->gguf);
     free(m);
 }
 
@@ -1321,7 +1390,8 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
     for (uint32_t r = 0; !st && r < B; r++) {
         qo[r] = m->kv_len[r] = mg_fwd_prompt_length(&m->c, r);
         for (uint32_t t = 0; t < qo[r]; t++)
-            ids[n++] = mg_fwd_prompt_token(m->c.seed, m->sh.vocab, r, t);
+            ids[n++] = m->c.prompt_ids ? m->c.prompt_ids[t]
+                                       : mg_fwd_prompt_token(m->c.seed, m->sh.vocab, r, t);
     }
     mg_kv_page_table table;
     mg_attention_plan *plan = NULL;
@@ -1339,7 +1409,25 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
     return st;
 }
 
+static mg_status decode_step(mg_fwd *m, mg_stream *s, const int32_t *fed);
+
 mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
+    return decode_step(m, s, NULL);
+}
+
+mg_status mg_fwd_decode_fed(mg_fwd *m, mg_stream *s, const int32_t *ids) {
+    error_text[0] = '\0';
+    if (!ids)
+        return fail(MG_ERR_INVALID_ARGUMENT, "mg_fwd_decode_fed: NULL ids");
+    for (uint32_t r = 0; r < m->c.batch; r++)
+        if (ids[r] < 0 || (uint32_t)ids[r] >= m->sh.vocab)
+            return fail(MG_ERR_INVALID_ARGUMENT,
+                        "fed token of request %u is id %d, outside the vocabulary of %u", r,
+                        ids[r], m->sh.vocab);
+    return decode_step(m, s, ids);
+}
+
+static mg_status decode_step(mg_fwd *m, mg_stream *s, const int32_t *fed) {
     error_text[0] = '\0';
     if (!m->token_count)
         return fail(MG_ERR_INVALID_ARGUMENT, "decode before the prefill");
@@ -1358,6 +1446,9 @@ mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
     free(qo);
     if (st)
         return st;
+    /* the step reads its input ids from step_ids, where the previous pass's argmax left them */
+    if (fed)
+        TRY(mg_copy_h2d(m->b, m->step_ids, fed, m->c.batch * sizeof *fed), "feeding the tokens");
     if (!m->decode_plan) {
         mg_paged_attention_desc d = attention_desc(m);
         d.graph_qo_rows = B;
@@ -1397,12 +1488,30 @@ mg_status mg_fwd_final_hidden(mg_fwd *m, uint16_t *out) {
     return MG_OK;
 }
 
+mg_status mg_fwd_logits(mg_fwd *m, float *out) {
+    const size_t n = (size_t)m->c.batch * m->sh.vocab;
+    if (!m->fp4 && !m->fp8_scales) {
+        TRY(mg_copy_d2h(m->b, out, m->logits, n * sizeof *out), "reading the logits");
+        return MG_OK;
+    }
+    uint16_t *bf = malloc(n * 2); /* BF16 logits (NVFP4, FP8), widened */
+    if (!bf)
+        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+    mg_status st = mg_copy_d2h(m->b, bf, m->logits, n * 2);
+    for (size_t i = 0; !st && i < n; i++)
+        out[i] = mg_bf16_to_f32(bf[i]);
+    free(bf);
+    return st ? lib_fail(st, "reading the logits") : MG_OK;
+}
+
 void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {
     memset(out, 0, sizeof *out);
     out->weight_bytes = m->weight_bytes;
     /* a decode step reads every weight but the embedding table (a row gather); of the experts,
      * the expected distinct ones of batch * k uniform picks */
-    out->decode_weight_bytes = m->weight_bytes - 2ull * m->sh.vocab * m->sh.hidden;
+    out->decode_weight_bytes = m->weight_bytes - (m->lm_head == m->embedding
+                                                      ? 0 /* tied: the LM head reads it all */
+                                                      : 2ull * m->sh.vocab * m->sh.hidden);
     if (m->sh.experts) {
         double E = m->sh.experts, k = m->sh.experts_per_token;
         double used = 1.0 - pow(1.0 - k / E, (double)m->c.batch);

@@ -111,6 +111,7 @@ typedef enum mg_fwd_weights {
     MG_FWD_WEIGHTS_FP8,   /* E4M3 with per-row scales, activations quantized per token */
     MG_FWD_WEIGHTS_MLX8,  /* the layer matrices from an MLX checkpoint (see below), 8-bit */
     MG_FWD_WEIGHTS_MLX4,  /* the same, 4-bit */
+    MG_FWD_WEIGHTS_GGUF,  /* a GGUF checkpoint's own formats (model_gguf.h): set by the model */
 } mg_fwd_weights;
 
 /* "bf16" / "nvfp4" / "fp8" / "mlx8" / "mlx4"; NULL-safe lookup by name (-1 when unknown). */
@@ -131,12 +132,22 @@ typedef struct mg_fwd_config {
      * MLX ops are compared with). */
     const char *checkpoint;
     bool mlx_dequantized;
+    /* A real checkpoint (a GGUF file, model_gguf.h): when set, the architecture and every
+     * weight come from it, `preset` and `weights` are ignored (the model's own preset and
+     * MG_FWD_WEIGHTS_GGUF are reported by mg_fwd_get_preset), and `seed` only picks random
+     * prompts when prompt_ids is NULL. */
+    const char *model_path;
+    /* The prompt of every request (token ids < vocab, copied at create); NULL: random prompts
+     * of about prompt_len tokens (mg_fwd_prompt_length / mg_fwd_prompt_token). */
+    const int32_t *prompt_ids;
+    uint32_t prompt_ids_count;
 } mg_fwd_config;
 
 mg_fwd_config mg_fwd_config_default(const mg_fwd_preset *p);
 
-/* Request r's prompt length: prompt_len - prompt_len / 4 + (r * 37) % (prompt_len / 2 + 1),
- * at least 1: a ragged batch around prompt_len. */
+/* Request r's prompt length: prompt_ids_count when the config has prompt ids, else
+ * prompt_len - prompt_len / 4 + (r * 37) % (prompt_len / 2 + 1), at least 1: a ragged batch
+ * around prompt_len. */
 uint32_t mg_fwd_prompt_length(const mg_fwd_config *c, uint32_t r);
 int32_t mg_fwd_prompt_token(uint64_t seed, uint32_t vocab, uint32_t r, uint32_t t);
 
@@ -176,6 +187,18 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s);
  * replay a graph captured at the second call, except while a timing object is attached
  * (mg_fwd_set_timing: eager). Waits for the step to finish. */
 mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s);
+/* The same with ids[r] as request r's input token instead of its latest generated one
+ * (teacher forcing: feeding a given continuation); mg_fwd_tokens still records each step's
+ * greedy prediction. Graph replays read the fed ids like any other step's. */
+mg_status mg_fwd_decode_fed(mg_fwd *m, mg_stream *s, const int32_t *ids);
+
+/* The logits of each request's last token after the latest pass, FP32 [batch, vocab] copied to
+ * host memory (BF16 logits of the NVFP4 and FP8 paths widened exactly). */
+mg_status mg_fwd_logits(mg_fwd *m, float *out);
+
+/* The architecture the model runs: the config's preset, or the checkpoint's (model_path), with
+ * its weight format. Valid while the model lives. */
+const mg_fwd_preset *mg_fwd_get_preset(const mg_fwd *m, mg_fwd_weights *weights);
 
 /* Per-op timing spans. With `t` attached, every pass records, in `t`, a lane span around the
  * whole pass (lane "prefill" or "decode", step number = the pass's index: 0 for the prefill,

@@ -119,20 +119,60 @@ static mg_status load_joined(mg_fwd_mlx *x, const mg_st_model *m, const mg_mlx_c
     return st;
 }
 
+/* The GEMM scratch for the largest matrix of x, and the bytes of all of them. */
+static mg_status finish(mg_fwd_mlx *x) {
+    uint64_t largest = 0;
+    for (size_t i = 0; i < (size_t)x->layers * MX_SLOTS; i++) {
+        uint64_t s = mg_mlx_gemm_scratch_bytes(&x->w[i]);
+        largest = s > largest ? s : largest;
+        x->bytes += mg_mlx_linear_bytes(&x->w[i]);
+    }
+    mg_status st = mg_alloc(x->b, largest, &x->scratch);
+    return st ? mg_fwd_fail(st, "allocating the MLX GEMM scratch: %s", mg_last_error()) : MG_OK;
+}
+
+static mg_fwd_mlx *new_mlx(mg_backend *b, const mg_model_shape *sh, uint32_t layers) {
+    mg_fwd_mlx *x = calloc(1, sizeof *x);
+    if (!x || !(x->w = calloc((size_t)layers * MX_SLOTS, sizeof *x->w))) {
+        free(x);
+        mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        return NULL;
+    }
+    x->b = b;
+    x->sh = *sh;
+    x->layers = layers;
+    return x;
+}
+
+mg_status mg_fwd_mlx_adopt(mg_backend *b, const mg_model_shape *sh, uint32_t layers,
+                           mg_mlx_linear *w, mg_fwd_mlx **out) {
+    *out = NULL;
+    mg_fwd_mlx *x = new_mlx(b, sh, layers);
+    if (!x) {
+        for (size_t i = 0; i < (size_t)layers * MX_SLOTS; i++)
+            mg_mlx_linear_free(b, &w[i]);
+        return MG_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(x->w, w, (size_t)layers * MX_SLOTS * sizeof *w);
+    memset(w, 0, (size_t)layers * MX_SLOTS * sizeof *w);
+    mg_status st = finish(x);
+    if (st) {
+        mg_fwd_mlx_destroy(x);
+        return st;
+    }
+    *out = x;
+    return MG_OK;
+}
+
 mg_status mg_fwd_mlx_create(mg_backend *b, const mg_model_shape *sh, uint32_t layers,
                             const char *dir, uint32_t bits, mg_fwd_mlx **out) {
     *out = NULL;
     if (sh->experts)
         return mg_fwd_fail(MG_ERR_UNSUPPORTED, "MLX weights: mixture-of-experts presets are not "
                                                "supported yet");
-    mg_fwd_mlx *x = calloc(1, sizeof *x);
-    if (!x || !(x->w = calloc((size_t)layers * MX_SLOTS, sizeof *x->w))) {
-        free(x);
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
-    }
-    x->b = b;
-    x->sh = *sh;
-    x->layers = layers;
+    mg_fwd_mlx *x = new_mlx(b, sh, layers);
+    if (!x)
+        return MG_ERR_OUT_OF_MEMORY;
     mg_st_model *m = NULL;
     mg_mlx_config *c = NULL;
     mg_status st = mg_st_open(dir, &m);
@@ -166,14 +206,8 @@ mg_status mg_fwd_mlx_create(mg_backend *b, const mg_model_shape *sh, uint32_t la
     }
     mg_st_close(m);
     mg_mlx_config_close(c);
-    uint64_t largest = 0;
-    for (size_t i = 0; !st && i < (size_t)layers * MX_SLOTS; i++) {
-        uint64_t s = mg_mlx_gemm_scratch_bytes(&x->w[i]);
-        largest = s > largest ? s : largest;
-        x->bytes += mg_mlx_linear_bytes(&x->w[i]);
-    }
-    if (!st && (st = mg_alloc(b, largest, &x->scratch)))
-        st = mg_fwd_fail(st, "allocating the MLX GEMM scratch: %s", mg_last_error());
+    if (!st)
+        st = finish(x);
     if (st) {
         mg_fwd_mlx_destroy(x);
         return st;

@@ -12,6 +12,7 @@
 #ifndef METRALE_MODEL_MLX_H
 #define METRALE_MODEL_MLX_H
 
+#include "metrale/mlx.h"
 #include "model.h"
 
 #define MG_FWD_MLX_GEMV_MAX_ROWS 8u
@@ -24,6 +25,11 @@ typedef struct mg_fwd_mlx mg_fwd_mlx;
 mg_status mg_fwd_mlx_create(mg_backend *b, const mg_model_shape *sh, uint32_t layers,
                             const char *dir, uint32_t bits, mg_fwd_mlx **out);
 void mg_fwd_mlx_destroy(mg_fwd_mlx *x);
+/* The same from layers already loaded: w[l * 5 + i] for i = q, kv (k rows then v rows), o,
+ * gate_up (gate rows then up rows), down, each of the shape the model gives it. Takes the
+ * buffers of w (zeroing it) whether it succeeds or not. */
+mg_status mg_fwd_mlx_adopt(mg_backend *b, const mg_model_shape *sh, uint32_t layers,
+                           mg_mlx_linear *w, mg_fwd_mlx **out);
 
 /* The committed checkpoint of `preset` with `bits` (tests/mlx/checkpoints/<preset>-mlx<bits>),
  * or NULL when there is none. */

@@ -350,6 +350,9 @@ static double max_relative_error(const uint16_t *a, const uint16_t *b, size_t n)
 }
 
 int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
+    for (int i = 1; i < argc; i++) /* a real checkpoint: cmd_run_model.c */
+        if (!strcmp(argv[i], "--model"))
+            return mg_cmd_run_model(argc, argv, opts);
     run_args a = {.batch = -1, .prompt_len = -1, .steps = -1, .seed = 1};
     int rc = parse_args(argc, argv, &a);
     if (rc)

@@ -25,5 +25,8 @@ int mg_cmd_arena(int argc, char **argv, const mg_cli_options *opts);
  * decoder forward pass (prefill, then decode steps) of a preset with random weights, and its
  * speed against the memory-bound limit (cmd_run.c). */
 int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts);
+/* metrale-gpu run --model FILE --prompt-ids IDS [--steps N | --teacher-force IDS]
+ * [--top-logits K]: a real checkpoint (cmd_run_model.c); mg_cmd_run hands over to it. */
+int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts);
 
 #endif

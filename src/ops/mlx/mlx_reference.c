@@ -6,27 +6,32 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
 #include "error.h"
+#include "host_parallel.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
 
 /* ------------------------------------------------------------------ FP16 */
 
 static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    float v;
-    if (exp == 0)
-        v = ldexpf((float)man, -24); /* subnormal or zero: exact */
-    else if (exp == 31)
-        v = man ? NAN : INFINITY;
-    else
-        v = ldexpf((float)(man | 0x400u), (int)exp - 25);
+    /* exact: normal values by moving the fields, subnormals as man * 2^-24 (a product by a
+     * power of two), infinities kept, every NaN the quiet NaN of its sign */
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
     uint32_t bits;
-    memcpy(&bits, &v, 4);
-    bits |= sign;
+    float v;
+    if (exp == 0) {
+        v = (float)man * 5.9604644775390625e-08f;
+        memcpy(&bits, &v, 4);
+        bits |= sign;
+    } else if (exp == 31) {
+        bits = sign | (man ? 0x7fc00000u : 0x7f800000u);
+    } else {
+        bits = sign | (exp + 112u) << 23 | man << 13;
+    }
     memcpy(&v, &bits, 4);
     return v;
 }
@@ -82,15 +87,45 @@ static size_t group_index(const layer *w, uint32_t row, uint32_t j) {
     return (size_t)row * (w->k / w->group_size) + j / w->group_size;
 }
 
-static void dequant(const layer *w, uint16_t *out) {
-    for (uint32_t r = 0; r < w->n; r++)
-        for (uint32_t j = 0; j < w->k; j++) {
-            size_t g = group_index(w, r, j);
-            float scale = scale_to_f32(w->scales, w->scale_type, g);
-            float bias = scale_to_f32(w->biases, w->scale_type, g);
-            float t = round_to_scale_type(scale * (float)code(w, r, j), w->scale_type);
-            out[(size_t)r * w->k + j] = mg_f32_to_bf16(round_to_scale_type(t + bias, w->scale_type));
+typedef struct dequant_job {
+    const layer *w;
+    uint16_t *out;
+} dequant_job;
+
+/* Rows [first, first + count): each group's 2^bits possible outputs are computed once (the
+ * same rounding as element by element), then looked up by code. */
+static void dequant_rows(void *ctx, size_t first, size_t count) {
+    const dequant_job *d = ctx;
+    const layer *w = d->w;
+    const uint32_t values = 1u << w->bits;
+    uint16_t table[256];
+    for (size_t r = first; r < first + count; r++)
+        for (uint32_t j0 = 0; j0 < w->k; j0 += w->group_size) {
+            const size_t g = group_index(w, (uint32_t)r, j0);
+            const float scale = scale_to_f32(w->scales, w->scale_type, g);
+            const float bias = scale_to_f32(w->biases, w->scale_type, g);
+            const bool use_table = w->group_size >= values;
+            for (uint32_t q = 0; use_table && q < values; q++) {
+                const float t = round_to_scale_type(scale * (float)q, w->scale_type);
+                table[q] = mg_f32_to_bf16(round_to_scale_type(t + bias, w->scale_type));
+            }
+            for (uint32_t j = j0; j < j0 + w->group_size; j++) {
+                const uint32_t q = code(w, (uint32_t)r, j);
+                uint16_t v;
+                if (use_table) {
+                    v = table[q];
+                } else {
+                    const float t = round_to_scale_type(scale * (float)q, w->scale_type);
+                    v = mg_f32_to_bf16(round_to_scale_type(t + bias, w->scale_type));
+                }
+                d->out[r * w->k + j] = v;
+            }
         }
+}
+
+static void dequant(const layer *w, uint16_t *out) {
+    dequant_job d = {.w = w, .out = out};
+    mg_host_parallel_for(w->n, (size_t)((1u << 16) / w->k + 1), dequant_rows, &d);
 }
 
 static float silu_gate_value(uint16_t g, uint16_t u) {
@@ -98,29 +133,117 @@ static float silu_gate_value(uint16_t g, uint16_t u) {
     return mg_bf16_to_f32(mg_f32_to_bf16(gf / (1.0f + expf(-gf)) * mg_bf16_to_f32(u)));
 }
 
-/* y[m, n] = act · Wᵀ (+ resid): act is x, or silu(x) * u rounded to BF16 when `u` is set. */
-static void gemv(const layer *w, uint32_t m, const uint16_t *x, const uint16_t *u,
-                 const uint16_t *resid, uint16_t *y) {
-    for (uint32_t t = 0; t < m; t++)
-        for (uint32_t r = 0; r < w->n; r++) {
-            double sum = 0;
-            for (uint32_t j0 = 0; j0 < w->k; j0 += w->group_size) {
-                double qx = 0, xs = 0;
-                for (uint32_t j = j0; j < j0 + w->group_size; j++) {
-                    size_t i = (size_t)t * w->k + j;
-                    double a = u ? silu_gate_value(x[i], u[i]) : mg_bf16_to_f32(x[i]);
-                    qx += code(w, r, j) * a;
-                    xs += a;
-                }
-                size_t g = group_index(w, r, j0);
-                sum += scale_to_f32(w->scales, w->scale_type, g) * qx +
-                       scale_to_f32(w->biases, w->scale_type, g) * xs;
+/* y[m, n] = act · Wᵀ (+ resid): act is x, or silu(x) * u rounded to BF16 when `u` is set.
+ * Per output: sum over groups in order of scale * qx + bias * xs, where qx = sum of code * act
+ * and xs = sum of act over the group's elements in order, all in double. The activations and
+ * xs depend on the row only through nothing, so they are computed once per token row; GEMV_ROWS
+ * weight rows are summed side by side (independent chains), each in the order above, so the
+ * result is the same for any blocking and thread count. */
+#define GEMV_ROWS 4 /* gemv_rows names its four chains */
+
+typedef struct gemv_job {
+    const layer *w;
+    uint32_t m;
+    const double *act; /* [m, k] */
+    const double *xs;  /* [m, k / group_size] */
+    const uint16_t *resid;
+    uint16_t *y;
+} gemv_job;
+
+/* The codes of elements j0 .. j0 + gs - 1 of `row` into out[j * GEMV_ROWS] (whole words: gs
+ * is a multiple of 32 and so of the codes per word). */
+static void row_codes(const layer *w, uint32_t row, uint32_t j0, uint32_t gs, double *out) {
+    const uint32_t per_word = 32 / w->bits, mask = (1u << w->bits) - 1;
+    const uint32_t *words = w->weight + (size_t)row * (w->k / per_word) + j0 / per_word;
+    for (uint32_t wi = 0; wi < gs / per_word; wi++) {
+        const uint32_t word = words[wi];
+        for (uint32_t c = 0; c < per_word; c++)
+            out[(size_t)(wi * per_word + c) * GEMV_ROWS] = (double)((word >> (c * w->bits)) & mask);
+    }
+}
+
+static void gemv_rows(void *ctx, size_t first, size_t count) {
+    const gemv_job *g = ctx;
+    const layer *w = g->w;
+    const uint32_t k = w->k, gs = w->group_size, groups = k / gs, m = g->m;
+    double codes[128 * GEMV_ROWS]; /* [j][r] */
+    double sum[MG_MLX_GEMV_MAX_M][GEMV_ROWS];
+    for (size_t r0 = first; r0 < first + count; r0 += GEMV_ROWS) {
+        const uint32_t rows = first + count - r0 < GEMV_ROWS ? (uint32_t)(first + count - r0)
+                                                             : GEMV_ROWS;
+        memset(sum, 0, sizeof sum);
+        for (uint32_t grp = 0; grp < groups; grp++) {
+            const uint32_t j0 = grp * gs;
+            for (uint32_t r = 0; r < GEMV_ROWS; r++)
+                row_codes(w, (uint32_t)r0 + (r < rows ? r : 0), j0, gs, codes + r);
+            double scale[GEMV_ROWS], bias[GEMV_ROWS];
+            for (uint32_t r = 0; r < rows; r++) {
+                const size_t gi = group_index(w, (uint32_t)r0 + r, j0);
+                scale[r] = scale_to_f32(w->scales, w->scale_type, gi);
+                bias[r] = scale_to_f32(w->biases, w->scale_type, gi);
             }
-            size_t o = (size_t)t * w->n + r;
-            if (resid)
-                sum += mg_bf16_to_f32(resid[o]);
-            y[o] = mg_f32_to_bf16((float)sum);
+            for (uint32_t t = 0; t < m; t++) {
+                const double *a = g->act + (size_t)t * k + j0;
+                double q0 = 0, q1 = 0, q2 = 0, q3 = 0; /* GEMV_ROWS chains, in registers */
+                for (uint32_t j = 0; j < gs; j++) {
+                    const double *c = codes + j * GEMV_ROWS, x = a[j];
+                    q0 += c[0] * x;
+                    q1 += c[1] * x;
+                    q2 += c[2] * x;
+                    q3 += c[3] * x;
+                }
+                const double qx[GEMV_ROWS] = {q0, q1, q2, q3};
+                const double xs = g->xs[(size_t)t * groups + grp];
+                for (uint32_t r = 0; r < rows; r++)
+                    sum[t][r] += scale[r] * qx[r] + bias[r] * xs;
+            }
         }
+        for (uint32_t t = 0; t < m; t++)
+            for (uint32_t r = 0; r < rows; r++) {
+                const size_t o = (size_t)t * w->n + r0 + r;
+                double v = sum[t][r];
+                if (g->resid)
+                    v += mg_bf16_to_f32(g->resid[o]);
+                g->y[o] = mg_f32_to_bf16((float)v);
+            }
+    }
+}
+
+static void gemv_blocks(void *ctx, size_t first, size_t count) {
+    const gemv_job *g = ctx;
+    const size_t lo = first * GEMV_ROWS, hi = (first + count) * GEMV_ROWS;
+    gemv_rows(ctx, lo, (hi < g->w->n ? hi : g->w->n) - lo);
+}
+
+static mg_status gemv(const layer *w, uint32_t m, const uint16_t *x, const uint16_t *u,
+                      const uint16_t *resid, uint16_t *y) {
+    const uint32_t groups = w->k / w->group_size;
+    double *act = malloc((size_t)m * w->k * sizeof *act);
+    double *xs = malloc((size_t)m * groups * sizeof *xs);
+    if (!act || !xs) {
+        free(act);
+        free(xs);
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu kernel mlx_gemv: no host memory");
+    }
+    for (uint32_t t = 0; t < m; t++)
+        for (uint32_t grp = 0; grp < groups; grp++) {
+            double sum = 0;
+            for (uint32_t j = grp * w->group_size; j < (grp + 1) * w->group_size; j++) {
+                const size_t i = (size_t)t * w->k + j;
+                const double a = u ? silu_gate_value(x[i], u[i]) : mg_bf16_to_f32(x[i]);
+                act[i] = a;
+                sum += a;
+            }
+            xs[(size_t)t * groups + grp] = sum;
+        }
+    gemv_job g = {.w = w, .m = m, .act = act, .xs = xs, .resid = resid, .y = y};
+    /* parts of whole GEMV_ROWS blocks, at least 2^16 multiply-adds each */
+    const size_t blocks = (w->n + GEMV_ROWS - 1) / GEMV_ROWS;
+    const uint64_t per_block = (uint64_t)GEMV_ROWS * w->k * m;
+    mg_host_parallel_for(blocks, (size_t)((1u << 16) / per_block + 1), gemv_blocks, &g);
+    free(act);
+    free(xs);
+    return MG_OK;
 }
 
 /* ------------------------------------------------------------------ CPU kernels */
@@ -194,8 +317,7 @@ static mg_status kernel_gemv(const mg_launch *l) {
          (st = mg_cpu_kernel_buffer(l, 5, out_bytes, 2, name, &resid))) ||
         (st = mg_cpu_kernel_buffer(l, 6, out_bytes, 2, name, &y)))
         return st;
-    gemv(&w, m, x, u, resid, y);
-    return MG_OK;
+    return gemv(&w, m, x, u, resid, y);
 }
 
 static mg_status kernel_gemv_gate_up(const mg_launch *l) {
@@ -218,9 +340,9 @@ static mg_status kernel_gemv_gate_up(const mg_launch *l) {
         (st = mg_cpu_kernel_buffer(l, 7, (uint64_t)m * gate.n * 2, 2, name, &y1)) ||
         (st = mg_cpu_kernel_buffer(l, 8, (uint64_t)m * gate.n * 2, 2, name, &y2)))
         return st;
-    gemv(&gate, m, x, NULL, NULL, y1);
-    gemv(&up, m, x, NULL, NULL, y2);
-    return MG_OK;
+    if ((st = gemv(&gate, m, x, NULL, NULL, y1)))
+        return st;
+    return gemv(&up, m, x, NULL, NULL, y2);
 }
 
 /* y[t, r] = bf16(y[t, r] + bias[r]) in FP32 (metrale/mlx.h). */

@@ -409,6 +409,16 @@ static void bad_inputs(const char *dir) {
     free(e);
     free(l3);
 
+    snprintf(path, sizeof path, "%s/spm_legacy.json", dir);
+    char *spm = slurp(path, NULL);
+    e = spm ? replace(spm, "\"normalized\": false", "\"normalized\": true") : NULL;
+    CHECK(e, "spm_legacy.json has no normalized added token to edit");
+    if (e)
+        expect_json_error(e, MG_ERR_UNSUPPORTED, "normalized added tokens",
+                          "normalized added token with a normalizer");
+    free(e);
+    free(spm);
+
     mg_tok *x = (mg_tok *)&x;
     CHECK(mg_tok_from_json("/nonexistent/tokenizer.json", &x) == MG_ERR_NOT_FOUND && !x,
           "missing file: %s", mg_tok_error());

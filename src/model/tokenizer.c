@@ -354,7 +354,7 @@ mg_status mg_tok_add_merge(mg_tok *t, const char *a, size_t alen, const char *b,
 }
 
 mg_status mg_tok_add_added(mg_tok *t, int32_t id, const char *s, size_t len, bool special,
-                           bool lstrip, bool rstrip, bool normalized) {
+                           bool lstrip, bool rstrip) {
     if (id < 0 || (uint32_t)id >= t->n_vocab)
         return mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "tokenizer: added token id %d out of range",
                            id);
@@ -371,8 +371,7 @@ mg_status mg_tok_add_added(mg_tok *t, int32_t id, const char *s, size_t len, boo
                                          .len = (uint32_t)len,
                                          .special = special,
                                          .lstrip = lstrip,
-                                         .rstrip = rstrip,
-                                         .normalized = normalized};
+                                         .rstrip = rstrip};
     t->str_off[id] = off;
     t->str_len[id] = (uint32_t)len;
     t->flags[id] |= TF_PRESENT | TF_ADDED;
@@ -688,7 +687,7 @@ mg_status mg_tok_create(const mg_tok_desc *d, mg_tok **out) {
             const char *s = d->tokens[i];
             if (s[0])
                 st = mg_tok_add_added(t, (int32_t)i, s, strlen(s), ty != MG_TOK_TYPE_USER_DEFINED,
-                                      false, false, false);
+                                      false, false);
         }
     }
     t->bos = d->bos_id;
@@ -812,7 +811,7 @@ static bool byte_tokens(const mg_tok *t, const char *s, size_t n, int32_t out[4]
 }
 
 static void push_rank(const mg_tok *t, work *w, int32_t left) {
-    if (left < 0 || w->s[left].next >= (int32_t)w->n)
+    if (left < 0 || w->s[left].next < 0)
         return;
     uint32_t rank;
     int32_t merged;
@@ -1169,12 +1168,13 @@ static void encode_plain(enc *e, const char *s, size_t n, bool first) {
     }
 }
 
-/* Finds added tokens in s[0..n) (leftmost, longest), of the pass `normalized` (tokens marked
- * normalized are matched on normalized text), calling back for the text between them. */
+/* Finds added tokens in s[0..n) (leftmost, longest; special ones only with parse_special),
+ * calling back for the text between them. lstrip / rstrip tokens take the whitespace beside
+ * them along. */
 typedef void (*text_fn)(enc *e, const char *s, size_t n, bool first);
 
 static void split_added(enc *e, const char *s, size_t n, bool first, bool parse_special,
-                        bool normalized, text_fn fn) {
+                        text_fn fn) {
     const mg_tok *t = e->t;
     size_t last = 0, i = 0;
     while (i < n) {
@@ -1182,7 +1182,7 @@ static void split_added(enc *e, const char *s, size_t n, bool first, bool parse_
         const tok_added *hit = NULL;
         for (uint32_t k = t->added_start[c]; k < t->added_start[c + 1]; k++) {
             const tok_added *a = &t->added[t->added_index[k]];
-            if (a->normalized != normalized || (a->special && !parse_special))
+            if (a->special && !parse_special)
                 continue;
             if (a->len <= n - i && memcmp(s + i, t->arena + a->off, a->len) == 0) {
                 hit = a;
@@ -1213,19 +1213,8 @@ static void split_added(enc *e, const char *s, size_t n, bool first, bool parse_
     fn(e, s + last, n - last, first && last == 0);
 }
 
-static void normalized_text(enc *e, const char *s, size_t n, bool first) {
-    split_added(e, s, n, first, true, true, encode_plain);
-}
-
-static bool any_normalized_added(const mg_tok *t) {
-    for (uint32_t i = 0; i < t->n_added; i++)
-        if (t->added[i].normalized)
-            return true;
-    return false;
-}
-
-/* A stretch of the input between added tokens: normalizer, then the normalized added tokens,
- * then the pre-tokenizers and the model. */
+/* A stretch of the input between added tokens: normalizer, then the pre-tokenizers and the
+ * model. */
 static void raw_text(enc *e, const char *s, size_t n, bool first) {
     const mg_tok *t = e->t;
     if (n == 0)
@@ -1255,8 +1244,6 @@ static void raw_text(enc *e, const char *s, size_t n, bool first) {
     }
     if (cur.failed || nxt.failed)
         e->failed = true;
-    else if (any_normalized_added(t))
-        normalized_text(e, cur.p, cur.n, first);
     else
         encode_plain(e, cur.p, cur.n, first);
     free(cur.p);
@@ -1282,7 +1269,7 @@ mg_status mg_tok_encode(const mg_tok *t, const char *text, size_t len, bool add_
         for (uint32_t i = 0; i < t->n_prefix; i++)
             ids_put(&e.ids, t->prefix[i]);
     if (len)
-        split_added(&e, text, len, true, parse_special, false, raw_text);
+        split_added(&e, text, len, true, parse_special, raw_text);
     if (add_special)
         for (uint32_t i = 0; i < t->n_suffix; i++)
             ids_put(&e.ids, t->suffix[i]);
@@ -1389,7 +1376,8 @@ static void lossy_emit(mg_tok_stream *s, bool final) {
         } else
             break;
     }
-    memmove(s->pend.p, s->pend.p + i, n - i);
+    if (i < n)
+        memmove(s->pend.p, s->pend.p + i, n - i);
     s->pend.n = n - i;
 }
 

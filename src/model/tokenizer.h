@@ -104,8 +104,9 @@ mg_status mg_tok_create(const mg_tok_desc *d, mg_tok **out);
  * Digits, Split with the GPT-2, Llama-3 or Qwen2 regex (behavior Isolated, not inverted),
  * Metaspace, or a Sequence of those; decoder ByteLevel, Metaspace, or Sequence of Replace,
  * ByteFallback, Fuse, Strip; post_processor null, ByteLevel, TemplateProcessing (special
- * tokens around $A) or a Sequence of those; added_tokens with special, lstrip, rstrip,
- * normalized. MG_ERR_NOT_FOUND when the file cannot be read. */
+ * tokens around $A) or a Sequence of those; added_tokens with special, lstrip, rstrip
+ * (normalized ones only when there is no normalizer; no single_word). MG_ERR_NOT_FOUND when the
+ * file cannot be read. */
 mg_status mg_tok_from_json(const char *tokenizer_json_path, mg_tok **out);
 /* The same from text in memory (`len` bytes; need not be NUL-terminated). */
 mg_status mg_tok_from_json_text(const char *json, size_t len, mg_tok **out);

@@ -60,7 +60,7 @@ typedef struct tok_added {
     int32_t id;
     uint32_t off; /* its text in the string arena */
     uint32_t len;
-    bool special, lstrip, rstrip, normalized;
+    bool special, lstrip, rstrip;
 } tok_added;
 
 /* Open-addressing hash tables. */
@@ -134,7 +134,7 @@ mg_status mg_tok_set_token(mg_tok *t, int32_t id, const char *s, size_t len);
 mg_status mg_tok_add_merge(mg_tok *t, const char *a, size_t alen, const char *b, size_t blen,
                            uint32_t rank);
 mg_status mg_tok_add_added(mg_tok *t, int32_t id, const char *s, size_t len, bool special,
-                           bool lstrip, bool rstrip, bool normalized);
+                           bool lstrip, bool rstrip);
 mg_status mg_tok_add_norm(mg_tok *t, tok_norm_type type, const char *a, size_t alen, const char *b,
                           size_t blen);
 mg_status mg_tok_add_pre(mg_tok *t, const tok_pre *p);

@@ -63,7 +63,8 @@ CORPUS = [
     "combining e\u0301 a\u0308", "math \u2211\u222b\u221a\u221e \u2260 \u2264", "!!!???...",
     "\uff11\uff12\uff13 full-width \u0663\u0664\u0665 arabic-indic", "\u216b\u2163 roman \u00bd",
     "a" * 300, "word " * 50, " " * 40 + "x", "\u2581already\u2581metaspace",
-    "bytes \x00\x01\x7f\u0080\u00ad end", "\ufffd replacement",
+    "bytes \x00\x01\x7f\u0080\u00ad end", "\ufffd replacement", "fill <mask>  here",
+    "<mask>", " \t<mask>\n x", "a\u3000<mask>\u3000b",
 ]
 
 TRAIN_TEXT = """The quick brown fox jumps over the lazy dog. It's a sunny day, isn't it?
@@ -176,7 +177,7 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>"]
 
 
 def train_byte_level(pre, out, name, rng, index, ignore_merges=False, template=False,
-                     legacy_merges=False):
+                     legacy_merges=False, strip_token=False):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre
     tok.decoder = decoders.ByteLevel()
@@ -185,6 +186,9 @@ def train_byte_level(pre, out, name, rng, index, ignore_merges=False, template=F
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator([TRAIN_TEXT], trainer=trainer)
     tok.add_tokens([AddedToken("[TOOL]", special=False, normalized=False)])
+    if strip_token:
+        tok.add_special_tokens([AddedToken("<mask>", special=True, lstrip=True, rstrip=True,
+                                           normalized=False)])
     if template:
         tok.post_processor = processors.Sequence([
             processors.ByteLevel(trim_offsets=False),
@@ -267,7 +271,7 @@ def main():
     train_byte_level(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), out, "gpt2",
                      rng, index, legacy_merges=True)
     train_byte_level(pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True), out,
-                     "gpt2_prefix", rng, index)
+                     "gpt2_prefix", rng, index, strip_token=True)
     train_byte_level(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3_RE), "isolated"), bl]),
                      out, "llama3", rng, index, ignore_merges=True, template=True)
     train_byte_level(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_RE), "isolated"), bl]),

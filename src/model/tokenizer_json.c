@@ -1,0 +1,766 @@
+/* tokenizer_json.c - mg_tok_from_json: a Hugging Face tokenizer.json into the tokenizer of
+ * tokenizer_internal.h. Every field that changes the ids is read; a value this reader does
+ * not implement is refused with MG_ERR_UNSUPPORTED naming it (tokenizer.h lists what is
+ * accepted). */
+#include "tokenizer_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* jsmn is header-only; this file holds the model layer's one (file-local) copy. Strict mode
+ * refuses unquoted keys and bare words that are not JSON literals. Parent links keep the
+ * parse linear: without them each comma after an object member scans back to the object's
+ * start, quadratic in a 100,000-entry vocabulary (seconds for SmolLM2's). */
+#define JSMN_STATIC
+#define JSMN_STRICT
+#define JSMN_PARENT_LINKS
+#include <jsmn.h>
+
+/* A tokenizer.json larger than this is refused before it is read (Llama-3's is 9 MB). */
+#define MAX_JSON_BYTES (512u << 20)
+
+typedef struct jdoc {
+    const char *s;
+    jsmntok_t *tk;
+    int n;
+} jdoc;
+
+/* The index just past the value at i (its whole subtree). */
+static int jskip(const jdoc *d, int i) {
+    int pending = 1;
+    while (pending > 0 && i < d->n) {
+        pending += d->tk[i].size - 1;
+        i++;
+    }
+    return i;
+}
+
+static bool jis(const jdoc *d, int i, jsmntype_t type) {
+    return i >= 0 && i < d->n && d->tk[i].type == type;
+}
+
+/* Raw comparison: the keys and type names this reader looks for have no escapes. */
+static bool jeq(const jdoc *d, int i, const char *lit) {
+    if (!jis(d, i, JSMN_STRING))
+        return false;
+    size_t n = (size_t)(d->tk[i].end - d->tk[i].start);
+    return strlen(lit) == n && memcmp(d->s + d->tk[i].start, lit, n) == 0;
+}
+
+/* The value of `key` in the object at i; -1 when absent (or i is not an object). */
+static int jget(const jdoc *d, int obj, const char *key) {
+    if (!jis(d, obj, JSMN_OBJECT))
+        return -1;
+    int i = obj + 1;
+    for (int k = 0; k < d->tk[obj].size; k++) {
+        if (jeq(d, i, key))
+            return i + 1;
+        i = jskip(d, i + 1);
+    }
+    return -1;
+}
+
+static bool jnull(const jdoc *d, int i) {
+    return i < 0 || (jis(d, i, JSMN_PRIMITIVE) && d->s[d->tk[i].start] == 'n');
+}
+
+/* A boolean field; `def` when absent or null; false with *bad when not a boolean. */
+static bool jbool(const jdoc *d, int obj, const char *key, bool def, bool *bad) {
+    int i = jget(d, obj, key);
+    if (jnull(d, i))
+        return def;
+    if (!jis(d, i, JSMN_PRIMITIVE) ||
+        (d->s[d->tk[i].start] != 't' && d->s[d->tk[i].start] != 'f')) {
+        *bad = true;
+        return def;
+    }
+    return d->s[d->tk[i].start] == 't';
+}
+
+static bool jint(const jdoc *d, int i, long long *v) {
+    if (!jis(d, i, JSMN_PRIMITIVE))
+        return false;
+    char buf[32];
+    int n = d->tk[i].end - d->tk[i].start;
+    if (n <= 0 || n >= (int)sizeof buf)
+        return false;
+    memcpy(buf, d->s + d->tk[i].start, (size_t)n);
+    buf[n] = 0;
+    char *end;
+    errno = 0;
+    *v = strtoll(buf, &end, 10);
+    return *end == 0 && errno == 0;
+}
+
+static int hexval(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+static bool hex4(const char *p, const char *end, uint32_t *v) {
+    if (end - p < 4)
+        return false;
+    *v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = hexval(p[k]);
+        if (h < 0)
+            return false;
+        *v = *v * 16 + (uint32_t)h;
+    }
+    return true;
+}
+
+/* The unescaped string at i into buf (grown as needed); false when not a string or malformed
+ * (a bad escape, a lone surrogate, invalid UTF-8). */
+static bool jstr(const jdoc *d, int i, char **buf, size_t *cap, size_t *len) {
+    if (!jis(d, i, JSMN_STRING))
+        return false;
+    const char *p = d->s + d->tk[i].start, *end = d->s + d->tk[i].end;
+    size_t need = (size_t)(end - p) + 1;
+    if (need > *cap) {
+        char *q = realloc(*buf, need);
+        if (!q)
+            return false;
+        *buf = q;
+        *cap = need;
+    }
+    char *o = *buf;
+    while (p < end) {
+        if (*p != '\\') {
+            *o++ = *p++;
+            continue;
+        }
+        if (++p >= end)
+            return false;
+        char c = *p++;
+        switch (c) {
+        case '"':
+            *o++ = '"';
+            break;
+        case '\\':
+            *o++ = '\\';
+            break;
+        case '/':
+            *o++ = '/';
+            break;
+        case 'b':
+            *o++ = '\b';
+            break;
+        case 'f':
+            *o++ = '\f';
+            break;
+        case 'n':
+            *o++ = '\n';
+            break;
+        case 'r':
+            *o++ = '\r';
+            break;
+        case 't':
+            *o++ = '\t';
+            break;
+        case 'u': {
+            uint32_t v, lo;
+            if (!hex4(p, end, &v))
+                return false;
+            p += 4;
+            if (v >= 0xDC00 && v <= 0xDFFF)
+                return false;
+            if (v >= 0xD800 && v <= 0xDBFF) {
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || !hex4(p + 2, end, &lo) ||
+                    lo < 0xDC00 || lo > 0xDFFF)
+                    return false;
+                p += 6;
+                v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            /* \uXXXX never needs more bytes than its six characters. */
+            o += mg_tok_utf8_encode(v, o);
+            break;
+        }
+        default:
+            return false;
+        }
+    }
+    *len = (size_t)(o - *buf);
+    *o = 0;
+    return mg_tok_utf8_check((const uint8_t *)*buf, *len) == *len;
+}
+
+typedef struct reader {
+    jdoc d;
+    mg_tok *t;
+    char *buf, *buf2;
+    size_t cap, cap2;
+} reader;
+
+static mg_status bad(const char *what) {
+    return mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "tokenizer.json: %s", what);
+}
+
+static mg_status unsupported(const reader *r, int i, const char *what) {
+    char name[64] = "?";
+    int ty = jget(&r->d, i, "type");
+    if (jis(&r->d, ty, JSMN_STRING)) {
+        int n = r->d.tk[ty].end - r->d.tk[ty].start;
+        snprintf(name, sizeof name, "%.*s", n < 60 ? n : 60, r->d.s + r->d.tk[ty].start);
+    }
+    return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: %s \"%s\" is not supported", what,
+                       name);
+}
+
+/* The "type" of the object at i is `lit`. */
+static bool jtype(const jdoc *d, int i, const char *lit) {
+    return jeq(d, jget(d, i, "type"), lit);
+}
+
+/* The string value of a field, unescaped into r->buf2. */
+static bool jfield_str(reader *r, int obj, const char *key, size_t *len) {
+    return jstr(&r->d, jget(&r->d, obj, key), &r->buf2, &r->cap2, len);
+}
+
+/* ------------------------------------------------------------------ model */
+
+/* The largest id of the vocabulary and of the added tokens. */
+static mg_status max_id(reader *r, int model, int added, long long *mx) {
+    const jdoc *d = &r->d;
+    int vocab = jget(d, model, "vocab");
+    if (!jis(d, vocab, JSMN_OBJECT))
+        return bad("model.vocab is not an object");
+    *mx = -1;
+    int i = vocab + 1;
+    for (int k = 0; k < d->tk[vocab].size; k++) {
+        long long v;
+        if (!jint(d, i + 1, &v) || v < 0 || v > INT32_MAX - 1)
+            return bad("a model.vocab id is not an integer in 0..2^31-2");
+        if (v > *mx)
+            *mx = v;
+        i = jskip(d, i + 1);
+    }
+    if (jis(d, added, JSMN_ARRAY)) {
+        i = added + 1;
+        for (int k = 0; k < d->tk[added].size; k++) {
+            long long v;
+            if (!jint(d, jget(d, i, "id"), &v) || v < 0 || v > INT32_MAX - 1)
+                return bad("an added token's id is not an integer in 0..2^31-2");
+            if (v > *mx)
+                *mx = v;
+            i = jskip(d, i);
+        }
+    }
+    if (*mx < 0)
+        return bad("the vocabulary is empty");
+    return MG_OK;
+}
+
+static mg_status read_model(reader *r, int model) {
+    const jdoc *d = &r->d;
+    mg_tok *t = r->t;
+    int ty = jget(d, model, "type");
+    if (ty >= 0 && !jeq(d, ty, "BPE"))
+        return unsupported(r, model, "model");
+    bool b = false;
+    if (!jnull(d, jget(d, model, "dropout")))
+        return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: BPE dropout is not supported");
+    size_t len;
+    int csp = jget(d, model, "continuing_subword_prefix"),
+        eow = jget(d, model, "end_of_word_suffix");
+    if ((!jnull(d, csp) && !(jstr(d, csp, &r->buf2, &r->cap2, &len) && len == 0)) ||
+        (!jnull(d, eow) && !(jstr(d, eow, &r->buf2, &r->cap2, &len) && len == 0)))
+        return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: BPE continuing_subword_prefix "
+                                               "and end_of_word_suffix are not supported");
+    t->fuse_unk = jbool(d, model, "fuse_unk", false, &b);
+    t->byte_fallback = jbool(d, model, "byte_fallback", false, &b);
+    t->ignore_merges = jbool(d, model, "ignore_merges", false, &b);
+    if (b)
+        return bad("a boolean field of model is not a boolean");
+
+    int vocab = jget(d, model, "vocab");
+    int i = vocab + 1;
+    for (int k = 0; k < d->tk[vocab].size; k++) {
+        long long v;
+        if (!jstr(d, i, &r->buf, &r->cap, &len) || !jint(d, i + 1, &v))
+            return bad("a model.vocab entry is malformed");
+        mg_status st = mg_tok_set_token(t, (int32_t)v, r->buf, len);
+        if (st)
+            return st;
+        i = jskip(d, i + 1);
+    }
+    int unk = jget(d, model, "unk_token");
+    if (!jnull(d, unk)) {
+        if (!jstr(d, unk, &r->buf, &r->cap, &len))
+            return bad("model.unk_token is not a string");
+        t->unk = mg_tok_vocab_find(t, r->buf, len);
+        if (t->unk < 0)
+            return mg_tok_fail(MG_ERR_INVALID_ARGUMENT,
+                               "tokenizer.json: model.unk_token \"%s\" is not in the vocabulary",
+                               r->buf);
+    }
+    int merges = jget(d, model, "merges");
+    if (jnull(d, merges))
+        return MG_OK;
+    if (!jis(d, merges, JSMN_ARRAY))
+        return bad("model.merges is not an array");
+    i = merges + 1;
+    for (int k = 0; k < d->tk[merges].size; k++) {
+        mg_status st;
+        if (jis(d, i, JSMN_ARRAY)) {
+            size_t l2;
+            if (d->tk[i].size != 2 || !jstr(d, i + 1, &r->buf, &r->cap, &len) ||
+                !jstr(d, i + 2, &r->buf2, &r->cap2, &l2))
+                return bad("a model.merges entry is not a pair of strings");
+            st = mg_tok_add_merge(t, r->buf, len, r->buf2, l2, (uint32_t)k);
+        } else {
+            if (!jstr(d, i, &r->buf, &r->cap, &len))
+                return bad("a model.merges entry is not a string");
+            const char *sp = len ? memchr(r->buf + 1, ' ', len - 1) : NULL;
+            if (!sp)
+                return mg_tok_fail(MG_ERR_INVALID_ARGUMENT,
+                                   "tokenizer.json: merge %d \"%s\" is not two tokens separated "
+                                   "by a space",
+                                   k, r->buf);
+            size_t l = (size_t)(sp - r->buf);
+            st = mg_tok_add_merge(t, r->buf, l, sp + 1, len - l - 1, (uint32_t)k);
+        }
+        if (st)
+            return st;
+        i = jskip(d, i);
+    }
+    return MG_OK;
+}
+
+static mg_status read_added(reader *r, int added) {
+    const jdoc *d = &r->d;
+    if (jnull(d, added))
+        return MG_OK;
+    if (!jis(d, added, JSMN_ARRAY))
+        return bad("added_tokens is not an array");
+    int i = added + 1;
+    for (int k = 0; k < d->tk[added].size; k++) {
+        long long id;
+        size_t len;
+        bool b = false;
+        if (!jint(d, jget(d, i, "id"), &id) || !jfield_str(r, i, "content", &len))
+            return bad("an added token lacks its id or content");
+        bool special = jbool(d, i, "special", false, &b);
+        bool lstrip = jbool(d, i, "lstrip", false, &b);
+        bool rstrip = jbool(d, i, "rstrip", false, &b);
+        bool normalized = jbool(d, i, "normalized", !special, &b);
+        if (jbool(d, i, "single_word", false, &b))
+            return mg_tok_fail(MG_ERR_UNSUPPORTED,
+                               "tokenizer.json: added token \"%s\": single_word is not "
+                               "supported",
+                               r->buf2);
+        if (b)
+            return bad("a boolean field of an added token is not a boolean");
+        /* Without a normalizer both kinds match the same text. With one, `tokenizers`
+         * matches the normalized form of the token in the normalized text and decodes it in
+         * that form: not implemented. */
+        if (normalized && r->t->n_norms)
+            return mg_tok_fail(MG_ERR_UNSUPPORTED,
+                               "tokenizer.json: added token \"%s\": normalized added tokens "
+                               "with a normalizer are not supported",
+                               r->buf2);
+        mg_status st = mg_tok_add_added(r->t, (int32_t)id, r->buf2, len, special, lstrip, rstrip);
+        if (st)
+            return st;
+        i = jskip(d, i);
+    }
+    return MG_OK;
+}
+
+/* ------------------------------------------------------------------ pipeline */
+
+static mg_status read_normalizer(reader *r, int n) {
+    const jdoc *d = &r->d;
+    if (jnull(d, n))
+        return MG_OK;
+    if (jtype(d, n, "Sequence")) {
+        int list = jget(d, n, "normalizers");
+        if (!jis(d, list, JSMN_ARRAY))
+            return bad("normalizer.normalizers is not an array");
+        int i = list + 1;
+        for (int k = 0; k < d->tk[list].size; k++) {
+            if (jtype(d, i, "Sequence"))
+                return unsupported(r, i, "nested normalizer");
+            mg_status st = read_normalizer(r, i);
+            if (st)
+                return st;
+            i = jskip(d, i);
+        }
+        return MG_OK;
+    }
+    size_t len, l2;
+    if (jtype(d, n, "Prepend")) {
+        if (!jfield_str(r, n, "prepend", &len))
+            return bad("normalizer Prepend lacks its string");
+        return mg_tok_add_norm(r->t, NORM_PREPEND, r->buf2, len, NULL, 0);
+    }
+    if (jtype(d, n, "Replace")) {
+        int pat = jget(d, n, "pattern");
+        if (!jstr(d, jget(d, pat, "String"), &r->buf, &r->cap, &len) || len == 0)
+            return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: normalizer Replace with a "
+                                                   "pattern other than a non-empty String is "
+                                                   "not supported");
+        if (!jfield_str(r, n, "content", &l2))
+            return bad("normalizer Replace lacks its content");
+        return mg_tok_add_norm(r->t, NORM_REPLACE, r->buf, len, r->buf2, l2);
+    }
+    return unsupported(r, n, "normalizer");
+}
+
+static const char GPT2_RE[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char LLAMA3_RE[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                                "\\s+(?!\\S)|\\s+";
+static const char QWEN2_RE[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                               "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                               "\\s+(?!\\S)|\\s+";
+
+static mg_status read_pre(reader *r, int p, bool last) {
+    const jdoc *d = &r->d;
+    if (jnull(d, p))
+        return MG_OK;
+    bool b = false;
+    tok_pre x = {0};
+    if (jtype(d, p, "Sequence")) {
+        int list = jget(d, p, "pretokenizers");
+        if (!jis(d, list, JSMN_ARRAY))
+            return bad("pre_tokenizer.pretokenizers is not an array");
+        int i = list + 1;
+        for (int k = 0; k < d->tk[list].size; k++) {
+            if (jtype(d, i, "Sequence"))
+                return unsupported(r, i, "nested pre_tokenizer");
+            mg_status st = read_pre(r, i, last && k == d->tk[list].size - 1);
+            if (st)
+                return st;
+            i = jskip(d, i);
+        }
+        return MG_OK;
+    }
+    if (jtype(d, p, "ByteLevel")) {
+        if (!last)
+            return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a ByteLevel pre-tokenizer "
+                                                   "followed by others is not supported");
+        x.type = PRE_BYTELEVEL;
+        x.add_prefix_space = jbool(d, p, "add_prefix_space", true, &b);
+        x.use_regex = jbool(d, p, "use_regex", true, &b);
+        r->t->map_bytes = true;
+    } else if (jtype(d, p, "Digits")) {
+        x.type = PRE_DIGITS;
+        x.individual = jbool(d, p, "individual_digits", false, &b);
+    } else if (jtype(d, p, "Split")) {
+        size_t len;
+        x.type = PRE_SPLIT;
+        if (!jeq(d, jget(d, p, "behavior"), "Isolated") || jbool(d, p, "invert", false, &b))
+            return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: Split pre-tokenizer: only "
+                                                   "behavior Isolated, not inverted, is "
+                                                   "supported");
+        if (!jstr(d, jget(d, jget(d, p, "pattern"), "Regex"), &r->buf, &r->cap, &len))
+            return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: Split pre-tokenizer: only "
+                                                   "a Regex pattern is supported");
+        if (!strcmp(r->buf, GPT2_RE))
+            x.regex = RE_GPT2;
+        else if (!strcmp(r->buf, LLAMA3_RE))
+            x.regex = RE_LLAMA3;
+        else if (!strcmp(r->buf, QWEN2_RE))
+            x.regex = RE_QWEN2;
+        else
+            return mg_tok_fail(MG_ERR_UNSUPPORTED,
+                               "tokenizer.json: Split regex %.200s is not one of the GPT-2, "
+                               "Llama-3 and Qwen2 patterns",
+                               r->buf);
+    } else if (jtype(d, p, "Metaspace")) {
+        size_t len;
+        x.type = PRE_METASPACE;
+        uint32_t cp;
+        if (!jfield_str(r, p, "replacement", &len) ||
+            mg_tok_utf8_decode((const uint8_t *)r->buf2, len, &cp) != len || cp == ' ')
+            return bad("Metaspace replacement is not one character");
+        x.replacement = cp;
+        int scheme = jget(d, p, "prepend_scheme");
+        if (jnull(d, scheme))
+            x.prepend = jbool(d, p, "add_prefix_space", true, &b) ? PREPEND_ALWAYS : PREPEND_NEVER;
+        else if (jeq(d, scheme, "always"))
+            x.prepend = PREPEND_ALWAYS;
+        else if (jeq(d, scheme, "first"))
+            x.prepend = PREPEND_FIRST;
+        else if (jeq(d, scheme, "never"))
+            x.prepend = PREPEND_NEVER;
+        else
+            return bad("Metaspace prepend_scheme is not always, first or never");
+        x.split = jbool(d, p, "split", true, &b);
+    } else
+        return unsupported(r, p, "pre_tokenizer");
+    if (b)
+        return bad("a boolean field of a pre_tokenizer is not a boolean");
+    return mg_tok_add_pre(r->t, &x);
+}
+
+static bool is_string_field(reader *r, int obj, const char *key, const char *want) {
+    size_t len;
+    return jfield_str(r, obj, key, &len) && len == strlen(want) && !memcmp(r->buf2, want, len);
+}
+
+static mg_status read_decoder(reader *r, int dec) {
+    const jdoc *d = &r->d;
+    mg_tok *t = r->t;
+    bool b = false;
+    if (jnull(d, dec)) {
+        t->dec = DEC_JOIN;
+        return MG_OK;
+    }
+    if (jtype(d, dec, "ByteLevel")) {
+        t->dec = DEC_BYTELEVEL;
+        return MG_OK;
+    }
+    if (jtype(d, dec, "Metaspace")) {
+        int scheme = jget(d, dec, "prepend_scheme");
+        if (!is_string_field(r, dec, "replacement", "\xE2\x96\x81"))
+            return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a Metaspace decoder with a "
+                                                   "replacement other than U+2581 is not "
+                                                   "supported");
+        t->dec = DEC_METASPACE;
+        t->dec_meta_first = jnull(d, scheme) ? jbool(d, dec, "add_prefix_space", true, &b)
+                                             : !jeq(d, scheme, "never");
+        return b ? bad("Metaspace add_prefix_space is not a boolean") : MG_OK;
+    }
+    if (!jtype(d, dec, "Sequence"))
+        return unsupported(r, dec, "decoder");
+    /* Replace("▁", " ")?, ByteFallback?, Fuse?, Strip(" ", n, 0)?, in this order: pieces
+     * joined, so Fuse changes nothing and Strip acts on the whole text. */
+    int list = jget(d, dec, "decoders");
+    if (!jis(d, list, JSMN_ARRAY))
+        return bad("decoder.decoders is not an array");
+    t->dec = DEC_PIECES;
+    int stage = 0, i = list + 1;
+    if (d->tk[list].size == 1 && jtype(d, i, "ByteLevel")) {
+        t->dec = DEC_BYTELEVEL;
+        return MG_OK;
+    }
+    for (int k = 0; k < d->tk[list].size; k++, i = jskip(d, i)) {
+        if (jtype(d, i, "Replace") && stage < 1) {
+            int pat = jget(d, i, "pattern");
+            if (!is_string_field(r, pat, "String", "\xE2\x96\x81") ||
+                !is_string_field(r, i, "content", " "))
+                return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a Replace decoder other "
+                                                       "than U+2581 -> \" \" is not supported");
+            t->dec_replace_meta = true;
+            stage = 1;
+        } else if (jtype(d, i, "ByteFallback") && stage < 2) {
+            t->dec_byte_fallback = true;
+            stage = 2;
+        } else if (jtype(d, i, "Fuse") && stage < 3) {
+            stage = 3;
+        } else if (jtype(d, i, "Strip") && stage == 3) {
+            long long start, stop;
+            if (!is_string_field(r, i, "content", " ") || !jint(d, jget(d, i, "start"), &start) ||
+                !jint(d, jget(d, i, "stop"), &stop) || stop != 0 || start < 0 || start > 1000)
+                return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: only a Strip decoder of "
+                                                       "leading spaces is supported");
+            t->dec_strip_start = (uint32_t)start;
+            stage = 4;
+        } else
+            return mg_tok_fail(MG_ERR_UNSUPPORTED,
+                               "tokenizer.json: decoder Sequence: only Replace(U+2581, \" \"), "
+                               "ByteFallback, Fuse, Strip in this order are supported");
+    }
+    return MG_OK;
+}
+
+/* The special tokens around $A of a TemplateProcessing "single" template. */
+static mg_status read_template(reader *r, int p) {
+    const jdoc *d = &r->d;
+    int single = jget(d, p, "single"), specials = jget(d, p, "special_tokens");
+    if (!jis(d, single, JSMN_ARRAY))
+        return bad("TemplateProcessing.single is not an array");
+    int32_t pre[64], post[64];
+    uint32_t npre = 0, npost = 0;
+    bool seen_a = false;
+    int i = single + 1;
+    for (int k = 0; k < d->tk[single].size; k++, i = jskip(d, i)) {
+        int seq = jget(d, i, "Sequence"), sp = jget(d, i, "SpecialToken");
+        if (seq >= 0) {
+            if (seen_a || !is_string_field(r, seq, "id", "A"))
+                return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a TemplateProcessing "
+                                                       "single template other than specials "
+                                                       "around $A is not supported");
+            seen_a = true;
+            continue;
+        }
+        size_t len;
+        if (sp < 0 || !jfield_str(r, sp, "id", &len))
+            return bad("a TemplateProcessing item is neither Sequence nor SpecialToken");
+        /* special_tokens[name].ids */
+        int entry = -1;
+        if (jis(d, specials, JSMN_OBJECT)) {
+            int j = specials + 1;
+            for (int q = 0; q < d->tk[specials].size; q++, j = jskip(d, j + 1)) {
+                size_t kl;
+                if (jstr(d, j, &r->buf, &r->cap, &kl) && kl == len && !memcmp(r->buf, r->buf2, len))
+                    entry = j + 1;
+            }
+        }
+        int ids = jget(d, entry, "ids");
+        if (!jis(d, ids, JSMN_ARRAY))
+            return mg_tok_fail(MG_ERR_INVALID_ARGUMENT,
+                               "tokenizer.json: TemplateProcessing token \"%s\" has no ids",
+                               r->buf2);
+        int j = ids + 1;
+        for (int q = 0; q < d->tk[ids].size; q++, j++) {
+            long long v;
+            uint32_t *cnt = seen_a ? &npost : &npre;
+            if (!jint(d, j, &v) || v < 0 || v >= r->t->n_vocab || *cnt >= 64)
+                return bad("a TemplateProcessing id is out of range");
+            (seen_a ? post : pre)[(*cnt)++] = (int32_t)v;
+        }
+    }
+    if (!seen_a)
+        return bad("TemplateProcessing.single has no $A");
+    mg_status st = mg_tok_set_ids(&r->t->prefix, &r->t->n_prefix, pre, npre);
+    return st ? st : mg_tok_set_ids(&r->t->suffix, &r->t->n_suffix, post, npost);
+}
+
+static mg_status read_post(reader *r, int p) {
+    const jdoc *d = &r->d;
+    if (jnull(d, p) || jtype(d, p, "ByteLevel"))
+        return MG_OK;
+    if (jtype(d, p, "TemplateProcessing"))
+        return read_template(r, p);
+    if (jtype(d, p, "Sequence")) {
+        int list = jget(d, p, "processors");
+        if (!jis(d, list, JSMN_ARRAY))
+            return bad("post_processor.processors is not an array");
+        int i = list + 1;
+        for (int k = 0; k < d->tk[list].size; k++, i = jskip(d, i)) {
+            if (jtype(d, i, "Sequence"))
+                return unsupported(r, i, "nested post_processor");
+            mg_status st = read_post(r, i);
+            if (st)
+                return st;
+        }
+        return MG_OK;
+    }
+    return unsupported(r, p, "post_processor");
+}
+
+/* BOS / EOS for mg_tok_bos/eos: the template's first and last special, else common names. */
+static void guess_bos_eos(mg_tok *t) {
+    if (t->n_prefix)
+        t->bos = t->prefix[0];
+    if (t->n_suffix)
+        t->eos = t->suffix[t->n_suffix - 1];
+}
+
+mg_status mg_tok_from_json_text(const char *json, size_t len, mg_tok **out) {
+    if (!out)
+        return mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "mg_tok_from_json_text: out is NULL");
+    *out = NULL;
+    if (!json)
+        return mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "mg_tok_from_json_text: json is NULL");
+    reader r = {.d = {.s = json}};
+    jsmn_parser p;
+    jsmn_init(&p);
+    int count = jsmn_parse(&p, json, len, NULL, 0);
+    if (count == JSMN_ERROR_PART || count == 0)
+        return bad(count ? "truncated JSON" : "empty JSON");
+    if (count < 0)
+        return mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "tokenizer.json: malformed JSON near byte %u",
+                           (unsigned)p.pos);
+    r.d.tk = malloc((size_t)count * sizeof *r.d.tk);
+    if (!r.d.tk)
+        return mg_tok_fail(MG_ERR_OUT_OF_MEMORY,
+                           "tokenizer.json: no host memory for %d JSON "
+                           "values",
+                           count);
+    jsmn_init(&p);
+    r.d.n = jsmn_parse(&p, json, len, r.d.tk, (unsigned)count);
+    mg_status st = MG_OK;
+    if (r.d.n == JSMN_ERROR_PART)
+        st = bad("truncated JSON");
+    else if (r.d.n < 0)
+        st = mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "tokenizer.json: malformed JSON near byte %u",
+                         (unsigned)p.pos);
+    else if (!jis(&r.d, 0, JSMN_OBJECT))
+        st = bad("the top level is not an object");
+    int model = st ? -1 : jget(&r.d, 0, "model");
+    int added = st ? -1 : jget(&r.d, 0, "added_tokens");
+    long long mx = 0;
+    if (!st && !jis(&r.d, model, JSMN_OBJECT))
+        st = bad("no model object");
+    if (!st &&
+        (!jnull(&r.d, jget(&r.d, 0, "truncation")) || !jnull(&r.d, jget(&r.d, 0, "padding"))))
+        st = mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: truncation and padding are not "
+                                             "supported (both must be null)");
+    if (!st)
+        st = max_id(&r, model, added, &mx);
+    if (!st)
+        st = mg_tok_alloc((uint32_t)mx + 1, &r.t);
+    if (!st)
+        st = read_normalizer(&r, jget(&r.d, 0, "normalizer"));
+    if (!st)
+        st = read_pre(&r, jget(&r.d, 0, "pre_tokenizer"), true);
+    if (!st)
+        st = read_model(&r, model);
+    if (!st)
+        st = read_added(&r, added);
+    if (!st)
+        st = read_decoder(&r, jget(&r.d, 0, "decoder"));
+    if (!st)
+        st = read_post(&r, jget(&r.d, 0, "post_processor"));
+    if (!st) {
+        guess_bos_eos(r.t);
+        st = mg_tok_finish(r.t);
+    }
+    free(r.d.tk);
+    free(r.buf);
+    free(r.buf2);
+    if (st) {
+        mg_tok_destroy(r.t);
+        return st;
+    }
+    *out = r.t;
+    return MG_OK;
+}
+
+mg_status mg_tok_from_json(const char *path, mg_tok **out) {
+    if (!out || !path)
+        return mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "mg_tok_from_json: %s is NULL",
+                           !path ? "the path" : "out");
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mg_tok_fail(MG_ERR_NOT_FOUND, "mg_tok_from_json: cannot open %s: %s", path,
+                           strerror(errno));
+    char *text = NULL;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        size = ftell(f);
+    mg_status st = MG_OK;
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0)
+        st = mg_tok_fail(MG_ERR_NOT_FOUND, "mg_tok_from_json: cannot read %s", path);
+    else if ((unsigned long)size > MAX_JSON_BYTES)
+        st = mg_tok_fail(MG_ERR_INVALID_ARGUMENT,
+                         "mg_tok_from_json: %s is %ld bytes, over the "
+                         "%u limit",
+                         path, size, MAX_JSON_BYTES);
+    else if (!(text = malloc((size_t)size + 1)))
+        st = mg_tok_fail(MG_ERR_OUT_OF_MEMORY, "mg_tok_from_json: no host memory for %ld bytes",
+                         size);
+    else if (fread(text, 1, (size_t)size, f) != (size_t)size)
+        st = mg_tok_fail(MG_ERR_NOT_FOUND, "mg_tok_from_json: cannot read %s", path);
+    fclose(f);
+    if (!st) {
+        st = mg_tok_from_json_text(text, (size_t)size, out);
+        if (st) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", mg_tok_error());
+            mg_tok_fail(st, "%s (%s)", msg, path);
+        }
+    }
+    free(text);
+    return st;
+}

@@ -549,9 +549,15 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
      * CPU's (relative to the row's largest), each token is the argmax of its own side's logits,
      * and the final hidden states are within hidden_tolerance (test_forward_cuda's bounds). A
      * token the CPU would have chosen differently is then a near-tie: the logits' difference
-     * covers its margin. */
+     * covers its margin. Bounds (H200, 2026-12-01, bench/results): BF16, NVFP4 and MLX logits
+     * within 0.008, FP8 within 0.05 (the LM head's input quantized to E4M3 per token: a one-ulp
+     * BF16 difference may move an element by a whole E4M3 step); a MoE preset that routes to
+     * fewer than all experts may send a token to another expert at a routing near-tie inside a
+     * pass, which following the tokens cannot prevent (tiny-moe NVFP4: 0.053). */
     const bool fp8 = c.weights == MG_FWD_WEIGHTS_FP8;
-    const double logits_tolerance = fp8 ? 0.05 : 0.03, hidden_tolerance = fp8 ? 0.04 : 0.03;
+    const bool routed = p->shape.experts && p->shape.experts_per_token < p->shape.experts;
+    const double logits_tolerance = routed ? 0.15 : fp8 ? 0.08 : 0.03;
+    const double hidden_tolerance = routed ? 0.1 : fp8 ? 0.04 : 0.03;
     double rel = -1;
     int agree = -1;
     bool compare_ok = false;

@@ -46,3 +46,20 @@ endif()
 # The forward model with MLX weights reads the committed checkpoints (tests/mlx/checkpoints/).
 target_compile_definitions(test_forward_mlx PRIVATE
   METRALE_MLX_CHECKPOINTS="${PROJECT_SOURCE_DIR}/tests/mlx/checkpoints")
+
+# The same test as a binary moved off its source tree (the GPU machine's case): its compiled-in
+# folder does not exist and METRALE_MLX_CHECKPOINTS names a copy of the checkpoints, which
+# every case must then open.
+add_executable(test_forward_mlx_moved ${PROJECT_SOURCE_DIR}/tests/test_forward_mlx.c)
+target_include_directories(test_forward_mlx_moved PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+target_link_libraries(test_forward_mlx_moved PRIVATE metrale_check metrale_model)
+target_compile_definitions(test_forward_mlx_moved PRIVATE
+  METRALE_MLX_CHECKPOINTS="${PROJECT_BINARY_DIR}/no-such-folder")
+add_test(NAME mlx_checkpoints_copy
+         COMMAND ${CMAKE_COMMAND} -E copy_directory ${PROJECT_SOURCE_DIR}/tests/mlx/checkpoints
+                 ${PROJECT_BINARY_DIR}/mlx_checkpoints_copy)
+set_tests_properties(mlx_checkpoints_copy PROPERTIES FIXTURES_SETUP mlx_checkpoints_copy)
+add_test(NAME test_forward_mlx_moved COMMAND test_forward_mlx_moved)
+set_tests_properties(test_forward_mlx_moved PROPERTIES FIXTURES_REQUIRED mlx_checkpoints_copy
+  TIMEOUT 600 SKIP_RETURN_CODE 77
+  ENVIRONMENT "METRALE_MLX_CHECKPOINTS=${PROJECT_BINARY_DIR}/mlx_checkpoints_copy")

@@ -4,8 +4,11 @@
  * weights: each request processed one token at a time with its own key/value history (which
  * is what a causal prefill followed by decode steps computes), BF16 rounding where the ops
  * store BF16, fed the library's tokens: each must be the reference's best or within a near-tie
- * of it, and the final hidden states must agree within 2% (FP8: 4%, see `tolerance`). Then
- * the configuration errors the model must refuse with a message.
+ * of it, every pass's logits (mg_fwd_logits) within the same tolerance of the reference's, and
+ * the final hidden states must agree within 2% (FP8: 4%, see `tolerance`). After the prefill
+ * every request's token is replaced by a random one (mg_fwd_force_tokens), and the reference
+ * is fed those: the next passes must have read them. Then the configuration errors the model
+ * must refuse with a message.
  *
  * With NVFP4 weights the layer matrices are quantized here with mg_nvfp4_quantize (global
  * scale amax / 2688 of the whole tensor, the rule model.h documents), their codes and block
@@ -246,8 +249,14 @@ static void linear(const reference *ref, uint32_t l, uint32_t slot, const float 
  * after which the two runs would decode different texts). Writes the reference's argmax at
  * each step into `generated` and the final-normed hidden state of the last token; returns how
  * many of the library's tokens are not within the tolerance of the reference's best logit. */
+/* Request r through the reference, fed the library's tokens `forced` (those it chose, and
+ * those mg_fwd_force_tokens replaced: is_forced[pass]); the library's logits of each pass,
+ * lib_logits [passes][batch][vocab] (mg_fwd_logits), must be within the tolerance of the
+ * reference's (relative to the largest), and its chosen tokens near the reference's best.
+ * The reference's own argmax per pass to `generated`; the number of misses returned. */
 static int reference_request(const reference *ref, const mg_fwd_config *c, uint32_t r,
-                             const int32_t *forced, int32_t *generated, float *final_hidden) {
+                             const int32_t *forced, const bool *is_forced,
+                             const float *lib_logits, int32_t *generated, float *final_hidden) {
     const mg_model_shape *s = &ref->p->shape;
     uint32_t H = s->hidden, D = s->head_dim, QD = s->heads * D, KD = s->kv_heads * D;
     uint32_t I = s->intermediate, len = mg_fwd_prompt_length(c, r), total = len + c->steps;
@@ -348,9 +357,15 @@ static int reference_request(const reference *ref, const mg_fwd_config *c, uint3
          * tolerance below), so its logits may by about as much: its token must be within the
          * tolerance (of the largest logit magnitude) of the best one. */
         int32_t chosen = forced[produced];
-        if (chosen < 0 || (uint32_t)chosen >= s->vocab ||
-            logits[chosen] < logits[best] - ref->tolerance * largest)
+        if (!is_forced[produced] && (chosen < 0 || (uint32_t)chosen >= s->vocab ||
+                                     logits[chosen] < logits[best] - ref->tolerance * largest))
             far_from_best++;
+        const float *lib = lib_logits + ((size_t)produced * c->batch + r) * s->vocab;
+        for (uint32_t v = 0; v < s->vocab; v++)
+            if (!(fabsf(lib[v] - logits[v]) <= ref->tolerance * largest)) { /* NaN fails */
+                far_from_best++;
+                break;
+            }
         generated[produced++] = (int32_t)best;
     }
     free(kc), free(vc), free(h), free(a), free(q), free(kv), free(o), free(proj), free(gu);
@@ -457,9 +472,42 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
         fprintf(stderr, "mg_fwd_create: %s\n", mg_fwd_error());
         return;
     }
-    CHECK(mg_fwd_prefill(m, s) == MG_OK);
-    for (uint32_t i = 0; i < c.steps; i++)
-        CHECK(mg_fwd_decode(m, s) == MG_OK);
+    /* Every pass's logits (poisoned first); after the prefill's, every request's token is
+     * replaced by a random one (mg_fwd_force_tokens), which the reference is then fed: the next
+     * pass must have read the forced ids. */
+    const uint32_t V = p->shape.vocab, passes = c.steps + 1;
+    float *logits = malloc((size_t)passes * c.batch * V * sizeof(float));
+    bool *is_forced = calloc(passes, sizeof(bool));
+    int32_t *force = malloc(c.batch * sizeof(int32_t));
+    for (size_t i = 0; i < (size_t)passes * c.batch * V; i++)
+        logits[i] = NAN;
+    CHECK_STATUS(mg_fwd_logits(m, logits), MG_ERR_INVALID_ARGUMENT); /* no pass yet */
+    CHECK_STATUS(mg_fwd_force_tokens(m, force), MG_ERR_INVALID_ARGUMENT);
+    for (uint32_t pass = 0; pass < passes; pass++) {
+        CHECK(pass ? mg_fwd_decode(m, s) == MG_OK : mg_fwd_prefill(m, s) == MG_OK);
+        float *l = logits + (size_t)pass * c.batch * V;
+        CHECK_OK(mg_fwd_logits(m, l));
+        for (uint32_t r = 0; r < c.batch; r++) {
+            uint32_t count, best = 0;
+            const int32_t token = mg_fwd_tokens(m, r, &count)[pass];
+            for (uint32_t v = 1; v < V; v++)
+                best = l[(size_t)r * V + v] > l[(size_t)r * V + best] ? v : best;
+            CHECK(count == pass + 1 && token == (int32_t)best); /* ties to the lowest id */
+            force[r] = (int32_t)test_rand_range(0, V - 1);
+        }
+        if (pass == 0 && passes > 1) {
+            force[0] = (int32_t)V; /* refused: nothing replaced */
+            CHECK_STATUS(mg_fwd_force_tokens(m, force), MG_ERR_INVALID_ARGUMENT);
+            CHECK(strstr(mg_fwd_error(), "outside") != NULL);
+            force[0] = 0;
+            CHECK_OK(mg_fwd_force_tokens(m, force));
+            is_forced[0] = true;
+            for (uint32_t r = 0; r < c.batch; r++) {
+                uint32_t count;
+                CHECK(mg_fwd_tokens(m, r, &count)[0] == force[r]);
+            }
+        }
+    }
     CHECK(mg_fwd_decode(m, s) == MG_ERR_INVALID_ARGUMENT); /* beyond the planned steps */
     uint32_t H = p->shape.hidden;
     uint16_t *hidden = malloc((size_t)c.batch * H * 2);
@@ -473,10 +521,10 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
         CHECK(count == c.steps + 1);
         if (count != c.steps + 1)
             continue;
-        int far = reference_request(&ref, &c, r, got, want, want_hidden);
+        int far = reference_request(&ref, &c, r, got, is_forced, logits, want, want_hidden);
         int differ = 0;
         for (uint32_t i = 0; i < count; i++)
-            differ += got[i] != want[i];
+            differ += got[i] != want[i] && !is_forced[i];
         CHECK(far == 0);
         if (far || differ) {
             fprintf(stderr, "request %u tokens%s:", r,
@@ -495,7 +543,7 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
         if (!(diff / scale < ref.tolerance))
             fprintf(stderr, "request %u final hidden: max rel err %g\n", r, diff / scale);
     }
-    free(hidden), free(want), free(want_hidden);
+    free(hidden), free(want), free(want_hidden), free(logits), free(is_forced), free(force);
     mg_fwd_destroy(m);
     mg_stream_destroy(s);
     free(ref.emb), free(ref.final_norm), free(ref.lm);

@@ -7,16 +7,27 @@
  * request's largest value), and so must those of every decode step while the greedy tokens
  * agree; the same run against the other bits' dequantized weights must be further off (the
  * comparison sees the weights). Then a checkpoint that is missing, of other bits or of another
- * shape must be refused with a one-line message.
+ * shape must be refused with a one-line message. Every checkpoint it opens is found through
+ * METRALE_MLX_CHECKPOINTS when that is set (test_forward_mlx_moved: this file built with a
+ * compiled-in folder that does not exist, run with the variable naming a copy).
  */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "metrale/dtype.h"
 #include "model.h"
 #include "test_util.h"
+
+/* The committed checkpoints' folder: METRALE_MLX_CHECKPOINTS in the environment (a binary run
+ * off its source tree, as on the GPU machine, finds them there), else the source tree's that
+ * the build passes; the same order as the model's own lookup of a preset's checkpoint. */
+static const char *checkpoints_dir(void) {
+    const char *env = getenv("METRALE_MLX_CHECKPOINTS");
+    return env && *env ? env : METRALE_MLX_CHECKPOINTS;
+}
 
 #define STEPS 4u
 
@@ -125,8 +136,9 @@ int main(void) {
         mg_fwd_destroy(deq[i].m);
     }
     expect_refused(b, "micro", MG_FWD_WEIGHTS_MLX8, "/nonexistent/checkpoint", "MLX checkpoint");
-    /* the committed 8-bit checkpoint (the build passes its folder) */
-    const char *dir = METRALE_MLX_CHECKPOINTS "/micro-mlx8";
+    /* the committed 8-bit checkpoint */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/micro-mlx8", checkpoints_dir());
     expect_refused(b, "micro", MG_FWD_WEIGHTS_MLX4, dir, "the preset needs [256, 128] 4-bit");
     expect_refused(b, "tiny", MG_FWD_WEIGHTS_MLX8, dir, "the preset needs");
     expect_refused(b, "tiny", MG_FWD_WEIGHTS_MLX8, NULL, "no committed MLX checkpoint");

@@ -21,7 +21,10 @@
  *   amax  = max |x| over the block's FINITE values (infinities and NaN are left out; 0 if none);
  *   s     = (amax / 6) / global                                  (two divisions, in that order)
  *   scale = E4M3 code of s, round to nearest even, saturating at 448 (0x7e); s not > 0 (amax 0,
- *           a zero/negative/NaN global) gives scale 0; s infinite gives 0x7e;
+ *           or a global of +inf) gives scale 0; s infinite (a positive global too small for
+ *           amax) gives 0x7e; a global that is not > 0 (+0, -0, negative, NaN) gives scale 0
+ *           in every block, so the whole weight quantizes to zero (the global is read on the
+ *           device when the call runs, so it cannot be refused when the call is made);
  *   d     = e4m3(scale) * global;       each value x -> nibble:
  *           scale 0                  -> 0;
  *           m = |x| / d, NaN x       -> 0 (E2M1 has no NaN: a NaN weight becomes +0);

@@ -100,7 +100,7 @@ static void expect_quantize(const uint16_t *x, uint32_t n, uint32_t k, uint32_t 
                     amax = v;
             }
             float s = f32_div(f32_div(amax, 6.0), global);
-            uint8_t scale = s > 0 ? e4m3_nearest(s) : 0;
+            uint8_t scale = global > 0 && s > 0 ? e4m3_nearest(s) : 0; /* nvfp4.h */
             scales[(size_t)r * (k / 16) + g] = scale;
             float d = (float)(e4m3_decode(scale) * global);
             for (int i = 0; i < 16; i += 2) {
@@ -230,6 +230,14 @@ static bool quantize_case(mg_check_ctx *ctx, mg_check_result *result, uint64_t *
         goto done;
     snprintf(name, sizeof name, "%s packed", what);
     ok = same_bytes(result, name, got_p, want_p, pb);
+    /* a global that is not > 0, or +inf: every block scale 0 and every code 0 (nvfp4.h) */
+    for (size_t i = 0; ok && !(global > 0 && isfinite(global)) && i < pb + sb; i++)
+        if (i < pb ? got_p[i] : got_s[i - pb]) {
+            MG_CHECK_FAIL(result, "%s: %s byte %zu is 0x%02x, not 0 (a zero weight)", what,
+                          i < pb ? "packed" : "scale", i < pb ? i : i - pb,
+                          i < pb ? got_p[i] : got_s[i - pb]);
+            ok = false;
+        }
 done:
     free_all(b, d, 4);
     free(x), free(want_p), free(want_s), free(got_p), free(got_s);
@@ -251,8 +259,14 @@ static void check_quantize(mg_check_ctx *ctx, mg_check_result *result) {
                                    (int)rng_below(&rng, 9) - 4 - 3))
                     return;
         }
+    /* Globals that define no scale: the weight quantizes to zero. */
+    const float degenerate[] = {0.0f, -0.0f, -0x1p-3f, NAN, INFINITY};
+    for (size_t g = 0; g < COUNT(degenerate); g++, cases++)
+        if (!quantize_case(ctx, result, &rng, 3, 48, 56, degenerate[g], -5))
+            return;
     snprintf(result->detail, sizeof result->detail,
-             "%d shapes x globals (N 1..130, K 16..4112, row gaps, ties, NaN/inf/-0), bit-exact",
+             "%d shapes x globals (N 1..130, K 16..4112, row gaps, ties, NaN/inf/-0; globals "
+             "+-0, negative, NaN, inf: zero), bit-exact",
              cases);
 }
 

@@ -22,6 +22,7 @@
 #include "metrale/ops_moe_gemm.h"
 #include "metrale/ops_nvfp4.h"
 #include "metrale/ops_quantize.h"
+#include "metrale/dtype.h"
 #include "metrale/nvfp4.h"
 #include "metrale/status.h"
 
@@ -1409,25 +1410,7 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
     return st;
 }
 
-static mg_status decode_step(mg_fwd *m, mg_stream *s, const int32_t *fed);
-
 mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
-    return decode_step(m, s, NULL);
-}
-
-mg_status mg_fwd_decode_fed(mg_fwd *m, mg_stream *s, const int32_t *ids) {
-    error_text[0] = '\0';
-    if (!ids)
-        return fail(MG_ERR_INVALID_ARGUMENT, "mg_fwd_decode_fed: NULL ids");
-    for (uint32_t r = 0; r < m->c.batch; r++)
-        if (ids[r] < 0 || (uint32_t)ids[r] >= m->sh.vocab)
-            return fail(MG_ERR_INVALID_ARGUMENT,
-                        "fed token of request %u is id %d, outside the vocabulary of %u", r,
-                        ids[r], m->sh.vocab);
-    return decode_step(m, s, ids);
-}
-
-static mg_status decode_step(mg_fwd *m, mg_stream *s, const int32_t *fed) {
     error_text[0] = '\0';
     if (!m->token_count)
         return fail(MG_ERR_INVALID_ARGUMENT, "decode before the prefill");
@@ -1446,9 +1429,6 @@ static mg_status decode_step(mg_fwd *m, mg_stream *s, const int32_t *fed) {
     free(qo);
     if (st)
         return st;
-    /* the step reads its input ids from step_ids, where the previous pass's argmax left them */
-    if (fed)
-        TRY(mg_copy_h2d(m->b, m->step_ids, fed, m->c.batch * sizeof *fed), "feeding the tokens");
     if (!m->decode_plan) {
         mg_paged_attention_desc d = attention_desc(m);
         d.graph_qo_rows = B;
@@ -1489,19 +1469,36 @@ mg_status mg_fwd_final_hidden(mg_fwd *m, uint16_t *out) {
 }
 
 mg_status mg_fwd_logits(mg_fwd *m, float *out) {
-    const size_t n = (size_t)m->c.batch * m->sh.vocab;
-    if (!m->fp4 && !m->fp8_scales) {
-        TRY(mg_copy_d2h(m->b, out, m->logits, n * sizeof *out), "reading the logits");
+    error_text[0] = '\0';
+    if (!m->token_count)
+        return fail(MG_ERR_INVALID_ARGUMENT, "no pass has run: no logits yet");
+    size_t n = (size_t)m->c.batch * m->sh.vocab;
+    if (!(m->fp4 || m->fp8_scales)) {
+        TRY(mg_copy_d2h(m->b, out, m->logits, n * sizeof(float)), "reading the logits");
         return MG_OK;
     }
-    uint16_t *bf = malloc(n * 2); /* BF16 logits (NVFP4, FP8), widened */
+    uint16_t *bf = malloc(n * 2); /* BF16 logits (forward()) */
     if (!bf)
-        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the logits");
     mg_status st = mg_copy_d2h(m->b, bf, m->logits, n * 2);
     for (size_t i = 0; !st && i < n; i++)
         out[i] = mg_bf16_to_f32(bf[i]);
     free(bf);
     return st ? lib_fail(st, "reading the logits") : MG_OK;
+}
+
+mg_status mg_fwd_force_tokens(mg_fwd *m, const int32_t *ids) {
+    error_text[0] = '\0';
+    if (!m->token_count)
+        return fail(MG_ERR_INVALID_ARGUMENT, "no pass has run: no token to replace");
+    for (uint32_t r = 0; r < m->c.batch; r++)
+        if (ids[r] < 0 || (uint32_t)ids[r] >= m->sh.vocab)
+            return fail(MG_ERR_INVALID_ARGUMENT, "forced token %d of request %u outside [0, %u)",
+                        ids[r], r, m->sh.vocab);
+    TRY(mg_copy_h2d(m->b, m->step_ids, ids, m->c.batch * sizeof(int32_t)), "forcing the tokens");
+    for (uint32_t r = 0; r < m->c.batch; r++)
+        m->tokens[(size_t)r * (m->c.steps + 1) + m->token_count - 1] = ids[r];
+    return MG_OK;
 }
 
 void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {

@@ -187,15 +187,6 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s);
  * replay a graph captured at the second call, except while a timing object is attached
  * (mg_fwd_set_timing: eager). Waits for the step to finish. */
 mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s);
-/* The same with ids[r] as request r's input token instead of its latest generated one
- * (teacher forcing: feeding a given continuation); mg_fwd_tokens still records each step's
- * greedy prediction. Graph replays read the fed ids like any other step's. */
-mg_status mg_fwd_decode_fed(mg_fwd *m, mg_stream *s, const int32_t *ids);
-
-/* The logits of each request's last token after the latest pass, FP32 [batch, vocab] copied to
- * host memory (BF16 logits of the NVFP4 and FP8 paths widened exactly). */
-mg_status mg_fwd_logits(mg_fwd *m, float *out);
-
 /* The architecture the model runs: the config's preset, or the checkpoint's (model_path), with
  * its weight format. Valid while the model lives. */
 const mg_fwd_preset *mg_fwd_get_preset(const mg_fwd *m, mg_fwd_weights *weights);
@@ -219,6 +210,17 @@ const int32_t *mg_fwd_tokens(const mg_fwd *m, uint32_t r, uint32_t *count);
 /* The final-normed hidden state of each request's last token after the latest pass:
  * BF16 [batch, hidden] copied to host memory. */
 mg_status mg_fwd_final_hidden(mg_fwd *m, uint16_t *out);
+
+/* The logits of each request's last token after the latest pass: FP32 [batch, vocab] copied to
+ * host memory (the NVFP4 and FP8 LM heads' BF16 logits widened exactly), the values argmax
+ * chose the latest tokens from. */
+mg_status mg_fwd_logits(mg_fwd *m, float *out);
+/* Replaces every request's latest token (ids[batch], each in [0, vocab)) with ids: the input of
+ * the next decode step and the last entry of mg_fwd_tokens. It lets a run follow another run's
+ * greedy choices, so that two backends can be compared step by step on the same inputs even
+ * where a near-tie made them choose differently. Needs a pass to have run; a captured decode
+ * graph stays valid (it reads the ids from device memory). */
+mg_status mg_fwd_force_tokens(mg_fwd *m, const int32_t *ids);
 
 typedef struct mg_fwd_info {
     uint64_t weight_bytes;           /* all weights as stored (NVFP4: prepared values + scales;

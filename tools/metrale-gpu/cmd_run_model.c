@@ -170,6 +170,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
     const uint32_t k = (uint32_t)a.top_logits;
     float *logits = NULL, *top_values = NULL;
     int32_t *top_ids = NULL;
+    int32_t *predicted = calloc(steps + 1, sizeof *predicted); /* teacher forcing's greedy ids */
     double t0 = mg_bench_now_us();
     if ((st = mg_fwd_create(b, &c, &m))) {
         fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
@@ -180,9 +181,9 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
     mg_fwd_weights w;
     const mg_fwd_preset *p = mg_fwd_get_preset(m, &w);
     const uint32_t vocab = p->shape.vocab, rows = k ? steps + 1 : 0;
-    if (k && (!(logits = malloc((size_t)vocab * sizeof *logits)) ||
+    if (!predicted || (k && (!(logits = malloc((size_t)vocab * sizeof *logits)) ||
               !(top_values = malloc((size_t)rows * k * sizeof *top_values)) ||
-              !(top_ids = malloc((size_t)rows * k * sizeof *top_ids)))) {
+              !(top_ids = malloc((size_t)rows * k * sizeof *top_ids))))) {
         fprintf(stderr, "metrale-gpu run: out of host memory\n");
         rc = 1;
         goto done;
@@ -211,9 +212,18 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
     double prefill_s = 0, decode_s = 0;
     for (uint32_t i = 0; i <= steps; i++) {
         t0 = mg_bench_now_us();
-        st = i == 0        ? mg_fwd_prefill(m, s)
-             : a.teacher ? mg_fwd_decode_fed(m, s, &a.teacher[i - 1])
-                         : mg_fwd_decode(m, s);
+        /* teacher forcing: the step's input is the given id, not the prediction (which
+         * `predicted` keeps for the output) */
+        if (i && a.teacher) {
+            uint32_t have;
+            predicted[i - 1] = mg_fwd_tokens(m, 0, &have)[have - 1];
+            if ((st = mg_fwd_force_tokens(m, &a.teacher[i - 1]))) {
+                fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+                rc = 1;
+                goto done;
+            }
+        }
+        st = i == 0 ? mg_fwd_prefill(m, s) : mg_fwd_decode(m, s);
         const double dt = (mg_bench_now_us() - t0) * 1e-6;
         if (st) {
             fprintf(stderr, "metrale-gpu run: %s %u: %s\n", i ? "decode step" : "prefill", i,
@@ -234,6 +244,11 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
     mg_fwd_get_info(m, &info);
     uint32_t count = 0;
     const int32_t *gen = mg_fwd_tokens(m, 0, &count);
+    if (a.teacher) { /* the forced entries of the history: back to the predictions */
+        uint32_t have;
+        predicted[steps] = mg_fwd_tokens(m, 0, &have)[have - 1];
+        gen = predicted;
+    }
     mg_bench bench = {.backend = b, .opts = opts, .warmup = 3, .iters = on_cpu ? 5 : 20};
     double gbps = 0;
     bench.stream = s;
@@ -296,6 +311,7 @@ done:
     free(logits);
     free(top_values);
     free(top_ids);
+    free(predicted);
     free(a.prompt);
     free(a.teacher);
     return rc;

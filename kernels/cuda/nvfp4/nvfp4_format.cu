@@ -55,7 +55,7 @@ __device__ __forceinline__ float e2m1_to_f32(uint32_t nibble) {
 // The block scale code of a block whose finite amax is `amax`.
 __device__ __forceinline__ uint32_t block_scale_code(float amax, float global) {
     float s = __fdiv_rn(__fdiv_rn(amax, 6.0f), global);
-    if (!(s > 0.0f))
+    if (!(global > 0.0f) || !(s > 0.0f)) // +0 would give s = inf: a global not > 0 zeroes all
         return 0;
     return __nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3);
 }

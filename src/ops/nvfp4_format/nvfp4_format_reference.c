@@ -18,7 +18,9 @@
 /* The block scale code of a block whose finite amax is `amax` (metrale/nvfp4.h). */
 static uint8_t block_scale_code(float amax, float global) {
     float s = (amax / 6.0f) / global;
-    if (!(s > 0.0f))
+    /* a global of +0 would make s infinite (0x7e) and every divisor 0 (codes 6): not > 0 is a
+     * zero weight, as metrale/nvfp4.h says */
+    if (!(global > 0.0f) || !(s > 0.0f))
         return 0;
     return mg_f32_to_fp8_e4m3(s); /* round to nearest even, saturating at 448 (0x7e) */
 }

@@ -11,24 +11,33 @@
 #include "bench.h"
 #include "commands.h"
 #include "model.h"
+#include "text_gguf.h"
 
 #define MAX_IDS (1u << 16)
 
 typedef struct model_args {
     const char *model;
+    const char *text, *chat; /* --prompt, --chat */
     int32_t *prompt, *teacher;
     uint32_t prompt_count, teacher_count;
     long steps, top_logits;
+    bool max_tokens; /* --max-tokens: the step count, stopping at the end-of-sequence token */
 } model_args;
 
 static void model_usage(FILE *f) {
     fprintf(f,
-            "usage: metrale-gpu [--backend B] [--json] run --model FILE.gguf --prompt-ids IDS "
-            "[--steps N | --teacher-force IDS] [--top-logits K]\n"
-            "IDS: comma-separated token ids. Runs the checkpoint's network (GGUF: llama "
-            "architecture; Q4_0/Q4_1/Q8_0 matrices on the MLX kernels, F16/BF16/F32 as BF16):\n"
-            "one prefill of the prompt, then N greedy decode steps (default 32), or one step "
-            "per id of --teacher-force, each fed that id instead of the prediction.\n"
+            "usage: metrale-gpu [--backend B] [--json] run --model FILE.gguf (--chat TEXT | "
+            "--prompt TEXT | --prompt-ids IDS) [--max-tokens N | --steps N | --teacher-force "
+            "IDS] [--top-logits K]\n"
+            "Runs the checkpoint's network (GGUF: llama architecture; Q4_0/Q4_1/Q8_0 matrices on "
+            "the MLX kernels, F16/BF16/F32 as BF16) with greedy decoding:\n"
+            "--chat TEXT: one user message in the checkpoint's chat template; --prompt TEXT: the "
+            "text as it is (special tokens written in it are recognised); --prompt-ids IDS: "
+            "comma-separated token ids.\n"
+            "--max-tokens N: up to N new tokens, ending at the end-of-sequence token (default "
+            "128 for text, streamed as it is generated); --steps N: exactly N decode steps "
+            "(default 32 with --prompt-ids); --teacher-force IDS: one step per id, each fed that "
+            "id instead of the prediction.\n"
             "--top-logits K adds each step's K largest logits (--json: \"steps\": [{\"id\", "
             "\"top\": [[id, logit], ...]}]).\n");
 }
@@ -91,6 +100,14 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
             a->model = v;
             if (!ok)
                 fprintf(stderr, "metrale-gpu run: --model needs a path\n");
+        } else if (!strcmp(arg, "--prompt") || !strcmp(arg, "--chat")) {
+            ok = v != NULL;
+            *(arg[2] == 'p' ? &a->text : &a->chat) = v;
+            if (!ok)
+                fprintf(stderr, "metrale-gpu run: %s needs a text\n", arg);
+        } else if (!strcmp(arg, "--max-tokens")) {
+            ok = parse_long(arg, v, 1l << 20, &a->steps);
+            a->max_tokens = true;
         } else if (!strcmp(arg, "--prompt-ids")) {
             free(a->prompt);
             ok = parse_ids(arg, v, &a->prompt, &a->prompt_count);
@@ -115,15 +132,38 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
             return 2;
         i++;
     }
-    if (!a->prompt) {
-        fprintf(stderr, "metrale-gpu run: --model needs --prompt-ids\n");
+    if (!a->model) {
+        fprintf(stderr, "metrale-gpu run: --model needs a path\n");
+        return 2;
+    }
+    if (!!a->prompt + !!a->text + !!a->chat != 1) {
+        fprintf(stderr, "metrale-gpu run: --model needs one of --chat, --prompt and "
+                        "--prompt-ids\n");
         return 2;
     }
     if (a->teacher && a->steps >= 0) {
-        fprintf(stderr, "metrale-gpu run: --steps and --teacher-force exclude each other\n");
+        fprintf(stderr, "metrale-gpu run: --steps / --max-tokens and --teacher-force exclude "
+                        "each other\n");
         return 2;
     }
     return 0;
+}
+
+/* s as a JSON string (control characters escaped; s is valid UTF-8, as decode makes it). */
+static void print_json_string(const char *s, size_t n) {
+    putchar('"');
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c == '\n')
+            printf("\\n");
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
 }
 
 /* The k largest of x[0..n) (ties: the lower id first), into ids/values sorted descending. */
@@ -151,12 +191,93 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
         free(a.teacher);
         return rc < 0 ? 0 : rc;
     }
-    const uint32_t steps = a.teacher ? a.teacher_count : a.steps >= 0 ? (uint32_t)a.steps : 32;
+    mg_tok *tok = NULL;
+    mg_tok_stream *stream = NULL;
+    int32_t eos = -1;
+    if (a.text || a.chat) {
+        mg_chat_template chat;
+        bool has_chat;
+        char problem[512];
+        if (mg_gguf_text_open(a.model, &tok, &chat, &has_chat, problem, sizeof problem)) {
+            fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+            free(a.teacher);
+            return 1;
+        }
+        char *rendered = NULL;
+        const char *text = a.text;
+        size_t len = 0, n = 0;
+        if (a.chat) {
+            const mg_chat_message msg = {.role = "user", .content = a.chat};
+            if (!has_chat) {
+                fprintf(stderr, "metrale-gpu run: --chat: %s; give the text as it is with "
+                                "--prompt\n", problem);
+                mg_tok_destroy(tok);
+                free(a.teacher);
+                return 2;
+            }
+            mg_chat_render(&chat, &msg, 1, true, NULL, 0, &len);
+            if (!(rendered = malloc(len + 1)) || mg_chat_render(&chat, &msg, 1, true, rendered,
+                                                                len + 1, &len)) {
+                fprintf(stderr, "metrale-gpu run: rendering the chat: %s\n",
+                        rendered ? mg_fwd_error() : "out of host memory");
+                free(rendered);
+                mg_tok_destroy(tok);
+                free(a.teacher);
+                return 1;
+            }
+            text = rendered;
+        }
+        len = strlen(text);
+        mg_status te = mg_tok_encode(tok, text, len, true, true, NULL, 0, &n);
+        if (te == MG_OK || n > 0) {
+            if (!(a.prompt = malloc((n ? n : 1) * sizeof *a.prompt)))
+                te = MG_ERR_OUT_OF_MEMORY;
+            else
+                te = mg_tok_encode(tok, text, len, true, true, a.prompt, n, &n);
+        }
+        free(rendered);
+        if (te || n == 0) {
+            fprintf(stderr, "metrale-gpu run: %s: %s\n", a.chat ? "--chat" : "--prompt",
+                    te ? mg_tok_error() : "the text has no tokens: give a non-empty prompt");
+            mg_tok_destroy(tok);
+            free(a.prompt);
+            free(a.teacher);
+            return 2;
+        }
+        a.prompt_count = (uint32_t)n;
+        eos = mg_tok_eos(tok);
+        if (!a.teacher && a.steps < 0) {
+            a.steps = 128;
+            a.max_tokens = true;
+        }
+        if (!opts->json && mg_tok_stream_create(tok, true, &stream)) {
+            fprintf(stderr, "metrale-gpu run: %s\n", mg_tok_error());
+            mg_tok_destroy(tok);
+            free(a.prompt);
+            free(a.teacher);
+            return 1;
+        }
+    }
+    if (a.max_tokens && a.steps == 0) {
+        fprintf(stderr, "metrale-gpu run: --max-tokens must be at least 1\n");
+        mg_tok_stream_destroy(stream);
+        mg_tok_destroy(tok);
+        free(a.prompt);
+        free(a.teacher);
+        return 2;
+    }
+    /* --max-tokens N: the prefill makes the first token, N - 1 decode steps the rest */
+    const uint32_t steps = a.teacher      ? a.teacher_count
+                           : a.max_tokens ? (uint32_t)a.steps - 1
+                           : a.steps >= 0 ? (uint32_t)a.steps
+                                          : 32;
     mg_backend *b = NULL;
     mg_status st = mg_backend_open(opts->backend, opts->device, &b);
     if (st) {
         fprintf(stderr, "metrale-gpu run: cannot open the %s backend (device %d): %s\n",
                 mg_backend_kind_name(opts->backend), opts->device, mg_last_error());
+        mg_tok_stream_destroy(stream);
+        mg_tok_destroy(tok);
         free(a.prompt);
         free(a.teacher);
         return 1;
@@ -208,7 +329,9 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
                p->shape.head_dim, vocab, mg_fwd_weights_name(w), info.weight_bytes / 1e6,
                mg_backend_kind_name(mg_backend_get_kind(b)), load_s,
                load_s > 0 ? info.weight_bytes / load_s / 1e9 : 0.0, a.prompt_count, steps,
-               a.teacher ? "teacher-forced steps" : "greedy steps");
+               a.teacher ? "teacher-forced steps" : a.max_tokens ? "decode steps at most"
+                                                                  : "greedy steps");
+    uint32_t done_steps = 0; /* decode steps run (fewer than `steps` when EOS ends the text) */
     double prefill_s = 0, decode_s = 0;
     for (uint32_t i = 0; i <= steps; i++) {
         t0 = mg_bench_now_us();
@@ -232,6 +355,16 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
             goto done;
         }
         *(i ? &decode_s : &prefill_s) += dt;
+        done_steps = i;
+        uint32_t have;
+        const int32_t latest = mg_fwd_tokens(m, 0, &have)[have - 1];
+        if (stream) { /* the text so far, as soon as it is whole UTF-8 */
+            char piece[1024];
+            size_t plen = 0;
+            if (!mg_tok_stream_put(stream, latest, piece, sizeof piece, &plen))
+                fputs(piece, stdout);
+            fflush(stdout);
+        }
         if (k) {
             if ((st = mg_fwd_logits(m, logits))) {
                 fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
@@ -240,10 +373,20 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
             }
             top_k(logits, vocab, k, top_ids + (size_t)i * k, top_values + (size_t)i * k);
         }
+        if (a.max_tokens && latest == eos)
+            break;
+    }
+    if (stream) {
+        char rest[64];
+        size_t rlen = 0;
+        if (!mg_tok_stream_finish(stream, rest, sizeof rest, &rlen))
+            fputs(rest, stdout);
+        fputs("\n", stdout);
     }
     mg_fwd_get_info(m, &info);
     uint32_t count = 0;
     const int32_t *gen = mg_fwd_tokens(m, 0, &count);
+    count = done_steps + 1 < count ? done_steps + 1 : count;
     if (a.teacher) { /* the forced entries of the history: back to the predictions */
         uint32_t have;
         predicted[steps] = mg_fwd_tokens(m, 0, &have)[have - 1];
@@ -255,7 +398,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
     if (mg_bench_copy_bandwidth(&bench, on_cpu ? (64u << 20) : (1u << 30), &gbps))
         fprintf(stderr, "metrale-gpu run: measuring the copy bandwidth failed: %s\n",
                 mg_last_error());
-    const double step_ms = steps ? decode_s * 1e3 / steps : 0;
+    const double step_ms = done_steps ? decode_s * 1e3 / done_steps : 0;
     const double step_bytes = (double)info.decode_weight_bytes + (double)info.decode_kv_bytes;
     const double limit_ms = gbps > 0 ? step_bytes / (gbps * 1e6) : 0;
     if (opts->json) {
@@ -277,9 +420,19 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
         for (uint32_t i = 0; i < count; i++)
             printf("%s%d", i ? ", " : "", gen[i]);
         printf("]");
+        if (tok) {
+            size_t tl = 0;
+            mg_tok_decode(tok, gen, count, true, NULL, 0, &tl);
+            char *text = malloc(tl + 1);
+            if (text && !mg_tok_decode(tok, gen, count, true, text, tl + 1, &tl)) {
+                printf(", \"text\": ");
+                print_json_string(text, tl);
+            }
+            free(text);
+        }
         if (k) {
             printf(", \"steps\": [");
-            for (uint32_t i = 0; i < rows; i++) {
+            for (uint32_t i = 0; i < count && i < rows; i++) {
                 printf("%s{\"id\": %d, \"top\": [", i ? ", " : "", gen[i]);
                 for (uint32_t j = 0; j < k; j++)
                     printf("%s[%d, %.9g]", j ? ", " : "", top_ids[(size_t)i * k + j],
@@ -289,11 +442,14 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
             printf("]");
         }
         printf("}\n");
-    } else {
+    } else if (!stream) {
         printf("generated ids  ");
         for (uint32_t i = 0; i < count; i++)
             printf("%s%d", i ? " " : "", gen[i]);
-        printf("\nsummary:\n");
+        printf("\n");
+    }
+    if (!opts->json) {
+        printf("summary:\n");
         printf("  prefill       %.1f tokens/s (%u tokens in %.3f s; time to first token)\n",
                prefill_s > 0 ? a.prompt_count / prefill_s : 0.0, a.prompt_count, prefill_s);
         printf("  decode        %.3f ms/step, %.1f tokens/s (%s)\n", step_ms,
@@ -312,6 +468,8 @@ done:
     free(top_values);
     free(top_ids);
     free(predicted);
+    mg_tok_stream_destroy(stream);
+    mg_tok_destroy(tok);
     free(a.prompt);
     free(a.teacher);
     return rc;

@@ -14,11 +14,13 @@ build: setup
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRALE_CUTLASS_BLACKWELL=ON $(CMAKE_ARGS) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: what is here, then a model-shaped forward pass on the best backend present
-# (the tiny preset on the CPU, the Llama-3-8B-shaped one on a GPU).
+# The main job: what is here, then a real model answering a question on the best backend
+# present: SmolLM2-135M-Instruct (fetched by version and sha256 into .models/, once).
+# `metrale-gpu run --preset NAME` keeps the synthetic models for benchmarks.
+QUESTION ?= What is the capital of France?
 run: build
 	./$(BUILD)/metrale-gpu info
-	./$(BUILD)/metrale-gpu run
+	./$(BUILD)/metrale-gpu run --model "$$(bash scripts/fetch_smollm2.sh)" --chat "$(QUESTION)"
 
 # Every test: the normal build, then ASan+UBSan, then ThreadSanitizer on the concurrent parts.
 test: test-main test-asan test-tsan

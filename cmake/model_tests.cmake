@@ -16,3 +16,29 @@ add_test(NAME smollm2_vs_mlx_lm
                  ${PROJECT_BINARY_DIR}/smollm2_reference cpu ${smollm2_cases})
 set_tests_properties(smollm2_vs_mlx_lm PROPERTIES FIXTURES_REQUIRED smollm2_reference
                      SKIP_RETURN_CODE 77 TIMEOUT 1200)
+
+# The GGUF reader and loader on the committed tiny checkpoints (tests/test_gguf.c).
+if(TARGET test_gguf)
+  target_compile_definitions(test_gguf PRIVATE
+    METRALE_GGUF_CORPUS="${PROJECT_SOURCE_DIR}/tests/fuzz/corpus_gguf")
+endif()
+
+# libFuzzer on the GGUF reader, its tokenizer description and chat template (the safetensors
+# fuzzer's conditions: cmake/mlx_tests.cmake), from the committed corpus tests/fuzz/corpus_gguf/.
+if(TARGET fuzz_safetensors_build)
+  file(GLOB gguf_fuzz_sources ${PROJECT_SOURCE_DIR}/src/model/tokenizer*.c)
+  list(APPEND gguf_fuzz_sources ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_gguf.c
+       ${PROJECT_SOURCE_DIR}/src/model/gguf.c ${PROJECT_SOURCE_DIR}/src/model/text_gguf.c
+       ${PROJECT_SOURCE_DIR}/src/model/chat.c)
+  add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/fuzz_gguf
+    COMMAND ${METRALE_CLANG} -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Werror
+            -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+            -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src/model ${gguf_fuzz_sources}
+            -o ${PROJECT_BINARY_DIR}/fuzz_gguf
+    DEPENDS ${gguf_fuzz_sources} COMMENT "Building the GGUF fuzzer with clang" VERBATIM)
+  add_custom_target(fuzz_gguf_build ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_gguf)
+  add_test(NAME fuzz_gguf_smoke
+    COMMAND sh -c "mkdir -p fuzz_corpus_gguf && exec ./fuzz_gguf -max_total_time=${METRALE_FUZZ_SECONDS} -seed=1 -max_len=65536 -timeout=10 fuzz_corpus_gguf ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus_gguf"
+    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(fuzz_gguf_smoke PROPERTIES TIMEOUT 120)
+endif()

@@ -244,6 +244,9 @@ struct mg_fwd {
      * LM head's; the device-quantized activation of the next GEMM(s) and its per-token scales,
      * and which BF16 buffer (of how many rows) they were quantized from. */
     mg_devptr *fp8_scales; /* [layers][MG_FWD_LAYER_TENSORS] */
+    /* the logits' row pitch in elements: the vocabulary rounded up to 8, as the argmax ops
+     * need a pitch that is a multiple of 4 (FP32) or 8 (BF16) whatever the vocabulary */
+    uint32_t logits_pitch;
     mg_devptr lm_head_scales, act_fp8, act_scales, act_fp8_source;
     uint32_t act_fp8_rows;
     uint64_t weight_bytes;
@@ -769,6 +772,15 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
         if ((st = mg_arena_find(m->arena, names[i], ptrs[i], NULL)))
             return lib_fail(st, "arena buffer");
     }
+    m->logits_pitch = (m->sh.vocab + 7) / 8 * 8;
+    size_t logits_bytes = 0;
+    if ((st = mg_arena_find(m->arena, "logits", &m->logits, &logits_bytes)))
+        return lib_fail(st, "arena buffer");
+    if ((uint64_t)m->c.batch * m->logits_pitch * 4 > logits_bytes)
+        return fail(MG_ERR_UNSUPPORTED,
+                    "a vocabulary of %u tokens at batch %u: the planned logits (%zu bytes) do not "
+                    "hold %u rows of %u",
+                    m->sh.vocab, m->c.batch, logits_bytes, m->c.batch, m->logits_pitch);
     if (dense_fp4 && (st = mg_arena_find(m->arena, "mlp_act_fp4", &m->mlp_act_fp4, NULL)))
         return lib_fail(st, "arena buffer");
     if (fp8 && ((st = mg_arena_find(m->arena, "fp8_act", &m->act_fp8, NULL)) ||
@@ -1315,18 +1327,20 @@ static mg_status forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                TRY(quantize_act(m, s, B, H, m->logits_hidden), "quantizing to FP8"));
         OP("lm_head",
            TRY(fp8 ? mg_gemm_fp8_rowwise(b, s, B, sh->vocab, H, m->act_fp8, m->act_scales,
-                                         m->lm_head, m->lm_head_scales, m->logits, sh->vocab)
+                                         m->lm_head, m->lm_head_scales, m->logits, m->logits_pitch)
                    : mg_nvfp4_gemm(b, s, B, sh->vocab, H, m->logits_hidden, H, &m->lm_head_fp4,
-                                   m->logits, sh->vocab),
+                                   m->logits, m->logits_pitch),
                "LM head"));
         OP("argmax",
-           TRY(mg_argmax_bf16(b, s, B, sh->vocab, m->logits, sh->vocab, m->step_ids), "argmax"));
+           TRY(mg_argmax_bf16(b, s, B, sh->vocab, m->logits, m->logits_pitch, m->step_ids),
+               "argmax"));
     } else {
         OP("lm_head", TRY(mg_gemm_bf16(b, s, B, sh->vocab, H, m->logits_hidden, m->lm_head,
-                                       m->logits, MG_DTYPE_F32, sh->vocab),
+                                       m->logits, MG_DTYPE_F32, m->logits_pitch),
                           "LM head"));
         OP("argmax",
-           TRY(mg_argmax_f32(b, s, B, sh->vocab, m->logits, sh->vocab, m->step_ids), "argmax"));
+           TRY(mg_argmax_f32(b, s, B, sh->vocab, m->logits, m->logits_pitch, m->step_ids),
+               "argmax"));
     }
     return MG_OK;
 }
@@ -1472,18 +1486,17 @@ mg_status mg_fwd_logits(mg_fwd *m, float *out) {
     error_text[0] = '\0';
     if (!m->token_count)
         return fail(MG_ERR_INVALID_ARGUMENT, "no pass has run: no logits yet");
-    size_t n = (size_t)m->c.batch * m->sh.vocab;
-    if (!(m->fp4 || m->fp8_scales)) {
-        TRY(mg_copy_d2h(m->b, out, m->logits, n * sizeof(float)), "reading the logits");
-        return MG_OK;
-    }
-    uint16_t *bf = malloc(n * 2); /* BF16 logits (forward()) */
-    if (!bf)
+    const size_t V = m->sh.vocab, P = m->logits_pitch, B = m->c.batch;
+    const bool bf16 = m->fp4 || m->fp8_scales; /* BF16 logits (forward()) */
+    void *rows = malloc(B * P * (bf16 ? 2 : 4));
+    if (!rows)
         return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the logits");
-    mg_status st = mg_copy_d2h(m->b, bf, m->logits, n * 2);
-    for (size_t i = 0; !st && i < n; i++)
-        out[i] = mg_bf16_to_f32(bf[i]);
-    free(bf);
+    mg_status st = mg_copy_d2h(m->b, rows, m->logits, B * P * (bf16 ? 2 : 4));
+    for (size_t r = 0; !st && r < B; r++)
+        for (size_t j = 0; j < V; j++)
+            out[r * V + j] = bf16 ? mg_bf16_to_f32(((const uint16_t *)rows)[r * P + j])
+                                  : ((const float *)rows)[r * P + j];
+    free(rows);
     return st ? lib_fail(st, "reading the logits") : MG_OK;
 }
 

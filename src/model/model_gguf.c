@@ -51,12 +51,13 @@ static mg_status check_tensor(const mg_gguf *g, const char *path, const char *na
                          : t->n_dims == 1 && t->dims[0] == cols;
     if (!shape_ok)
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: tensor %s is [%llu x %llu x %llu x %llu] (rank %u), the "
-                           "metadata implies [%llu rows of %llu]",
-                           path, name, (unsigned long long)t->dims[0],
-                           (unsigned long long)t->dims[1], (unsigned long long)t->dims[2],
-                           (unsigned long long)t->dims[3], t->n_dims, (unsigned long long)rows,
-                           (unsigned long long)cols);
+                           "GGUF %s: tensor %s has %llu rows of %llu (rank %u, dims %llu x %llu x "
+                           "%llu x %llu), the metadata implies %llu rows of %llu",
+                           path, name, (unsigned long long)(t->elements / t->dims[0]),
+                           (unsigned long long)t->dims[0], t->n_dims,
+                           (unsigned long long)t->dims[0], (unsigned long long)t->dims[1],
+                           (unsigned long long)t->dims[2], (unsigned long long)t->dims[3],
+                           (unsigned long long)(rows ? rows : 1), (unsigned long long)cols);
     switch (t->type) {
     case MG_GGUF_F32: case MG_GGUF_F16: case MG_GGUF_BF16: case MG_GGUF_Q4_0: case MG_GGUF_Q4_1:
     case MG_GGUF_Q8_0: break;

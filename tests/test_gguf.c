@@ -1,0 +1,400 @@
+/*
+ * test_gguf.c - the GGUF reader (src/model/gguf.h) and GGUF checkpoints in the forward model
+ * (model_gguf.h), on the committed tiny checkpoints of tests/fuzz/corpus_gguf/ (written by the
+ * `gguf` package's own writer, tests/fuzz/make_gguf_corpus.py) and on files built here:
+ *  - every corpus file opens, its metadata and tensors read back, its tensors lie in the file;
+ *  - each is run by the model on the CPU backend (prefill and decode steps) and leaves the
+ *    ledger as it found it;
+ *  - every prefix at each 1/16 of a file and at every byte of its header is refused with a
+ *    status and a message naming the file, never read past (this runs under ASan/UBSan in the
+ *    sanitizer build);
+ *  - hand-made corruptions (magic, version, absurd counts and lengths, too many dimensions, an
+ *    empty dimension, an unknown type, a misaligned or out-of-file offset, a duplicate name)
+ *    each get their own message;
+ *  - a checkpoint whose tensor shapes disagree with its metadata, an unsupported architecture
+ *    and an unused tensor are refused by mg_fwd_create with a message naming them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "model.h"
+#include "test_util.h"
+
+/* The model layer's messages (mg_fwd_error) rather than the library's. */
+#define CHECK_FWD_MESSAGE(needle)                                                                  \
+    do {                                                                                           \
+        test_checks++;                                                                             \
+        if (!strstr(mg_fwd_error(), (needle))) {                                                   \
+            test_failures++;                                                                       \
+            fprintf(stderr, "FAIL %s:%d: message \"%s\" does not mention \"%s\"\n", __FILE__,      \
+                    __LINE__, mg_fwd_error(), (needle));                                           \
+        }                                                                                          \
+    } while (0)
+
+static const char *corpus_dir(void) {
+    const char *d = getenv("METRALE_GGUF_CORPUS");
+    return d && *d ? d : METRALE_GGUF_CORPUS;
+}
+
+static unsigned char *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc(n > 0 ? (size_t)n : 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    *size = (size_t)n;
+    return p;
+}
+
+static bool write_file(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(p, 1, n, f) == n;
+    if (f)
+        fclose(f);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ a small GGUF writer */
+
+typedef struct buf {
+    unsigned char *p;
+    size_t n, cap;
+} buf;
+
+static void put(buf *b, const void *src, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+static void put_u32(buf *b, uint32_t v) {
+    put(b, &v, 4); /* the test machines are little-endian, as the format */
+}
+static void put_u64(buf *b, uint64_t v) {
+    put(b, &v, 8);
+}
+static void put_str(buf *b, const char *s) {
+    put_u64(b, strlen(s));
+    put(b, s, strlen(s));
+}
+static void kv_str(buf *b, const char *k, const char *v) {
+    put_str(b, k);
+    put_u32(b, MG_GGUF_STRING);
+    put_str(b, v);
+}
+static void kv_u32(buf *b, const char *k, uint32_t v) {
+    put_str(b, k);
+    put_u32(b, MG_GGUF_U32);
+    put_u32(b, v);
+}
+
+/* A file of one F32 tensor "t" [4, rows] with `kvs` metadata pairs written by the caller. */
+typedef struct spec {
+    uint32_t version;
+    uint64_t tensor_count, kv_count; /* as written in the header */
+    uint32_t n_dims;
+    uint64_t dim0, dim1;
+    uint32_t type;
+    uint64_t offset;
+    bool duplicate;     /* a second tensor of the same name */
+    uint32_t alignment; /* written as general.alignment (counted in kv_count) when non-zero */
+} spec;
+
+static buf build(const spec *s) {
+    buf b = {0};
+    put(&b, "GGUF", 4);
+    put_u32(&b, s->version);
+    put_u64(&b, s->tensor_count);
+    put_u64(&b, s->kv_count);
+    kv_str(&b, "general.architecture", "llama");
+    if (s->alignment)
+        kv_u32(&b, "general.alignment", s->alignment);
+    for (int t = 0; t < (s->duplicate ? 2 : 1); t++) {
+        put_str(&b, "t");
+        put_u32(&b, s->n_dims);
+        put_u64(&b, s->dim0);
+        if (s->n_dims > 1)
+            put_u64(&b, s->dim1);
+        for (uint32_t d = 2; d < s->n_dims && d < 8; d++)
+            put_u64(&b, 1);
+        put_u32(&b, s->type);
+        put_u64(&b, s->offset);
+    }
+    while (b.n % 32)
+        put(&b, "", 1);
+    float data[64];
+    for (int i = 0; i < 64; i++)
+        data[i] = (float)i;
+    put(&b, data, sizeof data);
+    return b;
+}
+
+static spec good_spec(void) {
+    return (spec){.version = 3, .tensor_count = 1, .kv_count = 1, .n_dims = 2, .dim0 = 4,
+                  .dim1 = 4, .type = MG_GGUF_F32, .offset = 0};
+}
+
+static void expect_refusal(const spec *s, const char *needle) {
+    buf b = build(s);
+    mg_gguf *g = (mg_gguf *)1;
+    mg_status st = mg_gguf_open_memory(b.p, b.n, "made", &g);
+    CHECK(st != MG_OK);
+    CHECK(g == NULL);
+    CHECK_FWD_MESSAGE("GGUF made");
+    CHECK_FWD_MESSAGE(needle);
+    free(b.p);
+}
+
+static void test_made_files(void) {
+    spec s = good_spec();
+    buf b = build(&s);
+    mg_gguf *g = NULL;
+    CHECK_OK(mg_gguf_open_memory(b.p, b.n, "made", &g));
+    if (g) {
+        char arch[16];
+        CHECK(mg_gguf_version(g) == 3);
+        CHECK(mg_gguf_get_string(g, "general.architecture", arch, sizeof arch) &&
+              !strcmp(arch, "llama"));
+        const mg_gguf_tensor *t = mg_gguf_tensor_find(g, "t");
+        CHECK(t && t->elements == 16 && t->bytes == 64 && t->type == MG_GGUF_F32);
+        if (t) {
+            float v[16];
+            memcpy(v, t->data, sizeof v);
+            CHECK(v[0] == 0.0f && v[15] == 15.0f);
+        }
+        CHECK(mg_gguf_tensor_find(g, "missing") == NULL);
+        mg_gguf_close(g);
+    }
+    free(b.p);
+
+    s = good_spec(), s.version = 1;
+    expect_refusal(&s, "version 1");
+    s = good_spec(), s.tensor_count = 1ull << 40;
+    expect_refusal(&s, "absurd counts");
+    s = good_spec(), s.kv_count = 5; /* more pairs than written: the header runs out */
+    expect_refusal(&s, "truncated");
+    s = good_spec(), s.n_dims = 5;
+    expect_refusal(&s, "5 dimensions");
+    s = good_spec(), s.dim1 = 0;
+    expect_refusal(&s, "empty or absurd dimension");
+    s = good_spec(), s.type = 99;
+    expect_refusal(&s, "unknown type 99");
+    s = good_spec(), s.offset = 4;
+    expect_refusal(&s, "not a multiple of the alignment");
+    s = good_spec(), s.offset = 1 << 20;
+    expect_refusal(&s, "past the end");
+    s = good_spec(), s.dim0 = 64, s.dim1 = 64; /* 16 KB of data in a 256-byte section */
+    expect_refusal(&s, "past the end");
+    s = good_spec(), s.type = MG_GGUF_Q4_1, s.dim0 = 16; /* rows of 16: not whole blocks */
+    expect_refusal(&s, "whole Q4_1 blocks");
+    s = good_spec(), s.alignment = 24, s.kv_count = 2;
+    expect_refusal(&s, "power of two");
+    s = good_spec(), s.duplicate = true, s.tensor_count = 2;
+    expect_refusal(&s, "appears twice");
+
+    /* a string whose length runs past the end */
+    buf bad = {0};
+    put(&bad, "GGUF", 4);
+    put_u32(&bad, 3);
+    put_u64(&bad, 0);
+    put_u64(&bad, 1);
+    put_u64(&bad, 1ull << 62);
+    put(&bad, "key", 3);
+    g = NULL;
+    CHECK(mg_gguf_open_memory(bad.p, bad.n, "made", &g) != MG_OK && !g);
+    CHECK_FWD_MESSAGE("truncated");
+    free(bad.p);
+    bad = (buf){0};
+    put(&bad, "GGUX", 4);
+    CHECK(mg_gguf_open_memory(bad.p, bad.n, "made", &g) != MG_OK);
+    CHECK_FWD_MESSAGE("bad magic");
+    free(bad.p);
+    CHECK(mg_gguf_open("/nonexistent/x.gguf", &g) == MG_ERR_NOT_FOUND);
+    CHECK_FWD_MESSAGE("/nonexistent/x.gguf");
+}
+
+/* ------------------------------------------------------------------ the corpus */
+
+static void run_model(mg_backend *b, const char *path, bool expect_ok, const char *needle) {
+    uint64_t live0 = 0, count0 = 0, live1 = 0, count1 = 0;
+    CHECK_OK(mg_ledger_live(b, &live0, &count0));
+    const int32_t prompt[] = {3, 50, 7, 99, 12};
+    mg_fwd_config c = {.batch = 1, .steps = 3, .seed = 1, .model_path = path,
+                       .prompt_ids = prompt, .prompt_ids_count = 5};
+    mg_fwd *m = NULL;
+    mg_status st = mg_fwd_create(b, &c, &m);
+    if (!expect_ok) {
+        CHECK(st != MG_OK && m == NULL);
+        if (needle)
+            CHECK_FWD_MESSAGE(needle);
+    } else {
+        CHECK_OK(st);
+        if (st)
+            fprintf(stderr, "  %s: %s\n", path, mg_fwd_error());
+    }
+    if (m) {
+        mg_stream *s = mg_stream_default(b);
+        CHECK_OK(mg_fwd_prefill(m, s));
+        for (int i = 0; i < 3; i++)
+            CHECK_OK(mg_fwd_decode(m, s));
+        uint32_t n = 0;
+        const int32_t *ids = mg_fwd_tokens(m, 0, &n);
+        CHECK(n == 4);
+        mg_fwd_weights w;
+        const mg_fwd_preset *p = mg_fwd_get_preset(m, &w);
+        CHECK(w == MG_FWD_WEIGHTS_GGUF && p->layers == 1 && p->shape.hidden == 32 &&
+              p->shape.heads == 2 && p->shape.kv_heads == 1 && p->shape.head_dim == 32);
+        for (uint32_t i = 0; i < n; i++)
+            CHECK(ids[i] >= 0 && (uint32_t)ids[i] < p->shape.vocab);
+        mg_fwd_destroy(m);
+    }
+    CHECK_OK(mg_ledger_live(b, &live1, &count1));
+    CHECK(live1 == live0 && count1 == count0);
+}
+
+static void test_corpus(mg_backend *b) {
+    static const char *const files[] = {"tiny_q4_1.gguf", "tiny_mixed_blocks.gguf",
+                                        "tiny_f16.gguf"};
+    char path[1024], tmp[] = "/tmp/test_gguf_XXXXXX";
+    int fd = mkstemp(tmp);
+    CHECK(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        snprintf(path, sizeof path, "%s/%s", corpus_dir(), files[f]);
+        size_t size = 0;
+        unsigned char *data = read_file(path, &size);
+        CHECK(data != NULL);
+        if (!data) {
+            fprintf(stderr, "  cannot read %s (METRALE_GGUF_CORPUS names the folder)\n", path);
+            continue;
+        }
+        mg_gguf *g = NULL;
+        CHECK_OK(mg_gguf_open(path, &g));
+        size_t header_end = size;
+        if (g) {
+            CHECK(mg_gguf_tensor_count(g) == 11);
+            CHECK(mg_gguf_find(g, "tokenizer.ggml.tokens") != NULL);
+            for (size_t i = 0; i < mg_gguf_tensor_count(g); i++)
+                CHECK(mg_gguf_tensor_at(g, i)->bytes > 0);
+            CHECK(mg_gguf_tensor_find(g, "token_embd.weight") != NULL);
+            mg_gguf_close(g);
+            mg_gguf *gm = NULL;
+            CHECK_OK(mg_gguf_open_memory(data, size, "copy", &gm));
+            if (gm) {
+                const uint8_t *lowest = data + size;
+                for (size_t i = 0; i < mg_gguf_tensor_count(gm); i++) {
+                    const mg_gguf_tensor *t = mg_gguf_tensor_at(gm, i);
+                    CHECK(t->data >= data && t->data + t->bytes <= data + size);
+                    lowest = t->data < lowest ? t->data : lowest;
+                }
+                header_end = (size_t)(lowest - data);
+                mg_gguf_close(gm);
+            }
+        }
+        run_model(b, path, true, NULL);
+        /* every prefix at 1/16 steps, and every byte of the header (where the first tensor's
+         * data begins) */
+        int refused = 0, cuts = 0;
+        for (size_t cut = 0; cut < size; cut++) {
+            bool sixteenth = false;
+            for (int k = 0; k < 16; k++)
+                sixteenth |= cut == size * (size_t)k / 16;
+            if (cut >= header_end && !sixteenth)
+                continue;
+            unsigned char *prefix = malloc(cut ? cut : 1);
+            memcpy(prefix, data, cut);
+            mg_gguf *gp = NULL;
+            cuts++;
+            if (mg_gguf_open_memory(prefix, cut, "cut", &gp) != MG_OK) {
+                refused++;
+                CHECK(gp == NULL);
+                CHECK(strstr(mg_fwd_error(), "GGUF cut") != NULL);
+            } else {
+                mg_gguf_close(gp);
+            }
+            if (sixteenth && write_file(tmp, prefix, cut))
+                run_model(b, tmp, false, "GGUF");
+            free(prefix);
+        }
+        CHECK(refused == cuts);
+        free(data);
+    }
+    unlink(tmp);
+}
+
+/* A corpus file with one byte changed where the metadata says the layer count: shapes then
+ * disagree or tensors are unused. */
+static void test_disagreeing(mg_backend *b) {
+    char path[1024], tmp[] = "/tmp/test_gguf_XXXXXX";
+    snprintf(path, sizeof path, "%s/tiny_q4_1.gguf", corpus_dir());
+    size_t size = 0;
+    unsigned char *data = read_file(path, &size);
+    CHECK(data != NULL);
+    int fd = mkstemp(tmp);
+    if (!data || fd < 0) {
+        free(data);
+        return;
+    }
+    close(fd);
+    /* embedding_length 32 -> 48: every shape disagrees */
+    static const char key[] = "llama.embedding_length";
+    unsigned char *k = memmem(data, size, key, sizeof key - 1);
+    CHECK(k != NULL);
+    if (k) {
+        uint32_t *v = (uint32_t *)(void *)(k + sizeof key - 1 + 4);
+        const uint32_t saved = *v;
+        *v = 48;
+        CHECK(write_file(tmp, data, size));
+        run_model(b, tmp, false, "rows of");
+        *v = saved;
+    }
+    /* the architecture renamed: unsupported */
+    static const char arch[] = "llama";
+    unsigned char *a = memmem(data, size, "general.architecture", 20);
+    CHECK(a != NULL);
+    if (a) {
+        unsigned char *val = memmem(a, size - (size_t)(a - data), arch, 5);
+        if (val) {
+            memcpy(val, "gemma", 5);
+            CHECK(write_file(tmp, data, size));
+            run_model(b, tmp, false, "architecture gemma is not supported");
+            memcpy(val, arch, 5);
+        }
+    }
+    /* a tensor renamed to one the network does not have */
+    unsigned char *t = memmem(data, size, "blk.0.ffn_up.weight", 19);
+    CHECK(t != NULL);
+    if (t) {
+        memcpy(t, "blk.0.ffn_xx.weight", 19);
+        CHECK(write_file(tmp, data, size));
+        run_model(b, tmp, false, "blk.0.ffn_up.weight is missing");
+    }
+    free(data);
+    unlink(tmp);
+}
+
+int main(void) {
+    test_seed();
+    mg_backend *b = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &b));
+    test_made_files();
+    if (b) {
+        test_corpus(b);
+        test_disagreeing(b);
+        mg_backend_close(b);
+    }
+    return test_finish();
+}

@@ -26,7 +26,7 @@ endif()
 # libFuzzer on the GGUF reader, its tokenizer description and chat template (the safetensors
 # fuzzer's conditions: cmake/mlx_tests.cmake), from the committed corpus tests/fuzz/corpus_gguf/.
 if(TARGET fuzz_safetensors_build)
-  file(GLOB gguf_fuzz_sources ${PROJECT_SOURCE_DIR}/src/model/tokenizer*.c)
+  file(GLOB gguf_fuzz_sources ${PROJECT_SOURCE_DIR}/src/model/tokenizer*.c ${PROJECT_SOURCE_DIR}/src/model/json.c)
   list(APPEND gguf_fuzz_sources ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_gguf.c
        ${PROJECT_SOURCE_DIR}/src/model/gguf.c ${PROJECT_SOURCE_DIR}/src/model/text_gguf.c
        ${PROJECT_SOURCE_DIR}/src/model/chat.c)

@@ -14,7 +14,7 @@ set_tests_properties(test_tokenizer PROPERTIES FIXTURES_REQUIRED tokenizer_refer
 # coverage builds) from the tokenizer's own sources; a short run from the committed corpus
 # (tests/fuzz/corpus_tokenizer/) is a test. New inputs go to the build folder.
 if(TARGET fuzz_safetensors_build)
-  file(GLOB tok_fuzz_sources ${PROJECT_SOURCE_DIR}/src/model/tokenizer*.c)
+  file(GLOB tok_fuzz_sources ${PROJECT_SOURCE_DIR}/src/model/tokenizer*.c ${PROJECT_SOURCE_DIR}/src/model/json.c)
   list(APPEND tok_fuzz_sources ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_tokenizer_json.c)
   add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/fuzz_tokenizer_json
     COMMAND ${METRALE_CLANG} -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Werror

@@ -9,90 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* jsmn is header-only; this file holds the model layer's one (file-local) copy. Strict mode
- * refuses unquoted keys and bare words that are not JSON literals. Parent links keep the
- * parse linear: without them each comma after an object member scans back to the object's
- * start, quadratic in a 100,000-entry vocabulary (seconds for SmolLM2's). */
-#define JSMN_STATIC
-#define JSMN_STRICT
-#define JSMN_PARENT_LINKS
-#include <jsmn.h>
+#include "json.h"
 
 /* A tokenizer.json larger than this is refused before it is read (Llama-3's is 9 MB). */
 #define MAX_JSON_BYTES (512u << 20)
-
-typedef struct jdoc {
-    const char *s;
-    jsmntok_t *tk;
-    int n;
-} jdoc;
-
-/* The index just past the value at i (its whole subtree). */
-static int jskip(const jdoc *d, int i) {
-    int pending = 1;
-    while (pending > 0 && i < d->n) {
-        pending += d->tk[i].size - 1;
-        i++;
-    }
-    return i;
-}
-
-static bool jis(const jdoc *d, int i, jsmntype_t type) {
-    return i >= 0 && i < d->n && d->tk[i].type == type;
-}
-
-/* Raw comparison: the keys and type names this reader looks for have no escapes. */
-static bool jeq(const jdoc *d, int i, const char *lit) {
-    if (!jis(d, i, JSMN_STRING))
-        return false;
-    size_t n = (size_t)(d->tk[i].end - d->tk[i].start);
-    return strlen(lit) == n && memcmp(d->s + d->tk[i].start, lit, n) == 0;
-}
-
-/* The value of `key` in the object at i; -1 when absent (or i is not an object). */
-static int jget(const jdoc *d, int obj, const char *key) {
-    if (!jis(d, obj, JSMN_OBJECT))
-        return -1;
-    int i = obj + 1;
-    for (int k = 0; k < d->tk[obj].size; k++) {
-        if (jeq(d, i, key))
-            return i + 1;
-        i = jskip(d, i + 1);
-    }
-    return -1;
-}
-
-static bool jnull(const jdoc *d, int i) {
-    return i < 0 || (jis(d, i, JSMN_PRIMITIVE) && d->s[d->tk[i].start] == 'n');
-}
-
-/* A boolean field; `def` when absent or null; false with *bad when not a boolean. */
-static bool jbool(const jdoc *d, int obj, const char *key, bool def, bool *bad) {
-    int i = jget(d, obj, key);
-    if (jnull(d, i))
-        return def;
-    if (!jis(d, i, JSMN_PRIMITIVE) ||
-        (d->s[d->tk[i].start] != 't' && d->s[d->tk[i].start] != 'f')) {
-        *bad = true;
-        return def;
-    }
-    return d->s[d->tk[i].start] == 't';
-}
-
-static bool jint(const jdoc *d, int i, long long *v) {
-    if (!jis(d, i, JSMN_PRIMITIVE))
-        return false;
-    char buf[32];
-    int n = d->tk[i].end - d->tk[i].start;
-    if (n <= 0 || n >= (int)sizeof buf)
-        return false;
-    memcpy(buf, d->s + d->tk[i].start, (size_t)n);
-    buf[n] = 0;
-    char *end;
-    errno = 0;
-    *v = strtoll(buf, &end, 10);
-    return *end == 0 && errno == 0;
-}
 
 static int hexval(char c) {
     return c >= '0' && c <= '9'   ? c - '0'
@@ -116,8 +36,8 @@ static bool hex4(const char *p, const char *end, uint32_t *v) {
 
 /* The unescaped string at i into buf (grown as needed); false when not a string or malformed
  * (a bad escape, a lone surrogate, invalid UTF-8). */
-static bool jstr(const jdoc *d, int i, char **buf, size_t *cap, size_t *len) {
-    if (!jis(d, i, JSMN_STRING))
+static bool jstr(const mg_json *d, int i, char **buf, size_t *cap, size_t *len) {
+    if (!mg_json_is(d, i, JSMN_STRING))
         return false;
     const char *p = d->s + d->tk[i].start, *end = d->s + d->tk[i].end;
     size_t need = (size_t)(end - p) + 1;
@@ -190,7 +110,7 @@ static bool jstr(const jdoc *d, int i, char **buf, size_t *cap, size_t *len) {
 }
 
 typedef struct reader {
-    jdoc d;
+    mg_json d;
     mg_tok *t;
     char *buf, *buf2;
     size_t cap, cap2;
@@ -202,8 +122,8 @@ static mg_status bad(const char *what) {
 
 static mg_status unsupported(const reader *r, int i, const char *what) {
     char name[64] = "?";
-    int ty = jget(&r->d, i, "type");
-    if (jis(&r->d, ty, JSMN_STRING)) {
+    int ty = mg_json_get(&r->d, i, "type");
+    if (mg_json_is(&r->d, ty, JSMN_STRING)) {
         int n = r->d.tk[ty].end - r->d.tk[ty].start;
         snprintf(name, sizeof name, "%.*s", n < 60 ? n : 60, r->d.s + r->d.tk[ty].start);
     }
@@ -212,42 +132,42 @@ static mg_status unsupported(const reader *r, int i, const char *what) {
 }
 
 /* The "type" of the object at i is `lit`. */
-static bool jtype(const jdoc *d, int i, const char *lit) {
-    return jeq(d, jget(d, i, "type"), lit);
+static bool jtype(const mg_json *d, int i, const char *lit) {
+    return mg_json_eq(d, mg_json_get(d, i, "type"), lit);
 }
 
 /* The string value of a field, unescaped into r->buf2. */
 static bool jfield_str(reader *r, int obj, const char *key, size_t *len) {
-    return jstr(&r->d, jget(&r->d, obj, key), &r->buf2, &r->cap2, len);
+    return jstr(&r->d, mg_json_get(&r->d, obj, key), &r->buf2, &r->cap2, len);
 }
 
 /* ------------------------------------------------------------------ model */
 
 /* The largest id of the vocabulary and of the added tokens. */
 static mg_status max_id(reader *r, int model, int added, long long *mx) {
-    const jdoc *d = &r->d;
-    int vocab = jget(d, model, "vocab");
-    if (!jis(d, vocab, JSMN_OBJECT))
+    const mg_json *d = &r->d;
+    int vocab = mg_json_get(d, model, "vocab");
+    if (!mg_json_is(d, vocab, JSMN_OBJECT))
         return bad("model.vocab is not an object");
     *mx = -1;
     int i = vocab + 1;
     for (int k = 0; k < d->tk[vocab].size; k++) {
         long long v;
-        if (!jint(d, i + 1, &v) || v < 0 || v > INT32_MAX - 1)
+        if (!mg_json_int(d, i + 1, &v) || v < 0 || v > INT32_MAX - 1)
             return bad("a model.vocab id is not an integer in 0..2^31-2");
         if (v > *mx)
             *mx = v;
-        i = jskip(d, i + 1);
+        i = mg_json_skip(d, i + 1);
     }
-    if (jis(d, added, JSMN_ARRAY)) {
+    if (mg_json_is(d, added, JSMN_ARRAY)) {
         i = added + 1;
         for (int k = 0; k < d->tk[added].size; k++) {
             long long v;
-            if (!jint(d, jget(d, i, "id"), &v) || v < 0 || v > INT32_MAX - 1)
+            if (!mg_json_int(d, mg_json_get(d, i, "id"), &v) || v < 0 || v > INT32_MAX - 1)
                 return bad("an added token's id is not an integer in 0..2^31-2");
             if (v > *mx)
                 *mx = v;
-            i = jskip(d, i);
+            i = mg_json_skip(d, i);
         }
     }
     if (*mx < 0)
@@ -256,40 +176,40 @@ static mg_status max_id(reader *r, int model, int added, long long *mx) {
 }
 
 static mg_status read_model(reader *r, int model) {
-    const jdoc *d = &r->d;
+    const mg_json *d = &r->d;
     mg_tok *t = r->t;
-    int ty = jget(d, model, "type");
-    if (ty >= 0 && !jeq(d, ty, "BPE"))
+    int ty = mg_json_get(d, model, "type");
+    if (ty >= 0 && !mg_json_eq(d, ty, "BPE"))
         return unsupported(r, model, "model");
     bool b = false;
-    if (!jnull(d, jget(d, model, "dropout")))
+    if (!mg_json_null(d, mg_json_get(d, model, "dropout")))
         return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: BPE dropout is not supported");
     size_t len;
-    int csp = jget(d, model, "continuing_subword_prefix"),
-        eow = jget(d, model, "end_of_word_suffix");
-    if ((!jnull(d, csp) && !(jstr(d, csp, &r->buf2, &r->cap2, &len) && len == 0)) ||
-        (!jnull(d, eow) && !(jstr(d, eow, &r->buf2, &r->cap2, &len) && len == 0)))
+    int csp = mg_json_get(d, model, "continuing_subword_prefix"),
+        eow = mg_json_get(d, model, "end_of_word_suffix");
+    if ((!mg_json_null(d, csp) && !(jstr(d, csp, &r->buf2, &r->cap2, &len) && len == 0)) ||
+        (!mg_json_null(d, eow) && !(jstr(d, eow, &r->buf2, &r->cap2, &len) && len == 0)))
         return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: BPE continuing_subword_prefix "
                                                "and end_of_word_suffix are not supported");
-    t->fuse_unk = jbool(d, model, "fuse_unk", false, &b);
-    t->byte_fallback = jbool(d, model, "byte_fallback", false, &b);
-    t->ignore_merges = jbool(d, model, "ignore_merges", false, &b);
+    t->fuse_unk = mg_json_bool(d, model, "fuse_unk", false, &b);
+    t->byte_fallback = mg_json_bool(d, model, "byte_fallback", false, &b);
+    t->ignore_merges = mg_json_bool(d, model, "ignore_merges", false, &b);
     if (b)
         return bad("a boolean field of model is not a boolean");
 
-    int vocab = jget(d, model, "vocab");
+    int vocab = mg_json_get(d, model, "vocab");
     int i = vocab + 1;
     for (int k = 0; k < d->tk[vocab].size; k++) {
         long long v;
-        if (!jstr(d, i, &r->buf, &r->cap, &len) || !jint(d, i + 1, &v))
+        if (!jstr(d, i, &r->buf, &r->cap, &len) || !mg_json_int(d, i + 1, &v))
             return bad("a model.vocab entry is malformed");
         mg_status st = mg_tok_set_token(t, (int32_t)v, r->buf, len);
         if (st)
             return st;
-        i = jskip(d, i + 1);
+        i = mg_json_skip(d, i + 1);
     }
-    int unk = jget(d, model, "unk_token");
-    if (!jnull(d, unk)) {
+    int unk = mg_json_get(d, model, "unk_token");
+    if (!mg_json_null(d, unk)) {
         if (!jstr(d, unk, &r->buf, &r->cap, &len))
             return bad("model.unk_token is not a string");
         t->unk = mg_tok_vocab_find(t, r->buf, len);
@@ -298,15 +218,15 @@ static mg_status read_model(reader *r, int model) {
                                "tokenizer.json: model.unk_token \"%s\" is not in the vocabulary",
                                r->buf);
     }
-    int merges = jget(d, model, "merges");
-    if (jnull(d, merges))
+    int merges = mg_json_get(d, model, "merges");
+    if (mg_json_null(d, merges))
         return MG_OK;
-    if (!jis(d, merges, JSMN_ARRAY))
+    if (!mg_json_is(d, merges, JSMN_ARRAY))
         return bad("model.merges is not an array");
     i = merges + 1;
     for (int k = 0; k < d->tk[merges].size; k++) {
         mg_status st;
-        if (jis(d, i, JSMN_ARRAY)) {
+        if (mg_json_is(d, i, JSMN_ARRAY)) {
             size_t l2;
             if (d->tk[i].size != 2 || !jstr(d, i + 1, &r->buf, &r->cap, &len) ||
                 !jstr(d, i + 2, &r->buf2, &r->cap2, &l2))
@@ -326,29 +246,29 @@ static mg_status read_model(reader *r, int model) {
         }
         if (st)
             return st;
-        i = jskip(d, i);
+        i = mg_json_skip(d, i);
     }
     return MG_OK;
 }
 
 static mg_status read_added(reader *r, int added) {
-    const jdoc *d = &r->d;
-    if (jnull(d, added))
+    const mg_json *d = &r->d;
+    if (mg_json_null(d, added))
         return MG_OK;
-    if (!jis(d, added, JSMN_ARRAY))
+    if (!mg_json_is(d, added, JSMN_ARRAY))
         return bad("added_tokens is not an array");
     int i = added + 1;
     for (int k = 0; k < d->tk[added].size; k++) {
         long long id;
         size_t len;
         bool b = false;
-        if (!jint(d, jget(d, i, "id"), &id) || !jfield_str(r, i, "content", &len))
+        if (!mg_json_int(d, mg_json_get(d, i, "id"), &id) || !jfield_str(r, i, "content", &len))
             return bad("an added token lacks its id or content");
-        bool special = jbool(d, i, "special", false, &b);
-        bool lstrip = jbool(d, i, "lstrip", false, &b);
-        bool rstrip = jbool(d, i, "rstrip", false, &b);
-        bool normalized = jbool(d, i, "normalized", !special, &b);
-        if (jbool(d, i, "single_word", false, &b))
+        bool special = mg_json_bool(d, i, "special", false, &b);
+        bool lstrip = mg_json_bool(d, i, "lstrip", false, &b);
+        bool rstrip = mg_json_bool(d, i, "rstrip", false, &b);
+        bool normalized = mg_json_bool(d, i, "normalized", !special, &b);
+        if (mg_json_bool(d, i, "single_word", false, &b))
             return mg_tok_fail(MG_ERR_UNSUPPORTED,
                                "tokenizer.json: added token \"%s\": single_word is not "
                                "supported",
@@ -366,7 +286,7 @@ static mg_status read_added(reader *r, int added) {
         mg_status st = mg_tok_add_added(r->t, (int32_t)id, r->buf2, len, special, lstrip, rstrip);
         if (st)
             return st;
-        i = jskip(d, i);
+        i = mg_json_skip(d, i);
     }
     return MG_OK;
 }
@@ -374,12 +294,12 @@ static mg_status read_added(reader *r, int added) {
 /* ------------------------------------------------------------------ pipeline */
 
 static mg_status read_normalizer(reader *r, int n) {
-    const jdoc *d = &r->d;
-    if (jnull(d, n))
+    const mg_json *d = &r->d;
+    if (mg_json_null(d, n))
         return MG_OK;
     if (jtype(d, n, "Sequence")) {
-        int list = jget(d, n, "normalizers");
-        if (!jis(d, list, JSMN_ARRAY))
+        int list = mg_json_get(d, n, "normalizers");
+        if (!mg_json_is(d, list, JSMN_ARRAY))
             return bad("normalizer.normalizers is not an array");
         int i = list + 1;
         for (int k = 0; k < d->tk[list].size; k++) {
@@ -388,7 +308,7 @@ static mg_status read_normalizer(reader *r, int n) {
             mg_status st = read_normalizer(r, i);
             if (st)
                 return st;
-            i = jskip(d, i);
+            i = mg_json_skip(d, i);
         }
         return MG_OK;
     }
@@ -399,8 +319,8 @@ static mg_status read_normalizer(reader *r, int n) {
         return mg_tok_add_norm(r->t, NORM_PREPEND, r->buf2, len, NULL, 0);
     }
     if (jtype(d, n, "Replace")) {
-        int pat = jget(d, n, "pattern");
-        if (!jstr(d, jget(d, pat, "String"), &r->buf, &r->cap, &len) || len == 0)
+        int pat = mg_json_get(d, n, "pattern");
+        if (!jstr(d, mg_json_get(d, pat, "String"), &r->buf, &r->cap, &len) || len == 0)
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: normalizer Replace with a "
                                                    "pattern other than a non-empty String is "
                                                    "not supported");
@@ -421,14 +341,14 @@ static const char QWEN2_RE[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N
                                "\\s+(?!\\S)|\\s+";
 
 static mg_status read_pre(reader *r, int p, bool last) {
-    const jdoc *d = &r->d;
-    if (jnull(d, p))
+    const mg_json *d = &r->d;
+    if (mg_json_null(d, p))
         return MG_OK;
     bool b = false;
     tok_pre x = {0};
     if (jtype(d, p, "Sequence")) {
-        int list = jget(d, p, "pretokenizers");
-        if (!jis(d, list, JSMN_ARRAY))
+        int list = mg_json_get(d, p, "pretokenizers");
+        if (!mg_json_is(d, list, JSMN_ARRAY))
             return bad("pre_tokenizer.pretokenizers is not an array");
         int i = list + 1;
         for (int k = 0; k < d->tk[list].size; k++) {
@@ -437,7 +357,7 @@ static mg_status read_pre(reader *r, int p, bool last) {
             mg_status st = read_pre(r, i, last && k == d->tk[list].size - 1);
             if (st)
                 return st;
-            i = jskip(d, i);
+            i = mg_json_skip(d, i);
         }
         return MG_OK;
     }
@@ -446,20 +366,20 @@ static mg_status read_pre(reader *r, int p, bool last) {
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a ByteLevel pre-tokenizer "
                                                    "followed by others is not supported");
         x.type = PRE_BYTELEVEL;
-        x.add_prefix_space = jbool(d, p, "add_prefix_space", true, &b);
-        x.use_regex = jbool(d, p, "use_regex", true, &b);
+        x.add_prefix_space = mg_json_bool(d, p, "add_prefix_space", true, &b);
+        x.use_regex = mg_json_bool(d, p, "use_regex", true, &b);
         r->t->map_bytes = true;
     } else if (jtype(d, p, "Digits")) {
         x.type = PRE_DIGITS;
-        x.individual = jbool(d, p, "individual_digits", false, &b);
+        x.individual = mg_json_bool(d, p, "individual_digits", false, &b);
     } else if (jtype(d, p, "Split")) {
         size_t len;
         x.type = PRE_SPLIT;
-        if (!jeq(d, jget(d, p, "behavior"), "Isolated") || jbool(d, p, "invert", false, &b))
+        if (!mg_json_eq(d, mg_json_get(d, p, "behavior"), "Isolated") || mg_json_bool(d, p, "invert", false, &b))
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: Split pre-tokenizer: only "
                                                    "behavior Isolated, not inverted, is "
                                                    "supported");
-        if (!jstr(d, jget(d, jget(d, p, "pattern"), "Regex"), &r->buf, &r->cap, &len))
+        if (!jstr(d, mg_json_get(d, mg_json_get(d, p, "pattern"), "Regex"), &r->buf, &r->cap, &len))
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: Split pre-tokenizer: only "
                                                    "a Regex pattern is supported");
         if (!strcmp(r->buf, GPT2_RE))
@@ -481,18 +401,18 @@ static mg_status read_pre(reader *r, int p, bool last) {
             mg_tok_utf8_decode((const uint8_t *)r->buf2, len, &cp) != len || cp == ' ')
             return bad("Metaspace replacement is not one character");
         x.replacement = cp;
-        int scheme = jget(d, p, "prepend_scheme");
-        if (jnull(d, scheme))
-            x.prepend = jbool(d, p, "add_prefix_space", true, &b) ? PREPEND_ALWAYS : PREPEND_NEVER;
-        else if (jeq(d, scheme, "always"))
+        int scheme = mg_json_get(d, p, "prepend_scheme");
+        if (mg_json_null(d, scheme))
+            x.prepend = mg_json_bool(d, p, "add_prefix_space", true, &b) ? PREPEND_ALWAYS : PREPEND_NEVER;
+        else if (mg_json_eq(d, scheme, "always"))
             x.prepend = PREPEND_ALWAYS;
-        else if (jeq(d, scheme, "first"))
+        else if (mg_json_eq(d, scheme, "first"))
             x.prepend = PREPEND_FIRST;
-        else if (jeq(d, scheme, "never"))
+        else if (mg_json_eq(d, scheme, "never"))
             x.prepend = PREPEND_NEVER;
         else
             return bad("Metaspace prepend_scheme is not always, first or never");
-        x.split = jbool(d, p, "split", true, &b);
+        x.split = mg_json_bool(d, p, "split", true, &b);
     } else
         return unsupported(r, p, "pre_tokenizer");
     if (b)
@@ -506,10 +426,10 @@ static bool is_string_field(reader *r, int obj, const char *key, const char *wan
 }
 
 static mg_status read_decoder(reader *r, int dec) {
-    const jdoc *d = &r->d;
+    const mg_json *d = &r->d;
     mg_tok *t = r->t;
     bool b = false;
-    if (jnull(d, dec)) {
+    if (mg_json_null(d, dec)) {
         t->dec = DEC_JOIN;
         return MG_OK;
     }
@@ -518,22 +438,22 @@ static mg_status read_decoder(reader *r, int dec) {
         return MG_OK;
     }
     if (jtype(d, dec, "Metaspace")) {
-        int scheme = jget(d, dec, "prepend_scheme");
+        int scheme = mg_json_get(d, dec, "prepend_scheme");
         if (!is_string_field(r, dec, "replacement", "\xE2\x96\x81"))
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a Metaspace decoder with a "
                                                    "replacement other than U+2581 is not "
                                                    "supported");
         t->dec = DEC_METASPACE;
-        t->dec_meta_first = jnull(d, scheme) ? jbool(d, dec, "add_prefix_space", true, &b)
-                                             : !jeq(d, scheme, "never");
+        t->dec_meta_first = mg_json_null(d, scheme) ? mg_json_bool(d, dec, "add_prefix_space", true, &b)
+                                             : !mg_json_eq(d, scheme, "never");
         return b ? bad("Metaspace add_prefix_space is not a boolean") : MG_OK;
     }
     if (!jtype(d, dec, "Sequence"))
         return unsupported(r, dec, "decoder");
     /* Replace("▁", " ")?, ByteFallback?, Fuse?, Strip(" ", n, 0)?, in this order: pieces
      * joined, so Fuse changes nothing and Strip acts on the whole text. */
-    int list = jget(d, dec, "decoders");
-    if (!jis(d, list, JSMN_ARRAY))
+    int list = mg_json_get(d, dec, "decoders");
+    if (!mg_json_is(d, list, JSMN_ARRAY))
         return bad("decoder.decoders is not an array");
     t->dec = DEC_PIECES;
     int stage = 0, i = list + 1;
@@ -541,9 +461,9 @@ static mg_status read_decoder(reader *r, int dec) {
         t->dec = DEC_BYTELEVEL;
         return MG_OK;
     }
-    for (int k = 0; k < d->tk[list].size; k++, i = jskip(d, i)) {
+    for (int k = 0; k < d->tk[list].size; k++, i = mg_json_skip(d, i)) {
         if (jtype(d, i, "Replace") && stage < 1) {
-            int pat = jget(d, i, "pattern");
+            int pat = mg_json_get(d, i, "pattern");
             if (!is_string_field(r, pat, "String", "\xE2\x96\x81") ||
                 !is_string_field(r, i, "content", " "))
                 return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a Replace decoder other "
@@ -557,8 +477,8 @@ static mg_status read_decoder(reader *r, int dec) {
             stage = 3;
         } else if (jtype(d, i, "Strip") && stage == 3) {
             long long start, stop;
-            if (!is_string_field(r, i, "content", " ") || !jint(d, jget(d, i, "start"), &start) ||
-                !jint(d, jget(d, i, "stop"), &stop) || stop != 0 || start < 0 || start > 1000)
+            if (!is_string_field(r, i, "content", " ") || !mg_json_int(d, mg_json_get(d, i, "start"), &start) ||
+                !mg_json_int(d, mg_json_get(d, i, "stop"), &stop) || stop != 0 || start < 0 || start > 1000)
                 return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: only a Strip decoder of "
                                                        "leading spaces is supported");
             t->dec_strip_start = (uint32_t)start;
@@ -573,16 +493,16 @@ static mg_status read_decoder(reader *r, int dec) {
 
 /* The special tokens around $A of a TemplateProcessing "single" template. */
 static mg_status read_template(reader *r, int p) {
-    const jdoc *d = &r->d;
-    int single = jget(d, p, "single"), specials = jget(d, p, "special_tokens");
-    if (!jis(d, single, JSMN_ARRAY))
+    const mg_json *d = &r->d;
+    int single = mg_json_get(d, p, "single"), specials = mg_json_get(d, p, "special_tokens");
+    if (!mg_json_is(d, single, JSMN_ARRAY))
         return bad("TemplateProcessing.single is not an array");
     int32_t pre[64], post[64];
     uint32_t npre = 0, npost = 0;
     bool seen_a = false;
     int i = single + 1;
-    for (int k = 0; k < d->tk[single].size; k++, i = jskip(d, i)) {
-        int seq = jget(d, i, "Sequence"), sp = jget(d, i, "SpecialToken");
+    for (int k = 0; k < d->tk[single].size; k++, i = mg_json_skip(d, i)) {
+        int seq = mg_json_get(d, i, "Sequence"), sp = mg_json_get(d, i, "SpecialToken");
         if (seq >= 0) {
             if (seen_a || !is_string_field(r, seq, "id", "A"))
                 return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a TemplateProcessing "
@@ -596,16 +516,16 @@ static mg_status read_template(reader *r, int p) {
             return bad("a TemplateProcessing item is neither Sequence nor SpecialToken");
         /* special_tokens[name].ids */
         int entry = -1;
-        if (jis(d, specials, JSMN_OBJECT)) {
+        if (mg_json_is(d, specials, JSMN_OBJECT)) {
             int j = specials + 1;
-            for (int q = 0; q < d->tk[specials].size; q++, j = jskip(d, j + 1)) {
+            for (int q = 0; q < d->tk[specials].size; q++, j = mg_json_skip(d, j + 1)) {
                 size_t kl;
                 if (jstr(d, j, &r->buf, &r->cap, &kl) && kl == len && !memcmp(r->buf, r->buf2, len))
                     entry = j + 1;
             }
         }
-        int ids = jget(d, entry, "ids");
-        if (!jis(d, ids, JSMN_ARRAY))
+        int ids = mg_json_get(d, entry, "ids");
+        if (!mg_json_is(d, ids, JSMN_ARRAY))
             return mg_tok_fail(MG_ERR_INVALID_ARGUMENT,
                                "tokenizer.json: TemplateProcessing token \"%s\" has no ids",
                                r->buf2);
@@ -613,7 +533,7 @@ static mg_status read_template(reader *r, int p) {
         for (int q = 0; q < d->tk[ids].size; q++, j++) {
             long long v;
             uint32_t *cnt = seen_a ? &npost : &npre;
-            if (!jint(d, j, &v) || v < 0 || v >= r->t->n_vocab || *cnt >= 64)
+            if (!mg_json_int(d, j, &v) || v < 0 || v >= r->t->n_vocab || *cnt >= 64)
                 return bad("a TemplateProcessing id is out of range");
             (seen_a ? post : pre)[(*cnt)++] = (int32_t)v;
         }
@@ -625,17 +545,17 @@ static mg_status read_template(reader *r, int p) {
 }
 
 static mg_status read_post(reader *r, int p) {
-    const jdoc *d = &r->d;
-    if (jnull(d, p) || jtype(d, p, "ByteLevel"))
+    const mg_json *d = &r->d;
+    if (mg_json_null(d, p) || jtype(d, p, "ByteLevel"))
         return MG_OK;
     if (jtype(d, p, "TemplateProcessing"))
         return read_template(r, p);
     if (jtype(d, p, "Sequence")) {
-        int list = jget(d, p, "processors");
-        if (!jis(d, list, JSMN_ARRAY))
+        int list = mg_json_get(d, p, "processors");
+        if (!mg_json_is(d, list, JSMN_ARRAY))
             return bad("post_processor.processors is not an array");
         int i = list + 1;
-        for (int k = 0; k < d->tk[list].size; k++, i = jskip(d, i)) {
+        for (int k = 0; k < d->tk[list].size; k++, i = mg_json_skip(d, i)) {
             if (jtype(d, i, "Sequence"))
                 return unsupported(r, i, "nested post_processor");
             mg_status st = read_post(r, i);
@@ -661,38 +581,26 @@ mg_status mg_tok_from_json_text(const char *json, size_t len, mg_tok **out) {
     *out = NULL;
     if (!json)
         return mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "mg_tok_from_json_text: json is NULL");
-    reader r = {.d = {.s = json}};
-    jsmn_parser p;
-    jsmn_init(&p);
-    int count = jsmn_parse(&p, json, len, NULL, 0);
-    if (count == JSMN_ERROR_PART || count == 0)
-        return bad(count ? "truncated JSON" : "empty JSON");
-    if (count < 0)
-        return mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "tokenizer.json: malformed JSON near byte %u",
-                           (unsigned)p.pos);
-    r.d.tk = malloc((size_t)count * sizeof *r.d.tk);
-    if (!r.d.tk)
-        return mg_tok_fail(MG_ERR_OUT_OF_MEMORY,
-                           "tokenizer.json: no host memory for %d JSON "
-                           "values",
-                           count);
-    jsmn_init(&p);
-    r.d.n = jsmn_parse(&p, json, len, r.d.tk, (unsigned)count);
+    reader r = {0};
+    unsigned pos = 0;
+    const int parsed = mg_json_parse(json, len, &r.d, &pos);
     mg_status st = MG_OK;
-    if (r.d.n == JSMN_ERROR_PART)
-        st = bad("truncated JSON");
-    else if (r.d.n < 0)
-        st = mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "tokenizer.json: malformed JSON near byte %u",
-                         (unsigned)p.pos);
-    else if (!jis(&r.d, 0, JSMN_OBJECT))
+    if (parsed == 1 || parsed == 3)
+        return bad(parsed == 1 ? "truncated JSON" : "empty JSON");
+    if (parsed == 2)
+        return mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "tokenizer.json: malformed JSON near byte %u",
+                           pos);
+    if (parsed == 4)
+        return mg_tok_fail(MG_ERR_OUT_OF_MEMORY, "tokenizer.json: no host memory for the JSON");
+    if (!mg_json_is(&r.d, 0, JSMN_OBJECT))
         st = bad("the top level is not an object");
-    int model = st ? -1 : jget(&r.d, 0, "model");
-    int added = st ? -1 : jget(&r.d, 0, "added_tokens");
+    int model = st ? -1 : mg_json_get(&r.d, 0, "model");
+    int added = st ? -1 : mg_json_get(&r.d, 0, "added_tokens");
     long long mx = 0;
-    if (!st && !jis(&r.d, model, JSMN_OBJECT))
+    if (!st && !mg_json_is(&r.d, model, JSMN_OBJECT))
         st = bad("no model object");
     if (!st &&
-        (!jnull(&r.d, jget(&r.d, 0, "truncation")) || !jnull(&r.d, jget(&r.d, 0, "padding"))))
+        (!mg_json_null(&r.d, mg_json_get(&r.d, 0, "truncation")) || !mg_json_null(&r.d, mg_json_get(&r.d, 0, "padding"))))
         st = mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: truncation and padding are not "
                                              "supported (both must be null)");
     if (!st)
@@ -700,22 +608,22 @@ mg_status mg_tok_from_json_text(const char *json, size_t len, mg_tok **out) {
     if (!st)
         st = mg_tok_alloc((uint32_t)mx + 1, &r.t);
     if (!st)
-        st = read_normalizer(&r, jget(&r.d, 0, "normalizer"));
+        st = read_normalizer(&r, mg_json_get(&r.d, 0, "normalizer"));
     if (!st)
-        st = read_pre(&r, jget(&r.d, 0, "pre_tokenizer"), true);
+        st = read_pre(&r, mg_json_get(&r.d, 0, "pre_tokenizer"), true);
     if (!st)
         st = read_model(&r, model);
     if (!st)
         st = read_added(&r, added);
     if (!st)
-        st = read_decoder(&r, jget(&r.d, 0, "decoder"));
+        st = read_decoder(&r, mg_json_get(&r.d, 0, "decoder"));
     if (!st)
-        st = read_post(&r, jget(&r.d, 0, "post_processor"));
+        st = read_post(&r, mg_json_get(&r.d, 0, "post_processor"));
     if (!st) {
         guess_bos_eos(r.t);
         st = mg_tok_finish(r.t);
     }
-    free(r.d.tk);
+    mg_json_free(&r.d);
     free(r.buf);
     free(r.buf2);
     if (st) {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int mg_json_parse(const char *text, size_t len, mg_json *doc, unsigned *error_pos) {
+int mg_jdoc_parse(const char *text, size_t len, mg_jdoc *doc, unsigned *error_pos) {
     memset(doc, 0, sizeof *doc);
     doc->s = text;
     *error_pos = 0;
@@ -32,17 +32,17 @@ int mg_json_parse(const char *text, size_t len, mg_json *doc, unsigned *error_po
         return 0;
     const int r = doc->n == JSMN_ERROR_PART ? 1 : 2;
     *error_pos = p.pos;
-    mg_json_free(doc);
+    mg_jdoc_free(doc);
     return r;
 }
 
-void mg_json_free(mg_json *doc) {
+void mg_jdoc_free(mg_jdoc *doc) {
     free(doc->tk);
     doc->tk = NULL;
     doc->n = 0;
 }
 
-int mg_json_skip(const mg_json *d, int i) {
+int mg_jdoc_skip(const mg_jdoc *d, int i) {
     int pending = 1;
     while (pending > 0 && i < d->n) {
         pending += d->tk[i].size - 1;
@@ -51,38 +51,38 @@ int mg_json_skip(const mg_json *d, int i) {
     return i;
 }
 
-bool mg_json_is(const mg_json *d, int i, jsmntype_t type) {
+bool mg_jdoc_is(const mg_jdoc *d, int i, jsmntype_t type) {
     return i >= 0 && i < d->n && d->tk[i].type == type;
 }
 
-bool mg_json_eq(const mg_json *d, int i, const char *lit) {
-    if (!mg_json_is(d, i, JSMN_STRING))
+bool mg_jdoc_eq(const mg_jdoc *d, int i, const char *lit) {
+    if (!mg_jdoc_is(d, i, JSMN_STRING))
         return false;
     size_t n = (size_t)(d->tk[i].end - d->tk[i].start);
     return strlen(lit) == n && memcmp(d->s + d->tk[i].start, lit, n) == 0;
 }
 
-int mg_json_get(const mg_json *d, int obj, const char *key) {
-    if (!mg_json_is(d, obj, JSMN_OBJECT))
+int mg_jdoc_get(const mg_jdoc *d, int obj, const char *key) {
+    if (!mg_jdoc_is(d, obj, JSMN_OBJECT))
         return -1;
     int i = obj + 1;
     for (int k = 0; k < d->tk[obj].size; k++) {
-        if (mg_json_eq(d, i, key))
+        if (mg_jdoc_eq(d, i, key))
             return i + 1;
-        i = mg_json_skip(d, i + 1);
+        i = mg_jdoc_skip(d, i + 1);
     }
     return -1;
 }
 
-bool mg_json_null(const mg_json *d, int i) {
-    return i < 0 || (mg_json_is(d, i, JSMN_PRIMITIVE) && d->s[d->tk[i].start] == 'n');
+bool mg_jdoc_null(const mg_jdoc *d, int i) {
+    return i < 0 || (mg_jdoc_is(d, i, JSMN_PRIMITIVE) && d->s[d->tk[i].start] == 'n');
 }
 
-bool mg_json_bool(const mg_json *d, int obj, const char *key, bool def, bool *bad) {
-    int i = mg_json_get(d, obj, key);
-    if (mg_json_null(d, i))
+bool mg_jdoc_bool(const mg_jdoc *d, int obj, const char *key, bool def, bool *bad) {
+    int i = mg_jdoc_get(d, obj, key);
+    if (mg_jdoc_null(d, i))
         return def;
-    if (!mg_json_is(d, i, JSMN_PRIMITIVE) ||
+    if (!mg_jdoc_is(d, i, JSMN_PRIMITIVE) ||
         (d->s[d->tk[i].start] != 't' && d->s[d->tk[i].start] != 'f')) {
         *bad = true;
         return def;
@@ -91,8 +91,8 @@ bool mg_json_bool(const mg_json *d, int obj, const char *key, bool def, bool *ba
 }
 
 /* The primitive at i as a NUL-terminated copy; false when it is not one or is too long. */
-static bool primitive(const mg_json *d, int i, char *buf, size_t size) {
-    if (!mg_json_is(d, i, JSMN_PRIMITIVE))
+static bool primitive(const mg_jdoc *d, int i, char *buf, size_t size) {
+    if (!mg_jdoc_is(d, i, JSMN_PRIMITIVE))
         return false;
     int n = d->tk[i].end - d->tk[i].start;
     if (n <= 0 || (size_t)n >= size)
@@ -102,7 +102,7 @@ static bool primitive(const mg_json *d, int i, char *buf, size_t size) {
     return true;
 }
 
-bool mg_json_int(const mg_json *d, int i, long long *v) {
+bool mg_jdoc_int(const mg_jdoc *d, int i, long long *v) {
     char buf[32], *end;
     if (!primitive(d, i, buf, sizeof buf))
         return false;
@@ -111,7 +111,7 @@ bool mg_json_int(const mg_json *d, int i, long long *v) {
     return *end == 0 && errno == 0;
 }
 
-bool mg_json_num(const mg_json *d, int i, double *v) {
+bool mg_jdoc_num(const mg_jdoc *d, int i, double *v) {
     char buf[64], *end;
     if (!primitive(d, i, buf, sizeof buf) || buf[0] == 't' || buf[0] == 'f' || buf[0] == 'n')
         return false;
@@ -120,8 +120,8 @@ bool mg_json_num(const mg_json *d, int i, double *v) {
     return *end == 0 && errno == 0;
 }
 
-bool mg_json_plain_string(const mg_json *d, int i, char *buf, size_t size) {
-    if (!mg_json_is(d, i, JSMN_STRING))
+bool mg_jdoc_plain_string(const mg_jdoc *d, int i, char *buf, size_t size) {
+    if (!mg_jdoc_is(d, i, JSMN_STRING))
         return false;
     size_t n = (size_t)(d->tk[i].end - d->tk[i].start);
     if (n + 1 > size || memchr(d->s + d->tk[i].start, '\\', n))

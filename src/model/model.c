@@ -1,7 +1,7 @@
 /* model.c - the decoder stack of model.h over the public ops: weights, arena, KV cache,
  * prefill and decode passes. */
 #include "model.h"
-#include "model_gguf.h"
+#include "model_checkpoint.h"
 #include "model_mlx.h"
 
 #include <math.h>
@@ -138,7 +138,7 @@ const char *mg_fwd_weights_name(mg_fwd_weights w) {
            : w == MG_FWD_WEIGHTS_FP8  ? "fp8"
            : w == MG_FWD_WEIGHTS_MLX8 ? "mlx8"
            : w == MG_FWD_WEIGHTS_MLX4 ? "mlx4"
-           : w == MG_FWD_WEIGHTS_GGUF ? "gguf"
+           : w == MG_FWD_WEIGHTS_CHECKPOINT ? "checkpoint"
                                       : "bf16";
 }
 
@@ -230,8 +230,8 @@ enum { FP4_Q, FP4_KV, FP4_O, FP4_GATE, FP4_UP, FP4_DOWN, FP4_SLOTS };
 struct mg_fwd {
     mg_backend *b;
     mg_fwd_config c;
-    /* a checkpoint's architecture (c.preset points here) and the open file */
-    mg_gguf *gguf;
+    /* a checkpoint's architecture (c.preset points here) and the open checkpoint */
+    mg_fwd_checkpoint *ckpt;
     mg_fwd_preset arch;
     char arch_name[128];
     int32_t *prompt; /* the config's prompt ids, copied */
@@ -602,12 +602,12 @@ static mg_status create_weights(mg_fwd *m) {
         largest = matrix;
     bool fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4, fp8 = m->c.weights == MG_FWD_WEIGHTS_FP8;
     bool mlx = m->c.weights == MG_FWD_WEIGHTS_MLX8 || m->c.weights == MG_FWD_WEIGHTS_MLX4;
-    if (m->gguf) {
+    if (m->ckpt) {
         m->layer_w = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->layer_w);
         if (!m->layer_w)
             return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
-        mg_fwd_gguf_weights gw;
-        mg_status st = mg_fwd_gguf_load(m->b, m->gguf, &m->arch, m->layer_w, &gw);
+        mg_fwd_checkpoint_weights gw;
+        mg_status st = mg_fwd_checkpoint_load(m->b, m->ckpt, &m->arch, m->layer_w, &gw);
         m->embedding = gw.embedding; /* what was loaded, freed with the model on failure */
         m->final_norm = gw.final_norm;
         m->lm_head = gw.lm_head;
@@ -869,7 +869,8 @@ static mg_status state_bytes_estimate(const mg_fwd_config *c, double *bytes) {
     return MG_OK;
 }
 
-static mg_status check_config(mg_backend *b, const mg_fwd_config *c, const mg_gguf *gguf) {
+static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
+                              const mg_fwd_checkpoint *ckpt) {
     const mg_fwd_preset *p = c->preset;
     if (!p)
         return fail(MG_ERR_INVALID_ARGUMENT, "no preset");
@@ -910,7 +911,7 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c, const mg_gg
                             "prompt token %u is id %d, outside the vocabulary of %u", i,
                             c->prompt_ids[i], p->shape.vocab);
     }
-    if (c->weights == MG_FWD_WEIGHTS_GGUF) {
+    if (c->weights == MG_FWD_WEIGHTS_CHECKPOINT) {
         if (!mg_op_supported(b, MG_OP_MLX_QUANT))
             return fail(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
                         mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(MG_OP_MLX_QUANT));
@@ -930,7 +931,7 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c, const mg_gg
                         mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(op));
     }
     uint64_t free_bytes = 0, total_bytes = 0;
-    const double weights = gguf ? mg_fwd_gguf_weight_bytes(gguf, p)
+    const double weights = ckpt ? mg_fwd_checkpoint_weight_bytes(ckpt, p)
                                 : weight_bytes_estimate(p, c->weights);
     double state = 0.0;
     mg_status st = state_bytes_estimate(c, &state);
@@ -956,14 +957,13 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     m->c = *c;
     mg_status st = MG_OK;
     if (c->model_path) {
-        if ((st = mg_gguf_open(c->model_path, &m->gguf)) ||
-            (st = mg_fwd_gguf_arch(m->gguf, c->model_path, &m->arch, m->arch_name,
-                                   sizeof m->arch_name))) {
+        if ((st = mg_fwd_checkpoint_open(c->model_path, &m->arch, m->arch_name,
+                                         sizeof m->arch_name, &m->ckpt))) {
             mg_fwd_destroy(m);
             return st;
         }
         m->c.preset = &m->arch;
-        m->c.weights = MG_FWD_WEIGHTS_GGUF;
+        m->c.weights = MG_FWD_WEIGHTS_CHECKPOINT;
         m->c.checkpoint = NULL;
         m->c.mlx_dequantized = false;
     }
@@ -975,7 +975,7 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
         memcpy(m->prompt, c->prompt_ids, c->prompt_ids_count * sizeof *m->prompt);
         m->c.prompt_ids = m->prompt;
     }
-    if ((st = check_config(b, &m->c, m->gguf))) {
+    if ((st = check_config(b, &m->c, m->ckpt))) {
         mg_fwd_destroy(m);
         return st;
     }
@@ -1057,7 +1057,7 @@ void mg_fwd_destroy(mg_fwd *m) {
     free(m->h_logits_indices);
     free(m->tokens);
     free(m->prompt);
-    mg_gguf_close(m->gguf);
+    mg_fwd_checkpoint_close(m->ckpt);
     free(m);
 }
 

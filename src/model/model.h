@@ -111,7 +111,8 @@ typedef enum mg_fwd_weights {
     MG_FWD_WEIGHTS_FP8,   /* E4M3 with per-row scales, activations quantized per token */
     MG_FWD_WEIGHTS_MLX8,  /* the layer matrices from an MLX checkpoint (see below), 8-bit */
     MG_FWD_WEIGHTS_MLX4,  /* the same, 4-bit */
-    MG_FWD_WEIGHTS_GGUF,  /* a GGUF checkpoint's own formats (model_gguf.h): set by the model */
+    MG_FWD_WEIGHTS_CHECKPOINT, /* a real checkpoint's own formats (model_checkpoint.h): set by
+                                  the model when config.model_path is given */
 } mg_fwd_weights;
 
 /* "bf16" / "nvfp4" / "fp8" / "mlx8" / "mlx4"; NULL-safe lookup by name (-1 when unknown). */
@@ -132,9 +133,10 @@ typedef struct mg_fwd_config {
      * MLX ops are compared with). */
     const char *checkpoint;
     bool mlx_dequantized;
-    /* A real checkpoint (a GGUF file, model_gguf.h): when set, the architecture and every
+    /* A real checkpoint (a GGUF file, model_gguf.h; a Hugging Face or MLX directory,
+     * model_hf.h): when set, the architecture and every
      * weight come from it, `preset` and `weights` are ignored (the model's own preset and
-     * MG_FWD_WEIGHTS_GGUF are reported by mg_fwd_get_preset), and `seed` only picks random
+     * MG_FWD_WEIGHTS_CHECKPOINT are reported by mg_fwd_get_preset), and `seed` only picks random
      * prompts when prompt_ids is NULL. */
     const char *model_path;
     /* The prompt of every request (token ids < vocab, copied at create); NULL: random prompts

@@ -439,7 +439,7 @@ static mg_status bf16_matrix(mg_backend *b, const mg_gguf_tensor *const *parts, 
 }
 
 mg_status mg_fwd_gguf_load(mg_backend *b, const mg_gguf *g, const mg_fwd_preset *arch,
-                           mg_devptr *layer_w, mg_fwd_gguf_weights *out) {
+                           mg_devptr *layer_w, mg_fwd_checkpoint_weights *out) {
     memset(out, 0, sizeof *out);
     const mg_model_shape *s = &arch->shape;
     const uint32_t H = s->hidden, QD = s->heads * s->head_dim, KD = s->kv_heads * s->head_dim;

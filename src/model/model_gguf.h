@@ -32,7 +32,7 @@
 
 #include "gguf.h"
 #include "model.h"
-#include "model_mlx.h"
+#include "model_checkpoint.h"
 
 /* Fills *arch (name, shape, layers, RoPE theta, norm eps, limits) from the file's metadata and
  * checks every tensor's presence, type and shape against it. */
@@ -42,18 +42,10 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
 /* An upper estimate of the device bytes of the weights as loaded. */
 double mg_fwd_gguf_weight_bytes(const mg_gguf *g, const mg_fwd_preset *arch);
 
-/* The loaded weights: BF16 device buffers, and the layer matrices either in layer_w (BF16) or
- * in *mlx (the MLX path). lm_head == embedding when the embedding is tied. */
-typedef struct mg_fwd_gguf_weights {
-    mg_devptr embedding, final_norm, lm_head;
-    mg_fwd_mlx *mlx;
-    uint64_t bytes;
-} mg_fwd_gguf_weights;
-
 /* Loads every weight of `g` (checked by mg_fwd_gguf_arch into `arch`) onto `b`: the norms and
  * (float checkpoints) the matrices into layer_w[l * MG_FWD_LAYER_TENSORS + slot]. On failure
  * the caller frees what was stored (layer_w and *out hold only valid buffers). */
 mg_status mg_fwd_gguf_load(mg_backend *b, const mg_gguf *g, const mg_fwd_preset *arch,
-                           mg_devptr *layer_w, mg_fwd_gguf_weights *out);
+                           mg_devptr *layer_w, mg_fwd_checkpoint_weights *out);
 
 #endif

@@ -36,8 +36,8 @@ static bool hex4(const char *p, const char *end, uint32_t *v) {
 
 /* The unescaped string at i into buf (grown as needed); false when not a string or malformed
  * (a bad escape, a lone surrogate, invalid UTF-8). */
-static bool jstr(const mg_json *d, int i, char **buf, size_t *cap, size_t *len) {
-    if (!mg_json_is(d, i, JSMN_STRING))
+static bool jstr(const mg_jdoc *d, int i, char **buf, size_t *cap, size_t *len) {
+    if (!mg_jdoc_is(d, i, JSMN_STRING))
         return false;
     const char *p = d->s + d->tk[i].start, *end = d->s + d->tk[i].end;
     size_t need = (size_t)(end - p) + 1;
@@ -110,7 +110,7 @@ static bool jstr(const mg_json *d, int i, char **buf, size_t *cap, size_t *len) 
 }
 
 typedef struct reader {
-    mg_json d;
+    mg_jdoc d;
     mg_tok *t;
     char *buf, *buf2;
     size_t cap, cap2;
@@ -122,8 +122,8 @@ static mg_status bad(const char *what) {
 
 static mg_status unsupported(const reader *r, int i, const char *what) {
     char name[64] = "?";
-    int ty = mg_json_get(&r->d, i, "type");
-    if (mg_json_is(&r->d, ty, JSMN_STRING)) {
+    int ty = mg_jdoc_get(&r->d, i, "type");
+    if (mg_jdoc_is(&r->d, ty, JSMN_STRING)) {
         int n = r->d.tk[ty].end - r->d.tk[ty].start;
         snprintf(name, sizeof name, "%.*s", n < 60 ? n : 60, r->d.s + r->d.tk[ty].start);
     }
@@ -132,42 +132,42 @@ static mg_status unsupported(const reader *r, int i, const char *what) {
 }
 
 /* The "type" of the object at i is `lit`. */
-static bool jtype(const mg_json *d, int i, const char *lit) {
-    return mg_json_eq(d, mg_json_get(d, i, "type"), lit);
+static bool jtype(const mg_jdoc *d, int i, const char *lit) {
+    return mg_jdoc_eq(d, mg_jdoc_get(d, i, "type"), lit);
 }
 
 /* The string value of a field, unescaped into r->buf2. */
 static bool jfield_str(reader *r, int obj, const char *key, size_t *len) {
-    return jstr(&r->d, mg_json_get(&r->d, obj, key), &r->buf2, &r->cap2, len);
+    return jstr(&r->d, mg_jdoc_get(&r->d, obj, key), &r->buf2, &r->cap2, len);
 }
 
 /* ------------------------------------------------------------------ model */
 
 /* The largest id of the vocabulary and of the added tokens. */
 static mg_status max_id(reader *r, int model, int added, long long *mx) {
-    const mg_json *d = &r->d;
-    int vocab = mg_json_get(d, model, "vocab");
-    if (!mg_json_is(d, vocab, JSMN_OBJECT))
+    const mg_jdoc *d = &r->d;
+    int vocab = mg_jdoc_get(d, model, "vocab");
+    if (!mg_jdoc_is(d, vocab, JSMN_OBJECT))
         return bad("model.vocab is not an object");
     *mx = -1;
     int i = vocab + 1;
     for (int k = 0; k < d->tk[vocab].size; k++) {
         long long v;
-        if (!mg_json_int(d, i + 1, &v) || v < 0 || v > INT32_MAX - 1)
+        if (!mg_jdoc_int(d, i + 1, &v) || v < 0 || v > INT32_MAX - 1)
             return bad("a model.vocab id is not an integer in 0..2^31-2");
         if (v > *mx)
             *mx = v;
-        i = mg_json_skip(d, i + 1);
+        i = mg_jdoc_skip(d, i + 1);
     }
-    if (mg_json_is(d, added, JSMN_ARRAY)) {
+    if (mg_jdoc_is(d, added, JSMN_ARRAY)) {
         i = added + 1;
         for (int k = 0; k < d->tk[added].size; k++) {
             long long v;
-            if (!mg_json_int(d, mg_json_get(d, i, "id"), &v) || v < 0 || v > INT32_MAX - 1)
+            if (!mg_jdoc_int(d, mg_jdoc_get(d, i, "id"), &v) || v < 0 || v > INT32_MAX - 1)
                 return bad("an added token's id is not an integer in 0..2^31-2");
             if (v > *mx)
                 *mx = v;
-            i = mg_json_skip(d, i);
+            i = mg_jdoc_skip(d, i);
         }
     }
     if (*mx < 0)
@@ -176,40 +176,40 @@ static mg_status max_id(reader *r, int model, int added, long long *mx) {
 }
 
 static mg_status read_model(reader *r, int model) {
-    const mg_json *d = &r->d;
+    const mg_jdoc *d = &r->d;
     mg_tok *t = r->t;
-    int ty = mg_json_get(d, model, "type");
-    if (ty >= 0 && !mg_json_eq(d, ty, "BPE"))
+    int ty = mg_jdoc_get(d, model, "type");
+    if (ty >= 0 && !mg_jdoc_eq(d, ty, "BPE"))
         return unsupported(r, model, "model");
     bool b = false;
-    if (!mg_json_null(d, mg_json_get(d, model, "dropout")))
+    if (!mg_jdoc_null(d, mg_jdoc_get(d, model, "dropout")))
         return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: BPE dropout is not supported");
     size_t len;
-    int csp = mg_json_get(d, model, "continuing_subword_prefix"),
-        eow = mg_json_get(d, model, "end_of_word_suffix");
-    if ((!mg_json_null(d, csp) && !(jstr(d, csp, &r->buf2, &r->cap2, &len) && len == 0)) ||
-        (!mg_json_null(d, eow) && !(jstr(d, eow, &r->buf2, &r->cap2, &len) && len == 0)))
+    int csp = mg_jdoc_get(d, model, "continuing_subword_prefix"),
+        eow = mg_jdoc_get(d, model, "end_of_word_suffix");
+    if ((!mg_jdoc_null(d, csp) && !(jstr(d, csp, &r->buf2, &r->cap2, &len) && len == 0)) ||
+        (!mg_jdoc_null(d, eow) && !(jstr(d, eow, &r->buf2, &r->cap2, &len) && len == 0)))
         return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: BPE continuing_subword_prefix "
                                                "and end_of_word_suffix are not supported");
-    t->fuse_unk = mg_json_bool(d, model, "fuse_unk", false, &b);
-    t->byte_fallback = mg_json_bool(d, model, "byte_fallback", false, &b);
-    t->ignore_merges = mg_json_bool(d, model, "ignore_merges", false, &b);
+    t->fuse_unk = mg_jdoc_bool(d, model, "fuse_unk", false, &b);
+    t->byte_fallback = mg_jdoc_bool(d, model, "byte_fallback", false, &b);
+    t->ignore_merges = mg_jdoc_bool(d, model, "ignore_merges", false, &b);
     if (b)
         return bad("a boolean field of model is not a boolean");
 
-    int vocab = mg_json_get(d, model, "vocab");
+    int vocab = mg_jdoc_get(d, model, "vocab");
     int i = vocab + 1;
     for (int k = 0; k < d->tk[vocab].size; k++) {
         long long v;
-        if (!jstr(d, i, &r->buf, &r->cap, &len) || !mg_json_int(d, i + 1, &v))
+        if (!jstr(d, i, &r->buf, &r->cap, &len) || !mg_jdoc_int(d, i + 1, &v))
             return bad("a model.vocab entry is malformed");
         mg_status st = mg_tok_set_token(t, (int32_t)v, r->buf, len);
         if (st)
             return st;
-        i = mg_json_skip(d, i + 1);
+        i = mg_jdoc_skip(d, i + 1);
     }
-    int unk = mg_json_get(d, model, "unk_token");
-    if (!mg_json_null(d, unk)) {
+    int unk = mg_jdoc_get(d, model, "unk_token");
+    if (!mg_jdoc_null(d, unk)) {
         if (!jstr(d, unk, &r->buf, &r->cap, &len))
             return bad("model.unk_token is not a string");
         t->unk = mg_tok_vocab_find(t, r->buf, len);
@@ -218,15 +218,15 @@ static mg_status read_model(reader *r, int model) {
                                "tokenizer.json: model.unk_token \"%s\" is not in the vocabulary",
                                r->buf);
     }
-    int merges = mg_json_get(d, model, "merges");
-    if (mg_json_null(d, merges))
+    int merges = mg_jdoc_get(d, model, "merges");
+    if (mg_jdoc_null(d, merges))
         return MG_OK;
-    if (!mg_json_is(d, merges, JSMN_ARRAY))
+    if (!mg_jdoc_is(d, merges, JSMN_ARRAY))
         return bad("model.merges is not an array");
     i = merges + 1;
     for (int k = 0; k < d->tk[merges].size; k++) {
         mg_status st;
-        if (mg_json_is(d, i, JSMN_ARRAY)) {
+        if (mg_jdoc_is(d, i, JSMN_ARRAY)) {
             size_t l2;
             if (d->tk[i].size != 2 || !jstr(d, i + 1, &r->buf, &r->cap, &len) ||
                 !jstr(d, i + 2, &r->buf2, &r->cap2, &l2))
@@ -246,29 +246,29 @@ static mg_status read_model(reader *r, int model) {
         }
         if (st)
             return st;
-        i = mg_json_skip(d, i);
+        i = mg_jdoc_skip(d, i);
     }
     return MG_OK;
 }
 
 static mg_status read_added(reader *r, int added) {
-    const mg_json *d = &r->d;
-    if (mg_json_null(d, added))
+    const mg_jdoc *d = &r->d;
+    if (mg_jdoc_null(d, added))
         return MG_OK;
-    if (!mg_json_is(d, added, JSMN_ARRAY))
+    if (!mg_jdoc_is(d, added, JSMN_ARRAY))
         return bad("added_tokens is not an array");
     int i = added + 1;
     for (int k = 0; k < d->tk[added].size; k++) {
         long long id;
         size_t len;
         bool b = false;
-        if (!mg_json_int(d, mg_json_get(d, i, "id"), &id) || !jfield_str(r, i, "content", &len))
+        if (!mg_jdoc_int(d, mg_jdoc_get(d, i, "id"), &id) || !jfield_str(r, i, "content", &len))
             return bad("an added token lacks its id or content");
-        bool special = mg_json_bool(d, i, "special", false, &b);
-        bool lstrip = mg_json_bool(d, i, "lstrip", false, &b);
-        bool rstrip = mg_json_bool(d, i, "rstrip", false, &b);
-        bool normalized = mg_json_bool(d, i, "normalized", !special, &b);
-        if (mg_json_bool(d, i, "single_word", false, &b))
+        bool special = mg_jdoc_bool(d, i, "special", false, &b);
+        bool lstrip = mg_jdoc_bool(d, i, "lstrip", false, &b);
+        bool rstrip = mg_jdoc_bool(d, i, "rstrip", false, &b);
+        bool normalized = mg_jdoc_bool(d, i, "normalized", !special, &b);
+        if (mg_jdoc_bool(d, i, "single_word", false, &b))
             return mg_tok_fail(MG_ERR_UNSUPPORTED,
                                "tokenizer.json: added token \"%s\": single_word is not "
                                "supported",
@@ -286,7 +286,7 @@ static mg_status read_added(reader *r, int added) {
         mg_status st = mg_tok_add_added(r->t, (int32_t)id, r->buf2, len, special, lstrip, rstrip);
         if (st)
             return st;
-        i = mg_json_skip(d, i);
+        i = mg_jdoc_skip(d, i);
     }
     return MG_OK;
 }
@@ -294,12 +294,12 @@ static mg_status read_added(reader *r, int added) {
 /* ------------------------------------------------------------------ pipeline */
 
 static mg_status read_normalizer(reader *r, int n) {
-    const mg_json *d = &r->d;
-    if (mg_json_null(d, n))
+    const mg_jdoc *d = &r->d;
+    if (mg_jdoc_null(d, n))
         return MG_OK;
     if (jtype(d, n, "Sequence")) {
-        int list = mg_json_get(d, n, "normalizers");
-        if (!mg_json_is(d, list, JSMN_ARRAY))
+        int list = mg_jdoc_get(d, n, "normalizers");
+        if (!mg_jdoc_is(d, list, JSMN_ARRAY))
             return bad("normalizer.normalizers is not an array");
         int i = list + 1;
         for (int k = 0; k < d->tk[list].size; k++) {
@@ -308,7 +308,7 @@ static mg_status read_normalizer(reader *r, int n) {
             mg_status st = read_normalizer(r, i);
             if (st)
                 return st;
-            i = mg_json_skip(d, i);
+            i = mg_jdoc_skip(d, i);
         }
         return MG_OK;
     }
@@ -319,8 +319,8 @@ static mg_status read_normalizer(reader *r, int n) {
         return mg_tok_add_norm(r->t, NORM_PREPEND, r->buf2, len, NULL, 0);
     }
     if (jtype(d, n, "Replace")) {
-        int pat = mg_json_get(d, n, "pattern");
-        if (!jstr(d, mg_json_get(d, pat, "String"), &r->buf, &r->cap, &len) || len == 0)
+        int pat = mg_jdoc_get(d, n, "pattern");
+        if (!jstr(d, mg_jdoc_get(d, pat, "String"), &r->buf, &r->cap, &len) || len == 0)
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: normalizer Replace with a "
                                                    "pattern other than a non-empty String is "
                                                    "not supported");
@@ -341,14 +341,14 @@ static const char QWEN2_RE[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N
                                "\\s+(?!\\S)|\\s+";
 
 static mg_status read_pre(reader *r, int p, bool last) {
-    const mg_json *d = &r->d;
-    if (mg_json_null(d, p))
+    const mg_jdoc *d = &r->d;
+    if (mg_jdoc_null(d, p))
         return MG_OK;
     bool b = false;
     tok_pre x = {0};
     if (jtype(d, p, "Sequence")) {
-        int list = mg_json_get(d, p, "pretokenizers");
-        if (!mg_json_is(d, list, JSMN_ARRAY))
+        int list = mg_jdoc_get(d, p, "pretokenizers");
+        if (!mg_jdoc_is(d, list, JSMN_ARRAY))
             return bad("pre_tokenizer.pretokenizers is not an array");
         int i = list + 1;
         for (int k = 0; k < d->tk[list].size; k++) {
@@ -357,7 +357,7 @@ static mg_status read_pre(reader *r, int p, bool last) {
             mg_status st = read_pre(r, i, last && k == d->tk[list].size - 1);
             if (st)
                 return st;
-            i = mg_json_skip(d, i);
+            i = mg_jdoc_skip(d, i);
         }
         return MG_OK;
     }
@@ -366,20 +366,20 @@ static mg_status read_pre(reader *r, int p, bool last) {
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a ByteLevel pre-tokenizer "
                                                    "followed by others is not supported");
         x.type = PRE_BYTELEVEL;
-        x.add_prefix_space = mg_json_bool(d, p, "add_prefix_space", true, &b);
-        x.use_regex = mg_json_bool(d, p, "use_regex", true, &b);
+        x.add_prefix_space = mg_jdoc_bool(d, p, "add_prefix_space", true, &b);
+        x.use_regex = mg_jdoc_bool(d, p, "use_regex", true, &b);
         r->t->map_bytes = true;
     } else if (jtype(d, p, "Digits")) {
         x.type = PRE_DIGITS;
-        x.individual = mg_json_bool(d, p, "individual_digits", false, &b);
+        x.individual = mg_jdoc_bool(d, p, "individual_digits", false, &b);
     } else if (jtype(d, p, "Split")) {
         size_t len;
         x.type = PRE_SPLIT;
-        if (!mg_json_eq(d, mg_json_get(d, p, "behavior"), "Isolated") || mg_json_bool(d, p, "invert", false, &b))
+        if (!mg_jdoc_eq(d, mg_jdoc_get(d, p, "behavior"), "Isolated") || mg_jdoc_bool(d, p, "invert", false, &b))
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: Split pre-tokenizer: only "
                                                    "behavior Isolated, not inverted, is "
                                                    "supported");
-        if (!jstr(d, mg_json_get(d, mg_json_get(d, p, "pattern"), "Regex"), &r->buf, &r->cap, &len))
+        if (!jstr(d, mg_jdoc_get(d, mg_jdoc_get(d, p, "pattern"), "Regex"), &r->buf, &r->cap, &len))
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: Split pre-tokenizer: only "
                                                    "a Regex pattern is supported");
         if (!strcmp(r->buf, GPT2_RE))
@@ -401,18 +401,18 @@ static mg_status read_pre(reader *r, int p, bool last) {
             mg_tok_utf8_decode((const uint8_t *)r->buf2, len, &cp) != len || cp == ' ')
             return bad("Metaspace replacement is not one character");
         x.replacement = cp;
-        int scheme = mg_json_get(d, p, "prepend_scheme");
-        if (mg_json_null(d, scheme))
-            x.prepend = mg_json_bool(d, p, "add_prefix_space", true, &b) ? PREPEND_ALWAYS : PREPEND_NEVER;
-        else if (mg_json_eq(d, scheme, "always"))
+        int scheme = mg_jdoc_get(d, p, "prepend_scheme");
+        if (mg_jdoc_null(d, scheme))
+            x.prepend = mg_jdoc_bool(d, p, "add_prefix_space", true, &b) ? PREPEND_ALWAYS : PREPEND_NEVER;
+        else if (mg_jdoc_eq(d, scheme, "always"))
             x.prepend = PREPEND_ALWAYS;
-        else if (mg_json_eq(d, scheme, "first"))
+        else if (mg_jdoc_eq(d, scheme, "first"))
             x.prepend = PREPEND_FIRST;
-        else if (mg_json_eq(d, scheme, "never"))
+        else if (mg_jdoc_eq(d, scheme, "never"))
             x.prepend = PREPEND_NEVER;
         else
             return bad("Metaspace prepend_scheme is not always, first or never");
-        x.split = mg_json_bool(d, p, "split", true, &b);
+        x.split = mg_jdoc_bool(d, p, "split", true, &b);
     } else
         return unsupported(r, p, "pre_tokenizer");
     if (b)
@@ -426,10 +426,10 @@ static bool is_string_field(reader *r, int obj, const char *key, const char *wan
 }
 
 static mg_status read_decoder(reader *r, int dec) {
-    const mg_json *d = &r->d;
+    const mg_jdoc *d = &r->d;
     mg_tok *t = r->t;
     bool b = false;
-    if (mg_json_null(d, dec)) {
+    if (mg_jdoc_null(d, dec)) {
         t->dec = DEC_JOIN;
         return MG_OK;
     }
@@ -438,22 +438,22 @@ static mg_status read_decoder(reader *r, int dec) {
         return MG_OK;
     }
     if (jtype(d, dec, "Metaspace")) {
-        int scheme = mg_json_get(d, dec, "prepend_scheme");
+        int scheme = mg_jdoc_get(d, dec, "prepend_scheme");
         if (!is_string_field(r, dec, "replacement", "\xE2\x96\x81"))
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a Metaspace decoder with a "
                                                    "replacement other than U+2581 is not "
                                                    "supported");
         t->dec = DEC_METASPACE;
-        t->dec_meta_first = mg_json_null(d, scheme) ? mg_json_bool(d, dec, "add_prefix_space", true, &b)
-                                             : !mg_json_eq(d, scheme, "never");
+        t->dec_meta_first = mg_jdoc_null(d, scheme) ? mg_jdoc_bool(d, dec, "add_prefix_space", true, &b)
+                                             : !mg_jdoc_eq(d, scheme, "never");
         return b ? bad("Metaspace add_prefix_space is not a boolean") : MG_OK;
     }
     if (!jtype(d, dec, "Sequence"))
         return unsupported(r, dec, "decoder");
     /* Replace("▁", " ")?, ByteFallback?, Fuse?, Strip(" ", n, 0)?, in this order: pieces
      * joined, so Fuse changes nothing and Strip acts on the whole text. */
-    int list = mg_json_get(d, dec, "decoders");
-    if (!mg_json_is(d, list, JSMN_ARRAY))
+    int list = mg_jdoc_get(d, dec, "decoders");
+    if (!mg_jdoc_is(d, list, JSMN_ARRAY))
         return bad("decoder.decoders is not an array");
     t->dec = DEC_PIECES;
     int stage = 0, i = list + 1;
@@ -461,9 +461,9 @@ static mg_status read_decoder(reader *r, int dec) {
         t->dec = DEC_BYTELEVEL;
         return MG_OK;
     }
-    for (int k = 0; k < d->tk[list].size; k++, i = mg_json_skip(d, i)) {
+    for (int k = 0; k < d->tk[list].size; k++, i = mg_jdoc_skip(d, i)) {
         if (jtype(d, i, "Replace") && stage < 1) {
-            int pat = mg_json_get(d, i, "pattern");
+            int pat = mg_jdoc_get(d, i, "pattern");
             if (!is_string_field(r, pat, "String", "\xE2\x96\x81") ||
                 !is_string_field(r, i, "content", " "))
                 return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a Replace decoder other "
@@ -477,8 +477,8 @@ static mg_status read_decoder(reader *r, int dec) {
             stage = 3;
         } else if (jtype(d, i, "Strip") && stage == 3) {
             long long start, stop;
-            if (!is_string_field(r, i, "content", " ") || !mg_json_int(d, mg_json_get(d, i, "start"), &start) ||
-                !mg_json_int(d, mg_json_get(d, i, "stop"), &stop) || stop != 0 || start < 0 || start > 1000)
+            if (!is_string_field(r, i, "content", " ") || !mg_jdoc_int(d, mg_jdoc_get(d, i, "start"), &start) ||
+                !mg_jdoc_int(d, mg_jdoc_get(d, i, "stop"), &stop) || stop != 0 || start < 0 || start > 1000)
                 return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: only a Strip decoder of "
                                                        "leading spaces is supported");
             t->dec_strip_start = (uint32_t)start;
@@ -493,16 +493,16 @@ static mg_status read_decoder(reader *r, int dec) {
 
 /* The special tokens around $A of a TemplateProcessing "single" template. */
 static mg_status read_template(reader *r, int p) {
-    const mg_json *d = &r->d;
-    int single = mg_json_get(d, p, "single"), specials = mg_json_get(d, p, "special_tokens");
-    if (!mg_json_is(d, single, JSMN_ARRAY))
+    const mg_jdoc *d = &r->d;
+    int single = mg_jdoc_get(d, p, "single"), specials = mg_jdoc_get(d, p, "special_tokens");
+    if (!mg_jdoc_is(d, single, JSMN_ARRAY))
         return bad("TemplateProcessing.single is not an array");
     int32_t pre[64], post[64];
     uint32_t npre = 0, npost = 0;
     bool seen_a = false;
     int i = single + 1;
-    for (int k = 0; k < d->tk[single].size; k++, i = mg_json_skip(d, i)) {
-        int seq = mg_json_get(d, i, "Sequence"), sp = mg_json_get(d, i, "SpecialToken");
+    for (int k = 0; k < d->tk[single].size; k++, i = mg_jdoc_skip(d, i)) {
+        int seq = mg_jdoc_get(d, i, "Sequence"), sp = mg_jdoc_get(d, i, "SpecialToken");
         if (seq >= 0) {
             if (seen_a || !is_string_field(r, seq, "id", "A"))
                 return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: a TemplateProcessing "
@@ -516,16 +516,16 @@ static mg_status read_template(reader *r, int p) {
             return bad("a TemplateProcessing item is neither Sequence nor SpecialToken");
         /* special_tokens[name].ids */
         int entry = -1;
-        if (mg_json_is(d, specials, JSMN_OBJECT)) {
+        if (mg_jdoc_is(d, specials, JSMN_OBJECT)) {
             int j = specials + 1;
-            for (int q = 0; q < d->tk[specials].size; q++, j = mg_json_skip(d, j + 1)) {
+            for (int q = 0; q < d->tk[specials].size; q++, j = mg_jdoc_skip(d, j + 1)) {
                 size_t kl;
                 if (jstr(d, j, &r->buf, &r->cap, &kl) && kl == len && !memcmp(r->buf, r->buf2, len))
                     entry = j + 1;
             }
         }
-        int ids = mg_json_get(d, entry, "ids");
-        if (!mg_json_is(d, ids, JSMN_ARRAY))
+        int ids = mg_jdoc_get(d, entry, "ids");
+        if (!mg_jdoc_is(d, ids, JSMN_ARRAY))
             return mg_tok_fail(MG_ERR_INVALID_ARGUMENT,
                                "tokenizer.json: TemplateProcessing token \"%s\" has no ids",
                                r->buf2);
@@ -533,7 +533,7 @@ static mg_status read_template(reader *r, int p) {
         for (int q = 0; q < d->tk[ids].size; q++, j++) {
             long long v;
             uint32_t *cnt = seen_a ? &npost : &npre;
-            if (!mg_json_int(d, j, &v) || v < 0 || v >= r->t->n_vocab || *cnt >= 64)
+            if (!mg_jdoc_int(d, j, &v) || v < 0 || v >= r->t->n_vocab || *cnt >= 64)
                 return bad("a TemplateProcessing id is out of range");
             (seen_a ? post : pre)[(*cnt)++] = (int32_t)v;
         }
@@ -545,17 +545,17 @@ static mg_status read_template(reader *r, int p) {
 }
 
 static mg_status read_post(reader *r, int p) {
-    const mg_json *d = &r->d;
-    if (mg_json_null(d, p) || jtype(d, p, "ByteLevel"))
+    const mg_jdoc *d = &r->d;
+    if (mg_jdoc_null(d, p) || jtype(d, p, "ByteLevel"))
         return MG_OK;
     if (jtype(d, p, "TemplateProcessing"))
         return read_template(r, p);
     if (jtype(d, p, "Sequence")) {
-        int list = mg_json_get(d, p, "processors");
-        if (!mg_json_is(d, list, JSMN_ARRAY))
+        int list = mg_jdoc_get(d, p, "processors");
+        if (!mg_jdoc_is(d, list, JSMN_ARRAY))
             return bad("post_processor.processors is not an array");
         int i = list + 1;
-        for (int k = 0; k < d->tk[list].size; k++, i = mg_json_skip(d, i)) {
+        for (int k = 0; k < d->tk[list].size; k++, i = mg_jdoc_skip(d, i)) {
             if (jtype(d, i, "Sequence"))
                 return unsupported(r, i, "nested post_processor");
             mg_status st = read_post(r, i);
@@ -583,7 +583,7 @@ mg_status mg_tok_from_json_text(const char *json, size_t len, mg_tok **out) {
         return mg_tok_fail(MG_ERR_INVALID_ARGUMENT, "mg_tok_from_json_text: json is NULL");
     reader r = {0};
     unsigned pos = 0;
-    const int parsed = mg_json_parse(json, len, &r.d, &pos);
+    const int parsed = mg_jdoc_parse(json, len, &r.d, &pos);
     mg_status st = MG_OK;
     if (parsed == 1 || parsed == 3)
         return bad(parsed == 1 ? "truncated JSON" : "empty JSON");
@@ -592,15 +592,15 @@ mg_status mg_tok_from_json_text(const char *json, size_t len, mg_tok **out) {
                            pos);
     if (parsed == 4)
         return mg_tok_fail(MG_ERR_OUT_OF_MEMORY, "tokenizer.json: no host memory for the JSON");
-    if (!mg_json_is(&r.d, 0, JSMN_OBJECT))
+    if (!mg_jdoc_is(&r.d, 0, JSMN_OBJECT))
         st = bad("the top level is not an object");
-    int model = st ? -1 : mg_json_get(&r.d, 0, "model");
-    int added = st ? -1 : mg_json_get(&r.d, 0, "added_tokens");
+    int model = st ? -1 : mg_jdoc_get(&r.d, 0, "model");
+    int added = st ? -1 : mg_jdoc_get(&r.d, 0, "added_tokens");
     long long mx = 0;
-    if (!st && !mg_json_is(&r.d, model, JSMN_OBJECT))
+    if (!st && !mg_jdoc_is(&r.d, model, JSMN_OBJECT))
         st = bad("no model object");
     if (!st &&
-        (!mg_json_null(&r.d, mg_json_get(&r.d, 0, "truncation")) || !mg_json_null(&r.d, mg_json_get(&r.d, 0, "padding"))))
+        (!mg_jdoc_null(&r.d, mg_jdoc_get(&r.d, 0, "truncation")) || !mg_jdoc_null(&r.d, mg_jdoc_get(&r.d, 0, "padding"))))
         st = mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: truncation and padding are not "
                                              "supported (both must be null)");
     if (!st)
@@ -608,22 +608,22 @@ mg_status mg_tok_from_json_text(const char *json, size_t len, mg_tok **out) {
     if (!st)
         st = mg_tok_alloc((uint32_t)mx + 1, &r.t);
     if (!st)
-        st = read_normalizer(&r, mg_json_get(&r.d, 0, "normalizer"));
+        st = read_normalizer(&r, mg_jdoc_get(&r.d, 0, "normalizer"));
     if (!st)
-        st = read_pre(&r, mg_json_get(&r.d, 0, "pre_tokenizer"), true);
+        st = read_pre(&r, mg_jdoc_get(&r.d, 0, "pre_tokenizer"), true);
     if (!st)
         st = read_model(&r, model);
     if (!st)
         st = read_added(&r, added);
     if (!st)
-        st = read_decoder(&r, mg_json_get(&r.d, 0, "decoder"));
+        st = read_decoder(&r, mg_jdoc_get(&r.d, 0, "decoder"));
     if (!st)
-        st = read_post(&r, mg_json_get(&r.d, 0, "post_processor"));
+        st = read_post(&r, mg_jdoc_get(&r.d, 0, "post_processor"));
     if (!st) {
         guess_bos_eos(r.t);
         st = mg_tok_finish(r.t);
     }
-    mg_json_free(&r.d);
+    mg_jdoc_free(&r.d);
     free(r.buf);
     free(r.buf2);
     if (st) {

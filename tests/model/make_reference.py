@@ -11,6 +11,10 @@ Usage: make_reference.py GGUF OUT_DIR [CASES]
    prompt + continuation; writes OUT_DIR/case<i>.txt with the prompt ids, the continuation ids
    and the logits of every position from the last prompt token on (the ones that predict the
    continuation and one more), float32 little-endian in OUT_DIR/case<i>.f32.
+4. The other two forms of the same network for the runtime's other readers: OUT_DIR/hf_bf16 (the
+   Hugging Face directory in BF16, written by mlx) and OUT_DIR/mlx4/model (mlx-lm's own 4-bit
+   quantization of it, group 32), with mlx-lm's teacher-forced logits of that quantized model
+   over the same sequences in OUT_DIR/mlx4/case<i>.*.
 """
 import json
 import sys
@@ -109,6 +113,45 @@ def tokenizer_of(r):
     return tok
 
 
+def write_case(out, c, prompt, seq, logits):
+    rows = logits[len(prompt) - 1:]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"case{c}.txt").write_text(
+        "prompt " + ",".join(map(str, prompt)) + "\n"
+        "continuation " + ",".join(map(str, seq[len(prompt):])) + "\n"
+        f"rows {rows.shape[0]}\nvocab {rows.shape[1]}\n")
+    rows.astype("<f4").tofile(out / f"case{c}.f32")
+
+
+def other_forms(out, cases):
+    """The BF16 and MLX 4-bit directories, and mlx-lm's logits of the 4-bit model."""
+    import mlx.core as mx
+    from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+    hf = out / "hf"
+    bf = out / "hf_bf16"
+    bf.mkdir(parents=True, exist_ok=True)
+    weights = mx.load(str(hf / "model.safetensors"))
+    mx.save_safetensors(str(bf / "model.safetensors"),
+                        {k: v.astype(mx.bfloat16) for k, v in weights.items()},
+                        metadata={"format": "pt"})
+    config = json.loads((hf / "config.json").read_text())
+    (bf / "config.json").write_text(json.dumps(dict(config, torch_dtype="bfloat16"), indent=1))
+    model, cfg = load_model(hf)
+    model.set_dtype(mx.float16)  # FP16 scales and biases, as the runtime reads them
+    model, cfg = quantize_model(model, cfg, 32, 4)
+    cfg["torch_dtype"] = "float16"
+    q = out / "mlx4" / "model"
+    q.mkdir(parents=True, exist_ok=True)
+    save_model(q, model)
+    save_config(cfg, q / "config.json")
+    model, _ = load_model(q)
+    model.set_dtype(mx.float32)  # the reference computes in float32 (the FP16 values are exact)
+    for c, (prompt, seq) in enumerate(cases):
+        logits = np.array(model(mx.array([seq]))[0].astype(mx.float32))
+        write_case(out / "mlx4", c, prompt, seq, logits)
+    (out / "mlx4" / "cases").write_text(str(len(cases)))
+
+
 def main():
     gguf_path, out = sys.argv[1], Path(sys.argv[2])
     cases = int(sys.argv[3]) if len(sys.argv) > 3 else len(PROMPTS)
@@ -118,6 +161,7 @@ def main():
     from mlx_lm.utils import load_model
     model, _ = load_model(out / "hf")
     model.set_dtype(mx.float32)
+    done = []
     for c, text in enumerate(PROMPTS[:cases]):
         prompt = tok.encode(text).ids
         seq = list(prompt)
@@ -125,15 +169,12 @@ def main():
             logits = model(mx.array([seq]))[0, -1]
             seq.append(int(mx.argmax(logits).item()))
         logits = np.array(model(mx.array([seq]))[0].astype(mx.float32))
-        rows = logits[len(prompt) - 1:]
-        (out / f"case{c}.txt").write_text(
-            "prompt " + ",".join(map(str, prompt)) + "\n"
-            "continuation " + ",".join(map(str, seq[len(prompt):])) + "\n"
-            f"rows {rows.shape[0]}\nvocab {rows.shape[1]}\n")
-        rows.astype("<f4").tofile(out / f"case{c}.f32")
+        write_case(out, c, prompt, seq, logits)
+        done.append((prompt, seq))
         print(f"case {c}: {len(prompt)} prompt tokens, continuation "
               f"{tok.decode(seq[len(prompt):])!r}")
     (out / "cases").write_text(str(cases))
+    other_forms(out, done)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,35 @@
+/*
+ * model_checkpoint.h - private to src/model: the one seam between the forward model and a real
+ * checkpoint, whatever its format. mg_fwd_checkpoint_open tells the formats apart (a GGUF file,
+ * model_gguf.h; a Hugging Face or MLX directory, model_hf.h), reads the architecture into a
+ * preset and checks every tensor; mg_fwd_checkpoint_load then uploads the weights. Errors are
+ * one line in mg_fwd_error, naming the file and what is wrong.
+ */
+#ifndef METRALE_MODEL_CHECKPOINT_H
+#define METRALE_MODEL_CHECKPOINT_H
+
+#include "model.h"
+#include "model_mlx.h"
+
+/* The loaded weights: BF16 device buffers, and the layer matrices either in layer_w (BF16) or
+ * in *mlx (the MLX path). lm_head == embedding when the embedding is tied. */
+typedef struct mg_fwd_checkpoint_weights {
+    mg_devptr embedding, final_norm, lm_head;
+    mg_fwd_mlx *mlx;
+    uint64_t bytes;
+} mg_fwd_checkpoint_weights;
+
+typedef struct mg_fwd_checkpoint mg_fwd_checkpoint;
+
+mg_status mg_fwd_checkpoint_open(const char *path, mg_fwd_preset *arch, char *name,
+                                 size_t name_size, mg_fwd_checkpoint **out);
+void mg_fwd_checkpoint_close(mg_fwd_checkpoint *c);
+/* An upper estimate of the device bytes of the weights as loaded. */
+double mg_fwd_checkpoint_weight_bytes(const mg_fwd_checkpoint *c, const mg_fwd_preset *arch);
+/* Uploads every weight onto `b`: the norms and (float checkpoints) the matrices into
+ * layer_w[l * MG_FWD_LAYER_TENSORS + slot]. On failure *out and layer_w hold only valid
+ * buffers, which the caller frees. */
+mg_status mg_fwd_checkpoint_load(mg_backend *b, mg_fwd_checkpoint *c, const mg_fwd_preset *arch,
+                                 mg_devptr *layer_w, mg_fwd_checkpoint_weights *out);
+
+#endif

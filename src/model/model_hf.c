@@ -1,0 +1,419 @@
+/* model_hf.c - a Hugging Face or MLX checkpoint directory as the forward model's architecture
+ * and weights (model_hf.h). */
+#include "model_hf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "metrale/dtype.h"
+#include "metrale/mlx.h"
+#include "metrale/ops.h"
+#include "metrale/safetensors.h"
+
+#define MAX_CONFIG_BYTES (16u << 20)
+
+struct mg_fwd_hf {
+    char dir[1024];
+    mg_st_model *st;
+    mg_mlx_config *mlx; /* NULL unless config.json says the directory is MLX-quantized */
+    uint32_t bits;
+    bool tied;
+};
+
+/* The per-layer tensors, by Hugging Face name. */
+static const char *const layer_names[] = {
+    "input_layernorm",  "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+    "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
+    "mlp.down_proj"};
+enum { H_ATTN_NORM, H_Q, H_K, H_V, H_O, H_MLP_NORM, H_GATE, H_UP, H_DOWN, H_LAYER_COUNT };
+
+static bool is_matrix(int i) {
+    return i != H_ATTN_NORM && i != H_MLP_NORM;
+}
+
+static char *read_text(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *text = NULL;
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size >= 0 && (unsigned long)size <= MAX_CONFIG_BYTES && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = malloc((size_t)size + 1)) && fread(text, 1, (size_t)size, f) == (size_t)size) {
+        text[size] = 0;
+        *len = (size_t)size;
+    } else {
+        free(text);
+        text = NULL;
+    }
+    fclose(f);
+    return text;
+}
+
+/* A positive integer member (absent: `def`, 0 meaning required). */
+static mg_status member_u32(const mg_jdoc *d, const char *path, const char *key, uint32_t def,
+                            uint32_t *out) {
+    const int i = mg_jdoc_get(d, 0, key);
+    long long v;
+    if (mg_jdoc_null(d, i) && def) {
+        *out = def;
+        return MG_OK;
+    }
+    if (!mg_jdoc_int(d, i, &v) || v <= 0 || v > (1 << 24))
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                           "%s: \"%s\" is missing or not a positive integer", path, key);
+    *out = (uint32_t)v;
+    return MG_OK;
+}
+
+static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch) {
+    size_t len = 0;
+    char *text = read_text(path, &len);
+    if (!text)
+        return mg_fwd_fail(errno == ENOENT ? MG_ERR_NOT_FOUND : MG_ERR_INVALID_ARGUMENT,
+                           "%s: cannot read it (or larger than %u bytes)", path,
+                           MAX_CONFIG_BYTES);
+    mg_jdoc d;
+    unsigned pos = 0;
+    const int parsed = mg_jdoc_parse(text, len, &d, &pos);
+    mg_status st = MG_OK;
+    if (parsed)
+        st = mg_fwd_fail(parsed == 4 ? MG_ERR_OUT_OF_MEMORY : MG_ERR_INVALID_ARGUMENT,
+                         "%s: %s JSON (byte %u)", path,
+                         parsed == 1 ? "truncated" : parsed == 3 ? "empty" : "malformed", pos);
+    else if (!mg_jdoc_is(&d, 0, JSMN_OBJECT))
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: not a JSON object", path);
+    char name[96] = "";
+    const int archs = st ? -1 : mg_jdoc_get(&d, 0, "architectures");
+    if (!st && (!mg_jdoc_is(&d, archs, JSMN_ARRAY) || d.tk[archs].size < 1 ||
+                !mg_jdoc_plain_string(&d, archs + 1, name, sizeof name)))
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"architectures\" is missing", path);
+    if (!st && strcmp(name, "LlamaForCausalLM") && strcmp(name, "MistralForCausalLM"))
+        st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                         "%s: architecture %s is not supported (LlamaForCausalLM and "
+                         "MistralForCausalLM are)",
+                         path, name);
+    mg_model_shape *s = &arch->shape;
+    if (!st && !(st = member_u32(&d, path, "hidden_size", 0, &s->hidden)) &&
+        !(st = member_u32(&d, path, "intermediate_size", 0, &s->intermediate)) &&
+        !(st = member_u32(&d, path, "num_attention_heads", 0, &s->heads)) &&
+        !(st = member_u32(&d, path, "num_key_value_heads", s->heads, &s->kv_heads)) &&
+        !(st = member_u32(&d, path, "num_hidden_layers", 0, &arch->layers)) &&
+        !(st = member_u32(&d, path, "vocab_size", 0, &s->vocab)))
+        st = member_u32(&d, path, "head_dim", s->hidden / s->heads ? s->hidden / s->heads : 1,
+                        &s->head_dim);
+    if (!st && (s->heads % s->kv_heads || s->head_dim % 2))
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                         "%s: %u heads over %u KV heads of %u: heads must be a multiple of KV "
+                         "heads, the head dimension even",
+                         path, s->heads, s->kv_heads, s->head_dim);
+    double theta = 10000.0, eps = 0, rotary = 1.0;
+    if (!st && !mg_jdoc_null(&d, mg_jdoc_get(&d, 0, "rope_theta")) &&
+        !mg_jdoc_num(&d, mg_jdoc_get(&d, 0, "rope_theta"), &theta))
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"rope_theta\" is not a number", path);
+    if (!st && (!mg_jdoc_num(&d, mg_jdoc_get(&d, 0, "rms_norm_eps"), &eps) || !(eps > 0) ||
+                !(eps < 1)))
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                         "%s: \"rms_norm_eps\" is missing or not in (0, 1)", path);
+    /* what this runtime does not implement is refused, never approximated */
+    static const char *const must_be_null[] = {"rope_scaling", "sliding_window"};
+    for (size_t i = 0; !st && i < sizeof must_be_null / sizeof must_be_null[0]; i++)
+        if (!mg_jdoc_null(&d, mg_jdoc_get(&d, 0, must_be_null[i])))
+            st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: \"%s\" is set: not supported", path,
+                             must_be_null[i]);
+    bool bad = false;
+    if (!st && (mg_jdoc_bool(&d, 0, "attention_bias", false, &bad) ||
+                mg_jdoc_bool(&d, 0, "mlp_bias", false, &bad) || bad))
+        st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: attention or MLP biases are not supported",
+                         path);
+    char act[32] = "silu";
+    const int ai = mg_jdoc_get(&d, 0, "hidden_act");
+    if (!st && !mg_jdoc_null(&d, ai) &&
+        (!mg_jdoc_plain_string(&d, ai, act, sizeof act) || strcmp(act, "silu")))
+        st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: \"hidden_act\" %s is not supported (silu is)",
+                         path, act);
+    const int pr = mg_jdoc_get(&d, 0, "partial_rotary_factor");
+    if (!st && !mg_jdoc_null(&d, pr) && (!mg_jdoc_num(&d, pr, &rotary) || rotary != 1.0))
+        st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: partial rotary embeddings are not supported",
+                         path);
+    if (!st)
+        h->tied = mg_jdoc_bool(&d, 0, "tie_word_embeddings", false, &bad);
+    long long ctx = 0;
+    if (!st && mg_jdoc_int(&d, mg_jdoc_get(&d, 0, "max_position_embeddings"), &ctx) && ctx > 0 &&
+        ctx < 8192)
+        arch->max_batch_tokens = (uint32_t)ctx;
+    else
+        arch->max_batch_tokens = 8192;
+    /* quantization: MLX's affine form (mg_mlx_config_open reads the details) or nothing */
+    int q = st ? -1 : mg_jdoc_get(&d, 0, "quantization");
+    if (mg_jdoc_null(&d, q) && !st)
+        q = mg_jdoc_get(&d, 0, "quantization_config");
+    if (!st && !mg_jdoc_null(&d, q)) {
+        long long bits = 0;
+        if (!mg_jdoc_int(&d, mg_jdoc_get(&d, q, "bits"), &bits) || (bits != 4 && bits != 8))
+            st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                             "%s: the quantization is not MLX's affine 4 or 8 bits (another "
+                             "quantization_config method is not supported here)",
+                             path);
+        h->bits = (uint32_t)bits;
+    }
+    arch->rope_theta = (float)theta;
+    arch->norm_eps = (float)eps;
+    mg_jdoc_free(&d);
+    free(text);
+    return st;
+}
+
+/* Checks tensor `name`: present, float (or, quantized, the MLX triple), of shape [rows, cols]
+ * (rows 0: a vector of cols). */
+static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t rows, uint64_t cols,
+                              bool may_be_quantized) {
+    char name[160];
+    mg_st_tensor t;
+    snprintf(name, sizeof name, "%s.scales", base);
+    if (may_be_quantized && h->mlx && mg_st_find(h->st, name, &t) == MG_OK)
+        return MG_OK; /* an MLX layer: mg_mlx_linear_load checks its three tensors */
+    snprintf(name, sizeof name, "%s.weight", base);
+    if (mg_st_find(h->st, name, &t))
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "checkpoint %s: tensor %s is missing", h->dir,
+                           name);
+    if (t.dtype != MG_ST_BF16 && t.dtype != MG_ST_F16 && t.dtype != MG_ST_F32)
+        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                           "checkpoint %s: tensor %s is %s (BF16, F16 and F32 are loaded)",
+                           h->dir, name, mg_st_dtype_name(t.dtype));
+    const bool ok = rows ? t.rank == 2 && t.shape[0] == rows && t.shape[1] == cols
+                         : t.rank == 1 && t.shape[0] == cols;
+    if (!ok)
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                           "checkpoint %s: tensor %s has shape [%llu, %llu] (rank %u), the config "
+                           "implies [%llu, %llu]",
+                           h->dir, name, (unsigned long long)t.shape[0],
+                           (unsigned long long)(t.rank > 1 ? t.shape[1] : 0), t.rank,
+                           (unsigned long long)rows, (unsigned long long)cols);
+    return MG_OK;
+}
+
+/* Whether `name` is a tensor the network uses (or a derived table it may ignore). */
+static bool known_tensor(const mg_fwd_hf *h, const char *name, uint32_t layers) {
+    static const char *const suffixes[] = {".weight", ".scales", ".biases"};
+    size_t n = strlen(name), base = n;
+    for (size_t s = 0; s < 3; s++) {
+        size_t sl = strlen(suffixes[s]);
+        if (n > sl && !strcmp(name + n - sl, suffixes[s]) && (s == 0 || h->mlx))
+            base = n - sl;
+    }
+    if (base == n)
+        return strstr(name, "rotary_emb.inv_freq") != NULL; /* recomputed, as every engine does */
+    char b[160];
+    snprintf(b, sizeof b, "%.*s", (int)base, name);
+    if (!strcmp(b, "model.embed_tokens") || !strcmp(b, "model.norm") ||
+        (!h->tied && !strcmp(b, "lm_head")))
+        return true;
+    unsigned l;
+    int off = 0;
+    if (sscanf(b, "model.layers.%u.%n", &l, &off) != 1 || off <= 0 || l >= layers)
+        return false;
+    for (int i = 0; i < H_LAYER_COUNT; i++)
+        if (!strcmp(b + off, layer_names[i]))
+            return true;
+    return false;
+}
+
+mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_t name_size,
+                         mg_fwd_hf **out) {
+    *out = NULL;
+    memset(arch, 0, sizeof *arch);
+    mg_fwd_hf *h = calloc(1, sizeof *h);
+    if (!h)
+        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+    snprintf(h->dir, sizeof h->dir, "%s", dir);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    mg_status st = read_config(h, path, arch);
+    if (!st && (st = mg_st_open(dir, &h->st)))
+        st = mg_fwd_fail(st, "checkpoint %s: %s", dir, mg_last_error());
+    if (!st && h->bits && (st = mg_mlx_config_open(dir, &h->mlx)))
+        st = mg_fwd_fail(st, "checkpoint %s: %s", dir, mg_last_error());
+    const mg_model_shape *s = &arch->shape;
+    const uint32_t H = s->hidden, QD = s->heads * s->head_dim, KD = s->kv_heads * s->head_dim;
+    const uint32_t I = s->intermediate;
+    if (!st && !(st = check_tensor(h, "model.embed_tokens", s->vocab, H, true)) &&
+        !(st = check_tensor(h, "model.norm", 0, H, false)) && !h->tied)
+        st = check_tensor(h, "lm_head", s->vocab, H, true);
+    const uint64_t rows[H_LAYER_COUNT] = {0, QD, KD, KD, H, 0, I, I, H};
+    const uint64_t cols[H_LAYER_COUNT] = {H, H, H, H, QD, H, H, H, I};
+    char base[160];
+    for (uint32_t l = 0; !st && l < arch->layers; l++)
+        for (int i = 0; !st && i < H_LAYER_COUNT; i++) {
+            snprintf(base, sizeof base, "model.layers.%u.%s", l, layer_names[i]);
+            st = check_tensor(h, base, rows[i], cols[i], is_matrix(i));
+        }
+    for (size_t i = 0; !st && i < mg_st_count(h->st); i++) {
+        mg_st_tensor t;
+        if (!mg_st_get(h->st, i, &t) && !known_tensor(h, t.name, arch->layers))
+            st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                             "checkpoint %s: tensor %s is not part of the network this runtime "
+                             "runs (biases, norms of q/k and extra tables are not supported)",
+                             dir, t.name);
+    }
+    if (st) {
+        mg_fwd_hf_close(h);
+        return st;
+    }
+    /* the name: the directory's last component, trailing slashes aside */
+    size_t end = strlen(dir);
+    while (end > 1 && dir[end - 1] == '/')
+        end--;
+    size_t start = end;
+    while (start > 0 && dir[start - 1] != '/')
+        start--;
+    snprintf(name, name_size, "%.*s", (int)(end - start), dir + start);
+    arch->name = name;
+    arch->description = h->mlx ? "an MLX checkpoint" : "a Hugging Face checkpoint";
+    arch->max_batch_size = 64;
+    arch->batch = 1;
+    arch->prompt_len = 16;
+    arch->steps = 32;
+    *out = h;
+    return MG_OK;
+}
+
+void mg_fwd_hf_close(mg_fwd_hf *h) {
+    if (!h)
+        return;
+    mg_st_close(h->st);
+    mg_mlx_config_close(h->mlx);
+    free(h);
+}
+
+double mg_fwd_hf_weight_bytes(const mg_fwd_hf *h) {
+    double total = 0;
+    for (size_t i = 0; i < mg_st_count(h->st); i++) {
+        mg_st_tensor t;
+        if (mg_st_get(h->st, i, &t))
+            continue;
+        /* F32 tensors become BF16; the rest (BF16, F16, packed MLX) keep their size */
+        total += t.dtype == MG_ST_F32 ? t.bytes / 2.0 : (double)t.bytes;
+    }
+    return total;
+}
+
+/* Element j of a float tensor as FP32. */
+static float element(const mg_st_tensor *t, size_t j) {
+    uint16_t h;
+    float f;
+    switch (t->dtype) {
+    case MG_ST_F32:
+        memcpy(&f, (const char *)t->data + 4 * j, 4);
+        return f;
+    case MG_ST_F16:
+        memcpy(&h, (const char *)t->data + 2 * j, 2);
+        return mg_f16_to_f32(h);
+    default:
+        memcpy(&h, (const char *)t->data + 2 * j, 2);
+        return mg_bf16_to_f32(h);
+    }
+}
+
+/* The named float tensors, joined row-wise, as one BF16 device buffer. */
+static mg_status upload_bf16(mg_backend *b, const mg_fwd_hf *h, const char *const *names,
+                             int count, mg_devptr *out, uint64_t *total) {
+    mg_st_tensor t[2];
+    size_t elements = 0;
+    for (int i = 0; i < count; i++) {
+        mg_status st = mg_st_find(h->st, names[i], &t[i]);
+        if (st)
+            return mg_fwd_fail(st, "checkpoint %s: %s", h->dir, mg_last_error());
+        elements += (size_t)(t[i].bytes / mg_st_dtype_bytes(t[i].dtype));
+    }
+    uint16_t *host = malloc(elements * 2);
+    if (!host)
+        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", names[0]);
+    size_t o = 0;
+    for (int i = 0; i < count; i++) {
+        const size_t n = (size_t)(t[i].bytes / mg_st_dtype_bytes(t[i].dtype));
+        if (t[i].dtype == MG_ST_BF16) {
+            memcpy(host + o, t[i].data, n * 2);
+        } else {
+            for (size_t j = 0; j < n; j++)
+                host[o + j] = mg_f32_to_bf16(element(&t[i], j));
+        }
+        o += n;
+    }
+    mg_status st = mg_alloc(b, elements * 2, out);
+    if (!st && (st = mg_copy_h2d(b, *out, host, elements * 2))) {
+        mg_free(b, *out);
+        *out = 0;
+    }
+    free(host);
+    if (st)
+        return mg_fwd_fail(st, "uploading %s: %s", names[0], mg_last_error());
+    *total += elements * 2;
+    return MG_OK;
+}
+
+/* `base` (model.embed_tokens or lm_head) as BF16: as it is, or dequantized on the device when
+ * the directory holds it MLX-quantized. */
+static mg_status upload_table(mg_backend *b, const mg_fwd_hf *h, const char *base,
+                              mg_devptr *out, uint64_t *total) {
+    char name[160];
+    mg_st_tensor t;
+    snprintf(name, sizeof name, "%s.scales", base);
+    if (!h->mlx || mg_st_find(h->st, name, &t)) {
+        snprintf(name, sizeof name, "%s.weight", base);
+        const char *names[] = {name};
+        return upload_bf16(b, h, names, 1, out, total);
+    }
+    mg_mlx_linear q;
+    mg_status st = mg_mlx_linear_load(b, h->st, h->mlx, base, &q);
+    if (st)
+        return mg_fwd_fail(st, "checkpoint %s: %s", h->dir, mg_last_error());
+    const uint64_t bytes = mg_mlx_gemm_scratch_bytes(&q);
+    if (!(st = mg_alloc(b, bytes, out)) && !(st = mg_mlx_dequant(b, NULL, &q, 0, *out)))
+        st = mg_stream_synchronize(mg_stream_default(b));
+    mg_mlx_linear_free(b, &q);
+    if (st) {
+        if (*out)
+            mg_free(b, *out);
+        *out = 0;
+        return mg_fwd_fail(st, "dequantizing %s: %s", base, mg_last_error());
+    }
+    *total += bytes;
+    return MG_OK;
+}
+
+mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
+                         mg_devptr *layer_w, mg_fwd_checkpoint_weights *out) {
+    memset(out, 0, sizeof *out);
+    mg_status st = upload_table(b, h, "model.embed_tokens", &out->embedding, &out->bytes);
+    const char *norm[] = {"model.norm.weight"};
+    if (!st)
+        st = upload_bf16(b, h, norm, 1, &out->final_norm, &out->bytes);
+    if (!st && !h->tied)
+        st = upload_table(b, h, "lm_head", &out->lm_head, &out->bytes);
+    else if (!st)
+        out->lm_head = out->embedding;
+    char n[H_LAYER_COUNT][160];
+    for (uint32_t l = 0; !st && l < arch->layers; l++) {
+        for (int i = 0; i < H_LAYER_COUNT; i++)
+            snprintf(n[i], sizeof n[i], "model.layers.%u.%s.weight", l, layer_names[i]);
+        mg_devptr *w = layer_w + (size_t)l * MG_FWD_LAYER_TENSORS;
+        const char *an[] = {n[H_ATTN_NORM]}, *mn[] = {n[H_MLP_NORM]};
+        if ((st = upload_bf16(b, h, an, 1, &w[MG_FWD_ATTN_NORM], &out->bytes)) ||
+            (st = upload_bf16(b, h, mn, 1, &w[MG_FWD_MLP_NORM], &out->bytes)) || h->mlx)
+            continue;
+        const char *q[] = {n[H_Q]}, *kv[] = {n[H_K], n[H_V]}, *o[] = {n[H_O]};
+        const char *gu[] = {n[H_GATE], n[H_UP]}, *down[] = {n[H_DOWN]};
+        if (!(st = upload_bf16(b, h, q, 1, &w[MG_FWD_WQ], &out->bytes)) &&
+            !(st = upload_bf16(b, h, kv, 2, &w[MG_FWD_WKV], &out->bytes)) &&
+            !(st = upload_bf16(b, h, o, 1, &w[MG_FWD_WO], &out->bytes)) &&
+            !(st = upload_bf16(b, h, gu, 2, &w[MG_FWD_W_GATE_UP], &out->bytes)))
+            st = upload_bf16(b, h, down, 1, &w[MG_FWD_W_DOWN], &out->bytes);
+    }
+    if (!st && h->mlx &&
+        !(st = mg_fwd_mlx_create(b, &arch->shape, arch->layers, h->dir, h->bits, &out->mlx)))
+        out->bytes += mg_fwd_mlx_bytes(out->mlx);
+    return st;
+}

@@ -1,0 +1,41 @@
+/*
+ * model_hf.h - private to src/model: a Hugging Face checkpoint directory (config.json and
+ * safetensors, sharded through model.safetensors.index.json or not) as the forward model's
+ * architecture and weights; MLX-quantized directories (config.json "quantization") too.
+ *
+ * Architecture (config.json): architectures[0] LlamaForCausalLM (Llama 2/3, SmolLM2) or
+ * MistralForCausalLM; hidden_size, intermediate_size, num_attention_heads,
+ * num_key_value_heads (default: the heads), head_dim (default hidden / heads),
+ * num_hidden_layers, rms_norm_eps, rope_theta (default 10000), vocab_size,
+ * tie_word_embeddings (default false), max_position_embeddings. Refused, naming the field:
+ * another architecture (Qwen2's QKV bias and Qwen3's q/k norms are not implemented yet), a
+ * non-null rope_scaling (Llama-3.1's "llama3" type included) or sliding_window, attention or
+ * MLP biases, an activation other than SiLU, partial rotary embeddings, a quantization method
+ * other than MLX's affine one.
+ *
+ * Weights: model.embed_tokens, model.norm, lm_head (absent when tied) and per layer
+ * input_layernorm, post_attention_layernorm, self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
+ * each `.weight` in BF16, F16 or F32, converted to BF16 on the host and uploaded; the rows are
+ * in Hugging Face order already (rotate-half RoPE). In an MLX directory the layer matrices are
+ * loaded by mg_fwd_mlx_create (model_mlx.h: every one quantized with the config's bits), and a
+ * quantized embedding or LM head is dequantized to BF16 on the device (mg_mlx_dequant). A
+ * tensor the network does not use is refused, as a missing one or a wrong shape is.
+ */
+#ifndef METRALE_MODEL_HF_H
+#define METRALE_MODEL_HF_H
+
+#include "model.h"
+#include "model_checkpoint.h"
+
+typedef struct mg_fwd_hf mg_fwd_hf;
+
+/* Reads dir/config.json into *arch (name: the directory's base name), opens the safetensors
+ * and checks every tensor against the architecture. */
+mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_t name_size,
+                         mg_fwd_hf **out);
+void mg_fwd_hf_close(mg_fwd_hf *h);
+double mg_fwd_hf_weight_bytes(const mg_fwd_hf *h);
+mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
+                         mg_devptr *layer_w, mg_fwd_checkpoint_weights *out);
+
+#endif

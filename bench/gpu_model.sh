@@ -11,7 +11,7 @@
 # Layout it expects under the repository root ($Q, default .gpu-quick): bin/ (metrale-gpu and
 # its op plugins), model/part.* (the GGUF in pieces: one call cannot carry all 98 MB; their
 # concatenation is checked by sha256), ref/ (the reference case files), and the gguf wheel in
-# .whl/. Logs and JSON in $OUT.
+# .whl/, and optionally tests.tar.xz (test programs). Logs and JSON in $OUT.
 set -uo pipefail
 Q=${Q:-.gpu-quick}
 OUT=${OUT:-/tmp/metrale-gpu-model}
@@ -42,10 +42,19 @@ step compare_cuda_vs_mlx_lm python3 tests/model/compare.py "$BIN/metrale-gpu" "$
 step compare_cpu_vs_mlx_lm python3 tests/model/compare.py "$BIN/metrale-gpu" "$M" "$Q/ref" --backend cpu
 step transformers_f32 python3 tests/model/transformers_reference.py "$M" "$Q/ref" /tmp/tf32 --dtype float32
 step compare_cuda_vs_transformers_f32 python3 tests/model/compare.py "$BIN/metrale-gpu" "$M" /tmp/tf32 --backend cuda
+step compare_cuda_hf_f32_dir_vs_mlx_lm python3 tests/model/compare.py "$BIN/metrale-gpu" /tmp/tf32/hf "$Q/ref" --backend cuda
 step transformers_bf16 python3 tests/model/transformers_reference.py "$M" "$Q/ref" /tmp/tfbf16 --dtype bfloat16
 cp -r /tmp/tf32/hf /tmp/tfbf16/ 2>/dev/null
 step compare_cuda_vs_transformers_bf16 python3 tests/model/compare.py "$BIN/metrale-gpu" "$M" /tmp/tfbf16 --backend cuda
 step peers_smollm2 python3 bench/peers/peers_smollm2.py /tmp/tf32/hf "$Q0" --new 128 --json-out "$OUT/peers_smollm2.json"
 # at most 8 files come back: the summary, three run JSONs, the peer's JSON and every log
+# the CUDA tests of the forward pass (carried as tests.tar.xz: test_forward_cuda, test_forward_mlx)
+if [ -f "$Q/tests.tar.xz" ]; then
+  mkdir -p /tmp/tests && tar xJf "$Q/tests.tar.xz" -C /tmp/tests
+  for t in /tmp/tests/*; do cp "$t" "$BIN/"; done
+  step test_forward_cuda "$BIN/test_forward_cuda"
+  step test_forward_mlx env METRALE_MLX_CHECKPOINTS="$PWD/tests/mlx/checkpoints" "$BIN/test_forward_mlx"
+  step run_compare_cuda bash tests/run_compare_cuda.sh "$BIN/metrale-gpu"
+fi
 for f in run_chat_cuda run_steps_cuda run_steps_cpu; do cp "$L/${f}_json.txt" "$OUT/$f.json"; done
 tar czf "$OUT/logs.tgz" -C "$L" .

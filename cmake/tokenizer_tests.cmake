@@ -9,6 +9,17 @@ set_tests_properties(tokenizer_reference_files PROPERTIES FIXTURES_SETUP tokeniz
 set_tests_properties(test_tokenizer PROPERTIES FIXTURES_REQUIRED tokenizer_reference
   ENVIRONMENT "METRALE_TOKENIZER_REFERENCE=${PROJECT_BINARY_DIR}/tokenizer_reference")
 
+# The chat templates against jinja2 (tests/test_chat.c): the same virtual environment, with
+# the pinned jinja2, renders the real template strings (tests/tokenizer/chat_templates/ and
+# SmolLM2's GGUF) into chat_reference/; test_chat skips (77) saying why when it could not.
+add_test(NAME chat_reference_files
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/tokenizer/setup.sh ${PROJECT_BINARY_DIR}/chat_reference chat)
+set_tests_properties(chat_reference_files PROPERTIES FIXTURES_SETUP chat_reference TIMEOUT 900)
+set_tests_properties(test_chat PROPERTIES FIXTURES_REQUIRED chat_reference
+  ENVIRONMENT "METRALE_CHAT_REFERENCE=${PROJECT_BINARY_DIR}/chat_reference")
+target_compile_definitions(test_chat PRIVATE
+  METRALE_CHAT_TEMPLATES="${PROJECT_SOURCE_DIR}/tests/tokenizer/chat_templates")
+
 # libFuzzer on the tokenizer.json reader and the encode/decode paths behind it, built like the
 # safetensors fuzzer (cmake/mlx_tests.cmake: clang with libFuzzer, not in the sanitizer and
 # coverage builds) from the tokenizer's own sources; a short run from the committed corpus

@@ -145,9 +145,14 @@ mg_status mg_gguf_text_open(const char *path, mg_tok **tok, mg_chat_template *ch
     }
     const mg_gguf_kv *t = mg_gguf_find(g, "tokenizer.chat_template");
     if (t && t->type == MG_GGUF_STRING) {
-        if (!mg_chat_template_recognise(t->str, t->str_len, chat))
+        if (!mg_chat_template_recognise(t->str, t->str_len, chat)) {
+            /* the templates that write bos_token / eos_token get the tokenizer's own (a
+             * token too long for the template's fields leaves both empty) */
+            const int32_t bos = mg_tok_bos(*tok), eos = mg_tok_eos(*tok);
+            mg_chat_set_special_tokens(chat, bos >= 0 ? mg_tok_token_text(*tok, bos) : NULL,
+                                       eos >= 0 ? mg_tok_token_text(*tok, eos) : NULL);
             *has_chat = true;
-        else
+        } else
             snprintf(chat_problem, problem_size, "%s", mg_fwd_error());
     }
     mg_gguf_close(g);

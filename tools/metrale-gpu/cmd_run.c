@@ -44,10 +44,16 @@ static void run_usage(FILE *f) {
         fprintf(f, "  %-14s %s\n", p[i].name, p[i].description);
 }
 
-static bool parse_count(const char *v, long *out) {
+/* The counts' ranges: --batch and --prompt-len from 1, --steps from 0 (a run without decode
+ * steps); all up to 2^20. A preset's own limits (its arena's batch and tokens per pass) are
+ * checked when the model is made, still before any output. */
+#define RUN_COUNT_MAX (1l << 20)
+
+static bool parse_count(const char *v, long min, long *out) {
     char *end = NULL;
+    errno = 0;
     long x = v ? strtol(v, &end, 10) : -1;
-    if (!v || !*v || *end || x < 0 || x > (1l << 20))
+    if (!v || !*v || *end || errno || x < min || x > RUN_COUNT_MAX)
         return false;
     *out = x;
     return true;
@@ -58,24 +64,28 @@ static int parse_args(int argc, char **argv, run_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true, takes = true;
+        const char *accepted = NULL; /* what the argument takes, for the message */
+        long min = 0;
         if (!strcmp(arg, "--preset"))
-            a->preset = v, ok = v != NULL;
+            a->preset = v, ok = v != NULL, accepted = "a preset name (run --help lists them)";
         else if (!strcmp(arg, "--weights"))
-            a->weights = v, ok = v != NULL;
+            a->weights = v, ok = v != NULL, accepted = "bf16, fp8, nvfp4, mlx8 or mlx4";
         else if (!strcmp(arg, "--checkpoint"))
-            a->checkpoint = v, ok = v != NULL;
+            a->checkpoint = v, ok = v != NULL, accepted = "an MLX checkpoint folder";
         else if (!strcmp(arg, "--trace"))
-            a->trace = v, ok = v != NULL;
+            a->trace = v, ok = v != NULL, accepted = "a file to write";
         else if (!strcmp(arg, "--batch"))
-            ok = parse_count(v, &a->batch);
+            min = 1, ok = parse_count(v, min, &a->batch);
         else if (!strcmp(arg, "--prompt-len"))
-            ok = parse_count(v, &a->prompt_len);
+            min = 1, ok = parse_count(v, min, &a->prompt_len);
         else if (!strcmp(arg, "--steps"))
-            ok = parse_count(v, &a->steps);
+            min = 0, ok = parse_count(v, min, &a->steps);
         else if (!strcmp(arg, "--seed")) {
             char *end = NULL;
+            errno = 0;
             a->seed = v ? strtoull(v, &end, 10) : 0;
-            ok = v && *v && !*end;
+            ok = v && *v && !*end && !errno && *v != '-';
+            accepted = "an unsigned 64-bit integer";
         } else if (!strcmp(arg, "--compare"))
             a->compare = true, takes = false;
         else if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -86,11 +96,16 @@ static int parse_args(int argc, char **argv, run_args *a) {
             return 2;
         }
         if (!ok) {
-            fprintf(stderr, "metrale-gpu run: %s needs a value%s\n", arg,
-                    takes && strcmp(arg, "--preset") && strcmp(arg, "--weights") &&
-                            strcmp(arg, "--trace") && strcmp(arg, "--checkpoint")
-                        ? " (a count up to 2^20)"
-                        : "");
+            char range[64];
+            if (!accepted) { /* a count */
+                snprintf(range, sizeof range, "a count from %ld to %ld (2^20)", min,
+                         RUN_COUNT_MAX);
+                accepted = range;
+            }
+            if (v)
+                fprintf(stderr, "metrale-gpu run: %s '%s': expected %s\n", arg, v, accepted);
+            else
+                fprintf(stderr, "metrale-gpu run: %s needs a value: %s\n", arg, accepted);
             return 2;
         }
         i += takes;
@@ -300,6 +315,12 @@ static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, bool pro
     r->setup_s = seconds() - t0;
     mg_fwd_get_info(m, &r->info);
     if (!quiet) {
+        /* the header only once mg_fwd_create has accepted the configuration: an argument it
+         * refuses (a batch or prompt the preset's arena cannot hold) is then the only line */
+        printf("metrale-gpu run: preset %s (%s) on %s, batch %u, prompts ~%u tokens, %u decode "
+               "steps, %s weights\n",
+               c->preset->name, c->preset->description, kind, c->batch, c->prompt_len,
+               c->steps - profile, mg_fwd_weights_name(c->weights));
         printf("[%s] weights: %.4g GB (seed %llu), KV cache %.4g MB, arena %.3f MB packed "
                "(%.3f MB unpacked), %.2f s\n",
                kind, r->info.weight_bytes / 1e9, (unsigned long long)c->seed,
@@ -519,10 +540,6 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
             return 1;
         }
     }
-    if (!opts->json)
-        printf("metrale-gpu run: preset %s (%s) on %s, batch %u, prompts ~%u tokens, %u decode "
-               "steps, %s weights\n",
-               p->name, p->description, kind, c.batch, c.prompt_len, c.steps - profile, wname);
     run_result r = {0};
     if ((rc = run_model(b, &c, opts->json, profile, a.trace, a.compare ? &cmp : NULL, &r))) {
         free(cmp.logits), free(cmp.cpu_logits), free(cmp.forced);

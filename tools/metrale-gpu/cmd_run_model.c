@@ -228,12 +228,14 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
             text = rendered;
         }
         len = strlen(text);
-        mg_status te = mg_tok_encode(tok, text, len, true, true, NULL, 0, &n);
+        /* a template that writes BOS itself (Llama-3, Mistral) must not get a second one */
+        const bool add_special = !(a.chat && mg_chat_writes_bos(&chat, 1));
+        mg_status te = mg_tok_encode(tok, text, len, add_special, true, NULL, 0, &n);
         if (te == MG_OK || n > 0) {
             if (!(a.prompt = malloc((n ? n : 1) * sizeof *a.prompt)))
                 te = MG_ERR_OUT_OF_MEMORY;
             else
-                te = mg_tok_encode(tok, text, len, true, true, a.prompt, n, &n);
+                te = mg_tok_encode(tok, text, len, add_special, true, a.prompt, n, &n);
         }
         free(rendered);
         if (te || n == 0) {

@@ -6,10 +6,11 @@
 if(METRALE_SANITIZE)
   set(smollm2_cases 1)
 else()
-  set(smollm2_cases 0)
+  set(smollm2_cases 4)
 endif()
 add_test(NAME smollm2_reference_files
-         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/model/setup.sh ${PROJECT_BINARY_DIR}/smollm2_reference)
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/model/setup.sh ${PROJECT_BINARY_DIR}/smollm2_reference
+                 ${smollm2_cases})
 set_tests_properties(smollm2_reference_files PROPERTIES FIXTURES_SETUP smollm2_reference TIMEOUT 1500)
 add_test(NAME smollm2_vs_mlx_lm
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/model/compare.sh $<TARGET_FILE:metrale-gpu>

@@ -13,7 +13,8 @@
  *    each get their own message;
  *  - a checkpoint whose tensor shapes disagree with its metadata, an unsupported architecture
  *    and an unused tensor are refused by mg_fwd_create with a message naming them;
- *  - a thousand decode steps allocate nothing after the first (the ledger is unchanged).
+ *  - a thousand decode steps allocate nothing after the first (the ledger is unchanged);
+ *  - a run longer than the checkpoint's context is refused.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -418,6 +419,26 @@ static void test_disagreeing(mg_backend *b) {
     unlink(tmp);
 }
 
+/* The tiny checkpoints were trained for 64 tokens: a longer run is refused, never truncated. */
+static void test_context_limit(mg_backend *b) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tiny_q4_1.gguf", corpus_dir());
+    int32_t prompt[60];
+    for (int i = 0; i < 60; i++)
+        prompt[i] = 3 + i;
+    mg_fwd_config c = {.batch = 1, .steps = 4, .seed = 1, .model_path = path,
+                       .prompt_ids = prompt, .prompt_ids_count = 60};
+    mg_fwd *m = NULL;
+    CHECK_OK(mg_fwd_create(b, &c, &m)); /* 64 tokens: fits */
+    mg_fwd_destroy(m);
+    m = NULL;
+    c.steps = 5;
+    CHECK_STATUS(mg_fwd_create(b, &c, &m), MG_ERR_INVALID_ARGUMENT);
+    CHECK(m == NULL);
+    CHECK_FWD_MESSAGE("past the context");
+    CHECK_FWD_MESSAGE("(64 tokens)");
+}
+
 int main(void) {
     test_seed();
     mg_backend *b = NULL;
@@ -427,6 +448,7 @@ int main(void) {
         test_corpus(b);
         test_disagreeing(b);
         test_steps_allocate_nothing(b);
+        test_context_limit(b);
         mg_backend_close(b);
     }
     return test_finish();

@@ -895,6 +895,15 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
                     (unsigned long long)total, p->name, p->max_batch_tokens);
     if (c->steps > 1u << 20 || c->prompt_len > 1u << 20)
         return fail(MG_ERR_INVALID_ARGUMENT, "--steps / --prompt-len above 2^20");
+    for (uint32_t r = 0; p->context && r < c->batch; r++) {
+        const uint64_t seq = (uint64_t)mg_fwd_prompt_length(c, r) + c->steps;
+        if (seq > p->context)
+            return fail(MG_ERR_INVALID_ARGUMENT,
+                        "request %u: %u prompt tokens and %u steps make %llu, past the context "
+                        "of %s (%u tokens); nothing is truncated",
+                        r, mg_fwd_prompt_length(c, r), c->steps, (unsigned long long)seq,
+                        p->name, p->context);
+    }
     static const mg_op needed[] = {MG_OP_GEMM_BF16, MG_OP_GATHER_ROWS, MG_OP_RMSNORM,
                                    MG_OP_ARGMAX, MG_OP_SILU_MUL, MG_OP_KV_APPEND,
                                    MG_OP_ATTENTION_PAGED};

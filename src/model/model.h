@@ -99,6 +99,9 @@ typedef struct mg_fwd_preset {
     uint32_t max_batch_tokens, max_batch_size;
     /* Defaults of a run. */
     uint32_t batch, prompt_len, steps;
+    /* The longest sequence (prompt + generated) the model was trained for; 0: no limit (the
+     * synthetic presets). A run past it is refused. */
+    uint32_t context;
 } mg_fwd_preset;
 
 const mg_fwd_preset *mg_fwd_presets(size_t *count);

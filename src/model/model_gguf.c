@@ -235,8 +235,9 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
     arch->description = "a GGUF checkpoint";
     uint64_t ctx = 0;
     snprintf(key, sizeof key, "%s.context_length", a);
-    arch->max_batch_tokens = mg_gguf_get_u64(g, key, &ctx) && ctx && ctx < 8192 ? (uint32_t)ctx
-                                                                               : 8192;
+    const bool has_ctx = mg_gguf_get_u64(g, key, &ctx) && ctx > 0;
+    arch->context = has_ctx && ctx < (1u << 30) ? (uint32_t)ctx : 0;
+    arch->max_batch_tokens = has_ctx && ctx < 8192 ? (uint32_t)ctx : 8192;
     arch->max_batch_size = 64;
     arch->batch = 1;
     arch->prompt_len = 16;

@@ -141,11 +141,11 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
     if (!st)
         h->tied = mg_jdoc_bool(&d, 0, "tie_word_embeddings", false, &bad);
     long long ctx = 0;
-    if (!st && mg_jdoc_int(&d, mg_jdoc_get(&d, 0, "max_position_embeddings"), &ctx) && ctx > 0 &&
-        ctx < 8192)
-        arch->max_batch_tokens = (uint32_t)ctx;
-    else
-        arch->max_batch_tokens = 8192;
+    const bool has_ctx = !st &&
+                         mg_jdoc_int(&d, mg_jdoc_get(&d, 0, "max_position_embeddings"), &ctx) &&
+                         ctx > 0;
+    arch->context = has_ctx && ctx < (1 << 30) ? (uint32_t)ctx : 0;
+    arch->max_batch_tokens = has_ctx && ctx < 8192 ? (uint32_t)ctx : 8192;
     /* quantization: MLX's affine form (mg_mlx_config_open reads the details) or nothing */
     int q = st ? -1 : mg_jdoc_get(&d, 0, "quantization");
     if (mg_jdoc_null(&d, q) && !st)

@@ -419,24 +419,24 @@ static void test_disagreeing(mg_backend *b) {
     unlink(tmp);
 }
 
-/* The tiny checkpoints were trained for 64 tokens: a longer run is refused, never truncated. */
+/* The tiny checkpoints were trained for 2048 tokens: a longer run is refused, never truncated. */
 static void test_context_limit(mg_backend *b) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tiny_q4_1.gguf", corpus_dir());
-    int32_t prompt[60];
-    for (int i = 0; i < 60; i++)
-        prompt[i] = 3 + i;
-    mg_fwd_config c = {.batch = 1, .steps = 4, .seed = 1, .model_path = path,
-                       .prompt_ids = prompt, .prompt_ids_count = 60};
+    static int32_t prompt[2000];
+    for (int i = 0; i < 2000; i++)
+        prompt[i] = 3 + i % 90;
+    mg_fwd_config c = {.batch = 1, .steps = 48, .seed = 1, .model_path = path,
+                       .prompt_ids = prompt, .prompt_ids_count = 2000};
     mg_fwd *m = NULL;
-    CHECK_OK(mg_fwd_create(b, &c, &m)); /* 64 tokens: fits */
+    CHECK_OK(mg_fwd_create(b, &c, &m)); /* 2048 tokens: fits */
     mg_fwd_destroy(m);
     m = NULL;
-    c.steps = 5;
+    c.steps = 49;
     CHECK_STATUS(mg_fwd_create(b, &c, &m), MG_ERR_INVALID_ARGUMENT);
     CHECK(m == NULL);
     CHECK_FWD_MESSAGE("past the context");
-    CHECK_FWD_MESSAGE("(64 tokens)");
+    CHECK_FWD_MESSAGE("(2048 tokens)");
 }
 
 int main(void) {

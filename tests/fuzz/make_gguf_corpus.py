@@ -29,7 +29,7 @@ def tiny(path, types):
     w.add_value_length(32)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
-    w.add_context_length(64)
+    w.add_context_length(2048)
     tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [chr(c) for c in range(33, 127)]
     tokens += ["He", "ll", "Hell", "Hello"]
     w.add_tokenizer_model("gpt2")

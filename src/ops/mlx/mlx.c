@@ -157,12 +157,24 @@ static const mlx_provider cpu_avx2_provider = {
     .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_AVX2,
     .register_kernels = mg_mlx_cpu_fast_kernels_register};
 
+/* The portable code is not yet faster than the reference (measured: bench cpu_fast), so the
+ * automatic choice passes it over; forced by name it runs every call. */
+static bool portable_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes);
+
 static const mlx_provider cpu_portable_provider = {
-    .base = {.name = "cpu_portable", .backend = MG_BACKEND_CPU},
+    .base = {.name = "cpu_portable", .backend = MG_BACKEND_CPU, .supports = portable_supports},
     .dequant = MG_MLX_KERNEL_DEQUANT_PORTABLE,
     .gemv = MG_MLX_KERNEL_GEMV_PORTABLE,
     .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE,
     .register_kernels = mg_mlx_cpu_fast_kernels_register};
+
+static bool portable_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
+    (void)call;
+    if (mg_op_forced(b, MG_OP_MLX_QUANT) == &cpu_portable_provider.base)
+        return true;
+    snprintf(reason, reason_bytes, "only when forced (not faster than the reference)");
+    return false;
+}
 
 /* In order of preference; "kernels" last, so on the CPU backend the reference is reached by
  * forcing it (mg_op_force_provider(b, MG_OP_MLX_QUANT, "kernels")). */

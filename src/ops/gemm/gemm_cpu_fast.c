@@ -10,7 +10,8 @@
  * before the output is rounded: each side is within (k + 16) * u * sum|terms| of the exact
  * sum (u = 2^-24, the summation bound for any order of at most k + 16 additions). A BF16
  * output adds at most one BF16 spacing of the result. The result does not depend on the
- * thread count or the blocking: every output is summed by one thread in one fixed order.
+ * thread count, the blocking or M (batch-invariant): every output is summed by one thread in
+ * one fixed order.
  *
  * Layout: the activation rows are converted to FP32 once per call, in chunks of 16 elements
  * stored as [the 8 even elements][the 8 odd ones], zero-padded to a multiple of 16. A 32-byte
@@ -130,26 +131,26 @@ static inline const uint16_t *chunk_at(const uint16_t *w, uint32_t c, uint32_t k
     return c + CHUNK <= k ? w + c : tail;
 }
 
-/* Rows j0 .. j0 + 3 (row indices past n repeat row j0 and are not stored) times one token:
- * even and odd accumulators apart, so no FMA waits on the one before it. */
+/* Rows j0 .. j0 + 3 (row indices past n repeat row j0 and are not stored) times one token.
+ * Each output's sum takes exactly the steps tile2 takes for it (even products, then odd, per
+ * chunk; then the lanes), so a row's result does not depend on M (batch invariance). */
 AVX2 static void tile1(const fast_gemm *g, uint32_t j0, const uint16_t *const w[ROWS],
                        const uint16_t tails[ROWS][CHUNK], uint32_t t) {
     const float *a = g->act + (size_t)t * g->k_pad;
-    __m256 acc_e[ROWS], acc_o[ROWS];
+    __m256 acc[ROWS];
     for (int r = 0; r < ROWS; r++)
-        acc_e[r] = acc_o[r] = _mm256_setzero_ps();
+        acc[r] = _mm256_setzero_ps();
     for (uint32_t c = 0; c < g->k_pad; c += CHUNK) {
         __m256 ae = _mm256_loadu_ps(a + c), ao = _mm256_loadu_ps(a + c + CHUNK / 2);
 #pragma GCC unroll 4
         for (int r = 0; r < ROWS; r++) {
             __m256 we, wo;
             load_split(chunk_at(w[r], c, g->k, tails[r]), &we, &wo);
-            acc_e[r] = _mm256_fmadd_ps(ae, we, acc_e[r]);
-            acc_o[r] = _mm256_fmadd_ps(ao, wo, acc_o[r]);
+            acc[r] = _mm256_fmadd_ps(ao, wo, _mm256_fmadd_ps(ae, we, acc[r]));
         }
     }
     for (uint32_t r = 0; r < ROWS && j0 + r < g->n; r++)
-        store(g, t, j0 + r, hsum8(_mm256_add_ps(acc_e[r], acc_o[r])));
+        store(g, t, j0 + r, hsum8(acc[r]));
 }
 
 /* The same for two tokens: eight accumulators, each weight chunk converted once for both. */
@@ -276,6 +277,7 @@ static void register_kernels(void) {
 static void kernels_register(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_kernels);
+    mg_gemm_reference_kernels_register(); /* the reference's kernels stay known by name too */
 }
 
 /* ------------------------------------------------------------------ providers */

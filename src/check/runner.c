@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "metrale/ops.h"
 
 /* METRALE_CHECK_SEED (decimal or 0x hex) repeats a run; otherwise a fresh seed each run. */
 static uint64_t run_seed(void) {
@@ -22,6 +23,18 @@ static uint64_t run_seed(void) {
     return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
 }
 
+/* Every op of the reference backend runs its reference: an op lists its CPU providers fast
+ * first and the reference last (the provider that defines the result), so the checks compare
+ * the fast CPU providers with the reference when the backend under test is a CPU backend. */
+static void force_references(mg_backend *ref) {
+    for (int op = 0; op < MG_OP_COUNT; op++) {
+        const char *names[16];
+        size_t count = mg_op_providers((mg_op)op, MG_BACKEND_CPU, names, 16);
+        if (count > 1 && count <= 16)
+            mg_op_force_provider(ref, (mg_op)op, names[count - 1]);
+    }
+}
+
 /* The CPU backend the op checks compare against: a CPU device of its own, even when `b` is
  * a CPU backend too (then any other free CPU device), so every op check compares results of
  * two backends. NULL when none can be opened. */
@@ -33,6 +46,7 @@ static mg_backend *open_reference(int *device_out) {
     for (int device = 0; device < probe.device_count; device++) {
         mg_backend *ref;
         if (mg_backend_open(MG_BACKEND_CPU, device, &ref) == MG_OK) {
+            force_references(ref);
             *device_out = device;
             return ref;
         }

@@ -1,8 +1,11 @@
 /* mlx.c - the MLX ops (metrale/mlx.h): every argument checked once, then the kernels of module
  * "metrale" launched by name with the same arguments on every backend (CUDA:
- * kernels/cuda/mlx/mlx_quant.cu; CPU: mlx_reference.c). The GEMM dequantizes into the caller's
- * scratch and calls mg_gemm_bf16. */
+ * kernels/cuda/mlx/mlx_quant.cu; CPU: mlx_reference.c, or first the fast CPU providers of
+ * mlx_cpu_fast.c). The GEMM dequantizes into the caller's scratch and calls mg_gemm_bf16. */
 #include <stdio.h>
+
+#include "cpu_isa.h"
+#include "mlx_cpu_fast.h"
 
 #include "backend_impl.h"
 #include "error.h"
@@ -119,27 +122,83 @@ static mg_status check_backend(mg_backend *b, const char *fn) {
 
 /* ------------------------------------------------------------------ provider */
 
+/* A provider of the MLX ops: the kernels it launches, by role. "kernels" runs ours (the CUDA
+ * backend's, or on the CPU backend the reference, mlx_reference.c); the fast CPU providers
+ * (mlx_cpu_fast.h) come first on the CPU backend and launch their own kernels with the same
+ * argument lists, except the bias add, which is the reference's on every provider. */
+typedef struct mlx_provider {
+    mg_op_provider base; /* first: the registry hands this back */
+    const char *dequant, *gemv, *gate_up;
+    void (*register_kernels)(void);
+} mlx_provider;
+
+enum { KERNEL_DEQUANT, KERNEL_GEMV, KERNEL_GATE_UP, KERNEL_ADD_BIAS };
+
 static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
     return mg_op_builtin_available(b, MG_MLX_KERNEL_GEMV, mg_mlx_cpu_kernels_register, reason, reason_bytes);
 }
 
-static const mg_op_provider kernels_provider = {
-    .name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available};
+static const mlx_provider kernels_provider = {
+    .base = {.name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available},
+    .dequant = MG_MLX_KERNEL_DEQUANT,
+    .gemv = MG_MLX_KERNEL_GEMV,
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP,
+    .register_kernels = mg_mlx_cpu_kernels_register};
 
-static const mg_op_provider *const mlx_providers[] = {&kernels_provider, NULL};
+static bool avx2_available(mg_backend *b, char *reason, size_t reason_bytes) {
+    (void)b;
+    return mg_mlx_cpu_avx2_built() && mg_cpu_avx2_available(reason, reason_bytes);
+}
+
+static const mlx_provider cpu_avx2_provider = {
+    .base = {.name = "cpu_avx2", .backend = MG_BACKEND_CPU, .available = avx2_available},
+    .dequant = MG_MLX_KERNEL_DEQUANT_AVX2,
+    .gemv = MG_MLX_KERNEL_GEMV_AVX2,
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_AVX2,
+    .register_kernels = mg_mlx_cpu_fast_kernels_register};
+
+/* The portable code is not yet faster than the reference (measured: bench cpu_fast), so the
+ * automatic choice passes it over; forced by name it runs every call. */
+static bool portable_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes);
+
+static const mlx_provider cpu_portable_provider = {
+    .base = {.name = "cpu_portable", .backend = MG_BACKEND_CPU, .supports = portable_supports},
+    .dequant = MG_MLX_KERNEL_DEQUANT_PORTABLE,
+    .gemv = MG_MLX_KERNEL_GEMV_PORTABLE,
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE,
+    .register_kernels = mg_mlx_cpu_fast_kernels_register};
+
+static bool portable_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
+    (void)call;
+    if (mg_op_forced(b, MG_OP_MLX_QUANT) == &cpu_portable_provider.base)
+        return true;
+    snprintf(reason, reason_bytes, "only when forced (not faster than the reference)");
+    return false;
+}
+
+/* In order of preference; "kernels" last, so on the CPU backend the reference is reached by
+ * forcing it (mg_op_force_provider(b, MG_OP_MLX_QUANT, "kernels")). */
+static const mg_op_provider *const mlx_providers[] = {
+    &cpu_avx2_provider.base, &cpu_portable_provider.base, &kernels_provider.base, NULL};
 
 const mg_op_def mg_mlx_quant_op = {MG_OP_MLX_QUANT, "mlx_quant", mlx_providers};
 
-static mg_status launch(mg_backend *b, mg_stream *s, const char *fn, const char *kernel,
+static mg_status launch(mg_backend *b, mg_stream *s, const char *fn, int role,
                         const mg_launch *l) {
-    const mg_op_provider *provider;
-    mg_status st = mg_op_choose(b, MG_OP_MLX_QUANT, NULL, fn, &provider);
+    const mg_op_provider *chosen;
+    mg_status st = mg_op_choose(b, MG_OP_MLX_QUANT, NULL, fn, &chosen);
     if (st)
         return st;
-    mg_mlx_cpu_kernels_register();
+    const mlx_provider *p = (const mlx_provider *)chosen;
+    p->register_kernels();
+    mg_mlx_cpu_kernels_register(); /* the bias add */
+    const char *kernel = role == KERNEL_DEQUANT ? p->dequant
+                         : role == KERNEL_GEMV  ? p->gemv
+                         : role == KERNEL_GATE_UP ? p->gate_up
+                                                  : MG_MLX_KERNEL_ADD_BIAS;
     if ((st = mg_op_launch_builtin(b, s, kernel, l)))
         return st;
-    mg_op_count_call(b, MG_OP_MLX_QUANT, provider, false);
+    mg_op_count_call(b, MG_OP_MLX_QUANT, chosen, false);
     return MG_OK;
 }
 
@@ -174,7 +233,7 @@ static mg_status add_bias(mg_backend *b, mg_stream *s, const char *fn, const mg_
     mg_launch_arg_u32(&l, w->bias_type == MG_DTYPE_F32   ? MG_MLX_BIAS_F32
                           : w->bias_type == MG_DTYPE_F16 ? MG_MLX_BIAS_F16
                                                          : MG_MLX_BIAS_BF16);
-    return launch(b, s, fn, MG_MLX_KERNEL_ADD_BIAS, &l);
+    return launch(b, s, fn, KERNEL_ADD_BIAS, &l);
 }
 
 /* ------------------------------------------------------------------ dequant */
@@ -188,7 +247,7 @@ static mg_status dequant(mg_backend *b, mg_stream *s, const char *fn, const mg_m
     add_layer_args(&l, p);
     mg_launch_arg_ptr(&l, out);
     add_shape_args(&l, w);
-    return launch(b, s, fn, MG_MLX_KERNEL_DEQUANT, &l);
+    return launch(b, s, fn, KERNEL_DEQUANT, &l);
 }
 
 mg_status mg_mlx_dequant(mg_backend *b, mg_stream *s, const mg_mlx_linear *w, uint32_t expert,
@@ -252,7 +311,7 @@ static mg_status gemv(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_
     mg_launch_arg_u32(&l, m);
     add_shape_args(&l, w);
     mg_launch_arg_u32(&l, mode);
-    if ((st = launch(b, s, fn, MG_MLX_KERNEL_GEMV, &l)))
+    if ((st = launch(b, s, fn, KERNEL_GEMV, &l)))
         return st;
     return add_bias(b, s, fn, w, &p, m, y);
 }
@@ -305,7 +364,7 @@ mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *
     mg_launch_arg_ptr(&l, y_up);
     mg_launch_arg_u32(&l, m);
     add_shape_args(&l, gate);
-    if ((st = launch(b, s, fn, MG_MLX_KERNEL_GEMV_GATE_UP, &l)) ||
+    if ((st = launch(b, s, fn, KERNEL_GATE_UP, &l)) ||
         (st = add_bias(b, s, fn, gate, &pg, m, y_gate)))
         return st;
     return add_bias(b, s, fn, up, &pu, m, y_up);

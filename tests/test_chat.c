@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_files.h"
+
 #include "chat.h"
 #include "model_mlx.h" /* mg_fwd_error */
 
@@ -31,25 +33,6 @@ static int failures, checks;
             }                                                                                      \
         }                                                                                          \
     } while (0)
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        fclose(f);
-        return NULL;
-    }
-    p[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
 
 static int hexval(int c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
@@ -95,7 +78,7 @@ static size_t read_conversations(const char *dir, conv *convs) {
     char path[4096];
     snprintf(path, sizeof path, "%s/conversations.txt", dir);
     size_t len;
-    char *text = slurp(path, &len);
+    char *text = test_read_file(path, &len);
     CHECK(text, "cannot read %s", path);
     if (!text)
         return 0;
@@ -133,7 +116,7 @@ static void against_reference(const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/index.txt", dir);
     size_t len;
-    char *index = slurp(path, &len);
+    char *index = test_read_file(path, &len);
     CHECK(index, "cannot read %s", path);
     mg_chat_template t;
     bool have_t = false;
@@ -147,7 +130,7 @@ static void against_reference(const char *dir) {
             snprintf(name, sizeof name, "%s", a);
             snprintf(path, sizeof path, "%s/%s.jinja", dir, a);
             size_t tlen;
-            char *text = slurp(path, &tlen);
+            char *text = test_read_file(path, &tlen);
             CHECK(text, "cannot read %s", path);
             have_t = text && mg_chat_template_recognise(text, tlen, &t) == MG_OK;
             CHECK(have_t, "%s: not recognised: %s", a, mg_fwd_error());
@@ -227,7 +210,7 @@ static void near_misses(void) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s.jinja", METRALE_CHAT_TEMPLATES, template_files[f]);
         size_t len;
-        char *text = slurp(path, &len);
+        char *text = test_read_file(path, &len);
         CHECK(text, "cannot read %s", path);
         if (!text)
             continue;
@@ -258,7 +241,7 @@ static void protocol(void) {
     char path[4096];
     snprintf(path, sizeof path, "%s/llama3.jinja", METRALE_CHAT_TEMPLATES);
     size_t len;
-    char *text = slurp(path, &len);
+    char *text = test_read_file(path, &len);
     mg_chat_template t;
     CHECK(text && mg_chat_template_recognise(text, len, &t) == MG_OK, "llama3: %s",
           mg_fwd_error());

@@ -23,6 +23,7 @@
 
 #include "gguf.h"
 #include "model.h"
+#include "test_files.h"
 #include "test_util.h"
 
 /* The model layer's messages (mg_fwd_error) rather than the library's. */
@@ -39,23 +40,6 @@
 static const char *corpus_dir(void) {
     const char *d = getenv("METRALE_GGUF_CORPUS");
     return d && *d ? d : METRALE_GGUF_CORPUS;
-}
-
-static unsigned char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc(n > 0 ? (size_t)n : 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return p;
 }
 
 static bool write_file(const char *path, const void *p, size_t n) {
@@ -277,7 +261,7 @@ static void test_corpus(mg_backend *b) {
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         snprintf(path, sizeof path, "%s/%s", corpus_dir(), files[f]);
         size_t size = 0;
-        unsigned char *data = read_file(path, &size);
+        unsigned char *data = (unsigned char *)test_read_file(path, &size);
         CHECK(data != NULL);
         if (!data) {
             fprintf(stderr, "  cannot read %s (METRALE_GGUF_CORPUS names the folder)\n", path);
@@ -374,7 +358,7 @@ static void test_disagreeing(mg_backend *b) {
     char path[1024], tmp[] = "/tmp/test_gguf_XXXXXX";
     snprintf(path, sizeof path, "%s/tiny_q4_1.gguf", corpus_dir());
     size_t size = 0;
-    unsigned char *data = read_file(path, &size);
+    unsigned char *data = (unsigned char *)test_read_file(path, &size);
     CHECK(data != NULL);
     int fd = mkstemp(tmp);
     if (!data || fd < 0) {

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_files.h"
+
 #include "tokenizer.h"
 
 static int failures, checks;
@@ -53,26 +55,6 @@ static buf unhex(const char *h) {
     return b;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        fclose(f);
-        return NULL;
-    }
-    p[n] = 0;
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return p;
-}
-
 /* Lines of a text file, split in place. */
 typedef struct lines {
     char *text;
@@ -82,7 +64,7 @@ typedef struct lines {
 
 static bool read_lines(const char *path, lines *l) {
     memset(l, 0, sizeof *l);
-    l->text = slurp(path, NULL);
+    l->text = test_read_file(path, NULL);
     if (!l->text)
         return false;
     size_t cap = 1024;
@@ -347,7 +329,7 @@ static void bad_inputs(const char *dir) {
     char path[1024];
     snprintf(path, sizeof path, "%s/gpt2.json", dir);
     size_t n;
-    char *json = slurp(path, &n);
+    char *json = test_read_file(path, &n);
     CHECK(json, "cannot read %s", path);
     if (!json)
         return;
@@ -401,7 +383,7 @@ static void bad_inputs(const char *dir) {
         free(e);
     }
     snprintf(path, sizeof path, "%s/llama3.json", dir);
-    char *l3 = slurp(path, NULL);
+    char *l3 = test_read_file(path, NULL);
     char *e = l3 ? replace(l3, "\\\\p{N}{1,3}", "\\\\p{N}{1,4}") : NULL;
     CHECK(e, "llama3.json has no \\p{N}{1,3}");
     if (e)
@@ -410,7 +392,7 @@ static void bad_inputs(const char *dir) {
     free(l3);
 
     snprintf(path, sizeof path, "%s/spm_legacy.json", dir);
-    char *spm = slurp(path, NULL);
+    char *spm = test_read_file(path, NULL);
     e = spm ? replace(spm, "\"normalized\": false", "\"normalized\": true") : NULL;
     CHECK(e, "spm_legacy.json has no normalized added token to edit");
     if (e)
@@ -518,7 +500,7 @@ int main(void) {
     }
     char path[1024];
     snprintf(path, sizeof path, "%s/SKIP", dir);
-    char *why = slurp(path, NULL);
+    char *why = test_read_file(path, NULL);
     if (why) {
         printf("skip: the tokenizer reference could not be made: %s", why);
         free(why);

@@ -41,11 +41,7 @@ bool mg_mlx_cpu_avx2_built(void) {
 
 /* ------------------------------------------------------------------ layers and activations */
 
-typedef struct layer {
-    const uint32_t *weight;
-    const uint16_t *scales, *biases;
-    uint32_t n, k, bits, group_size, scale_type;
-} layer;
+typedef mg_mlx_cpu_layer layer;
 
 static float scale_value(const layer *w, const uint16_t *p, size_t i) {
     return w->scale_type == MG_MLX_SCALE_F16 ? mg_f16_to_f32(p[i]) : mg_bf16_to_f32(p[i]);
@@ -361,95 +357,33 @@ static void dequant(const layer *w, uint16_t *out, mg_host_range_fn rows) {
 
 /* ------------------------------------------------------------------ CPU kernels */
 
-/* A layer's three buffers (arguments first .. first + 2) and shape (n, k, bits, group_size,
- * scale_type at shape_first), checked as the reference kernels check them. */
-static mg_status resolve_layer(const mg_launch *l, uint32_t first, uint32_t shape_first,
-                               const char *name, layer *w) {
-    w->n = mg_launch_get_u32(l, shape_first);
-    w->k = mg_launch_get_u32(l, shape_first + 1);
-    w->bits = mg_launch_get_u32(l, shape_first + 2);
-    w->group_size = mg_launch_get_u32(l, shape_first + 3);
-    w->scale_type = mg_launch_get_u32(l, shape_first + 4);
-    if ((w->bits != 4 && w->bits != 8) ||
-        (w->group_size != 32 && w->group_size != 64 && w->group_size != 128) ||
-        w->k % w->group_size || w->scale_type > MG_MLX_SCALE_F16)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "cpu kernel %s: bad layer n=%u k=%u bits=%u group_size=%u scale_type=%u",
-                        name, w->n, w->k, w->bits, w->group_size, w->scale_type);
-    const uint64_t words = (uint64_t)w->n * w->k / (32 / w->bits);
-    const uint64_t groups = (uint64_t)w->n * (w->k / w->group_size);
-    void *p[3];
-    mg_status st;
-    if ((st = mg_cpu_kernel_buffer(l, first, words * 4, 16, name, &p[0])) ||
-        (st = mg_cpu_kernel_buffer(l, first + 1, groups * 2, 2, name, &p[1])) ||
-        (st = mg_cpu_kernel_buffer(l, first + 2, groups * 2, 2, name, &p[2])))
-        return st;
-    w->weight = p[0];
-    w->scales = p[1];
-    w->biases = p[2];
-    return MG_OK;
-}
-
+/* The kernels' arguments are the reference's, unpacked and checked by its functions
+ * (mlx_reference.h). */
 static mg_status run_dequant(const mg_launch *l, const char *name, mg_host_range_fn rows) {
-    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-                                        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,
-                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
-    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 9);
     layer w;
-    void *out;
-    if (st || (st = resolve_layer(l, 0, 4, name, &w)) ||
-        (st = mg_cpu_kernel_buffer(l, 3, (uint64_t)w.n * w.k * 2, 16, name, &out)))
-        return st;
-    dequant(&w, out, rows);
-    return MG_OK;
+    uint16_t *out;
+    mg_status st = mg_mlx_cpu_dequant_args(l, name, &w, &out);
+    if (!st)
+        dequant(&w, out, rows);
+    return st;
 }
 
 static mg_status run_gemv(const mg_launch *l, const char *name, mg_host_range_fn blocks) {
-    static const mg_arg_kind kinds[] = {
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
-    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 14);
-    if (st)
-        return st;
-    const uint32_t m = mg_launch_get_u32(l, 7), mode = mg_launch_get_u32(l, 13);
     layer w;
-    if ((st = resolve_layer(l, 0, 8, name, &w)))
-        return st;
-    if (m == 0 || m > MG_MLX_GEMV_MAX_M || mode > MG_MLX_GEMV_SILU_GATE_RESID)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: m=%u mode=%u", name, m, mode);
-    const uint64_t act_bytes = (uint64_t)m * w.k * 2, out_bytes = (uint64_t)m * w.n * 2;
-    void *x, *u = NULL, *resid = NULL, *y;
-    if ((st = mg_cpu_kernel_buffer(l, 3, act_bytes, 16, name, &x)) ||
-        (mode != MG_MLX_GEMV_PLAIN &&
-         (st = mg_cpu_kernel_buffer(l, 4, act_bytes, 16, name, &u))) ||
-        (mode == MG_MLX_GEMV_SILU_GATE_RESID &&
-         (st = mg_cpu_kernel_buffer(l, 5, out_bytes, 2, name, &resid))) ||
-        (st = mg_cpu_kernel_buffer(l, 6, out_bytes, 2, name, &y)))
-        return st;
-    return gemv(&w, 1, m, x, u, resid, y, NULL, blocks);
+    uint32_t m;
+    const uint16_t *x, *u, *resid;
+    uint16_t *y;
+    mg_status st = mg_mlx_cpu_gemv_args(l, name, &w, &m, &x, &u, &resid, &y);
+    return st ? st : gemv(&w, 1, m, x, u, resid, y, NULL, blocks);
 }
 
 static mg_status run_gate_up(const mg_launch *l, const char *name, mg_host_range_fn blocks) {
-    static const mg_arg_kind kinds[] = {
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
-    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 15);
-    if (st)
-        return st;
-    const uint32_t m = mg_launch_get_u32(l, 9);
     layer w[2]; /* gate and up: one shape */
-    if ((st = resolve_layer(l, 0, 10, name, &w[0])) || (st = resolve_layer(l, 3, 10, name, &w[1])))
-        return st;
-    if (m == 0 || m > MG_MLX_GEMV_MAX_M)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: m=%u", name, m);
-    void *x, *y1, *y2;
-    if ((st = mg_cpu_kernel_buffer(l, 6, (uint64_t)m * w[0].k * 2, 16, name, &x)) ||
-        (st = mg_cpu_kernel_buffer(l, 7, (uint64_t)m * w[0].n * 2, 2, name, &y1)) ||
-        (st = mg_cpu_kernel_buffer(l, 8, (uint64_t)m * w[0].n * 2, 2, name, &y2)))
-        return st;
-    return gemv(w, 2, m, x, NULL, NULL, y1, y2, blocks);
+    uint32_t m;
+    const uint16_t *x;
+    uint16_t *y1, *y2;
+    mg_status st = mg_mlx_cpu_gate_up_args(l, name, w, &m, &x, &y1, &y2);
+    return st ? st : gemv(w, 2, m, x, NULL, NULL, y1, y2, blocks);
 }
 
 #define NAME(kernel) "metrale:" kernel

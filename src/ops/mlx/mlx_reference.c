@@ -71,11 +71,7 @@ static float round_to_scale_type(float x, uint32_t scale_type) {
 
 /* ------------------------------------------------------------------ layer access */
 
-typedef struct layer {
-    const uint32_t *weight;
-    const uint16_t *scales, *biases;
-    uint32_t n, k, bits, group_size, scale_type;
-} layer;
+typedef mg_mlx_cpu_layer layer;
 
 static uint32_t code(const layer *w, uint32_t row, uint32_t j) {
     uint32_t per_word = 32 / w->bits;
@@ -278,23 +274,23 @@ static mg_status resolve_layer(const mg_launch *l, uint32_t first, uint32_t shap
     return MG_OK;
 }
 
-static mg_status kernel_dequant(const mg_launch *l) {
-    static const char name[] = "metrale:" MG_MLX_KERNEL_DEQUANT;
+mg_status mg_mlx_cpu_dequant_args(const mg_launch *l, const char *name, mg_mlx_cpu_layer *w,
+                                  uint16_t **out) {
     static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
                                         MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,
                                         MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 9);
-    layer w;
-    void *out;
-    if (st || (st = resolve_layer(l, 0, 4, name, &w)) ||
-        (st = mg_cpu_kernel_buffer(l, 3, (uint64_t)w.n * w.k * 2, 16, name, &out)))
+    void *p;
+    if (st || (st = resolve_layer(l, 0, 4, name, w)) ||
+        (st = mg_cpu_kernel_buffer(l, 3, (uint64_t)w->n * w->k * 2, 16, name, &p)))
         return st;
-    dequant(&w, out);
+    *out = p;
     return MG_OK;
 }
 
-static mg_status kernel_gemv(const mg_launch *l) {
-    static const char name[] = "metrale:" MG_MLX_KERNEL_GEMV;
+mg_status mg_mlx_cpu_gemv_args(const mg_launch *l, const char *name, mg_mlx_cpu_layer *w,
+                               uint32_t *m, const uint16_t **x, const uint16_t **u,
+                               const uint16_t **resid, uint16_t **y) {
     static const mg_arg_kind kinds[] = {
         MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
         MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
@@ -302,26 +298,30 @@ static mg_status kernel_gemv(const mg_launch *l) {
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 14);
     if (st)
         return st;
-    uint32_t m = mg_launch_get_u32(l, 7), mode = mg_launch_get_u32(l, 13);
-    layer w;
-    if ((st = resolve_layer(l, 0, 8, name, &w)))
+    const uint32_t mode = mg_launch_get_u32(l, 13);
+    *m = mg_launch_get_u32(l, 7);
+    if ((st = resolve_layer(l, 0, 8, name, w)))
         return st;
-    if (m == 0 || m > MG_MLX_GEMV_MAX_M || mode > MG_MLX_GEMV_SILU_GATE_RESID)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: m=%u mode=%u", name, m, mode);
-    uint64_t act_bytes = (uint64_t)m * w.k * 2, out_bytes = (uint64_t)m * w.n * 2;
-    void *x, *u = NULL, *resid = NULL, *y;
-    if ((st = mg_cpu_kernel_buffer(l, 3, act_bytes, 16, name, &x)) ||
+    if (*m == 0 || *m > MG_MLX_GEMV_MAX_M || mode > MG_MLX_GEMV_SILU_GATE_RESID)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: m=%u mode=%u", name, *m, mode);
+    const uint64_t act_bytes = (uint64_t)*m * w->k * 2, out_bytes = (uint64_t)*m * w->n * 2;
+    void *px, *pu = NULL, *pr = NULL, *py;
+    if ((st = mg_cpu_kernel_buffer(l, 3, act_bytes, 16, name, &px)) ||
         (mode != MG_MLX_GEMV_PLAIN &&
-         (st = mg_cpu_kernel_buffer(l, 4, act_bytes, 16, name, &u))) ||
+         (st = mg_cpu_kernel_buffer(l, 4, act_bytes, 16, name, &pu))) ||
         (mode == MG_MLX_GEMV_SILU_GATE_RESID &&
-         (st = mg_cpu_kernel_buffer(l, 5, out_bytes, 2, name, &resid))) ||
-        (st = mg_cpu_kernel_buffer(l, 6, out_bytes, 2, name, &y)))
+         (st = mg_cpu_kernel_buffer(l, 5, out_bytes, 2, name, &pr))) ||
+        (st = mg_cpu_kernel_buffer(l, 6, out_bytes, 2, name, &py)))
         return st;
-    return gemv(&w, m, x, u, resid, y);
+    *x = px;
+    *u = pu;
+    *resid = pr;
+    *y = py;
+    return MG_OK;
 }
 
-static mg_status kernel_gemv_gate_up(const mg_launch *l) {
-    static const char name[] = "metrale:" MG_MLX_KERNEL_GEMV_GATE_UP;
+mg_status mg_mlx_cpu_gate_up_args(const mg_launch *l, const char *name, mg_mlx_cpu_layer w[2],
+                                  uint32_t *m, const uint16_t **x, uint16_t **y1, uint16_t **y2) {
     static const mg_arg_kind kinds[] = {
         MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
         MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,
@@ -329,20 +329,51 @@ static mg_status kernel_gemv_gate_up(const mg_launch *l) {
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 15);
     if (st)
         return st;
-    uint32_t m = mg_launch_get_u32(l, 9);
-    layer gate, up;
-    if ((st = resolve_layer(l, 0, 10, name, &gate)) || (st = resolve_layer(l, 3, 10, name, &up)))
+    *m = mg_launch_get_u32(l, 9);
+    if ((st = resolve_layer(l, 0, 10, name, &w[0])) || (st = resolve_layer(l, 3, 10, name, &w[1])))
         return st;
-    if (m == 0 || m > MG_MLX_GEMV_MAX_M)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: m=%u", name, m);
-    void *x, *y1, *y2;
-    if ((st = mg_cpu_kernel_buffer(l, 6, (uint64_t)m * gate.k * 2, 16, name, &x)) ||
-        (st = mg_cpu_kernel_buffer(l, 7, (uint64_t)m * gate.n * 2, 2, name, &y1)) ||
-        (st = mg_cpu_kernel_buffer(l, 8, (uint64_t)m * gate.n * 2, 2, name, &y2)))
+    if (*m == 0 || *m > MG_MLX_GEMV_MAX_M)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: m=%u", name, *m);
+    void *px, *p1, *p2;
+    if ((st = mg_cpu_kernel_buffer(l, 6, (uint64_t)*m * w[0].k * 2, 16, name, &px)) ||
+        (st = mg_cpu_kernel_buffer(l, 7, (uint64_t)*m * w[0].n * 2, 2, name, &p1)) ||
+        (st = mg_cpu_kernel_buffer(l, 8, (uint64_t)*m * w[0].n * 2, 2, name, &p2)))
         return st;
-    if ((st = gemv(&gate, m, x, NULL, NULL, y1)))
+    *x = px;
+    *y1 = p1;
+    *y2 = p2;
+    return MG_OK;
+}
+
+static mg_status kernel_dequant(const mg_launch *l) {
+    layer w;
+    uint16_t *out;
+    mg_status st = mg_mlx_cpu_dequant_args(l, "metrale:" MG_MLX_KERNEL_DEQUANT, &w, &out);
+    if (!st)
+        dequant(&w, out);
+    return st;
+}
+
+static mg_status kernel_gemv(const mg_launch *l) {
+    layer w;
+    uint32_t m;
+    const uint16_t *x, *u, *resid;
+    uint16_t *y;
+    mg_status st =
+        mg_mlx_cpu_gemv_args(l, "metrale:" MG_MLX_KERNEL_GEMV, &w, &m, &x, &u, &resid, &y);
+    return st ? st : gemv(&w, m, x, u, resid, y);
+}
+
+static mg_status kernel_gemv_gate_up(const mg_launch *l) {
+    layer w[2];
+    uint32_t m;
+    const uint16_t *x;
+    uint16_t *y1, *y2;
+    mg_status st = mg_mlx_cpu_gate_up_args(l, "metrale:" MG_MLX_KERNEL_GEMV_GATE_UP, w, &m, &x,
+                                           &y1, &y2);
+    if (st || (st = gemv(&w[0], m, x, NULL, NULL, y1)))
         return st;
-    return gemv(&up, m, x, NULL, NULL, y2);
+    return gemv(&w[1], m, x, NULL, NULL, y2);
 }
 
 /* y[t, r] = bf16(y[t, r] + bias[r]) in FP32 (metrale/mlx.h). */

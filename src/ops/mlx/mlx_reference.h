@@ -8,6 +8,9 @@
 
 #include <stdint.h>
 
+#include "metrale/launch.h"
+#include "metrale/status.h"
+
 #define MG_MLX_KERNEL_DEQUANT "mlx_dequant"
 #define MG_MLX_KERNEL_GEMV "mlx_gemv"
 #define MG_MLX_KERNEL_GEMV_GATE_UP "mlx_gemv_gate_up"
@@ -24,5 +27,29 @@ enum { MG_MLX_GEMV_PLAIN = 0, MG_MLX_GEMV_SILU_GATE = 1, MG_MLX_GEMV_SILU_GATE_R
 
 /* Registers the CPU kernels once per process; later calls do nothing. */
 void mg_mlx_cpu_kernels_register(void);
+
+/* ---- the kernels' arguments, for every CPU implementation of them (the reference here, the
+ * fast providers of mlx_cpu_fast.c): unpacked and checked once, so a bad launch is an error
+ * naming the kernel `name`, never an out-of-bounds access. */
+
+/* One layer in host memory. */
+typedef struct mg_mlx_cpu_layer {
+    const uint32_t *weight;
+    const uint16_t *scales, *biases;
+    uint32_t n, k, bits, group_size, scale_type;
+} mg_mlx_cpu_layer;
+
+/* mlx_dequant(weight, scales, biases, out, n, k, bits, group_size, scale_type). */
+mg_status mg_mlx_cpu_dequant_args(const mg_launch *l, const char *name, mg_mlx_cpu_layer *w,
+                                  uint16_t **out);
+/* mlx_gemv(weight, scales, biases, x, u, resid, y, m, n, k, bits, group_size, scale_type,
+ * mode): u is NULL for the plain mode, resid unless silu_gate_resid. */
+mg_status mg_mlx_cpu_gemv_args(const mg_launch *l, const char *name, mg_mlx_cpu_layer *w,
+                               uint32_t *m, const uint16_t **x, const uint16_t **u,
+                               const uint16_t **resid, uint16_t **y);
+/* mlx_gemv_gate_up(w1, s1, b1, w2, s2, b2, x, y1, y2, m, n, k, bits, group_size, scale_type):
+ * gate in w[0], up in w[1], one shape. */
+mg_status mg_mlx_cpu_gate_up_args(const mg_launch *l, const char *name, mg_mlx_cpu_layer w[2],
+                                  uint32_t *m, const uint16_t **x, uint16_t **y1, uint16_t **y2);
 
 #endif

@@ -219,35 +219,14 @@ static bool gemm_bf16_fast(uint32_t m, uint32_t n, uint32_t k, const uint16_t *a
     return true;
 }
 
-/* The argument list of the reference's gemm_bf16_ref (gemm_reference.h), checked the same way. */
+/* The argument list of the reference's gemm_bf16_ref, unpacked and checked by its function
+ * (gemm_reference.h). */
 static mg_status run_kernel(const mg_launch *l, const char *name, mg_host_range_fn blocks) {
-    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,
-                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
-    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 8);
-    if (st)
+    mg_gemm_bf16_cpu_args a;
+    mg_status st = mg_gemm_bf16_cpu_args_get(l, name, &a);
+    if (st || !a.m || !a.n || !a.k)
         return st;
-    uint32_t m = mg_launch_get_u32(l, 3), n = mg_launch_get_u32(l, 4), k = mg_launch_get_u32(l, 5);
-    uint32_t ldc = mg_launch_get_u32(l, 6);
-    mg_dtype out_type = (mg_dtype)mg_launch_get_u32(l, 7);
-    if (out_type != MG_DTYPE_F32 && out_type != MG_DTYPE_BF16)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "cpu kernel %s: output type %u, expected bf16 or f32", name,
-                        (unsigned)out_type);
-    uint32_t out_bytes = (uint32_t)mg_dtype_bytes(out_type);
-    size_t act_span, weight_span, out_span;
-    if (!mg_matrix_span_bytes(m, k, k, 2, &act_span) ||
-        !mg_matrix_span_bytes(n, k, k, 2, &weight_span) ||
-        !mg_matrix_span_bytes(m, n, ldc, out_bytes, &out_span))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: M=%u N=%u K=%u ldc=%u overflow",
-                        name, m, n, k, ldc);
-    void *act, *weight, *out;
-    if ((st = mg_cpu_kernel_buffer(l, 0, act_span, 2, name, &act)) ||
-        (st = mg_cpu_kernel_buffer(l, 1, weight_span, 2, name, &weight)) ||
-        (st = mg_cpu_kernel_buffer(l, 2, out_span, out_bytes, name, &out)))
-        return st;
-    if (!m || !n || !k)
-        return MG_OK;
-    if (!gemm_bf16_fast(m, n, k, act, weight, out, out_type, ldc, blocks))
+    if (!gemm_bf16_fast(a.m, a.n, a.k, a.act, a.weight, a.out, a.out_type, a.ldc, blocks))
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu kernel %s: no host memory", name);
     return MG_OK;
 }

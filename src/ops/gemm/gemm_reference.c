@@ -171,30 +171,43 @@ static uint64_t matrix_span(uint32_t m, uint32_t n, uint32_t ldc, uint64_t eleme
     return mg_matrix_span_bytes(m, n, ldc, element_bytes, &span) ? span : UINT64_MAX;
 }
 
-static mg_status kernel_gemm_bf16(const mg_launch *l) {
-    static const char name[] = "metrale:gemm_bf16_ref";
+mg_status mg_gemm_bf16_cpu_args_get(const mg_launch *l, const char *name,
+                                    mg_gemm_bf16_cpu_args *a) {
     static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,
                                         MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 8);
     if (st)
         return st;
-    uint32_t m = mg_launch_get_u32(l, 3), n = mg_launch_get_u32(l, 4), k = mg_launch_get_u32(l, 5);
-    uint32_t ldc = mg_launch_get_u32(l, 6);
-    mg_dtype out_type = (mg_dtype)mg_launch_get_u32(l, 7);
+    a->m = mg_launch_get_u32(l, 3);
+    a->n = mg_launch_get_u32(l, 4);
+    a->k = mg_launch_get_u32(l, 5);
+    a->ldc = mg_launch_get_u32(l, 6);
+    a->out_type = (mg_dtype)mg_launch_get_u32(l, 7);
     /* The output is stored as f32 or else as bf16: any other type would be written with an
      * element size its buffer was not checked for. */
-    if (out_type != MG_DTYPE_F32 && out_type != MG_DTYPE_BF16)
+    if (a->out_type != MG_DTYPE_F32 && a->out_type != MG_DTYPE_BF16)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "cpu kernel %s: output type %u, expected bf16 or f32", name,
-                        (unsigned)out_type);
-    uint32_t out_bytes = (uint32_t)mg_dtype_bytes(out_type);
+                        (unsigned)a->out_type);
+    const uint32_t out_bytes = (uint32_t)mg_dtype_bytes(a->out_type);
     void *act, *weight, *out;
-    if ((st = mg_cpu_kernel_buffer(l, 0, matrix_span(m, k, k, 2), 2, name, &act)) ||
-        (st = mg_cpu_kernel_buffer(l, 1, matrix_span(n, k, k, 2), 2, name, &weight)) ||
-        (st = mg_cpu_kernel_buffer(l, 2, matrix_span(m, n, ldc, out_bytes), out_bytes, name, &out)))
+    if ((st = mg_cpu_kernel_buffer(l, 0, matrix_span(a->m, a->k, a->k, 2), 2, name, &act)) ||
+        (st = mg_cpu_kernel_buffer(l, 1, matrix_span(a->n, a->k, a->k, 2), 2, name, &weight)) ||
+        (st = mg_cpu_kernel_buffer(l, 2, matrix_span(a->m, a->n, a->ldc, out_bytes), out_bytes,
+                                   name, &out)))
         return st;
-    mg_gemm_bf16_cpu(m, n, k, act, weight, out, out_type, ldc);
+    a->act = act;
+    a->weight = weight;
+    a->out = out;
     return MG_OK;
+}
+
+static mg_status kernel_gemm_bf16(const mg_launch *l) {
+    mg_gemm_bf16_cpu_args a;
+    mg_status st = mg_gemm_bf16_cpu_args_get(l, "metrale:gemm_bf16_ref", &a);
+    if (!st)
+        mg_gemm_bf16_cpu(a.m, a.n, a.k, a.act, a.weight, a.out, a.out_type, a.ldc);
+    return st;
 }
 
 static mg_status kernel_gemm_fp8(const mg_launch *l) {

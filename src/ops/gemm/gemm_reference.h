@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "metrale/dtype.h"
+#include "metrale/launch.h"
 #include "metrale/ops_gemm.h"
 
 /* How one FP8 operand is scaled (see metrale/ops_gemm.h for the layouts). */
@@ -26,6 +27,18 @@ typedef struct mg_fp8_operand_host {
     const float *scales;
     mg_fp8_scaling scaling;
 } mg_fp8_operand_host;
+
+/* The arguments of the BF16 GEMM's CPU kernels (gemm_bf16_ref and the fast providers'):
+ * (act, weight, out, m, n, k, ldc, out_type), unpacked and checked once so a bad launch is an
+ * error naming the kernel `name`, never an out-of-bounds access. */
+typedef struct mg_gemm_bf16_cpu_args {
+    uint32_t m, n, k, ldc;
+    mg_dtype out_type; /* F32 or BF16 */
+    const uint16_t *act, *weight;
+    void *out;
+} mg_gemm_bf16_cpu_args;
+mg_status mg_gemm_bf16_cpu_args_get(const mg_launch *l, const char *name,
+                                    mg_gemm_bf16_cpu_args *out);
 
 /* out (BF16 or F32, row pitch ldc) = act[m, k] · weight[n, k]ᵀ, BF16 inputs. */
 void mg_gemm_bf16_cpu(uint32_t m, uint32_t n, uint32_t k, const uint16_t *act,

@@ -1,0 +1,131 @@
+/*
+ * model_internal.h - private to src/model: what the files of the forward model share (model.c
+ * creation and passes, model_presets.c the presets and the random weights, model_weights.c
+ * the weights of a preset or checkpoint, model_forward.c one pass). Nothing here is an
+ * interface for other layers.
+ */
+#ifndef METRALE_MODEL_INTERNAL_H
+#define METRALE_MODEL_INTERNAL_H
+
+#include "model.h"
+#include "model_checkpoint.h"
+#include "model_mlx.h"
+
+#include "metrale/ops_kv_cache.h"
+#include "metrale/ops_moe_gemm.h"
+#include "metrale/ops_nvfp4.h"
+
+#define PAGE_SIZE 16u
+
+
+/* The NVFP4 matrices of a layer: w_gate_up becomes two weights (gate rows, up rows). */
+enum { FP4_Q, FP4_KV, FP4_O, FP4_GATE, FP4_UP, FP4_DOWN, FP4_SLOTS };
+
+struct mg_fwd {
+    mg_backend *b;
+    mg_fwd_config c;
+    /* a checkpoint's architecture (c.preset points here) and the open checkpoint */
+    mg_fwd_checkpoint *ckpt;
+    mg_fwd_preset arch;
+    char arch_name[128];
+    int32_t *prompt; /* the config's prompt ids, copied */
+    mg_model_shape sh;
+    uint32_t layers;
+    mg_devptr embedding, final_norm, lm_head;
+    mg_devptr *layer_w; /* [layers][MG_FWD_LAYER_TENSORS]; NVFP4: the matrices' are 0; FP8:
+                           the matrices' E4M3 codes (their allocation also holds the scales) */
+    /* FP8 only: each matrix's FP32 row scales (inside its allocation, after the codes), the
+     * LM head's; the device-quantized activation of the next GEMM(s) and its per-token scales,
+     * and which BF16 buffer (of how many rows) they were quantized from. */
+    mg_devptr *fp8_scales; /* [layers][MG_FWD_LAYER_TENSORS] */
+    /* the logits' row pitch in elements: the vocabulary rounded up to 8, as the argmax ops
+     * need a pitch that is a multiple of 4 (FP32) or 8 (BF16) whatever the vocabulary */
+    uint32_t logits_pitch;
+    mg_devptr lm_head_scales, act_fp8, act_scales, act_fp8_source;
+    uint32_t act_fp8_rows;
+    uint64_t weight_bytes;
+    /* NVFP4 only: prepared weights (each `values` the base of one allocation holding the
+     * values then the scales), their global scales (FP32 [layers * FP4_SLOTS + 1] in one
+     * allocation, the LM head's last), and the prefill's BF16 expansion workspace (0 when the
+     * prompts have fewer than MG_NVFP4_BF16_PATH_MIN_M tokens). */
+    mg_nvfp4_weight *fp4; /* [layers][FP4_SLOTS] */
+    mg_fwd_mlx *mlx;      /* MLX weights (model_mlx.h), unless dequantized to BF16 at load */
+    mg_nvfp4_weight lm_head_fp4;
+    mg_devptr fp4_globals, prefill_workspace;
+    size_t prefill_workspace_bytes;
+
+    mg_arena *arena;
+    mg_devptr residual, proj_out, norm_out, qkv, attn_out, gate_up, mlp_act, logits_hidden,
+        logits;
+    mg_devptr step_ids, qo_indptr, kv_indptr, kv_indices, last_page_len, logits_indices;
+    /* Dense NVFP4 only: silu(gate) * up of the fused gate_up GEMM. Live for the whole run: the
+     * arena's plan lets the BF16 path's mlp_act reuse norm_out's memory (norm_out is dead once
+     * the gate_up GEMM has read it), but the fused GEMM reads norm_out while it writes. */
+    mg_devptr mlp_act_fp4;
+    /* MoE only (arena) */
+    mg_devptr router_logits, topk_ids, topk_weights, sorted_token_ids, expert_offsets, moe_act,
+        moe_down, pair_positions, sort_workspace;
+    size_t sort_workspace_bytes;
+    uint64_t expert_bytes; /* the experts' weights, every layer */
+    mg_devptr moe_gemm_workspace; /* BF16 / FP8 experts: the grouped GEMMs' workspace */
+    size_t moe_gemm_workspace_bytes;
+    uint32_t tokens_cap, tokens_padded;
+
+    mg_kv_cache_desc kv;
+    size_t kv_layer_bytes;
+    mg_devptr kv_pool;
+    mg_kv_page_allocator *allocator;
+    uint32_t pages_per_request;
+    int32_t *pages;    /* [batch][pages_per_request], each request's pages in token order */
+    uint32_t *kv_len;  /* [batch] tokens cached per request */
+    int32_t *h_qo, *h_kv_indptr, *h_kv_indices, *h_last, *h_logits_indices;
+
+    mg_attention_plan *decode_plan;
+    mg_graph *graph;
+    mg_timing *timing; /* mg_fwd_set_timing; NULL when not attached */
+    mg_timing_span open_span; /* the op span begun and not yet ended (OP), 0 when none */
+    uint32_t lane_prefill, lane_decode;
+    uint32_t decode_calls, graph_steps;
+    int32_t *tokens; /* [batch][steps + 1] */
+    uint32_t token_count;
+    uint64_t prompt_tokens, decode_kv_bytes;
+};
+
+static inline uint32_t ceil_div(uint64_t a, uint32_t b) {
+    return (uint32_t)((a + b - 1) / b);
+}
+
+static inline mg_devptr *layer_tensor(mg_fwd *m, uint32_t layer, uint32_t slot) {
+    return &m->layer_w[(size_t)layer * MG_FWD_LAYER_TENSORS + slot];
+}
+
+/* A failed library call: its status, with `what` and the library's message (mg_fwd_error). */
+mg_status mg_fwd_lib_fail(mg_status st, const char *what);
+
+/* Returns from the calling function with mg_fwd_lib_fail(status, what) when `call` fails. */
+#define TRY(call, what)                                                                            \
+    do {                                                                                           \
+        mg_status st_ = (call);                                                                    \
+        if (st_)                                                                                   \
+            return mg_fwd_lib_fail(st_, what);                                                            \
+    } while (0)
+
+/* The grouped expert GEMMs of m (BF16 or FP8 experts) over `tokens` tokens: gate_up or down. */
+mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_fwd *m, bool gate_up, uint32_t tokens);
+
+/* model_weights.c: every weight of m's config (generated, quantized, or from its checkpoint);
+ * the device bytes of a preset's weights in format w, an estimate for the memory check. */
+mg_status mg_fwd_create_weights(mg_fwd *m);
+double mg_fwd_weight_bytes_estimate(const mg_fwd_preset *p, mg_fwd_weights w);
+/* Whether layer slot `slot` is one of the matrices NVFP4 / FP8 / MLX weights replace. */
+bool mg_fwd_is_quantized_matrix(uint32_t slot);
+
+/* model_forward.c: the paged attention description of m, and one pass over `rows` new tokens
+ * (their ids in step_ids), inside the timing lanes when a timing object is attached. */
+mg_paged_attention_desc mg_fwd_attention_desc(const mg_fwd *m);
+mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
+                         mg_attention_plan *plan);
+mg_status mg_fwd_timed_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
+                               mg_attention_plan *plan);
+
+#endif

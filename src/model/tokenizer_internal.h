@@ -4,6 +4,8 @@
 #ifndef METRALE_MODEL_TOKENIZER_INTERNAL_H
 #define METRALE_MODEL_TOKENIZER_INTERNAL_H
 
+#include <stdlib.h>
+#include <string.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -147,5 +149,238 @@ int32_t mg_tok_vocab_find(const mg_tok *t, const char *s, size_t len);
  * match that starts at cp[i] (always >= 1: every code point is matched by some branch). */
 size_t mg_tok_match_gpt2(const uint32_t *cp, size_t n, size_t i);
 size_t mg_tok_match_llama3(const uint32_t *cp, size_t n, size_t i, size_t max_digits);
+
+/* SentencePiece's space, U+2581 "▁" in UTF-8. */
+static const char META[] = "\xE2\x96\x81";
+
+/* ---- small helpers shared by tokenizer.c (building), tokenizer_encode.c and
+ * tokenizer_decode.c */
+
+static inline mg_status oom(const char *what) {
+    return mg_tok_fail(MG_ERR_OUT_OF_MEMORY, "tokenizer: no host memory for %s", what);
+}
+
+/* Grows *p (elements of `size`) to hold at least `need`; false when out of memory. */
+static inline bool grow(void **p, uint32_t *cap, size_t need, size_t size) {
+    if (need <= *cap)
+        return true;
+    if (need > UINT32_MAX / 2)
+        return false;
+    size_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * size);
+    if (!q)
+        return false;
+    *p = q;
+    *cap = (uint32_t)c;
+    return true;
+}
+
+/* A growable byte buffer and id list used while encoding and decoding. */
+typedef struct bytes {
+    char *p;
+    size_t n, cap;
+    bool failed;
+} bytes;
+
+static inline void bytes_put(bytes *b, const void *s, size_t n) {
+    if (b->failed || n == 0)
+        return;
+    if (b->n + n > b->cap) {
+        size_t c = b->cap ? b->cap : 64;
+        while (c < b->n + n)
+            c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) {
+            b->failed = true;
+            return;
+        }
+        b->p = q;
+        b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+
+typedef struct idvec {
+    int32_t *p;
+    size_t n, cap;
+    bool failed;
+} idvec;
+
+static inline void ids_put(idvec *v, int32_t id) {
+    if (v->failed)
+        return;
+    if (v->n == v->cap) {
+        size_t c = v->cap ? v->cap * 2 : 64;
+        int32_t *q = realloc(v->p, c * sizeof *q);
+        if (!q) {
+            v->failed = true;
+            return;
+        }
+        v->p = q;
+        v->cap = c;
+    }
+    v->p[v->n++] = id;
+}
+
+/* ------------------------------------------------------------------ hash tables */
+
+static inline uint32_t hash_bytes(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+static inline const char *arena_at(const mg_tok *t, uint32_t off) {
+    return t->arena + off;
+}
+
+static inline int32_t smap_find(const mg_tok *t, const tok_smap *m, const char *s, size_t n) {
+    if (!m->cap)
+        return -1;
+    uint32_t mask = m->cap - 1;
+    for (uint32_t h = hash_bytes(s, n) & mask;; h = (h + 1) & mask) {
+        uint32_t e = m->slots[h];
+        if (!e)
+            return -1;
+        e--;
+        if (m->key_len[e] == n && memcmp(arena_at(t, m->key_off[e]), s, n) == 0)
+            return m->val[e];
+    }
+}
+
+/* Inserts (the arena string at off, len) -> val; an existing key takes the new value. */
+static inline bool smap_put(mg_tok *t, tok_smap *m, uint32_t off, uint32_t len, int32_t val) {
+    if ((m->n + 1) * 2 > m->cap) {
+        uint32_t cap = m->cap ? m->cap * 2 : 1024;
+        uint32_t *slots = calloc(cap, sizeof *slots);
+        if (!slots)
+            return false;
+        for (uint32_t e = 0; e < m->n; e++) {
+            uint32_t h = hash_bytes(arena_at(t, m->key_off[e]), m->key_len[e]) & (cap - 1);
+            while (slots[h])
+                h = (h + 1) & (cap - 1);
+            slots[h] = e + 1;
+        }
+        free(m->slots);
+        m->slots = slots;
+        m->cap = cap;
+    }
+    const char *s = arena_at(t, off);
+    uint32_t mask = m->cap - 1;
+    uint32_t h = hash_bytes(s, len) & mask;
+    for (;; h = (h + 1) & mask) {
+        uint32_t e = m->slots[h];
+        if (!e)
+            break;
+        e--;
+        if (m->key_len[e] == len && memcmp(arena_at(t, m->key_off[e]), s, len) == 0) {
+            m->val[e] = val;
+            return true;
+        }
+    }
+    uint32_t cap = m->n_cap;
+    if (!grow((void **)&m->key_off, &cap, m->n + 1, sizeof *m->key_off))
+        return false;
+    cap = m->n_cap;
+    if (!grow((void **)&m->key_len, &cap, m->n + 1, sizeof *m->key_len))
+        return false;
+    cap = m->n_cap;
+    if (!grow((void **)&m->val, &cap, m->n + 1, sizeof *m->val))
+        return false;
+    m->n_cap = cap;
+    m->key_off[m->n] = off;
+    m->key_len[m->n] = len;
+    m->val[m->n] = val;
+    m->slots[h] = ++m->n;
+    return true;
+}
+
+static inline void smap_free(tok_smap *m) {
+    free(m->slots);
+    free(m->key_off);
+    free(m->key_len);
+    free(m->val);
+}
+
+static inline uint64_t pair_key(int32_t a, int32_t b) {
+    return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+}
+
+static inline uint32_t hash_u64(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    return (uint32_t)k;
+}
+
+static inline bool mmap_find(const tok_mmap *m, int32_t a, int32_t b, uint32_t *rank, int32_t *merged) {
+    if (!m->cap)
+        return false;
+    uint64_t k = pair_key(a, b);
+    uint32_t mask = m->cap - 1;
+    for (uint32_t h = hash_u64(k) & mask;; h = (h + 1) & mask) {
+        if (m->keys[h] == UINT64_MAX)
+            return false;
+        if (m->keys[h] == k) {
+            *rank = m->rank[h];
+            *merged = m->merged[h];
+            return true;
+        }
+    }
+}
+
+static inline bool mmap_put(tok_mmap *m, uint64_t k, uint32_t rank, int32_t merged, bool first_wins) {
+    if ((m->n + 1) * 2 > m->cap) {
+        uint32_t cap = m->cap ? m->cap * 2 : 1024;
+        uint64_t *keys = malloc(cap * sizeof *keys);
+        uint32_t *ranks = malloc(cap * sizeof *ranks);
+        int32_t *mer = malloc(cap * sizeof *mer);
+        if (!keys || !ranks || !mer) {
+            free(keys);
+            free(ranks);
+            free(mer);
+            return false;
+        }
+        memset(keys, 0xFF, cap * sizeof *keys);
+        for (uint32_t i = 0; i < m->cap; i++) {
+            if (m->keys[i] == UINT64_MAX)
+                continue;
+            uint32_t h = hash_u64(m->keys[i]) & (cap - 1);
+            while (keys[h] != UINT64_MAX)
+                h = (h + 1) & (cap - 1);
+            keys[h] = m->keys[i];
+            ranks[h] = m->rank[i];
+            mer[h] = m->merged[i];
+        }
+        free(m->keys);
+        free(m->rank);
+        free(m->merged);
+        m->keys = keys;
+        m->rank = ranks;
+        m->merged = mer;
+        m->cap = cap;
+    }
+    uint32_t mask = m->cap - 1;
+    uint32_t h = hash_u64(k) & mask;
+    while (m->keys[h] != UINT64_MAX && m->keys[h] != k)
+        h = (h + 1) & mask;
+    if (m->keys[h] == k) {
+        if (!first_wins) {
+            m->rank[h] = rank;
+            m->merged[h] = merged;
+        }
+        return true;
+    }
+    m->keys[h] = k;
+    m->rank[h] = rank;
+    m->merged[h] = merged;
+    m->n++;
+    return true;
+}
+
 
 #endif

@@ -270,19 +270,8 @@ static bool supports_bf16(mg_backend *b, const void *call, char *reason, size_t 
 }
 
 static mg_status launch(mg_backend *b, mg_stream *s, const mg_gemm_call *c, const char *kernel) {
-    const mg_gemm_plan *p = &c->plan;
     kernels_register();
-    mg_launch l;
-    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
-    mg_launch_arg_ptr(&l, c->t.act);
-    mg_launch_arg_ptr(&l, c->t.weight);
-    mg_launch_arg_ptr(&l, c->t.out);
-    mg_launch_arg_u32(&l, p->m);
-    mg_launch_arg_u32(&l, p->n);
-    mg_launch_arg_u32(&l, p->k);
-    mg_launch_arg_u32(&l, p->ldc);
-    mg_launch_arg_u32(&l, (uint32_t)p->out_type);
-    return mg_op_launch_builtin(b, s, kernel, &l);
+    return mg_gemm_bf16_cpu_launch(b, s, c, kernel);
 }
 
 static mg_status run_portable(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {

@@ -39,4 +39,9 @@ extern const mg_gemm_provider mg_gemm_cublaslt_provider;
 extern const mg_gemm_provider mg_gemm_cutlass_provider; /* gemm_cutlass_cuda.c */
 #endif
 
+/* Launches the BF16 GEMM CPU kernel `kernel` (module "metrale") with the argument list of
+ * gemm_bf16_ref, which every CPU implementation shares (gemm_reference.h unpacks it). */
+mg_status mg_gemm_bf16_cpu_launch(mg_backend *b, mg_stream *s, const mg_gemm_call *c,
+                                  const char *kernel);
+
 #endif

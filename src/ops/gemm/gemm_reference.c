@@ -288,22 +288,29 @@ static mg_fp8_scaling scaling_of(const mg_gemm_plan *p, bool is_act) {
 
 /* The provider runs the reference as a CPU kernel (gemm_reference.h): stream-ordered, capturable,
  * every buffer range checked against the live allocations when it runs. */
+mg_status mg_gemm_bf16_cpu_launch(mg_backend *b, mg_stream *s, const mg_gemm_call *c,
+                                  const char *kernel) {
+    const mg_gemm_plan *p = &c->plan;
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, c->t.act);
+    mg_launch_arg_ptr(&l, c->t.weight);
+    mg_launch_arg_ptr(&l, c->t.out);
+    mg_launch_arg_u32(&l, p->m);
+    mg_launch_arg_u32(&l, p->n);
+    mg_launch_arg_u32(&l, p->k);
+    mg_launch_arg_u32(&l, p->ldc);
+    mg_launch_arg_u32(&l, (uint32_t)p->out_type);
+    return mg_op_launch_builtin(b, s, kernel, &l);
+}
+
 static mg_status gemm_reference_run(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {
     const mg_gemm_plan *p = &c->plan;
     mg_gemm_reference_kernels_register();
+    if (p->kind == MG_GEMM_BF16)
+        return mg_gemm_bf16_cpu_launch(b, s, c, "gemm_bf16_ref");
     mg_launch l;
     mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
-    if (p->kind == MG_GEMM_BF16) {
-        mg_launch_arg_ptr(&l, c->t.act);
-        mg_launch_arg_ptr(&l, c->t.weight);
-        mg_launch_arg_ptr(&l, c->t.out);
-        mg_launch_arg_u32(&l, p->m);
-        mg_launch_arg_u32(&l, p->n);
-        mg_launch_arg_u32(&l, p->k);
-        mg_launch_arg_u32(&l, p->ldc);
-        mg_launch_arg_u32(&l, (uint32_t)p->out_type);
-        return mg_op_launch_builtin(b, s, "gemm_bf16_ref", &l);
-    }
     mg_launch_arg_ptr(&l, c->t.act);
     mg_launch_arg_ptr(&l, c->t.act_scale);
     mg_launch_arg_ptr(&l, c->t.weight);

@@ -793,6 +793,160 @@ static void check_two_streams(mg_check_ctx *ctx, mg_check_result *r) {
     free(ref);
 }
 
+/* ------------------------------------------------------------------ the decode GEMV */
+
+/* The same inputs on `b`, captured into a graph on a stream of its own and replayed twice; the
+ * whole output (padding included) into out_host. */
+static mg_status run_gemm_replayed(mg_backend *b, const gemm_inputs *in, void *out_host) {
+    const mg_gemm_plan *p = &in->plan;
+    mg_devptr act = 0, weight = 0, act_scale = 0, weight_scale = 0, out = 0;
+    mg_stream *s = NULL;
+    mg_graph *g = NULL;
+    mg_status st;
+    bool fp8 = p->kind != MG_GEMM_BF16;
+    if ((st = mg_stream_create(b, &s)) ||
+        (st = mg_check_upload(b, in->act, input_bytes(in, true), &act)) ||
+        (st = mg_check_upload(b, in->weight, input_bytes(in, false), &weight)) ||
+        (fp8 && (st = mg_check_upload(b, in->act_scale, mg_gemm_scale_count(p, true) * 4,
+                                      &act_scale))) ||
+        (fp8 && (st = mg_check_upload(b, in->weight_scale, mg_gemm_scale_count(p, false) * 4,
+                                      &weight_scale))) ||
+        (st = mg_check_alloc_poisoned(b, output_bytes(p), &out)) ||
+        (st = mg_gemm_prewarm(b, s, p, 1)) || (st = mg_graph_begin_capture(s)))
+        goto done;
+    if ((st = launch_gemm(b, s, p, act, act_scale, weight, weight_scale, out))) {
+        mg_graph_abort_capture(s);
+        goto done;
+    }
+    if ((st = mg_graph_end_capture(s, &g)) || (st = mg_graph_launch(g, s)) ||
+        (st = mg_graph_launch(g, s)) || (st = mg_stream_synchronize(s)))
+        goto done;
+    st = mg_copy_d2h(b, out_host, out, output_bytes(p));
+done:
+    mg_graph_destroy(g);
+    mg_free(b, act);
+    mg_free(b, weight);
+    mg_free(b, act_scale);
+    mg_free(b, weight_scale);
+    mg_free(b, out);
+    mg_stream_destroy(s);
+    return st;
+}
+
+/* One decode-GEMV shape at every M of {1, 2, 3, 5, 8, 9, 16}: against the reference; at M = 16
+ * also a graph replay against the eager call, and each row against the same row computed alone
+ * (M = 1), both bit for bit. */
+static void decode_gemv_shape(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
+                              mg_dtype out_type, uint32_t n, uint32_t k, uint32_t ldc,
+                              uint64_t *rng, double *worst) {
+    static const uint32_t ms[] = {1, 2, 3, 5, 8, 9, 16};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0] && r->passed; i++) {
+        mg_gemm_plan plan = {.kind = kind, .m = ms[i], .n = n, .k = k, .ldc = ldc,
+                             .out_type = out_type};
+        fp8_operands o = {0};
+        uint16_t *act = NULL, *weight = NULL;
+        gemm_inputs in = {.plan = plan};
+        if (kind == MG_GEMM_BF16) {
+            act = random_bf16(rng, (size_t)plan.m * k, 2.0f);
+            weight = random_bf16(rng, (size_t)n * k, 0.25f);
+            in.act = act, in.weight = weight;
+            if (!act || !weight)
+                MG_CHECK_FAIL(r, "out of host memory");
+        } else if (make_fp8_operands(rng, &plan, plan.m, &o)) {
+            MG_CHECK_FAIL(r, "quantizing the operands: %s", mg_last_error());
+        } else {
+            in.act = o.act, in.weight = o.weight;
+            in.act_scale = o.act_scale, in.weight_scale = o.weight_scale;
+        }
+        double err = r->passed ? compare_with_reference(ctx, &in, plan.m, r) : -1;
+        if (err > *worst)
+            *worst = err;
+        size_t bytes = output_bytes(&plan), row_bytes = (size_t)ldc * mg_dtype_bytes(out_type);
+        unsigned char *eager = malloc(bytes), *again = malloc(bytes), *alone = malloc(row_bytes);
+        mg_status st;
+        if (r->passed && plan.m == 16) {
+            if (!eager || !again || !alone)
+                MG_CHECK_FAIL(r, "out of host memory");
+            else if ((st = run_gemm(ctx->backend, NULL, &in, eager)) ||
+                     (st = run_gemm_replayed(ctx->backend, &in, again)))
+                MG_CHECK_FAIL(r, "M=16 N=%u K=%u eager or replayed: %s", n, k, mg_last_error());
+            else if (memcmp(eager, again, bytes))
+                MG_CHECK_FAIL(r, "M=16 N=%u K=%u: the graph replay differs from the eager call",
+                              n, k);
+            size_t in_row = (size_t)k * (kind == MG_GEMM_BF16 ? 2 : 1);
+            for (uint32_t t = 0; t < plan.m && r->passed; t++) {
+                gemm_inputs one = in;
+                one.plan.m = 1;
+                one.act = (const unsigned char *)in.act + t * in_row;
+                if (kind == MG_GEMM_FP8_ROWWISE)
+                    one.act_scale = in.act_scale + t;
+                if ((st = run_gemm(ctx->backend, NULL, &one, alone)))
+                    MG_CHECK_FAIL(r, "row %u alone: %s", t, mg_last_error());
+                else if (memcmp(alone, eager + t * row_bytes, (size_t)n * mg_dtype_bytes(out_type)))
+                    MG_CHECK_FAIL(r, "N=%u K=%u: row %u computed alone differs from the same row "
+                                  "in a batch of 16", n, k, t);
+            }
+        }
+        free(eager), free(again), free(alone);
+        free(act), free(weight);
+        free_operands(&o);
+    }
+}
+
+/* The decode GEMV forced, on shapes whose K leaves partial 128-byte chunks and whose N leaves a
+ * partial 8-row block (BF16; FP8 N is a multiple of 16 by the front's rule), with long K. */
+static void check_decode_gemv(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
+                              mg_dtype out_type) {
+    mg_op op = kind == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8;
+    if (skipped_without(ctx, r, op))
+        return;
+    char reason[200];
+    if (!mg_op_provider_available(ctx->backend, op, "decode_gemv", reason, sizeof reason)) {
+        r->skipped = true;
+        snprintf(r->detail, sizeof r->detail, "%s", reason);
+        return;
+    }
+    r->passed = true; /* until MG_CHECK_FAIL says otherwise */
+    if (mg_op_force_provider(ctx->backend, op, "decode_gemv")) {
+        MG_CHECK_FAIL(r, "forcing decode_gemv: %s", mg_last_error());
+        return;
+    }
+    uint64_t rng = ctx->seed ^ (0x5e0u + kind * 4 + (out_type == MG_DTYPE_F32));
+    double worst = 0;
+    if (kind == MG_GEMM_BF16) {
+        decode_gemv_shape(ctx, r, kind, out_type, 203, 328, 208, &rng, &worst);
+        decode_gemv_shape(ctx, r, kind, out_type, 77, 4104, 77, &rng, &worst);
+    } else {
+        decode_gemv_shape(ctx, r, kind, out_type, 208, 400, 216, &rng, &worst);
+        decode_gemv_shape(ctx, r, kind, out_type, 48, 4112, 56, &rng, &worst);
+    }
+    mg_op_force_provider(ctx->backend, op, NULL);
+    char text[192];
+    snprintf(text, sizeof text, "decode_gemv %s -> %s, M in {1,2,3,5,8,9,16}, N x K %s; replay "
+             "and rows alone bit-equal",
+             kind == MG_GEMM_BF16 ? "bf16" : kind == MG_GEMM_FP8_ROWWISE ? "fp8 row-wise"
+                                                                         : "fp8 per-tensor",
+             mg_dtype_name(out_type),
+             kind == MG_GEMM_BF16 ? "203x328, 77x4104" : "208x400, 48x4112");
+    finish_sweep(r, worst, out_type == MG_DTYPE_F32 ? BOUND_F32_OUT : BOUND_BF16_OUT, text);
+}
+
+static void check_decode_gemv_bf16(mg_check_ctx *ctx, mg_check_result *r) {
+    check_decode_gemv(ctx, r, MG_GEMM_BF16, MG_DTYPE_BF16);
+}
+
+static void check_decode_gemv_bf16_f32(mg_check_ctx *ctx, mg_check_result *r) {
+    check_decode_gemv(ctx, r, MG_GEMM_BF16, MG_DTYPE_F32);
+}
+
+static void check_decode_gemv_fp8_rowwise(mg_check_ctx *ctx, mg_check_result *r) {
+    check_decode_gemv(ctx, r, MG_GEMM_FP8_ROWWISE, MG_DTYPE_BF16);
+}
+
+static void check_decode_gemv_fp8_tensorwise(mg_check_ctx *ctx, mg_check_result *r) {
+    check_decode_gemv(ctx, r, MG_GEMM_FP8_TENSORWISE, MG_DTYPE_BF16);
+}
+
 /* ------------------------------------------------------------------ the group */
 
 const mg_check_case mg_checks_gemm[] = {
@@ -810,5 +964,9 @@ const mg_check_case mg_checks_gemm[] = {
     {"gemm", "batch_invariant", check_batch_invariant},
     {"gemm", "capture_after_prewarm", check_capture_after_prewarm},
     {"gemm", "two_streams", check_two_streams},
+    {"gemm", "decode_gemv_bf16", check_decode_gemv_bf16},
+    {"gemm", "decode_gemv_bf16_f32", check_decode_gemv_bf16_f32},
+    {"gemm", "decode_gemv_fp8_rowwise", check_decode_gemv_fp8_rowwise},
+    {"gemm", "decode_gemv_fp8_tensorwise", check_decode_gemv_fp8_tensorwise},
     {NULL, NULL, NULL},
 };

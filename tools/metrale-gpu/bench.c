@@ -566,7 +566,7 @@ int mg_cmd_bench(int argc, char **argv, const mg_cli_options *opts) {
     if (b.quick && b.iters == DEFAULT_ITERS)
         b.iters = 5;
 
-    mg_status st = mg_backend_open(opts->backend, opts->device, &b.backend);
+    mg_status st = mg_cli_backend_open(opts, &b.backend);
     if (st) {
         fprintf(stderr, "metrale-gpu bench: cannot open the %s backend: %s: %s\n",
                 mg_backend_kind_name(opts->backend), mg_status_name(st), mg_last_error());

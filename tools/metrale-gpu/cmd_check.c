@@ -15,7 +15,7 @@ int mg_cmd_check(int argc, char **argv, const mg_cli_options *opts) {
     if (opts->json)
         fprintf(stderr, "metrale-gpu check: --json is not supported here; printing the table\n");
     mg_backend *b = NULL;
-    mg_status st = mg_backend_open(opts->backend, opts->device, &b);
+    mg_status st = mg_cli_backend_open(opts, &b);
     if (st) {
         fprintf(stderr, "metrale-gpu check: cannot open %s device %d: %s: %s\n",
                 mg_backend_kind_name(opts->backend), opts->device, mg_status_name(st),

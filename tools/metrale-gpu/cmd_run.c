@@ -493,7 +493,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         return 2;
     }
     mg_backend *b = NULL;
-    mg_status st = mg_backend_open(opts->backend, opts->device, &b);
+    mg_status st = mg_cli_backend_open(opts, &b);
     if (st) {
         fprintf(stderr, "metrale-gpu run: cannot open the %s backend (device %d): %s\n",
                 mg_backend_kind_name(opts->backend), opts->device, mg_last_error());

@@ -274,7 +274,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
                            : a.steps >= 0 ? (uint32_t)a.steps
                                           : 32;
     mg_backend *b = NULL;
-    mg_status st = mg_backend_open(opts->backend, opts->device, &b);
+    mg_status st = mg_cli_backend_open(opts, &b);
     if (st) {
         fprintf(stderr, "metrale-gpu run: cannot open the %s backend (device %d): %s\n",
                 mg_backend_kind_name(opts->backend), opts->device, mg_last_error());

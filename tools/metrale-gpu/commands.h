@@ -5,12 +5,23 @@
 #include <stdbool.h>
 
 #include "metrale/gpu.h"
+#include "metrale/ops.h"
 
 typedef struct mg_cli_options {
     mg_backend_kind backend; /* --backend cpu|cuda|metal|auto (default auto) */
     int device;              /* --device N (default 0) */
     bool json;               /* --json: machine-readable output where supported */
+    /* --provider OP=NAME (repeatable): providers forced on the backend the command opens */
+    int forced_count;
+    struct {
+        mg_op op;
+        char name[32];
+    } forced[8];
 } mg_cli_options;
+
+/* Opens the backend the options name and forces their providers on it (main.c). On failure
+ * the backend is closed and the status returned with mg_last_error set. */
+mg_status mg_cli_backend_open(const mg_cli_options *opts, mg_backend **out);
 
 /* argv[0] is the sub-command name; global options are already removed. */
 int mg_cmd_info(int argc, char **argv, const mg_cli_options *opts);

@@ -34,6 +34,8 @@ static void usage(FILE *f) {
            "options (before or after the command):\n"
            "  --backend cpu|cuda|metal|auto  backend to use (default auto: CUDA, Metal, then CPU)\n"
            "  --device N                     device ordinal (default 0)\n"
+           "  --provider OP=NAME             force a provider of an op (repeatable; e.g.\n"
+           "                                 gemm_fp8=cublaslt; a wrong NAME lists them)\n"
            "  --json                         machine-readable output where supported (info, arena, "
            "bench)\n"
            "  --help                         this text\n"
@@ -59,6 +61,16 @@ static bool option_with_value(int argc, char **argv, int *i, const char *name, c
     return true;
 }
 
+mg_status mg_cli_backend_open(const mg_cli_options *opts, mg_backend **out) {
+    mg_status st = mg_backend_open(opts->backend, opts->device, out);
+    for (int i = 0; !st && i < opts->forced_count; i++)
+        if ((st = mg_op_force_provider(*out, opts->forced[i].op, opts->forced[i].name))) {
+            mg_backend_close(*out);
+            *out = NULL;
+        }
+    return st;
+}
+
 /* Consumes the global option at argv[*i] (and its value): 1 when it was one, 0 when not,
  * -1 on a bad or missing value (reported). */
 static int parse_global_option(int argc, char **argv, int *i, mg_cli_options *opts, bool *help) {
@@ -80,6 +92,32 @@ static int parse_global_option(int argc, char **argv, int *i, mg_cli_options *op
             return -1;
         }
         opts->device = (int)device;
+        return 1;
+    }
+    if (option_with_value(argc, argv, i, "--provider", &value)) {
+        const char *eq = value ? strchr(value, '=') : NULL;
+        char op_name[48];
+        mg_op op;
+        int n = (int)sizeof opts->forced / (int)sizeof opts->forced[0];
+        if (!eq || eq == value || !eq[1] || (size_t)(eq - value) >= sizeof op_name ||
+            strlen(eq + 1) >= sizeof opts->forced[0].name) {
+            fprintf(stderr, "metrale-gpu: --provider '%s': expected OP=PROVIDER (e.g. "
+                    "gemm_fp8=cublaslt)\n", value ? value : "");
+            return -1;
+        }
+        memcpy(op_name, value, (size_t)(eq - value));
+        op_name[eq - value] = 0;
+        if (mg_op_parse(op_name, &op) != MG_OK) {
+            fprintf(stderr, "metrale-gpu: --provider '%s': no op named '%s'\n", value, op_name);
+            return -1;
+        }
+        if (opts->forced_count == n) {
+            fprintf(stderr, "metrale-gpu: --provider: at most %d\n", n);
+            return -1;
+        }
+        opts->forced[opts->forced_count].op = op;
+        snprintf(opts->forced[opts->forced_count].name, sizeof opts->forced[0].name, "%s", eq + 1);
+        opts->forced_count++;
         return 1;
     }
     if (!strcmp(arg, "--json")) {

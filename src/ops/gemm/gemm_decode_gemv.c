@@ -1,0 +1,173 @@
+/* gemm_decode_gemv.c - the "decode_gemv" provider of the GEMM ops: our tensor-core GEMV for
+ * decode batches of at most 16 token rows (kernels/cuda/gemm/decode_gemv.cu), BF16 weights
+ * (BF16 or F32 out) and FP8 E4M3 weights with per-tensor or row-wise scales.
+ *
+ * Each weight byte is read once per call whatever M is, and the result of a row does not depend
+ * on the other rows (fixed reduction order), so a captured call equals an eager one bit for bit.
+ *
+ * In the automatic choice it takes the calls of decode_gemv_wins() (measured on the H200 against
+ * cuBLASLt: bench/results/), and nothing while batch-invariant mode is on, since cuBLASLt runs
+ * the larger batches of the same shape. Forced by name
+ * (mg_op_force_provider(b, op, "decode_gemv")) it takes every call its kernels can run. What
+ * they need: M <= 16; rows of 16-byte multiples (K % 8 == 0 for BF16; the FP8 front already
+ * asks K % 16 == 0); act, weight and out 16-byte aligned; FP8 on compute capability 9.0 (the
+ * sm_90a image: the portable PTX image has no FP8 MMA). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "gemm_cublaslt.h"
+#include "gemm_provider.h"
+#include "op_builtin.h"
+#include "op_state.h"
+
+#define DECODE_GEMV_MAX_M 16
+#define DECODE_GEMV_ROWS_PER_BLOCK 8 /* weight rows per block, as decode_gemv.cu launches */
+#define DECODE_GEMV_THREADS 256
+#define KERNEL_BF16 "mg_decode_gemv_bf16"
+#define KERNEL_FP8 "mg_decode_gemv_fp8"
+
+/* Per backend: the compute capability, read once. */
+typedef struct gemv_state {
+    int cc_major, cc_minor;
+} gemv_state;
+
+static mg_status gemv_state_create(mg_backend *b, void **out) {
+    mg_device_info info;
+    mg_status st = mg_device_get_info(b, &info);
+    if (st)
+        return st;
+    gemv_state *s = malloc(sizeof *s);
+    if (!s)
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "decode GEMV state");
+    *s = (gemv_state){info.cc_major, info.cc_minor};
+    *out = s;
+    return MG_OK;
+}
+
+static void gemv_state_destroy(mg_backend *b, void *state) {
+    (void)b;
+    free(state);
+}
+
+static const mg_op_state_type gemv_state_type = {
+    .name = "decode GEMV", .create = gemv_state_create, .destroy = gemv_state_destroy};
+
+/* The state, created on first use; NULL (error state untouched) when it cannot be. */
+static gemv_state *state_of(mg_backend *b) {
+    void *st = mg_op_state_peek(b, &gemv_state_type);
+    if (!st) {
+        mg_error_state saved;
+        mg_error_save(&saved);
+        if (mg_op_state_get(b, &gemv_state_type, &st) != MG_OK)
+            st = NULL;
+        mg_error_restore(&saved);
+    }
+    return st;
+}
+
+static void no_cpu_kernels(void) {}
+
+static bool gemv_available(mg_backend *b, char *reason, size_t reason_bytes) {
+    if (!mg_op_builtin_available(b, KERNEL_BF16, no_cpu_kernels, reason, reason_bytes))
+        return false;
+    gemv_state *st = state_of(b);
+    if (!st) {
+        snprintf(reason, reason_bytes, "the device's compute capability could not be read");
+        return false;
+    }
+    if (st->cc_major < 8) {
+        snprintf(reason, reason_bytes, "the decode GEMV needs compute capability 8.0, the device "
+                 "has %d.%d", st->cc_major, st->cc_minor);
+        return false;
+    }
+    return true;
+}
+
+static bool is_forced(mg_backend *b, mg_gemm_kind kind) {
+    return mg_op_forced(b, kind == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8) ==
+           &mg_gemm_decode_gemv_provider.base;
+}
+
+/* What the kernels can run at all (the forced provider's rule). */
+static bool kernels_fit(mg_backend *b, const mg_gemm_plan *p, char *reason, size_t reason_bytes) {
+    if (p->kind == MG_GEMM_FP8_BLOCKSCALED) {
+        snprintf(reason, reason_bytes, "the decode GEMV has no block-scaled FP8 form");
+        return false;
+    }
+    if (p->m > DECODE_GEMV_MAX_M) {
+        snprintf(reason, reason_bytes, "the decode GEMV takes M <= %d, got M=%u",
+                 DECODE_GEMV_MAX_M, p->m);
+        return false;
+    }
+    if (p->kind == MG_GEMM_BF16 && p->k % 8) {
+        snprintf(reason, reason_bytes, "the decode GEMV needs K %% 8 == 0 for BF16, got K=%u",
+                 p->k);
+        return false;
+    }
+    if (p->pointer_alignment && p->pointer_alignment < 16) {
+        snprintf(reason, reason_bytes, "the decode GEMV needs 16-byte aligned act, weight and "
+                 "out (they are %u-byte aligned)", p->pointer_alignment);
+        return false;
+    }
+    gemv_state *st = state_of(b);
+    if (p->kind != MG_GEMM_BF16 && (!st || st->cc_major != 9 || st->cc_minor != 0)) {
+        snprintf(reason, reason_bytes, "the FP8 decode GEMV runs on compute capability 9.0 only");
+        return false;
+    }
+    return true;
+}
+
+/* The automatic choice, from bench/results/2026-12-02-h200-decode-gemv.md: FP8 at every
+ * M <= 16 (cuBLASLt's FP8 kernels are slower than its BF16 ones at decode sizes); BF16 where
+ * the GEMV beat cuBLASLt: M <= 4. */
+static bool decode_gemv_wins(const mg_gemm_plan *p) {
+    return p->kind != MG_GEMM_BF16 || p->m <= 4;
+}
+
+static bool gemv_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
+    const mg_gemm_plan *p = call;
+    if (!kernels_fit(b, p, reason, reason_bytes))
+        return false;
+    if (is_forced(b, p->kind))
+        return true;
+    if (mg_gemm_cublaslt_provider.batch_invariant(b)) {
+        snprintf(reason, reason_bytes, "batch-invariant mode keeps every shape on cuBLASLt");
+        return false;
+    }
+    if (!decode_gemv_wins(p)) {
+        snprintf(reason, reason_bytes, "cuBLASLt was measured faster for M=%u N=%u K=%u", p->m,
+                 p->n, p->k);
+        return false;
+    }
+    return true;
+}
+
+static mg_status gemv_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call) {
+    const mg_gemm_plan *p = &call->plan;
+    uint32_t blocks = (p->n + DECODE_GEMV_ROWS_PER_BLOCK - 1) / DECODE_GEMV_ROWS_PER_BLOCK;
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){blocks, 1, 1}, (mg_dim3){DECODE_GEMV_THREADS, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, call->t.act);
+    if (p->kind != MG_GEMM_BF16)
+        mg_launch_arg_ptr(&l, call->t.act_scale);
+    mg_launch_arg_ptr(&l, call->t.weight);
+    if (p->kind != MG_GEMM_BF16)
+        mg_launch_arg_ptr(&l, call->t.weight_scale);
+    mg_launch_arg_ptr(&l, call->t.out);
+    mg_launch_arg_u32(&l, p->m);
+    mg_launch_arg_u32(&l, p->n);
+    mg_launch_arg_u32(&l, p->k);
+    mg_launch_arg_u32(&l, p->ldc);
+    mg_launch_arg_u32(&l, p->kind == MG_GEMM_BF16 ? p->out_type == MG_DTYPE_F32
+                                                  : p->kind == MG_GEMM_FP8_ROWWISE);
+    return mg_op_launch_builtin(b, s, p->kind == MG_GEMM_BF16 ? KERNEL_BF16 : KERNEL_FP8, &l);
+}
+
+const mg_gemm_provider mg_gemm_decode_gemv_provider = {
+    .base = {.name = "decode_gemv",
+             .backend = MG_BACKEND_CUDA,
+             .available = gemv_available,
+             .supports = gemv_supports},
+    .run = gemv_run,
+};

@@ -52,10 +52,21 @@ typedef struct mg_launch_arg {
     uint32_t bytes;      /* payload size: 8 for buffers, 4 for u32/i32/f32, ... */
 } mg_launch_arg;
 
+/* Launch flags (mg_launch_set_flags). */
+/* Programmatic dependent launch. The kernel promises that it reads nothing the work before it on
+ * the stream writes, and writes nothing, until it has waited on its grid dependency
+ * (griddepcontrol.wait, kernels/cuda/common/grid_dependency.cuh); what it loads before the wait
+ * (weights, tables that no earlier kernel writes) may then stream while that earlier kernel
+ * drains. The CUDA backend launches such a kernel with programmatic stream serialization on
+ * compute capability 9.0 and newer, in eager launches and in graph captures alike; elsewhere,
+ * and on the CPU backend, the flag changes nothing. */
+#define MG_LAUNCH_PROGRAMMATIC 1u
+
 struct mg_launch {
     mg_dim3 grid;
     mg_dim3 block;
     uint32_t shared_bytes;
+    uint32_t flags; /* MG_LAUNCH_* (mg_launch_init clears them) */
     uint32_t arg_count;
     uint32_t slot_count;
     mg_status error; /* first error while building; MG_OK otherwise */
@@ -65,6 +76,8 @@ struct mg_launch {
 };
 
 MG_API void mg_launch_init(mg_launch *l, mg_dim3 grid, mg_dim3 block, uint32_t shared_bytes);
+/* Sets the launch flags (MG_LAUNCH_*); mg_launch_clear_args keeps them. */
+MG_API void mg_launch_set_flags(mg_launch *l, uint32_t flags);
 /* Drops the arguments, keeps grid/block/shared bytes: reuse for the next launch. */
 MG_API void mg_launch_clear_args(mg_launch *l);
 

@@ -20,7 +20,12 @@ void mg_launch_init(mg_launch *l, mg_dim3 grid, mg_dim3 block, uint32_t shared_b
     l->grid = grid;
     l->block = block;
     l->shared_bytes = shared_bytes;
+    l->flags = 0;
     mg_launch_clear_args(l);
+}
+
+void mg_launch_set_flags(mg_launch *l, uint32_t flags) {
+    l->flags = flags;
 }
 
 void mg_launch_clear_args(mg_launch *l) {

@@ -4,8 +4,9 @@
 // on: 1 <= m <= 16; rows of act and weight 16-byte aligned (K * element bytes % 16 == 0,
 // pointers 16-byte aligned); FP8 only on the sm_90a image.
 //
-// Shape of the work. A block of 8 warps owns 8 weight rows (the n8 of one mma tile) and
-// splits K between its warps; each warp streams its share of the 8 rows once, so the weights
+// Shape of the work. A block of 8 warps owns a tile of 8 weight rows at a time (the n8 of one
+// mma) and splits K between its warps, walking tiles grid-stride (the grid is sized to the
+// resident blocks, so the weight stream does not drain between waves); each warp streams its share of the 8 rows once, so the weights
 // are read exactly once and every activation row rides along in the mma's 16 rows (rows
 // >= m are zero registers, never loaded). The 8 partial tiles are summed in shared memory in
 // a fixed order (warp 0, 1, ..., 7), so a captured call equals an eager one bit for bit and a
@@ -22,9 +23,12 @@
 // block, go through L1. The kernel waits on its grid dependency only after the first chunk's
 // weight loads are issued (griddepcontrol.wait: a no-op unless launched with programmatic
 // stream serialization), so under PDL the weight stream starts while the previous kernel
-// drains; it lets its dependents launch once its last loads are issued.
+// drains (the provider launches it with MG_LAUNCH_PROGRAMMATIC); it lets its dependents launch
+// once its last loads are issued.
 #include <cuda_bf16.h>
 #include <stdint.h>
+
+#include "common/grid_dependency.cuh"
 
 namespace {
 
@@ -45,18 +49,6 @@ __device__ __forceinline__ uint4 load_stream(const void *p) {
 
 __device__ __forceinline__ uint4 load_cached(const void *p) {
     return __ldg(reinterpret_cast<const uint4 *>(p));
-}
-
-__device__ __forceinline__ void grid_dependency_wait() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void launch_dependents() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
 }
 
 // c += A(16 x k) * B(k x 8), A = {a0 row g lo, a1 row g+8 lo, a2 row g hi, a3 row g+8 hi}.
@@ -115,6 +107,18 @@ __device__ __forceinline__ void mma_chunk(float (&c)[4], const Span &w, const Sp
                  word(a_hi, 2 * s + 1), word(w, 2 * s), word(w, 2 * s + 1));
 }
 
+// The weights of chunk group `group` (kUnroll chunks of the warp) of weight row `row`.
+__device__ __forceinline__ void load_weights(Span (&w)[kUnroll], const uint8_t *weight,
+                                             uint32_t row, bool live, uint32_t row_bytes,
+                                             uint32_t chunks, uint32_t group, int warp, int q) {
+    const uint8_t *p = weight + (size_t)(live ? row : 0) * row_bytes;
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) {
+        const uint32_t chunk = warp + (group * kUnroll + u) * kWarps;
+        w[u] = load_span<true>(p, chunk * kChunk + q * 32, row_bytes, live && chunk < chunks);
+    }
+}
+
 template <int Mode>
 __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const float *act_scale,
                             const float *weight_scale, void *out, uint32_t m, uint32_t n,
@@ -125,77 +129,87 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int g = lane / 4, q = lane % 4;
-    const uint32_t n0 = blockIdx.x * kRows;
     const uint32_t row_bytes = k * kElem;
     const uint32_t chunks = (row_bytes + kChunk - 1) / kChunk;
-    const bool w_live = n0 + g < n, a_live_lo = (uint32_t)g < m, a_live_hi = (uint32_t)g + 8 < m;
-    const uint8_t *w_row = weight + (size_t)(w_live ? n0 + g : 0) * row_bytes;
+    const uint32_t groups = (chunks + kWarps * kUnroll - 1) / (kWarps * kUnroll); // per tile
+    const uint32_t tiles = (n + kRows - 1) / kRows;
+    const bool a_live_lo = (uint32_t)g < m, a_live_hi = (uint32_t)g + 8 < m;
     const uint8_t *a_row_lo = act + (size_t)(a_live_lo ? g : 0) * row_bytes;
     const uint8_t *a_row_hi = act + (size_t)(a_live_hi ? g + 8 : 0) * row_bytes;
 
+    // The block walks tiles blockIdx.x, + gridDim.x, ... and each warp its chunk groups of a
+    // tile; the weights of the next (tile, group) are in flight while the current one is
+    // multiplied and while a finished tile is reduced, so the stream never drains between tiles.
+    uint32_t tile = blockIdx.x, group = 0;
+    if (tile >= tiles)
+        return;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    uint32_t chunk = warp;
-    // The first group's weights do not depend on the previous kernel: load them before waiting.
     Span w[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; u++)
-        w[u] = load_span<true>(w_row, (chunk + u * kWarps) * kChunk + q * 32, row_bytes,
-                               w_live && chunk + u * kWarps < chunks);
+    // The first weights do not depend on the previous kernel: load them before waiting.
+    load_weights(w, weight, tile * kRows + g, tile * kRows + g < n, row_bytes, chunks, 0, warp, q);
     grid_dependency_wait();
     for (;;) {
         Span a_lo[kUnroll], a_hi[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; u++) {
-            const uint32_t at = (chunk + u * kWarps) * kChunk + q * 32;
-            const bool live = chunk + u * kWarps < chunks;
-            a_lo[u] = load_span<false>(a_row_lo, at, row_bytes, live && a_live_lo);
-            a_hi[u] = load_span<false>(a_row_hi, at, row_bytes, live && a_live_hi);
+            const uint32_t chunk = warp + (group * kUnroll + u) * kWarps;
+            const uint32_t at = chunk * kChunk + q * 32;
+            a_lo[u] = load_span<false>(a_row_lo, at, row_bytes, chunk < chunks && a_live_lo);
+            a_hi[u] = load_span<false>(a_row_hi, at, row_bytes, chunk < chunks && a_live_hi);
         }
-        const uint32_t next = chunk + kUnroll * kWarps;
+        const bool tile_done = group + 1 == groups;
+        const uint32_t next_tile = tile_done ? tile + gridDim.x : tile;
+        const uint32_t next_group = tile_done ? 0 : group + 1;
+        const bool more = next_tile < tiles;
         Span w_next[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; u++)
-            w_next[u] = load_span<true>(w_row, (next + u * kWarps) * kChunk + q * 32, row_bytes,
-                                        w_live && next + u * kWarps < chunks);
+        load_weights(w_next, weight, next_tile * kRows + g, more && next_tile * kRows + g < n,
+                     row_bytes, chunks, next_group, warp, q);
 #pragma unroll
         for (int u = 0; u < kUnroll; u++)
             mma_chunk<kFp8>(c, w[u], a_lo[u], a_hi[u]);
-        if (next >= chunks)
+        if (tile_done) {
+            if (!more)
+                launch_dependents();
+            // The 8 warps' partial tiles, summed in a fixed order.
+            partial[warp][g][2 * q] = c[0];
+            partial[warp][g][2 * q + 1] = c[1];
+            partial[warp][g + 8][2 * q] = c[2];
+            partial[warp][g + 8][2 * q + 1] = c[3];
+            c[0] = c[1] = c[2] = c[3] = 0.0f;
+            __syncthreads();
+            const uint32_t t = threadIdx.x / kRows, col = threadIdx.x % kRows;
+            const uint32_t j = tile * kRows + col;
+            if (threadIdx.x < 16 * kRows && t < m && j < n) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int v = 0; v < kWarps; v++)
+                    sum += partial[v][t][col];
+                if (Mode == kFp8Tensorwise)
+                    sum = sum * act_scale[0] * weight_scale[0];
+                else if (Mode == kFp8Rowwise)
+                    sum = sum * act_scale[t] * weight_scale[j];
+                if (out_f32)
+                    static_cast<float *>(out)[(size_t)t * ldc + j] = sum;
+                else
+                    static_cast<__nv_bfloat16 *>(out)[(size_t)t * ldc + j] =
+                        __float2bfloat16_rn(sum);
+            }
+            __syncthreads(); // the partials are read before the next tile writes them
+        }
+        if (!more)
             break;
-        chunk = next;
+        tile = next_tile;
+        group = next_group;
 #pragma unroll
         for (int u = 0; u < kUnroll; u++)
             w[u] = w_next[u];
     }
-    launch_dependents();
-
-    partial[warp][g][2 * q] = c[0];
-    partial[warp][g][2 * q + 1] = c[1];
-    partial[warp][g + 8][2 * q] = c[2];
-    partial[warp][g + 8][2 * q + 1] = c[3];
-    __syncthreads();
-    if (threadIdx.x >= 16 * kRows)
-        return;
-    const uint32_t t = threadIdx.x / kRows, col = threadIdx.x % kRows, j = n0 + col;
-    if (t >= m || j >= n)
-        return;
-    float sum = 0.0f;
-#pragma unroll
-    for (int v = 0; v < kWarps; v++)
-        sum += partial[v][t][col];
-    if (Mode == kFp8Tensorwise)
-        sum = sum * act_scale[0] * weight_scale[0];
-    else if (Mode == kFp8Rowwise)
-        sum = sum * act_scale[t] * weight_scale[j];
-    if (out_f32)
-        static_cast<float *>(out)[(size_t)t * ldc + j] = sum;
-    else
-        static_cast<__nv_bfloat16 *>(out)[(size_t)t * ldc + j] = __float2bfloat16_rn(sum);
 }
 
 } // namespace
 
-// out[t, j] = act[t] . weight[j] for t < m <= 16, j < n; grid ceil(n / 8) blocks of 256.
+// out[t, j] = act[t] . weight[j] for t < m <= 16, j < n; blocks of 256 threads, each walking
+// the 8-row tiles blockIdx.x, blockIdx.x + gridDim.x, ... (any grid of at most ceil(n / 8)).
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
 mg_decode_gemv_bf16(const uint8_t *act, const uint8_t *weight, void *out, uint32_t m, uint32_t n,
                     uint32_t k, uint32_t ldc, uint32_t out_f32) {

@@ -76,7 +76,8 @@
     X(ModuleGetGlobal, 1)                                                                          \
     X(FuncSetAttribute, 1)                                                                         \
     X(FuncGetAttribute, 1)                                                                         \
-    X(LaunchKernel, 1)
+    X(LaunchKernel, 1)                                                                             \
+    X(LaunchKernelEx, 0)
 
 /* `__typeof__(cuMemAlloc)` follows <cuda.h>'s versioned macro (cuMemAlloc -> cuMemAlloc_v2),
  * so each pointer has the signature the header declares for that name. */

@@ -355,9 +355,28 @@ mg_status mg_cuda_launch(void *ctx, void *kernel, const char *kernel_name, void 
     void *params[MG_LAUNCH_MAX_ARGS];
     for (uint32_t i = 0; i < l->arg_count; i++)
         params[i] = (void *)mg_launch_arg_data(l, i);
-    CUresult r = c->drv->LaunchKernel(k->function, l->grid.x, l->grid.y, l->grid.z, l->block.x,
-                                      l->block.y, l->block.z, l->shared_bytes, stream,
-                                      l->arg_count ? params : NULL, NULL);
+    CUresult r;
+    if ((l->flags & MG_LAUNCH_PROGRAMMATIC) && c->drv->LaunchKernelEx && c->info.cc_major >= 9) {
+        /* The kernel waits on its grid dependency itself (metrale/launch.h): it may start
+         * while the work before it drains. Captured, this becomes a programmatic edge. */
+        CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig config = {.gridDimX = l->grid.x,
+                                 .gridDimY = l->grid.y,
+                                 .gridDimZ = l->grid.z,
+                                 .blockDimX = l->block.x,
+                                 .blockDimY = l->block.y,
+                                 .blockDimZ = l->block.z,
+                                 .sharedMemBytes = l->shared_bytes,
+                                 .hStream = stream,
+                                 .attrs = &attr,
+                                 .numAttrs = 1};
+        r = c->drv->LaunchKernelEx(&config, k->function, l->arg_count ? params : NULL, NULL);
+    } else {
+        r = c->drv->LaunchKernel(k->function, l->grid.x, l->grid.y, l->grid.z, l->block.x,
+                                 l->block.y, l->block.z, l->shared_bytes, stream,
+                                 l->arg_count ? params : NULL, NULL);
+    }
     if (r != CUDA_SUCCESS) {
         /* A sticky result here comes from earlier work: the report names the kernel
          * launched before this one. */

@@ -22,14 +22,17 @@
 #include "op_state.h"
 
 #define DECODE_GEMV_MAX_M 16
-#define DECODE_GEMV_ROWS_PER_BLOCK 8 /* weight rows per block, as decode_gemv.cu launches */
+#define DECODE_GEMV_ROWS_PER_BLOCK 8 /* weight rows per tile, as decode_gemv.cu walks them */
 #define DECODE_GEMV_THREADS 256
+/* Blocks resident per SM at the kernels' 64 registers per thread: the grid, which walks the
+ * row tiles grid-stride, is this many per SM at most. */
+#define DECODE_GEMV_BLOCKS_PER_SM 4
 #define KERNEL_BF16 "mg_decode_gemv_bf16"
 #define KERNEL_FP8 "mg_decode_gemv_fp8"
 
-/* Per backend: the compute capability, read once. */
+/* Per backend: the compute capability and SM count, read once. */
 typedef struct gemv_state {
-    int cc_major, cc_minor;
+    int cc_major, cc_minor, sm_count;
 } gemv_state;
 
 static mg_status gemv_state_create(mg_backend *b, void **out) {
@@ -40,7 +43,7 @@ static mg_status gemv_state_create(mg_backend *b, void **out) {
     gemv_state *s = malloc(sizeof *s);
     if (!s)
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "decode GEMV state");
-    *s = (gemv_state){info.cc_major, info.cc_minor};
+    *s = (gemv_state){info.cc_major, info.cc_minor, info.multiprocessors};
     *out = s;
     return MG_OK;
 }
@@ -118,11 +121,19 @@ static bool kernels_fit(mg_backend *b, const mg_gemm_plan *p, char *reason, size
     return true;
 }
 
-/* The automatic choice, from bench/results/2026-12-02-h200-decode-gemv.md: FP8 at every
- * M <= 16 (cuBLASLt's FP8 kernels are slower than its BF16 ones at decode sizes); BF16 where
- * the GEMV beat cuBLASLt: M <= 4. */
+/* The automatic choice, from `bench gemm_decode` on the H200 (graph replay, weights rotated
+ * past L2; bench/results/2026-12-01-h200-decode-gemv.md). Row-wise FP8: everywhere, 1.1-2.9x
+ * cuBLASLt, whose row-wise kernels are slow at decode sizes. BF16 and per-tensor FP8: where
+ * the launch and ramp dominate, i.e. weights of at most 4 Mi elements (1024x4096, SmolLM2's
+ * layers: 1.1-2x), and for BF16 also M = 1 up to 16 Mi elements (4096x4096: 12.0 vs 12.7 us);
+ * cuBLASLt streams larger matrices closer to the copy bandwidth. */
 static bool decode_gemv_wins(const mg_gemm_plan *p) {
-    return p->kind != MG_GEMM_BF16 || p->m <= 4;
+    uint64_t elements = (uint64_t)p->n * p->k;
+    if (p->kind == MG_GEMM_FP8_ROWWISE)
+        return true;
+    if (elements <= (4u << 20))
+        return true;
+    return p->kind == MG_GEMM_BF16 && p->m == 1 && elements <= (16u << 20);
 }
 
 static bool gemv_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
@@ -146,8 +157,16 @@ static bool gemv_supports(mg_backend *b, const void *call, char *reason, size_t 
 static mg_status gemv_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call) {
     const mg_gemm_plan *p = &call->plan;
     uint32_t blocks = (p->n + DECODE_GEMV_ROWS_PER_BLOCK - 1) / DECODE_GEMV_ROWS_PER_BLOCK;
+    gemv_state *st = state_of(b);
+    if (!st)
+        return MG_ERROR(MG_ERR_INTERNAL, "decode GEMV: the device state is unavailable");
+    uint32_t resident = (uint32_t)(st->sm_count > 0 ? st->sm_count : 1) * DECODE_GEMV_BLOCKS_PER_SM;
+    if (blocks > resident)
+        blocks = resident;
     mg_launch l;
     mg_launch_init(&l, (mg_dim3){blocks, 1, 1}, (mg_dim3){DECODE_GEMV_THREADS, 1, 1}, 0);
+    /* The kernel loads its first weights, then waits on the grid dependency (decode_gemv.cu). */
+    mg_launch_set_flags(&l, MG_LAUNCH_PROGRAMMATIC);
     mg_launch_arg_ptr(&l, call->t.act);
     if (p->kind != MG_GEMM_BF16)
         mg_launch_arg_ptr(&l, call->t.act_scale);

@@ -38,6 +38,12 @@ static void test_init_and_clear(void) {
     mg_launch_clear_args(l);
     CHECK(l->arg_count == 0 && l->slot_count == 0 && mg_launch_status(l) == MG_OK);
     CHECK(l->grid.x == 7 && l->block.x == 128 && l->shared_bytes == 49152);
+    /* flags: cleared by init (even after a launch that set them), kept by clear_args */
+    mg_launch_set_flags(l, MG_LAUNCH_PROGRAMMATIC);
+    mg_launch_clear_args(l);
+    CHECK(l->flags == MG_LAUNCH_PROGRAMMATIC);
+    mg_launch_init(l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
+    CHECK(l->flags == 0);
 }
 
 static void test_mixed_layout(void) {

@@ -5,6 +5,7 @@
  * graph is captured, the buffer on one side is freed, and the replay must fail naming the
  * call and the side, without touching the other buffers; a graph holding event records and
  * waits outlives its events. Replays before the free compute what eager calls compute.
+ * mg_graph_count_nodes counts a graph's commands and kernel launches.
  */
 #include <stdint.h>
 
@@ -104,6 +105,28 @@ static void fresh_buffers(scene *sc) {
     CHECK_OK(mg_memset(sc->b, sc->dst, 0, BYTES));
 }
 
+/* mg_graph_count_nodes: every command is a node, launches are its kernels. */
+static void test_count_nodes(scene *sc) {
+    fresh_buffers(sc);
+    mg_graph *g = NULL;
+    CHECK_OK(mg_graph_begin_capture(sc->s));
+    for (command c = 0; c < COMMANDS; c++)
+        CHECK_OK(issue(sc, c));
+    CHECK_OK(issue(sc, LAUNCH));
+    CHECK_OK(mg_graph_end_capture(sc->s, &g));
+    size_t kernels = 0, nodes = 0;
+    CHECK_OK(mg_graph_count_nodes(g, &kernels, &nodes));
+    CHECKF(kernels == 2 && nodes == COMMANDS + 1, "%zu kernels of %zu nodes, expected 2 of %d",
+           kernels, nodes, COMMANDS + 1);
+    CHECK_OK(mg_graph_count_nodes(g, NULL, NULL));
+    CHECK_OK(mg_graph_destroy(g));
+    mg_clear_error();
+    CHECK(mg_graph_count_nodes(g, &kernels, &nodes) == MG_ERR_INVALID_ARGUMENT);
+    CHECK(mg_graph_count_nodes(NULL, &kernels, &nodes) == MG_ERR_INVALID_ARGUMENT);
+    CHECK_OK(mg_free(sc->b, sc->src));
+    CHECK_OK(mg_free(sc->b, sc->dst));
+}
+
 /* The replay computes what the eager command computes. */
 static void check_replay_matches_eager(scene *sc, command c) {
     fresh_buffers(sc);
@@ -167,6 +190,10 @@ static void test_events_outlived(scene *sc) {
     CHECK_OK(mg_graph_end_capture(sc->s, &g));
     CHECK_OK(mg_event_destroy(recorded));
     CHECK_OK(mg_event_destroy(waited));
+    size_t kernels = 99, nodes = 99;
+    CHECK_OK(mg_graph_count_nodes(g, &kernels, &nodes));
+    CHECKF(kernels == 0 && nodes == 3, "wait, memset, record counted as %zu kernels of %zu nodes",
+           kernels, nodes);
     CHECK_OK(mg_graph_launch(g, sc->s));
     CHECK_OK(mg_graph_launch(g, sc->s));
     uint8_t out[BYTES];
@@ -194,6 +221,7 @@ int main(void) {
             check_replay_after_free(&sc, c, false);
     }
     test_events_outlived(&sc);
+    test_count_nodes(&sc);
     CHECK_OK(mg_kernel_release(sc.vector_add));
     CHECK_OK(mg_stream_destroy(sc.s));
     CHECK_OK(mg_backend_close(sc.b));

@@ -283,6 +283,11 @@ MG_API mg_status mg_graph_end_capture_update(mg_stream *s, mg_graph *g, bool *up
 MG_API mg_status mg_graph_abort_capture(mg_stream *s);
 MG_API mg_status mg_graph_launch(mg_graph *g, mg_stream *s);
 MG_API mg_status mg_graph_destroy(mg_graph *g);
+/* What one replay of `g` runs: `kernels` kernel launches (library kernels included, e.g.
+ * cuBLASLt's) and `nodes` work items in all (kernels, copies, memsets, event records and
+ * waits). Either pointer may be NULL. Host-only; MG_ERR_UNSUPPORTED where the backend cannot
+ * tell. */
+MG_API mg_status mg_graph_count_nodes(mg_graph *g, size_t *kernels, size_t *nodes);
 
 /* ------------------------------------------------------------------ pinned host memory */
 

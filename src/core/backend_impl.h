@@ -88,6 +88,8 @@ typedef struct mg_backend_ops {
     mg_status (*graph_abort_capture)(void *ctx, void *stream);
     mg_status (*graph_launch)(void *ctx, void *graph, void *stream);
     mg_status (*graph_destroy)(void *ctx, void *graph);
+    /* optional: the kernel launches and all work items of one replay */
+    mg_status (*graph_count_nodes)(void *ctx, void *graph, size_t *kernels, size_t *nodes);
 
     /* ---- pinned host memory (optional: default is the host heap, metrale/host_heap.h) */
     mg_status (*host_alloc)(void *ctx, size_t bytes, void **out);

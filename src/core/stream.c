@@ -327,6 +327,23 @@ mg_status mg_graph_launch(mg_graph *g, mg_stream *s) {
     return b->ops->graph_launch(b->ctx, g->impl, rs->impl);
 }
 
+mg_status mg_graph_count_nodes(mg_graph *g, size_t *kernels, size_t *nodes) {
+    if (!mg_handle_is(g, MG_HANDLE_GRAPH))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_graph_count_nodes: %s graph handle %p",
+                        g ? "invalid or destroyed" : "NULL", (void *)g);
+    mg_backend *b = g->owner;
+    if (!b->ops->graph_count_nodes)
+        return MG_ERROR(MG_ERR_UNSUPPORTED, "mg_graph_count_nodes: the %s backend cannot count "
+                        "the nodes of its graphs", mg_backend_kind_name(mg_backend_get_kind(b)));
+    size_t k = 0, n = 0;
+    mg_status st = b->ops->graph_count_nodes(b->ctx, g->impl, &k, &n);
+    if (!st && kernels)
+        *kernels = k;
+    if (!st && nodes)
+        *nodes = n;
+    return st;
+}
+
 mg_status mg_graph_destroy(mg_graph *g) {
     if (!g)
         return MG_OK;

@@ -602,6 +602,11 @@ mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
             return st;
         }
         TRY(mg_graph_end_capture(s, &m->graph), "capturing the decode step");
+        size_t kernels = 0, nodes = 0;
+        if (mg_graph_count_nodes(m->graph, &kernels, &nodes) == MG_OK) {
+            m->graph_kernels = (uint32_t)kernels;
+            m->graph_nodes = (uint32_t)nodes;
+        }
     }
     TRY(mg_graph_launch(m->graph, s), "replaying the decode step");
     m->graph_steps++;
@@ -669,4 +674,6 @@ void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {
     out->prompt_tokens = m->prompt_tokens;
     mg_arena_summary_get(m->arena, &out->arena);
     out->graph_steps = m->graph_steps;
+    out->graph_kernels = m->graph_kernels;
+    out->graph_nodes = m->graph_nodes;
 }

@@ -238,6 +238,9 @@ typedef struct mg_fwd_info {
     uint64_t prompt_tokens;          /* the prefill's tokens */
     mg_arena_summary arena;          /* unpacked (sum_bytes) vs packed (arena_bytes) */
     uint32_t graph_steps;            /* decode steps that replayed the graph */
+    /* the captured decode step: kernel launches (library kernels included) and all work
+     * items of one replay; 0 before the capture or where the backend cannot count them */
+    uint32_t graph_kernels, graph_nodes;
 } mg_fwd_info;
 
 void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out);

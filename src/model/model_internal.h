@@ -86,6 +86,7 @@ struct mg_fwd {
     mg_timing_span open_span; /* the op span begun and not yet ended (OP), 0 when none */
     uint32_t lane_prefill, lane_decode;
     uint32_t decode_calls, graph_steps;
+    uint32_t graph_kernels, graph_nodes; /* of the captured decode step (0: none captured) */
     int32_t *tokens; /* [batch][steps + 1] */
     uint32_t token_count;
     uint64_t prompt_tokens, decode_kv_bytes;

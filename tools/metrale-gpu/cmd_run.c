@@ -616,6 +616,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     if (opts->json) {
         printf("{\"preset\": \"%s\", \"backend\": \"%s\", \"weights\": \"%s\", \"batch\": %u, "
                "\"prompt_tokens\": %llu, \"steps\": %u, \"graph_steps\": %u, "
+               "\"kernels_per_step\": %u, \"graph_nodes_per_step\": %u, "
                "\"setup_s\": %.4f, \"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.2f, "
                "\"decode_ms_per_step\": %.4f, \"decode_tokens_per_s\": %.2f, "
                "\"first_step_ms\": %.4f, \"decode_bytes_per_step\": %.0f, "
@@ -624,7 +625,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                "\"arena_unpacked_bytes\": %llu, \"device_bytes_live\": %llu, \"tokens\": [",
                p->name, kind, wname, c.batch, (unsigned long long)r.info.prompt_tokens,
                c.steps - profile,
-               r.graph_steps, r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps,
+               r.graph_steps, r.info.graph_kernels, r.info.graph_nodes, r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps,
                r.first_step_ms, step_bytes, gbps, limit_ms,
                r.step_ms > 0 ? limit_ms / r.step_ms : 0,
                (unsigned long long)r.info.weight_bytes, (unsigned long long)r.info.kv_pool_bytes,
@@ -663,6 +664,11 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                "step %.3f ms)\n",
                r.step_ms, decode_tps, c.batch,
                r.graph_steps ? "graph replays" : "eager steps", r.first_step_ms);
+        if (r.info.graph_kernels)
+            printf("  decode graph    %u kernels, %u nodes per step (%.1f kernels per layer on "
+                   "average, the LM head and sampling included)\n",
+                   r.info.graph_kernels, r.info.graph_nodes,
+                   (double)r.info.graph_kernels / p->layers);
         printf("  memory bound    %.3f ms/step: %.3f GB of weights + KV read per step at %.1f "
                "GB/s copy bandwidth; %.1f%% reached\n",
                limit_ms, step_bytes / 1e9, gbps, r.step_ms > 0 ? 100 * limit_ms / r.step_ms : 0);

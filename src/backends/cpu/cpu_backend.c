@@ -141,6 +141,7 @@ static const mg_backend_ops cpu_ops = {
     .graph_abort_capture = mg_cpu_graph_abort_capture,
     .graph_launch = mg_cpu_graph_launch,
     .graph_destroy = mg_cpu_graph_destroy,
+    .graph_count_nodes = mg_cpu_graph_count_nodes,
     .host_alloc = mg_cpu_host_alloc,
     .host_free = mg_cpu_host_free,
     .host_device_pointer = mg_cpu_host_device_pointer,

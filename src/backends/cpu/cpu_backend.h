@@ -132,6 +132,7 @@ mg_status mg_cpu_graph_end_capture_update(void *ctx, void *stream, void *graph,
 mg_status mg_cpu_graph_abort_capture(void *ctx, void *stream);
 mg_status mg_cpu_graph_launch(void *ctx, void *graph, void *stream);
 mg_status mg_cpu_graph_destroy(void *ctx, void *graph);
+mg_status mg_cpu_graph_count_nodes(void *ctx, void *graph, size_t *kernels, size_t *nodes);
 
 /* Enqueues a kernel launch (cpu_kernels.c builds it; the stream runs or records it). */
 typedef struct mg_cpu_kernel mg_cpu_kernel;

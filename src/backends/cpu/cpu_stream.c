@@ -622,6 +622,19 @@ static void graph_free(mg_cpu_backend *c, mg_cpu_graph *g) {
     free(g);
 }
 
+mg_status mg_cpu_graph_count_nodes(void *ctx, void *graph, size_t *kernels, size_t *nodes) {
+    (void)ctx;
+    mg_cpu_graph *g = graph;
+    pthread_mutex_lock(&g->lock); /* not while an update replaces the commands */
+    size_t launches = 0;
+    for (size_t i = 0; i < g->commands.count; i++)
+        launches += g->commands.items[i].kind == CMD_LAUNCH;
+    *kernels = launches;
+    *nodes = g->commands.count;
+    pthread_mutex_unlock(&g->lock);
+    return MG_OK;
+}
+
 mg_status mg_cpu_graph_destroy(void *ctx, void *graph) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_graph_destroy);

@@ -664,6 +664,7 @@ static const mg_backend_ops cuda_ops = {
     .graph_abort_capture = mg_cuda_graph_abort_capture,
     .graph_launch = mg_cuda_graph_launch,
     .graph_destroy = mg_cuda_graph_destroy,
+    .graph_count_nodes = mg_cuda_graph_count_nodes,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .host_device_pointer = cuda_host_device_pointer,

@@ -70,6 +70,8 @@
     X(GraphLaunch, 1)                                                                              \
     X(GraphExecDestroy, 1)                                                                         \
     X(GraphDestroy, 1)                                                                             \
+    X(GraphGetNodes, 0)                                                                            \
+    X(GraphNodeGetType, 0)                                                                         \
     X(ModuleLoadDataEx, 1)                                                                         \
     X(ModuleUnload, 1)                                                                             \
     X(ModuleGetFunction, 1)                                                                        \

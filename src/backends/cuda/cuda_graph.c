@@ -139,6 +139,41 @@ mg_status mg_cuda_graph_launch(void *ctx, void *graph, void *stream) {
     return MG_OK;
 }
 
+mg_status mg_cuda_graph_count_nodes(void *ctx, void *graph, size_t *kernels, size_t *nodes) {
+    mg_cuda_context *c = ctx;
+    mg_cuda_graph *g = graph;
+    if (!c->drv->GraphGetNodes || !c->drv->GraphNodeGetType)
+        return MG_ERROR(MG_ERR_UNSUPPORTED, "mg_graph_count_nodes: the driver lacks "
+                        "cuGraphGetNodes or cuGraphNodeGetType");
+    mg_status st = mg_cuda_enter(c);
+    if (st)
+        return st;
+    size_t count = 0;
+    CUresult r = c->drv->GraphGetNodes(g->graph, NULL, &count);
+    if (r != CUDA_SUCCESS)
+        return MG_CUDA_FAIL(c, r, "cuGraphGetNodes", NULL);
+    CUgraphNode *list = count ? malloc(count * sizeof *list) : NULL;
+    if (count && !list)
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "mg_graph_count_nodes: %zu nodes", count);
+    size_t launches = 0;
+    if (count && (r = c->drv->GraphGetNodes(g->graph, list, &count)) != CUDA_SUCCESS) {
+        free(list);
+        return MG_CUDA_FAIL(c, r, "cuGraphGetNodes", NULL);
+    }
+    for (size_t i = 0; i < count; i++) {
+        CUgraphNodeType type;
+        if ((r = c->drv->GraphNodeGetType(list[i], &type)) != CUDA_SUCCESS) {
+            free(list);
+            return MG_CUDA_FAIL(c, r, "cuGraphNodeGetType", NULL);
+        }
+        launches += type == CU_GRAPH_NODE_TYPE_KERNEL;
+    }
+    free(list);
+    *kernels = launches;
+    *nodes = count;
+    return MG_OK;
+}
+
 mg_status mg_cuda_graph_destroy(void *ctx, void *graph) {
     mg_cuda_context *c = ctx;
     mg_cuda_graph *g = graph;

@@ -186,6 +186,7 @@ mg_status mg_cuda_graph_end_capture_update(void *ctx, void *stream, void *graph,
 mg_status mg_cuda_graph_abort_capture(void *ctx, void *stream);
 mg_status mg_cuda_graph_launch(void *ctx, void *graph, void *stream);
 mg_status mg_cuda_graph_destroy(void *ctx, void *graph);
+mg_status mg_cuda_graph_count_nodes(void *ctx, void *graph, size_t *kernels, size_t *nodes);
 
 /* ---- cuda_module.c */
 /* Loads the embedded kernel images as module "metrale". */

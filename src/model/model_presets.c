@@ -55,6 +55,15 @@ static const mg_fwd_preset presets[] = {
      .layers = 32, .rope_theta = 500000.0f, .norm_eps = 1e-5f,
      .max_batch_tokens = 8192, .max_batch_size = 256,
      .batch = 1, .prompt_len = 512, .steps = 64},
+    {.name = "llama-3.2-1b",
+     .description = "16 layers of Llama-3.2-1B's shapes (hidden 2048, 32 q / 8 kv heads of 64, "
+                    "MLP 8192, vocab 128256; random weights keep the LM head apart from the "
+                    "embedding, which a decode step reads the same way as a tied one)",
+     .shape = {.hidden = 2048, .heads = 32, .kv_heads = 8, .head_dim = 64,
+               .intermediate = 8192, .vocab = 128256},
+     .layers = 16, .rope_theta = 500000.0f, .norm_eps = 1e-5f,
+     .max_batch_tokens = 8192, .max_batch_size = 256,
+     .batch = 1, .prompt_len = 512, .steps = 64},
     {.name = "qwen3-30b-a3b",
      .description = "48 layers of Qwen3-30B-A3B's shapes (128 experts, top-8; MoE)",
      .shape = {.hidden = 2048, .heads = 32, .kv_heads = 4, .head_dim = 128, .intermediate = 768,

@@ -2,10 +2,11 @@
 buffers as capsules, and import of any producer's capsule.
 
 Ownership: an exported capsule holds a reference to the buffer until the consumer calls the
-tensor's deleter (or the capsule is dropped unused). An imported tensor is renamed "used_..."
+tensor's deleter (or, for a capsule dropped unused, until the next export notices it: sweep()). An imported tensor is renamed "used_..."
 and its deleter is called when the Buffer that wraps it is released.
 """
 import ctypes as C
+import sys
 
 # DLDeviceType
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
@@ -66,14 +67,11 @@ _api.PyCapsule_GetPointer.restype = C.c_void_p
 _api.PyCapsule_GetPointer.argtypes = [C.py_object, C.c_char_p]
 _api.PyCapsule_SetName.restype = C.c_int
 _api.PyCapsule_SetName.argtypes = [C.py_object, C.c_char_p]
-_raw = C.PyDLL(None)
-_raw.PyCapsule_IsValid.restype = C.c_int
-_raw.PyCapsule_IsValid.argtypes = [C.c_void_p, C.c_char_p]
-_raw.PyCapsule_GetPointer.restype = C.c_void_p
-_raw.PyCapsule_GetPointer.argtypes = [C.c_void_p, C.c_char_p]
-
+_NO_DESTRUCTOR = C.cast(None, CAPSULE_DESTRUCTOR)
 # Exported tensors still alive: address of the managed struct -> (struct, shape array, owner).
 _live = {}
+# Capsules we handed out, until a sweep sees them consumed or dropped (see export).
+_handed_out = []
 
 
 def _release(address):
@@ -90,23 +88,22 @@ def _deleter_v(managed):
     _release(C.addressof(managed.contents))
 
 
-def _capsule_gone(capsule, name, struct_type):
-    # A capsule dropped without a consumer: delete the tensor it still owns. One that was
-    # consumed is named "used_..." and is the consumer's business.
-    if _raw.PyCapsule_IsValid(capsule, name):
-        address = _raw.PyCapsule_GetPointer(capsule, name)
-        managed = struct_type.from_address(address)
-        managed.deleter(C.pointer(managed))
+def sweep():
+    """Forgets capsules a consumer took (renamed "used_..."; its deleter call releases the
+    tensor) and releases the tensors of capsules dropped unconsumed.
 
-
-@CAPSULE_DESTRUCTOR
-def _capsule_destructor(capsule):
-    _capsule_gone(capsule, NAME, DLManagedTensor)
-
-
-@CAPSULE_DESTRUCTOR
-def _capsule_destructor_v(capsule):
-    _capsule_gone(capsule, NAME_V, DLManagedTensorVersioned)
+    Our capsules carry no destructor: a consumer that fails drops the capsule with its exception
+    pending, and no Python code (a ctypes callback) may run then. So we keep a reference to each
+    capsule and look at it here, at the next export."""
+    keep = []
+    for capsule, address, name in _handed_out:
+        if not _api.PyCapsule_IsValid(capsule, name):
+            continue  # consumed
+        if sys.getrefcount(capsule) <= 3:  # this list's tuple, the loop variable, the call
+            _release(address)
+            continue
+        keep.append((capsule, address, name))
+    _handed_out[:] = keep
 
 
 def export(owner, data, device_type, device_id, dtype, shape, versioned, read_only=False):
@@ -129,11 +126,13 @@ def export(owner, data, device_type, device_id, dtype, shape, versioned, read_on
     t.shape = C.cast(shape_array, C.POINTER(C.c_int64))
     t.strides = None
     t.byte_offset = 0
+    sweep()
     address = C.addressof(m)
     _live[address] = (m, shape_array, owner)
-    if versioned:
-        return _api.PyCapsule_New(address, NAME_V, _capsule_destructor_v)
-    return _api.PyCapsule_New(address, NAME, _capsule_destructor)
+    name = NAME_V if versioned else NAME
+    capsule = _api.PyCapsule_New(address, name, _NO_DESTRUCTOR)
+    _handed_out.append((capsule, address, name))
+    return capsule
 
 
 class Imported:

@@ -109,11 +109,19 @@ cp = C.c_char_p
 
 
 class Struct(C.Structure):
-    """A C struct whose device-pointer fields also take a Buffer (its .ptr)."""
+    """A C struct whose device-pointer fields also take a Buffer (its .ptr); the struct keeps
+    the Buffers it was given alive, so `t = gemm_tensors(act=b.asbuffer(x), ...)` is safe."""
 
     def __init__(self, *args, **kw):
+        self._buffers = [v for v in list(args) + list(kw.values()) if hasattr(v, "ptr")]
         super().__init__(*[getattr(a, "ptr", a) for a in args],
                          **{k: getattr(v, "ptr", v) for k, v in kw.items()})
+
+    def __setattr__(self, name, value):
+        if hasattr(value, "ptr") and name != "_buffers":
+            self._buffers.append(value)
+            value = value.ptr
+        super().__setattr__(name, value)
 
     def __repr__(self):
         return "%s(%s)" % (type(self).__name__, ", ".join(

@@ -22,7 +22,9 @@ _TO_DL = {0: (dl.KDL_FLOAT, 32), 1: (dl.KDL_BFLOAT, 16), 2: (dl.KDL_FLOAT, 16),
           3: (dl.KDL_UINT, 8), 4: (dl.KDL_UINT, 8), 5: (dl.KDL_INT, 32), 6: (dl.KDL_UINT, 32)}
 _FROM_DL = {(dl.KDL_FLOAT, 32): 0, (dl.KDL_BFLOAT, 16): 1, (dl.KDL_FLOAT, 16): 2,
             (dl.KDL_FLOAT8_E4M3FN, 8): 3, (dl.KDL_UINT, 8): 4, (dl.KDL_INT, 32): 5,
-            (dl.KDL_UINT, 32): 6, (dl.KDL_INT, 8): 4}
+            (dl.KDL_UINT, 32): 6, (dl.KDL_INT, 8): 4,
+            # NumPy has no bfloat16: its uint16 arrays are taken as BF16 bits.
+            (dl.KDL_UINT, 16): 1}
 # The NumPy dtype a buffer's bytes are copied into (BF16 as its uint16 bits, FP8 as codes).
 _NUMPY = {0: "float32", 1: "uint16", 2: "float16", 3: "uint8", 4: "uint8", 5: "int32",
           6: "uint32"}
@@ -591,7 +593,7 @@ def from_dlpack(x, backend=None, stream=None):
         if t.lanes != 1 or (t.code, t.bits) not in _FROM_DL:
             raise BufferError("metrale_gpu.from_dlpack: DLPack dtype (code %d, %d bits, %d "
                               "lanes) has no library dtype: use float32, bfloat16, float16, "
-                              "uint8/int8, int32, uint32 or float8_e4m3fn"
+                              "uint8/int8, int32, uint32, float8_e4m3fn or uint16 (BF16 bits)"
                               % (t.code, t.bits, t.lanes))
         if not _contiguous(t.shape, t.strides):
             raise BufferError("metrale_gpu.from_dlpack: shape %s with strides %s is not "

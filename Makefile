@@ -3,7 +3,7 @@ BUILD      ?= build
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all setup build run test test-main test-asan test-tsan coverage clean
+.PHONY: all setup build run test test-main test-asan test-tsan coverage python-install-test clean
 
 all: build
 
@@ -48,5 +48,11 @@ test-tsan: setup
 coverage:
 	JOBS=$(JOBS) bash scripts/coverage.sh
 
+# `pip install .` into a fresh virtual environment, then import and one op outside the tree
+# (scripts/python_install_test.sh; PIP_ARGS passes pip options, e.g. a CPU-only build:
+# PIP_ARGS=--config-settings=cmake.define.METRALE_CUDA=OFF).
+python-install-test: setup
+	bash scripts/python_install_test.sh $(PIP_ARGS)
+
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-coverage
+	rm -rf $(BUILD) build-asan build-tsan build-coverage build-wheel build-python-install

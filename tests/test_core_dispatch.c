@@ -1,9 +1,12 @@
 /* test_core_dispatch.c - core rules that are not a backend's: builder errors reported at
- * launch with their reason, device ranges of mapped host blocks on a strict backend, and
- * the backend-wide capture rule. */
+ * launch with their reason, device ranges of mapped host blocks and of registered caller-owned
+ * host memory on a strict backend, and the backend-wide capture rule. */
 #include "metrale/gpu.h"
 #include "metrale/launch.h"
+#include "metrale/ops_elementwise.h"
 #include "test_util.h"
+
+static unsigned char *registered_block; /* freed by main after the backend closes */
 
 static void test_builder_error_reason(mg_backend *b) {
     mg_kernel *k = NULL;
@@ -43,6 +46,54 @@ static void test_mapped_host_ranges(mg_backend *b) {
     CHECK_OK(mg_host_free(b, host));
     CHECK_STATUS(mg_copy_d2d(b, dev, mapped, 16), MG_ERR_INVALID_ARGUMENT); /* freed */
     CHECK_OK(mg_free(b, dev));
+}
+
+
+/* mg_host_register: caller-owned memory becomes a device range (copies and ops read and write
+ * it in place), overruns and overlaps are refused, unregistering ends it, and neither
+ * unregistering nor closing the backend frees it (ASan would see a double free). */
+static void test_registered_host_ranges(mg_backend *b) {
+    size_t bytes = (size_t)test_rand_range(1000, 5000);
+    unsigned char *host = malloc(bytes + 64), *back = malloc(bytes);
+    if (!host || !back) {
+        free(host);
+        free(back);
+        CHECK(false);
+        return;
+    }
+    test_fill_random(host, bytes + 64);
+    mg_devptr dev = 0, reg = 0, other = 0;
+    CHECK_OK(mg_alloc(b, bytes, &dev));
+    CHECK_STATUS(mg_copy_d2d(b, dev, (mg_devptr)(uintptr_t)host, bytes), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_host_register(b, NULL, bytes, &reg), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_host_register(b, host, 0, &reg), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("zero bytes");
+    CHECK_STATUS(mg_host_register(b, host, bytes, NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_OK(mg_host_register(b, host, bytes, &reg));
+    CHECK(reg == (mg_devptr)(uintptr_t)host);
+    CHECK_STATUS(mg_host_register(b, host + 8, 16, &other), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("overlaps");
+    CHECK_OK(mg_copy_d2d(b, dev, reg + 1, bytes - 1));
+    CHECK_OK(mg_copy_d2h(b, back, dev, bytes - 1));
+    CHECK(memcmp(back, host + 1, bytes - 1) == 0);
+    CHECK_STATUS(mg_copy_d2d(b, dev, reg + 1, bytes), MG_ERR_INVALID_ARGUMENT); /* overrun */
+    /* An op writes registered memory in place: argmax of one FP32 row into its first bytes. */
+    float *row = (float *)(void *)(host + 64);
+    for (int i = 0; i < 16; i++)
+        row[i] = (float)(i == 11 ? 3.0 : -1.0);
+    CHECK_OK(mg_argmax_f32(b, NULL, 1, 16, reg + 64, 16, reg));
+    CHECK_OK(mg_stream_synchronize(mg_stream_default(b)));
+    int32_t id;
+    memcpy(&id, host, sizeof id);
+    CHECK(id == 11);
+    CHECK_STATUS(mg_host_unregister(b, host + 1), MG_ERR_INVALID_ARGUMENT);
+    CHECK_OK(mg_host_unregister(b, host));
+    CHECK_STATUS(mg_copy_d2d(b, dev, reg, 16), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_host_unregister(b, host), MG_ERR_INVALID_ARGUMENT);
+    CHECK_OK(mg_host_register(b, host, bytes, &reg)); /* left registered: close must not free */
+    CHECK_OK(mg_free(b, dev));
+    free(back);
+    registered_block = host;
 }
 
 static void test_capture_rule_is_backend_wide(mg_backend *b) {
@@ -89,7 +140,9 @@ int main(void) {
         return test_finish();
     test_builder_error_reason(b);
     test_mapped_host_ranges(b);
+    test_registered_host_ranges(b);
     test_capture_rule_is_backend_wide(b);
     CHECK_OK(mg_backend_close(b));
+    free(registered_block);
     return test_finish();
 }

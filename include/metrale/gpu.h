@@ -299,6 +299,19 @@ MG_API mg_status mg_host_free(mg_backend *b, void *host);
 /* The device address of host memory from mg_host_alloc (MG_CAP_HOST_DEVICE_POINTER). */
 MG_API mg_status mg_host_device_pointer(mg_backend *b, void *host, mg_devptr *out);
 
+/* Caller-owned host memory made addressable by the device without a copy (e.g. a NumPy
+ * array handed over through DLPack). On the CPU backend the device address of [host, host +
+ * bytes) is `host` itself, and from now on device ranges inside it are valid arguments of every
+ * call, ops included, until mg_host_unregister(b, host) or mg_backend_close. The memory stays
+ * the caller's: the library never frees it, and the caller must keep it alive while it is
+ * registered and while queued or captured work reads it. MG_ERR_UNSUPPORTED on backends that
+ * cannot map foreign host memory (CUDA, whose foreign device pointers need no registration);
+ * MG_ERR_INVALID_ARGUMENT for NULL, zero bytes, or a range whose first or last byte lies in
+ * one already registered or allocated. Not while a stream of `b` is capturing (MG_ERR_CAPTURING). */
+MG_API mg_status mg_host_register(mg_backend *b, void *host, size_t bytes, mg_devptr *out);
+/* `host` must be the base of a registered range; MG_ERR_INVALID_ARGUMENT otherwise. */
+MG_API mg_status mg_host_unregister(mg_backend *b, void *host);
+
 /* ------------------------------------------------------------------ kernels and modules */
 
 /* Loads a module image into the model group `model`. The format is detected by content:

@@ -95,6 +95,12 @@ typedef struct mg_backend_ops {
     mg_status (*host_alloc)(void *ctx, size_t bytes, void **out);
     mg_status (*host_free)(void *ctx, void *host);
     mg_status (*host_device_pointer)(void *ctx, void *host, mg_devptr *out);
+    /* Caller-owned host memory (mg_host_register; optional, as a group). A strict backend says
+     * through host_registered whether a device range lies inside one registered range, so the
+     * core's checks accept it. */
+    mg_status (*host_register)(void *ctx, void *host, size_t bytes, mg_devptr *out);
+    mg_status (*host_unregister)(void *ctx, void *host);
+    bool (*host_registered)(void *ctx, mg_devptr p, size_t bytes);
 
     /* ---- modules and kernels. kernel_lookup is required; the core memoises its result in
      * the op cache so it is called once per (module, function). */

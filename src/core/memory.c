@@ -47,7 +47,8 @@ mg_status mg_backend_check_device_range(mg_backend *b, mg_devptr p, size_t bytes
                             (unsigned long long)(bytes - room));
         return MG_OK;
     }
-    if (b->ops->pointers_checked_strictly && !in_mapped_host_block(b, p, bytes))
+    if (b->ops->pointers_checked_strictly && !in_mapped_host_block(b, p, bytes) &&
+        !(b->ops->host_registered && b->ops->host_registered(b->ctx, p, bytes)))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: %s 0x%llx is not inside any live allocation of this backend "
                         "(never allocated, or already freed)",
@@ -419,4 +420,45 @@ mg_status mg_host_device_pointer(mg_backend *b, void *host, mg_devptr *out) {
         block->mapped = *out;
     pthread_mutex_unlock(&b->lock);
     return st;
+}
+
+/* ------------------------------------------------------------------ caller-owned host memory */
+
+mg_status mg_host_register(mg_backend *b, void *host, size_t bytes, mg_devptr *out) {
+    mg_status st = mg_core_enter(b, "mg_host_register");
+    if (st)
+        return st;
+    if (!host || !out)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_host_register: NULL %s",
+                        host ? "output" : "host pointer");
+    *out = 0;
+    if (bytes == 0)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_host_register: zero bytes at %p", host);
+    if (!b->ops->host_register)
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "mg_host_register: the %s backend cannot address foreign host memory",
+                        mg_backend_kind_name(b->kind));
+    if ((st = mg_core_refuse_while_capturing(b, "mg_host_register")))
+        return st;
+    mg_ledger_entry e;
+    if (mg_ledger_find(&b->ledger, (mg_devptr)(uintptr_t)host, &e) ||
+        mg_ledger_find(&b->ledger, (mg_devptr)(uintptr_t)host + bytes - 1, &e))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "mg_host_register: [%p, +%zu) overlaps the device allocation [0x%llx, "
+                        "+%llu)",
+                        host, bytes, (unsigned long long)e.base, (unsigned long long)e.bytes);
+    return b->ops->host_register(b->ctx, host, bytes, out);
+}
+
+mg_status mg_host_unregister(mg_backend *b, void *host) {
+    mg_status st = mg_core_enter(b, "mg_host_unregister");
+    if (st)
+        return st;
+    if (!host)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_host_unregister: NULL host pointer");
+    if (!b->ops->host_unregister)
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "mg_host_unregister: the %s backend cannot address foreign host memory",
+                        mg_backend_kind_name(b->kind));
+    return b->ops->host_unregister(b->ctx, host);
 }

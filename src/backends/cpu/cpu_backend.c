@@ -33,6 +33,7 @@ static void cpu_destroy(void *ctx) {
     mg_cpu_release_all_ranges(c);
     mg_ledger_destroy(&c->device_ranges);
     mg_ledger_destroy(&c->host_ranges);
+    mg_ledger_destroy(&c->registered_ranges);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -145,6 +146,9 @@ static const mg_backend_ops cpu_ops = {
     .host_alloc = mg_cpu_host_alloc,
     .host_free = mg_cpu_host_free,
     .host_device_pointer = mg_cpu_host_device_pointer,
+    .host_register = mg_cpu_host_register,
+    .host_unregister = mg_cpu_host_unregister,
+    .host_registered = mg_cpu_host_registered,
     .module_load = NULL, /* MG_CAP_MODULES is false */
     .module_unload_model = NULL,
     .module_symbol = NULL,
@@ -170,6 +174,7 @@ static mg_status cpu_open(int device, const mg_backend_ops **ops_out, void **ctx
     c->device = device;
     mg_ledger_init(&c->device_ranges);
     mg_ledger_init(&c->host_ranges);
+    mg_ledger_init(&c->registered_ranges);
     pthread_mutex_init(&c->lock, NULL);
     for (int i = 0; i < MG_CPU_COUNTER_COUNT; i++)
         atomic_init(&c->counters[i], 0);

@@ -60,6 +60,9 @@ typedef struct mg_cpu_backend {
      * them when work runs. */
     mg_ledger device_ranges;
     mg_ledger host_ranges;
+    /* Caller-owned host memory from mg_host_register: addressable like the above, never freed
+     * here. */
+    mg_ledger registered_ranges;
 
     /* Guards everything below. Work itself runs outside it. */
     pthread_mutex_t lock;
@@ -94,6 +97,9 @@ mg_status mg_cpu_free(void *ctx, mg_devptr base, mg_alloc_kind kind);
 mg_status mg_cpu_host_alloc(void *ctx, size_t bytes, void **out);
 mg_status mg_cpu_host_free(void *ctx, void *host);
 mg_status mg_cpu_host_device_pointer(void *ctx, void *host, mg_devptr *out);
+mg_status mg_cpu_host_register(void *ctx, void *host, size_t bytes, mg_devptr *out);
+mg_status mg_cpu_host_unregister(void *ctx, void *host);
+bool mg_cpu_host_registered(void *ctx, mg_devptr p, size_t bytes);
 /* Frees every range still in the table (backend teardown). */
 void mg_cpu_release_all_ranges(mg_cpu_backend *c);
 

@@ -21,7 +21,8 @@ mg_status mg_cpu_resolve(mg_cpu_backend *c, mg_devptr ptr, uint64_t bytes, const
                         call, what, bytes, ptr);
     mg_ledger_entry found;
     if (!mg_ledger_find(&c->device_ranges, ptr, &found) &&
-        !mg_ledger_find(&c->host_ranges, ptr, &found))
+        !mg_ledger_find(&c->host_ranges, ptr, &found) &&
+        !mg_ledger_find(&c->registered_ranges, ptr, &found))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "cpu %s %s: 0x%" PRIx64
                         " is not inside any live allocation of cpu device %d",
@@ -157,6 +158,45 @@ mg_status mg_cpu_host_device_pointer(void *ctx, void *host, mg_devptr *out) {
                         host);
     *out = (mg_devptr)(uintptr_t)host; /* the CPU device addresses host memory directly */
     return MG_OK;
+}
+
+mg_status mg_cpu_host_register(void *ctx, void *host, size_t bytes, mg_devptr *out) {
+    mg_cpu_backend *c = ctx;
+    uintptr_t base = (uintptr_t)host;
+    if (bytes > UINTPTR_MAX - base)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu host_register: %zu bytes at %p wrap the address space", bytes, host);
+    mg_ledger_entry found;
+    mg_ledger *tables[] = {&c->device_ranges, &c->host_ranges, &c->registered_ranges};
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+        if (mg_ledger_find(tables[i], base, &found) ||
+            mg_ledger_find(tables[i], base + bytes - 1, &found))
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "cpu host_register: [%p, +%zu) overlaps the range [0x%" PRIx64
+                            ", +%" PRIu64 ") this device already addresses",
+                            host, bytes, found.base, found.bytes);
+    mg_status st = mg_ledger_add(&c->registered_ranges,
+                                 &(mg_ledger_entry){.base = base, .bytes = bytes});
+    if (st)
+        return st;
+    *out = (mg_devptr)base;
+    return MG_OK;
+}
+
+mg_status mg_cpu_host_unregister(void *ctx, void *host) {
+    mg_cpu_backend *c = ctx;
+    if (!mg_ledger_remove(&c->registered_ranges, (uintptr_t)host, NULL))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu host_unregister: %p is not the base of a range from "
+                        "mg_host_register",
+                        host);
+    return MG_OK;
+}
+
+bool mg_cpu_host_registered(void *ctx, mg_devptr p, size_t bytes) {
+    mg_cpu_backend *c = ctx;
+    mg_ledger_entry found;
+    return mg_ledger_find(&c->registered_ranges, p, &found) && bytes <= found.base + found.bytes - p;
 }
 
 void mg_cpu_release_all_ranges(mg_cpu_backend *c) {

@@ -87,6 +87,7 @@ struct mg_fwd {
     uint32_t lane_prefill, lane_decode;
     uint32_t decode_calls, graph_steps;
     int32_t *tokens; /* [batch][steps + 1] */
+    struct mg_fwd_sampling *sampling; /* model_sampling.c; NULL: greedy argmax */
     uint32_t token_count;
     uint64_t prompt_tokens, decode_kv_bytes;
 };

@@ -41,6 +41,10 @@
  * may choose differently only where u * W or top_p * S falls within rounding of a boundary
  * (about 1e-6 relative); everything else (penalties, thresholds, the draw) is exact.
  *
+ * Backends: the CPU reference, and the CUDA kernel kernels/cuda/sample/sample.cu, which is
+ * compiled in the normal build but has not run on a GPU yet; test_sample runs every check
+ * above against it where a GPU is present.
+ *
  * What a caller may rely on: every argument is checked before anything is launched (a bad
  * shape, pointer, alignment, a buffer too small, an overlap: MG_ERR_INVALID_ARGUMENT naming
  * it); the call is ordered on `s`, allocates nothing and never waits for the device, so it may

@@ -244,7 +244,8 @@ mg_status mg_fwd_force_tokens(mg_fwd *m, const int32_t *ids);
  * replay (turning sampling on or off drops the graph; the next decode captures again). NULL
  * params: greedy argmax again. Allocates the sampler's device buffers here, never in a pass.
  * A pass whose row cannot be sampled (NaN or +inf logits, every logit -inf) fails with a
- * message naming the request. */
+ * message naming the request. On CUDA this runs the sampler's CUDA kernel, not yet run on a
+ * GPU (metrale/ops_sample.h); greedy runs without penalties never call this and keep argmax. */
 mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params, uint32_t penalty_last_n);
 
 typedef struct mg_fwd_info {

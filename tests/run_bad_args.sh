@@ -75,5 +75,16 @@ refused_naming --preset "" --backend cpu run --preset
 # The preset's own limits, checked when the model is made: still the only output.
 refused_naming --batch "1..64" --backend cpu run --preset tiny --batch 65
 refused_naming "4096 per pass" "" --backend cpu run --preset tiny --prompt-len 5000 --batch 64
+# Sampling flags of run --model, refused before the checkpoint is opened.
+m=(--backend cpu run --model /nonexistent.gguf --prompt hi)
+refused_naming top_p "(0, 1]" "${m[@]}" --top-p 1.5
+refused_naming top_p "(0, 1]" "${m[@]}" --top-p 0
+refused_naming temperature "> 0" "${m[@]}" --temperature -1
+refused_naming min_p "[0, 1]" "${m[@]}" --min-p 2
+refused_naming repetition_penalty "> 0" "${m[@]}" --repeat-penalty 0
+refused_naming --temperature "number" "${m[@]}" --temperature abc
+refused_naming --top-k "0 to" "${m[@]}" --top-k -1
+refused_naming --seed "integer" "${m[@]}" --seed -3
+refused_naming --repeat-last-n "0 to 4096" "${m[@]}" --repeat-last-n 5000
 echo "$passes passed, $failures failed"
 exit $((failures > 0))

@@ -1,6 +1,7 @@
 /* model.c - the decoder stack of model.h over the public ops: weights, arena, KV cache,
  * prefill and decode passes. */
 #include "model_internal.h"
+#include "model_sampling.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -315,6 +316,19 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
                                          MG_OP_NVFP4_MOE_GEMM};
     static const mg_op needed_fp8[] = {MG_OP_GEMM_FP8, MG_OP_FP8_QUANTIZE};
     bool fp4 = c->weights == MG_FWD_WEIGHTS_NVFP4, fp8 = c->weights == MG_FWD_WEIGHTS_FP8;
+    if (c->prompt_ids && c->prompt_lengths) {
+        uint64_t sum = 0;
+        for (uint32_t r = 0; r < c->batch; r++) {
+            if (!c->prompt_lengths[r])
+                return fail(MG_ERR_INVALID_ARGUMENT,
+                            "request %u: an empty prompt: give at least one token", r);
+            sum += c->prompt_lengths[r];
+        }
+        if (sum != c->prompt_ids_count)
+            return fail(MG_ERR_INVALID_ARGUMENT,
+                        "the prompt lengths add up to %llu ids, prompt_ids_count is %u",
+                        (unsigned long long)sum, c->prompt_ids_count);
+    }
     if (c->prompt_ids) {
         if (!c->prompt_ids_count)
             return fail(MG_ERR_INVALID_ARGUMENT, "an empty prompt: give at least one token");
@@ -381,12 +395,20 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
         m->c.mlx_dequantized = false;
     }
     if (c->prompt_ids && c->prompt_ids_count) {
-        if (!(m->prompt = malloc(c->prompt_ids_count * sizeof *m->prompt))) {
+        /* per-request prompt lengths, when given, are kept after the ids */
+        const size_t lengths = c->prompt_lengths ? c->batch : 0;
+        if (!(m->prompt = malloc((c->prompt_ids_count + lengths) * sizeof *m->prompt))) {
             mg_fwd_destroy(m);
             return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
         }
         memcpy(m->prompt, c->prompt_ids, c->prompt_ids_count * sizeof *m->prompt);
         m->c.prompt_ids = m->prompt;
+        if (lengths) {
+            memcpy(m->prompt + c->prompt_ids_count, c->prompt_lengths, lengths * sizeof(uint32_t));
+            m->c.prompt_lengths = (const uint32_t *)(m->prompt + c->prompt_ids_count);
+        }
+    } else {
+        m->c.prompt_lengths = NULL;
     }
     if ((st = check_config(b, &m->c, m->ckpt))) {
         mg_fwd_destroy(m);
@@ -435,6 +457,7 @@ void mg_fwd_destroy(mg_fwd *m) {
         return;
     if (m->graph)
         mg_graph_destroy(m->graph);
+    mg_fwd_sampling_destroy(m);
     mg_attention_plan_destroy(m->decode_plan);
     mg_kv_page_allocator_destroy(m->allocator);
     if (m->kv_pool)
@@ -523,6 +546,9 @@ static mg_status collect_tokens(mg_fwd *m, mg_stream *s) {
     uint32_t B = m->c.batch;
     int32_t *ids = m->h_logits_indices; /* scratch of B entries, rebuilt by every upload */
     TRY(mg_copy_d2h(m->b, ids, m->step_ids, B * sizeof(int32_t)), "reading the tokens");
+    mg_status st = mg_fwd_sampling_check_ids(m, ids);
+    if (st)
+        return st;
     for (uint32_t r = 0; r < B; r++)
         m->tokens[(size_t)r * (m->c.steps + 1) + m->token_count] = ids[r];
     m->token_count++;
@@ -541,8 +567,9 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
     size_t n = 0;
     for (uint32_t r = 0; !st && r < B; r++) {
         qo[r] = m->kv_len[r] = mg_fwd_prompt_length(&m->c, r);
+        const size_t first = m->c.prompt_lengths ? n : 0; /* request r's prompt */
         for (uint32_t t = 0; t < qo[r]; t++)
-            ids[n++] = m->c.prompt_ids ? m->c.prompt_ids[t]
+            ids[n++] = m->c.prompt_ids ? m->c.prompt_ids[first + t]
                                        : mg_fwd_prompt_token(m->c.seed, m->sh.vocab, r, t);
     }
     mg_kv_page_table table;
@@ -553,7 +580,10 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
             (st = mg_paged_attention_plan_create(m->b, &d, &table, s, &plan)))
             st = mg_fwd_lib_fail(st, "prefill plan");
     }
-    if (!st && !(st = mg_fwd_timed_forward(m, s, true, (uint32_t)n, plan)))
+    if (!st)
+        st = mg_fwd_sampling_upload(m);
+    if (!st && !(st = mg_fwd_timed_forward(m, s, true, (uint32_t)n, plan)) &&
+        !(st = mg_fwd_sampling_launch(m, s)))
         st = collect_tokens(m, s);
     mg_attention_plan_destroy(plan);
     free(qo);
@@ -578,7 +608,7 @@ mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
     mg_kv_page_table table;
     mg_status st = upload_tables(m, qo, &table);
     free(qo);
-    if (st)
+    if (st || (st = mg_fwd_sampling_upload(m)))
         return st;
     if (!m->decode_plan) {
         mg_paged_attention_desc d = mg_fwd_attention_desc(m);
@@ -591,13 +621,15 @@ mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
     bool replay = m->c.use_graphs && m->decode_calls > 0 && !m->timing;
     m->decode_calls++;
     if (!replay) {
-        if ((st = mg_fwd_timed_forward(m, s, false, B, m->decode_plan)))
+        if ((st = mg_fwd_timed_forward(m, s, false, B, m->decode_plan)) ||
+            (st = mg_fwd_sampling_launch(m, s)))
             return st;
         return collect_tokens(m, s);
     }
     if (!m->graph) {
         TRY(mg_graph_begin_capture(s), "capturing the decode step");
-        if ((st = mg_fwd_forward(m, s, false, B, m->decode_plan))) {
+        if ((st = mg_fwd_forward(m, s, false, B, m->decode_plan)) ||
+            (st = mg_fwd_sampling_launch(m, s))) {
             mg_graph_abort_capture(s);
             return st;
         }

@@ -87,6 +87,7 @@
 
 #include "metrale/arena.h"
 #include "metrale/gpu.h"
+#include "metrale/ops_sample.h"
 #include "metrale/timing.h"
 
 typedef struct mg_fwd_preset {
@@ -146,11 +147,16 @@ typedef struct mg_fwd_config {
      * of about prompt_len tokens (mg_fwd_prompt_length / mg_fwd_prompt_token). */
     const int32_t *prompt_ids;
     uint32_t prompt_ids_count;
+    /* Per-request prompts: when set (with prompt_ids), request r's prompt is the next
+     * prompt_lengths[r] (>= 1) ids of prompt_ids after request r - 1's, and prompt_ids_count
+     * is their sum (copied at create); NULL: every request's prompt is all of prompt_ids. */
+    const uint32_t *prompt_lengths;
 } mg_fwd_config;
 
 mg_fwd_config mg_fwd_config_default(const mg_fwd_preset *p);
 
-/* Request r's prompt length: prompt_ids_count when the config has prompt ids, else
+/* Request r's prompt length: prompt_lengths[r] when set, prompt_ids_count when the config has
+ * prompt ids, else
  * prompt_len - prompt_len / 4 + (r * 37) % (prompt_len / 2 + 1), at least 1: a ragged batch
  * around prompt_len. */
 uint32_t mg_fwd_prompt_length(const mg_fwd_config *c, uint32_t r);
@@ -226,6 +232,21 @@ mg_status mg_fwd_logits(mg_fwd *m, float *out);
  * where a near-tie made them choose differently. Needs a pass to have run; a captured decode
  * graph stays valid (it reads the ids from device memory). */
 mg_status mg_fwd_force_tokens(mg_fwd *m, const int32_t *ids);
+
+/* Sampled decoding (metrale/ops_sample.h) instead of greedy argmax: every later pass ends with
+ * mg_sample over the logits, whose ids replace argmax's (the next step's input and the
+ * history's entry). params[batch]: each request's seed, temperature, filters and penalties,
+ * checked here (a one-line message naming the request and the parameter); their step and
+ * history_len are the model's: step = the index of the token the pass draws (0 for the
+ * prefill's), history = the request's last penalty_last_n (<= MG_SAMPLE_MAX_HISTORY) tokens,
+ * prompt included. So a request's draws depend on its seed and tokens only, not on the batch.
+ * A captured decode graph includes the sampler and samples with the step uploaded before each
+ * replay (turning sampling on or off drops the graph; the next decode captures again). NULL
+ * params: greedy argmax again. Allocates the sampler's device buffers here, never in a pass.
+ * A pass whose row cannot be sampled (NaN or +inf logits, every logit -inf) fails with a
+ * message naming the request. On CUDA this runs the sampler's CUDA kernel, not yet run on a
+ * GPU (metrale/ops_sample.h); greedy runs without penalties never call this and keep argmax. */
+mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params, uint32_t penalty_last_n);
 
 typedef struct mg_fwd_info {
     uint64_t weight_bytes;           /* all weights as stored (NVFP4: prepared values + scales;

@@ -88,6 +88,7 @@ struct mg_fwd {
     uint32_t decode_calls, graph_steps;
     uint32_t graph_kernels, graph_nodes; /* of the captured decode step (0: none captured) */
     int32_t *tokens; /* [batch][steps + 1] */
+    struct mg_fwd_sampling *sampling; /* model_sampling.c; NULL: greedy argmax */
     uint32_t token_count;
     uint64_t prompt_tokens, decode_kv_bytes;
 };

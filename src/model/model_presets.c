@@ -99,6 +99,8 @@ mg_fwd_config mg_fwd_config_default(const mg_fwd_preset *p) {
 }
 
 uint32_t mg_fwd_prompt_length(const mg_fwd_config *c, uint32_t r) {
+    if (c->prompt_ids && c->prompt_lengths)
+        return c->prompt_lengths[r];
     if (c->prompt_ids)
         return c->prompt_ids_count;
     uint32_t l = c->prompt_len;

@@ -1,6 +1,7 @@
 /* cmd_run_model.c - `metrale-gpu run --model PATH`: a real checkpoint through the forward pass
  * (src/model/model.h with config.model_path): load, one prefill of the given prompt, then
- * greedy decode steps or, with --teacher-force, steps fed a given continuation; prints the ids
+ * greedy or sampled decode steps (--temperature ...: mg_fwd_set_sampling) or, with
+ * --teacher-force, steps fed a given continuation; prints the ids
  * and the speed against the memory-bound limit, and with --top-logits K each step's K largest
  * logits (for teacher-forced comparisons with independent implementations). */
 #include <errno.h>
@@ -22,13 +23,17 @@ typedef struct model_args {
     uint32_t prompt_count, teacher_count;
     long steps, top_logits;
     bool max_tokens; /* --max-tokens: the step count, stopping at the end-of-sequence token */
+    /* --temperature --top-k --top-p --min-p --seed --repeat-penalty --repeat-last-n */
+    mg_sample_params sampling;
+    long repeat_last_n;
 } model_args;
 
 static void model_usage(FILE *f) {
     fprintf(f,
             "usage: metrale-gpu [--backend B] [--json] run --model FILE.gguf (--chat TEXT | "
             "--prompt TEXT | --prompt-ids IDS) [--max-tokens N | --steps N | --teacher-force "
-            "IDS] [--top-logits K]\n"
+            "IDS] [--top-logits K] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
+            "[--repeat-penalty R] [--repeat-last-n N]\n"
             "Runs the checkpoint's network (GGUF: llama architecture; Q4_0/Q4_1/Q8_0 matrices on "
             "the MLX kernels, F16/BF16/F32 as BF16) with greedy decoding:\n"
             "--chat TEXT: one user message in the checkpoint's chat template; --prompt TEXT: the "
@@ -39,7 +44,11 @@ static void model_usage(FILE *f) {
             "(default 32 with --prompt-ids); --teacher-force IDS: one step per id, each fed that "
             "id instead of the prediction.\n"
             "--top-logits K adds each step's K largest logits (--json: \"steps\": [{\"id\", "
-            "\"top\": [[id, logit], ...]}]).\n");
+            "\"top\": [[id, logit], ...]}]).\n"
+            "Sampling (metrale/ops_sample.h; default greedy): --temperature T (0: greedy), "
+            "--top-k K (0: off), --top-p P (1: off), --min-p P (0: off), --seed S (default 0; the "
+            "same seed gives the same text), --repeat-penalty R (1: off) over the last "
+            "--repeat-last-n N tokens (default 64, the prompt included).\n");
 }
 
 /* "1,2,3" into a new array; false (message printed) for anything else. */
@@ -76,6 +85,17 @@ static bool parse_ids(const char *flag, const char *v, int32_t **out, uint32_t *
     }
     *out = ids;
     *count = n;
+    return true;
+}
+
+static bool parse_float(const char *flag, const char *v, float *out) {
+    char *end = NULL;
+    float x = v ? strtof(v, &end) : 0.0f;
+    if (!v || !*v || *end || x != x) {
+        fprintf(stderr, "metrale-gpu run: %s needs a number\n", flag);
+        return false;
+    }
+    *out = x;
     return true;
 }
 
@@ -118,6 +138,27 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
             ok = parse_long(arg, v, 1l << 20, &a->steps);
         } else if (!strcmp(arg, "--top-logits")) {
             ok = parse_long(arg, v, 1024, &a->top_logits);
+        } else if (!strcmp(arg, "--temperature")) {
+            ok = parse_float(arg, v, &a->sampling.temperature);
+        } else if (!strcmp(arg, "--top-p")) {
+            ok = parse_float(arg, v, &a->sampling.top_p);
+        } else if (!strcmp(arg, "--min-p")) {
+            ok = parse_float(arg, v, &a->sampling.min_p);
+        } else if (!strcmp(arg, "--repeat-penalty")) {
+            ok = parse_float(arg, v, &a->sampling.repetition_penalty);
+        } else if (!strcmp(arg, "--top-k")) {
+            long k = 0;
+            ok = parse_long(arg, v, INT32_MAX, &k);
+            a->sampling.top_k = (uint32_t)k;
+        } else if (!strcmp(arg, "--repeat-last-n")) {
+            ok = parse_long(arg, v, MG_SAMPLE_MAX_HISTORY, &a->repeat_last_n);
+        } else if (!strcmp(arg, "--seed")) {
+            char *end = NULL;
+            errno = 0;
+            a->sampling.seed = v ? strtoull(v, &end, 0) : 0;
+            ok = v && *v && *v != '-' && !*end && !errno;
+            if (!ok)
+                fprintf(stderr, "metrale-gpu run: --seed needs an integer from 0 to 2^64 - 1\n");
         } else if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             model_usage(stdout);
             return -1;
@@ -139,6 +180,10 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
     if (!!a->prompt + !!a->text + !!a->chat != 1) {
         fprintf(stderr, "metrale-gpu run: --model needs one of --chat, --prompt and "
                         "--prompt-ids\n");
+        return 2;
+    }
+    if (mg_sample_params_check(&a->sampling, 1, 0)) {
+        fprintf(stderr, "metrale-gpu run: %s\n", mg_last_error());
         return 2;
     }
     if (a->teacher && a->steps >= 0) {
@@ -184,7 +229,7 @@ static void top_k(const float *x, uint32_t n, uint32_t k, int32_t *ids, float *v
 }
 
 int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
-    model_args a = {.steps = -1};
+    model_args a = {.steps = -1, .sampling = mg_sample_params_greedy(), .repeat_last_n = 64};
     int rc = parse_model_args(argc, argv, &a);
     if (rc) {
         free(a.prompt);
@@ -317,6 +362,13 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
         rc = 2;
         goto done;
     }
+    /* sampled decoding only when asked for: greedy stays the argmax op */
+    const bool sampled = a.sampling.temperature > 0 || a.sampling.repetition_penalty != 1.0f;
+    if (sampled && mg_fwd_set_sampling(m, &a.sampling, (uint32_t)a.repeat_last_n)) {
+        fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+        rc = 2;
+        goto done;
+    }
     if ((st = mg_stream_create(b, &s))) {
         fprintf(stderr, "metrale-gpu run: creating a stream: %s\n", mg_last_error());
         rc = 1;
@@ -333,6 +385,12 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
                load_s > 0 ? info.weight_bytes / load_s / 1e9 : 0.0, a.prompt_count, steps,
                a.teacher ? "teacher-forced steps" : a.max_tokens ? "decode steps at most"
                                                                   : "greedy steps");
+    if (!opts->json && sampled)
+        printf("sampling: temperature %g, top-k %u, top-p %g, min-p %g, repeat penalty %g over "
+               "%ld tokens, seed %llu\n",
+               a.sampling.temperature, a.sampling.top_k, a.sampling.top_p, a.sampling.min_p,
+               a.sampling.repetition_penalty, a.repeat_last_n,
+               (unsigned long long)a.sampling.seed);
     uint32_t done_steps = 0; /* decode steps run (fewer than `steps` when EOS ends the text) */
     double prefill_s = 0, decode_s = 0;
     for (uint32_t i = 0; i <= steps; i++) {

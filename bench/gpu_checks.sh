@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# gpu_checks.sh - the CUDA side of what the CPU machine cannot run, in one call on binaries built
+# elsewhere:
+#   1. `metrale-gpu --backend cuda check` (every conformance and op check against the CPU);
+#   2. the test programs with CUDA cases: test_sample (the sampler kernel against the CPU
+#      reference), test_generate, test_forward_cuda, test_cuda_graph;
+#   3. the Python package's tests on CUDA (tests/python, test_cuda_torch.py against PyTorch);
+#   4. `run --json` of the llama-3.2-1b and llama-3-8b presets (decode speed, kernels_per_step).
+# Layout: $G (default .gpu-all) holds pack.tar.xz (bin/: metrale-gpu, libmetrale_gpu.so, the op
+# plugins and the test programs) and whl/ (pytest and numpy wheels, used when the machine's
+# Python lacks them). $OUT gets summary.txt, runs.json and logs.tgz.
+set -uo pipefail
+G=${G:-.gpu-all}
+OUT=${OUT:-/tmp/metrale-gpu-checks}
+L=/tmp/metrale-checks-logs
+W=/tmp/metrale-checks
+mkdir -p "$OUT" "$L" "$W"
+tar xJf "$G/pack.tar.xz" -C "$W"
+BIN=$W/bin
+export METRALE_CUDA_PLUGIN_DIR=$BIN PYTHONUNBUFFERED=1
+S="$OUT/summary.txt"
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader;
+  python3 --version; python3 -c 'import torch; print("torch", torch.__version__)'; } | tee "$S"
+step() { # step NAME COMMAND...: log in $L/NAME.txt, exit status and time in the summary
+    local name=$1; shift
+    local t0=$(date +%s)
+    "$@" > "$L/$name.txt" 2>&1
+    echo "$name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a "$S"
+    tail -n 4 "$L/$name.txt"
+}
+step check timeout 400 "$BIN/metrale-gpu" --backend cuda check
+grep -E " (FAIL|fail) " "$L/check.txt" >> "$S"
+tail -n 1 "$L/check.txt" >> "$S"
+for t in test_sample test_generate test_forward_cuda test_cuda_graph; do
+  step "$t" timeout 300 "$BIN/$t"
+done
+python3 -c 'import pytest, numpy' 2>/dev/null || \
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$G"/whl/*.whl > "$L/pip.txt" 2>&1
+export PYTHONPATH=/tmp/site:$PWD/python
+step python_tests env METRALE_GPU_LIBRARY="$BIN/libmetrale_gpu.so" python3 -m pytest -q tests/python
+runs=()
+for spec in "llama-3.2-1b bf16 1" "llama-3-8b bf16 1" "llama-3-8b fp8 1" "llama-3-8b bf16 8"; do
+  set -- $spec
+  name="run_${1}_${2}_b${3}"
+  step "$name" "$BIN/metrale-gpu" --backend cuda --json run --preset "$1" --weights "$2" --batch "$3" --steps 64
+  runs+=("$name")
+done
+python3 - "$L" "${runs[@]}" > "$OUT/runs.json" <<'EOF'
+import json, sys
+out = {}
+for name in sys.argv[2:]:
+    text = open(f"{sys.argv[1]}/{name}.txt").read()
+    start = text.find("{")
+    try:
+        row = json.loads(text[start:]) if start >= 0 else {"error": text[-400:]}
+        row.pop("tokens", None)
+        out[name] = row
+    except ValueError:
+        out[name] = {"error": text[-400:]}
+json.dump(out, sys.stdout, indent=1)
+EOF
+tar czf "$OUT/logs.tgz" -C "$L" .

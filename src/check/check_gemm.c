@@ -897,7 +897,8 @@ static void decode_gemv_shape(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kin
 
 /* The decode GEMV forced, on shapes whose K leaves partial 128-byte chunks and whose N leaves a
  * partial 8-row tile (BF16; FP8 N is a multiple of 16 by the front's rule), with long K, and
- * with more row tiles than resident blocks (9000 rows: each block walks several tiles). */
+ * with more row tiles than resident blocks (9000 rows and up: each block walks several tiles,
+ * up to ten on a 132-SM H200). */
 static void check_decode_gemv(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kind kind,
                               mg_dtype out_type) {
     mg_op op = kind == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8;
@@ -920,10 +921,14 @@ static void check_decode_gemv(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kin
         decode_gemv_shape(ctx, r, kind, out_type, 203, 328, 208, &rng, &worst);
         decode_gemv_shape(ctx, r, kind, out_type, 77, 4104, 77, &rng, &worst);
         decode_gemv_shape(ctx, r, kind, out_type, 9001, 136, 9001, &rng, &worst);
+        decode_gemv_shape(ctx, r, kind, out_type, 20001, 72, 20008, &rng, &worst);
+        decode_gemv_shape(ctx, r, kind, out_type, 40003, 40, 40003, &rng, &worst);
     } else {
         decode_gemv_shape(ctx, r, kind, out_type, 208, 400, 216, &rng, &worst);
         decode_gemv_shape(ctx, r, kind, out_type, 48, 4112, 56, &rng, &worst);
         decode_gemv_shape(ctx, r, kind, out_type, 9008, 144, 9016, &rng, &worst);
+        decode_gemv_shape(ctx, r, kind, out_type, 20000, 80, 20000, &rng, &worst);
+        decode_gemv_shape(ctx, r, kind, out_type, 40000, 48, 40008, &rng, &worst);
     }
     mg_op_force_provider(ctx->backend, op, NULL);
     char text[192];
@@ -932,7 +937,8 @@ static void check_decode_gemv(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kin
              kind == MG_GEMM_BF16 ? "bf16" : kind == MG_GEMM_FP8_ROWWISE ? "fp8 row-wise"
                                                                          : "fp8 per-tensor",
              mg_dtype_name(out_type),
-             kind == MG_GEMM_BF16 ? "203x328, 77x4104, 9001x136" : "208x400, 48x4112, 9008x144");
+             kind == MG_GEMM_BF16 ? "203x328, 77x4104, 9001x136, 20001x72, 40003x40"
+                                  : "208x400, 48x4112, 9008x144, 20000x80, 40000x48");
     finish_sweep(r, worst, out_type == MG_DTYPE_F32 ? BOUND_F32_OUT : BOUND_BF16_OUT, text);
 }
 

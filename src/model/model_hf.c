@@ -21,6 +21,7 @@ struct mg_fwd_hf {
     mg_mlx_config *mlx; /* NULL unless config.json says the directory is MLX-quantized */
     uint32_t bits;
     bool tied;
+    char arch_name[96];
 };
 
 /* The per-layer tensors, by Hugging Face name. */
@@ -29,6 +30,13 @@ static const char *const layer_names[] = {
     "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
     "mlp.down_proj"};
 enum { H_ATTN_NORM, H_Q, H_K, H_V, H_O, H_MLP_NORM, H_GATE, H_UP, H_DOWN, H_LAYER_COUNT };
+
+/* The architectures' additions (model_checkpoint.h's extra tensors): Qwen2's biases of the q, k
+ * and v projections, Qwen3's per-head norms. */
+static const char *const bias_names[] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                         "self_attn.v_proj.bias"};
+static const char *const head_norm_names[] = {"self_attn.q_norm.weight",
+                                              "self_attn.k_norm.weight"};
 
 static bool is_matrix(int i) {
     return i != H_ATTN_NORM && i != H_MLP_NORM;
@@ -52,19 +60,121 @@ static char *read_text(const char *path, size_t *len) {
     return text;
 }
 
-/* A positive integer member (absent: `def`, 0 meaning required). */
+/* A positive integer member of at most `max` (absent or null: `def`, 0 meaning required). */
 static mg_status member_u32(const mg_jdoc *d, const char *path, const char *key, uint32_t def,
-                            uint32_t *out) {
+                            uint32_t max, uint32_t *out) {
     const int i = mg_jdoc_get(d, 0, key);
     long long v;
     if (mg_jdoc_null(d, i) && def) {
         *out = def;
         return MG_OK;
     }
-    if (!mg_jdoc_int(d, i, &v) || v <= 0 || v > (1 << 24))
+    if (!mg_jdoc_int(d, i, &v) || v <= 0)
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
                            "%s: \"%s\" is missing or not a positive integer", path, key);
+    if (v > max)
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"%s\" = %lld is out of range (1..%u)",
+                           path, key, v, max);
     *out = (uint32_t)v;
+    return MG_OK;
+}
+
+/* The architectures read, and what each adds to the Llama layer (model.h). */
+static const struct hf_arch {
+    const char *name;
+    bool qkv_bias, qk_norm;
+} hf_archs[] = {{"LlamaForCausalLM", false, false},
+                {"MistralForCausalLM", false, false},
+                {"Qwen2ForCausalLM", true, false},
+                {"Qwen3ForCausalLM", false, true}};
+
+/* RoPE: the theta (rope_parameters.rope_theta, as transformers 5 writes it, or the older
+ * top-level rope_theta; default 10000) and the scaling, which must be absent or of type
+ * "default": a scaled RoPE (llama3, linear, dynamic, yarn, longrope) is refused by name, never
+ * run unscaled. */
+static mg_status read_rope(const mg_jdoc *d, const char *path, double *theta) {
+    const int params = mg_jdoc_get(d, 0, "rope_parameters"), top = mg_jdoc_get(d, 0, "rope_theta");
+    if (!mg_jdoc_null(d, params) && !mg_jdoc_is(d, params, JSMN_OBJECT))
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"rope_parameters\" is not an object",
+                           path);
+    const int nested = mg_jdoc_null(d, params) ? -1 : mg_jdoc_get(d, params, "rope_theta");
+    double t = 10000.0, other = 0;
+    if (!mg_jdoc_null(d, nested) && !mg_jdoc_num(d, nested, &t))
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                           "%s: \"rope_parameters.rope_theta\" is not a number", path);
+    if (!mg_jdoc_null(d, top) && !mg_jdoc_num(d, top, mg_jdoc_null(d, nested) ? &t : &other))
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"rope_theta\" is not a number", path);
+    if (!mg_jdoc_null(d, top) && !mg_jdoc_null(d, nested) && other != t)
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                           "%s: \"rope_theta\" %g and \"rope_parameters.rope_theta\" %g differ",
+                           path, other, t);
+    if (!(t > 0) || t > 1e12)
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: rope_theta %g is not in (0, 1e12]",
+                           path, t);
+    *theta = t;
+    const char *const scaling_keys[] = {"rope_scaling", "rope_parameters"};
+    for (int k = 0; k < 2; k++) {
+        const int o = mg_jdoc_get(d, 0, scaling_keys[k]);
+        if (mg_jdoc_null(d, o))
+            continue;
+        if (!mg_jdoc_is(d, o, JSMN_OBJECT))
+            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"%s\" is not an object", path,
+                               scaling_keys[k]);
+        int ti = mg_jdoc_get(d, o, "rope_type");
+        if (mg_jdoc_null(d, ti))
+            ti = mg_jdoc_get(d, o, "type");
+        char type[32] = "default";
+        if (!mg_jdoc_null(d, ti) && !mg_jdoc_plain_string(d, ti, type, sizeof type))
+            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                               "%s: \"%s\" has a rope type that is not a short string", path,
+                               scaling_keys[k]);
+        if (strcmp(type, "default"))
+            return mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                               "%s: RoPE scaling type \"%s\" (%s) is not supported: only "
+                               "unscaled RoPE (type \"default\") is",
+                               path, type, scaling_keys[k]);
+    }
+    return MG_OK;
+}
+
+/* Sliding-window attention: where a window applies (Mistral's sliding_window; Qwen's with
+ * use_sliding_window, or layer_types naming "sliding_attention"), attention within the window
+ * is full attention, so the model's context is capped at the window and a longer run is
+ * refused (mg_fwd_create) rather than attended past it. */
+static mg_status read_window(const mg_jdoc *d, const char *path, bool qwen, uint32_t *context) {
+    bool bad = false, windowed = !qwen;
+    if (qwen)
+        windowed = mg_jdoc_bool(d, 0, "use_sliding_window", false, &bad);
+    if (bad)
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"use_sliding_window\" is not a boolean",
+                           path);
+    const int lt = mg_jdoc_get(d, 0, "layer_types");
+    if (!mg_jdoc_null(d, lt)) {
+        if (!mg_jdoc_is(d, lt, JSMN_ARRAY))
+            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"layer_types\" is not an array",
+                               path);
+        bool sliding = false;
+        for (int i = lt + 1, n = 0; n < d->tk[lt].size; n++, i = mg_jdoc_skip(d, i)) {
+            char type[32] = "";
+            if (!mg_jdoc_plain_string(d, i, type, sizeof type) ||
+                (strcmp(type, "full_attention") && strcmp(type, "sliding_attention")))
+                return mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                                   "%s: layer_types[%d] \"%s\" is not supported "
+                                   "(full_attention and sliding_attention are)",
+                                   path, n, type);
+            sliding |= !strcmp(type, "sliding_attention");
+        }
+        windowed = sliding || (windowed && !qwen);
+    }
+    const int w = mg_jdoc_get(d, 0, "sliding_window");
+    long long v = 0;
+    if (!windowed || mg_jdoc_null(d, w))
+        return MG_OK;
+    if (!mg_jdoc_int(d, w, &v) || v <= 0)
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                           "%s: \"sliding_window\" is not a positive integer", path);
+    if (!*context || (unsigned long long)v < *context)
+        *context = v < (1 << 30) ? (uint32_t)v : 1u << 30;
     return MG_OK;
 }
 
@@ -89,45 +199,55 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
     const int archs = st ? -1 : mg_jdoc_get(&d, 0, "architectures");
     if (!st && (!mg_jdoc_is(&d, archs, JSMN_ARRAY) || d.tk[archs].size < 1 ||
                 !mg_jdoc_plain_string(&d, archs + 1, name, sizeof name)))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"architectures\" is missing", path);
-    if (!st && strcmp(name, "LlamaForCausalLM") && strcmp(name, "MistralForCausalLM"))
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                         "%s: \"architectures\" is missing or not an array of names", path);
+    const struct hf_arch *ha = NULL;
+    for (size_t i = 0; !st && i < sizeof hf_archs / sizeof hf_archs[0]; i++)
+        if (!strcmp(name, hf_archs[i].name))
+            ha = &hf_archs[i];
+    if (!st && !ha)
         st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                         "%s: architecture %s is not supported (LlamaForCausalLM and "
-                         "MistralForCausalLM are)",
+                         "%s: architecture %s is not supported (LlamaForCausalLM, "
+                         "MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM are)",
                          path, name);
+    /* Limits well past any released model, so that products of them stay far from overflow
+     * and an absurd value gets its own message before anything is sized from it. */
     mg_model_shape *s = &arch->shape;
-    if (!st && !(st = member_u32(&d, path, "hidden_size", 0, &s->hidden)) &&
-        !(st = member_u32(&d, path, "intermediate_size", 0, &s->intermediate)) &&
-        !(st = member_u32(&d, path, "num_attention_heads", 0, &s->heads)) &&
-        !(st = member_u32(&d, path, "num_key_value_heads", s->heads, &s->kv_heads)) &&
-        !(st = member_u32(&d, path, "num_hidden_layers", 0, &arch->layers)) &&
-        !(st = member_u32(&d, path, "vocab_size", 0, &s->vocab)))
+    if (!st && !(st = member_u32(&d, path, "hidden_size", 0, 1u << 16, &s->hidden)) &&
+        !(st = member_u32(&d, path, "intermediate_size", 0, 1u << 18, &s->intermediate)) &&
+        !(st = member_u32(&d, path, "num_attention_heads", 0, 1024, &s->heads)) &&
+        !(st = member_u32(&d, path, "num_key_value_heads", s->heads, 1024, &s->kv_heads)) &&
+        !(st = member_u32(&d, path, "num_hidden_layers", 0, 1024, &arch->layers)) &&
+        !(st = member_u32(&d, path, "vocab_size", 0, 1u << 24, &s->vocab)))
         st = member_u32(&d, path, "head_dim", s->hidden / s->heads ? s->hidden / s->heads : 1,
-                        &s->head_dim);
+                        1024, &s->head_dim);
     if (!st && (s->heads % s->kv_heads || s->head_dim % 2))
         st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
                          "%s: %u heads over %u KV heads of %u: heads must be a multiple of KV "
                          "heads, the head dimension even",
                          path, s->heads, s->kv_heads, s->head_dim);
+    if (!st && (uint64_t)s->heads * s->head_dim > (1u << 16))
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: %u heads of %u is out of range", path,
+                         s->heads, s->head_dim);
     double theta = 10000.0, eps = 0, rotary = 1.0;
-    if (!st && !mg_jdoc_null(&d, mg_jdoc_get(&d, 0, "rope_theta")) &&
-        !mg_jdoc_num(&d, mg_jdoc_get(&d, 0, "rope_theta"), &theta))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"rope_theta\" is not a number", path);
+    if (!st)
+        st = read_rope(&d, path, &theta);
     if (!st && (!mg_jdoc_num(&d, mg_jdoc_get(&d, 0, "rms_norm_eps"), &eps) || !(eps > 0) ||
                 !(eps < 1)))
         st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
                          "%s: \"rms_norm_eps\" is missing or not in (0, 1)", path);
-    /* what this runtime does not implement is refused, never approximated */
-    static const char *const must_be_null[] = {"rope_scaling", "sliding_window"};
-    for (size_t i = 0; !st && i < sizeof must_be_null / sizeof must_be_null[0]; i++)
-        if (!mg_jdoc_null(&d, mg_jdoc_get(&d, 0, must_be_null[i])))
-            st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: \"%s\" is set: not supported", path,
-                             must_be_null[i]);
-    bool bad = false;
-    if (!st && (mg_jdoc_bool(&d, 0, "attention_bias", false, &bad) ||
-                mg_jdoc_bool(&d, 0, "mlp_bias", false, &bad) || bad))
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: attention or MLP biases are not supported",
-                         path);
+    /* what this runtime does not implement is refused, never approximated; Qwen2's q, k and v
+     * biases are part of its architecture, whatever attention_bias says */
+    bool bad = false, attention_bias = false, mlp_bias = false;
+    if (!st) {
+        attention_bias = mg_jdoc_bool(&d, 0, "attention_bias", false, &bad);
+        mlp_bias = mg_jdoc_bool(&d, 0, "mlp_bias", false, &bad);
+    }
+    if (!st && (bad || (attention_bias && !ha->qkv_bias) || mlp_bias))
+        st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                         "%s: attention or MLP biases (attention_bias, mlp_bias) are not "
+                         "supported for %s",
+                         path, name);
     char act[32] = "silu";
     const int ai = mg_jdoc_get(&d, 0, "hidden_act");
     if (!st && !mg_jdoc_null(&d, ai) &&
@@ -138,14 +258,21 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
     if (!st && !mg_jdoc_null(&d, pr) && (!mg_jdoc_num(&d, pr, &rotary) || rotary != 1.0))
         st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: partial rotary embeddings are not supported",
                          path);
-    if (!st)
+    if (!st) {
         h->tied = mg_jdoc_bool(&d, 0, "tie_word_embeddings", false, &bad);
+        if (bad)
+            st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                             "%s: \"tie_word_embeddings\" is not a boolean", path);
+    }
     long long ctx = 0;
-    const bool has_ctx = !st &&
-                         mg_jdoc_int(&d, mg_jdoc_get(&d, 0, "max_position_embeddings"), &ctx) &&
-                         ctx > 0;
-    arch->context = has_ctx && ctx < (1 << 30) ? (uint32_t)ctx : 0;
-    arch->max_batch_tokens = has_ctx && ctx < 8192 ? (uint32_t)ctx : 8192;
+    const int ci = st ? -1 : mg_jdoc_get(&d, 0, "max_position_embeddings");
+    if (!st && !mg_jdoc_null(&d, ci) && (!mg_jdoc_int(&d, ci, &ctx) || ctx <= 0))
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                         "%s: \"max_position_embeddings\" is not a positive integer", path);
+    arch->context = ctx > 0 && ctx < (1 << 30) ? (uint32_t)ctx : 0;
+    if (!st)
+        st = read_window(&d, path, ha->qkv_bias || ha->qk_norm, &arch->context);
+    arch->max_batch_tokens = arch->context && arch->context < 8192 ? arch->context : 8192;
     /* quantization: MLX's affine form (mg_mlx_config_open reads the details) or nothing */
     int q = st ? -1 : mg_jdoc_get(&d, 0, "quantization");
     if (mg_jdoc_null(&d, q) && !st)
@@ -158,6 +285,11 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
                              "quantization_config method is not supported here)",
                              path);
         h->bits = (uint32_t)bits;
+    }
+    if (!st) {
+        snprintf(h->arch_name, sizeof h->arch_name, "%s", name);
+        arch->qkv_bias = ha->qkv_bias;
+        arch->qk_norm = ha->qk_norm;
     }
     arch->rope_theta = (float)theta;
     arch->norm_eps = (float)eps;
@@ -221,6 +353,46 @@ static bool known_tensor(const mg_fwd_hf *h, const char *name, uint32_t layers) 
     return false;
 }
 
+/* Whether `name` is one of the architecture's additions (bias_names, head_norm_names). */
+static bool known_addition(const mg_fwd_preset *arch, const char *name) {
+    unsigned l;
+    int off = 0;
+    if (sscanf(name, "model.layers.%u.%n", &l, &off) != 1 || off <= 0 || l >= arch->layers)
+        return false;
+    for (int i = 0; arch->qkv_bias && i < 3; i++)
+        if (!strcmp(name + off, bias_names[i]))
+            return true;
+    for (int i = 0; arch->qk_norm && i < 2; i++)
+        if (!strcmp(name + off, head_norm_names[i]))
+            return true;
+    return false;
+}
+
+/* A float vector `name` of `n` elements (a bias or a head norm weight). */
+static mg_status check_vector(const mg_fwd_hf *h, const char *name, uint64_t n) {
+    char base[160];
+    const size_t len = strlen(name);
+    const char *suffix = len > 7 && !strcmp(name + len - 7, ".weight") ? ".weight" : ".bias";
+    snprintf(base, sizeof base, "%.*s", (int)(len - strlen(suffix)), name);
+    if (!strcmp(suffix, ".weight"))
+        return check_tensor(h, base, 0, n, false);
+    mg_st_tensor t;
+    if (mg_st_find(h->st, name, &t))
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "checkpoint %s: tensor %s is missing", h->dir,
+                           name);
+    if (t.dtype != MG_ST_BF16 && t.dtype != MG_ST_F16 && t.dtype != MG_ST_F32)
+        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                           "checkpoint %s: tensor %s is %s (BF16, F16 and F32 are loaded)",
+                           h->dir, name, mg_st_dtype_name(t.dtype));
+    if (t.rank != 1 || t.shape[0] != n)
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                           "checkpoint %s: tensor %s has %u dimensions (first %llu), the config "
+                           "implies a vector of %llu",
+                           h->dir, name, t.rank, (unsigned long long)t.shape[0],
+                           (unsigned long long)n);
+    return MG_OK;
+}
+
 mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_t name_size,
                          mg_fwd_hf **out) {
     *out = NULL;
@@ -250,13 +422,25 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
             snprintf(base, sizeof base, "model.layers.%u.%s", l, layer_names[i]);
             st = check_tensor(h, base, rows[i], cols[i], is_matrix(i));
         }
+    for (uint32_t l = 0; !st && l < arch->layers; l++) {
+        const uint64_t bias_rows[3] = {QD, KD, KD};
+        for (int i = 0; !st && arch->qkv_bias && i < 3; i++) {
+            snprintf(base, sizeof base, "model.layers.%u.%s", l, bias_names[i]);
+            st = check_vector(h, base, bias_rows[i]);
+        }
+        for (int i = 0; !st && arch->qk_norm && i < 2; i++) {
+            snprintf(base, sizeof base, "model.layers.%u.%s", l, head_norm_names[i]);
+            st = check_vector(h, base, s->head_dim);
+        }
+    }
     for (size_t i = 0; !st && i < mg_st_count(h->st); i++) {
         mg_st_tensor t;
-        if (!mg_st_get(h->st, i, &t) && !known_tensor(h, t.name, arch->layers))
+        if (!mg_st_get(h->st, i, &t) && !known_tensor(h, t.name, arch->layers) &&
+            !known_addition(arch, t.name))
             st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                             "checkpoint %s: tensor %s is not part of the network this runtime "
-                             "runs (biases, norms of q/k and extra tables are not supported)",
-                             dir, t.name);
+                             "checkpoint %s: tensor %s is not part of the %s network this "
+                             "runtime runs (ignoring it would run another network)",
+                             dir, t.name, h->arch_name);
     }
     if (st) {
         mg_fwd_hf_close(h);
@@ -317,9 +501,9 @@ static float element(const mg_st_tensor *t, size_t j) {
     }
 }
 
-/* The named float tensors, joined row-wise, as one BF16 device buffer. */
-static mg_status upload_bf16(mg_backend *b, const mg_fwd_hf *h, const char *const *names,
-                             int count, mg_devptr *out, uint64_t *total) {
+/* The named float tensors, joined row-wise, as one BF16 (or, f32, FP32) device buffer. */
+static mg_status upload_float(mg_backend *b, const mg_fwd_hf *h, const char *const *names,
+                              int count, bool f32, mg_devptr *out, uint64_t *total) {
     mg_st_tensor t[2];
     size_t elements = 0;
     for (int i = 0; i < count; i++) {
@@ -328,13 +512,18 @@ static mg_status upload_bf16(mg_backend *b, const mg_fwd_hf *h, const char *cons
             return mg_fwd_fail(st, "checkpoint %s: %s", h->dir, mg_last_error());
         elements += (size_t)(t[i].bytes / mg_st_dtype_bytes(t[i].dtype));
     }
-    uint16_t *host = malloc(elements * 2);
+    const size_t size = f32 ? 4 : 2;
+    uint16_t *host = malloc(elements * size);
+    float *host32 = (float *)(void *)host;
     if (!host)
         return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", names[0]);
     size_t o = 0;
     for (int i = 0; i < count; i++) {
         const size_t n = (size_t)(t[i].bytes / mg_st_dtype_bytes(t[i].dtype));
-        if (t[i].dtype == MG_ST_BF16) {
+        if (f32) {
+            for (size_t j = 0; j < n; j++)
+                host32[o + j] = element(&t[i], j);
+        } else if (t[i].dtype == MG_ST_BF16) {
             memcpy(host + o, t[i].data, n * 2);
         } else {
             for (size_t j = 0; j < n; j++)
@@ -342,16 +531,21 @@ static mg_status upload_bf16(mg_backend *b, const mg_fwd_hf *h, const char *cons
         }
         o += n;
     }
-    mg_status st = mg_alloc(b, elements * 2, out);
-    if (!st && (st = mg_copy_h2d(b, *out, host, elements * 2))) {
+    mg_status st = mg_alloc(b, elements * size, out);
+    if (!st && (st = mg_copy_h2d(b, *out, host, elements * size))) {
         mg_free(b, *out);
         *out = 0;
     }
     free(host);
     if (st)
         return mg_fwd_fail(st, "uploading %s: %s", names[0], mg_last_error());
-    *total += elements * 2;
+    *total += elements * size;
     return MG_OK;
+}
+
+static mg_status upload_bf16(mg_backend *b, const mg_fwd_hf *h, const char *const *names,
+                             int count, mg_devptr *out, uint64_t *total) {
+    return upload_float(b, h, names, count, false, out, total);
 }
 
 /* `base` (model.embed_tokens or lm_head) as BF16: as it is, or dequantized on the device when
@@ -384,8 +578,31 @@ static mg_status upload_table(mg_backend *b, const mg_fwd_hf *h, const char *bas
     return MG_OK;
 }
 
+/* Layer l's additions (model_checkpoint.h): the q bias and the joined k and v biases in FP32
+ * unless the MLX linears add their own, the head norms in BF16. */
+static mg_status upload_additions(mg_backend *b, const mg_fwd_hf *h, const mg_fwd_preset *arch,
+                                  uint32_t l, mg_devptr *x, uint64_t *total) {
+    char n[3][160];
+    mg_status st = MG_OK;
+    if (arch->qkv_bias && !h->mlx) {
+        for (int i = 0; i < 3; i++)
+            snprintf(n[i], sizeof n[i], "model.layers.%u.%s", l, bias_names[i]);
+        const char *q[] = {n[0]}, *kv[] = {n[1], n[2]};
+        if (!(st = upload_float(b, h, q, 1, true, &x[MG_FWD_Q_BIAS], total)))
+            st = upload_float(b, h, kv, 2, true, &x[MG_FWD_KV_BIAS], total);
+    }
+    if (!st && arch->qk_norm) {
+        for (int i = 0; i < 2; i++)
+            snprintf(n[i], sizeof n[i], "model.layers.%u.%s", l, head_norm_names[i]);
+        const char *q[] = {n[0]}, *k[] = {n[1]};
+        if (!(st = upload_bf16(b, h, q, 1, &x[MG_FWD_Q_NORM], total)))
+            st = upload_bf16(b, h, k, 1, &x[MG_FWD_K_NORM], total);
+    }
+    return st;
+}
+
 mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
-                         mg_devptr *layer_w, mg_fwd_checkpoint_weights *out) {
+                         mg_devptr *layer_w, mg_devptr *extra, mg_fwd_checkpoint_weights *out) {
     memset(out, 0, sizeof *out);
     mg_status st = upload_table(b, h, "model.embed_tokens", &out->embedding, &out->bytes);
     const char *norm[] = {"model.norm.weight"};
@@ -401,7 +618,9 @@ mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
             snprintf(n[i], sizeof n[i], "model.layers.%u.%s.weight", l, layer_names[i]);
         mg_devptr *w = layer_w + (size_t)l * MG_FWD_LAYER_TENSORS;
         const char *an[] = {n[H_ATTN_NORM]}, *mn[] = {n[H_MLP_NORM]};
-        if ((st = upload_bf16(b, h, an, 1, &w[MG_FWD_ATTN_NORM], &out->bytes)) ||
+        if ((st = upload_additions(b, h, arch, l, extra + (size_t)l * MG_FWD_EXTRA_TENSORS,
+                                   &out->bytes)) ||
+            (st = upload_bf16(b, h, an, 1, &w[MG_FWD_ATTN_NORM], &out->bytes)) ||
             (st = upload_bf16(b, h, mn, 1, &w[MG_FWD_MLP_NORM], &out->bytes)) || h->mlx)
             continue;
         const char *q[] = {n[H_Q]}, *kv[] = {n[H_K], n[H_V]}, *o[] = {n[H_O]};

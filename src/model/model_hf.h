@@ -3,19 +3,27 @@
  * safetensors, sharded through model.safetensors.index.json or not) as the forward model's
  * architecture and weights; MLX-quantized directories (config.json "quantization") too.
  *
- * Architecture (config.json): architectures[0] LlamaForCausalLM (Llama 2/3, SmolLM2) or
- * MistralForCausalLM; hidden_size, intermediate_size, num_attention_heads,
- * num_key_value_heads (default: the heads), head_dim (default hidden / heads),
- * num_hidden_layers, rms_norm_eps, rope_theta (default 10000), vocab_size,
- * tie_word_embeddings (default false), max_position_embeddings. Refused, naming the field:
- * another architecture (Qwen2's QKV bias and Qwen3's q/k norms are not implemented yet), a
- * non-null rope_scaling (Llama-3.1's "llama3" type included) or sliding_window, attention or
- * MLP biases, an activation other than SiLU, partial rotary embeddings, a quantization method
- * other than MLX's affine one.
+ * Architecture (config.json): architectures[0] LlamaForCausalLM (Llama 2/3, SmolLM2),
+ * MistralForCausalLM, Qwen2ForCausalLM (biases on the q, k and v projections) or
+ * Qwen3ForCausalLM (an RMSNorm over each q and k head); hidden_size, intermediate_size,
+ * num_attention_heads, num_key_value_heads (default: the heads), head_dim (default hidden /
+ * heads), num_hidden_layers, rms_norm_eps, vocab_size, tie_word_embeddings (default false),
+ * max_position_embeddings; the RoPE theta from rope_parameters.rope_theta (transformers 5) or
+ * rope_theta (default 10000; both present must agree). Each size has a range far past any
+ * released model and each field a type; a value outside them is a one-line error naming the
+ * field. Refused, naming the field or value: another architecture (Qwen3-MoE included), RoPE
+ * scaling of any type but "default" (rope_scaling or rope_parameters: llama3, linear, yarn,
+ * ...), attention biases beyond Qwen2's, MLP biases, an activation other than SiLU, partial
+ * rotary embeddings, a layer type other than full or sliding attention, a quantization method
+ * other than MLX's affine one. A sliding window that applies (Mistral's sliding_window; Qwen's
+ * with use_sliding_window or a "sliding_attention" layer) caps the context at the window:
+ * within it attention is full attention, and a longer run is refused.
  *
  * Weights: model.embed_tokens, model.norm, lm_head (absent when tied) and per layer
  * input_layernorm, post_attention_layernorm, self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
- * each `.weight` in BF16, F16 or F32, converted to BF16 on the host and uploaded; the rows are
+ * each `.weight` in BF16, F16 or F32, converted to BF16 on the host and uploaded (Qwen2's
+ * self_attn.{q,k,v}_proj.bias as FP32, Qwen3's self_attn.{q,k}_norm.weight as BF16:
+ * model_checkpoint.h's extra tensors); the rows are
  * in Hugging Face order already (rotate-half RoPE). In an MLX directory the layer matrices are
  * loaded by mg_fwd_mlx_create (model_mlx.h: every one quantized with the config's bits), and a
  * quantized embedding or LM head is dequantized to BF16 on the device (mg_mlx_dequant). A
@@ -36,6 +44,6 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
 void mg_fwd_hf_close(mg_fwd_hf *h);
 double mg_fwd_hf_weight_bytes(const mg_fwd_hf *h);
 mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
-                         mg_devptr *layer_w, mg_fwd_checkpoint_weights *out);
+                         mg_devptr *layer_w, mg_devptr *extra, mg_fwd_checkpoint_weights *out);
 
 #endif

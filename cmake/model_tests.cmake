@@ -18,6 +18,22 @@ add_test(NAME smollm2_vs_mlx_lm
 set_tests_properties(smollm2_vs_mlx_lm PROPERTIES FIXTURES_REQUIRED smollm2_reference
                      SKIP_RETURN_CODE 77 TIMEOUT 1200)
 
+# Small random checkpoints of every architecture read (Llama, Mistral, Qwen2, Qwen3) in every
+# form (Hugging Face BF16/F32, GGUF Q8_0/F16 with llama.cpp's Q/K permutation where it applies,
+# MLX 4/8-bit), written at test time with transformers' configuration classes, the gguf
+# package and mlx-lm, against mlx-lm's float32 logits of each (tests/model/random_models.py).
+# About 20 s on two cores; the sanitizer builds run it too.
+add_test(NAME random_models_reference_files
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/model/setup_random.sh
+                 ${PROJECT_BINARY_DIR}/random_models_reference)
+set_tests_properties(random_models_reference_files PROPERTIES
+                     FIXTURES_SETUP random_models_reference TIMEOUT 1500)
+add_test(NAME random_models_vs_reference
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/model/compare_random.sh
+                 $<TARGET_FILE:metrale-gpu> ${PROJECT_BINARY_DIR}/random_models_reference cpu)
+set_tests_properties(random_models_vs_reference PROPERTIES
+                     FIXTURES_REQUIRED random_models_reference SKIP_RETURN_CODE 77 TIMEOUT 600)
+
 # The GGUF reader and loader on the committed tiny checkpoints (tests/test_gguf.c).
 if(TARGET test_gguf)
   target_compile_definitions(test_gguf PRIVATE

@@ -243,15 +243,20 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
         attention_bias = mg_jdoc_bool(&d, 0, "attention_bias", false, &bad);
         mlp_bias = mg_jdoc_bool(&d, 0, "mlp_bias", false, &bad);
     }
-    if (!st && (bad || (attention_bias && !ha->qkv_bias) || mlp_bias))
+    if (!st && bad)
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                         "%s: \"attention_bias\" or \"mlp_bias\" is not a boolean", path);
+    if (!st && ((attention_bias && !ha->qkv_bias) || mlp_bias))
         st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
                          "%s: attention or MLP biases (attention_bias, mlp_bias) are not "
                          "supported for %s",
                          path, name);
     char act[32] = "silu";
     const int ai = mg_jdoc_get(&d, 0, "hidden_act");
-    if (!st && !mg_jdoc_null(&d, ai) &&
-        (!mg_jdoc_plain_string(&d, ai, act, sizeof act) || strcmp(act, "silu")))
+    if (!st && !mg_jdoc_null(&d, ai) && !mg_jdoc_plain_string(&d, ai, act, sizeof act))
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"hidden_act\" is not a short string",
+                         path);
+    if (!st && strcmp(act, "silu"))
         st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: \"hidden_act\" %s is not supported (silu is)",
                          path, act);
     const int pr = mg_jdoc_get(&d, 0, "partial_rotary_factor");
@@ -277,6 +282,13 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
     int q = st ? -1 : mg_jdoc_get(&d, 0, "quantization");
     if (mg_jdoc_null(&d, q) && !st)
         q = mg_jdoc_get(&d, 0, "quantization_config");
+    char method[32] = "";
+    const int qm = !st && !mg_jdoc_null(&d, q) ? mg_jdoc_get(&d, q, "quant_method") : -1;
+    if (!mg_jdoc_null(&d, qm)) /* MLX writes none: gptq, awq, fp8, ... are other formats */
+        st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                         "%s: quantization_config quant_method \"%s\" is not supported (MLX's "
+                         "affine 4 or 8 bits are)",
+                         path, mg_jdoc_plain_string(&d, qm, method, sizeof method) ? method : "?");
     if (!st && !mg_jdoc_null(&d, q)) {
         long long bits = 0;
         if (!mg_jdoc_int(&d, mg_jdoc_get(&d, q, "bits"), &bits) || (bits != 4 && bits != 8))

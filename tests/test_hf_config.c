@@ -161,10 +161,10 @@ static const member base[] = {
     {"torch_dtype", "\"float32\""},
 };
 
-/* config.json of `base` with the members of `edits` (up to 4) applied. */
+/* config.json of `base` with the members of `edits` (up to 8) applied. */
 static size_t make_config(const member *edits, int count, char *out, size_t size) {
     size_t n = (size_t)snprintf(out, size, "{");
-    bool first = true, used[4] = {false};
+    bool first = true, used[8] = {false};
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) {
         const char *v = base[i].value;
         for (int e = 0; e < count; e++)
@@ -284,7 +284,17 @@ static void test_bad_configs(mg_backend *b) {
     CASE(BAD, "architectures", {"architectures", "\"Qwen3ForCausalLM\""});
     CASE(BAD, "architectures", {"architectures", "[]"});
     CASE(BAD, "architectures", {"architectures", "[7]"});
-    CASE(NO, "Qwen3MoeForCausalLM", {"architectures", "[\"Qwen3MoeForCausalLM\"]"});
+    CASE(BAD, "num_experts", {"architectures", "[\"Qwen3MoeForCausalLM\"]"});
+    const char *moe = "[\"Qwen3MoeForCausalLM\"]";
+    CASE(NO, "norm_topk_prob", {"architectures", moe}, {"num_experts", "4"},
+         {"num_experts_per_tok", "2"}, {"moe_intermediate_size", "32"});
+    CASE(BAD, "num_experts_per_tok", {"architectures", moe}, {"num_experts", "4"},
+         {"num_experts_per_tok", "5"}, {"moe_intermediate_size", "32"});
+    CASE(BAD, "differ", {"architectures", moe}, {"num_experts", "4"},
+         {"num_local_experts", "8"}, {"moe_intermediate_size", "32"});
+    CASE(NO, "dense layers", {"architectures", moe}, {"num_experts", "4"},
+         {"decoder_sparse_step", "2"}, {"num_experts_per_tok", "2"},
+         {"moe_intermediate_size", "32"});
     CASE(NO, "GPT2LMHeadModel", {"architectures", "[\"GPT2LMHeadModel\"]"});
     /* sizes: wrong types, absurd values, missing */
     CASE(BAD, "\"hidden_size\" is missing or not a positive integer", {"hidden_size", "\"32\""});

@@ -21,6 +21,7 @@ struct mg_fwd_hf {
     mg_mlx_config *mlx; /* NULL unless config.json says the directory is MLX-quantized */
     uint32_t bits;
     bool tied;
+    uint32_t experts; /* Qwen3-MoE: experts per layer; 0 dense */
     char arch_name[96];
 };
 
@@ -82,11 +83,48 @@ static mg_status member_u32(const mg_jdoc *d, const char *path, const char *key,
 /* The architectures read, and what each adds to the Llama layer (model.h). */
 static const struct hf_arch {
     const char *name;
-    bool qkv_bias, qk_norm;
-} hf_archs[] = {{"LlamaForCausalLM", false, false},
-                {"MistralForCausalLM", false, false},
-                {"Qwen2ForCausalLM", true, false},
-                {"Qwen3ForCausalLM", false, true}};
+    bool qkv_bias, qk_norm, moe;
+} hf_archs[] = {{"LlamaForCausalLM", false, false, false},
+                {"MistralForCausalLM", false, false, false},
+                {"Qwen2ForCausalLM", true, false, false},
+                {"Qwen3ForCausalLM", false, true, false},
+                {"Qwen3MoeForCausalLM", false, true, true}};
+
+/* Qwen3-MoE's experts (model.h's MoE layers): num_experts (transformers 5 writes
+ * num_local_experts), num_experts_per_tok, moe_intermediate_size (the shape's intermediate);
+ * every layer sparse (decoder_sparse_step 1, no mlp_only_layers) and the top-k weights
+ * renormalized (norm_topk_prob), as the model's MoE layer computes; anything else is refused. */
+static mg_status read_experts(const mg_jdoc *d, const char *path, mg_model_shape *s) {
+    uint32_t local = 0, step = 1;
+    const bool has_local = !mg_jdoc_null(d, mg_jdoc_get(d, 0, "num_local_experts"));
+    mg_status st;
+    if (has_local && (st = member_u32(d, path, "num_local_experts", 0, 1024, &local)))
+        return st;
+    if ((st = member_u32(d, path, "num_experts", local, 1024, &s->experts)))
+        return st;
+    if (local && local != s->experts)
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
+                           "%s: \"num_experts\" %u and \"num_local_experts\" %u differ", path,
+                           s->experts, local);
+    if ((st = member_u32(d, path, "num_experts_per_tok", 0, s->experts, &s->experts_per_token)) ||
+        (st = member_u32(d, path, "moe_intermediate_size", 0, 1u << 18, &s->intermediate)) ||
+        (st = member_u32(d, path, "decoder_sparse_step", 1, 1024, &step)))
+        return st;
+    const int only = mg_jdoc_get(d, 0, "mlp_only_layers");
+    if (step != 1 || (!mg_jdoc_null(d, only) && (!mg_jdoc_is(d, only, JSMN_ARRAY) ||
+                                                 d->tk[only].size != 0)))
+        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                           "%s: dense layers among the MoE layers (decoder_sparse_step %u, "
+                           "mlp_only_layers) are not supported",
+                           path, step);
+    bool bad = false;
+    if (!mg_jdoc_bool(d, 0, "norm_topk_prob", false, &bad) || bad)
+        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                           "%s: \"norm_topk_prob\" is not true: top-k weights that are not "
+                           "renormalized are not supported",
+                           path);
+    return MG_OK;
+}
 
 /* RoPE: the theta (rope_parameters.rope_theta, as transformers 5 writes it, or the older
  * top-level rope_theta; default 10000) and the scaling, which must be absent or of type
@@ -208,7 +246,8 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
     if (!st && !ha)
         st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
                          "%s: architecture %s is not supported (LlamaForCausalLM, "
-                         "MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM are)",
+                         "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and "
+                         "Qwen3MoeForCausalLM are)",
                          path, name);
     /* Limits well past any released model, so that products of them stay far from overflow
      * and an absurd value gets its own message before anything is sized from it. */
@@ -221,6 +260,8 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
         !(st = member_u32(&d, path, "vocab_size", 0, 1u << 24, &s->vocab)))
         st = member_u32(&d, path, "head_dim", s->hidden / s->heads ? s->hidden / s->heads : 1,
                         1024, &s->head_dim);
+    if (!st && ha->moe)
+        st = read_experts(&d, path, s);
     if (!st && (s->heads % s->kv_heads || s->head_dim % 2))
         st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
                          "%s: %u heads over %u KV heads of %u: heads must be a multiple of KV "
@@ -360,9 +401,22 @@ static bool known_tensor(const mg_fwd_hf *h, const char *name, uint32_t layers) 
     if (sscanf(b, "model.layers.%u.%n", &l, &off) != 1 || off <= 0 || l >= layers)
         return false;
     for (int i = 0; i < H_LAYER_COUNT; i++)
-        if (!strcmp(b + off, layer_names[i]))
+        if ((!h->experts || i < H_GATE) && !strcmp(b + off, layer_names[i]))
             return true;
-    return false;
+    unsigned e;
+    int end = 0;
+    char proj[16];
+    if (h->experts && !strcmp(b + off, "mlp.gate"))
+        return true;
+    return h->experts &&
+           sscanf(b + off, "mlp.experts.%u.%15[a-z_]%n", &e, proj, &end) == 2 &&
+           !b[off + end] && e < h->experts &&
+           (!strcmp(proj, "gate_proj") || !strcmp(proj, "up_proj") || !strcmp(proj, "down_proj"));
+}
+
+/* Expert e's projection `proj` (gate_proj, up_proj, down_proj) of layer l. */
+static void expert_name(char *buf, size_t size, uint32_t l, uint32_t e, const char *proj) {
+    snprintf(buf, size, "model.layers.%u.mlp.experts.%u.%s.weight", l, e, proj);
 }
 
 /* Whether `name` is one of the architecture's additions (bias_names, head_norm_names). */
@@ -429,11 +483,29 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
     const uint64_t rows[H_LAYER_COUNT] = {0, QD, KD, KD, H, 0, I, I, H};
     const uint64_t cols[H_LAYER_COUNT] = {H, H, H, H, QD, H, H, H, I};
     char base[160];
-    for (uint32_t l = 0; !st && l < arch->layers; l++)
-        for (int i = 0; !st && i < H_LAYER_COUNT; i++) {
+    h->experts = s->experts;
+    if (!st && h->mlx && h->experts)
+        st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                         "checkpoint %s: MLX-quantized experts are not supported (BF16, F16 or "
+                         "F32 experts are)",
+                         dir);
+    for (uint32_t l = 0; !st && l < arch->layers; l++) {
+        /* a MoE layer has a router and its experts where a dense one has its MLP */
+        for (int i = 0; !st && i < (h->experts ? H_GATE : H_LAYER_COUNT); i++) {
             snprintf(base, sizeof base, "model.layers.%u.%s", l, layer_names[i]);
             st = check_tensor(h, base, rows[i], cols[i], is_matrix(i));
         }
+        if (!st && h->experts) {
+            snprintf(base, sizeof base, "model.layers.%u.mlp.gate", l);
+            st = check_tensor(h, base, h->experts, H, false);
+        }
+        static const char *const projs[] = {"gate_proj", "up_proj", "down_proj"};
+        for (uint32_t e = 0; !st && e < h->experts; e++)
+            for (int p = 0; !st && p < 3; p++) {
+                snprintf(base, sizeof base, "model.layers.%u.mlp.experts.%u.%s", l, e, projs[p]);
+                st = check_tensor(h, base, p < 2 ? I : H, p < 2 ? H : I, false);
+            }
+    }
     for (uint32_t l = 0; !st && l < arch->layers; l++) {
         const uint64_t bias_rows[3] = {QD, KD, KD};
         for (int i = 0; !st && arch->qkv_bias && i < 3; i++) {
@@ -516,19 +588,25 @@ static float element(const mg_st_tensor *t, size_t j) {
 /* The named float tensors, joined row-wise, as one BF16 (or, f32, FP32) device buffer. */
 static mg_status upload_float(mg_backend *b, const mg_fwd_hf *h, const char *const *names,
                               int count, bool f32, mg_devptr *out, uint64_t *total) {
-    mg_st_tensor t[2];
+    mg_st_tensor *t = malloc((size_t)count * sizeof *t);
+    if (!t)
+        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", names[0]);
     size_t elements = 0;
     for (int i = 0; i < count; i++) {
         mg_status st = mg_st_find(h->st, names[i], &t[i]);
-        if (st)
+        if (st) {
+            free(t);
             return mg_fwd_fail(st, "checkpoint %s: %s", h->dir, mg_last_error());
+        }
         elements += (size_t)(t[i].bytes / mg_st_dtype_bytes(t[i].dtype));
     }
     const size_t size = f32 ? 4 : 2;
     uint16_t *host = malloc(elements * size);
     float *host32 = (float *)(void *)host;
-    if (!host)
+    if (!host) {
+        free(t);
         return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", names[0]);
+    }
     size_t o = 0;
     for (int i = 0; i < count; i++) {
         const size_t n = (size_t)(t[i].bytes / mg_st_dtype_bytes(t[i].dtype));
@@ -543,6 +621,7 @@ static mg_status upload_float(mg_backend *b, const mg_fwd_hf *h, const char *con
         }
         o += n;
     }
+    free(t);
     mg_status st = mg_alloc(b, elements * size, out);
     if (!st && (st = mg_copy_h2d(b, *out, host, elements * size))) {
         mg_free(b, *out);
@@ -613,6 +692,35 @@ static mg_status upload_additions(mg_backend *b, const mg_fwd_hf *h, const mg_fw
     return st;
 }
 
+/* Layer l's router and experts in model.h's MoE layout: the router [E, hidden], w_gate_up
+ * expert e's gate rows then its up rows at rows e * 2 I, w_down expert e at rows e * hidden. */
+static mg_status upload_experts(mg_backend *b, const mg_fwd_hf *h, uint32_t l, mg_devptr *w,
+                                uint64_t *total) {
+    const uint32_t E = h->experts;
+    char router[160];
+    snprintf(router, sizeof router, "model.layers.%u.mlp.gate.weight", l);
+    const char *rn[] = {router};
+    char(*names)[160] = malloc((size_t)3 * E * sizeof *names);
+    const char **gu = malloc((size_t)3 * E * sizeof *gu), **down = gu + 2 * E;
+    mg_status st = MG_OK;
+    if (!names || !gu)
+        st = mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the experts' names");
+    for (uint32_t e = 0; !st && e < E; e++) {
+        expert_name(names[3 * e], sizeof names[0], l, e, "gate_proj");
+        expert_name(names[3 * e + 1], sizeof names[0], l, e, "up_proj");
+        expert_name(names[3 * e + 2], sizeof names[0], l, e, "down_proj");
+        gu[2 * e] = names[3 * e];
+        gu[2 * e + 1] = names[3 * e + 1];
+        down[e] = names[3 * e + 2];
+    }
+    if (!st && !(st = upload_bf16(b, h, rn, 1, &w[MG_FWD_ROUTER], total)) &&
+        !(st = upload_bf16(b, h, gu, (int)(2 * E), &w[MG_FWD_W_GATE_UP], total)))
+        st = upload_bf16(b, h, down, (int)E, &w[MG_FWD_W_DOWN], total);
+    free(names);
+    free(gu);
+    return st;
+}
+
 mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
                          mg_devptr *layer_w, mg_devptr *extra, mg_fwd_checkpoint_weights *out) {
     memset(out, 0, sizeof *out);
@@ -639,9 +747,11 @@ mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
         const char *gu[] = {n[H_GATE], n[H_UP]}, *down[] = {n[H_DOWN]};
         if (!(st = upload_bf16(b, h, q, 1, &w[MG_FWD_WQ], &out->bytes)) &&
             !(st = upload_bf16(b, h, kv, 2, &w[MG_FWD_WKV], &out->bytes)) &&
-            !(st = upload_bf16(b, h, o, 1, &w[MG_FWD_WO], &out->bytes)) &&
+            !(st = upload_bf16(b, h, o, 1, &w[MG_FWD_WO], &out->bytes)) && !h->experts &&
             !(st = upload_bf16(b, h, gu, 2, &w[MG_FWD_W_GATE_UP], &out->bytes)))
             st = upload_bf16(b, h, down, 1, &w[MG_FWD_W_DOWN], &out->bytes);
+        if (!st && h->experts)
+            st = upload_experts(b, h, l, w, &out->bytes);
     }
     if (!st && h->mlx &&
         !(st = mg_fwd_mlx_create(b, &arch->shape, arch->layers, h->dir, h->bits, &out->mlx)))

@@ -4,14 +4,16 @@
  * architecture and weights; MLX-quantized directories (config.json "quantization") too.
  *
  * Architecture (config.json): architectures[0] LlamaForCausalLM (Llama 2/3, SmolLM2),
- * MistralForCausalLM, Qwen2ForCausalLM (biases on the q, k and v projections) or
- * Qwen3ForCausalLM (an RMSNorm over each q and k head); hidden_size, intermediate_size,
+ * MistralForCausalLM, Qwen2ForCausalLM (biases on the q, k and v projections),
+ * Qwen3ForCausalLM (an RMSNorm over each q and k head) or Qwen3MoeForCausalLM (Qwen3's
+ * attention, every layer's MLP a mixture of experts: num_experts or num_local_experts,
+ * num_experts_per_tok, moe_intermediate_size, norm_topk_prob true, no dense layers); hidden_size, intermediate_size,
  * num_attention_heads, num_key_value_heads (default: the heads), head_dim (default hidden /
  * heads), num_hidden_layers, rms_norm_eps, vocab_size, tie_word_embeddings (default false),
  * max_position_embeddings; the RoPE theta from rope_parameters.rope_theta (transformers 5) or
  * rope_theta (default 10000; both present must agree). Each size has a range far past any
  * released model and each field a type; a value outside them is a one-line error naming the
- * field. Refused, naming the field or value: another architecture (Qwen3-MoE included), RoPE
+ * field. Refused, naming the field or value: another architecture, RoPE
  * scaling of any type but "default" (rope_scaling or rope_parameters: llama3, linear, yarn,
  * ...), attention biases beyond Qwen2's, MLP biases, an activation other than SiLU, partial
  * rotary embeddings, a layer type other than full or sliding attention, a quantization method
@@ -23,7 +25,9 @@
  * input_layernorm, post_attention_layernorm, self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
  * each `.weight` in BF16, F16 or F32, converted to BF16 on the host and uploaded (Qwen2's
  * self_attn.{q,k,v}_proj.bias as FP32, Qwen3's self_attn.{q,k}_norm.weight as BF16:
- * model_checkpoint.h's extra tensors); the rows are
+ * model_checkpoint.h's extra tensors; Qwen3-MoE's mlp.gate (the router) and
+ * mlp.experts.<e>.{gate,up,down}_proj in place of the MLP, joined into model.h's expert
+ * layout; MLX-quantized experts are refused); the rows are
  * in Hugging Face order already (rotate-half RoPE). In an MLX directory the layer matrices are
  * loaded by mg_fwd_mlx_create (model_mlx.h: every one quantized with the config's bits), and a
  * quantized embedding or LM head is dequantized to BF16 on the device (mg_mlx_dequant). A

@@ -8,13 +8,13 @@
 # every one of our top logits; greedy tokens equal where the reference's margin exceeds that):
 # REL 0.04, ABS 0.05. The reference is float32 on the same weights; the runtime rounds every
 # activation to BF16 (relative 2^-9) through 2-3 layers, and the F32 model's weights once to
-# BF16. Measured on the CPU backend on 2026-12-01 over the 12 forms (20 steps each): largest
-# relative error 0.0245 (the F32 Llama, whose weights the runtime rounds), 0.008-0.017 for the
-# rest, largest absolute 0.24 on logits up to about 12. REL is SmolLM2's bound (compare.py),
+# BF16. Measured on the CPU backend on 2026-12-01 over the 13 forms (20 steps each): largest
+# relative error 0.0245 (the F32 Llama, whose weights the runtime rounds), 0.008-0.019 for the
+# rest (Qwen3-MoE 0.0185), largest absolute 0.24 on logits up to about 12. REL is SmolLM2's bound (compare.py),
 # 1.6 times the largest seen; ABS covers steps whose logits are all small. Each mistake tried
 # by hand failed every step of the forms concerned: q/k head norms skipped, biases skipped, the
 # GGUF Q/K permutation not undone (llama) or undone where there is none (qwen2, qwen3), the
-# nested rope_parameters theta ignored.
+# nested rope_parameters theta ignored, the experts' top-k weights not renormalized.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cli=$1 ref=$2 backend=$3

@@ -6,7 +6,8 @@ Usage: random_models.py OUT_DIR [--reference mlx|transformers] [--only NAME]
 Each model of MODELS has awkward sizes on purpose: a hidden size that is no power of two, GQA
 groups of 3, head_dim 48 or 80 (explicit, not hidden / heads), a vocabulary that is no multiple
 of 8, several layers, a rope_theta and rms_norm_eps away from the defaults, tied and untied
-embeddings, and Qwen2's biases and Qwen3's head norms. For each, under OUT_DIR/<name>/:
+embeddings, Qwen2's biases, Qwen3's head norms and Qwen3-MoE's experts (5 of them, top 2:
+an odd count). For each, under OUT_DIR/<name>/:
 
   hf/        config.json written by transformers' own configuration class (pinned version), and
              model.safetensors with random weights (BF16, one model in F32, so that the F32
@@ -61,9 +62,17 @@ MODELS = [
           head_dim=80, num_hidden_layers=3, vocab_size=1201, rope_theta=250000.0,
           rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=1024),
      "bfloat16", "Q8_0", ((8, 32),)),
+    ("qwen3_moe_untied", "Qwen3MoeConfig",
+     dict(hidden_size=192, intermediate_size=256, moe_intermediate_size=96, num_experts=5,
+          num_experts_per_tok=2, norm_topk_prob=True, num_attention_heads=6,
+          num_key_value_heads=2, head_dim=48, num_hidden_layers=2, vocab_size=611,
+          rope_theta=30000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+          max_position_embeddings=1024),
+     "bfloat16", None, ()),
 ]
 ARCHITECTURES = {"LlamaConfig": "LlamaForCausalLM", "MistralConfig": "MistralForCausalLM",
-                 "Qwen2Config": "Qwen2ForCausalLM", "Qwen3Config": "Qwen3ForCausalLM"}
+                 "Qwen2Config": "Qwen2ForCausalLM", "Qwen3Config": "Qwen3ForCausalLM",
+                 "Qwen3MoeConfig": "Qwen3MoeForCausalLM"}
 GGUF_ARCH = {"LlamaConfig": "llama", "MistralConfig": "llama", "Qwen2Config": "qwen2",
              "Qwen3Config": "qwen3"}
 
@@ -79,6 +88,8 @@ def write_config(cls_name, kw, dtype, path):
     d["torch_dtype"] = dtype
     if cls_name != "Qwen3Config":
         d["rope_theta"] = kw["rope_theta"]
+    if "num_experts" in kw:  # transformers 5 writes num_local_experts; mlx-lm reads this
+        d["num_experts"] = kw["num_experts"]
     (path / "config.json").write_text(json.dumps(d, indent=1, default=str))
     return d
 
@@ -109,9 +120,17 @@ def random_weights(kw, qwen2, qwen3, seed):
         w[p + "self_attn.k_proj.weight"] = mat(Hk * D, H, 1.5)
         w[p + "self_attn.v_proj.weight"] = mat(Hk * D, H)
         w[p + "self_attn.o_proj.weight"] = mat(H, Hq * D)
-        w[p + "mlp.gate_proj.weight"] = mat(I, H)
-        w[p + "mlp.up_proj.weight"] = mat(I, H)
-        w[p + "mlp.down_proj.weight"] = mat(H, I)
+        if "num_experts" in kw:  # Qwen3-MoE: a router and experts as the hub's files hold them
+            E, Im = kw["num_experts"], kw["moe_intermediate_size"]
+            w[p + "mlp.gate.weight"] = mat(E, H, 3.0)
+            for e in range(E):
+                w[p + f"mlp.experts.{e}.gate_proj.weight"] = mat(Im, H)
+                w[p + f"mlp.experts.{e}.up_proj.weight"] = mat(Im, H)
+                w[p + f"mlp.experts.{e}.down_proj.weight"] = mat(H, Im)
+        else:
+            w[p + "mlp.gate_proj.weight"] = mat(I, H)
+            w[p + "mlp.up_proj.weight"] = mat(I, H)
+            w[p + "mlp.down_proj.weight"] = mat(H, I)
         if qwen2:
             for n, rows in (("q", Hq * D), ("k", Hk * D), ("v", Hk * D)):
                 w[p + f"self_attn.{n}_proj.bias"] = (rng.standard_normal(rows) * 0.5).astype(
@@ -252,12 +271,37 @@ def write_mlx(hf, bits, group, out):
     save_config(cfg, out / "config.json")
 
 
+def read_sequences(ref):
+    seqs = []
+    for c in range(int((ref / "cases").read_text())):
+        meta = dict(l.split(" ", 1) for l in (ref / f"case{c}.txt").read_text().splitlines())
+        seqs.append([int(x) for x in (meta["prompt"] + "," + meta["continuation"]).split(",")])
+    return seqs
+
+
+def reuse(out, kind):
+    for name in (out / "models").read_text().split():
+        root = out / name
+        pairs = [(root / "hf", root / "hf")]
+        if (root / "gguf" / "decoded").is_dir():
+            pairs.append((root / "gguf" / "decoded", root / "gguf" / "ref"))
+        for model_dir, ref in pairs:
+            reference(model_dir, read_sequences(ref), ref.parent / f"{ref.name}_{kind}", kind)
+            print(f"{name}: {model_dir.relative_to(out)} -> {ref.name}_{kind}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("--reference", default="mlx", choices=["mlx", "transformers"])
     ap.add_argument("--only", default="")
+    ap.add_argument("--reuse", action="store_true",
+                    help="OUT_DIR holds the models already: only compute the reference's logits "
+                         "of its Hugging Face and decoded GGUF directories, into ref_<reference>/ "
+                         "beside each (the GPU machine's transformers run)")
     a = ap.parse_args()
+    if a.reuse:
+        return reuse(a.out, a.reference)
     names = []
     for i, (name, cls_name, kw, dtype, gguf_type, mlx_forms) in enumerate(MODELS):
         if a.only and a.only != name:
@@ -267,7 +311,7 @@ def main():
         hf = root / "hf"
         hf.mkdir(parents=True)
         write_config(cls_name, kw, dtype, hf)
-        w = random_weights(kw, cls_name == "Qwen2Config", cls_name == "Qwen3Config", 100 + i)
+        w = random_weights(kw, cls_name == "Qwen2Config", cls_name.startswith("Qwen3"), 100 + i)
         save_hf(w, dtype, hf)
         if dtype == "bfloat16":  # the reference runs on exactly the values the file holds
             import mlx.core as mx

@@ -24,8 +24,9 @@ an odd count). For each, under OUT_DIR/<name>/:
 
 The reference: mlx-lm's model classes (mlx_lm.utils.load_model of the directory, in float32) by
 default, which runs on the CPU in CI; --reference transformers runs transformers'
-AutoModelForCausalLM in float32 instead (the GPU machine, where PyTorch is installed), over the
-same directories and sequences. Neither is this runtime's code.
+AutoModelForCausalLM in float32 instead (where PyTorch is installed: the GPU machine, or a
+CPU with PyTorch's wheels), and --reuse computes it for directories already written, over the
+same sequences, into ref_transformers/ and hf_transformers/. Neither is this runtime's code.
 """
 import argparse
 import json

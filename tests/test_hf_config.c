@@ -3,7 +3,8 @@
  * reads them, on tiny directories written here (config.json and a model.safetensors of random
  * FP32 weights):
  *  - a valid Llama, Qwen2 (q/k/v biases) and Qwen3 (head norms) directory each run (prefill and
- *    decode steps) and leave the ledger as they found it;
+ *    decode steps, eager and replayed from a captured graph, with the same logits) and leave
+ *    the ledger as they found it;
  *  - every prefix of a valid config.json is refused as JSON that is truncated, malformed or
  *    empty, naming the file;
  *  - a table of bad configs (wrong types, absurd sizes, missing fields, heads that do not
@@ -212,18 +213,33 @@ static void create(mg_backend *b, mg_status want, const char *needle, uint32_t s
         }
         test_checks++;
     }
-    if (m) {
+    /* the same run with its decode steps replayed from a captured graph (biases, head norms
+     * and the keys' packing included) gives the same logits bit for bit */
+    mg_fwd *g = NULL;
+    c.use_graphs = true;
+    if (m)
+        CHECK_OK(mg_fwd_create(b, &c, &g));
+    if (m && g) {
         mg_stream *s = mg_stream_default(b);
-        CHECK_OK(mg_fwd_prefill(m, s));
-        for (uint32_t i = 0; i < steps; i++)
-            CHECK_OK(mg_fwd_decode(m, s));
+        float eager[V], replayed[V];
+        for (uint32_t i = 0; i <= steps; i++) {
+            CHECK_OK(i ? mg_fwd_decode(m, s) : mg_fwd_prefill(m, s));
+            CHECK_OK(i ? mg_fwd_decode(g, s) : mg_fwd_prefill(g, s));
+            CHECK_OK(mg_fwd_logits(m, eager));
+            CHECK_OK(mg_fwd_logits(g, replayed));
+            CHECK(!memcmp(eager, replayed, sizeof eager));
+        }
         uint32_t n = 0;
         const int32_t *ids = mg_fwd_tokens(m, 0, &n);
         CHECK(n == steps + 1);
         for (uint32_t i = 0; i < n; i++)
             CHECK(ids[i] >= 0 && ids[i] < V);
-        mg_fwd_destroy(m);
+        mg_fwd_info info;
+        mg_fwd_get_info(g, &info);
+        CHECK(steps < 2 || info.graph_steps > 0);
     }
+    mg_fwd_destroy(m);
+    mg_fwd_destroy(g);
     CHECK_OK(mg_ledger_live(b, &live1, &count1));
     CHECK(live1 == live0 && count1 == count0);
 }

@@ -60,3 +60,21 @@ if(TARGET fuzz_safetensors_build)
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(fuzz_gguf_smoke PROPERTIES TIMEOUT 120)
 endif()
+
+# libFuzzer on the Hugging Face config.json reader (the same conditions), from the committed
+# corpus tests/fuzz/corpus_hf_config/ (configs written by transformers' classes and mlx-lm).
+if(TARGET fuzz_safetensors_build)
+  set(hf_config_fuzz_sources ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_hf_config.c
+      ${PROJECT_SOURCE_DIR}/src/model/model_hf_config.c ${PROJECT_SOURCE_DIR}/src/model/json.c)
+  add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/fuzz_hf_config
+    COMMAND ${METRALE_CLANG} -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Werror
+            -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+            -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src/model
+            ${hf_config_fuzz_sources} -lm -o ${PROJECT_BINARY_DIR}/fuzz_hf_config
+    DEPENDS ${hf_config_fuzz_sources} COMMENT "Building the config.json fuzzer with clang" VERBATIM)
+  add_custom_target(fuzz_hf_config_build ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_hf_config)
+  add_test(NAME fuzz_hf_config_smoke
+    COMMAND sh -c "mkdir -p fuzz_corpus_hf_config && exec ./fuzz_hf_config -max_total_time=${METRALE_FUZZ_SECONDS} -seed=1 -max_len=8192 -timeout=10 fuzz_corpus_hf_config ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus_hf_config"
+    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(fuzz_hf_config_smoke PROPERTIES TIMEOUT 120)
+endif()

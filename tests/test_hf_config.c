@@ -206,6 +206,7 @@ static void create(mg_backend *b, mg_status want, const char *needle, uint32_t s
     }
     if (want != MG_OK) {
         CHECK(m == NULL);
+        CHECK(mg_fwd_error()[0] && !strchr(mg_fwd_error(), '\n')); /* one line */
         if (needle && !strstr(mg_fwd_error(), needle)) {
             test_failures++;
             fprintf(stderr, "FAIL %s: message \"%s\" does not mention \"%s\"\n", what,
@@ -361,6 +362,8 @@ static void test_bad_configs(mg_backend *b) {
     CASE(BAD, "max_position_embeddings", {"max_position_embeddings", "-1"});
     CASE(NO, "\"chunked_attention\"", {"layer_types", "[\"full_attention\", \"chunked_attention\"]"});
     CASE(NO, "layer_types[0]", {"layer_types", "[1, 2]"});
+    CASE(NO, "layer_types[1] \"\"", {"layer_types", "[\"full_attention\", \"full\n\"]"});
+    CASE(BAD, "not an array of names", {"architectures", "[\"Llama\tForCausalLM\"]"});
     CASE(BAD, "layer_types", {"layer_types", "\"full_attention\""});
     CASE(BAD, "use_sliding_window", {"use_sliding_window", "1"});
     CASE(BAD, "sliding_window", {"use_sliding_window", "true"}, {"sliding_window", "-5"},

@@ -53,7 +53,8 @@ if(TARGET fuzz_safetensors_build)
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
             -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src/model ${gguf_fuzz_sources}
             -o ${PROJECT_BINARY_DIR}/fuzz_gguf
-    DEPENDS ${gguf_fuzz_sources} COMMENT "Building the GGUF fuzzer with clang" VERBATIM)
+    DEPENDS ${gguf_fuzz_sources} ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_fwd_error.h
+    COMMENT "Building the GGUF fuzzer with clang" VERBATIM)
   add_custom_target(fuzz_gguf_build ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_gguf)
   add_test(NAME fuzz_gguf_smoke
     COMMAND sh -c "mkdir -p fuzz_corpus_gguf && exec ./fuzz_gguf -max_total_time=${METRALE_FUZZ_SECONDS} -seed=1 -max_len=65536 -timeout=10 fuzz_corpus_gguf ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus_gguf"
@@ -71,7 +72,8 @@ if(TARGET fuzz_safetensors_build)
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
             -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src/model
             ${hf_config_fuzz_sources} -lm -o ${PROJECT_BINARY_DIR}/fuzz_hf_config
-    DEPENDS ${hf_config_fuzz_sources} COMMENT "Building the config.json fuzzer with clang" VERBATIM)
+    DEPENDS ${hf_config_fuzz_sources} ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_fwd_error.h
+    COMMENT "Building the config.json fuzzer with clang" VERBATIM)
   add_custom_target(fuzz_hf_config_build ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_hf_config)
   add_test(NAME fuzz_hf_config_smoke
     COMMAND sh -c "mkdir -p fuzz_corpus_hf_config && exec ./fuzz_hf_config -max_total_time=${METRALE_FUZZ_SECONDS} -seed=1 -max_len=8192 -timeout=10 fuzz_corpus_hf_config ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus_hf_config"

@@ -25,16 +25,6 @@
 #include "model.h"
 #include "test_util.h"
 
-#define CHECK_FWD_MESSAGE(needle)                                                                  \
-    do {                                                                                           \
-        test_checks++;                                                                             \
-        if (!strstr(mg_fwd_error(), (needle))) {                                                   \
-            test_failures++;                                                                       \
-            fprintf(stderr, "FAIL %s:%d: message \"%s\" does not mention \"%s\"\n", __FILE__,      \
-                    __LINE__, mg_fwd_error(), (needle));                                           \
-        }                                                                                          \
-    } while (0)
-
 /* The tiny shape: hidden 32, 2 heads over 1 KV head of 16 (the KV cache's smallest head),
  * MLP 48, vocabulary 37, 2 layers. */
 enum { H = 32, HEADS = 2, KV = 1, D = 16, I = 48, V = 37, L = 2 };

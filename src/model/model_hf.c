@@ -76,16 +76,10 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
     return st;
 }
 
-/* Checks tensor `name`: present, float (or, quantized, the MLX triple), of shape [rows, cols]
+/* Checks float tensor `name` (the full name): present, BF16, F16 or F32, of shape [rows, cols]
  * (rows 0: a vector of cols). */
-static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t rows, uint64_t cols,
-                              bool may_be_quantized) {
-    char name[160];
+static mg_status check_float(const mg_fwd_hf *h, const char *name, uint64_t rows, uint64_t cols) {
     mg_st_tensor t;
-    snprintf(name, sizeof name, "%s.scales", base);
-    if (may_be_quantized && h->mlx && mg_st_find(h->st, name, &t) == MG_OK)
-        return MG_OK; /* an MLX layer: mg_mlx_linear_load checks its three tensors */
-    snprintf(name, sizeof name, "%s.weight", base);
     if (mg_st_find(h->st, name, &t))
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "checkpoint %s: tensor %s is missing", h->dir,
                            name);
@@ -103,6 +97,18 @@ static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t row
                            (unsigned long long)(t.rank > 1 ? t.shape[1] : 0), t.rank,
                            (unsigned long long)rows, (unsigned long long)cols);
     return MG_OK;
+}
+
+/* Checks the layer `base`: its `.weight` as check_float does, or (quantized) the MLX triple. */
+static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t rows, uint64_t cols,
+                              bool may_be_quantized) {
+    char name[160];
+    mg_st_tensor t;
+    snprintf(name, sizeof name, "%s.scales", base);
+    if (may_be_quantized && h->mlx && mg_st_find(h->st, name, &t) == MG_OK)
+        return MG_OK; /* an MLX layer: mg_mlx_linear_load checks its three tensors */
+    snprintf(name, sizeof name, "%s.weight", base);
+    return check_float(h, name, rows, cols);
 }
 
 /* Whether `name` is a tensor the network uses (or a derived table it may ignore). */
@@ -159,31 +165,6 @@ static bool known_addition(const mg_fwd_preset *arch, const char *name) {
     return false;
 }
 
-/* A float vector `name` of `n` elements (a bias or a head norm weight). */
-static mg_status check_vector(const mg_fwd_hf *h, const char *name, uint64_t n) {
-    char base[160];
-    const size_t len = strlen(name);
-    const char *suffix = len > 7 && !strcmp(name + len - 7, ".weight") ? ".weight" : ".bias";
-    snprintf(base, sizeof base, "%.*s", (int)(len - strlen(suffix)), name);
-    if (!strcmp(suffix, ".weight"))
-        return check_tensor(h, base, 0, n, false);
-    mg_st_tensor t;
-    if (mg_st_find(h->st, name, &t))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "checkpoint %s: tensor %s is missing", h->dir,
-                           name);
-    if (t.dtype != MG_ST_BF16 && t.dtype != MG_ST_F16 && t.dtype != MG_ST_F32)
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "checkpoint %s: tensor %s is %s (BF16, F16 and F32 are loaded)",
-                           h->dir, name, mg_st_dtype_name(t.dtype));
-    if (t.rank != 1 || t.shape[0] != n)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "checkpoint %s: tensor %s has %u dimensions (first %llu), the config "
-                           "implies a vector of %llu",
-                           h->dir, name, t.rank, (unsigned long long)t.shape[0],
-                           (unsigned long long)n);
-    return MG_OK;
-}
-
 mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_t name_size,
                          mg_fwd_hf **out) {
     *out = NULL;
@@ -235,11 +216,11 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
         const uint64_t bias_rows[3] = {QD, KD, KD};
         for (int i = 0; !st && arch->qkv_bias && i < 3; i++) {
             snprintf(base, sizeof base, "model.layers.%u.%s", l, bias_names[i]);
-            st = check_vector(h, base, bias_rows[i]);
+            st = check_float(h, base, 0, bias_rows[i]);
         }
         for (int i = 0; !st && arch->qk_norm && i < 2; i++) {
             snprintf(base, sizeof base, "model.layers.%u.%s", l, head_norm_names[i]);
-            st = check_vector(h, base, s->head_dim);
+            st = check_float(h, base, 0, s->head_dim);
         }
     }
     for (size_t i = 0; !st && i < mg_st_count(h->st); i++) {

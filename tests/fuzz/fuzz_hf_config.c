@@ -8,32 +8,22 @@
  * and an eps in (0, 1). The seeds (tests/fuzz/corpus_hf_config/) are the configs
  * tests/model/random_models.py writes with transformers' classes and mlx-lm's converter. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model_hf.h"
 
-static char message[512];
-
-/* The model layer's error path (model.c), which the target does not link. */
-mg_status mg_fwd_fail(mg_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
-    va_end(ap);
-    return st ? st : MG_ERR_INTERNAL;
-}
+#include "fuzz_fwd_error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mg_fwd_preset arch;
     mg_fwd_hf_config c;
-    message[0] = 0;
+    error_text[0] = 0;
     memset(&arch, 0xA5, sizeof arch);
     mg_status st = mg_fwd_hf_config_parse((const char *)data, size, "fuzz/config.json", &arch, &c);
     if (st != MG_OK) {
-        if (!message[0] || strchr(message, '\n') || !strstr(message, "fuzz/config.json"))
+        if (!error_text[0] || strchr(error_text, '\n') || !strstr(error_text, "fuzz/config.json"))
             abort();
         return 0;
     }

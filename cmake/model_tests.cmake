@@ -18,6 +18,23 @@ add_test(NAME smollm2_vs_mlx_lm
 set_tests_properties(smollm2_vs_mlx_lm PROPERTIES FIXTURES_REQUIRED smollm2_reference
                      SKIP_RETURN_CODE 77 TIMEOUT 1200)
 
+# Small random checkpoints of every architecture read (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE)
+# in every form (Hugging Face BF16/F32, GGUF Q8_0/F16 with llama.cpp's Q/K permutation where it
+# applies, MLX 4/8-bit), written at test time with transformers' configuration classes, the
+# gguf package and mlx-lm, against mlx-lm's float32 logits of each
+# (tests/model/random_models.py).
+# About 20 s on two cores; the sanitizer builds run it too.
+add_test(NAME random_models_reference_files
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/model/setup_random.sh
+                 ${PROJECT_BINARY_DIR}/random_models_reference)
+set_tests_properties(random_models_reference_files PROPERTIES
+                     FIXTURES_SETUP random_models_reference TIMEOUT 1500)
+add_test(NAME random_models_vs_reference
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/model/compare_random.sh
+                 $<TARGET_FILE:metrale-gpu> ${PROJECT_BINARY_DIR}/random_models_reference cpu)
+set_tests_properties(random_models_vs_reference PROPERTIES
+                     FIXTURES_REQUIRED random_models_reference SKIP_RETURN_CODE 77 TIMEOUT 600)
+
 # The GGUF reader and loader on the committed tiny checkpoints (tests/test_gguf.c).
 if(TARGET test_gguf)
   target_compile_definitions(test_gguf PRIVATE
@@ -36,10 +53,30 @@ if(TARGET fuzz_safetensors_build)
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
             -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src/model ${gguf_fuzz_sources}
             -o ${PROJECT_BINARY_DIR}/fuzz_gguf
-    DEPENDS ${gguf_fuzz_sources} COMMENT "Building the GGUF fuzzer with clang" VERBATIM)
+    DEPENDS ${gguf_fuzz_sources} ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_fwd_error.h
+    COMMENT "Building the GGUF fuzzer with clang" VERBATIM)
   add_custom_target(fuzz_gguf_build ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_gguf)
   add_test(NAME fuzz_gguf_smoke
     COMMAND sh -c "mkdir -p fuzz_corpus_gguf && exec ./fuzz_gguf -max_total_time=${METRALE_FUZZ_SECONDS} -seed=1 -max_len=65536 -timeout=10 fuzz_corpus_gguf ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus_gguf"
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(fuzz_gguf_smoke PROPERTIES TIMEOUT 120)
+endif()
+
+# libFuzzer on the Hugging Face config.json reader (the same conditions), from the committed
+# corpus tests/fuzz/corpus_hf_config/ (configs written by transformers' classes and mlx-lm).
+if(TARGET fuzz_safetensors_build)
+  set(hf_config_fuzz_sources ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_hf_config.c
+      ${PROJECT_SOURCE_DIR}/src/model/model_hf_config.c ${PROJECT_SOURCE_DIR}/src/model/json.c)
+  add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/fuzz_hf_config
+    COMMAND ${METRALE_CLANG} -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Werror
+            -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+            -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src/model
+            ${hf_config_fuzz_sources} -lm -o ${PROJECT_BINARY_DIR}/fuzz_hf_config
+    DEPENDS ${hf_config_fuzz_sources} ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_fwd_error.h
+    COMMENT "Building the config.json fuzzer with clang" VERBATIM)
+  add_custom_target(fuzz_hf_config_build ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_hf_config)
+  add_test(NAME fuzz_hf_config_smoke
+    COMMAND sh -c "mkdir -p fuzz_corpus_hf_config && exec ./fuzz_hf_config -max_total_time=${METRALE_FUZZ_SECONDS} -seed=1 -max_len=8192 -timeout=10 fuzz_corpus_hf_config ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus_hf_config"
+    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(fuzz_hf_config_smoke PROPERTIES TIMEOUT 120)
 endif()

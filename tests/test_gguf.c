@@ -11,8 +11,9 @@
  *  - hand-made corruptions (magic, version, absurd counts and lengths, too many dimensions, an
  *    empty dimension, an unknown type, a misaligned or out-of-file offset, a duplicate name)
  *    each get their own message;
- *  - a checkpoint whose tensor shapes disagree with its metadata, an unsupported architecture
- *    and an unused tensor are refused by mg_fwd_create with a message naming them;
+ *  - a checkpoint whose tensor shapes disagree with its metadata, an unsupported architecture,
+ *    a qwen2 or qwen3 file without its biases or head norms and an unused tensor are refused
+ *    by mg_fwd_create with a message naming them;
  *  - a thousand decode steps allocate nothing after the first (the ledger is unchanged);
  *  - a run longer than the checkpoint's context is refused.
  */
@@ -390,6 +391,22 @@ static void test_disagreeing(mg_backend *b) {
             run_model(b, tmp, false, "architecture gemma is not supported");
             memcpy(val, arch, 5);
         }
+    }
+    /* the same file as qwen2 and qwen3 (every "llama" of its metadata renamed: the names have
+     * one length): the architectures' own tensors are missing, and named */
+    static const char *const qwen[][2] = {{"qwen2", "blk.0.attn_q.bias is missing"},
+                                          {"qwen3", "blk.0.attn_q_norm.weight is missing"}};
+    for (int q = 0; q < 2; q++) {
+        unsigned char *copy = malloc(size);
+        CHECK(copy != NULL);
+        if (!copy)
+            break;
+        memcpy(copy, data, size);
+        for (unsigned char *p = copy; (p = memmem(p, size - (size_t)(p - copy), arch, 5));)
+            memcpy(p, qwen[q][0], 5);
+        CHECK(write_file(tmp, copy, size));
+        run_model(b, tmp, false, qwen[q][1]);
+        free(copy);
     }
     /* a tensor renamed to one the network does not have */
     unsigned char *t = memmem(data, size, "blk.0.ffn_up.weight", 19);

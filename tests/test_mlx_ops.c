@@ -1,7 +1,8 @@
 /* test_mlx_ops.c - the MLX ops (metrale/mlx.h) on the CPU backend against float64 computed
  * here from the packed codes, on fresh random layers of awkward shapes for every bits, group
- * size and scale type, M from 1 to 8 (GEMVs) and above (GEMM), outputs poisoned first; and
- * every argument error, which must leave the outputs untouched. */
+ * size and scale type, M from 1 to 8 (GEMVs) and above (GEMM), outputs poisoned first; the
+ * bias add alone (mg_mlx_add_bias) bit for bit for each bias type; and every argument error,
+ * which must leave the outputs untouched. */
 #include <stdio.h>
 
 #include "mlx_test_util.h"
@@ -138,6 +139,69 @@ static void test_errors(mg_backend *b) {
     mlx_test_layer_free(b, &l);
 }
 
+/* mg_mlx_add_bias on an awkward y [m, n] for each bias type: every element one FP32 addition
+ * rounded to BF16 (mlx.h), bit for bit; bad arguments leave y untouched. */
+static void test_add_bias(mg_backend *b) {
+    const mg_dtype types[] = {MG_DTYPE_BF16, MG_DTYPE_F16, MG_DTYPE_F32};
+    const uint32_t m = (uint32_t)test_rand_range(1, 40), n = (uint32_t)test_rand_range(1, 300);
+    uint16_t *y0 = malloc(2ull * m * n), *got = NULL;
+    float *bias32 = malloc(4ull * n);
+    uint16_t *bias16 = malloc(2ull * n);
+    mg_devptr y = 0, bias = 0;
+    CHECK(y0 && bias32 && bias16);
+    if (!y0 || !bias32 || !bias16)
+        goto done;
+    CHECK_OK(mg_alloc(b, 2ull * m * n, &y));
+    CHECK_OK(mg_alloc(b, 4ull * n, &bias));
+    for (int t = 0; t < 3; t++) {
+        for (size_t i = 0; i < (size_t)m * n; i++)
+            y0[i] = mg_f32_to_bf16((float)((int)(test_rand() % 2001) - 1000) / 97.0f);
+        for (uint32_t j = 0; j < n; j++) {
+            const float v = (float)((int)(test_rand() % 2001) - 1000) / 113.0f;
+            bias16[j] = types[t] == MG_DTYPE_F16 ? mg_f32_to_f16(v) : mg_f32_to_bf16(v);
+            bias32[j] = types[t] == MG_DTYPE_F32 ? v
+                        : types[t] == MG_DTYPE_F16 ? mg_f16_to_f32(bias16[j])
+                                                   : mg_bf16_to_f32(bias16[j]);
+        }
+        CHECK_OK(mg_copy_h2d(b, y, y0, 2ull * m * n));
+        CHECK_OK(mg_copy_h2d(b, bias, types[t] == MG_DTYPE_F32 ? (void *)bias32 : bias16,
+                             n * mg_dtype_bytes(types[t])));
+        CHECK_OK(mg_mlx_add_bias(b, NULL, m, n, y, bias, types[t]));
+        CHECK_OK(mg_stream_synchronize(mg_stream_default(b)));
+        got = mlx_test_download(b, y, 2ull * m * n);
+        size_t wrong = 0;
+        for (size_t i = 0; got && i < (size_t)m * n; i++)
+            wrong += got[i] != mg_f32_to_bf16(mg_bf16_to_f32(y0[i]) + bias32[i % n]);
+        CHECK(got && wrong == 0);
+        free(got);
+    }
+    CHECK_OK(mg_copy_h2d(b, y, y0, 2ull * m * n));
+    CHECK_STATUS(mg_mlx_add_bias(b, NULL, 0, n, y, bias, MG_DTYPE_F32), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("m=0");
+    CHECK_STATUS(mg_mlx_add_bias(b, NULL, m, n, y, bias, MG_DTYPE_I32), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("bias_type");
+    CHECK_STATUS(mg_mlx_add_bias(b, NULL, m, n, y, bias + 2, MG_DTYPE_F32),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("aligned");
+    CHECK_STATUS(mg_mlx_add_bias(b, NULL, m + 1000000, n, y, bias, MG_DTYPE_F32),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_mlx_add_bias(b, NULL, 1, n, y, y, MG_DTYPE_BF16), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("overlap");
+    CHECK_STATUS(mg_mlx_add_bias(NULL, NULL, m, n, y, bias, MG_DTYPE_F32),
+                 MG_ERR_INVALID_ARGUMENT);
+    got = mlx_test_download(b, y, 2ull * m * n);
+    CHECK(got && !memcmp(got, y0, 2ull * m * n));
+    free(got);
+done:
+    if (y)
+        mg_free(b, y);
+    if (bias)
+        mg_free(b, bias);
+    free(y0);
+    free(bias32);
+    free(bias16);
+}
+
 int main(void) {
     test_seed();
     mg_backend *b = NULL;
@@ -150,6 +214,7 @@ int main(void) {
             for (int t = 0; t < 2; t++)
                 run_case(b, bits, groups[g], t ? MG_DTYPE_F16 : MG_DTYPE_BF16);
     test_errors(b);
+    test_add_bias(b);
     mg_op_stats st;
     CHECK_OK(mg_op_stats_get(b, MG_OP_MLX_QUANT, &st));
     /* the automatic choice on the CPU backend: cpu_avx2 where the CPU has AVX2, else the

@@ -145,6 +145,13 @@ MG_API uint64_t mg_mlx_gemm_scratch_bytes(const mg_mlx_linear *w);
 MG_API mg_status mg_mlx_gemm(mg_backend *b, mg_stream *s, const mg_mlx_linear *w, uint32_t expert,
                              uint32_t m, mg_devptr x, mg_devptr y, mg_devptr scratch);
 
+/* y[m, n] (BF16, row pitch n) += bias[n] (BF16, FP16 or FP32), rounded as a layer's own bias
+ * above (one FP32 addition, then BF16 to nearest even): for a caller whose product came from
+ * another op, e.g. a BF16 GEMM of a checkpoint whose projections have biases. y and bias must
+ * not overlap; y is 2-byte aligned, bias aligned to its element size. Kernel mlx_add_bias. */
+MG_API mg_status mg_mlx_add_bias(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                                 mg_devptr y, mg_devptr bias, mg_dtype bias_type);
+
 #ifdef __cplusplus
 }
 #endif

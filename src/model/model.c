@@ -137,6 +137,14 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
         mg_arena_plan_destroy(plan);
         return mg_fwd_lib_fail(st, "creating the arena");
     }
+    /* Qwen3's k head norm reads packed keys (model_forward.c): live throughout, small */
+    if (m->c.preset->qk_norm &&
+        (st = mg_arena_plan_add(plan, "k_normed",
+                                2ull * m->tokens_cap * m->sh.kv_heads * m->sh.head_dim, 0, NULL,
+                                NULL))) {
+        mg_arena_plan_destroy(plan);
+        return mg_fwd_lib_fail(st, "creating the arena");
+    }
     uint32_t E = m->sh.experts, K = m->sh.experts_per_token;
     bool dense_fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4 && !E;
     if (dense_fp4 && (st = mg_arena_plan_add(plan, "mlp_act_fp4",
@@ -211,6 +219,8 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
                     "a vocabulary of %u tokens at batch %u: the planned logits (%zu bytes) do not "
                     "hold %u rows of %u",
                     m->sh.vocab, m->c.batch, logits_bytes, m->c.batch, m->logits_pitch);
+    if (m->c.preset->qk_norm && (st = mg_arena_find(m->arena, "k_normed", &m->k_normed, NULL)))
+        return mg_fwd_lib_fail(st, "arena buffer");
     if (dense_fp4 && (st = mg_arena_find(m->arena, "mlp_act_fp4", &m->mlp_act_fp4, NULL)))
         return mg_fwd_lib_fail(st, "arena buffer");
     if (fp8 && ((st = mg_arena_find(m->arena, "fp8_act", &m->act_fp8, NULL)) ||
@@ -467,6 +477,9 @@ void mg_fwd_destroy(mg_fwd *m) {
     for (size_t i = 0; m->layer_w && i < (size_t)m->layers * MG_FWD_LAYER_TENSORS; i++)
         if (m->layer_w[i])
             mg_free(m->b, m->layer_w[i]);
+    for (size_t i = 0; m->layer_extra && i < (size_t)m->layers * MG_FWD_EXTRA_TENSORS; i++)
+        if (m->layer_extra[i])
+            mg_free(m->b, m->layer_extra[i]);
     /* a tied LM head is the embedding itself */
     mg_devptr top[] = {m->embedding, m->final_norm, m->lm_head != m->embedding ? m->lm_head : 0};
     for (size_t i = 0; i < 3; i++)
@@ -484,6 +497,7 @@ void mg_fwd_destroy(mg_fwd *m) {
     free(m->fp4);
     free(m->fp8_scales);
     free(m->layer_w);
+    free(m->layer_extra);
     free(m->pages);
     free(m->kv_len);
     free(m->h_qo);

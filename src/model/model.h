@@ -17,7 +17,10 @@
  *   k, v appended to the paged KV cache;  o = causal attention over the request's cache;
  *   h += o Woᵀ;  m = rmsnorm(h) * mlp_norm;  [g u] = m Wguᵀ;  h += (silu(g) * u) Wdownᵀ;
  * final = rmsnorm(h[last token of each request]) * final_norm; logits = final W_lmᵀ (FP32);
- * next token = argmax. Every activation is BF16 (the ops' rounding defines it).
+ * next token = argmax. Every activation is BF16 (the ops' rounding defines it). Checkpoints
+ * may add (mg_fwd_preset qkv_bias, qk_norm): q += bq, [k v] += [bk bv] after the products
+ * (mg_mlx_add_bias, or the MLX linear's own bias), and q, k = rmsnorm per head * q_norm, k_norm
+ * before RoPE (Qwen2, Qwen3).
  *
  * Weights (reproducible in numpy): element `index` (row-major) of tensor `id` is
  *   x = seed * 0x9E3779B97F4A7C15 + (id << 40) + index   (mod 2^64)
@@ -103,6 +106,10 @@ typedef struct mg_fwd_preset {
     /* The longest sequence (prompt + generated) the model was trained for; 0: no limit (the
      * synthetic presets). A run past it is refused. */
     uint32_t context;
+    /* Checkpoints only (the synthetic presets have neither): q, k and v projections with a bias
+     * added after the product (Qwen2), and an RMSNorm over each q and k head (weights
+     * [head_dim], eps norm_eps) between the projection and RoPE (Qwen3). */
+    bool qkv_bias, qk_norm;
 } mg_fwd_preset;
 
 const mg_fwd_preset *mg_fwd_presets(size_t *count);
@@ -206,7 +213,8 @@ const mg_fwd_preset *mg_fwd_get_preset(const mg_fwd *m, mg_fwd_weights *weights)
  * whole pass (lane "prefill" or "decode", step number = the pass's index: 0 for the prefill,
  * then 1, 2, ...) and, inside it, one kernel span per op of each layer, recorded on the pass's
  * stream and named by the op: embedding, rmsnorm, fp8_quant (FP8 weights: the activation
- * quantizer), qkv_gemm (q and kv projections), rope_append, attention, o_gemm, gate_up
+ * quantizer), qkv_gemm (q and kv projections), qkv_bias and qk_norm (checkpoints that
+ * have them), rope_append, attention, o_gemm, gate_up
  * (NVFP4: fused with SiLU-mul), silu_mul, down, moe_router, moe_topk, moe_sort, moe_gate_up,
  * moe_down, moe_combine, last_rows, lm_head, argmax. Kernel spans need `t` at level
  * MG_TELEMETRY_KERNEL with kernel_span_every 1 (the model arms each pass as one step).

@@ -51,7 +51,8 @@ double mg_fwd_checkpoint_weight_bytes(const mg_fwd_checkpoint *c, const mg_fwd_p
 }
 
 mg_status mg_fwd_checkpoint_load(mg_backend *b, mg_fwd_checkpoint *c, const mg_fwd_preset *arch,
-                                 mg_devptr *layer_w, mg_fwd_checkpoint_weights *out) {
-    return c->gguf ? mg_fwd_gguf_load(b, c->gguf, arch, layer_w, out)
-                   : mg_fwd_hf_load(b, c->hf, arch, layer_w, out);
+                                 mg_devptr *layer_w, mg_devptr *extra,
+                                 mg_fwd_checkpoint_weights *out) {
+    return c->gguf ? mg_fwd_gguf_load(b, c->gguf, arch, layer_w, extra, out)
+                   : mg_fwd_hf_load(b, c->hf, arch, layer_w, extra, out);
 }

@@ -11,6 +11,13 @@
 #include "model.h"
 #include "model_mlx.h"
 
+/* The per-layer tensors beyond the preset's (model.h's qkv_bias and qk_norm), at
+ * extra[l * MG_FWD_EXTRA_TENSORS + slot]; 0 where the architecture has none: the q bias
+ * (FP32 [heads * head_dim]), the k and v biases joined like wkv (FP32 [2 kv_heads head_dim]),
+ * the q and k head norms (BF16 [head_dim]). A bias that the layer's own MLX linear adds (an MLX
+ * directory's) is not here. */
+enum { MG_FWD_Q_BIAS, MG_FWD_KV_BIAS, MG_FWD_Q_NORM, MG_FWD_K_NORM, MG_FWD_EXTRA_TENSORS };
+
 /* The loaded weights: BF16 device buffers, and the layer matrices either in layer_w (BF16) or
  * in *mlx (the MLX path). lm_head == embedding when the embedding is tied. */
 typedef struct mg_fwd_checkpoint_weights {
@@ -27,9 +34,11 @@ void mg_fwd_checkpoint_close(mg_fwd_checkpoint *c);
 /* An upper estimate of the device bytes of the weights as loaded. */
 double mg_fwd_checkpoint_weight_bytes(const mg_fwd_checkpoint *c, const mg_fwd_preset *arch);
 /* Uploads every weight onto `b`: the norms and (float checkpoints) the matrices into
- * layer_w[l * MG_FWD_LAYER_TENSORS + slot]. On failure *out and layer_w hold only valid
- * buffers, which the caller frees. */
+ * layer_w[l * MG_FWD_LAYER_TENSORS + slot], the architecture's extra tensors into `extra`
+ * (above; zeroed, [layers * MG_FWD_EXTRA_TENSORS]). On failure *out, layer_w and extra hold
+ * only valid buffers, which the caller frees. */
 mg_status mg_fwd_checkpoint_load(mg_backend *b, mg_fwd_checkpoint *c, const mg_fwd_preset *arch,
-                                 mg_devptr *layer_w, mg_fwd_checkpoint_weights *out);
+                                 mg_devptr *layer_w, mg_devptr *extra,
+                                 mg_fwd_checkpoint_weights *out);
 
 #endif

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "metrale/dtype.h"
+#include "metrale/mlx.h"
 #include "metrale/ops.h"
 #include "metrale/ops_activation.h"
 #include "metrale/ops_elementwise.h"
@@ -171,12 +172,37 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                "q projection");
            TRY(linear(m, s, prefill, l, MG_FWD_WKV, FP4_KV, rows, KVD, H, m->norm_out, kv),
                "kv projection"));
+        mg_devptr k = kv;
+        uint32_t k_stride = KVD;
+        const mg_devptr *x = m->layer_extra ? m->layer_extra + (size_t)l * MG_FWD_EXTRA_TENSORS
+                                            : NULL;
+        if (x && x[MG_FWD_Q_BIAS])
+            OP("qkv_bias",
+               TRY(mg_mlx_add_bias(b, s, rows, QD, q, x[MG_FWD_Q_BIAS], MG_DTYPE_F32), "q bias");
+               TRY(mg_mlx_add_bias(b, s, rows, KVD, kv, x[MG_FWD_KV_BIAS], MG_DTYPE_F32),
+                   "k and v biases"));
+        if (x && x[MG_FWD_Q_NORM]) {
+            /* q rows are whole heads back to back, so its heads are RMSNorm rows as they lie;
+             * the keys are packed first, away from the values they are joined with */
+            const uint32_t D = sh->head_dim, KD = sh->kv_heads * D;
+            OP("qk_norm",
+               TRY(mg_rmsnorm_bf16(b, s, rows * sh->heads, D, eps, q, 0, x[MG_FWD_Q_NORM], q),
+                   "q head norm");
+               TRY(mg_copy_2d_d2d_async(b, m->k_normed, 2ull * KD, kv, 2ull * KVD, 2ull * KD, rows,
+                                        s),
+                   "packing the keys");
+               TRY(mg_rmsnorm_bf16(b, s, rows * sh->kv_heads, D, eps, m->k_normed, 0,
+                                   x[MG_FWD_K_NORM], m->k_normed),
+                   "k head norm"));
+            k = m->k_normed;
+            k_stride = KD;
+        }
         mg_kv_append_args a = {.batch_size = B,
                                .num_tokens = rows,
                                .num_kv_indices = m->kv.num_pages,
-                               .k = kv,
+                               .k = k,
                                .v = kv + (uint64_t)(KVD / 2) * 2,
-                               .k_stride = KVD,
+                               .k_stride = k_stride,
                                .v_stride = KVD,
                                .q = q,
                                .q_stride = QD,

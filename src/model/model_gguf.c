@@ -18,6 +18,30 @@ static const char *const layer_names[] = {"attn_norm", "attn_q",   "attn_k",    
                                           "ffn_down"};
 enum { T_ATTN_NORM, T_Q, T_K, T_V, T_O, T_FFN_NORM, T_GATE, T_UP, T_DOWN, T_LAYER_COUNT };
 
+/* The architectures read: llama (its Q and K rows permuted by llama.cpp's converter), qwen2
+ * (q, k and v biases) and qwen3 (per-head q and k norms), whose converters leave the rows in
+ * Hugging Face order (llama.cpp runs them with NEOX, i.e. rotate-half, RoPE). */
+static const struct gguf_arch {
+    const char *name;
+    bool permuted, qkv_bias, qk_norm;
+} gguf_archs[] = {{"llama", true, false, false},
+                  {"qwen2", false, true, false},
+                  {"qwen3", false, false, true}};
+
+/* The architectures' additional per-layer tensors: the biases ([rows of attn_q, attn_k,
+ * attn_v]), the head norms ([head_dim]). */
+static const char *const bias_names[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
+static const char *const head_norm_names[] = {"attn_q_norm.weight", "attn_k_norm.weight"};
+
+static const struct gguf_arch *arch_of(const mg_gguf *g, char *a, size_t size) {
+    if (!mg_gguf_get_string(g, "general.architecture", a, size))
+        return NULL;
+    for (size_t i = 0; i < sizeof gguf_archs / sizeof gguf_archs[0]; i++)
+        if (!strcmp(a, gguf_archs[i].name))
+            return &gguf_archs[i];
+    return NULL;
+}
+
 static uint16_t load_u16(const uint8_t *p) {
     return (uint16_t)(p[0] | p[1] << 8);
 }
@@ -78,15 +102,20 @@ static bool is_block_type(uint32_t type) {
 
 mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *arch,
                            char *name, size_t name_size) {
-    char a[64];
-    if (!mg_gguf_get_string(g, "general.architecture", a, sizeof a))
+    char a[64] = "";
+    const struct gguf_arch *ga = arch_of(g, a, sizeof a);
+    if (!*a)
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
                            "GGUF %s: general.architecture is missing or not a short string",
                            path);
-    if (strcmp(a, "llama"))
+    if (!ga)
         return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "GGUF %s: architecture %s is not supported (llama is)", path, a);
+                           "GGUF %s: architecture %s is not supported (llama, qwen2 and qwen3 "
+                           "are)",
+                           path, a);
     memset(arch, 0, sizeof *arch);
+    arch->qkv_bias = ga->qkv_bias;
+    arch->qk_norm = ga->qk_norm;
     mg_model_shape *s = &arch->shape;
     mg_status st;
     if ((st = need_u32(g, path, a, "block_count", &arch->layers)) ||
@@ -201,6 +230,21 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
                 return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: %s rows of %llu", path, tn,
                                    (unsigned long long)cols[i]);
         }
+    const uint64_t bias_rows[3] = {QD, KD, KD};
+    for (uint32_t l = 0; l < arch->layers; l++) {
+        for (int i = 0; ga->qkv_bias && i < 3; i++) {
+            snprintf(tn, sizeof tn, "blk.%u.%s", l, bias_names[i]);
+            if ((st = check_tensor(g, path, tn, 0, bias_rows[i], NULL)))
+                return st;
+            used++;
+        }
+        for (int i = 0; ga->qk_norm && i < 2; i++) {
+            snprintf(tn, sizeof tn, "blk.%u.%s", l, head_norm_names[i]);
+            if ((st = check_tensor(g, path, tn, 0, s->head_dim, NULL)))
+                return st;
+            used++;
+        }
+    }
     if (block_matrices && float_matrices)
         return mg_fwd_fail(MG_ERR_UNSUPPORTED,
                            "GGUF %s: the layer matrices mix block-quantized and float types; "
@@ -220,12 +264,15 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
                     snprintf(tn, sizeof tn, "%s.weight", layer_names[k]);
                     known = !strcmp(n + off, tn);
                 }
+            for (int k = 0; !known && off > 0 && ga->qkv_bias && k < 3; k++)
+                known = !strcmp(n + off, bias_names[k]);
+            for (int k = 0; !known && off > 0 && ga->qk_norm && k < 2; k++)
+                known = !strcmp(n + off, head_norm_names[k]);
             if (!known)
                 return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                                   "GGUF %s: tensor %s is not part of the llama network this "
-                                   "runtime runs (biases, experts and extra tables are not "
-                                   "supported)",
-                                   path, n);
+                                   "GGUF %s: tensor %s is not part of the %s network this "
+                                   "runtime runs (ignoring it would run another network)",
+                                   path, n, a);
         }
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -439,9 +486,33 @@ static mg_status bf16_matrix(mg_backend *b, const mg_gguf_tensor *const *parts, 
     return upload(b, host, (size_t)count * rows * cols * 2, out, total, parts[0]->name);
 }
 
+/* Tensors `names` of layer l (rank 1, `n` elements each), joined, as one FP32 (f32) or BF16
+ * device buffer. */
+static mg_status upload_vectors(mg_backend *b, const mg_gguf *g, uint32_t l,
+                                const char *const *names, int count, uint32_t n, bool f32,
+                                float *scratch, uint16_t *host, mg_devptr *out, uint64_t *total) {
+    float *host32 = (float *)(void *)host;
+    char tn[96];
+    for (int i = 0; i < count; i++) {
+        snprintf(tn, sizeof tn, "blk.%u.%s", l, names[i]);
+        row_to_f32(mg_gguf_tensor_find(g, tn), 0, n, scratch); /* checked by mg_fwd_gguf_arch */
+        for (uint32_t j = 0; j < n; j++) {
+            if (f32)
+                host32[(size_t)i * n + j] = scratch[j];
+            else
+                host[(size_t)i * n + j] = mg_f32_to_bf16(scratch[j]);
+        }
+    }
+    snprintf(tn, sizeof tn, "blk.%u.%s", l, names[0]);
+    return upload(b, host, (size_t)count * n * (f32 ? 4 : 2), out, total, tn);
+}
+
 mg_status mg_fwd_gguf_load(mg_backend *b, const mg_gguf *g, const mg_fwd_preset *arch,
-                           mg_devptr *layer_w, mg_fwd_checkpoint_weights *out) {
+                           mg_devptr *layer_w, mg_devptr *extra, mg_fwd_checkpoint_weights *out) {
     memset(out, 0, sizeof *out);
+    char a[64] = "";
+    const struct gguf_arch *ga = arch_of(g, a, sizeof a);
+    const unsigned permute = ga && ga->permuted ? 1u : 0u;
     const mg_model_shape *s = &arch->shape;
     const uint32_t H = s->hidden, QD = s->heads * s->head_dim, KD = s->kv_heads * s->head_dim;
     const uint32_t I = s->intermediate, L = arch->layers;
@@ -484,6 +555,17 @@ mg_status mg_fwd_gguf_load(mg_backend *b, const mg_gguf *g, const mg_fwd_preset 
         const mg_gguf_tensor *q[] = {t[T_Q]}, *kv[] = {t[T_K], t[T_V]}, *o[] = {t[T_O]};
         const mg_gguf_tensor *gu[] = {t[T_GATE], t[T_UP]}, *down[] = {t[T_DOWN]};
         const uint32_t D = s->head_dim;
+        mg_devptr *x = extra + (size_t)l * MG_FWD_EXTRA_TENSORS;
+        if (!st && arch->qkv_bias &&
+            !(st = upload_vectors(b, g, l, bias_names, 1, QD, true, scratch, host,
+                                  &x[MG_FWD_Q_BIAS], &out->bytes)))
+            st = upload_vectors(b, g, l, bias_names + 1, 2, KD, true, scratch, host,
+                                &x[MG_FWD_KV_BIAS], &out->bytes);
+        if (!st && arch->qk_norm &&
+            !(st = upload_vectors(b, g, l, head_norm_names, 1, D, false, scratch, host,
+                                  &x[MG_FWD_Q_NORM], &out->bytes)))
+            st = upload_vectors(b, g, l, head_norm_names + 1, 1, D, false, scratch, host,
+                                &x[MG_FWD_K_NORM], &out->bytes);
         if (st)
             break;
         if (is_block_type(t[T_Q]->type)) {
@@ -493,15 +575,15 @@ mg_status mg_fwd_gguf_load(mg_backend *b, const mg_gguf *g, const mg_fwd_preset 
             }
             /* q and k un-permuted (bit 0: the first part), v as stored */
             mg_mlx_linear *x = mlx + (size_t)l * MX_SLOTS;
-            if ((st = mlx_layer(b, q, 1, QD, H, 1, D, &x[MX_Q], &out->bytes)) ||
-                (st = mlx_layer(b, kv, 2, KD, H, 1, D, &x[MX_KV], &out->bytes)) ||
+            if ((st = mlx_layer(b, q, 1, QD, H, permute, D, &x[MX_Q], &out->bytes)) ||
+                (st = mlx_layer(b, kv, 2, KD, H, permute, D, &x[MX_KV], &out->bytes)) ||
                 (st = mlx_layer(b, o, 1, H, QD, 0, 0, &x[MX_O], &out->bytes)) ||
                 (st = mlx_layer(b, gu, 2, I, H, 0, 0, &x[MX_GATE_UP], &out->bytes)) ||
                 (st = mlx_layer(b, down, 1, H, I, 0, 0, &x[MX_DOWN], &out->bytes)))
                 break;
-        } else if ((st = bf16_matrix(b, q, 1, QD, H, 1, D, host, scratch, &w[MG_FWD_WQ],
+        } else if ((st = bf16_matrix(b, q, 1, QD, H, permute, D, host, scratch, &w[MG_FWD_WQ],
                                      &out->bytes)) ||
-                   (st = bf16_matrix(b, kv, 2, KD, H, 1, D, host, scratch, &w[MG_FWD_WKV],
+                   (st = bf16_matrix(b, kv, 2, KD, H, permute, D, host, scratch, &w[MG_FWD_WKV],
                                      &out->bytes)) ||
                    (st = bf16_matrix(b, o, 1, H, QD, 0, 0, host, scratch, &w[MG_FWD_WO],
                                      &out->bytes)) ||

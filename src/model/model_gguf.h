@@ -3,7 +3,8 @@
  * architecture and weights.
  *
  * Architecture: `general.architecture` "llama" (Llama 2/3, SmolLM2, Mistral-style files that
- * llama.cpp writes as llama), read from <arch>.block_count, .embedding_length,
+ * llama.cpp writes as llama), "qwen2" (blk.N.attn_{q,k,v}.bias, loaded as FP32) or "qwen3"
+ * (blk.N.attn_{q,k}_norm.weight, per-head norms, loaded as BF16), read from <arch>.block_count, .embedding_length,
  * .feed_forward_length, .attention.head_count, .attention.head_count_kv,
  * .attention.key_length (else embedding_length / head_count), .attention.layer_norm_rms_epsilon,
  * .rope.freq_base (default 10000), .rope.dimension_count (must be the whole head), the
@@ -23,9 +24,11 @@
  *    bias m; Q4_0: bias -8 d; Q8_0: 8 bits, codes q + 128, bias -128 d) and run by the MLX ops;
  *    when all are F32, F16 or BF16: BF16, run by the BF16 path. K-quants and the other block
  *    types are refused, naming the tensor and its type.
- *  - llama.cpp's converter permutes the rows of attn_q and attn_k for its interleaved RoPE
- *    (Hugging Face row h * D/2 + i of a head is GGUF row 2 i + h); the permutation is undone
- *    at load, so the model's rotate-half RoPE applies as in the original checkpoint.
+ *  - llama.cpp's converter permutes the rows of attn_q and attn_k of llama files for its
+ *    interleaved RoPE (Hugging Face row h * D/2 + i of a head is GGUF row 2 i + h); the
+ *    permutation is undone at load, so the model's rotate-half RoPE applies as in the original
+ *    checkpoint. qwen2 and qwen3 files keep Hugging Face's rows (llama.cpp runs them with
+ *    rotate-half RoPE) and are loaded as they are. tests/model/random_models.py checks both.
  */
 #ifndef METRALE_MODEL_GGUF_MODEL_H
 #define METRALE_MODEL_GGUF_MODEL_H
@@ -46,6 +49,6 @@ double mg_fwd_gguf_weight_bytes(const mg_gguf *g, const mg_fwd_preset *arch);
  * (float checkpoints) the matrices into layer_w[l * MG_FWD_LAYER_TENSORS + slot]. On failure
  * the caller frees what was stored (layer_w and *out hold only valid buffers). */
 mg_status mg_fwd_gguf_load(mg_backend *b, const mg_gguf *g, const mg_fwd_preset *arch,
-                           mg_devptr *layer_w, mg_fwd_checkpoint_weights *out);
+                           mg_devptr *layer_w, mg_devptr *extra, mg_fwd_checkpoint_weights *out);
 
 #endif

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
 #include "metrale/dtype.h"
 #include "metrale/mlx.h"
 #include "metrale/ops.h"
@@ -21,6 +20,8 @@ struct mg_fwd_hf {
     mg_mlx_config *mlx; /* NULL unless config.json says the directory is MLX-quantized */
     uint32_t bits;
     bool tied;
+    uint32_t experts; /* Qwen3-MoE: experts per layer; 0 dense */
+    char arch_name[96];
 };
 
 /* The per-layer tensors, by Hugging Face name. */
@@ -29,6 +30,13 @@ static const char *const layer_names[] = {
     "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
     "mlp.down_proj"};
 enum { H_ATTN_NORM, H_Q, H_K, H_V, H_O, H_MLP_NORM, H_GATE, H_UP, H_DOWN, H_LAYER_COUNT };
+
+/* The architectures' additions (model_checkpoint.h's extra tensors): Qwen2's biases of the q, k
+ * and v projections, Qwen3's per-head norms. */
+static const char *const bias_names[] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                         "self_attn.v_proj.bias"};
+static const char *const head_norm_names[] = {"self_attn.q_norm.weight",
+                                              "self_attn.k_norm.weight"};
 
 static bool is_matrix(int i) {
     return i != H_ATTN_NORM && i != H_MLP_NORM;
@@ -52,22 +60,6 @@ static char *read_text(const char *path, size_t *len) {
     return text;
 }
 
-/* A positive integer member (absent: `def`, 0 meaning required). */
-static mg_status member_u32(const mg_jdoc *d, const char *path, const char *key, uint32_t def,
-                            uint32_t *out) {
-    const int i = mg_jdoc_get(d, 0, key);
-    long long v;
-    if (mg_jdoc_null(d, i) && def) {
-        *out = def;
-        return MG_OK;
-    }
-    if (!mg_jdoc_int(d, i, &v) || v <= 0 || v > (1 << 24))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "%s: \"%s\" is missing or not a positive integer", path, key);
-    *out = (uint32_t)v;
-    return MG_OK;
-}
-
 static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch) {
     size_t len = 0;
     char *text = read_text(path, &len);
@@ -75,107 +67,19 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
         return mg_fwd_fail(errno == ENOENT ? MG_ERR_NOT_FOUND : MG_ERR_INVALID_ARGUMENT,
                            "%s: cannot read it (or larger than %u bytes)", path,
                            MAX_CONFIG_BYTES);
-    mg_jdoc d;
-    unsigned pos = 0;
-    const int parsed = mg_jdoc_parse(text, len, &d, &pos);
-    mg_status st = MG_OK;
-    if (parsed)
-        st = mg_fwd_fail(parsed == 4 ? MG_ERR_OUT_OF_MEMORY : MG_ERR_INVALID_ARGUMENT,
-                         "%s: %s JSON (byte %u)", path,
-                         parsed == 1 ? "truncated" : parsed == 3 ? "empty" : "malformed", pos);
-    else if (!mg_jdoc_is(&d, 0, JSMN_OBJECT))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: not a JSON object", path);
-    char name[96] = "";
-    const int archs = st ? -1 : mg_jdoc_get(&d, 0, "architectures");
-    if (!st && (!mg_jdoc_is(&d, archs, JSMN_ARRAY) || d.tk[archs].size < 1 ||
-                !mg_jdoc_plain_string(&d, archs + 1, name, sizeof name)))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"architectures\" is missing", path);
-    if (!st && strcmp(name, "LlamaForCausalLM") && strcmp(name, "MistralForCausalLM"))
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                         "%s: architecture %s is not supported (LlamaForCausalLM and "
-                         "MistralForCausalLM are)",
-                         path, name);
-    mg_model_shape *s = &arch->shape;
-    if (!st && !(st = member_u32(&d, path, "hidden_size", 0, &s->hidden)) &&
-        !(st = member_u32(&d, path, "intermediate_size", 0, &s->intermediate)) &&
-        !(st = member_u32(&d, path, "num_attention_heads", 0, &s->heads)) &&
-        !(st = member_u32(&d, path, "num_key_value_heads", s->heads, &s->kv_heads)) &&
-        !(st = member_u32(&d, path, "num_hidden_layers", 0, &arch->layers)) &&
-        !(st = member_u32(&d, path, "vocab_size", 0, &s->vocab)))
-        st = member_u32(&d, path, "head_dim", s->hidden / s->heads ? s->hidden / s->heads : 1,
-                        &s->head_dim);
-    if (!st && (s->heads % s->kv_heads || s->head_dim % 2))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                         "%s: %u heads over %u KV heads of %u: heads must be a multiple of KV "
-                         "heads, the head dimension even",
-                         path, s->heads, s->kv_heads, s->head_dim);
-    double theta = 10000.0, eps = 0, rotary = 1.0;
-    if (!st && !mg_jdoc_null(&d, mg_jdoc_get(&d, 0, "rope_theta")) &&
-        !mg_jdoc_num(&d, mg_jdoc_get(&d, 0, "rope_theta"), &theta))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"rope_theta\" is not a number", path);
-    if (!st && (!mg_jdoc_num(&d, mg_jdoc_get(&d, 0, "rms_norm_eps"), &eps) || !(eps > 0) ||
-                !(eps < 1)))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                         "%s: \"rms_norm_eps\" is missing or not in (0, 1)", path);
-    /* what this runtime does not implement is refused, never approximated */
-    static const char *const must_be_null[] = {"rope_scaling", "sliding_window"};
-    for (size_t i = 0; !st && i < sizeof must_be_null / sizeof must_be_null[0]; i++)
-        if (!mg_jdoc_null(&d, mg_jdoc_get(&d, 0, must_be_null[i])))
-            st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: \"%s\" is set: not supported", path,
-                             must_be_null[i]);
-    bool bad = false;
-    if (!st && (mg_jdoc_bool(&d, 0, "attention_bias", false, &bad) ||
-                mg_jdoc_bool(&d, 0, "mlp_bias", false, &bad) || bad))
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: attention or MLP biases are not supported",
-                         path);
-    char act[32] = "silu";
-    const int ai = mg_jdoc_get(&d, 0, "hidden_act");
-    if (!st && !mg_jdoc_null(&d, ai) &&
-        (!mg_jdoc_plain_string(&d, ai, act, sizeof act) || strcmp(act, "silu")))
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: \"hidden_act\" %s is not supported (silu is)",
-                         path, act);
-    const int pr = mg_jdoc_get(&d, 0, "partial_rotary_factor");
-    if (!st && !mg_jdoc_null(&d, pr) && (!mg_jdoc_num(&d, pr, &rotary) || rotary != 1.0))
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: partial rotary embeddings are not supported",
-                         path);
-    if (!st)
-        h->tied = mg_jdoc_bool(&d, 0, "tie_word_embeddings", false, &bad);
-    long long ctx = 0;
-    const bool has_ctx = !st &&
-                         mg_jdoc_int(&d, mg_jdoc_get(&d, 0, "max_position_embeddings"), &ctx) &&
-                         ctx > 0;
-    arch->context = has_ctx && ctx < (1 << 30) ? (uint32_t)ctx : 0;
-    arch->max_batch_tokens = has_ctx && ctx < 8192 ? (uint32_t)ctx : 8192;
-    /* quantization: MLX's affine form (mg_mlx_config_open reads the details) or nothing */
-    int q = st ? -1 : mg_jdoc_get(&d, 0, "quantization");
-    if (mg_jdoc_null(&d, q) && !st)
-        q = mg_jdoc_get(&d, 0, "quantization_config");
-    if (!st && !mg_jdoc_null(&d, q)) {
-        long long bits = 0;
-        if (!mg_jdoc_int(&d, mg_jdoc_get(&d, q, "bits"), &bits) || (bits != 4 && bits != 8))
-            st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                             "%s: the quantization is not MLX's affine 4 or 8 bits (another "
-                             "quantization_config method is not supported here)",
-                             path);
-        h->bits = (uint32_t)bits;
-    }
-    arch->rope_theta = (float)theta;
-    arch->norm_eps = (float)eps;
-    mg_jdoc_free(&d);
+    mg_fwd_hf_config c;
+    mg_status st = mg_fwd_hf_config_parse(text, len, path, arch, &c);
     free(text);
+    h->tied = c.tied;
+    h->bits = c.bits;
+    snprintf(h->arch_name, sizeof h->arch_name, "%s", c.arch_name);
     return st;
 }
 
-/* Checks tensor `name`: present, float (or, quantized, the MLX triple), of shape [rows, cols]
+/* Checks float tensor `name` (the full name): present, BF16, F16 or F32, of shape [rows, cols]
  * (rows 0: a vector of cols). */
-static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t rows, uint64_t cols,
-                              bool may_be_quantized) {
-    char name[160];
+static mg_status check_float(const mg_fwd_hf *h, const char *name, uint64_t rows, uint64_t cols) {
     mg_st_tensor t;
-    snprintf(name, sizeof name, "%s.scales", base);
-    if (may_be_quantized && h->mlx && mg_st_find(h->st, name, &t) == MG_OK)
-        return MG_OK; /* an MLX layer: mg_mlx_linear_load checks its three tensors */
-    snprintf(name, sizeof name, "%s.weight", base);
     if (mg_st_find(h->st, name, &t))
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "checkpoint %s: tensor %s is missing", h->dir,
                            name);
@@ -193,6 +97,18 @@ static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t row
                            (unsigned long long)(t.rank > 1 ? t.shape[1] : 0), t.rank,
                            (unsigned long long)rows, (unsigned long long)cols);
     return MG_OK;
+}
+
+/* Checks the layer `base`: its `.weight` as check_float does, or (quantized) the MLX triple. */
+static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t rows, uint64_t cols,
+                              bool may_be_quantized) {
+    char name[160];
+    mg_st_tensor t;
+    snprintf(name, sizeof name, "%s.scales", base);
+    if (may_be_quantized && h->mlx && mg_st_find(h->st, name, &t) == MG_OK)
+        return MG_OK; /* an MLX layer: mg_mlx_linear_load checks its three tensors */
+    snprintf(name, sizeof name, "%s.weight", base);
+    return check_float(h, name, rows, cols);
 }
 
 /* Whether `name` is a tensor the network uses (or a derived table it may ignore). */
@@ -216,7 +132,35 @@ static bool known_tensor(const mg_fwd_hf *h, const char *name, uint32_t layers) 
     if (sscanf(b, "model.layers.%u.%n", &l, &off) != 1 || off <= 0 || l >= layers)
         return false;
     for (int i = 0; i < H_LAYER_COUNT; i++)
-        if (!strcmp(b + off, layer_names[i]))
+        if ((!h->experts || i < H_GATE) && !strcmp(b + off, layer_names[i]))
+            return true;
+    unsigned e;
+    int end = 0;
+    char proj[16];
+    if (h->experts && !strcmp(b + off, "mlp.gate"))
+        return true;
+    return h->experts &&
+           sscanf(b + off, "mlp.experts.%u.%15[a-z_]%n", &e, proj, &end) == 2 &&
+           !b[off + end] && e < h->experts &&
+           (!strcmp(proj, "gate_proj") || !strcmp(proj, "up_proj") || !strcmp(proj, "down_proj"));
+}
+
+/* Expert e's projection `proj` (gate_proj, up_proj, down_proj) of layer l. */
+static void expert_name(char *buf, size_t size, uint32_t l, uint32_t e, const char *proj) {
+    snprintf(buf, size, "model.layers.%u.mlp.experts.%u.%s.weight", l, e, proj);
+}
+
+/* Whether `name` is one of the architecture's additions (bias_names, head_norm_names). */
+static bool known_addition(const mg_fwd_preset *arch, const char *name) {
+    unsigned l;
+    int off = 0;
+    if (sscanf(name, "model.layers.%u.%n", &l, &off) != 1 || off <= 0 || l >= arch->layers)
+        return false;
+    for (int i = 0; arch->qkv_bias && i < 3; i++)
+        if (!strcmp(name + off, bias_names[i]))
+            return true;
+    for (int i = 0; arch->qk_norm && i < 2; i++)
+        if (!strcmp(name + off, head_norm_names[i]))
             return true;
     return false;
 }
@@ -245,18 +189,48 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
     const uint64_t rows[H_LAYER_COUNT] = {0, QD, KD, KD, H, 0, I, I, H};
     const uint64_t cols[H_LAYER_COUNT] = {H, H, H, H, QD, H, H, H, I};
     char base[160];
-    for (uint32_t l = 0; !st && l < arch->layers; l++)
-        for (int i = 0; !st && i < H_LAYER_COUNT; i++) {
+    h->experts = s->experts;
+    if (!st && h->mlx && h->experts)
+        st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                         "checkpoint %s: MLX-quantized experts are not supported (BF16, F16 or "
+                         "F32 experts are)",
+                         dir);
+    for (uint32_t l = 0; !st && l < arch->layers; l++) {
+        /* a MoE layer has a router and its experts where a dense one has its MLP */
+        for (int i = 0; !st && i < (h->experts ? H_GATE : H_LAYER_COUNT); i++) {
             snprintf(base, sizeof base, "model.layers.%u.%s", l, layer_names[i]);
             st = check_tensor(h, base, rows[i], cols[i], is_matrix(i));
         }
+        if (!st && h->experts) {
+            snprintf(base, sizeof base, "model.layers.%u.mlp.gate", l);
+            st = check_tensor(h, base, h->experts, H, false);
+        }
+        static const char *const projs[] = {"gate_proj", "up_proj", "down_proj"};
+        for (uint32_t e = 0; !st && e < h->experts; e++)
+            for (int p = 0; !st && p < 3; p++) {
+                snprintf(base, sizeof base, "model.layers.%u.mlp.experts.%u.%s", l, e, projs[p]);
+                st = check_tensor(h, base, p < 2 ? I : H, p < 2 ? H : I, false);
+            }
+    }
+    for (uint32_t l = 0; !st && l < arch->layers; l++) {
+        const uint64_t bias_rows[3] = {QD, KD, KD};
+        for (int i = 0; !st && arch->qkv_bias && i < 3; i++) {
+            snprintf(base, sizeof base, "model.layers.%u.%s", l, bias_names[i]);
+            st = check_float(h, base, 0, bias_rows[i]);
+        }
+        for (int i = 0; !st && arch->qk_norm && i < 2; i++) {
+            snprintf(base, sizeof base, "model.layers.%u.%s", l, head_norm_names[i]);
+            st = check_float(h, base, 0, s->head_dim);
+        }
+    }
     for (size_t i = 0; !st && i < mg_st_count(h->st); i++) {
         mg_st_tensor t;
-        if (!mg_st_get(h->st, i, &t) && !known_tensor(h, t.name, arch->layers))
+        if (!mg_st_get(h->st, i, &t) && !known_tensor(h, t.name, arch->layers) &&
+            !known_addition(arch, t.name))
             st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                             "checkpoint %s: tensor %s is not part of the network this runtime "
-                             "runs (biases, norms of q/k and extra tables are not supported)",
-                             dir, t.name);
+                             "checkpoint %s: tensor %s is not part of the %s network this "
+                             "runtime runs (ignoring it would run another network)",
+                             dir, t.name, h->arch_name);
     }
     if (st) {
         mg_fwd_hf_close(h);
@@ -317,24 +291,35 @@ static float element(const mg_st_tensor *t, size_t j) {
     }
 }
 
-/* The named float tensors, joined row-wise, as one BF16 device buffer. */
-static mg_status upload_bf16(mg_backend *b, const mg_fwd_hf *h, const char *const *names,
-                             int count, mg_devptr *out, uint64_t *total) {
-    mg_st_tensor t[2];
+/* The named float tensors, joined row-wise, as one BF16 (or, f32, FP32) device buffer. */
+static mg_status upload_float(mg_backend *b, const mg_fwd_hf *h, const char *const *names,
+                              int count, bool f32, mg_devptr *out, uint64_t *total) {
+    mg_st_tensor *t = malloc((size_t)count * sizeof *t);
+    if (!t)
+        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", names[0]);
     size_t elements = 0;
     for (int i = 0; i < count; i++) {
         mg_status st = mg_st_find(h->st, names[i], &t[i]);
-        if (st)
+        if (st) {
+            free(t);
             return mg_fwd_fail(st, "checkpoint %s: %s", h->dir, mg_last_error());
+        }
         elements += (size_t)(t[i].bytes / mg_st_dtype_bytes(t[i].dtype));
     }
-    uint16_t *host = malloc(elements * 2);
-    if (!host)
+    const size_t size = f32 ? 4 : 2;
+    uint16_t *host = malloc(elements * size);
+    float *host32 = (float *)(void *)host;
+    if (!host) {
+        free(t);
         return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", names[0]);
+    }
     size_t o = 0;
     for (int i = 0; i < count; i++) {
         const size_t n = (size_t)(t[i].bytes / mg_st_dtype_bytes(t[i].dtype));
-        if (t[i].dtype == MG_ST_BF16) {
+        if (f32) {
+            for (size_t j = 0; j < n; j++)
+                host32[o + j] = element(&t[i], j);
+        } else if (t[i].dtype == MG_ST_BF16) {
             memcpy(host + o, t[i].data, n * 2);
         } else {
             for (size_t j = 0; j < n; j++)
@@ -342,16 +327,22 @@ static mg_status upload_bf16(mg_backend *b, const mg_fwd_hf *h, const char *cons
         }
         o += n;
     }
-    mg_status st = mg_alloc(b, elements * 2, out);
-    if (!st && (st = mg_copy_h2d(b, *out, host, elements * 2))) {
+    free(t);
+    mg_status st = mg_alloc(b, elements * size, out);
+    if (!st && (st = mg_copy_h2d(b, *out, host, elements * size))) {
         mg_free(b, *out);
         *out = 0;
     }
     free(host);
     if (st)
         return mg_fwd_fail(st, "uploading %s: %s", names[0], mg_last_error());
-    *total += elements * 2;
+    *total += elements * size;
     return MG_OK;
+}
+
+static mg_status upload_bf16(mg_backend *b, const mg_fwd_hf *h, const char *const *names,
+                             int count, mg_devptr *out, uint64_t *total) {
+    return upload_float(b, h, names, count, false, out, total);
 }
 
 /* `base` (model.embed_tokens or lm_head) as BF16: as it is, or dequantized on the device when
@@ -384,8 +375,60 @@ static mg_status upload_table(mg_backend *b, const mg_fwd_hf *h, const char *bas
     return MG_OK;
 }
 
+/* Layer l's additions (model_checkpoint.h): the q bias and the joined k and v biases in FP32
+ * unless the MLX linears add their own, the head norms in BF16. */
+static mg_status upload_additions(mg_backend *b, const mg_fwd_hf *h, const mg_fwd_preset *arch,
+                                  uint32_t l, mg_devptr *x, uint64_t *total) {
+    char n[3][160];
+    mg_status st = MG_OK;
+    if (arch->qkv_bias && !h->mlx) {
+        for (int i = 0; i < 3; i++)
+            snprintf(n[i], sizeof n[i], "model.layers.%u.%s", l, bias_names[i]);
+        const char *q[] = {n[0]}, *kv[] = {n[1], n[2]};
+        if (!(st = upload_float(b, h, q, 1, true, &x[MG_FWD_Q_BIAS], total)))
+            st = upload_float(b, h, kv, 2, true, &x[MG_FWD_KV_BIAS], total);
+    }
+    if (!st && arch->qk_norm) {
+        for (int i = 0; i < 2; i++)
+            snprintf(n[i], sizeof n[i], "model.layers.%u.%s", l, head_norm_names[i]);
+        const char *q[] = {n[0]}, *k[] = {n[1]};
+        if (!(st = upload_bf16(b, h, q, 1, &x[MG_FWD_Q_NORM], total)))
+            st = upload_bf16(b, h, k, 1, &x[MG_FWD_K_NORM], total);
+    }
+    return st;
+}
+
+/* Layer l's router and experts in model.h's MoE layout: the router [E, hidden], w_gate_up
+ * expert e's gate rows then its up rows at rows e * 2 I, w_down expert e at rows e * hidden. */
+static mg_status upload_experts(mg_backend *b, const mg_fwd_hf *h, uint32_t l, mg_devptr *w,
+                                uint64_t *total) {
+    const uint32_t E = h->experts;
+    char router[160];
+    snprintf(router, sizeof router, "model.layers.%u.mlp.gate.weight", l);
+    const char *rn[] = {router};
+    char(*names)[160] = malloc((size_t)3 * E * sizeof *names);
+    const char **gu = malloc((size_t)3 * E * sizeof *gu), **down = gu + 2 * E;
+    mg_status st = MG_OK;
+    if (!names || !gu)
+        st = mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the experts' names");
+    for (uint32_t e = 0; !st && e < E; e++) {
+        expert_name(names[3 * e], sizeof names[0], l, e, "gate_proj");
+        expert_name(names[3 * e + 1], sizeof names[0], l, e, "up_proj");
+        expert_name(names[3 * e + 2], sizeof names[0], l, e, "down_proj");
+        gu[2 * e] = names[3 * e];
+        gu[2 * e + 1] = names[3 * e + 1];
+        down[e] = names[3 * e + 2];
+    }
+    if (!st && !(st = upload_bf16(b, h, rn, 1, &w[MG_FWD_ROUTER], total)) &&
+        !(st = upload_bf16(b, h, gu, (int)(2 * E), &w[MG_FWD_W_GATE_UP], total)))
+        st = upload_bf16(b, h, down, (int)E, &w[MG_FWD_W_DOWN], total);
+    free(names);
+    free(gu);
+    return st;
+}
+
 mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
-                         mg_devptr *layer_w, mg_fwd_checkpoint_weights *out) {
+                         mg_devptr *layer_w, mg_devptr *extra, mg_fwd_checkpoint_weights *out) {
     memset(out, 0, sizeof *out);
     mg_status st = upload_table(b, h, "model.embed_tokens", &out->embedding, &out->bytes);
     const char *norm[] = {"model.norm.weight"};
@@ -401,16 +444,20 @@ mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
             snprintf(n[i], sizeof n[i], "model.layers.%u.%s.weight", l, layer_names[i]);
         mg_devptr *w = layer_w + (size_t)l * MG_FWD_LAYER_TENSORS;
         const char *an[] = {n[H_ATTN_NORM]}, *mn[] = {n[H_MLP_NORM]};
-        if ((st = upload_bf16(b, h, an, 1, &w[MG_FWD_ATTN_NORM], &out->bytes)) ||
+        if ((st = upload_additions(b, h, arch, l, extra + (size_t)l * MG_FWD_EXTRA_TENSORS,
+                                   &out->bytes)) ||
+            (st = upload_bf16(b, h, an, 1, &w[MG_FWD_ATTN_NORM], &out->bytes)) ||
             (st = upload_bf16(b, h, mn, 1, &w[MG_FWD_MLP_NORM], &out->bytes)) || h->mlx)
             continue;
         const char *q[] = {n[H_Q]}, *kv[] = {n[H_K], n[H_V]}, *o[] = {n[H_O]};
         const char *gu[] = {n[H_GATE], n[H_UP]}, *down[] = {n[H_DOWN]};
         if (!(st = upload_bf16(b, h, q, 1, &w[MG_FWD_WQ], &out->bytes)) &&
             !(st = upload_bf16(b, h, kv, 2, &w[MG_FWD_WKV], &out->bytes)) &&
-            !(st = upload_bf16(b, h, o, 1, &w[MG_FWD_WO], &out->bytes)) &&
+            !(st = upload_bf16(b, h, o, 1, &w[MG_FWD_WO], &out->bytes)) && !h->experts &&
             !(st = upload_bf16(b, h, gu, 2, &w[MG_FWD_W_GATE_UP], &out->bytes)))
             st = upload_bf16(b, h, down, 1, &w[MG_FWD_W_DOWN], &out->bytes);
+        if (!st && h->experts)
+            st = upload_experts(b, h, l, w, &out->bytes);
     }
     if (!st && h->mlx &&
         !(st = mg_fwd_mlx_create(b, &arch->shape, arch->layers, h->dir, h->bits, &out->mlx)))

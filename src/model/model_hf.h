@@ -3,19 +3,31 @@
  * safetensors, sharded through model.safetensors.index.json or not) as the forward model's
  * architecture and weights; MLX-quantized directories (config.json "quantization") too.
  *
- * Architecture (config.json): architectures[0] LlamaForCausalLM (Llama 2/3, SmolLM2) or
- * MistralForCausalLM; hidden_size, intermediate_size, num_attention_heads,
- * num_key_value_heads (default: the heads), head_dim (default hidden / heads),
- * num_hidden_layers, rms_norm_eps, rope_theta (default 10000), vocab_size,
- * tie_word_embeddings (default false), max_position_embeddings. Refused, naming the field:
- * another architecture (Qwen2's QKV bias and Qwen3's q/k norms are not implemented yet), a
- * non-null rope_scaling (Llama-3.1's "llama3" type included) or sliding_window, attention or
- * MLP biases, an activation other than SiLU, partial rotary embeddings, a quantization method
- * other than MLX's affine one.
+ * Architecture (config.json): architectures[0] LlamaForCausalLM (Llama 2/3, SmolLM2),
+ * MistralForCausalLM, Qwen2ForCausalLM (biases on the q, k and v projections),
+ * Qwen3ForCausalLM (an RMSNorm over each q and k head) or Qwen3MoeForCausalLM (Qwen3's
+ * attention, every layer's MLP a mixture of experts: num_experts or num_local_experts,
+ * num_experts_per_tok, moe_intermediate_size, norm_topk_prob true, no dense layers); hidden_size, intermediate_size,
+ * num_attention_heads, num_key_value_heads (default: the heads), head_dim (default hidden /
+ * heads), num_hidden_layers, rms_norm_eps, vocab_size, tie_word_embeddings (default false),
+ * max_position_embeddings; the RoPE theta from rope_parameters.rope_theta (transformers 5) or
+ * rope_theta (default 10000; both present must agree). Each size has a range far past any
+ * released model and each field a type; a value outside them is a one-line error naming the
+ * field. Refused, naming the field or value: another architecture, RoPE
+ * scaling of any type but "default" (rope_scaling or rope_parameters: llama3, linear, yarn,
+ * ...), attention biases beyond Qwen2's, MLP biases, an activation other than SiLU, partial
+ * rotary embeddings, a layer type other than full or sliding attention, a quantization method
+ * other than MLX's affine one. A sliding window that applies (Mistral's sliding_window; Qwen's
+ * with use_sliding_window or a "sliding_attention" layer) caps the context at the window:
+ * within it attention is full attention, and a longer run is refused.
  *
  * Weights: model.embed_tokens, model.norm, lm_head (absent when tied) and per layer
  * input_layernorm, post_attention_layernorm, self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
- * each `.weight` in BF16, F16 or F32, converted to BF16 on the host and uploaded; the rows are
+ * each `.weight` in BF16, F16 or F32, converted to BF16 on the host and uploaded (Qwen2's
+ * self_attn.{q,k,v}_proj.bias as FP32, Qwen3's self_attn.{q,k}_norm.weight as BF16:
+ * model_checkpoint.h's extra tensors; Qwen3-MoE's mlp.gate (the router) and
+ * mlp.experts.<e>.{gate,up,down}_proj in place of the MLP, joined into model.h's expert
+ * layout; MLX-quantized experts are refused); the rows are
  * in Hugging Face order already (rotate-half RoPE). In an MLX directory the layer matrices are
  * loaded by mg_fwd_mlx_create (model_mlx.h: every one quantized with the config's bits), and a
  * quantized embedding or LM head is dequantized to BF16 on the device (mg_mlx_dequant). A
@@ -27,6 +39,22 @@
 #include "model.h"
 #include "model_checkpoint.h"
 
+/* What config.json says beyond the architecture: a tied LM head, MLX quantization bits (0:
+ * none), the architecture's name. */
+typedef struct mg_fwd_hf_config {
+    bool tied;
+    uint32_t bits;
+    char arch_name[96];
+} mg_fwd_hf_config;
+
+/* The text of a config.json (`len` bytes, no terminator needed) as the architecture above:
+ * fills *arch's shape, layers, rope_theta, norm_eps, context, max_batch_tokens, qkv_bias and
+ * qk_norm, and *out. Any text is accepted or refused with a status and a one-line message
+ * naming `path` (mg_fwd_fail); it reads nothing else (model_hf_config.c, fuzzed by
+ * tests/fuzz/fuzz_hf_config.c). */
+mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
+                                 mg_fwd_preset *arch, mg_fwd_hf_config *out);
+
 typedef struct mg_fwd_hf mg_fwd_hf;
 
 /* Reads dir/config.json into *arch (name: the directory's base name), opens the safetensors
@@ -36,6 +64,6 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
 void mg_fwd_hf_close(mg_fwd_hf *h);
 double mg_fwd_hf_weight_bytes(const mg_fwd_hf *h);
 mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
-                         mg_devptr *layer_w, mg_fwd_checkpoint_weights *out);
+                         mg_devptr *layer_w, mg_devptr *extra, mg_fwd_checkpoint_weights *out);
 
 #endif

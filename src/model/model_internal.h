@@ -34,6 +34,11 @@ struct mg_fwd {
     mg_devptr embedding, final_norm, lm_head;
     mg_devptr *layer_w; /* [layers][MG_FWD_LAYER_TENSORS]; NVFP4: the matrices' are 0; FP8:
                            the matrices' E4M3 codes (their allocation also holds the scales) */
+    /* checkpoints: the biases and head norms of model_checkpoint.h, [layers][MG_FWD_EXTRA_TENSORS]
+     * (NULL for the presets); qk_norm models: the normed keys of a pass, packed [rows, kv_heads
+     * head_dim] (the joined k and v rows of the projection are not), an arena buffer */
+    mg_devptr *layer_extra;
+    mg_devptr k_normed;
     /* FP8 only: each matrix's FP32 row scales (inside its allocation, after the codes), the
      * LM head's; the device-quantized activation of the next GEMM(s) and its per-token scales,
      * and which BF16 buffer (of how many rows) they were quantized from. */

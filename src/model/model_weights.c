@@ -293,10 +293,12 @@ mg_status mg_fwd_create_weights(mg_fwd *m) {
     bool mlx = m->c.weights == MG_FWD_WEIGHTS_MLX8 || m->c.weights == MG_FWD_WEIGHTS_MLX4;
     if (m->ckpt) {
         m->layer_w = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->layer_w);
-        if (!m->layer_w)
+        m->layer_extra = calloc((size_t)m->layers * MG_FWD_EXTRA_TENSORS, sizeof *m->layer_extra);
+        if (!m->layer_w || !m->layer_extra)
             return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
         mg_fwd_checkpoint_weights gw;
-        mg_status st = mg_fwd_checkpoint_load(m->b, m->ckpt, &m->arch, m->layer_w, &gw);
+        mg_status st = mg_fwd_checkpoint_load(m->b, m->ckpt, &m->arch, m->layer_w,
+                                              m->layer_extra, &gw);
         m->embedding = gw.embedding; /* what was loaded, freed with the model on failure */
         m->final_norm = gw.final_norm;
         m->lm_head = gw.lm_head;

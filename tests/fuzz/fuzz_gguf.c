@@ -5,7 +5,6 @@
  * fuzz_gguf_smoke. Every input must be accepted or refused with a status; when accepted, every
  * tensor's bytes and every string must lie inside the input (read here, so the sanitizer sees
  * any escape). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,18 +13,7 @@
 #include "gguf.h"
 #include "text_gguf.h"
 
-/* The model layer's error channel, which the readers report through (model.c in the library). */
-static char error_text[512];
-const char *mg_fwd_error(void) {
-    return error_text;
-}
-mg_status mg_fwd_fail(mg_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(error_text, sizeof error_text, fmt, ap);
-    va_end(ap);
-    return st ? st : MG_ERR_INTERNAL;
-}
+#include "fuzz_fwd_error.h" /* the readers report through the model layer's error channel */
 
 static volatile uint8_t fuzz_sink;
 

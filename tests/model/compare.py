@@ -1,6 +1,7 @@
 """Teacher-forced comparison of `metrale-gpu run --model` with the reference of make_reference.py.
 
-Usage: compare.py METRALE_GPU GGUF REF_DIR [--backend B] [--cases N] [--top K]
+Usage: compare.py METRALE_GPU MODEL REF_DIR [--backend B] [--cases N] [--top K]
+                  [--rel-bound R] [--abs-bound A]
 
 For every case: runs metrale-gpu on the prompt, fed the reference's continuation
 (--teacher-force), with each step's K largest logits (--top-logits K), and checks, per step:
@@ -47,6 +48,8 @@ def main():
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--cases", type=int, default=0)
     ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--rel-bound", type=float, default=REL_BOUND)
+    ap.add_argument("--abs-bound", type=float, default=ABS_BOUND)
     a = ap.parse_args()
     cases = int((a.ref / "cases").read_text())
     if a.cases:
@@ -75,7 +78,7 @@ def main():
         for i, step in enumerate(steps):
             row = ref[i]
             scale = float(np.max(np.abs(row)))
-            bound = ABS_BOUND + REL_BOUND * scale
+            bound = a.abs_bound + a.rel_bound * scale
             for tid, value in step["top"]:
                 err = abs(value - float(row[tid]))
                 case_worst = max(case_worst, err / scale)
@@ -98,7 +101,8 @@ def main():
         print(f"case {c}: {len(steps)} steps, largest error {case_worst:.4f} of the step's "
               f"largest |logit|")
     print(f"{steps_checked} steps compared ({top1_checked} with a top-1 margin above the bound), "
-          f"largest relative logit error {worst:.4f} (bound {REL_BOUND} + {ABS_BOUND} absolute); "
+          f"largest relative logit error {worst:.4f} (bound {a.rel_bound} + {a.abs_bound} "
+          f"absolute); "
           f"{failures} failures; greedy tokens equal on {agree} of {steps_checked} steps; "
           f"largest absolute logit error {abs_worst:.4f}")
     print(f"{steps_checked - failures if failures < steps_checked else 0} passed, "

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes the reference of the real-model test (ctest fixture smollm2_reference): fetches
-# SmolLM2-135M-Instruct (scripts/fetch_smollm2.sh), installs the pinned mlx, mlx-lm and gguf
-# wheels from PyPI into the ignored virtual environment .venv-model/ (once), then runs
-# tests/model/make_reference.py into OUT_DIR.
+# SmolLM2-135M-Instruct (scripts/fetch_smollm2.sh), installs the pinned mlx, mlx-lm, gguf and
+# transformers wheels (venv_pins.sh) from PyPI into the ignored virtual environment .venv-model/
+# (once), then runs tests/model/make_reference.py into OUT_DIR.
 #
 # Usage: setup.sh OUT_DIR [CASES]
 # When the model or the wheels cannot be had here (no network, no wheel for this platform),
@@ -11,11 +11,8 @@
 # A failure of the reference itself once installed is a test failure.
 set -euo pipefail
 
-MLX_VERSION=0.32.4
-MLX_LM_VERSION=0.32.2
-GGUF_VERSION=0.19.0
-
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/tests/model/venv_pins.sh"
 out=$1
 cases=${2:-}
 what=smollm2
@@ -23,7 +20,6 @@ what=smollm2
 gguf=$("$root/scripts/fetch_smollm2.sh" 2> "$out/fetch.log") ||
   reference_skip "could not fetch SmolLM2-135M-Instruct (see $out/fetch.log)"
 echo "$gguf" > "$out/model_path"
-reference_venv .venv-model "mlx==$MLX_VERSION" "mlx-cpu==$MLX_VERSION" \
-  "mlx-lm==$MLX_LM_VERSION" "gguf==$GGUF_VERSION"
+reference_venv .venv-model "${MODEL_VENV_PINS[@]}"
 "$venv/bin/python" "$root/tests/model/make_reference.py" "$gguf" "$out" $cases
 echo "smollm2 reference: files in $out"

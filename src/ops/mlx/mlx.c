@@ -216,24 +216,50 @@ static void add_shape_args(mg_launch *l, const mg_mlx_linear *w) {
     mg_launch_arg_u32(l, w->scale_type == MG_DTYPE_F16 ? MG_MLX_SCALE_F16 : MG_MLX_SCALE_BF16);
 }
 
+/* y[m, n] += bias[n] (metrale/mlx.h), on `s` after whatever was queued before. */
+static mg_status launch_add_bias(mg_backend *b, mg_stream *s, const char *fn, mg_devptr y,
+                                 mg_devptr bias, uint32_t m, uint32_t n, mg_dtype bias_type) {
+    uint64_t total = (uint64_t)m * n, blocks = (total + 255) / 256;
+    mg_launch l;
+    mg_launch_init(&l, (mg_dim3){blocks < MAX_GRID ? (uint32_t)blocks : MAX_GRID, 1, 1},
+                   (mg_dim3){256, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, y);
+    mg_launch_arg_ptr(&l, bias);
+    mg_launch_arg_u32(&l, m);
+    mg_launch_arg_u32(&l, n);
+    mg_launch_arg_u32(&l, bias_type == MG_DTYPE_F32   ? MG_MLX_BIAS_F32
+                          : bias_type == MG_DTYPE_F16 ? MG_MLX_BIAS_F16
+                                                      : MG_MLX_BIAS_BF16);
+    return launch(b, s, fn, KERNEL_ADD_BIAS, &l);
+}
+
 /* y[m, n] += the layer's bias (metrale/mlx.h), after the product on the same stream; nothing
  * for a layer without one. */
 static mg_status add_bias(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_linear *w,
                           const layer_ptrs *p, uint32_t m, mg_devptr y) {
     if (!p->bias)
         return MG_OK;
-    uint64_t total = (uint64_t)m * w->n, blocks = (total + 255) / 256;
-    mg_launch l;
-    mg_launch_init(&l, (mg_dim3){blocks < MAX_GRID ? (uint32_t)blocks : MAX_GRID, 1, 1},
-                   (mg_dim3){256, 1, 1}, 0);
-    mg_launch_arg_ptr(&l, y);
-    mg_launch_arg_ptr(&l, p->bias);
-    mg_launch_arg_u32(&l, m);
-    mg_launch_arg_u32(&l, w->n);
-    mg_launch_arg_u32(&l, w->bias_type == MG_DTYPE_F32   ? MG_MLX_BIAS_F32
-                          : w->bias_type == MG_DTYPE_F16 ? MG_MLX_BIAS_F16
-                                                         : MG_MLX_BIAS_BF16);
-    return launch(b, s, fn, KERNEL_ADD_BIAS, &l);
+    return launch_add_bias(b, s, fn, y, p->bias, m, w->n, w->bias_type);
+}
+
+mg_status mg_mlx_add_bias(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, mg_devptr y,
+                          mg_devptr bias, mg_dtype bias_type) {
+    static const char fn[] = "mg_mlx_add_bias";
+    mg_status st = check_backend(b, fn);
+    if (st)
+        return st;
+    if (!m || !n)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m=%u n=%u (both >= 1)", fn, m, n);
+    if (bias_type != MG_DTYPE_BF16 && bias_type != MG_DTYPE_F16 && bias_type != MG_DTYPE_F32)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: bias_type %s (bf16, f16 or f32)", fn,
+                        mg_dtype_name(bias_type));
+    const uint64_t bias_bytes = (uint64_t)n * mg_dtype_bytes(bias_type), y_bytes = 2ull * m * n;
+    if ((st = check_buffer(b, fn, "y", y, y_bytes, 2)) ||
+        (st = check_buffer(b, fn, "bias", bias, bias_bytes, (uint32_t)mg_dtype_bytes(bias_type))))
+        return st;
+    if (!disjoint(y, y_bytes, bias, bias_bytes))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: y and bias overlap", fn);
+    return launch_add_bias(b, s, fn, y, bias, m, n, bias_type);
 }
 
 /* ------------------------------------------------------------------ dequant */

@@ -1,0 +1,348 @@
+"""Small random-weight checkpoints of every architecture the model layer reads, in every form its
+readers take, with teacher-forced logits from independent implementations.
+
+Usage: random_models.py OUT_DIR [--reference mlx|transformers] [--only NAME]
+
+Each model of MODELS has awkward sizes on purpose: a hidden size that is no power of two, GQA
+groups of 3, head_dim 48 or 80 (explicit, not hidden / heads), a vocabulary that is no multiple
+of 8, several layers, a rope_theta and rms_norm_eps away from the defaults, tied and untied
+embeddings, Qwen2's biases, Qwen3's head norms and Qwen3-MoE's experts (5 of them, top 2:
+an odd count). For each, under OUT_DIR/<name>/:
+
+  hf/        config.json written by transformers' own configuration class (pinned version), and
+             model.safetensors with random weights (BF16, one model in F32, so that the F32
+             reader runs too); the reference's logits of CASES teacher-forced random sequences
+             in the layout of compare.py (case<i>.txt, case<i>.f32, cases).
+  gguf/      where the model has a GGUF form: model.gguf written by the `gguf` package's
+             writer with llama.cpp's conventions (architecture llama, qwen2 or qwen3; for llama
+             the Q and K rows permuted for interleaved RoPE exactly as llama.cpp's converter
+             does: HF row h * D/2 + i of a head goes to row 2 i + h), its matrices Q8_0 or F16,
+             and ref/ the logits of the network the file holds (the HF weights decoded by the
+             gguf package's own dequantize, the rows in HF order).
+  mlx<bits>/ where the model has an MLX form: model/ quantized by mlx-lm's own convert path
+             (quantize_model, group 32 or 64), and the logits of that quantized model.
+
+The reference: mlx-lm's model classes (mlx_lm.utils.load_model of the directory, in float32) by
+default, which runs on the CPU in CI; --reference transformers runs transformers'
+AutoModelForCausalLM in float32 instead (where PyTorch is installed: the GPU machine, or a
+CPU with PyTorch's wheels), and --reuse computes it for directories already written, over the
+same sequences, into ref_transformers/ and hf_transformers/. Neither is this runtime's code.
+"""
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+CASES = 2
+PROMPT, CONTINUATION = 7, 9
+
+# (mlx-lm's Qwen2 takes head_dim as hidden / heads, as the released Qwen2 models have it.)
+# name, transformers config class, its arguments, weight dtype, GGUF form (matrix type or None),
+# MLX forms ((bits, group), ...).
+MODELS = [
+    ("llama_untied", "LlamaConfig",
+     dict(hidden_size=192, intermediate_size=288, num_attention_heads=6, num_key_value_heads=2,
+          head_dim=80, num_hidden_layers=3, vocab_size=1003, rope_theta=50000.0,
+          rms_norm_eps=2e-5, tie_word_embeddings=False, max_position_embeddings=512),
+     "float32", "Q8_0", ((8, 32),)),
+    ("mistral_tied", "MistralConfig",
+     dict(hidden_size=192, intermediate_size=384, num_attention_heads=12, num_key_value_heads=4,
+          head_dim=48, num_hidden_layers=2, vocab_size=517, rope_theta=1000000.0,
+          rms_norm_eps=3e-6, tie_word_embeddings=True, max_position_embeddings=1024),
+     "bfloat16", "F16", ((4, 64),)),
+    ("qwen2_untied", "Qwen2Config",
+     dict(hidden_size=288, intermediate_size=320, num_attention_heads=6, num_key_value_heads=2,
+          head_dim=48, num_hidden_layers=3, vocab_size=771, rope_theta=20000.0,
+          rms_norm_eps=1e-5, tie_word_embeddings=False, max_position_embeddings=1024),
+     "bfloat16", "Q8_0", ((4, 32),)),
+    ("qwen3_tied", "Qwen3Config",
+     dict(hidden_size=192, intermediate_size=224, num_attention_heads=6, num_key_value_heads=2,
+          head_dim=80, num_hidden_layers=3, vocab_size=1201, rope_theta=250000.0,
+          rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=1024),
+     "bfloat16", "Q8_0", ((8, 32),)),
+    ("qwen3_moe_untied", "Qwen3MoeConfig",
+     dict(hidden_size=192, intermediate_size=256, moe_intermediate_size=96, num_experts=5,
+          num_experts_per_tok=2, norm_topk_prob=True, num_attention_heads=6,
+          num_key_value_heads=2, head_dim=48, num_hidden_layers=2, vocab_size=611,
+          rope_theta=30000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+          max_position_embeddings=1024),
+     "bfloat16", None, ()),
+]
+ARCHITECTURES = {"LlamaConfig": "LlamaForCausalLM", "MistralConfig": "MistralForCausalLM",
+                 "Qwen2Config": "Qwen2ForCausalLM", "Qwen3Config": "Qwen3ForCausalLM",
+                 "Qwen3MoeConfig": "Qwen3MoeForCausalLM"}
+GGUF_ARCH = {"LlamaConfig": "llama", "MistralConfig": "llama", "Qwen2Config": "qwen2",
+             "Qwen3Config": "qwen3"}
+
+
+def write_config(cls_name, kw, dtype, path):
+    """config.json as transformers writes it (rope_parameters nested, transformers 5), plus the
+    top-level rope_theta that older configs have and mlx-lm's Llama and Qwen2 read; Qwen3's
+    stays nested only (mlx-lm reads rope_parameters there), so both forms are exercised."""
+    import transformers
+    cfg = getattr(transformers, cls_name)(**kw)
+    cfg.architectures = [ARCHITECTURES[cls_name]]
+    d = cfg.to_dict()
+    d["torch_dtype"] = dtype
+    if cls_name != "Qwen3Config":
+        d["rope_theta"] = kw["rope_theta"]
+    if "num_experts" in kw:  # transformers 5 writes num_local_experts; mlx-lm reads this
+        d["num_experts"] = kw["num_experts"]
+    (path / "config.json").write_text(json.dumps(d, indent=1, default=str))
+    return d
+
+
+def random_weights(kw, qwen2, qwen3, seed):
+    """Hugging Face tensor names and float32 values: unit-scale activations through the layers
+    (matrices N(0, 1/K), norms 1 + U(-0.2, 0.2)), so the logits are neither flat nor huge."""
+    rng = np.random.default_rng(seed)
+    H, I, V = kw["hidden_size"], kw["intermediate_size"], kw["vocab_size"]
+    D, Hq, Hk = kw["head_dim"], kw["num_attention_heads"], kw["num_key_value_heads"]
+
+    def mat(n, k, gain=1.0):
+        return (rng.standard_normal((n, k)) * gain / np.sqrt(k)).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + rng.uniform(-0.2, 0.2, n)).astype(np.float32)
+
+    # the embedding at 0.3: as the tied LM head it gives logits of a few units, as real models'
+    w = {"model.embed_tokens.weight": (rng.standard_normal((V, H)) * 0.3).astype(np.float32),
+         "model.norm.weight": norm(H)}
+    if not kw["tie_word_embeddings"]:
+        w["lm_head.weight"] = mat(V, H, 3.0)
+    for l in range(kw["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        w[p + "input_layernorm.weight"] = norm(H)
+        w[p + "post_attention_layernorm.weight"] = norm(H)
+        w[p + "self_attn.q_proj.weight"] = mat(Hq * D, H, 1.5)
+        w[p + "self_attn.k_proj.weight"] = mat(Hk * D, H, 1.5)
+        w[p + "self_attn.v_proj.weight"] = mat(Hk * D, H)
+        w[p + "self_attn.o_proj.weight"] = mat(H, Hq * D)
+        if "num_experts" in kw:  # Qwen3-MoE: a router and experts as the hub's files hold them
+            E, Im = kw["num_experts"], kw["moe_intermediate_size"]
+            w[p + "mlp.gate.weight"] = mat(E, H, 3.0)
+            for e in range(E):
+                w[p + f"mlp.experts.{e}.gate_proj.weight"] = mat(Im, H)
+                w[p + f"mlp.experts.{e}.up_proj.weight"] = mat(Im, H)
+                w[p + f"mlp.experts.{e}.down_proj.weight"] = mat(H, Im)
+        else:
+            w[p + "mlp.gate_proj.weight"] = mat(I, H)
+            w[p + "mlp.up_proj.weight"] = mat(I, H)
+            w[p + "mlp.down_proj.weight"] = mat(H, I)
+        if qwen2:
+            for n, rows in (("q", Hq * D), ("k", Hk * D), ("v", Hk * D)):
+                w[p + f"self_attn.{n}_proj.bias"] = (rng.standard_normal(rows) * 0.5).astype(
+                    np.float32)
+        if qwen3:
+            w[p + "self_attn.q_norm.weight"] = norm(D)
+            w[p + "self_attn.k_norm.weight"] = norm(D)
+    return w
+
+
+def save_hf(w, dtype, path):
+    import mlx.core as mx
+    t = mx.bfloat16 if dtype == "bfloat16" else mx.float32
+    mx.save_safetensors(str(path / "model.safetensors"),
+                        {k: mx.array(v).astype(t) for k, v in w.items()},
+                        metadata={"format": "pt"})
+
+
+def sequences(vocab, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, vocab, PROMPT + CONTINUATION).tolist() for _ in range(CASES)]
+
+
+def write_case(out, c, seq, logits):
+    rows = logits[PROMPT - 1:]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"case{c}.txt").write_text(
+        "prompt " + ",".join(map(str, seq[:PROMPT])) + "\n"
+        "continuation " + ",".join(map(str, seq[PROMPT:])) + "\n"
+        f"rows {rows.shape[0]}\nvocab {rows.shape[1]}\n")
+    rows.astype("<f4").tofile(out / f"case{c}.f32")
+
+
+def reference(model_dir, seqs, out, kind):
+    """Float32 logits of every position of each sequence, from mlx-lm or transformers."""
+    if kind == "transformers":
+        import torch
+        from transformers import AutoModelForCausalLM
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(dev)
+        model.eval()
+        for c, seq in enumerate(seqs):
+            with torch.no_grad():
+                logits = model(torch.tensor([seq], device=dev)).logits[0].float().cpu().numpy()
+            write_case(out, c, seq, logits)
+    else:
+        import mlx.core as mx
+        from mlx_lm.utils import load_model
+        model, _ = load_model(Path(model_dir))
+        model.set_dtype(mx.float32)
+        for c, seq in enumerate(seqs):
+            logits = np.array(model(mx.array([seq]))[0].astype(mx.float32))
+            write_case(out, c, seq, logits)
+    (out / "cases").write_text(str(len(seqs)))
+
+
+def llama_permute(w, heads):
+    """llama.cpp's convert_hf_to_gguf permutation of Q/K rows for its interleaved RoPE."""
+    rows, cols = w.shape
+    return w.reshape(heads, 2, rows // heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def write_gguf(cls_name, kw, w, matrix_type, path):
+    """model.gguf as llama.cpp lays it out; returns the weights the file holds, in HF names and
+    row order, decoded by the gguf package (the network its reference runs)."""
+    from gguf import GGMLQuantizationType as T, GGUFWriter
+    from gguf.quants import dequantize, quantize
+    arch = GGUF_ARCH[cls_name]
+    g = GGUFWriter(str(path / "model.gguf"), arch)
+    g.add_name(path.parent.name)
+    g.add_block_count(kw["num_hidden_layers"])
+    g.add_context_length(kw["max_position_embeddings"])
+    g.add_embedding_length(kw["hidden_size"])
+    g.add_feed_forward_length(kw["intermediate_size"])
+    g.add_head_count(kw["num_attention_heads"])
+    g.add_head_count_kv(kw["num_key_value_heads"])
+    g.add_key_length(kw["head_dim"])
+    g.add_value_length(kw["head_dim"])
+    g.add_rope_dimension_count(kw["head_dim"])
+    g.add_layer_norm_rms_eps(kw["rms_norm_eps"])
+    g.add_rope_freq_base(kw["rope_theta"])
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
+    held = {}
+    qt = getattr(T, matrix_type)
+    for hf_name, x in w.items():
+        base, kind = hf_name.rsplit(".", 1)
+        if base == "model.embed_tokens":
+            name = "token_embd"
+        elif base == "model.norm":
+            name = "output_norm"
+        elif base == "lm_head":
+            name = "output"
+        else:
+            l, rest = base[len("model.layers."):].split(".", 1)
+            name = f"blk.{l}.{names[rest]}"
+        stored = x
+        if arch == "llama" and base.endswith("q_proj"):
+            stored = llama_permute(x, kw["num_attention_heads"])
+        if arch == "llama" and base.endswith("k_proj"):
+            stored = llama_permute(x, kw["num_key_value_heads"])
+        if x.ndim == 2 and qt not in (T.F32, T.F16):
+            q = quantize(stored, qt)
+            g.add_tensor(f"{name}.{kind}", q, raw_shape=q.shape, raw_dtype=qt)
+            decoded = dequantize(q, qt).reshape(stored.shape)
+        elif x.ndim == 2 and qt == T.F16:
+            g.add_tensor(f"{name}.{kind}", stored.astype(np.float16))
+            decoded = stored.astype(np.float16).astype(np.float32)
+        else:
+            g.add_tensor(f"{name}.{kind}", stored)
+            decoded = stored
+        if stored is not x:  # back to HF row order for the reference
+            heads = kw["num_attention_heads" if base.endswith("q_proj") else
+                       "num_key_value_heads"]
+            D = kw["head_dim"]
+            decoded = decoded.reshape(heads, D // 2, 2, -1).swapaxes(1, 2).reshape(x.shape)
+        held[hf_name] = decoded.astype(np.float32)
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
+    return held
+
+
+def write_mlx(hf, bits, group, out):
+    """mlx-lm's quantization of the HF directory (what `mlx_lm.convert -q` does), FP16 scales."""
+    import mlx.core as mx
+    from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+    model, cfg = load_model(hf)
+    model.set_dtype(mx.float16)
+    model, cfg = quantize_model(model, cfg, group, bits)
+    cfg["torch_dtype"] = "float16"
+    out.mkdir(parents=True, exist_ok=True)
+    save_model(out, model)
+    save_config(cfg, out / "config.json")
+
+
+def read_sequences(ref):
+    seqs = []
+    for c in range(int((ref / "cases").read_text())):
+        meta = dict(l.split(" ", 1) for l in (ref / f"case{c}.txt").read_text().splitlines())
+        seqs.append([int(x) for x in (meta["prompt"] + "," + meta["continuation"]).split(",")])
+    return seqs
+
+
+def reuse(out, kind):
+    for name in (out / "models").read_text().split():
+        root = out / name
+        pairs = [(root / "hf", root / "hf")]
+        if (root / "gguf" / "decoded").is_dir():
+            pairs.append((root / "gguf" / "decoded", root / "gguf" / "ref"))
+        for model_dir, ref in pairs:
+            reference(model_dir, read_sequences(ref), ref.parent / f"{ref.name}_{kind}", kind)
+            print(f"{name}: {model_dir.relative_to(out)} -> {ref.name}_{kind}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--reference", default="mlx", choices=["mlx", "transformers"])
+    ap.add_argument("--only", default="")
+    ap.add_argument("--reuse", action="store_true",
+                    help="OUT_DIR holds the models already: only compute the reference's logits "
+                         "of its Hugging Face and decoded GGUF directories, into ref_<reference>/ "
+                         "beside each (the GPU machine's transformers run)")
+    a = ap.parse_args()
+    if a.reuse:
+        return reuse(a.out, a.reference)
+    names = []
+    for i, (name, cls_name, kw, dtype, gguf_type, mlx_forms) in enumerate(MODELS):
+        if a.only and a.only != name:
+            continue
+        root = a.out / name
+        shutil.rmtree(root, ignore_errors=True)
+        hf = root / "hf"
+        hf.mkdir(parents=True)
+        write_config(cls_name, kw, dtype, hf)
+        w = random_weights(kw, cls_name == "Qwen2Config", cls_name.startswith("Qwen3"), 100 + i)
+        save_hf(w, dtype, hf)
+        if dtype == "bfloat16":  # the reference runs on exactly the values the file holds
+            import mlx.core as mx
+            w = {k: np.array(mx.array(v).astype(mx.bfloat16).astype(mx.float32))
+                 for k, v in w.items()}
+        seqs = sequences(kw["vocab_size"], 200 + i)
+        reference(hf, seqs, hf, a.reference)
+        forms = ["hf"]
+        if gguf_type:
+            gd = root / "gguf"
+            gd.mkdir()
+            held = write_gguf(cls_name, kw, w, gguf_type, gd)
+            decoded = gd / "decoded"
+            decoded.mkdir()
+            shutil.copy(hf / "config.json", decoded / "config.json")
+            from safetensors.numpy import save_file
+            save_file(held, str(decoded / "model.safetensors"))
+            reference(decoded, seqs, gd / "ref", a.reference)
+            forms.append("gguf")
+        for bits, group in mlx_forms:
+            md = root / f"mlx{bits}"
+            write_mlx(hf, bits, group, md / "model")
+            if a.reference == "mlx":  # transformers does not read MLX-quantized directories
+                reference(md / "model", seqs, md, a.reference)
+                forms.append(f"mlx{bits}")
+        (root / "forms").write_text(" ".join(forms))
+        names.append(name)
+        print(f"{name}: {' '.join(forms)}")
+    (a.out / "models").write_text(" ".join(names))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,7 +5,11 @@
 #   2. the test programs with CUDA cases: test_sample (the sampler kernel against the CPU
 #      reference), test_generate, test_forward_cuda, test_cuda_graph;
 #   3. the Python package's tests on CUDA (tests/python, test_cuda_torch.py against PyTorch);
-#   4. `run --json` of the llama-3.2-1b and llama-3-8b presets (decode speed, kernels_per_step).
+#   4. `run --json` of the llama-3.2-1b and llama-3-8b presets (decode speed, kernels_per_step);
+#   5. with random_models.tar.xz (the reference files ctest's random_models_reference_files
+#      writes here): the random Llama/Mistral/Qwen2/Qwen3/Qwen3-MoE checkpoints teacher-forced
+#      on CUDA against mlx-lm's logits (tests/model/compare_random.sh), and `run --compare`
+#      of the tiny presets (tests/run_compare_cuda.sh).
 # Layout: $G (default .gpu-all) holds pack.tar.xz (bin/: metrale-gpu, libmetrale_gpu.so, the op
 # plugins and the test programs) and whl/ (pytest and numpy wheels, used when the machine's
 # Python lacks them). $OUT gets summary.txt, runs.json and logs.tgz.
@@ -59,4 +63,10 @@ for name in sys.argv[2:]:
         out[name] = {"error": text[-400:]}
 json.dump(out, sys.stdout, indent=1)
 EOF
+if [ -f "$G/random_models.tar.xz" ]; then
+  mkdir -p /tmp/random_models && tar xJf "$G/random_models.tar.xz" -C /tmp/random_models
+  step random_models_cuda env PYTHON=python3 bash tests/model/compare_random.sh "$BIN/metrale-gpu" /tmp/random_models cuda
+  grep -E "^== |max rel|FAIL|fail" "$L/random_models_cuda.txt" | tail -40 >> "$S"
+fi
+step run_compare_cuda bash tests/run_compare_cuda.sh "$BIN/metrale-gpu"
 tar czf "$OUT/logs.tgz" -C "$L" .

@@ -26,7 +26,7 @@ if [ -f "$ref/SKIP" ]; then
   echo "skipped: $(cat "$ref/SKIP")"
   exit 77
 fi
-py="$root/.venv-model/bin/python"
+py=${PYTHON:-"$root/.venv-model/bin/python"} # PYTHON: another interpreter (the GPU machine)
 status=0 forms=0
 for name in $(cat "$ref/models"); do
   for form in $(cat "$ref/$name/forms"); do

@@ -255,29 +255,36 @@ static void test_bad_requests(void) {
     mg_gen_request bad = q;
     bad.prompt_len = 0;
     CHECK_STATUS(mg_generate(b, &o, &bad, 1, NULL, NULL, res, NULL), MG_ERR_INVALID_ARGUMENT);
+    mg_gen_results_free(res, 1); /* the contract: results are freed after a failure too */
     CHECK_FWD_MESSAGE("empty prompt");
     bad = q;
     bad.max_tokens = 0;
     CHECK_STATUS(mg_generate(b, &o, &bad, 1, NULL, NULL, res, NULL), MG_ERR_INVALID_ARGUMENT);
+    mg_gen_results_free(res, 1);
     CHECK_FWD_MESSAGE("max_tokens");
     bad = q;
     bad.stop_count = 2;
     CHECK_STATUS(mg_generate(b, &o, &bad, 1, NULL, NULL, res, NULL), MG_ERR_INVALID_ARGUMENT);
+    mg_gen_results_free(res, 1);
     CHECK_FWD_MESSAGE("stop_ids");
     bad = q;
     bad.sampling.top_p = 0.0f;
     mg_gen_request two[2] = {q, bad};
     CHECK_STATUS(mg_generate(b, &o, two, 2, NULL, NULL, res, NULL), MG_ERR_INVALID_ARGUMENT);
+    mg_gen_results_free(res, 2);
     CHECK_FWD_MESSAGE("request 1's sampling: mg_sample_params_check: top_p");
     bad = q;
     bad.sampling.temperature = NAN;
     CHECK_STATUS(mg_generate(b, &o, &bad, 1, NULL, NULL, res, NULL), MG_ERR_INVALID_ARGUMENT);
+    mg_gen_results_free(res, 1);
     CHECK_FWD_MESSAGE("temperature");
     prompt[2] = (int32_t)tiny->shape.vocab;
     CHECK_STATUS(mg_generate(b, &o, &q, 1, NULL, NULL, res, NULL), MG_ERR_INVALID_ARGUMENT);
+    mg_gen_results_free(res, 1);
     CHECK_FWD_MESSAGE("outside the vocabulary");
     prompt[2] = -1;
     CHECK_STATUS(mg_generate(b, &o, &q, 1, NULL, NULL, res, NULL), MG_ERR_INVALID_ARGUMENT);
+    mg_gen_results_free(res, 1);
     CHECK_FWD_MESSAGE("outside the vocabulary");
     prompt[2] = 3;
     CHECK_STATUS(mg_generate(b, &o, NULL, 1, NULL, NULL, res, NULL), MG_ERR_INVALID_ARGUMENT);
@@ -304,6 +311,7 @@ static void test_bad_requests(void) {
     bad = q;
     bad.sampling.repetition_penalty = 1.1f;
     CHECK_STATUS(mg_generate(b, &o, &bad, 1, NULL, NULL, res, NULL), MG_ERR_INVALID_ARGUMENT);
+    mg_gen_results_free(res, 1);
     CHECK_FWD_MESSAGE("penalty_last_n");
 }
 

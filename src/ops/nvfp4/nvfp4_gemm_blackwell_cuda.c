@@ -123,10 +123,7 @@ static bool blackwell_supports(mg_backend *b, const void *call, char *reason, si
     return true;
 }
 
-const mg_op_provider mg_nvfp4_blackwell_provider = {.name = "cutlass_blackwell",
-                                                    .backend = MG_BACKEND_CUDA,
-                                                    .available = blackwell_available,
-                                                    .supports = blackwell_supports};
+
 
 mg_status mg_nvfp4_blackwell_prepare(mg_backend *b, mg_stream *s, const char *fn, uint32_t n,
                                      uint32_t k, uint32_t experts, mg_devptr codes,
@@ -217,3 +214,12 @@ mg_status mg_nvfp4_blackwell_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_ge
     }
     return MG_OK;
 }
+
+const mg_nvfp4_provider mg_nvfp4_blackwell_provider = {
+    .base = {.name = "cutlass_blackwell",
+             .backend = MG_BACKEND_CUDA,
+             .available = blackwell_available,
+             .supports = blackwell_supports},
+    .blackwell_layout = true,
+    .run = mg_nvfp4_blackwell_gemm,
+};

@@ -631,7 +631,7 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
         mg_attention_tensors at = good;
         const char *needle = i == 0   ? "qo_rows 5"
                              : i == 1 ? "kv_rows 11"
-                             : i == 2 ? "NULL device pointer for v"
+                             : i == 2 ? "v is null"
                              : i == 3 ? "q 0x"
                              : i == 4 ? "o 0x"
                                       : "lse 0x";

@@ -35,7 +35,7 @@ mg_status mg_op_check_tensors(mg_backend *b, const char *fn, const mg_op_tensor 
         if (t[i].alignment > 1 && t[i].ptr % t[i].alignment)
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %u-byte aligned", fn,
                             t[i].name, (unsigned long long)t[i].ptr, t[i].alignment);
-        if (!t[i].bytes)
+        if (!t[i].bytes && !(t[i].flags & MG_OP_EMPTY_OK))
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                             "%s: %s spans more bytes than the address space", fn, t[i].name);
         if ((st = mg_backend_check_device_range(b, t[i].ptr, t[i].bytes, fn, t[i].name)))

@@ -28,12 +28,13 @@
  * may rely on `b` being live. */
 mg_status mg_op_enter(mg_backend *b, const char *fn);
 
-/* What a call does with a tensor (flags of mg_op_tensor): reads it, writes it, and whether it
- * may be absent (ptr 0: not checked, overlaps nothing). */
-enum { MG_OP_IN = 0, MG_OP_OUT = 1, MG_OP_OPTIONAL = 2 };
+/* What a call does with a tensor (flags of mg_op_tensor): reads it, writes it; whether it may
+ * be absent (ptr 0: not checked, overlaps nothing); whether bytes 0 is an empty tensor (its
+ * pointer still checked) rather than a size that overflowed. */
+enum { MG_OP_IN = 0, MG_OP_OUT = 1, MG_OP_OPTIONAL = 2, MG_OP_EMPTY_OK = 4 };
 
 /* One device tensor of a call: its start, the bytes the call touches (0: the size overflowed),
- * the alignment the kernels need, and MG_OP_IN or MG_OP_OUT, | MG_OP_OPTIONAL. */
+ * the alignment the kernels need, and MG_OP_IN or MG_OP_OUT, | MG_OP_OPTIONAL, | MG_OP_EMPTY_OK. */
 typedef struct mg_op_tensor {
     const char *name;
     mg_devptr ptr;

@@ -608,9 +608,13 @@ static bool cpu_supports_dtype(mg_comm *c, mg_dtype dtype) {
     return true;
 }
 
+static bool cpu_available_on(mg_backend *b, char *reason, size_t reason_bytes) {
+    (void)b;
+    return cpu_available(reason, reason_bytes);
+}
+
 const mg_comm_provider mg_comm_cpu_provider = {
-    .name = "cpu",
-    .kind = MG_BACKEND_CPU,
+    .base = {.name = "cpu", .backend = MG_BACKEND_CPU, .available = cpu_available_on},
     .available = cpu_available,
     .get_id = cpu_get_id,
     .create_rank = cpu_create_rank,

@@ -5,14 +5,17 @@
 #include "error.h"
 #include "op_cache.h"
 
-mg_status mg_op_enter(mg_backend *b, const char *fn) {
-    mg_backend_kind kind = mg_backend_get_kind(b); /* AUTO: not a live backend */
-    if (kind == MG_BACKEND_AUTO)
+mg_status mg_op_enter_kind(mg_backend *b, mg_backend_kind kind, const char *fn) {
+    if (kind == MG_BACKEND_AUTO) /* what a NULL, stale or closed handle reads as */
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
                         (void *)b);
     if (kind == MG_BACKEND_CPU)
         mg_op_register_cpu_kernels();
     return MG_OK;
+}
+
+mg_status mg_op_enter(mg_backend *b, const char *fn) {
+    return mg_op_enter_kind(b, mg_backend_get_kind(b), fn);
 }
 
 bool mg_op_ranges_overlap(mg_devptr a, size_t a_bytes, mg_devptr b, size_t b_bytes) {
@@ -52,17 +55,18 @@ mg_status mg_op_check_tensors(mg_backend *b, const char *fn, const mg_op_tensor 
 
 mg_status mg_op_launch_kernels(mg_backend *b, mg_stream *s, const char *const *names,
                                const mg_launch *launches, int count) {
-    mg_status st = mg_op_enter(b, count > 0 ? names[0] : "mg_op_launch_kernels");
-    if (st)
-        return st;
     if (count < 1 || count > 4)
         return MG_ERROR(MG_ERR_INTERNAL, "mg_op_launch_kernels: %d kernels (1 to 4)", count);
+    /* Callers entered (mg_op_enter or a provider choice), so the CPU kernels are registered;
+     * a backend closed since is refused here. */
     mg_op_cache *cache = mg_backend_op_cache(b);
+    mg_status st = cache ? MG_OK : mg_op_enter(b, names[0]);
+    if (st)
+        return st;
     mg_kernel *kernels[4];
     for (int i = 0; i < count; i++)
-        if (!cache || (st = mg_op_cache_kernel(cache, "metrale", names[i], false, &kernels[i])))
-            return cache ? st : MG_ERROR(MG_ERR_INTERNAL, "%s: the backend has no op cache",
-                                         names[i]);
+        if ((st = mg_op_cache_kernel(cache, "metrale", names[i], false, &kernels[i])))
+            return st;
     for (int i = 0; i < count; i++)
         if ((st = mg_launch_run(b, kernels[i], s, &launches[i])))
             return st;

@@ -27,6 +27,8 @@
  * kernels of every op are registered (mg_op_register_cpu_kernels). Later checks of the call
  * may rely on `b` being live. */
 mg_status mg_op_enter(mg_backend *b, const char *fn);
+/* The same for a caller that already read mg_backend_get_kind(b) (one handle lookup). */
+mg_status mg_op_enter_kind(mg_backend *b, mg_backend_kind kind, const char *fn);
 
 /* What a call does with a tensor (flags of mg_op_tensor): reads it, writes it; whether it may
  * be absent (ptr 0: not checked, overlaps nothing); whether bytes 0 is an empty tensor (its

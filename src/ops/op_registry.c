@@ -190,10 +190,10 @@ mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider) {
     const mg_op_def *d = def_of(op);
     if (!d)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown op %d", fn, (int)op);
-    mg_status status = mg_op_enter(b, fn);
+    mg_backend_kind kind = mg_backend_get_kind(b);
+    mg_status status = mg_op_enter_kind(b, kind, fn);
     if (status)
         return status;
-    mg_backend_kind kind = mg_backend_get_kind(b);
     const mg_op_provider *p = NULL;
     if (provider && strcmp(provider, "auto")) {
         p = find_provider(d, provider);
@@ -229,10 +229,10 @@ const mg_op_provider *mg_op_forced(mg_backend *b, mg_op op) {
 mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn,
                        const mg_op_provider **out) {
     const mg_op_def *d = def_of(op);
-    mg_status status = mg_op_enter(b, fn);
+    mg_backend_kind kind = mg_backend_get_kind(b);
+    mg_status status = mg_op_enter_kind(b, kind, fn);
     if (status)
         return status;
-    mg_backend_kind kind = mg_backend_get_kind(b);
     registry_state *st = state_of(b);
     const mg_op_provider *forced = st ? atomic_load(&st->ops[op].forced) : NULL;
     char reason[256];

@@ -555,11 +555,10 @@ mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention
     if (!out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
     *out = NULL;
-    if (!mg_backend_context(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend handle %p", fn,
-                        (void *)b);
     mg_attention_desc d;
-    mg_status st = mg_backend_check_fault(b);
+    mg_status st = mg_op_enter(b, fn);
+    if (!st)
+        st = mg_backend_check_fault(b);
     if (!st)
         st = paged_desc(pd, &d, fn);
     if (!st)

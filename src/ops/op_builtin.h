@@ -3,12 +3,13 @@
  *
  *   mg_status st = mg_op_enter(b, fn);            the handle, validated once
  *   ... the op's own checks of shapes and modes ...
- *   mg_op_tensor t[] = {{"in", in, in_bytes, 16, false}, {"out", out, out_bytes, 16, true}};
+ *   mg_op_tensor t[] = {{"in", in, in_bytes, 16, MG_OP_IN}, {"out", out, out_bytes, 16, MG_OP_OUT}};
  *   st = mg_op_check_tensors(b, fn, t, 2, -1, -1); pointers, alignment, range, overlap
  *   st = mg_op_run_builtin(b, s, op, fn, names, launches, count);   or a provider's run hook
  *
  * A kernel-by-name op's provider is MG_OP_KERNELS_PROVIDER (op_registry.h); its CPU kernels
- * are registered once per process by the op registry, not by the front.
+ * are registered once per process by the op registry, not by the front. Copy
+ * activation/silu_mul.c (one kernel) or moe/moe_routing.c (several) as a template.
  */
 #ifndef METRALE_OP_BUILTIN_H
 #define METRALE_OP_BUILTIN_H
@@ -36,7 +37,8 @@ mg_status mg_op_enter_kind(mg_backend *b, mg_backend_kind kind, const char *fn);
 enum { MG_OP_IN = 0, MG_OP_OUT = 1, MG_OP_OPTIONAL = 2, MG_OP_EMPTY_OK = 4 };
 
 /* One device tensor of a call: its start, the bytes the call touches (0: the size overflowed),
- * the alignment the kernels need, and MG_OP_IN or MG_OP_OUT, | MG_OP_OPTIONAL, | MG_OP_EMPTY_OK. */
+ * the alignment the kernels need, and MG_OP_IN or MG_OP_OUT, with MG_OP_OPTIONAL and
+ * MG_OP_EMPTY_OK or-ed in as needed. */
 typedef struct mg_op_tensor {
     const char *name;
     mg_devptr ptr;
@@ -57,7 +59,7 @@ static inline size_t mg_op_matrix_bytes(uint64_t rows, uint64_t cols, uint64_t p
  * overlapping another tensor -- except tensors `same_a` and `same_b` (indices; -1: none), which
  * may be exactly the same range. This is the overlap rule every op header states: an output
  * shares no byte with another operand unless the header names the pair. MG_ERR_INVALID_ARGUMENT
- * naming `fn` and the tensors otherwise ("fn: out and in overlap"). */
+ * naming `fn` and the two tensors, in the order given, otherwise ("fn: in and out overlap"). */
 mg_status mg_op_check_tensors(mg_backend *b, const char *fn, const mg_op_tensor *t, int count,
                               int same_a, int same_b);
 
@@ -66,7 +68,8 @@ mg_status mg_op_check_tensors(mg_backend *b, const char *fn, const mg_op_tensor 
 bool mg_op_ranges_overlap(mg_devptr a, size_t a_bytes, mg_devptr b, size_t b_bytes);
 
 /* Resolves the `count` (1 to 4) kernels `names` of module "metrale" on `b` (memoised in the op
- * cache), then launches them in order on `s`: a missing kernel writes nothing. Counts nothing:
+ * cache), then launches them in order on `s`: a missing kernel writes nothing. The caller has
+ * entered (mg_op_enter or a provider choice), so CPU kernels are registered. Counts nothing:
  * for providers whose front counts the call. */
 mg_status mg_op_launch_kernels(mg_backend *b, mg_stream *s, const char *const *names,
                                const mg_launch *launches, int count);

@@ -389,7 +389,7 @@ static void test_validation(mg_backend *be, mg_backend *other) {
     CHECK_MESSAGE("NULL descriptor");
     CHECK_STATUS(mg_attention_plan_create(NULL, &desc, b.qo_indptr, b.kv_indptr, 3, NULL, &never),
                  MG_ERR_INVALID_ARGUMENT);
-    CHECK_MESSAGE("backend handle");
+    CHECK_MESSAGE("invalid or closed backend");
     mg_stream *foreign = NULL;
     CHECK_OK(mg_stream_create(other, &foreign));
     CHECK_STATUS(mg_attention_plan_create(be, &desc, b.qo_indptr, b.kv_indptr, 3, foreign, &never),
@@ -416,8 +416,8 @@ static void test_validation(mg_backend *be, mg_backend *other) {
     } while (0)
     EXPECT_RUN_ERROR(at.qo_rows = 7, "qo_rows 7");
     EXPECT_RUN_ERROR(at.kv_rows = 9, "kv_rows 9");
-    EXPECT_RUN_ERROR(at.q = 0, "NULL device pointer for q");
-    EXPECT_RUN_ERROR(at.o = 0, "NULL device pointer for o");
+    EXPECT_RUN_ERROR(at.q = 0, "q is null");
+    EXPECT_RUN_ERROR(at.o = 0, "o is null");
     EXPECT_RUN_ERROR(at.k = t.k + 2, "k 0x");
     EXPECT_RUN_ERROR(at.v = t.v + 8, "16-byte aligned");
     EXPECT_RUN_ERROR(at.lse = t.lse + 2, "lse 0x");

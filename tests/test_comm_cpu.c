@@ -3,6 +3,7 @@
  * place and not, for 2 and 3 ranks; graph capture and replay; argument checks; mismatched
  * calls and missing peers fail (within the timeout) instead of hanging. */
 #include "comm_test_util.h"
+#include "metrale/ops.h"
 
 #define MAX_RANKS 3
 
@@ -232,6 +233,41 @@ static void test_failures_do_not_hang(void) {
     }
 }
 
+/* Communicators are op MG_OP_COMM: the CPU transport is its provider "cpu", each enqueued
+ * call counts, and forcing follows the op registry's rules. */
+static void test_op_registry(void) {
+    CHECK(strcmp(mg_op_name(MG_OP_COMM), "comm") == 0);
+    CHECK(mg_op_supported(backends[0], MG_OP_COMM));
+    mg_op_stats before, after;
+    CHECK_OK(mg_op_stats_get(backends[0], MG_OP_COMM, &before));
+    CHECK_OK(mg_op_force_provider(backends[0], MG_OP_COMM, "cpu"));
+    mg_comm *comms[2];
+    CHECK_OK(mg_comm_create_local(backends, 2, NULL, comms));
+    mg_devptr x[2];
+    for (int r = 0; r < 2; r++)
+        CHECK_OK(mg_alloc(backends[r], 64, &x[r]));
+    CHECK_OK(mg_comm_group_begin());
+    for (int r = 0; r < 2; r++)
+        CHECK_OK(mg_comm_all_reduce(comms[r], NULL, x[r], x[r], 16, MG_DTYPE_F32, MG_COMM_SUM));
+    CHECK_OK(mg_comm_group_end());
+    CHECK_OK(mg_op_stats_get(backends[0], MG_OP_COMM, &after));
+    CHECK(after.calls == before.calls + 1);
+    CHECK(strcmp(after.provider, "cpu") == 0 && strcmp(after.forced, "cpu") == 0);
+    /* a refused call counts nothing */
+    CHECK_STATUS(mg_comm_all_reduce(comms[0], NULL, x[0], x[0], 17, MG_DTYPE_F32, MG_COMM_SUM),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_OK(mg_op_stats_get(backends[0], MG_OP_COMM, &after));
+    CHECK(after.calls == before.calls + 1);
+    /* NCCL runs on CUDA backends (or is not compiled in) */
+    CHECK_STATUS(mg_op_force_provider(backends[0], MG_OP_COMM, "nccl"), MG_ERR_INVALID_ARGUMENT);
+    CHECK_OK(mg_op_force_provider(backends[0], MG_OP_COMM, "auto"));
+    for (int r = 0; r < 2; r++) {
+        CHECK_OK(mg_comm_wait(comms[r], NULL));
+        CHECK_OK(mg_free(backends[r], x[r]));
+        CHECK_OK(mg_comm_destroy(comms[r]));
+    }
+}
+
 int main(void) {
     test_seed();
     for (int r = 0; r < MAX_RANKS; r++)
@@ -245,6 +281,7 @@ int main(void) {
     test_graph_replay();
     test_bad_arguments();
     test_failures_do_not_hang();
+    test_op_registry();
     for (int r = 0; r < MAX_RANKS; r++)
         CHECK_OK(mg_backend_close(backends[r]));
     return test_finish();

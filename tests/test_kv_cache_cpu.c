@@ -110,6 +110,13 @@ static void test_bad_tables(mg_backend *be) {
         }
         *cases[i].slot = good;
     }
+    /* New tokens read from the pool they are written to: refused, nothing written. */
+    kv_device_upload(be, &sh, &dv, &st);
+    CHECK_OK(mg_memset(be, dv.pool, 0xAB, kv_pool_bytes(&sh)));
+    mg_kv_append_args aliased = kv_append_args_of(&sh, &dv, &st);
+    aliased.v = aliased.v_pages + 64;
+    CHECK_STATUS(mg_kv_append(be, NULL, &cache, &aliased), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("v and v_pages overlap");
     uint16_t *pool = malloc(kv_pool_bytes(&sh));
     CHECK_OK(mg_copy_d2h(be, pool, dv.pool, kv_pool_bytes(&sh)));
     size_t touched = 0;
@@ -136,6 +143,11 @@ static void test_bad_tables(mg_backend *be) {
     t.num_kv_indices = 1;
     CHECK_STATUS(mg_paged_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("kv_indices has 1 entries");
+    t = kv_attention_tensors(&sh, &dv, st.tokens);
+    t.o = t.q; /* the output on the queries it reads */
+    CHECK_STATUS(mg_paged_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("q and o overlap");
+    t = kv_attention_tensors(&sh, &dv, st.tokens);
     /* Ragged entry points refuse a paged plan. */
     mg_attention_tensors rt = {0};
     CHECK_STATUS(mg_attention_run(p, &rt, NULL), MG_ERR_INVALID_ARGUMENT);

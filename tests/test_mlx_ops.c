@@ -126,6 +126,9 @@ static void test_errors(mg_backend *b) {
     CHECK_STATUS(mg_mlx_gemv_silu_gate_resid(b, NULL, &l.w, 0, 1, x, x, y + 2, y),
                  MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("resid and y overlap");
+    /* y on the layer's own buffers: the product would overwrite what it reads */
+    CHECK_STATUS(mg_mlx_gemv(b, NULL, &l.w, 0, 1, x, l.w.scales), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("scales and y overlap");
     CHECK_STATUS(mg_mlx_gemm(b, NULL, &l.w, 0, 1, x, y, y), MG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(mg_mlx_gemv(NULL, NULL, &l.w, 0, 1, x, y), MG_ERR_INVALID_ARGUMENT);
     uint16_t *after = mlx_test_download(b, y, 9 * 16 * 2);

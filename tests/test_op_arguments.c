@@ -300,6 +300,55 @@ static void test_attention_arguments(mg_backend *b) {
         CHECK_OK(mg_free(b, all[i]));
 }
 
+/* An output sharing bytes with an input is refused by GEMM and attention as by every other op
+ * (op_builtin.h's rule): the refused call writes nothing. */
+static void test_output_overlap(mg_backend *b) {
+    const uint32_t m = 4, n = 16, k = 16;
+    mg_devptr buf = 0;
+    CHECK_OK(mg_alloc(b, 4096, &buf));
+    CHECK_OK(mg_memset(b, buf, 0x5c, 4096));
+    const mg_devptr act = buf, weight = buf + 512, scales = buf + 2048;
+    /* out starting inside act, then inside weight, then on the scales */
+    CHECK_ERROR(mg_gemm_bf16(b, NULL, m, n, k, act, weight, act + 64, MG_DTYPE_BF16, n),
+                MG_ERR_INVALID_ARGUMENT, "mg_gemm_bf16: act and out overlap");
+    CHECK_ERROR(mg_gemm_bf16(b, NULL, m, n, k, act, weight, weight + 256, MG_DTYPE_F32, n),
+                MG_ERR_INVALID_ARGUMENT, "weight and out overlap");
+    CHECK_ERROR(mg_gemm_fp8_rowwise(b, NULL, m, n, k, act, scales, weight, scales + 64, scales,
+                                    n),
+                MG_ERR_INVALID_ARGUMENT, "out and act_scale overlap");
+    /* a caller's workspace is written too */
+    mg_gemm_plan plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n,
+                         .out_type = MG_DTYPE_BF16};
+    mg_gemm_tensors gt = {.act = act, .weight = weight, .out = buf + 1024, .workspace = act,
+                          .workspace_bytes = 256};
+    CHECK_ERROR(mg_gemm(b, NULL, &plan, &gt), MG_ERR_INVALID_ARGUMENT,
+                "act and workspace overlap");
+    CHECK_OK(mg_stream_synchronize(mg_stream_default(b)));
+    uint8_t bytes[4096];
+    CHECK_OK(mg_copy_d2h(b, bytes, buf, sizeof bytes));
+    size_t touched = 0;
+    for (size_t i = 0; i < sizeof bytes; i++)
+        touched += bytes[i] != 0x5c;
+    CHECK(touched == 0);
+
+    /* attention: o inside q, lse inside k; both refused before the plan runs */
+    const mg_attention_desc desc = {.num_qo_heads = 2, .num_kv_heads = 1, .head_dim = 8,
+                                    .window_left = -1, .sm_scale = 0.5f};
+    int32_t qo[3] = {0, 2, 3}, kv[3] = {0, 3, 5};
+    mg_attention_plan *p = NULL;
+    CHECK_OK(mg_attention_plan_create(b, &desc, qo, kv, 2, NULL, &p));
+    const mg_devptr q = buf, kk = buf + 256, v = buf + 512, o = buf + 1024, lse = buf + 1536;
+    mg_attention_tensors t = {q, kk, v, q + 32, lse, 3, 5};
+    CHECK_ERROR(mg_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT,
+                "mg_attention_run: q and o overlap");
+    t = (mg_attention_tensors){q, kk, v, o, kk + 16, 3, 5};
+    CHECK_ERROR(mg_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT, "k and lse overlap");
+    t = (mg_attention_tensors){q, kk, v, o, lse, 3, 5};
+    CHECK_OK(mg_attention_run(p, &t, NULL));
+    CHECK_OK(mg_attention_plan_destroy(p));
+    CHECK_OK(mg_free(b, buf));
+}
+
 int main(void) {
     mg_backend *b = NULL;
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 2, &b));
@@ -309,6 +358,7 @@ int main(void) {
     test_gemm_operands(b);
     test_scale_transpose(b);
     test_attention_arguments(b);
+    test_output_overlap(b);
     CHECK_OK(mg_backend_close(b));
     return test_finish();
 }

@@ -48,7 +48,8 @@
  *    argument): bits 4 or 8, group_size 32, 64 or 128, K a multiple of group_size, scale_type
  *    BF16 or F16, expert < experts, M in 1..8 for the GEMVs, pointers non-null and aligned
  *    (weights, x, u 16 bytes; the rest 2 bytes), buffers large enough on backends that know
- *    the allocations. Outputs must not overlap inputs (except resid == y).
+ *    the allocations. Outputs must not overlap inputs, the layer's buffers included (except
+ *    resid == y).
  *  - Calls are ordered on `s` (NULL: the default stream), allocate nothing and wait for
  *    nothing, so they may be captured into a graph (mg_mlx_gemm as mg_gemm_bf16 allows).
  */

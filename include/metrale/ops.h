@@ -54,6 +54,7 @@ typedef enum mg_op {
     MG_OP_ARGMAX,           /* metrale/ops_elementwise.h: greedy argmax over FP32 rows */
     MG_OP_MOE_GEMM,         /* metrale/ops_moe_gemm.h: BF16 / FP8 grouped per-expert GEMMs */
     MG_OP_SAMPLE,           /* metrale/ops_sample.h: sampled / greedy next token, penalties */
+    MG_OP_COMM,             /* metrale/comm.h: communicators' collectives and send / recv */
     MG_OP_COUNT
 } mg_op;
 

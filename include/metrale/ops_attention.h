@@ -59,7 +59,8 @@
  * capacities) replaying the graph computes the new batch; rows past a batch's totals are left
  * untouched. Every run of such a plan passes exactly the capacities as qo_rows / kv_rows.
  *
- * Bad arguments return MG_ERR_INVALID_ARGUMENT, naming the problem, and launch nothing. A
+ * Bad arguments return MG_ERR_INVALID_ARGUMENT, naming the problem, and launch nothing; so does
+ * an o or lse that shares a byte with q, k, v (the pages, the scales, kv_indices) or each other. A
  * head_dim the backend has no kernels for (CUDA: other than 64, 128, 256) returns
  * MG_ERR_UNSUPPORTED at plan creation.
  */

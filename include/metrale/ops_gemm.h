@@ -23,6 +23,8 @@
  *  - Arguments are checked before anything is launched: a bad shape, pitch, dtype, pointer
  *    alignment or scale mode is MG_ERR_INVALID_ARGUMENT (MG_ERR_UNSUPPORTED for a scale pair
  *    cuBLASLt cannot run) with a message naming the argument, and nothing is written.
+ *  - out (and a caller's workspace) shares no byte with act, weight or the scales: an
+ *    overlapping output is MG_ERR_INVALID_ARGUMENT naming both ("act and out overlap").
  *  - Calls are ordered on `s` (NULL: the backend's default stream) and return before the work
  *    is done (the CPU backend runs its reference kernel when the work is enqueued, or at
  *    replay when captured).

@@ -128,7 +128,9 @@ MG_API mg_status mg_kv_page_table_check(const mg_kv_cache_desc *d, const mg_kv_p
  * them before writing anything (MG_ERR_INVALID_ARGUMENT); the CUDA kernel cannot without a
  * sync: it skips every token whose page entry is out of range (nothing is written out of the
  * pool), so validate on the host (mg_kv_page_table_check) when tables are built.
- * Capturable; asynchronous. */
+ * The pages share no byte with k, v, q, positions, the scales or the page table
+ * (MG_ERR_INVALID_ARGUMENT naming both); q, rewritten in place, may share rows with k and v
+ * (a fused QKV matrix with strides). Capturable; asynchronous. */
 typedef struct mg_kv_append_args {
     /* num_tokens: rows of k, v (and q) available, >= qo_indptr[batch_size], which the kernel
      * reads on the device: a captured append serves later batches within this capacity. */

@@ -46,7 +46,8 @@
  * What a caller may rely on:
  *  - Arguments are checked before anything is launched; a bad shape, kind, pointer, alignment
  *    or a workspace too small is MG_ERR_INVALID_ARGUMENT (MG_ERR_UNSUPPORTED when the kernel
- *    library refuses the problem, with its reason) and nothing is written.
+ *    library refuses the problem, with its reason) and nothing is written. out and the
+ *    workspace share no byte with any other tensor of the call.
  *  - Experts without rows cost nothing. Every per-expert argument (problem shapes, pointers,
  *    strides, scale pointers) is computed on the device from expert_offsets, so the call reads
  *    nothing back, allocates nothing, and a graph captured once replays with any routing.

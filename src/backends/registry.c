@@ -1,5 +1,11 @@
-/* registry.c - the backends compiled into this library, one line each (backend_impl.h). */
+/* registry.c - the backends compiled into this library, one line each (backend_impl.h), and
+ * what follows from the list: probing a kind, the order MG_BACKEND_AUTO tries, and opening.
+ * The core opens the driver it is handed (mg_core_backend_open) and names no backend. */
+#include <stdio.h>
+#include <string.h>
+
 #include "backend_impl.h"
+#include "error.h"
 
 extern const mg_backend_driver mg_cpu_backend_driver;
 #ifdef METRALE_HAVE_CUDA
@@ -19,9 +25,62 @@ static const mg_backend_driver *const drivers[] = {
 #endif
 };
 
-const mg_backend_driver *mg_backend_driver_of(mg_backend_kind kind) {
+/* MG_BACKEND_AUTO tries these in order: the first usable one that has the device. */
+static const mg_backend_kind auto_order[] = {MG_BACKEND_CUDA, MG_BACKEND_METAL, MG_BACKEND_CPU};
+
+/* The driver of `kind`, NULL when it is not compiled in. */
+static const mg_backend_driver *driver_of(mg_backend_kind kind) {
     for (size_t i = 0; i < sizeof drivers / sizeof drivers[0]; i++)
         if (drivers[i]->kind == kind)
             return drivers[i];
     return NULL;
+}
+
+mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out) {
+    if (!out || kind > MG_BACKEND_METAL)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_backend_probe_kind: %s",
+                        out ? "kind must be cpu, cuda or metal" : "NULL output");
+    memset(out, 0, sizeof *out);
+    const mg_backend_driver *d = driver_of(kind);
+    if (!d) {
+        snprintf(out->reason, sizeof out->reason, "%s",
+                 kind == MG_BACKEND_METAL
+                     ? "not compiled in (this tree has no Metal backend; the kind is only declared)"
+                     : "not compiled in (built without nvcc or with -DMETRALE_CUDA=OFF)");
+        return MG_OK;
+    }
+    out->compiled_in = true;
+    d->probe(out);
+    out->compiled_in = true;
+    return MG_OK;
+}
+
+static mg_status open_kind(mg_backend_kind kind, int device, mg_backend **out) {
+    const mg_backend_driver *d = driver_of(kind);
+    if (!d)
+        return MG_ERROR(MG_ERR_UNAVAILABLE, "mg_backend_open: the %s backend is not compiled in",
+                        mg_backend_kind_name(kind));
+    return mg_core_backend_open(d, device, out);
+}
+
+mg_status mg_backend_open(mg_backend_kind kind, int device, mg_backend **out) {
+    if (!out)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_backend_open: NULL output pointer");
+    *out = NULL;
+    if (device < 0)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_backend_open: device %d is negative", device);
+    if (kind == MG_BACKEND_AUTO) {
+        for (size_t i = 0; i < sizeof auto_order / sizeof auto_order[0]; i++) {
+            mg_backend_probe p;
+            mg_backend_probe_kind(auto_order[i], &p);
+            if (p.usable && device < p.device_count)
+                return open_kind(auto_order[i], device, out);
+        }
+        return MG_ERROR(MG_ERR_UNAVAILABLE, "mg_backend_open: no usable backend has device %d",
+                        device);
+    }
+    if (kind > MG_BACKEND_METAL)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_backend_open: unknown backend kind %d",
+                        (int)kind);
+    return open_kind(kind, device, out);
 }

@@ -30,14 +30,34 @@ typedef struct mg_check_result {
 
 typedef void (*mg_check_fn)(mg_check_ctx *ctx, mg_check_result *result);
 
+/* Tags of a check case (bits of mg_check_case.tags). A case without tags runs in every run,
+ * the sanitizer and coverage builds included: a new check is instrumented by default. */
+enum {
+    /* More than about 10 s in an optimised build on two cores, minutes under the sanitizers
+     * (long sequences of the attention reference, its variants and graph replays):
+     * `check --skip-tag slow` leaves it out. */
+    MG_CHECK_SLOW = 1u << 0,
+};
+
+/* Written {group, name, fn} or {group, name, fn, tags}: tags left out are none (the check
+ * library is built without -Wmissing-field-initializers for this). */
 typedef struct mg_check_case {
     const char *group; /* "conformance", "gemm", ... */
     const char *name;
     mg_check_fn fn;
+    unsigned tags; /* MG_CHECK_* bits */
 } mg_check_case;
 
-/* Runs every registered check whose "group/name" contains `filter` (NULL: all) on `b`,
- * printing a table of check, result and error to `out`. Returns the number of failures. */
+/* The tag named `name` ("slow"); false for an unknown name. */
+bool mg_check_tag_parse(const char *name, unsigned *tag_out);
+
+/* Runs every registered check whose "group/name" contains `filter` (NULL: all) and that has
+ * none of the tags in `skip_tags` on `b`, printing a table of check, result and error to
+ * `out`. Returns the number of failures. */
+int mg_check_run_selected(mg_backend *b, const char *filter, unsigned skip_tags, FILE *out,
+                          int *passed_out, int *skipped_out);
+
+/* mg_check_run_selected skipping no tag. */
 int mg_check_run_all(mg_backend *b, const char *filter, FILE *out, int *passed_out,
                      int *skipped_out);
 

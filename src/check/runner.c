@@ -54,7 +54,17 @@ static mg_backend *open_reference(int *device_out) {
     return NULL;
 }
 
-static bool selected(const mg_check_case *c, const char *filter) {
+bool mg_check_tag_parse(const char *name, unsigned *tag_out) {
+    if (name && !strcmp(name, "slow")) {
+        *tag_out = MG_CHECK_SLOW;
+        return true;
+    }
+    return false;
+}
+
+static bool selected(const mg_check_case *c, const char *filter, unsigned skip_tags) {
+    if (c->tags & skip_tags)
+        return false;
     if (!filter || !*filter)
         return true;
     char full[256];
@@ -70,11 +80,16 @@ static void print_one_line(FILE *out, const char *text) {
 
 int mg_check_run_all(mg_backend *b, const char *filter, FILE *out, int *passed_out,
                      int *skipped_out) {
+    return mg_check_run_selected(b, filter, 0, out, passed_out, skipped_out);
+}
+
+int mg_check_run_selected(mg_backend *b, const char *filter, unsigned skip_tags, FILE *out,
+                          int *passed_out, int *skipped_out) {
     int passed = 0, failed = 0, skipped = 0;
     int width = 5;
     for (size_t g = 0; mg_check_groups[g]; g++)
         for (const mg_check_case *c = mg_check_groups[g]; c->name; c++)
-            if (selected(c, filter)) {
+            if (selected(c, filter, skip_tags)) {
                 int len = (int)(strlen(c->group) + 1 + strlen(c->name));
                 width = len > width ? len : width;
             }
@@ -97,7 +112,7 @@ int mg_check_run_all(mg_backend *b, const char *filter, FILE *out, int *passed_o
 
     for (size_t g = 0; mg_check_groups[g]; g++) {
         for (const mg_check_case *c = mg_check_groups[g]; c->name; c++) {
-            if (!selected(c, filter))
+            if (!selected(c, filter, skip_tags))
                 continue;
             mg_check_result result = {0};
             mg_clear_error();

@@ -1,5 +1,5 @@
 /*
- * backend.c - opening and closing backends (metrale/gpu.h), the checks every public call
+ * backend.c - opening (for the backend registry) and closing backends (metrale/gpu.h), the checks every public call
  * starts with, and the accessors the layers above use. The rest of the public backend API is
  * split by concern: memory.c (allocations, the ledger, copies, pinned host memory),
  * stream.c (streams, events, graphs), module.c (modules, kernels, launches). Each checks its
@@ -45,26 +45,6 @@ mg_status mg_backend_kind_parse(const char *name, mg_backend_kind *out) {
             }
     return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                     "unknown backend '%s' (expected cpu, cuda, metal or auto)", name ? name : "");
-}
-
-
-mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out) {
-    if (!out || kind > MG_BACKEND_METAL)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_backend_probe_kind: %s",
-                        out ? "kind must be cpu, cuda or metal" : "NULL output");
-    memset(out, 0, sizeof *out);
-    const mg_backend_driver *d = mg_backend_driver_of(kind);
-    if (!d) {
-        snprintf(out->reason, sizeof out->reason, "%s",
-                 kind == MG_BACKEND_METAL
-                     ? "not compiled in (this tree has no Metal backend; the kind is only declared)"
-                     : "not compiled in (built without nvcc or with -DMETRALE_CUDA=OFF)");
-        return MG_OK;
-    }
-    out->compiled_in = true;
-    d->probe(out);
-    out->compiled_in = true;
-    return MG_OK;
 }
 
 /* ------------------------------------------------------------------ open backends */
@@ -248,11 +228,8 @@ static void free_backend_struct(mg_backend *b) {
     free(b);
 }
 
-static mg_status open_kind(mg_backend_kind kind, int device, mg_backend **out) {
-    const mg_backend_driver *d = mg_backend_driver_of(kind);
-    if (!d)
-        return MG_ERROR(MG_ERR_UNAVAILABLE, "mg_backend_open: the %s backend is not compiled in",
-                        mg_backend_kind_name(kind));
+mg_status mg_core_backend_open(const mg_backend_driver *d, int device, mg_backend **out) {
+    const mg_backend_kind kind = d->kind;
     mg_status st = claim_device(kind, device);
     if (st)
         return st;
@@ -309,29 +286,6 @@ static mg_status open_kind(mg_backend_kind kind, int device, mg_backend **out) {
         ops->attach(ctx, b);
     *out = b;
     return MG_OK;
-}
-
-mg_status mg_backend_open(mg_backend_kind kind, int device, mg_backend **out) {
-    if (!out)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_backend_open: NULL output pointer");
-    *out = NULL;
-    if (device < 0)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_backend_open: device %d is negative", device);
-    if (kind == MG_BACKEND_AUTO) {
-        static const mg_backend_kind order[] = {MG_BACKEND_CUDA, MG_BACKEND_METAL, MG_BACKEND_CPU};
-        for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-            mg_backend_probe p;
-            mg_backend_probe_kind(order[i], &p);
-            if (p.usable && device < p.device_count)
-                return open_kind(order[i], device, out);
-        }
-        return MG_ERROR(MG_ERR_UNAVAILABLE, "mg_backend_open: no usable backend has device %d",
-                        device);
-    }
-    if (kind > MG_BACKEND_METAL)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_backend_open: unknown backend kind %d",
-                        (int)kind);
-    return open_kind(kind, device, out);
 }
 
 mg_status mg_backend_close(mg_backend *b) {

@@ -119,8 +119,9 @@ typedef struct mg_backend_ops {
     void (*attach)(void *ctx, mg_backend *b);
 } mg_backend_ops;
 
-/* Opening a backend kind: each backend exports one of these (NULL members when the backend
- * is not compiled in are never called: the core checks compiled_in first). */
+/* Opening a backend kind: each backend exports one of these; the backend registry
+ * (src/backends/registry.c) lists them, probes them, holds the AUTO order and hands the chosen
+ * one to mg_core_backend_open. The core names none. */
 typedef struct mg_backend_driver {
     mg_backend_kind kind;
     /* Fills `out` without opening anything heavy; must not crash without a driver. */
@@ -129,9 +130,11 @@ typedef struct mg_backend_driver {
     mg_status (*open)(int device, const mg_backend_ops **ops_out, void **ctx_out);
 } mg_backend_driver;
 
-/* The driver of backend kind `kind`, or NULL when it is not compiled in. The backend
- * registry (src/backends/registry.c) lists them; the core names none. */
-const mg_backend_driver *mg_backend_driver_of(mg_backend_kind kind);
+/* Opens `device` of driver `d` (the backend registry's choice): claims the device
+ * (MG_ERR_BUSY when it is open already), opens the context, checks the ops version and wraps
+ * it in a public handle with its default stream and op cache, reporting as mg_backend_open.
+ * Arguments are the registry's checked ones. */
+mg_status mg_core_backend_open(const mg_backend_driver *d, int device, mg_backend **out);
 
 /* Whether `b` is a live (opened, not closed) backend handle. Never sets an error. */
 bool mg_backend_is_live(const mg_backend *b);

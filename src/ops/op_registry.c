@@ -1,6 +1,7 @@
 /* op_registry.c - provider choice, forcing and statistics of the ops (metrale/ops.h). */
 #include "op_registry.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "backend_impl.h"
 #include "error.h"
+#include "op_builtin.h"
 #include "op_cache.h"
 #include "op_state.h"
 
@@ -80,6 +82,37 @@ static const mg_op_provider *find_provider(const mg_op_def *d, const char *name)
     return NULL;
 }
 
+static void register_every_cpu_kernel(void) {
+    for (int op = 0; op < MG_OP_COUNT; op++)
+        for (const mg_op_provider *const *p = mg_op_defs[op] ? mg_op_defs[op]->providers : NULL;
+             p && *p; p++)
+            if ((*p)->register_cpu_kernels)
+                (*p)->register_cpu_kernels();
+}
+
+void mg_op_register_cpu_kernels(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_every_cpu_kernel);
+}
+
+/* Whether `b` ships every kernel of `names` (module "metrale"); the first missing one
+ * otherwise. A lookup that fails sets mg_last_error: the caller's error is restored. */
+static bool ships_kernels(mg_backend *b, const char *const *names, char *reason, size_t bytes) {
+    mg_op_cache *cache = mg_backend_op_cache(b);
+    bool ok = true;
+    mg_error_state saved;
+    mg_error_save(&saved);
+    for (; ok && *names; names++) {
+        mg_kernel *k;
+        ok = cache && mg_op_cache_kernel(cache, "metrale", *names, false, &k) == MG_OK;
+        if (!ok)
+            snprintf(reason, bytes, "the backend has no kernel %s: %s", *names,
+                     cache ? mg_last_error() : "closed backend");
+    }
+    mg_error_restore(&saved);
+    return ok;
+}
+
 /* Whether `p` can run on `b`; the reason otherwise. The hooks leave mg_last_error alone (their
  * contract, op_registry.h), so the hot path copies no message. */
 static bool provider_available(mg_backend *b, const mg_op_provider *p, char *reason,
@@ -90,6 +123,10 @@ static bool provider_available(mg_backend *b, const mg_op_provider *p, char *rea
                  mg_backend_kind_name(p->backend), mg_backend_kind_name(kind));
         return false;
     }
+    if (kind == MG_BACKEND_CPU)
+        mg_op_register_cpu_kernels();
+    if (p->kernels && !ships_kernels(b, p->kernels, reason, bytes))
+        return false;
     return !p->available || p->available(b, reason, bytes);
 }
 
@@ -154,9 +191,9 @@ mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider) {
     if (!d)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown op %d", fn, (int)op);
     mg_backend_kind kind = mg_backend_get_kind(b);
-    if (kind == MG_BACKEND_AUTO)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
+    mg_status status = mg_op_enter_kind(b, kind, fn);
+    if (status)
+        return status;
     const mg_op_provider *p = NULL;
     if (provider && strcmp(provider, "auto")) {
         p = find_provider(d, provider);
@@ -176,7 +213,7 @@ mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider) {
                             mg_backend_kind_name(kind));
     }
     void *st;
-    mg_status status = mg_op_state_get(b, &registry_state_type, &st);
+    status = mg_op_state_get(b, &registry_state_type, &st);
     if (status)
         return status;
     atomic_store(&((registry_state *)st)->ops[op].forced, p);
@@ -193,9 +230,9 @@ mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn
                        const mg_op_provider **out) {
     const mg_op_def *d = def_of(op);
     mg_backend_kind kind = mg_backend_get_kind(b);
-    if (kind == MG_BACKEND_AUTO)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
+    mg_status status = mg_op_enter_kind(b, kind, fn);
+    if (status)
+        return status;
     registry_state *st = state_of(b);
     const mg_op_provider *forced = st ? atomic_load(&st->ops[op].forced) : NULL;
     char reason[256];
@@ -265,15 +302,4 @@ mg_status mg_op_stats_get(mg_backend *b, mg_op op, mg_op_stats *out) {
     snprintf(out->provider, sizeof out->provider, "%s", last ? last->name : "");
     snprintf(out->forced, sizeof out->forced, "%s", forced ? forced->name : "");
     return MG_OK;
-}
-
-mg_status mg_op_launch_builtin(mg_backend *b, mg_stream *s, const char *function,
-                               const mg_launch *l) {
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    if (!cache)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend %p", function,
-                        (void *)b);
-    mg_kernel *k;
-    mg_status st = mg_op_cache_kernel(cache, "metrale", function, false, &k);
-    return st ? st : mg_launch_run(b, k, s, l);
 }

@@ -33,7 +33,24 @@ typedef struct mg_op_provider {
      * false writes the reason. NULL: every call its front accepts. Both hooks run on every
      * call: they must be cheap and must not set mg_last_error. */
     bool (*supports)(mg_backend *b, const void *call, char *reason, size_t reason_bytes);
+    /* A provider that launches our kernels of module "metrale" by name: the names it needs
+     * (NULL-terminated; NULL: none). It is available only where the backend ships every one,
+     * tested before `available`, so its own hook need not ask. */
+    const char *const *kernels;
+    /* The CPU kernels it launches (NULL: none): registered once per process, for every
+     * provider of every op, before the first op call or provider query on a CPU backend. */
+    void (*register_cpu_kernels)(void);
 } mg_op_provider;
+
+/* The provider of a kernel-by-name op, "kernels", on any backend that ships the kernels named
+ * (string literals), e.g. MG_OP_KERNELS_PROVIDER(mg_silu_mul_cpu_kernels_register,
+ * MG_SILU_MUL_KERNEL); the CPU backend ships them once `register_cpu` has run. */
+#define MG_OP_KERNEL_NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define MG_OP_KERNELS_PROVIDER(register_cpu, ...)                                                  \
+    {.name = "kernels",                                                                            \
+     .backend = MG_OP_ANY_BACKEND,                                                                 \
+     .kernels = MG_OP_KERNEL_NAMES(__VA_ARGS__),                                                   \
+     .register_cpu_kernels = (register_cpu)}
 
 typedef struct mg_op_def {
     mg_op op;
@@ -55,11 +72,9 @@ mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn
  * a caller asked for it by name than when it competes in the automatic choice. */
 const mg_op_provider *mg_op_forced(mg_backend *b, mg_op op);
 
-/* Launches our kernel `function` of module "metrale" on `b` (the handle memoised in the op
- * cache): the CUDA backend's embedded kernels, or the CPU kernels registered under the same
- * name and argument list. */
-mg_status mg_op_launch_builtin(mg_backend *b, mg_stream *s, const char *function,
-                               const mg_launch *l);
+/* Registers the CPU kernels of every provider (register_cpu_kernels), once per process; cheap
+ * after the first call. The op registry and mg_op_enter call it for CPU backends. */
+void mg_op_register_cpu_kernels(void);
 
 /* Statistics (metrale/ops.h), updated by the fronts and providers. No-ops on a closed
  * backend. */

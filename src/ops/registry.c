@@ -9,6 +9,7 @@ extern const mg_op_def mg_kv_append_op, mg_attention_paged_op;
 extern const mg_op_def mg_gather_rows_op, mg_rmsnorm_op, mg_argmax_op;
 extern const mg_op_def mg_moe_gemm_op;
 extern const mg_op_def mg_sample_op;
+extern const mg_op_def mg_comm_op;
 
 const mg_op_def *const mg_op_defs[MG_OP_COUNT] = {
     [MG_OP_GEMM_BF16] = &mg_gemm_bf16_op,
@@ -28,4 +29,5 @@ const mg_op_def *const mg_op_defs[MG_OP_COUNT] = {
     [MG_OP_ARGMAX] = &mg_argmax_op,
     [MG_OP_MOE_GEMM] = &mg_moe_gemm_op,
     [MG_OP_SAMPLE] = &mg_sample_op,
+    [MG_OP_COMM] = &mg_comm_op,
 };

@@ -15,7 +15,7 @@ static const struct {
 } commands[] = {
     {"info", mg_cmd_info, "",
      "the backends compiled in, which are usable here (and why not), and each device"},
-    {"check", mg_cmd_check, "[FILTER]",
+    {"check", mg_cmd_check, "[--skip-tag slow] [FILTER]",
      "the conformance and op checks on the chosen backend (FILTER: group/name substring)"},
     {"arena", mg_cmd_arena, "--list | PRESET [--fp8] [--max-chunk-bytes N]",
      "the buffer-arena plan of a built-in model preset: buffers, offsets, packed vs unpacked"},

@@ -5,21 +5,7 @@
 // Grid-stride over rows * cols elements.
 #include <stdint.h>
 
-namespace {
-
-__device__ __forceinline__ float bf16_to_float(uint16_t bits) {
-    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
-
-__device__ __forceinline__ uint16_t float_to_bf16(float value) {
-    uint32_t u = __float_as_uint(value);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return static_cast<uint16_t>((u >> 16) | 0x0040u); // quiet NaN, sign kept
-    uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-    return static_cast<uint16_t>((u + rounding) >> 16);
-}
-
-} // namespace
+#include "common/bf16.cuh"
 
 extern "C" __global__ void silu_mul_bf16(const uint16_t *__restrict__ in,
                                          uint16_t *__restrict__ out, uint32_t rows,
@@ -28,9 +14,9 @@ extern "C" __global__ void silu_mul_bf16(const uint16_t *__restrict__ in,
     for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
         const uint64_t r = i / cols, c = i % cols;
-        const float g = bf16_to_float(in[r * in_pitch + c]);
-        const float u = bf16_to_float(in[r * in_pitch + cols + c]);
+        const float g = mg_num_bf16_to_f32(in[r * in_pitch + c]);
+        const float u = mg_num_bf16_to_f32(in[r * in_pitch + cols + c]);
         const float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-        out[r * out_pitch + c] = float_to_bf16(__fmul_rn(silu, u));
+        out[r * out_pitch + c] = (uint16_t)mg_num_f32_to_bf16(__fmul_rn(silu, u));
     }
 }

@@ -23,6 +23,8 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include "common/bf16.cuh"
+
 #include "attention/paged_decode_merge.cuh"
 
 namespace {
@@ -100,8 +102,8 @@ __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            q[r][2 * i] = __uint_as_float(w[i] << 16) * scale;
-            q[r][2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u) * scale;
+            q[r][2 * i] = mg_num_bf16_low(w[i]) * scale;
+            q[r][2 * i + 1] = mg_num_bf16_high(w[i]) * scale;
         }
     }
 

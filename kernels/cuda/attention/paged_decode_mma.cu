@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "attention/paged_decode_merge.cuh"
+#include "common/bf16.cuh"
 
 namespace {
 
@@ -56,10 +57,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t *>(&v);
-}
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][D] BF16 tile, swizzled.
 template <int D> __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
@@ -258,8 +255,8 @@ __device__ __forceinline__ void decode_item_mma(const Args &p, const Schedule &s
             o[n][3] *= alpha[1];
         }
         // O += P V: P (16 rows x 16 keys) from the score fragments.
-        const uint32_t pa[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]),
-                                pack_bf16(s[1][0], s[1][1]), pack_bf16(s[1][2], s[1][3])};
+        const uint32_t pa[4] = {mg_num_bf16_pack(s[0][0], s[0][1]), mg_num_bf16_pack(s[0][2], s[0][3]),
+                                mg_num_bf16_pack(s[1][0], s[1][1]), mg_num_bf16_pack(s[1][2], s[1][3])};
 #pragma unroll
         for (int n0 = 0; n0 < D / 8; n0 += 2 * kGroup) {
             uint32_t b[kGroup][4];

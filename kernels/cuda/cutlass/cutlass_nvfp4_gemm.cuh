@@ -23,6 +23,9 @@
 #include <cutlass/kernel_hardware_info.h>
 #include <cutlass/util/packed_stride.hpp>
 
+#include "bf16.cuh"
+#include "fp4_e2m1.cuh"
+#include "fp8_e4m3.cuh"
 #include "cutlass_nvfp4_common.cuh"
 
 namespace MG_NVFP4_ARCH_NS {
@@ -32,8 +35,6 @@ using namespace mg_nvfp4_cutlass;
 constexpr int kThreads = 256;
 
 // ---------------------------------------------------------------- activation quantizer
-
-__device__ inline float bf16_bits_to_float(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 
 // max finite |x| of the activation into *amax_bits (FP32 bits; non-negative floats order as
 // unsigned integers). 8 values per thread; act_pitch a multiple of 8, act 16-byte aligned.
@@ -47,8 +48,8 @@ __global__ void act_amax_kernel(const uint4 *act, uint32_t rows, uint32_t k, uin
         const uint4 v = act[(r * pitch) / 8 + c];
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
         for (int j = 0; j < 4; ++j) {
-            const float lo = fabsf(bf16_bits_to_float(w[j] & 0xffffu));
-            const float hi = fabsf(bf16_bits_to_float(w[j] >> 16));
+            const float lo = fabsf(mg_num_bf16_to_f32(w[j] & 0xffffu));
+            const float hi = fabsf(mg_num_bf16_to_f32(w[j] >> 16));
             if (isfinite(lo)) m = fmaxf(m, lo);
             if (isfinite(hi)) m = fmaxf(m, hi);
         }
@@ -62,27 +63,9 @@ __device__ inline float global_from_amax(float amax) {
     return (amax > 0.f && isfinite(amax)) ? amax / 2688.f : 1.f;
 }
 
+// The block scale code of scale s (0 when s is not > 0, NaN included).
 __device__ inline uint8_t e4m3_code(float s) {
-    if (!(s > 0.f)) return 0;
-    if (isinf(s)) return 0x7e;
-    return (uint8_t)__nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3);
-}
-
-__device__ inline float e4m3_value(uint8_t code) {
-    const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)code, __NV_E4M3);
-    return __half2float(__half(h));
-}
-
-// E2M1 magnitude code of m = |x| / d, round to nearest with ties to the even code.
-__device__ inline uint32_t e2m1_code(float m) {
-    if (m <= 0.25f) return 0;
-    if (m < 0.75f) return 1;
-    if (m <= 1.25f) return 2;
-    if (m < 1.75f) return 3;
-    if (m <= 2.5f) return 4;
-    if (m < 3.5f) return 5;
-    if (m <= 5.f) return 6;
-    return 7;
+    return s > 0.f ? (uint8_t)mg_num_f32_to_fp8_e4m3(s) : 0;
 }
 
 struct QuantizeParams {
@@ -136,18 +119,18 @@ __global__ void act_quantize_kernel(QuantizeParams p) {
     }
     float x[16], amax = 0.f;
     for (int j = 0; j < 8; ++j) {
-        x[2 * j] = bf16_bits_to_float(w[j] & 0xffffu);
-        x[2 * j + 1] = bf16_bits_to_float(w[j] >> 16);
+        x[2 * j] = mg_num_bf16_to_f32(w[j] & 0xffffu);
+        x[2 * j + 1] = mg_num_bf16_to_f32(w[j] >> 16);
     }
     for (int j = 0; j < 16; ++j)
         if (isfinite(x[j])) amax = fmaxf(amax, fabsf(x[j]));
     const uint8_t scale = e4m3_code((amax / 6.f) / global);
-    const float d = e4m3_value(scale) * global;
+    const float d = mg_num_fp8_e4m3_to_f32(scale) * global;
     uint32_t packed[2] = {0, 0};
     if (scale != 0) {
         for (int j = 0; j < 16; ++j) {
             const float m = fabsf(x[j]) / d;
-            const uint32_t c = isnan(m) ? 0u : e2m1_code(m);
+            const uint32_t c = mg_num_e2m1_magnitude_code(m);
             const uint32_t nib = c == 0 ? 0u : (c | (signbit(x[j]) ? 8u : 0u));
             packed[j / 8] |= nib << (4 * (j % 8));
         }
@@ -169,8 +152,8 @@ __global__ void silu_mul_kernel(const uint4 *gate, const uint4 *up, uint32_t in_
     for (int j = 0; j < 4; ++j) {
         uint32_t packed = 0;
         for (int h = 0; h < 2; ++h) {
-            const float x = bf16_bits_to_float((gw[j] >> (16 * h)) & 0xffffu);
-            const float y = bf16_bits_to_float((uw[j] >> (16 * h)) & 0xffffu);
+            const float x = mg_num_bf16_to_f32((gw[j] >> (16 * h)) & 0xffffu);
+            const float y = mg_num_bf16_to_f32((uw[j] >> (16 * h)) & 0xffffu);
             const float v = x / (1.f + __expf(-x)) * y;
             packed |= (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v)) << (16 * h);
         }

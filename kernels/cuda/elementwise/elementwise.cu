@@ -6,28 +6,20 @@
 // of RMSNorm's FP32 sum of squares differs (a tree of warp sums).
 #include <stdint.h>
 
+#include "common/bf16.cuh"
+
 namespace {
-
-__device__ __forceinline__ uint32_t float_to_bf16(float value) {
-    uint32_t u = __float_as_uint(value);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (u >> 16) | 0x0040u; // quiet NaN, sign kept
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
-
-// The two BF16 of a 32-bit word, low half first.
-__device__ __forceinline__ float lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-__device__ __forceinline__ uint32_t pack(float a, float b) {
-    return float_to_bf16(a) | (float_to_bf16(b) << 16);
-}
 
 __device__ __forceinline__ uint4 add_bf16x8(uint4 a, uint4 b) {
     uint4 r;
-    r.x = pack(__fadd_rn(lo(a.x), lo(b.x)), __fadd_rn(hi(a.x), hi(b.x)));
-    r.y = pack(__fadd_rn(lo(a.y), lo(b.y)), __fadd_rn(hi(a.y), hi(b.y)));
-    r.z = pack(__fadd_rn(lo(a.z), lo(b.z)), __fadd_rn(hi(a.z), hi(b.z)));
-    r.w = pack(__fadd_rn(lo(a.w), lo(b.w)), __fadd_rn(hi(a.w), hi(b.w)));
+    r.x = mg_num_bf16_pack(__fadd_rn(mg_num_bf16_low(a.x), mg_num_bf16_low(b.x)),
+                           __fadd_rn(mg_num_bf16_high(a.x), mg_num_bf16_high(b.x)));
+    r.y = mg_num_bf16_pack(__fadd_rn(mg_num_bf16_low(a.y), mg_num_bf16_low(b.y)),
+                           __fadd_rn(mg_num_bf16_high(a.y), mg_num_bf16_high(b.y)));
+    r.z = mg_num_bf16_pack(__fadd_rn(mg_num_bf16_low(a.z), mg_num_bf16_low(b.z)),
+                           __fadd_rn(mg_num_bf16_high(a.z), mg_num_bf16_high(b.z)));
+    r.w = mg_num_bf16_pack(__fadd_rn(mg_num_bf16_low(a.w), mg_num_bf16_low(b.w)),
+                           __fadd_rn(mg_num_bf16_high(a.w), mg_num_bf16_high(b.w)));
     return r;
 }
 
@@ -36,12 +28,14 @@ __device__ __forceinline__ float sum_squares(uint4 v) {
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        s = __fadd_rn(s, __fadd_rn(__fmul_rn(lo(w[i]), lo(w[i])), __fmul_rn(hi(w[i]), hi(w[i]))));
+        s = __fadd_rn(s, __fadd_rn(__fmul_rn(mg_num_bf16_low(w[i]), mg_num_bf16_low(w[i])),
+                                   __fmul_rn(mg_num_bf16_high(w[i]), mg_num_bf16_high(w[i]))));
     return s;
 }
 
 __device__ __forceinline__ uint32_t norm_pair(uint32_t x, uint32_t w, float inv) {
-    return pack(__fmul_rn(__fmul_rn(lo(x), inv), lo(w)), __fmul_rn(__fmul_rn(hi(x), inv), hi(w)));
+    return mg_num_bf16_pack(__fmul_rn(__fmul_rn(mg_num_bf16_low(x), inv), mg_num_bf16_low(w)),
+                            __fmul_rn(__fmul_rn(mg_num_bf16_high(x), inv), mg_num_bf16_high(w)));
 }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
@@ -192,11 +186,11 @@ extern "C" __global__ void argmax_bf16(const uint16_t *__restrict__ in, int32_t 
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            better(best, best_i, lo(w[j]), 8 * i + 2 * j);
-            better(best, best_i, hi(w[j]), 8 * i + 2 * j + 1);
+            better(best, best_i, mg_num_bf16_low(w[j]), 8 * i + 2 * j);
+            better(best, best_i, mg_num_bf16_high(w[j]), 8 * i + 2 * j + 1);
         }
     }
     for (uint32_t c = 8 * vectors + threadIdx.x; c < cols; c += blockDim.x)
-        better(best, best_i, __uint_as_float(static_cast<uint32_t>(row[c]) << 16), c);
+        better(best, best_i, mg_num_bf16_to_f32(row[c]), c);
     argmax_finish(best, best_i, ids, r);
 }

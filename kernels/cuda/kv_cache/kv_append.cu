@@ -29,6 +29,8 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include "common/fp8_e4m3.cuh"
+
 namespace {
 
 constexpr uint32_t kMaxHalfDim = 256; // head_dim up to 512
@@ -72,7 +74,7 @@ __device__ __forceinline__ uint2 quantize(const float x[8], float scale) {
     uint8_t *b = reinterpret_cast<uint8_t *>(&raw);
 #pragma unroll
     for (int u = 0; u < 8; u++)
-        b[u] = __nv_cvt_float_to_fp8(x[u] / scale, __NV_SATFINITE, __NV_E4M3);
+        b[u] = (uint8_t)mg_num_f32_to_fp8_e4m3(x[u] / scale);
     return raw;
 }
 

@@ -23,9 +23,10 @@
 // Codes become floats without conversion instructions: 8 bits through the 2^23 magic (prmt
 // into 0x4b0000qq, minus 2^23); 4 bits through a BF16 magic 128 + q whose offset 128 is folded
 // into the bias (bias - 128 * scale).
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "common/bf16.cuh"
 
 namespace {
 
@@ -38,15 +39,12 @@ enum { kPlain = 0, kSiluGate = 1, kSiluGateResid = 2 };
 
 __device__ __forceinline__ float scale_value(const uint16_t *p, size_t i, bool f16) {
     uint16_t bits = p[i];
-    return f16 ? __half2float(__ushort_as_half(bits)) : __uint_as_float((uint32_t)bits << 16);
+    return f16 ? __half2float(__ushort_as_half(bits)) : mg_num_bf16_to_f32(bits);
 }
 
+// x rounded to the scale type (F16 or BF16) and back.
 __device__ __forceinline__ float round_to(float x, bool f16) {
-    return f16 ? __half2float(__float2half_rn(x)) : __bfloat162float(__float2bfloat16_rn(x));
-}
-
-__device__ __forceinline__ uint16_t bf16_bits(float x) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    return f16 ? __half2float(__float2half_rn(x)) : mg_num_bf16_to_f32(mg_num_f32_to_bf16(x));
 }
 
 __device__ __forceinline__ uint4 load_stream(const uint4 *p) {
@@ -55,10 +53,6 @@ __device__ __forceinline__ uint4 load_stream(const uint4 *p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
-}
-
-__device__ __forceinline__ float bf16_to_float(uint16_t b) {
-    return __uint_as_float((uint32_t)b << 16);
 }
 
 // ------------------------------------------------------------------ dequant
@@ -90,7 +84,7 @@ __device__ void dequant_body(const uint4 *weight, const uint16_t *scales, const 
                 float q1 = (float)((w[i] >> ((j + 1) * Bits)) & ((1u << Bits) - 1));
                 float a = round_to(__fadd_rn(round_to(__fmul_rn(scale, q0), f16), bias), f16);
                 float b = round_to(__fadd_rn(round_to(__fmul_rn(scale, q1), f16), bias), f16);
-                packed[j / 2] = (uint32_t)bf16_bits(a) | (uint32_t)bf16_bits(b) << 16;
+                packed[j / 2] = mg_num_bf16_pack(a, b);
             }
             // kPerWord BF16 = 8 (8-bit: 4 codes -> 8 bytes) or 16 bytes (4-bit: 8 codes).
             if (kPerWord == 4)
@@ -117,17 +111,17 @@ __device__ __forceinline__ void load_act8(const uint16_t *x, const uint16_t *u, 
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        a[2 * i] = __uint_as_float(w[i] << 16);
-        a[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        a[2 * i] = mg_num_bf16_low(w[i]);
+        a[2 * i + 1] = mg_num_bf16_high(w[i]);
     }
     if (mode != kPlain) {
         const uint4 uv = __ldg(reinterpret_cast<const uint4 *>(u + at));
         const uint32_t uw[4] = {uv.x, uv.y, uv.z, uv.w};
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const float ui = __uint_as_float(i % 2 ? uw[i / 2] & 0xffff0000u : uw[i / 2] << 16);
+            const float ui = i % 2 ? mg_num_bf16_high(uw[i / 2]) : mg_num_bf16_low(uw[i / 2]);
             const float silu = a[i] / (1.0f + expf(-a[i]));
-            a[i] = __bfloat162float(__float2bfloat16_rn(silu * ui));
+            a[i] = mg_num_bf16_to_f32(mg_num_f32_to_bf16(silu * ui));
         }
     }
 }
@@ -151,8 +145,8 @@ __device__ __forceinline__ void codes8(uint4 words, int part, float (&q)[8]) {
         for (int s = 0; s < 4; s++) {
             // Nibbles s and s + 4 as BF16 128 + q in the low and high halves.
             const uint32_t pair = ((word >> (4 * s)) & 0x000f000fu) | 0x43004300u;
-            q[s] = __uint_as_float(pair << 16);
-            q[s + 4] = __uint_as_float(pair & 0xffff0000u);
+            q[s] = mg_num_bf16_low(pair);
+            q[s + 4] = mg_num_bf16_high(pair);
         }
     }
 }
@@ -257,8 +251,8 @@ __device__ void gemv_rows(const Layer *layers, const uint16_t *x, const uint16_t
                 if (lane == t && row < n) {
                     size_t o = (size_t)t * n + row;
                     if (mode == kSiluGateResid)
-                        v += bf16_to_float(resid[o]);
-                    y[l][o] = bf16_bits(v);
+                        v += mg_num_bf16_to_f32(resid[o]);
+                    y[l][o] = (uint16_t)mg_num_f32_to_bf16(v);
                 }
             }
         }
@@ -340,6 +334,6 @@ mlx_add_bias(uint16_t *y, const void *bias, uint32_t m, uint32_t n, uint32_t bia
         float b = bias_type == 2   ? static_cast<const float *>(bias)[r]
                   : bias_type == 1 ? scale_value(static_cast<const uint16_t *>(bias), r, true)
                                    : scale_value(static_cast<const uint16_t *>(bias), r, false);
-        y[i] = bf16_bits(__fadd_rn(bf16_to_float(y[i]), b));
+        y[i] = (uint16_t)mg_num_f32_to_bf16(__fadd_rn(mg_num_bf16_to_f32(y[i]), b));
     }
 }

@@ -9,6 +9,8 @@
 // from warp match masks and per-warp counts, so results are identical run to run.
 #include <stdint.h>
 
+#include "common/bf16.cuh"
+
 namespace {
 
 constexpr int kTopkThreads = 128;   // one warp per token
@@ -20,18 +22,6 @@ constexpr uint32_t kMaxTopk = 8;
 constexpr uint32_t kPerLane = kMaxExperts / 32;
 constexpr uint32_t kSortChunk = 4096; // MG_MOE_SORT_CHUNK
 constexpr unsigned kFullMask = 0xffffffffu;
-
-__device__ __forceinline__ float bf16_to_f32(uint16_t bits) {
-    return __uint_as_float((uint32_t)bits << 16);
-}
-
-// FP32 -> BF16 round to nearest even; NaN -> quiet NaN with its sign (mg_f32_to_bf16).
-__device__ __forceinline__ uint32_t f32_to_bf16(float value) {
-    uint32_t u = __float_as_uint(value);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return ((u >> 16) | 0x40u) & 0xffffu;
-    return ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) & 0xffffu;
-}
 
 // (value, index) ordering of the top-k: larger value first, then lower index.
 __device__ __forceinline__ bool ranks_before(float va, uint32_t ia, float vb, uint32_t ib) {
@@ -61,7 +51,7 @@ extern "C" __global__ void __launch_bounds__(kTopkThreads)
             v[i] = -__int_as_float(0x7f800000);
             if (e < experts) {
                 uint64_t at = t * logits_pitch + e;
-                float x = logits_bf16 ? bf16_to_f32(static_cast<const uint16_t *>(logits)[at])
+                float x = logits_bf16 ? mg_num_bf16_to_f32(static_cast<const uint16_t *>(logits)[at])
                                       : static_cast<const float *>(logits)[at];
                 v[i] = x != x ? -__int_as_float(0x7f800000) : x;
                 present |= 1u << i;
@@ -244,8 +234,8 @@ extern "C" __global__ void __launch_bounds__(kCombineThreads)
             uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                acc[2 * i] = __uint_as_float(w[i] << 16);
-                acc[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+                acc[2 * i] = mg_num_bf16_low(w[i]);
+                acc[2 * i + 1] = mg_num_bf16_high(w[i]);
             }
         } else {
 #pragma unroll
@@ -261,14 +251,14 @@ extern "C" __global__ void __launch_bounds__(kCombineThreads)
             uint32_t w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                acc[2 * i] = fmaf(weight, __uint_as_float(w[i] << 16), acc[2 * i]);
-                acc[2 * i + 1] = fmaf(weight, __uint_as_float(w[i] & 0xffff0000u), acc[2 * i + 1]);
+                acc[2 * i] = fmaf(weight, mg_num_bf16_low(w[i]), acc[2 * i]);
+                acc[2 * i + 1] = fmaf(weight, mg_num_bf16_high(w[i]), acc[2 * i + 1]);
             }
         }
         uint32_t packed[4];
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            packed[i] = f32_to_bf16(acc[2 * i]) | f32_to_bf16(acc[2 * i + 1]) << 16;
+            packed[i] = mg_num_bf16_pack(acc[2 * i], acc[2 * i + 1]);
         reinterpret_cast<uint4 *>(out + t * hidden)[vector] =
             make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }

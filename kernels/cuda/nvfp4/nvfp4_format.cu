@@ -13,6 +13,10 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include "common/bf16.cuh"
+#include "common/fp4_e2m1.cuh"
+#include "common/fp8_e4m3.cuh"
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -26,73 +30,22 @@ __device__ __forceinline__ uint64_t item_stride() {
     return (uint64_t)gridDim.x * blockDim.x;
 }
 
-// |x| for finite x, else 0: infinities and NaN never reach a block's amax.
-__device__ __forceinline__ float finite_magnitude(float x) {
-    float magnitude = fabsf(x);
-    return magnitude < __uint_as_float(0x7f800000u) ? magnitude : 0.0f;
-}
-
-// E4M3 (all 8 bits) to FP32, exactly; 0x7f/0xff are NaN.
-__device__ __forceinline__ float e4m3_to_f32(uint32_t code) {
-    uint32_t exponent = (code >> 3) & 0xfu, mantissa = code & 0x7u;
-    float magnitude;
-    if (exponent == 0xfu && mantissa == 0x7u)
-        magnitude = __uint_as_float(0x7fc00000u);
-    else if (exponent == 0)
-        magnitude = (float)mantissa * 0x1p-9f; // subnormal: exact
-    else
-        magnitude = __uint_as_float(((exponent + 120u) << 23) | (mantissa << 20));
-    return (code & 0x80u) ? -magnitude : magnitude;
-}
-
-__device__ __forceinline__ float e2m1_to_f32(uint32_t nibble) {
-    // Magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}: 1.m * 2^(e-1) for e > 0, m * 0.5 for e = 0.
-    uint32_t e = (nibble >> 1) & 3u, m = nibble & 1u;
-    float magnitude = e ? __uint_as_float(((e + 126u) << 23) | (m << 22)) : 0.5f * (float)m;
-    return (nibble & 8u) ? -magnitude : magnitude;
-}
-
 // The block scale code of a block whose finite amax is `amax`.
 __device__ __forceinline__ uint32_t block_scale_code(float amax, float global) {
     float s = __fdiv_rn(__fdiv_rn(amax, 6.0f), global);
     if (!(global > 0.0f) || !(s > 0.0f)) // +0 would give s = inf: a global not > 0 zeroes all
         return 0;
-    return __nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3);
+    return mg_num_f32_to_fp8_e4m3(s);
 }
 
 // The nibble of x for the block divisor d (block scale code not 0).
 __device__ __forceinline__ uint32_t e2m1_nibble(float x, float d) {
-    float m = __fdiv_rn(fabsf(x), d);
-    if (!(m > 0.25f)) // NaN included
-        return 0;
-    uint32_t code = m < 0.75f    ? 1u
-                    : m <= 1.25f ? 2u
-                    : m < 1.75f  ? 3u
-                    : m <= 2.5f  ? 4u
-                    : m < 3.5f   ? 5u
-                    : m <= 5.0f  ? 6u
-                                 : 7u;
-    return code | ((__float_as_uint(x) >> 28) & 8u);
-}
-
-__device__ __forceinline__ float bf16_low(uint32_t pair) {
-    return __uint_as_float(pair << 16);
-}
-
-__device__ __forceinline__ float bf16_high(uint32_t pair) {
-    return __uint_as_float(pair & 0xffff0000u);
-}
-
-// FP32 -> BF16 round to nearest even; NaN -> quiet NaN with its sign (mg_f32_to_bf16).
-__device__ __forceinline__ uint32_t f32_to_bf16(float value) {
-    uint32_t u = __float_as_uint(value);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return ((u >> 16) | 0x40u) & 0xffffu;
-    return ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) & 0xffffu;
+    uint32_t code = mg_num_e2m1_magnitude_code(__fdiv_rn(fabsf(x), d));
+    return code ? code | ((mg_num_f32_bits(x) >> 28) & 8u) : 0u;
 }
 
 __device__ __forceinline__ float dequantize_value(uint32_t nibble, float scale, float global) {
-    float v = __fmul_rn(__fmul_rn(e2m1_to_f32(nibble), scale), global);
+    float v = __fmul_rn(__fmul_rn(mg_num_e2m1_to_f32(nibble), scale), global);
     return v != v ? __uint_as_float(0x7fc00000u) : v;
 }
 
@@ -116,16 +69,16 @@ extern "C" __global__ void __launch_bounds__(kThreads)
         float amax = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++)
-            amax = fmaxf(amax, fmaxf(finite_magnitude(bf16_low(pairs[i])),
-                                     finite_magnitude(bf16_high(pairs[i]))));
+            amax = fmaxf(amax, fmaxf(mg_num_finite_magnitude(mg_num_bf16_low(pairs[i])),
+                                     mg_num_finite_magnitude(mg_num_bf16_high(pairs[i]))));
         uint32_t scale = block_scale_code(amax, global);
-        float d = __fmul_rn(e4m3_to_f32(scale), global);
+        float d = __fmul_rn(mg_num_fp8_e4m3_to_f32(scale), global);
         uint32_t words[2] = {0, 0};
         if (scale) {
 #pragma unroll
             for (int i = 0; i < 8; i++) {
-                uint32_t byte = e2m1_nibble(bf16_low(pairs[i]), d) |
-                                e2m1_nibble(bf16_high(pairs[i]), d) << 4;
+                uint32_t byte = e2m1_nibble(mg_num_bf16_low(pairs[i]), d) |
+                                e2m1_nibble(mg_num_bf16_high(pairs[i]), d) << 4;
                 words[i / 4] |= byte << (8 * (i % 4));
             }
         }
@@ -146,7 +99,7 @@ __device__ __forceinline__ void dequantize(const uint8_t *__restrict__ packed,
     const float global = *global_scale;
     for (uint64_t item = first_item(); item < total; item += item_stride()) {
         uint2 q = *reinterpret_cast<const uint2 *>(packed + item * (kBlock / 2));
-        float scale = e4m3_to_f32(scales[item]);
+        float scale = mg_num_fp8_e4m3_to_f32(scales[item]);
         float v[16];
 #pragma unroll
         for (int i = 0; i < 16; i++)
@@ -162,7 +115,7 @@ __device__ __forceinline__ void dequantize(const uint8_t *__restrict__ packed,
             uint32_t w[8];
 #pragma unroll
             for (int i = 0; i < 8; i++)
-                w[i] = f32_to_bf16(v[2 * i]) | f32_to_bf16(v[2 * i + 1]) << 16;
+                w[i] = mg_num_bf16_pack(v[2 * i], v[2 * i + 1]);
             uint4 *dst = reinterpret_cast<uint4 *>(static_cast<uint16_t *>(out) + item * kBlock);
             dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
             dst[1] = make_uint4(w[4], w[5], w[6], w[7]);

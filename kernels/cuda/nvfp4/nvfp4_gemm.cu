@@ -22,6 +22,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "common/bf16.cuh"
+
 #include "nvfp4/nvfp4_hopper_layout.h"
 
 namespace {
@@ -414,8 +416,8 @@ extern "C" __global__ void __launch_bounds__(256)
         for (int kt = 0; kt < 4; kt++) {
             const uint32_t lo = mul_bf16x2(decode_pair(words[kt], h), scale);     // e 0, 1
             const uint32_t hi = mul_bf16x2(decode_pair(words[kt], h + 2), scale); // e 2, 3
-            const float v[4] = {__uint_as_float(lo << 16), __uint_as_float(lo & 0xffff0000u),
-                                __uint_as_float(hi << 16), __uint_as_float(hi & 0xffff0000u)};
+            const float v[4] = {mg_num_bf16_low(lo), mg_num_bf16_high(lo),
+                                mg_num_bf16_low(hi), mg_num_bf16_high(hi)};
             __nv_bfloat162 a = __floats2bfloat162_rn(v[0] * global, v[1] * global);
             __nv_bfloat162 b = __floats2bfloat162_rn(v[2] * global, v[3] * global);
             pairs[kt * 2] = *reinterpret_cast<uint32_t *>(&a);

@@ -10,6 +10,7 @@
 #include "error.h"
 #include "attention_provider.h"
 #include "kv_cache_internal.h"
+#include "op_builtin.h"
 
 /* Beyond this, a batch is certainly a bug (and indptr arrays would be huge). */
 #define MG_ATTENTION_MAX_BATCH (1u << 20)
@@ -196,10 +197,9 @@ static mg_status workspace_need(mg_backend *b, const mg_attention_provider *prov
 static mg_status check_plan_inputs(mg_backend *b, const mg_attention_desc *desc,
                                    const int32_t *qo_indptr, const int32_t *kv_indptr,
                                    uint32_t batch_size, const char *fn) {
-    if (!mg_backend_context(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend handle %p", fn,
-                        (void *)b);
-    mg_status st = mg_backend_check_fault(b);
+    mg_status st = mg_op_enter(b, fn);
+    if (!st)
+        st = mg_backend_check_fault(b);
     if (!st)
         st = check_desc(desc, fn);
     if (!st)
@@ -338,16 +338,6 @@ mg_status mg_attention_plan_update(mg_attention_plan *p, const int32_t *qo_indpt
     return plan_batch(p, qo_indptr, kv_indptr, batch_size, s, fn);
 }
 
-static mg_status check_tensor_ptr(mg_devptr ptr, uint64_t alignment, const char *name,
-                                  const char *fn) {
-    if (!ptr)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL device pointer for %s", fn, name);
-    if (ptr % alignment)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %llu-byte aligned", fn, name,
-                        (unsigned long long)ptr, (unsigned long long)alignment);
-    return MG_OK;
-}
-
 /* Bytes of a contiguous [rows, heads, head_dim] tensor; MG_ERR_INVALID_ARGUMENT when the
  * product does not fit size_t, so a huge shape can never pass the range checks as a small
  * wrapped span. */
@@ -389,11 +379,6 @@ mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, 
     mg_status st = check_run_ready(p, false, fn);
     if (st)
         return st;
-    if ((st = check_tensor_ptr(t->q, 16, "q", fn)) || (st = check_tensor_ptr(t->k, 16, "k", fn)) ||
-        (st = check_tensor_ptr(t->v, 16, "v", fn)) || (st = check_tensor_ptr(t->o, 16, "o", fn)))
-        return st;
-    if (t->lse && (st = check_tensor_ptr(t->lse, 4, "lse", fn)))
-        return st;
     const mg_attention_desc *d = &p->desc;
     const uint32_t qo_total = (uint32_t)p->qo_indptr[p->batch_size];
     const uint32_t kv_total = (uint32_t)p->kv_indptr[p->batch_size];
@@ -416,12 +401,16 @@ mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tensors *t, 
         (st = tensor_bytes(t->qo_rows, d->num_qo_heads, 1, 4, "lse", fn, &lse_bytes)))
         return st;
     mg_backend *b = p->backend;
-    if ((st = mg_backend_check_device_range(b, t->q, qo_bytes, fn, "q")) ||
-        (st = mg_backend_check_device_range(b, t->k, kv_bytes, fn, "k")) ||
-        (st = mg_backend_check_device_range(b, t->v, kv_bytes, fn, "v")) ||
-        (st = mg_backend_check_device_range(b, t->o, qo_bytes, fn, "o")))
-        return st;
-    if (t->lse && (st = mg_backend_check_device_range(b, t->lse, lse_bytes, fn, "lse")))
+    /* o and lse are written while q, k and v are read: they overlap nothing. tensor_bytes
+     * refused an overflow, so 0 bytes is an empty batch. */
+    const mg_op_tensor tensors[] = {
+        {"q", t->q, qo_bytes, 16, MG_OP_IN | MG_OP_EMPTY_OK},
+        {"k", t->k, kv_bytes, 16, MG_OP_IN | MG_OP_EMPTY_OK},
+        {"v", t->v, kv_bytes, 16, MG_OP_IN | MG_OP_EMPTY_OK},
+        {"o", t->o, qo_bytes, 16, MG_OP_OUT | MG_OP_EMPTY_OK},
+        {"lse", t->lse, lse_bytes, 4, MG_OP_OUT | MG_OP_OPTIONAL | MG_OP_EMPTY_OK},
+    };
+    if ((st = mg_op_check_tensors(b, fn, tensors, 5, -1, -1)))
         return st;
     if ((st = check_stream(p->backend, s, fn)))
         return st;
@@ -566,11 +555,10 @@ mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention
     if (!out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
     *out = NULL;
-    if (!mg_backend_context(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend handle %p", fn,
-                        (void *)b);
     mg_attention_desc d;
-    mg_status st = mg_backend_check_fault(b);
+    mg_status st = mg_op_enter(b, fn);
+    if (!st)
+        st = mg_backend_check_fault(b);
     if (!st)
         st = paged_desc(pd, &d, fn);
     if (!st)
@@ -676,31 +664,25 @@ mg_status mg_paged_attention_run(mg_attention_plan *p, const mg_paged_attention_
     if (!fp8 && (t->k_scale || t->v_scale))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: k_scale / v_scale are for FP8 pools; pass 0 for BF16", fn);
-    if (fp8 && ((st = check_tensor_ptr(t->k_scale, 4, "k_scale", fn)) ||
-                (st = check_tensor_ptr(t->v_scale, 4, "v_scale", fn))))
-        return st;
-    if ((st = check_tensor_ptr(t->q, 16, "q", fn)) || (st = check_tensor_ptr(t->o, 16, "o", fn)) ||
-        (st = check_tensor_ptr(t->k_pages, 16, "k_pages", fn)) ||
-        (st = check_tensor_ptr(t->v_pages, 16, "v_pages", fn)) ||
-        (planned_pages && (st = check_tensor_ptr(t->kv_indices, 4, "kv_indices", fn))) ||
-        (t->lse && (st = check_tensor_ptr(t->lse, 4, "lse", fn))))
-        return st;
     if ((st = tensor_bytes(t->qo_rows, d->num_qo_heads, d->head_dim, 2, "q/o", fn, &qo_bytes)) ||
         (st = tensor_bytes(t->qo_rows, d->num_qo_heads, 1, 4, "lse", fn, &lse_bytes)))
         return st;
     mg_backend *b = p->backend;
-    if ((st = mg_backend_check_device_range(b, t->q, qo_bytes, fn, "q")) ||
-        (st = mg_backend_check_device_range(b, t->o, qo_bytes, fn, "o")) ||
-        (st = mg_backend_check_device_range(b, t->k_pages, pool_bytes, fn, "k_pages")) ||
-        (st = mg_backend_check_device_range(b, t->v_pages, pool_bytes, fn, "v_pages")) ||
-        (fp8 && ((st = mg_backend_check_device_range(b, t->k_scale, 4ull * d->num_kv_heads, fn,
-                                                     "k_scale")) ||
-                 (st = mg_backend_check_device_range(b, t->v_scale, 4ull * d->num_kv_heads, fn,
-                                                     "v_scale")))) ||
-        (planned_pages && (st = mg_backend_check_device_range(b, t->kv_indices,
-                                                              4ull * t->num_kv_indices, fn,
-                                                              "kv_indices"))) ||
-        (t->lse && (st = mg_backend_check_device_range(b, t->lse, lse_bytes, fn, "lse"))))
+    /* o and lse are written while q, the pages, the scales and the page indices are read:
+     * they overlap nothing. The page indices matter only when the batch has pages; 0 bytes of
+     * q, o or lse is an empty batch (tensor_bytes refused an overflow). */
+    const mg_op_tensor tensors[] = {
+        {"q", t->q, qo_bytes, 16, MG_OP_IN | MG_OP_EMPTY_OK},
+        {"o", t->o, qo_bytes, 16, MG_OP_OUT | MG_OP_EMPTY_OK},
+        {"k_pages", t->k_pages, pool_bytes, 16, MG_OP_IN},
+        {"v_pages", t->v_pages, pool_bytes, 16, MG_OP_IN},
+        {"k_scale", t->k_scale, 4ull * d->num_kv_heads, 4, fp8 ? MG_OP_IN : MG_OP_OPTIONAL},
+        {"v_scale", t->v_scale, 4ull * d->num_kv_heads, 4, fp8 ? MG_OP_IN : MG_OP_OPTIONAL},
+        {"kv_indices", planned_pages ? t->kv_indices : 0, 4ull * t->num_kv_indices, 4,
+         planned_pages ? MG_OP_IN : MG_OP_OPTIONAL},
+        {"lse", t->lse, lse_bytes, 4, MG_OP_OUT | MG_OP_OPTIONAL | MG_OP_EMPTY_OK},
+    };
+    if ((st = mg_op_check_tensors(b, fn, tensors, 8, -1, -1)))
         return st;
     if ((st = check_stream(b, s, fn)))
         return st;

@@ -32,7 +32,6 @@
 #include "backend_impl.h"
 #include "error.h"
 #include "op_builtin.h"
-#include "op_cache.h"
 #include "paged_decode_abi.h"
 
 #define WHAT "paged decode attention"
@@ -350,13 +349,6 @@ static mg_status decode_run_paged(mg_attention_plan *p, const mg_paged_attention
     decode_plan *c = p->impl;
     if (!c->fixed && !c->num_items)
         return MG_OK; /* no request has a new token */
-    mg_op_cache *opc = mg_backend_op_cache(p->backend);
-    if (!opc)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend", WHAT);
-    mg_kernel *kernel;
-    mg_status st = mg_op_cache_kernel(opc, "metrale", c->kernel, false, &kernel);
-    if (st)
-        return st;
     const mg_attention_desc *d = &p->desc;
     const mg_decode_params params = {
         .q = t->q,
@@ -384,7 +376,8 @@ static mg_status decode_run_paged(mg_attention_plan *p, const mg_paged_attention
     mg_launch_init(&l, (mg_dim3){c->grid_x, d->num_kv_heads, 1}, (mg_dim3){c->threads, 1, 1},
                    c->shared_bytes);
     mg_launch_arg_bytes(&l, &params, sizeof params);
-    return mg_launch_run(p->backend, kernel, s, &l);
+    const char *kernel = c->kernel;
+    return mg_op_launch_kernels(p->backend, s, &kernel, &l, 1);
 }
 
 static void decode_release(mg_attention_plan *p, bool backend_live) {
@@ -410,13 +403,6 @@ static void decode_info(const mg_attention_plan *p, mg_attention_plan_info *out)
         4ull * c->item_capacity * d->num_kv_heads;
 }
 
-static void no_cpu_kernels(void) {}
-
-static bool decode_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    return mg_op_builtin_available(b, "paged_decode_bf16_d128", no_cpu_kernels, reason,
-                                   reason_bytes);
-}
-
 static bool decode_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
     (void)b;
     const mg_paged_attention_call *c = call;
@@ -436,7 +422,7 @@ static bool decode_supports(mg_backend *b, const void *call, char *reason, size_
 const mg_attention_provider mg_attention_paged_decode_provider = {
     .base = {.name = "split_kv_decode",
              .backend = MG_BACKEND_CUDA,
-             .available = decode_available,
+             .kernels = MG_OP_KERNEL_NAMES("paged_decode_bf16_d128"),
              .supports = decode_supports},
     .plan = decode_plan_batch,
     .run_paged = decode_run_paged,

@@ -20,17 +20,24 @@ uint64_t mg_comm_now_ms(void) {
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static const mg_comm_provider *provider_of(mg_backend_kind kind) {
-    switch (kind) {
-    case MG_BACKEND_CPU:
-        return &mg_comm_cpu_provider;
+/* The transports, one per backend kind that has one. */
+static const mg_op_provider *const comm_providers[] = {
+    &mg_comm_cpu_provider.base,
 #if defined(METRALE_HAVE_CUDA)
-    case MG_BACKEND_CUDA:
-        return &mg_comm_nccl_provider;
+    &mg_comm_nccl_provider.base,
 #endif
-    default:
-        return NULL;
-    }
+    NULL,
+};
+
+const mg_op_def mg_comm_op = {MG_OP_COMM, "comm", comm_providers};
+
+/* The transport of `kind`, NULL when this build has none (a communicator id is made before
+ * any backend, so this asks by kind; calls with a backend go through mg_op_choose). */
+static const mg_comm_provider *provider_of(mg_backend_kind kind) {
+    for (const mg_op_provider *const *p = comm_providers; *p; p++)
+        if ((*p)->backend == kind)
+            return (const mg_comm_provider *)*p;
+    return NULL;
 }
 
 static mg_status no_provider(const char *fn, mg_backend_kind kind) {
@@ -69,7 +76,7 @@ bool mg_comm_available(mg_backend_kind kind, char *reason, size_t reason_bytes) 
 static mg_status require_available(const mg_comm_provider *p, const char *fn) {
     char reason[384];
     if (!p->available(reason, sizeof reason))
-        return MG_ERROR(MG_ERR_UNAVAILABLE, "%s: %s communicators unavailable: %s", fn, p->name,
+        return MG_ERROR(MG_ERR_UNAVAILABLE, "%s: %s communicators unavailable: %s", fn, p->base.name,
                         reason);
     return MG_OK;
 }
@@ -156,6 +163,7 @@ static mg_status comm_new(mg_backend *b, int size, int rank, uint32_t timeout_ms
     return MG_OK;
 }
 
+/* A live backend without a fault whose kind has a transport (its provider in *p). */
 static mg_status check_backend(mg_backend *b, const char *fn, const char *what,
                                const mg_comm_provider **p) {
     if (!mg_backend_is_live(b))
@@ -164,6 +172,16 @@ static mg_status check_backend(mg_backend *b, const char *fn, const char *what,
     if (!(*p = provider_of(kind)))
         return no_provider(fn, kind);
     return mg_backend_check_fault(b);
+}
+
+/* Once the transport *p is available, the one the op registry chooses for `b` (a forced
+ * provider is honoured, statistics follow it). */
+static mg_status choose_transport(mg_backend *b, const char *fn, const mg_comm_provider **p) {
+    mg_status st = require_available(*p, fn);
+    const mg_op_provider *chosen;
+    if (!st && !(st = mg_op_choose(b, MG_OP_COMM, NULL, fn, &chosen)))
+        *p = (const mg_comm_provider *)chosen;
+    return st;
 }
 
 /* Depth of this thread's open group (mg_comm_group_begin); creation is refused inside one. */
@@ -189,7 +207,7 @@ mg_status mg_comm_create_rank(mg_backend *b, const mg_comm_id *id, int size, int
                         size - 1);
     if (tls_group_depth)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: not inside mg_comm_group_begin/end", fn);
-    if ((st = require_available(p, fn)))
+    if ((st = choose_transport(b, fn, &p)))
         return st;
     mg_comm *c;
     if ((st = comm_new(b, size, rank, timeout_of(options), p, &c)))
@@ -235,7 +253,7 @@ mg_status mg_comm_create_local(mg_backend *const *backends, int count,
                                 "%s: backends[%d] and backends[%d] are the same backend", fn, j,
                                 i);
     }
-    if ((st = require_available(p, fn)))
+    if ((st = choose_transport(backends[0], fn, &p)))
         return st;
     uint32_t timeout_ms = timeout_of(options);
     mg_comm *comms[MG_COMM_MAX_RANKS] = {0};
@@ -411,7 +429,7 @@ static mg_status check_call(mg_comm *c, const mg_comm_call *call) {
                         mg_dtype_name(call->dtype));
     if (!c->provider->supports_dtype(c, call->dtype))
         return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: %s communicators cannot carry %s here", fn,
-                        c->provider->name, mg_dtype_name(call->dtype));
+                        c->provider->base.name, mg_dtype_name(call->dtype));
     bool reduces = call->kind == MG_COMM_CALL_ALL_REDUCE ||
                    call->kind == MG_COMM_CALL_REDUCE_SCATTER;
     if (reduces && call->op != MG_COMM_SUM && call->op != MG_COMM_MAX)
@@ -478,7 +496,10 @@ static mg_status enqueue(mg_comm *c, mg_stream *s, const mg_comm_call *call) {
     bool grouped = tls_group_depth > 0;
     if (grouped && (st = group_join(c, fn)))
         return st;
-    return record_failure(c, c->provider->enqueue(c, s, call, grouped));
+    if ((st = record_failure(c, c->provider->enqueue(c, s, call, grouped))))
+        return st;
+    mg_op_count_call(c->backend, MG_OP_COMM, &c->provider->base, false);
+    return MG_OK;
 }
 
 mg_status mg_comm_all_reduce(mg_comm *c, mg_stream *s, mg_devptr send, mg_devptr recv,

@@ -22,7 +22,7 @@
 #include "cpu_kernels.h"
 #include "error.h"
 #include "metrale/launch.h"
-#include "op_registry.h"
+#include "op_builtin.h"
 
 #define KERNEL_NAME "comm_cpu_call"
 #define CHUNK 1024 /* elements reduced at a time */
@@ -541,7 +541,8 @@ static mg_status cpu_enqueue(mg_comm *c, mg_stream *s, const mg_comm_call *call,
                     (call->kind != MG_COMM_CALL_BROADCAST || root);
     mg_launch_arg_ptr(&l, has_send ? call->send : 0);
     mg_launch_arg_ptr(&l, call->kind == MG_COMM_CALL_SEND ? 0 : call->recv);
-    return mg_op_launch_builtin(c->backend, s, KERNEL_NAME, &l);
+    const char *kernel = KERNEL_NAME;
+    return mg_op_launch_kernels(c->backend, s, &kernel, &l, 1);
 }
 
 static mg_status cpu_group_begin(void) {
@@ -607,9 +608,13 @@ static bool cpu_supports_dtype(mg_comm *c, mg_dtype dtype) {
     return true;
 }
 
+static bool cpu_available_on(mg_backend *b, char *reason, size_t reason_bytes) {
+    (void)b;
+    return cpu_available(reason, reason_bytes);
+}
+
 const mg_comm_provider mg_comm_cpu_provider = {
-    .name = "cpu",
-    .kind = MG_BACKEND_CPU,
+    .base = {.name = "cpu", .backend = MG_BACKEND_CPU, .available = cpu_available_on},
     .available = cpu_available,
     .get_id = cpu_get_id,
     .create_rank = cpu_create_rank,

@@ -441,9 +441,13 @@ static bool nccl_supports_dtype(mg_comm *c, mg_dtype dtype) {
     return nccl_version >= NCCL_FP8 && r && r->device_cc_major >= 9;
 }
 
+static bool nccl_available_on(mg_backend *b, char *reason, size_t reason_bytes) {
+    (void)b;
+    return nccl_available(reason, reason_bytes);
+}
+
 const mg_comm_provider mg_comm_nccl_provider = {
-    .name = "nccl",
-    .kind = MG_BACKEND_CUDA,
+    .base = {.name = "nccl", .backend = MG_BACKEND_CUDA, .available = nccl_available_on},
     .available = nccl_available,
     .get_id = nccl_get_id,
     .create_rank = nccl_create_rank,

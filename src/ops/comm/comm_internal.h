@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "metrale/comm.h"
+#include "op_registry.h"
 
 typedef enum mg_comm_call_kind {
     MG_COMM_CALL_ALL_REDUCE = 0,
@@ -52,10 +53,12 @@ struct mg_comm {
     void *impl; /* the provider's rank */
 };
 
+/* A transport is the provider of op MG_OP_COMM (metrale/ops.h) for its backend kind: the op
+ * registry lists it, forcing and statistics apply (a call counts once enqueued). */
 struct mg_comm_provider {
-    const char *name;
-    mg_backend_kind kind;
-    /* Never sets mg_last_error. */
+    mg_op_provider base; /* first: name ("cpu", "nccl") and backend kind */
+    /* Whether the transport can run at all (a communicator id needs no backend). Never sets
+     * mg_last_error. */
     bool (*available)(char *reason, size_t reason_bytes);
     mg_status (*get_id)(mg_comm_id *out);
     /* `c` is filled but for impl; the provider sets c->impl. */

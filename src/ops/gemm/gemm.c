@@ -1,11 +1,11 @@
 /* gemm.c - the front of the GEMM ops (metrale/ops_gemm.h): every argument checked once, then
  * the provider the op registry chooses (gemm_provider.h). */
 #include "backend_impl.h"
-#include "checked_math.h"
 #include "error.h"
 #include "gemm_provider.h"
 #include "gemm_reference.h"
 #include "metrale/launch.h"
+#include "op_builtin.h"
 
 /* The providers of both GEMM ops, in order of preference. The decode GEMV and CUTLASS come first
  * but take, in the automatic choice, only the shapes measured faster on them (decode GEMV: small
@@ -120,71 +120,38 @@ static uint32_t pointer_alignment(mg_devptr p) {
     return a;
 }
 
-static mg_status check_pointer(const char *what, const char *name, mg_devptr p,
-                               uint32_t alignment) {
-    if (!p)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", what, name);
-    if (p % alignment)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %u-byte aligned", what, name,
-                        (unsigned long long)p, alignment);
-    return MG_OK;
-}
-
-/* NULL, a stale handle and a closed backend are one error: the handle is not a live backend. */
-static mg_status check_backend(mg_backend *b, const char *fn) {
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
-    return MG_OK;
-}
-
+/* The operands, each inside its buffer (nothing is read or written out of bounds), and the
+ * output overlapping no operand: GEMM reads act and weight while it writes out. */
 static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
-    mg_status st = check_backend(b, kind_name(c->plan.kind));
-    if (st)
-        return st;
-    st = check_plan(&c->plan);
-    if (st)
-        return st;
     const mg_gemm_plan *p = &c->plan;
     const char *what = kind_name(p->kind);
+    mg_status st = mg_op_enter(b, what);
+    if (st || (st = check_plan(p)))
+        return st;
     bool fp8 = is_fp8(p->kind);
     uint32_t in_align = fp8 ? 16 : 2, out_align = fp8 ? 16 : (uint32_t)mg_dtype_bytes(p->out_type);
-    if ((st = check_pointer(what, "act", c->t.act, in_align)) ||
-        (st = check_pointer(what, "weight", c->t.weight, in_align)) ||
-        (st = check_pointer(what, "out", c->t.out, out_align)))
-        return st;
-    if (fp8) {
-        uint32_t scale_align = p->kind == MG_GEMM_FP8_TENSORWISE ? 4 : 16;
-        if ((st = check_pointer(what, "act_scale", c->t.act_scale, scale_align)) ||
-            (st = check_pointer(what, "weight_scale", c->t.weight_scale, scale_align)))
-            return st;
-    }
-    /* Every operand must fit its buffer: nothing is read or written out of bounds. */
+    uint32_t scale_align = p->kind == MG_GEMM_FP8_TENSORWISE ? 4 : 16;
     size_t in_bytes = fp8 ? 1 : 2, out_bytes = mg_dtype_bytes(p->out_type);
-    size_t act_span, weight_span, out_span;
-    if (!mg_matrix_span_bytes(p->m, p->k, p->k, in_bytes, &act_span) ||
-        !mg_matrix_span_bytes(p->n, p->k, p->k, in_bytes, &weight_span) ||
-        !mg_matrix_span_bytes(p->m, p->n, p->ldc, out_bytes, &out_span))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: M=%u N=%u K=%u ldc=%u spans more bytes than the address space", what,
-                        p->m, p->n, p->k, p->ldc);
-    if ((st = mg_backend_check_device_range(b, c->t.act, act_span, what, "act")) ||
-        (st = mg_backend_check_device_range(b, c->t.weight, weight_span, what, "weight")) ||
-        (st = mg_backend_check_device_range(b, c->t.out, out_span, what, "out")))
-        return st;
-    if (fp8 && ((st = mg_backend_check_device_range(
-                     b, c->t.act_scale, mg_gemm_scale_count(p, true) * 4, what, "act_scale")) ||
-                (st = mg_backend_check_device_range(
-                     b, c->t.weight_scale, mg_gemm_scale_count(p, false) * 4, what, "weight_scale"))))
-        return st;
-    uint32_t a = pointer_alignment(c->t.act | c->t.weight | c->t.out);
-    c->plan.pointer_alignment = a;
-    if (c->t.workspace || c->t.workspace_bytes) {
-        if ((st = check_pointer(what, "workspace", c->t.workspace, 16)) ||
-            (st = mg_backend_check_device_range(b, c->t.workspace, c->t.workspace_bytes, what,
-                                                "workspace")))
-            return st;
+    /* The scales only for FP8; a workspace of 0 bytes is none. */
+    mg_op_tensor t[6] = {
+        {"act", c->t.act, mg_op_matrix_bytes(p->m, p->k, p->k, in_bytes), in_align, MG_OP_IN},
+        {"weight", c->t.weight, mg_op_matrix_bytes(p->n, p->k, p->k, in_bytes), in_align,
+         MG_OP_IN},
+        {"out", c->t.out, mg_op_matrix_bytes(p->m, p->n, p->ldc, out_bytes), out_align, MG_OP_OUT},
+    };
+    int count = 3;
+    if (fp8) {
+        t[count++] = (mg_op_tensor){"act_scale", c->t.act_scale, mg_gemm_scale_count(p, true) * 4,
+                                    scale_align, MG_OP_IN};
+        t[count++] = (mg_op_tensor){"weight_scale", c->t.weight_scale,
+                                    mg_gemm_scale_count(p, false) * 4, scale_align, MG_OP_IN};
     }
+    if (c->t.workspace_bytes)
+        t[count++] = (mg_op_tensor){"workspace", c->t.workspace, c->t.workspace_bytes, 16,
+                                    MG_OP_OUT};
+    if ((st = mg_op_check_tensors(b, what, t, count, -1, -1)))
+        return st;
+    c->plan.pointer_alignment = pointer_alignment(c->t.act | c->t.weight | c->t.out);
     return MG_OK;
 }
 
@@ -231,7 +198,7 @@ mg_status mg_gemm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plan,
 
 mg_status mg_gemm_workspace_bytes(mg_backend *b, const mg_gemm_plan *plan, size_t *bytes) {
     const char *fn = "mg_gemm_workspace_bytes";
-    mg_status st = check_backend(b, fn);
+    mg_status st = mg_op_enter(b, fn);
     if (st)
         return st;
     if (!plan || !bytes)
@@ -303,7 +270,7 @@ mg_status mg_gemm_fp8_blockscaled(mg_backend *b, mg_stream *s, uint32_t m, uint3
 mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, uint32_t m_pad,
                                       uint32_t k, mg_devptr src, mg_devptr dst) {
     const char *what = "mg_fp8_act_scales_transpose";
-    mg_status st = check_backend(b, what);
+    mg_status st = mg_op_enter(b, what);
     if (st)
         return st;
     if (m == 0 || k == 0)
@@ -311,15 +278,13 @@ mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, u
     if (m_pad < m || m_pad % 4)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m_pad=%u must be >= M=%u and a multiple of 4",
                         what, m_pad, m);
-    if ((st = check_pointer(what, "src", src, 4)) || (st = check_pointer(what, "dst", dst, 4)))
-        return st;
     uint64_t blocks = mg_fp8_k_blocks(k);
-    uint64_t src_bytes = blocks * m * 4, dst_bytes = blocks * m_pad * 4; /* < 2^62 */
-    if ((st = mg_backend_check_device_range(b, src, src_bytes, what, "src")) ||
-        (st = mg_backend_check_device_range(b, dst, dst_bytes, what, "dst")))
+    mg_op_tensor t[] = {
+        {"src", src, blocks * m * 4, 4, MG_OP_IN}, /* < 2^62 */
+        {"dst", dst, blocks * m_pad * 4, 4, MG_OP_OUT},
+    };
+    if ((st = mg_op_check_tensors(b, what, t, 2, -1, -1)))
         return st;
-    if (src < dst + dst_bytes && dst < src + src_bytes)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: src and dst overlap", what);
     /* The same kernel, with the same arguments, on every backend (CUDA:
      * kernels/cuda/gemm/fp8_scale_layout.cu; CPU: gemm_reference.c). */
     mg_dim3 grid, block;
@@ -331,15 +296,15 @@ mg_status mg_fp8_act_scales_transpose(mg_backend *b, mg_stream *s, uint32_t m, u
     mg_launch_arg_u32(&l, m);
     mg_launch_arg_u32(&l, m_pad);
     mg_launch_arg_u32(&l, (uint32_t)blocks);
-    mg_gemm_reference_kernels_register();
-    return mg_op_launch_builtin(b, s, "fp8_act_scales_transpose", &l);
+    const char *kernel = "fp8_act_scales_transpose";
+    return mg_op_launch_kernels(b, s, &kernel, &l, 1);
 }
 
 /* ------------------------------------------------------------------ planning and modes */
 
 mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans, size_t count) {
     const char *fn = "mg_gemm_prewarm";
-    mg_status st = check_backend(b, fn);
+    mg_status st = mg_op_enter(b, fn);
     if (st)
         return st;
     if (count && !plans)
@@ -377,7 +342,7 @@ mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans
 
 /* Applies to every GEMM provider of the backend, so a forced provider honours it too. */
 mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled) {
-    mg_status st = check_backend(b, "mg_gemm_set_batch_invariant");
+    mg_status st = mg_op_enter(b, "mg_gemm_set_batch_invariant");
     for (const mg_op_provider *const *p = gemm_providers; !st && *p; p++) {
         const mg_gemm_provider *g = (const mg_gemm_provider *)*p;
         if (g->set_batch_invariant && mg_op_provider_available(b, MG_OP_GEMM_BF16, (*p)->name,
@@ -388,7 +353,7 @@ mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled) {
 }
 
 bool mg_gemm_batch_invariant(mg_backend *b) {
-    if (!mg_backend_is_live(b))
+    if (!mg_backend_is_live(b)) /* a query: no error for a dead handle */
         return false;
     for (const mg_op_provider *const *p = gemm_providers; *p; p++) {
         const mg_gemm_provider *g = (const mg_gemm_provider *)*p;

@@ -256,7 +256,6 @@ static void register_kernels(void) {
 static void kernels_register(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_kernels);
-    mg_gemm_reference_kernels_register(); /* the reference's kernels stay known by name too */
 }
 
 /* ------------------------------------------------------------------ providers */
@@ -269,13 +268,8 @@ static bool supports_bf16(mg_backend *b, const void *call, char *reason, size_t 
     return false;
 }
 
-static mg_status launch(mg_backend *b, mg_stream *s, const mg_gemm_call *c, const char *kernel) {
-    kernels_register();
-    return mg_gemm_bf16_cpu_launch(b, s, c, kernel);
-}
-
 static mg_status run_portable(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {
-    return launch(b, s, c, KERNEL_PORTABLE);
+    return mg_gemm_bf16_cpu_launch(b, s, c, KERNEL_PORTABLE);
 }
 
 /* The portable code is not yet faster than the reference (measured: bench cpu_fast), so the
@@ -289,7 +283,10 @@ static bool portable_supports(mg_backend *b, const void *call, char *reason, siz
 }
 
 const mg_gemm_provider mg_gemm_cpu_portable_provider = {
-    .base = {.name = "cpu_portable", .backend = MG_BACKEND_CPU, .supports = portable_supports},
+    .base = {.name = "cpu_portable",
+             .backend = MG_BACKEND_CPU,
+             .supports = portable_supports,
+             .register_cpu_kernels = kernels_register},
     .run = run_portable,
 };
 
@@ -304,7 +301,7 @@ static bool avx2_available(mg_backend *b, char *reason, size_t reason_bytes) {
 }
 
 static mg_status run_avx2(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {
-    return launch(b, s, c, KERNEL_AVX2);
+    return mg_gemm_bf16_cpu_launch(b, s, c, KERNEL_AVX2);
 }
 
 /* The AVX2 kernel sums each output in another order than the reference (FMA over split chunks,
@@ -325,6 +322,7 @@ const mg_gemm_provider mg_gemm_cpu_avx2_provider = {
     .base = {.name = "cpu_avx2",
              .backend = MG_BACKEND_CPU,
              .available = avx2_available,
-             .supports = avx2_supports},
+             .supports = avx2_supports,
+             .register_cpu_kernels = kernels_register},
     .run = run_avx2,
 };

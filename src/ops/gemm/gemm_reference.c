@@ -12,6 +12,7 @@
 #include "gemm_provider.h"
 #include "host_parallel.h"
 #include "metrale/launch.h"
+#include "op_builtin.h"
 
 static void store_output(void *out, mg_dtype out_type, size_t index, float value) {
     if (out_type == MG_DTYPE_F32)
@@ -301,12 +302,11 @@ mg_status mg_gemm_bf16_cpu_launch(mg_backend *b, mg_stream *s, const mg_gemm_cal
     mg_launch_arg_u32(&l, p->k);
     mg_launch_arg_u32(&l, p->ldc);
     mg_launch_arg_u32(&l, (uint32_t)p->out_type);
-    return mg_op_launch_builtin(b, s, kernel, &l);
+    return mg_op_launch_kernels(b, s, &kernel, &l, 1);
 }
 
 static mg_status gemm_reference_run(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {
     const mg_gemm_plan *p = &c->plan;
-    mg_gemm_reference_kernels_register();
     if (p->kind == MG_GEMM_BF16)
         return mg_gemm_bf16_cpu_launch(b, s, c, "gemm_bf16_ref");
     mg_launch l;
@@ -322,12 +322,15 @@ static mg_status gemm_reference_run(mg_backend *b, mg_stream *s, const mg_gemm_c
     mg_launch_arg_u32(&l, p->ldc);
     mg_launch_arg_u32(&l, (uint32_t)scaling_of(p, true));
     mg_launch_arg_u32(&l, (uint32_t)scaling_of(p, false));
-    return mg_op_launch_builtin(b, s, "gemm_fp8_ref", &l);
+    const char *kernel = "gemm_fp8_ref";
+    return mg_op_launch_kernels(b, s, &kernel, &l, 1);
 }
 
 /* The reference GEMMs run on the CPU backend for every shape the front accepts; they are
  * batch-invariant by construction and need no workspace. */
 const mg_gemm_provider mg_gemm_reference_provider = {
-    .base = {.name = "reference", .backend = MG_BACKEND_CPU},
+    .base = {.name = "reference",
+             .backend = MG_BACKEND_CPU,
+             .register_cpu_kernels = mg_gemm_reference_kernels_register},
     .run = gemm_reference_run,
 };

@@ -4,16 +4,12 @@
  * kernels/cuda/kv_cache/kv_append.cu; CPU: kv_append_reference.c, which also checks the page
  * table's contents before writing). */
 #include <math.h>
-#include <stdio.h>
 
 #include "backend_impl.h"
-#include "checked_math.h"
 #include "error.h"
 #include "kv_cache_internal.h"
 #include "metrale/launch.h"
-#include "op_cache.h"
 #include "op_builtin.h"
-#include "op_registry.h"
 
 #define WHAT "mg_kv_append"
 #define THREADS 128u
@@ -24,19 +20,9 @@
 #define ITEMS_PER_THREAD 4u
 #define FEW_TOKENS 1024u
 
-static mg_status check_pointer(const char *name, mg_devptr p, uint32_t alignment) {
-    if (!p)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": %s is null", name);
-    if (p % alignment)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": %s 0x%llx is not %u-byte aligned", name,
-                        (unsigned long long)p, alignment);
-    return MG_OK;
-}
-
-/* A [rows] x row_elements BF16 matrix with row stride `stride` (0: packed) inside one live
- * allocation; the stride a multiple of 8 (16-byte rows). */
-static mg_status check_rows(mg_backend *b, const char *name, mg_devptr p, uint32_t rows,
-                            uint32_t row_elements, uint32_t *stride) {
+/* A row stride (0: packed) of a [tokens] x row_elements BF16 matrix: at least the row and a
+ * multiple of 8 (16-byte rows). */
+static mg_status check_stride(const char *name, uint32_t row_elements, uint32_t *stride) {
     if (!*stride)
         *stride = row_elements;
     if (*stride < row_elements || *stride % 8)
@@ -44,25 +30,11 @@ static mg_status check_rows(mg_backend *b, const char *name, mg_devptr p, uint32
                         WHAT ": %s row stride %u must be >= %u (heads x head_dim) and a multiple "
                              "of 8",
                         name, *stride, row_elements);
-    mg_status st = check_pointer(name, p, 16);
-    size_t bytes;
-    if (!st && !mg_matrix_span_bytes(rows, row_elements, *stride, 2, &bytes))
-        st = MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": %s spans more than the address space",
-                      name);
-    return st ? st : mg_backend_check_device_range(b, p, bytes, WHAT, name);
+    return MG_OK;
 }
 
-static mg_status check_ints(mg_backend *b, const char *name, mg_devptr p, uint64_t count) {
-    mg_status st = check_pointer(name, p, 4);
-    return st ? st : mg_backend_check_device_range(b, p, 4 * count, WHAT, name);
-}
-
-static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    return mg_op_builtin_available(b, MG_KV_APPEND_KERNEL, mg_kv_append_cpu_kernels_register, reason, reason_bytes);
-}
-
-static const mg_op_provider kernels_provider = {
-    .name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available};
+static const mg_op_provider kernels_provider =
+    MG_OP_KERNELS_PROVIDER(mg_kv_append_cpu_kernels_register, MG_KV_APPEND_KERNEL);
 
 static const mg_op_provider *const append_providers[] = {&kernels_provider, NULL};
 
@@ -70,11 +42,8 @@ const mg_op_def mg_kv_append_op = {MG_OP_KV_APPEND, "kv_append", append_provider
 
 mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cache,
                        const mg_kv_append_args *a) {
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": NULL, invalid or closed backend %p",
-                        (void *)b);
-    mg_status st = mg_kv_cache_desc_check(cache, WHAT);
-    if (st)
+    mg_status st = mg_op_enter(b, WHAT);
+    if (st || (st = mg_kv_cache_desc_check(cache, WHAT)))
         return st;
     if (!a)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": NULL arguments");
@@ -93,11 +62,7 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
     if (a->q && (!a->num_qo_heads || a->num_qo_heads > MG_KV_MAX_HEADS))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": num_qo_heads %u must be in 1..%u with q",
                         a->num_qo_heads, MG_KV_MAX_HEADS);
-    /* FP8 pools: the per-head scales (their values are checked by the CPU kernel only). */
     const bool fp8 = cache->kv_dtype == MG_KV_FP8_E4M3;
-    if (fp8 && ((st = check_ints(b, "k_scale", a->k_scale, cache->num_kv_heads)) ||
-                (st = check_ints(b, "v_scale", a->v_scale, cache->num_kv_heads))))
-        return st;
     if (!fp8 && (a->k_scale || a->v_scale))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         WHAT ": k_scale / v_scale are for FP8 pools (kv_dtype MG_KV_FP8_E4M3); "
@@ -108,35 +73,42 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
     size_t pool_bytes;
     if ((st = mg_kv_cache_bytes(cache, &pool_bytes)))
         return st;
-    if (a->num_tokens &&
-        ((st = check_rows(b, "k", a->k, a->num_tokens, row, &k_stride)) ||
-         (st = check_rows(b, "v", a->v, a->num_tokens, row, &v_stride)) ||
-         (a->q && (st = check_rows(b, "q", a->q, a->num_tokens, qo_heads * cache->head_dim,
-                                   &q_stride))) ||
-         (a->positions && (st = check_ints(b, "positions", a->positions, a->num_tokens)))))
+    if (a->num_tokens && ((st = check_stride("k", row, &k_stride)) ||
+                          (st = check_stride("v", row, &v_stride)) ||
+                          (a->q && (st = check_stride("q", qo_heads * cache->head_dim,
+                                                      &q_stride)))))
         return st;
-    if ((st = check_ints(b, "qo_indptr", a->qo_indptr, a->batch_size + 1ull)) ||
-        (st = check_ints(b, "kv_indptr", a->kv_indptr, a->batch_size + 1ull)) ||
-        (st = check_ints(b, "kv_last_page_len", a->kv_last_page_len, a->batch_size)) ||
-        (a->num_kv_indices && (st = check_ints(b, "kv_indices", a->kv_indices, a->num_kv_indices))) ||
-        (st = check_pointer("k_pages", a->k_pages, 16)) ||
-        (st = check_pointer("v_pages", a->v_pages, 16)) ||
-        (st = mg_backend_check_device_range(b, a->k_pages, pool_bytes / 2, WHAT, "k_pages")) ||
-        (st = mg_backend_check_device_range(b, a->v_pages, pool_bytes / 2, WHAT, "v_pages")))
+    /* The token tensors matter only with tokens; the FP8 scales' values are checked by the
+     * CPU kernel only. The pages are the outputs: they overlap nothing. q is rewritten in
+     * place but may share rows with k and v (one fused QKV matrix, strided), so it is checked
+     * as an input. */
+    const uint32_t tokens = a->num_tokens;
+    const size_t heads = cache->num_kv_heads, batch = a->batch_size;
+    const size_t q_cols = (size_t)qo_heads * cache->head_dim;
+    const unsigned per_token = tokens ? MG_OP_IN : MG_OP_OPTIONAL; /* required with tokens */
+    mg_op_tensor t[] = {
+        {"k_scale", a->k_scale, heads * 4, 4, fp8 ? MG_OP_IN : MG_OP_OPTIONAL},
+        {"v_scale", a->v_scale, heads * 4, 4, fp8 ? MG_OP_IN : MG_OP_OPTIONAL},
+        {"k", tokens ? a->k : 0, mg_op_matrix_bytes(tokens, row, k_stride, 2), 16, per_token},
+        {"v", tokens ? a->v : 0, mg_op_matrix_bytes(tokens, row, v_stride, 2), 16, per_token},
+        {"q", tokens ? a->q : 0, mg_op_matrix_bytes(tokens, q_cols, q_stride, 2), 16,
+         MG_OP_OPTIONAL},
+        {"positions", tokens ? a->positions : 0, (size_t)tokens * 4, 4, MG_OP_OPTIONAL},
+        {"qo_indptr", a->qo_indptr, (batch + 1) * 4, 4, MG_OP_IN},
+        {"kv_indptr", a->kv_indptr, (batch + 1) * 4, 4, MG_OP_IN},
+        {"kv_last_page_len", a->kv_last_page_len, batch * 4, 4, MG_OP_IN},
+        {"kv_indices", a->kv_indices, (size_t)a->num_kv_indices * 4, 4,
+         a->num_kv_indices ? MG_OP_IN : MG_OP_OPTIONAL},
+        {"k_pages", a->k_pages, pool_bytes / 2, 16, MG_OP_OUT},
+        {"v_pages", a->v_pages, pool_bytes / 2, 16, MG_OP_OUT},
+    };
+    if ((st = mg_op_check_tensors(b, WHAT, t, 12, -1, -1)))
         return st;
     const mg_op_provider *provider;
     if ((st = mg_op_choose(b, MG_OP_KV_APPEND, cache, WHAT, &provider)))
         return st;
-    if (!a->num_tokens)
+    if (!tokens)
         return MG_OK;
-    mg_op_cache *opc = mg_backend_op_cache(b);
-    if (!opc)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": invalid or closed backend");
-    mg_kv_append_cpu_kernels_register();
-    mg_kernel *kernel;
-    if ((st = mg_op_cache_kernel(opc, "metrale", fp8 ? MG_KV_APPEND_FP8_KERNEL : MG_KV_APPEND_KERNEL,
-                                 false, &kernel)))
-        return st;
     mg_launch l;
     /* Grid: tokens in x, slices of a token's items (8-element pairs of a head: K, V and q heads)
      * in y; see kv_append.cu. */
@@ -172,7 +144,8 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
         mg_launch_arg_ptr(&l, a->k_scale);
         mg_launch_arg_ptr(&l, a->v_scale);
     }
-    if ((st = mg_launch_run(b, kernel, s, &l)))
+    const char *kernel = fp8 ? MG_KV_APPEND_FP8_KERNEL : MG_KV_APPEND_KERNEL;
+    if ((st = mg_op_launch_kernels(b, s, &kernel, &l, 1)))
         return st;
     mg_op_count_call(b, MG_OP_KV_APPEND, provider, false);
     return MG_OK;

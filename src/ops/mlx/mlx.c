@@ -13,9 +13,7 @@
 #include "metrale/mlx.h"
 #include "metrale/ops_gemm.h"
 #include "mlx_reference.h"
-#include "op_cache.h"
 #include "op_builtin.h"
-#include "op_registry.h"
 
 /* CUDA launch shape, matched by kernels/cuda/mlx/mlx_quant.cu: GEMV blocks of 128 threads (4
  * warps), each warp computing 4 rows; dequant blocks of 256 threads, a block per row. */
@@ -41,18 +39,13 @@ uint64_t mg_mlx_gemm_scratch_bytes(const mg_mlx_linear *w) {
     return w ? (uint64_t)w->n * w->k * 2 : 0;
 }
 
-static mg_status check_ptr(const char *fn, const char *name, mg_devptr p, uint32_t alignment) {
-    if (!p)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", fn, name);
-    if (p % alignment)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%llx is not %u-byte aligned", fn, name,
-                        (unsigned long long)p, alignment);
-    return MG_OK;
-}
+/* Room for the tensors of one call: two layers' buffers and four activations. */
+#define MAX_TENSORS 12
 
-/* The layer descriptor, its buffers (the whole expert stack) and the pointers of `expert`. */
-static mg_status check_layer(mg_backend *b, const char *fn, const char *which,
-                             const mg_mlx_linear *w, uint32_t expert, layer_ptrs *out) {
+/* The layer descriptor and the pointers of `expert`; appends the layer's buffers (the whole
+ * expert stack: every expert's weights must lie inside them) to `t`. */
+static mg_status check_layer(const char *fn, const char *which, const mg_mlx_linear *w,
+                             uint32_t expert, layer_ptrs *out, mg_op_tensor *t, int *count) {
     if (!w)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, which);
     if (w->bits != 4 && w->bits != 8)
@@ -70,53 +63,23 @@ static mg_status check_layer(mg_backend *b, const char *fn, const char *which,
     if (!w->experts || expert >= w->experts)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s expert %u of %u", fn, which, expert,
                         w->experts);
-    mg_status st;
-    if ((st = check_ptr(fn, "weight", w->weight, 16)) ||
-        (st = check_ptr(fn, "scales", w->scales, 2)) ||
-        (st = check_ptr(fn, "biases", w->biases, 2)))
-        return st;
-    /* Per expert: n*k*bits/8 bytes of words (a multiple of 16: k % 32 == 0), 2 bytes per group. */
-    uint64_t weight_bytes = (uint64_t)w->n * w->k * w->bits / 8;
-    uint64_t group_bytes = 2ull * w->n * (w->k / w->group_size);
-    if ((st = mg_backend_check_device_range(b, w->weight, weight_bytes * w->experts, fn,
-                                            "weight")) ||
-        (st = mg_backend_check_device_range(b, w->scales, group_bytes * w->experts, fn,
-                                            "scales")) ||
-        (st = mg_backend_check_device_range(b, w->biases, group_bytes * w->experts, fn, "biases")))
-        return st;
-    out->weight = w->weight + weight_bytes * expert;
-    out->scales = w->scales + group_bytes * expert;
-    out->biases = w->biases + group_bytes * expert;
-    out->bias = 0;
-    if (!w->bias)
-        return MG_OK;
     uint32_t bias_size = (uint32_t)mg_dtype_bytes(w->bias_type);
-    if (w->bias_type != MG_DTYPE_BF16 && w->bias_type != MG_DTYPE_F16 &&
+    if (w->bias && w->bias_type != MG_DTYPE_BF16 && w->bias_type != MG_DTYPE_F16 &&
         w->bias_type != MG_DTYPE_F32)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s bias_type %s (bf16, f16 or f32)", fn,
                         which, mg_dtype_name(w->bias_type));
-    if ((st = check_ptr(fn, "bias", w->bias, bias_size)) ||
-        (st = mg_backend_check_device_range(b, w->bias, (uint64_t)bias_size * w->n * w->experts,
-                                            fn, "bias")))
-        return st;
-    out->bias = w->bias + (uint64_t)bias_size * w->n * expert;
-    return MG_OK;
-}
-
-static mg_status check_buffer(mg_backend *b, const char *fn, const char *name, mg_devptr p,
-                              uint64_t bytes, uint32_t alignment) {
-    mg_status st = check_ptr(fn, name, p, alignment);
-    return st ? st : mg_backend_check_device_range(b, p, bytes, fn, name);
-}
-
-static bool disjoint(mg_devptr a, uint64_t a_bytes, mg_devptr b, uint64_t b_bytes) {
-    return a + a_bytes <= b || b + b_bytes <= a;
-}
-
-static mg_status check_backend(mg_backend *b, const char *fn) {
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
+    /* Per expert: n*k*bits/8 bytes of words (a multiple of 16: k % 32 == 0), 2 bytes per group. */
+    uint64_t weight_bytes = (uint64_t)w->n * w->k * w->bits / 8;
+    uint64_t group_bytes = 2ull * w->n * (w->k / w->group_size);
+    t[(*count)++] = (mg_op_tensor){"weight", w->weight, weight_bytes * w->experts, 16, MG_OP_IN};
+    t[(*count)++] = (mg_op_tensor){"scales", w->scales, group_bytes * w->experts, 2, MG_OP_IN};
+    t[(*count)++] = (mg_op_tensor){"biases", w->biases, group_bytes * w->experts, 2, MG_OP_IN};
+    t[(*count)++] = (mg_op_tensor){"bias", w->bias, (uint64_t)bias_size * w->n * w->experts,
+                                   bias_size, MG_OP_IN | MG_OP_OPTIONAL};
+    out->weight = w->weight + weight_bytes * expert;
+    out->scales = w->scales + group_bytes * expert;
+    out->biases = w->biases + group_bytes * expert;
+    out->bias = w->bias ? w->bias + (uint64_t)bias_size * w->n * expert : 0;
     return MG_OK;
 }
 
@@ -129,21 +92,15 @@ static mg_status check_backend(mg_backend *b, const char *fn) {
 typedef struct mlx_provider {
     mg_op_provider base; /* first: the registry hands this back */
     const char *dequant, *gemv, *gate_up;
-    void (*register_kernels)(void);
 } mlx_provider;
 
 enum { KERNEL_DEQUANT, KERNEL_GEMV, KERNEL_GATE_UP, KERNEL_ADD_BIAS };
 
-static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    return mg_op_builtin_available(b, MG_MLX_KERNEL_GEMV, mg_mlx_cpu_kernels_register, reason, reason_bytes);
-}
-
 static const mlx_provider kernels_provider = {
-    .base = {.name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available},
+    .base = MG_OP_KERNELS_PROVIDER(mg_mlx_cpu_kernels_register, MG_MLX_KERNEL_GEMV),
     .dequant = MG_MLX_KERNEL_DEQUANT,
     .gemv = MG_MLX_KERNEL_GEMV,
-    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP,
-    .register_kernels = mg_mlx_cpu_kernels_register};
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP};
 
 static bool avx2_available(mg_backend *b, char *reason, size_t reason_bytes) {
     (void)b;
@@ -151,22 +108,26 @@ static bool avx2_available(mg_backend *b, char *reason, size_t reason_bytes) {
 }
 
 static const mlx_provider cpu_avx2_provider = {
-    .base = {.name = "cpu_avx2", .backend = MG_BACKEND_CPU, .available = avx2_available},
+    .base = {.name = "cpu_avx2",
+             .backend = MG_BACKEND_CPU,
+             .available = avx2_available,
+             .register_cpu_kernels = mg_mlx_cpu_fast_kernels_register},
     .dequant = MG_MLX_KERNEL_DEQUANT_AVX2,
     .gemv = MG_MLX_KERNEL_GEMV_AVX2,
-    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_AVX2,
-    .register_kernels = mg_mlx_cpu_fast_kernels_register};
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_AVX2};
 
 /* The portable code is not yet faster than the reference (measured: bench cpu_fast), so the
  * automatic choice passes it over; forced by name it runs every call. */
 static bool portable_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes);
 
 static const mlx_provider cpu_portable_provider = {
-    .base = {.name = "cpu_portable", .backend = MG_BACKEND_CPU, .supports = portable_supports},
+    .base = {.name = "cpu_portable",
+             .backend = MG_BACKEND_CPU,
+             .supports = portable_supports,
+             .register_cpu_kernels = mg_mlx_cpu_fast_kernels_register},
     .dequant = MG_MLX_KERNEL_DEQUANT_PORTABLE,
     .gemv = MG_MLX_KERNEL_GEMV_PORTABLE,
-    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE,
-    .register_kernels = mg_mlx_cpu_fast_kernels_register};
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE};
 
 static bool portable_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
     (void)call;
@@ -190,13 +151,11 @@ static mg_status launch(mg_backend *b, mg_stream *s, const char *fn, int role,
     if (st)
         return st;
     const mlx_provider *p = (const mlx_provider *)chosen;
-    p->register_kernels();
-    mg_mlx_cpu_kernels_register(); /* the bias add */
     const char *kernel = role == KERNEL_DEQUANT ? p->dequant
                          : role == KERNEL_GEMV  ? p->gemv
                          : role == KERNEL_GATE_UP ? p->gate_up
                                                   : MG_MLX_KERNEL_ADD_BIAS;
-    if ((st = mg_op_launch_builtin(b, s, kernel, l)))
+    if ((st = mg_op_launch_kernels(b, s, &kernel, l, 1)))
         return st;
     mg_op_count_call(b, MG_OP_MLX_QUANT, chosen, false);
     return MG_OK;
@@ -280,9 +239,13 @@ mg_status mg_mlx_dequant(mg_backend *b, mg_stream *s, const mg_mlx_linear *w, ui
                          mg_devptr out) {
     static const char fn[] = "mg_mlx_dequant";
     layer_ptrs p;
-    mg_status st;
-    if ((st = check_backend(b, fn)) || (st = check_layer(b, fn, "w", w, expert, &p)) ||
-        (st = check_buffer(b, fn, "out", out, mg_mlx_gemm_scratch_bytes(w), 16)))
+    mg_op_tensor t[MAX_TENSORS];
+    int count = 0;
+    mg_status st = mg_op_enter(b, fn);
+    if (st || (st = check_layer(fn, "w", w, expert, &p, t, &count)))
+        return st;
+    t[count++] = (mg_op_tensor){"out", out, mg_mlx_gemm_scratch_bytes(w), 16, MG_OP_OUT};
+    if ((st = mg_op_check_tensors(b, fn, t, count, -1, -1)))
         return st;
     return dequant(b, s, fn, w, &p, out);
 }
@@ -294,18 +257,11 @@ static mg_dim3 gemv_grid(uint32_t n) {
     return (mg_dim3){blocks, 1, 1};
 }
 
-/* Checks the activations and outputs shared by the GEMVs. */
-static mg_status check_gemv(mg_backend *b, const char *fn, const mg_mlx_linear *w, uint32_t m,
-                            mg_devptr x, const char *x_name, mg_devptr y, const char *y_name) {
+/* m within the GEMVs' limit. */
+static mg_status check_gemv_rows(const char *fn, uint32_t m) {
     if (m == 0 || m > MG_MLX_GEMV_MAX_M)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m=%u (1 to %u; mg_mlx_gemm takes any m)",
                         fn, m, MG_MLX_GEMV_MAX_M);
-    mg_status st;
-    if ((st = check_buffer(b, fn, x_name, x, 2ull * m * w->k, 16)) ||
-        (st = check_buffer(b, fn, y_name, y, 2ull * m * w->n, 2)))
-        return st;
-    if (!disjoint(x, 2ull * m * w->k, y, 2ull * m * w->n))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s and %s overlap", fn, x_name, y_name);
     return MG_OK;
 }
 
@@ -313,20 +269,23 @@ static mg_status gemv(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_
                       uint32_t expert, uint32_t m, mg_devptr x, mg_devptr u, mg_devptr resid,
                       mg_devptr y, uint32_t mode) {
     layer_ptrs p;
-    mg_status st;
-    if ((st = check_backend(b, fn)) || (st = check_layer(b, fn, "w", w, expert, &p)) ||
-        (st = check_gemv(b, fn, w, m, x, mode ? "g" : "x", y, "y")))
+    mg_op_tensor t[MAX_TENSORS];
+    int count = 0;
+    mg_status st = mg_op_enter(b, fn);
+    if (st || (st = check_layer(fn, "w", w, expert, &p, t, &count)) ||
+        (st = check_gemv_rows(fn, m)))
         return st;
-    if (mode != MG_MLX_GEMV_PLAIN &&
-        ((st = check_gemv(b, fn, w, m, u, "u", y, "y"))))
+    /* resid may be y itself (the residual stream updated in place), nothing else may overlap
+     * y. */
+    bool gated = mode != MG_MLX_GEMV_PLAIN, with_resid = mode == MG_MLX_GEMV_SILU_GATE_RESID;
+    t[count++] = (mg_op_tensor){gated ? "g" : "x", x, 2ull * m * w->k, 16, MG_OP_IN};
+    if (gated)
+        t[count++] = (mg_op_tensor){"u", u, 2ull * m * w->k, 16, MG_OP_IN};
+    if (with_resid)
+        t[count++] = (mg_op_tensor){"resid", resid, 2ull * m * w->n, 2, MG_OP_IN};
+    t[count++] = (mg_op_tensor){"y", y, 2ull * m * w->n, 2, MG_OP_OUT};
+    if ((st = mg_op_check_tensors(b, fn, t, count, with_resid ? count - 2 : -1, count - 1)))
         return st;
-    if (mode == MG_MLX_GEMV_SILU_GATE_RESID) {
-        if ((st = check_buffer(b, fn, "resid", resid, 2ull * m * w->n, 2)))
-            return st;
-        if (resid != y && !disjoint(resid, 2ull * m * w->n, y, 2ull * m * w->n))
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "%s: resid and y overlap without being the same buffer", fn);
-    }
     mg_launch l;
     mg_launch_init(&l, gemv_grid(w->n), (mg_dim3){GEMV_THREADS, 1, 1}, 0);
     add_layer_args(&l, &p);
@@ -365,9 +324,11 @@ mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *
                               mg_devptr y_gate, mg_devptr y_up) {
     static const char fn[] = "mg_mlx_gemv_gate_up";
     layer_ptrs pg, pu;
-    mg_status st;
-    if ((st = check_backend(b, fn)) || (st = check_layer(b, fn, "gate", gate, expert, &pg)) ||
-        (st = check_layer(b, fn, "up", up, expert, &pu)))
+    mg_op_tensor t[MAX_TENSORS];
+    int count = 0;
+    mg_status st = mg_op_enter(b, fn);
+    if (st || (st = check_layer(fn, "gate", gate, expert, &pg, t, &count)) ||
+        (st = check_layer(fn, "up", up, expert, &pu, t, &count)))
         return st;
     if (gate->n != up->n || gate->k != up->k || gate->bits != up->bits ||
         gate->group_size != up->group_size || gate->scale_type != up->scale_type)
@@ -376,11 +337,13 @@ mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *
                         "%u/%u, group_size %u/%u)",
                         fn, gate->n, up->n, gate->k, up->k, gate->bits, up->bits,
                         gate->group_size, up->group_size);
-    if ((st = check_gemv(b, fn, gate, m, x, "x", y_gate, "y_gate")) ||
-        (st = check_gemv(b, fn, gate, m, x, "x", y_up, "y_up")))
+    if ((st = check_gemv_rows(fn, m)))
         return st;
-    if (!disjoint(y_gate, 2ull * m * gate->n, y_up, 2ull * m * gate->n))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: y_gate and y_up overlap", fn);
+    t[count++] = (mg_op_tensor){"x", x, 2ull * m * gate->k, 16, MG_OP_IN};
+    t[count++] = (mg_op_tensor){"y_gate", y_gate, 2ull * m * gate->n, 2, MG_OP_OUT};
+    t[count++] = (mg_op_tensor){"y_up", y_up, 2ull * m * gate->n, 2, MG_OP_OUT};
+    if ((st = mg_op_check_tensors(b, fn, t, count, -1, -1)))
+        return st;
     mg_launch l;
     mg_launch_init(&l, gemv_grid(gate->n), (mg_dim3){GEMV_THREADS, 1, 1}, 0);
     add_layer_args(&l, &pg);
@@ -402,20 +365,19 @@ mg_status mg_mlx_gemm(mg_backend *b, mg_stream *s, const mg_mlx_linear *w, uint3
                       uint32_t m, mg_devptr x, mg_devptr y, mg_devptr scratch) {
     static const char fn[] = "mg_mlx_gemm";
     layer_ptrs p;
-    mg_status st;
-    if ((st = check_backend(b, fn)) || (st = check_layer(b, fn, "w", w, expert, &p)))
+    mg_op_tensor t[MAX_TENSORS];
+    int count = 0;
+    mg_status st = mg_op_enter(b, fn);
+    if (st || (st = check_layer(fn, "w", w, expert, &p, t, &count)))
         return st;
     if (!m)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m=0", fn);
-    uint64_t scratch_bytes = mg_mlx_gemm_scratch_bytes(w);
-    if ((st = check_buffer(b, fn, "scratch", scratch, scratch_bytes, 16)) ||
-        (st = check_buffer(b, fn, "x", x, 2ull * m * w->k, 2)) ||
-        (st = check_buffer(b, fn, "y", y, 2ull * m * w->n, 2)))
+    /* The scratch receives the dequantized weight, then is read by the GEMM: an output. */
+    t[count++] = (mg_op_tensor){"scratch", scratch, mg_mlx_gemm_scratch_bytes(w), 16, MG_OP_OUT};
+    t[count++] = (mg_op_tensor){"x", x, 2ull * m * w->k, 2, MG_OP_IN};
+    t[count++] = (mg_op_tensor){"y", y, 2ull * m * w->n, 2, MG_OP_OUT};
+    if ((st = mg_op_check_tensors(b, fn, t, count, -1, -1)))
         return st;
-    if (!disjoint(scratch, scratch_bytes, x, 2ull * m * w->k) ||
-        !disjoint(scratch, scratch_bytes, y, 2ull * m * w->n) ||
-        !disjoint(x, 2ull * m * w->k, y, 2ull * m * w->n))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: x, y and scratch must not overlap", fn);
     if ((st = dequant(b, s, fn, w, &p, scratch)) ||
         (st = mg_gemm_bf16(b, s, m, w->n, w->k, x, scratch, y, MG_DTYPE_BF16, w->n)))
         return st;

@@ -16,13 +16,10 @@
 
 /* ------------------------------------------------------------------ provider */
 
-static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    return mg_op_builtin_available(b, MG_MOE_KERNEL_TOPK, mg_moe_routing_cpu_kernels_register,
-                                   reason, reason_bytes);
-}
-
-static const mg_op_provider kernels_provider = {
-    .name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available};
+/* One module ships all routing kernels: the first stands for them (a missing one is still
+ * refused before anything is written, by mg_op_run_builtin). */
+static const mg_op_provider kernels_provider =
+    MG_OP_KERNELS_PROVIDER(mg_moe_routing_cpu_kernels_register, MG_MOE_KERNEL_TOPK);
 
 static const mg_op_provider *const routing_providers[] = {&kernels_provider, NULL};
 
@@ -30,8 +27,7 @@ const mg_op_def mg_moe_routing_op = {MG_OP_MOE_ROUTING, "moe_routing", routing_p
 
 static mg_status run_kernels(mg_backend *b, mg_stream *s, const char *fn,
                              const char *const *names, const mg_launch *launches, int count) {
-    return mg_op_run_builtin(b, s, MG_OP_MOE_ROUTING, fn, mg_moe_routing_cpu_kernels_register,
-                             names, launches, count);
+    return mg_op_run_builtin(b, s, MG_OP_MOE_ROUTING, fn, names, launches, count);
 }
 
 /* ------------------------------------------------------------------ argument checks */
@@ -61,12 +57,12 @@ static mg_status check_experts(const char *fn, uint32_t experts) {
  * not 0) its expert count. */
 static mg_status check_call(mg_backend *b, const char *fn, const void *d, uint32_t tokens,
                             uint32_t k, uint32_t experts) {
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
+    mg_status st = mg_op_enter(b, fn);
+    if (st)
+        return st;
     if (!d)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL descriptor", fn);
-    mg_status st = check_pairs(fn, tokens, k);
+    st = check_pairs(fn, tokens, k);
     return st || experts == 0 ? st : check_experts(fn, experts);
 }
 
@@ -95,9 +91,9 @@ mg_status mg_moe_topk(mg_backend *b, mg_stream *s, const mg_moe_topk_desc *d, mg
     size_t size = mg_dtype_bytes(d->logits_dtype), pairs = (size_t)d->tokens * d->k;
     mg_op_tensor t[] = {
         {"logits", logits, ((size_t)(d->tokens - 1) * pitch + d->experts) * size,
-         (uint32_t)size, false},
-        {"topk_ids", topk_ids, pairs * 4, 4, true},
-        {"topk_weights", topk_weights, pairs * 4, 4, true},
+         (uint32_t)size, MG_OP_IN},
+        {"topk_ids", topk_ids, pairs * 4, 4, MG_OP_OUT},
+        {"topk_weights", topk_weights, pairs * 4, 4, MG_OP_OUT},
     };
     if ((st = mg_op_check_tensors(b, fn, t, 3, -1, -1)))
         return st;
@@ -148,11 +144,11 @@ mg_status mg_moe_sort(mg_backend *b, mg_stream *s, const mg_moe_sort_desc *d, mg
                         workspace_bytes, need);
     uint32_t pairs = d->tokens * d->k;
     mg_op_tensor t[] = {
-        {"topk_ids", topk_ids, (size_t)pairs * 4, 4, false},
-        {"workspace", workspace, need, 16, true},
-        {"expert_offsets", expert_offsets, ((size_t)d->experts + 1) * 4, 4, true},
-        {"sorted_token_ids", sorted_token_ids, (size_t)pairs * 4, 4, true},
-        {"pair_positions", pair_positions, (size_t)pairs * 4, 4, true},
+        {"topk_ids", topk_ids, (size_t)pairs * 4, 4, MG_OP_IN},
+        {"workspace", workspace, need, 16, MG_OP_OUT},
+        {"expert_offsets", expert_offsets, ((size_t)d->experts + 1) * 4, 4, MG_OP_OUT},
+        {"sorted_token_ids", sorted_token_ids, (size_t)pairs * 4, 4, MG_OP_OUT},
+        {"pair_positions", pair_positions, (size_t)pairs * 4, 4, MG_OP_OUT},
     };
     if ((st = mg_op_check_tensors(b, fn, t, 5, -1, -1)))
         return st;
@@ -198,11 +194,11 @@ mg_status mg_moe_combine(mg_backend *b, mg_stream *s, const mg_moe_combine_desc 
                         d->hidden);
     size_t pairs = (size_t)d->tokens * d->k, token_bytes = (size_t)d->tokens * d->hidden * 2;
     mg_op_tensor t[] = {
-        {"rows", rows, pairs * d->hidden * 2, 16, false},
-        {"pair_positions", pair_positions, pairs * 4, 4, false},
-        {"topk_weights", topk_weights, pairs * 4, 4, false},
-        {"out", out, token_bytes, 16, true},
-        {"residual", residual, token_bytes, 16, false},
+        {"rows", rows, pairs * d->hidden * 2, 16, MG_OP_IN},
+        {"pair_positions", pair_positions, pairs * 4, 4, MG_OP_IN},
+        {"topk_weights", topk_weights, pairs * 4, 4, MG_OP_IN},
+        {"out", out, token_bytes, 16, MG_OP_OUT},
+        {"residual", residual, token_bytes, 16, MG_OP_IN},
     };
     if ((st = mg_op_check_tensors(b, fn, t, residual ? 5 : 4, 3, 4)))
         return st;

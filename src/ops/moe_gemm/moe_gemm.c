@@ -97,13 +97,13 @@ static mg_status check_tensors(mg_backend *b, const char *fn, const mg_moe_gemm_
                         fn, t->workspace_bytes, workspace_needed);
     mg_op_tensor s[7];
     int count = 0;
-    s[count] = (mg_op_tensor){"out", t->out, 0, 16, true};
+    s[count] = (mg_op_tensor){"out", t->out, 0, 16, MG_OP_OUT};
     if (!mg_matrix_span_bytes(d->rows, d->n, d->ldc, 2, &s[count++].bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: out spans more than the address space", fn);
-    s[count] = (mg_op_tensor){"act", t->act, 0, 16, false};
+    s[count] = (mg_op_tensor){"act", t->act, 0, 16, MG_OP_IN};
     if (!mg_matrix_span_bytes(d->act_rows, d->k, d->act_pitch, 2, &s[count++].bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: act spans more than the address space", fn);
-    s[count] = (mg_op_tensor){"weight", t->weight, 0, 16, false};
+    s[count] = (mg_op_tensor){"weight", t->weight, 0, 16, MG_OP_IN};
     size_t per_expert;
     if (!mg_mul_size((size_t)c->n_w * d->k, fp8 ? 1 : 2, &per_expert) ||
         !mg_mul_size(per_expert, d->experts, &s[count++].bytes))
@@ -111,14 +111,14 @@ static mg_status check_tensors(mg_backend *b, const char *fn, const mg_moe_gemm_
                         fn);
     if (fp8)
         s[count++] = (mg_op_tensor){"weight_scale", t->weight_scale,
-                                    weight_scale_count(c) * d->experts * 4, 4, false};
+                                    weight_scale_count(c) * d->experts * 4, 4, MG_OP_IN};
     s[count++] =
-        (mg_op_tensor){"expert_offsets", t->expert_offsets, ((size_t)d->experts + 1) * 4, 4, false};
+        (mg_op_tensor){"expert_offsets", t->expert_offsets, ((size_t)d->experts + 1) * 4, 4, MG_OP_IN};
     if (t->sorted_token_ids)
         s[count++] =
-            (mg_op_tensor){"sorted_token_ids", t->sorted_token_ids, (size_t)d->rows * 4, 4, false};
+            (mg_op_tensor){"sorted_token_ids", t->sorted_token_ids, (size_t)d->rows * 4, 4, MG_OP_IN};
     if (workspace_needed)
-        s[count++] = (mg_op_tensor){"workspace", t->workspace, t->workspace_bytes, 256, true};
+        s[count++] = (mg_op_tensor){"workspace", t->workspace, t->workspace_bytes, 256, MG_OP_OUT};
     /* out and the workspace are written: neither may overlap anything. */
     return mg_op_check_tensors(b, fn, s, count, -1, -1);
 }
@@ -134,13 +134,13 @@ static mg_status choose(mg_backend *b, const char *fn, const mg_moe_gemm_call *c
 
 mg_status mg_moe_gemm_workspace_bytes(mg_backend *b, const mg_moe_gemm_desc *d, size_t *bytes) {
     static const char fn[] = "mg_moe_gemm_workspace_bytes";
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
+    mg_status st = mg_op_enter(b, fn);
+    if (st)
+        return st;
     if (!bytes)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL bytes", fn);
     mg_moe_gemm_call c = {0};
-    mg_status st = check_desc(fn, d, &c);
+    st = check_desc(fn, d, &c);
     const mg_moe_gemm_provider *p;
     if (st || (st = choose(b, fn, &c, &p)))
         return st;
@@ -150,13 +150,13 @@ mg_status mg_moe_gemm_workspace_bytes(mg_backend *b, const mg_moe_gemm_desc *d, 
 mg_status mg_moe_gemm(mg_backend *b, mg_stream *s, const mg_moe_gemm_desc *d,
                       const mg_moe_gemm_tensors *t) {
     static const char fn[] = "mg_moe_gemm";
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
+    mg_status st = mg_op_enter(b, fn);
+    if (st)
+        return st;
     if (!t)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL tensors", fn);
     mg_moe_gemm_call c = {0};
-    mg_status st = check_desc(fn, d, &c);
+    st = check_desc(fn, d, &c);
     const mg_moe_gemm_provider *p;
     if (st || (st = choose(b, fn, &c, &p)))
         return st;

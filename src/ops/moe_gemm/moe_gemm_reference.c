@@ -21,6 +21,7 @@
 #include "metrale/launch.h"
 #include "metrale/ops_gemm.h"
 #include "moe_gemm_provider.h"
+#include "op_builtin.h"
 #include "moe_routing_host.h"
 #include "silu_mul_reference.h"
 
@@ -225,8 +226,6 @@ static void register_kernels(void) {
 }
 
 static mg_status reference_run(mg_backend *b, mg_stream *s, const mg_moe_gemm_call *c) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, register_kernels);
     const mg_moe_gemm_desc *d = &c->d;
     mg_launch l;
     mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
@@ -245,11 +244,14 @@ static mg_status reference_run(mg_backend *b, mg_stream *s, const mg_moe_gemm_ca
     mg_launch_arg_u32(&l, d->k);
     mg_launch_arg_u32(&l, d->act_pitch);
     mg_launch_arg_u32(&l, d->ldc);
-    return mg_op_launch_builtin(b, s, KERNEL_FUNCTION, &l);
+    const char *kernel = KERNEL_FUNCTION;
+    return mg_op_launch_kernels(b, s, &kernel, &l, 1);
 }
 
 /* Every call the front accepts, no workspace. */
 const mg_moe_gemm_provider mg_moe_gemm_reference_provider = {
-    .base = {.name = "reference", .backend = MG_BACKEND_CPU},
+    .base = {.name = "reference",
+             .backend = MG_BACKEND_CPU,
+             .register_cpu_kernels = register_kernels},
     .run = reference_run,
 };

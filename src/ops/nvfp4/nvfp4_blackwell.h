@@ -36,8 +36,20 @@ typedef struct mg_nvfp4_gemm_problem {
     size_t workspace_bytes;
 } mg_nvfp4_gemm_problem;
 
+/* What an NVFP4 GEMM provider implements (both ops); nvfp4_gemm.c lists them. */
+typedef struct mg_nvfp4_provider {
+    mg_op_provider base; /* first: the registry hands this back as an mg_op_provider */
+    /* Whether it reads weights in the Blackwell layout (mg_nvfp4_blackwell_layout); a weight
+     * prepared for one layout is unreadable to the providers of the other. */
+    bool blackwell_layout;
+    /* Whether its calls use the caller's workspace (mg_op_stats). */
+    bool caller_workspace;
+    /* Runs a checked call it supports on `s`. */
+    mg_status (*run)(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *p);
+} mg_nvfp4_provider;
+
 #ifdef METRALE_HAVE_CUDA
-extern const mg_op_provider mg_nvfp4_blackwell_provider;
+extern const mg_nvfp4_provider mg_nvfp4_blackwell_provider;
 
 /* True on a CUDA device of compute capability 10.0 (sm_100a kernels) or 12.0 (sm_120a), when
  * the plugin holds that family, for n a multiple of 128 and k a multiple of 32. Never sets an
@@ -50,7 +62,7 @@ mg_status mg_nvfp4_blackwell_prepare(mg_backend *b, mg_stream *s, const char *fn
                                      mg_devptr scales, mg_devptr prepared_values,
                                      mg_devptr prepared_scales);
 
-/* Runs a call this provider supports on `s`. Its workspace (the quantized activation, the grouped arguments, CUTLASS's own,
+/* The provider's run hook. Its workspace (the quantized activation, the grouped arguments, CUTLASS's own,
  * and for gate_up the two products) is stream-private op-cache scratch that only grows: grown
  * outside a capture, so make one call of the largest shape before capturing. */
 mg_status mg_nvfp4_blackwell_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *c);

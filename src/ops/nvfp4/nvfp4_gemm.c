@@ -15,9 +15,7 @@
 #include "nvfp4_blackwell.h"
 #include "nvfp4_gemm_reference.h"
 #include "nvfp4_hopper_layout.h"
-#include "op_cache.h"
 #include "op_builtin.h"
-#include "op_registry.h"
 
 /* Warps the GEMM grid aims at per multiprocessor: enough 16-byte loads in flight to cover the
  * memory latency at decode sizes, where there are few row blocks. METRALE_NVFP4_WARPS_PER_SM
@@ -47,13 +45,6 @@ size_t mg_nvfp4_prepared_scale_bytes(uint32_t n, uint32_t k) {
 
 /* ------------------------------------------------------------------ argument checks */
 
-static mg_status check_backend(mg_backend *b, const char *fn) {
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
-    return MG_OK;
-}
-
 static mg_status check_shape(const char *fn, uint32_t n, uint32_t k) {
     if (!n || !k)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape n=%u k=%u", fn, n, k);
@@ -66,24 +57,31 @@ static mg_status check_shape(const char *fn, uint32_t n, uint32_t k) {
     return MG_OK;
 }
 
-/* ------------------------------------------------------------------ launching */
+/* ------------------------------------------------------------------ providers */
+
+/* Whether mg_nvfp4_prepare lays a weight of n x k out for Blackwell on `b`. */
+static bool blackwell_layout(mg_backend *b, uint32_t n, uint32_t k) {
+#ifdef METRALE_HAVE_CUDA
+    return mg_nvfp4_blackwell_layout(b, n, k);
+#else
+    (void)b, (void)n, (void)k;
+    return false;
+#endif
+}
 
 static mg_status launch_kernel(mg_backend *b, mg_stream *s, const char *name, mg_launch *l) {
-    mg_op_cache *cache = mg_backend_op_cache(b);
-    if (!cache)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend", name);
-    mg_nvfp4_cpu_kernels_register();
-    mg_kernel *k;
-    mg_status st = mg_op_cache_kernel(cache, "metrale", name, false, &k);
-    return st ? st : mg_launch_run(b, k, s, l);
+    return mg_op_launch_kernels(b, s, &name, l, 1);
 }
 
-static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    return mg_op_builtin_available(b, MG_NVFP4_KERNEL_PREPARE, mg_nvfp4_cpu_kernels_register, reason, reason_bytes);
-}
+static mg_status run_tiled(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *p);
+static mg_status run_dequant_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *p);
+static bool dequant_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes);
 
-static const mg_op_provider kernels_provider = {
-    .name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available};
+/* Our tiled kernels: every call, on every backend that ships them. */
+static const mg_nvfp4_provider kernels_provider = {
+    .base = MG_OP_KERNELS_PROVIDER(mg_nvfp4_cpu_kernels_register, MG_NVFP4_KERNEL_PREPARE),
+    .run = run_tiled,
+};
 
 /* The large-M dense provider: the weight expanded to BF16 in the caller's workspace, then the
  * BF16 GEMM (cuBLASLt). Measured on the H200 (bench/results/): decoding in every tile costs
@@ -93,22 +91,31 @@ static bool dequant_available(mg_backend *b, char *reason, size_t reason_bytes) 
         snprintf(reason, reason_bytes, "no BF16 GEMM on this backend");
         return false;
     }
-    return kernels_available(b, reason, reason_bytes);
+    return true;
 }
 
-static const mg_op_provider dequant_provider; /* defined below, with its supports hook */
+static const mg_nvfp4_provider dequant_provider = {
+    .base = {.name = "dequant_bf16_gemm",
+             .backend = MG_BACKEND_CUDA,
+             .available = dequant_available,
+             .supports = dequant_supports,
+             .kernels = MG_OP_KERNEL_NAMES(MG_NVFP4_KERNEL_DEQUANT_BF16)},
+    .caller_workspace = true,
+    .run = run_dequant_gemm,
+};
+
 /* On Blackwell (nvfp4_blackwell.h) the native FP4 provider comes first: it takes every call
  * whose weight mg_nvfp4_prepare laid out for it. */
 static const mg_op_provider *const dense_providers[] = {
 #ifdef METRALE_HAVE_CUDA
-    &mg_nvfp4_blackwell_provider,
+    &mg_nvfp4_blackwell_provider.base,
 #endif
-    &dequant_provider, &kernels_provider, NULL};
+    &dequant_provider.base, &kernels_provider.base, NULL};
 static const mg_op_provider *const moe_providers[] = {
 #ifdef METRALE_HAVE_CUDA
-    &mg_nvfp4_blackwell_provider,
+    &mg_nvfp4_blackwell_provider.base,
 #endif
-    &kernels_provider, NULL};
+    &kernels_provider.base, NULL};
 
 const mg_op_def mg_nvfp4_gemm_op = {MG_OP_NVFP4_GEMM, "nvfp4_gemm", dense_providers};
 const mg_op_def mg_nvfp4_moe_gemm_op = {MG_OP_NVFP4_MOE_GEMM, "nvfp4_moe_gemm", moe_providers};
@@ -120,7 +127,7 @@ mg_status mg_nvfp4_prepare(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k, 
                            mg_devptr prepared_scales) {
     static const char fn[] = "mg_nvfp4_prepare";
     mg_status st;
-    if ((st = check_backend(b, fn)) || (st = check_shape(fn, n, k)))
+    if ((st = mg_op_enter(b, fn)) || (st = check_shape(fn, n, k)))
         return st;
     if (!experts)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: experts must be >= 1", fn);
@@ -139,11 +146,12 @@ mg_status mg_nvfp4_prepare(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k, 
     if ((st = mg_op_check_tensors(b, fn, spans, 4, -1, -1)))
         return st;
 #ifdef METRALE_HAVE_CUDA
+    /* The layout follows the device, not a provider choice: the GEMMs' providers then agree. */
     if (mg_nvfp4_blackwell_layout(b, n, k)) {
         if ((st = mg_nvfp4_blackwell_prepare(b, s, fn, n, k, experts, codes, scales,
                                              prepared_values, prepared_scales)))
             return st;
-        mg_op_count_call(b, MG_OP_NVFP4_GEMM, &mg_nvfp4_blackwell_provider, false);
+        mg_op_count_call(b, MG_OP_NVFP4_GEMM, &mg_nvfp4_blackwell_provider.base, false);
         return MG_OK;
     }
 #endif
@@ -190,11 +198,6 @@ static bool dequant_supports(mg_backend *b, const void *call, char *reason, size
     }
     return true;
 }
-
-static const mg_op_provider dequant_provider = {.name = "dequant_bf16_gemm",
-                                                .backend = MG_BACKEND_CUDA,
-                                                .available = dequant_available,
-                                                .supports = dequant_supports};
 
 static mg_status run_dequant_gemm(mg_backend *b, mg_stream *s, const gemm_problem *p) {
     mg_launch l;
@@ -301,31 +304,23 @@ static void choose_variant(mg_backend *b, const gemm_problem *p, uint32_t *tile,
 
 static mg_status run_problem(mg_backend *b, mg_stream *s, const gemm_problem *p) {
     mg_status st;
-    if ((st = check_problem(b, p)))
+    const mg_op_provider *chosen;
+    if ((st = check_problem(b, p)) || (st = mg_op_choose(b, p->op, p, p->fn, &chosen)))
         return st;
-    const mg_op_provider *provider;
-    if ((st = mg_op_choose(b, p->op, p, p->fn, &provider)))
-        return st;
-#ifdef METRALE_HAVE_CUDA
-    if (provider == &mg_nvfp4_blackwell_provider) {
-        if ((st = mg_nvfp4_blackwell_gemm(b, s, p)))
-            return st;
-        mg_op_count_call(b, p->op, provider, false);
-        return MG_OK;
-    }
-    /* A weight mg_nvfp4_prepare laid out for Blackwell is unreadable to the other providers. */
-    if (mg_nvfp4_blackwell_layout(b, p->n, p->k))
+    const mg_nvfp4_provider *provider = (const mg_nvfp4_provider *)chosen;
+    if (!provider->blackwell_layout && blackwell_layout(b, p->n, p->k))
         return MG_ERROR(MG_ERR_UNSUPPORTED,
                         "%s: the weight is in the Blackwell layout, whose GEMM needs ldc a multiple "
                         "of 8 (ldc=%u)",
                         p->fn, p->ldc);
-#endif
-    if (provider == &dequant_provider) {
-        if ((st = run_dequant_gemm(b, s, p)))
-            return st;
-        mg_op_count_call(b, p->op, provider, true);
-        return MG_OK;
-    }
+    if ((st = provider->run(b, s, p)))
+        return st;
+    mg_op_count_call(b, p->op, chosen, provider->caller_workspace);
+    return MG_OK;
+}
+
+/* The kernels provider's GEMM: one launch of the variant that fits the problem. */
+static mg_status run_tiled(mg_backend *b, mg_stream *s, const gemm_problem *p) {
     uint32_t tile, k_warps;
     uint64_t tiles;
     choose_variant(b, p, &tile, &k_warps, &tiles);
@@ -356,17 +351,14 @@ static mg_status run_problem(mg_backend *b, mg_stream *s, const gemm_problem *p)
     mg_launch_arg_u32(&l, p->ldc);
     mg_launch_arg_u32(&l, p->n);
     mg_launch_arg_u32(&l, p->k);
-    if ((st = launch_kernel(b, s, name, &l)))
-        return st;
-    mg_op_count_call(b, p->op, provider, false);
-    return MG_OK;
+    return launch_kernel(b, s, name, &l);
 }
 
 static mg_status dense(mg_backend *b, mg_stream *s, const char *fn, uint32_t m, uint32_t n,
                        uint32_t k, mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *w,
                        const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc,
                        mg_devptr workspace, size_t workspace_bytes) {
-    mg_status st = check_backend(b, fn);
+    mg_status st = mg_op_enter(b, fn);
     if (st)
         return st;
     if (!w)
@@ -407,7 +399,7 @@ mg_status mg_nvfp4_gemm_gate_up(mg_backend *b, mg_stream *s, uint32_t m, uint32_
 mg_status mg_nvfp4_moe_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_moe_desc *d,
                             const mg_nvfp4_moe_tensors *t) {
     static const char fn[] = "mg_nvfp4_moe_gemm";
-    mg_status st = check_backend(b, fn);
+    mg_status st = mg_op_enter(b, fn);
     if (st)
         return st;
     if (!d || !t)

@@ -13,6 +13,7 @@
 #include "error.h"
 #include "metrale/nvfp4.h"
 #include "nvfp4_blackwell.h"
+#include "op_builtin.h"
 #include "op_cache.h"
 
 /* One architecture's entry points. */
@@ -123,10 +124,7 @@ static bool blackwell_supports(mg_backend *b, const void *call, char *reason, si
     return true;
 }
 
-const mg_op_provider mg_nvfp4_blackwell_provider = {.name = "cutlass_blackwell",
-                                                    .backend = MG_BACKEND_CUDA,
-                                                    .available = blackwell_available,
-                                                    .supports = blackwell_supports};
+
 
 mg_status mg_nvfp4_blackwell_prepare(mg_backend *b, mg_stream *s, const char *fn, uint32_t n,
                                      uint32_t k, uint32_t experts, mg_devptr codes,
@@ -191,8 +189,8 @@ mg_status mg_nvfp4_blackwell_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_ge
     total = gemm_bytes + 2 * product_bytes;
     mg_op_cache *cache = mg_backend_op_cache(b);
     mg_devptr ws;
-    if (!cache)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend", c->fn);
+    if (!cache) /* the front entered: only a backend closed meanwhile */
+        return mg_op_enter(b, c->fn);
     if ((st = mg_op_cache_stream_scratch(cache, "nvfp4 cutlass workspace", total, s, &ws))) {
         mg_error_append(" (the Blackwell NVFP4 GEMM's workspace: make one call of this shape "
                         "before capturing)");
@@ -217,3 +215,12 @@ mg_status mg_nvfp4_blackwell_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_ge
     }
     return MG_OK;
 }
+
+const mg_nvfp4_provider mg_nvfp4_blackwell_provider = {
+    .base = {.name = "cutlass_blackwell",
+             .backend = MG_BACKEND_CUDA,
+             .available = blackwell_available,
+             .supports = blackwell_supports},
+    .blackwell_layout = true,
+    .run = mg_nvfp4_blackwell_gemm,
+};

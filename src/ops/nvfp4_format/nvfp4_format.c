@@ -81,9 +81,9 @@ float mg_nvfp4_global_scale(const uint16_t *x, uint32_t n, uint32_t k, uint32_t 
 /* ------------------------------------------------------------------ argument checks */
 
 static mg_status check_shape(mg_backend *b, const char *fn, uint32_t n, uint32_t k) {
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
+    mg_status st = mg_op_enter(b, fn);
+    if (st)
+        return st;
     if (n == 0 || k == 0)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape n=%u k=%u", fn, n, k);
     if (k % MG_NVFP4_BLOCK)
@@ -95,13 +95,8 @@ static mg_status check_shape(mg_backend *b, const char *fn, uint32_t n, uint32_t
 
 /* ------------------------------------------------------------------ launches */
 
-static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    return mg_op_builtin_available(b, MG_NVFP4_KERNEL_QUANTIZE,
-                                   mg_nvfp4_format_cpu_kernels_register, reason, reason_bytes);
-}
-
-static const mg_op_provider kernels_provider = {
-    .name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available};
+static const mg_op_provider kernels_provider =
+    MG_OP_KERNELS_PROVIDER(mg_nvfp4_format_cpu_kernels_register, MG_NVFP4_KERNEL_QUANTIZE);
 
 static const mg_op_provider *const format_providers[] = {&kernels_provider, NULL};
 
@@ -117,7 +112,7 @@ static void launch_init(mg_launch *l, uint64_t items) {
 
 static mg_status run_kernels(mg_backend *b, mg_stream *s, const char *fn,
                              const char *const *names, const mg_launch *launches, int count) {
-    return mg_op_run_builtin(b, s, MG_OP_NVFP4_FORMAT, fn, mg_nvfp4_format_cpu_kernels_register,
+    return mg_op_run_builtin(b, s, MG_OP_NVFP4_FORMAT, fn,
                              names, launches, count);
 }
 
@@ -136,10 +131,10 @@ mg_status mg_nvfp4_quantize(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k,
                         "%s: in_pitch=%u must be >= k=%u and a multiple of 8 (16-byte rows)", fn,
                         pitch, k);
     mg_op_tensor t[] = {
-        {"in", in, product((uint64_t)(n - 1) * pitch + k, 2), 16, false},
-        {"global", global, 4, 4, false},
-        {"packed", packed, mg_nvfp4_packed_bytes(n, k), 8, true},
-        {"scales", scales, mg_nvfp4_scale_bytes(n, k), 1, true},
+        {"in", in, product((uint64_t)(n - 1) * pitch + k, 2), 16, MG_OP_IN},
+        {"global", global, 4, 4, MG_OP_IN},
+        {"packed", packed, mg_nvfp4_packed_bytes(n, k), 8, MG_OP_OUT},
+        {"scales", scales, mg_nvfp4_scale_bytes(n, k), 1, MG_OP_OUT},
     };
     if ((st = mg_op_check_tensors(b, fn, t, 4, -1, -1)))
         return st;
@@ -167,10 +162,10 @@ mg_status mg_nvfp4_dequantize(mg_backend *b, mg_stream *s, uint32_t n, uint32_t 
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: out_dtype %s is neither BF16 nor F32", fn,
                         mg_dtype_name(out_dtype));
     mg_op_tensor t[] = {
-        {"packed", packed, mg_nvfp4_packed_bytes(n, k), 8, false},
-        {"scales", scales, mg_nvfp4_scale_bytes(n, k), 1, false},
-        {"global", global, 4, 4, false},
-        {"out", out, product(n, (size_t)k * mg_dtype_bytes(out_dtype)), 16, true},
+        {"packed", packed, mg_nvfp4_packed_bytes(n, k), 8, MG_OP_IN},
+        {"scales", scales, mg_nvfp4_scale_bytes(n, k), 1, MG_OP_IN},
+        {"global", global, 4, 4, MG_OP_IN},
+        {"out", out, product(n, (size_t)k * mg_dtype_bytes(out_dtype)), 16, MG_OP_OUT},
     };
     if ((st = mg_op_check_tensors(b, fn, t, 4, -1, -1)))
         return st;
@@ -202,10 +197,10 @@ mg_status mg_nvfp4_transpose(mg_backend *b, mg_stream *s, mg_nvfp4_transpose_dir
                         n);
     size_t packed_bytes = mg_nvfp4_packed_bytes(n, k), scale_bytes = mg_nvfp4_scale_bytes(n, k);
     mg_op_tensor t[] = {
-        {"packed_in", packed_in, packed_bytes, 1, false},
-        {"scales_in", scales_in, scale_bytes, 1, false},
-        {"packed_out", packed_out, packed_bytes, 1, true},
-        {"scales_out", scales_out, scale_bytes, 1, true},
+        {"packed_in", packed_in, packed_bytes, 1, MG_OP_IN},
+        {"scales_in", scales_in, scale_bytes, 1, MG_OP_IN},
+        {"packed_out", packed_out, packed_bytes, 1, MG_OP_OUT},
+        {"scales_out", scales_out, scale_bytes, 1, MG_OP_OUT},
     };
     if ((st = mg_op_check_tensors(b, fn, t, 4, -1, -1)))
         return st;
@@ -236,8 +231,8 @@ static mg_status swizzle(mg_backend *b, mg_stream *s, const char *fn, bool forwa
         return st;
     size_t plain = mg_nvfp4_scale_bytes(n, k), swizzled = mg_nvfp4_swizzled_scale_bytes(n, k);
     mg_op_tensor t[] = {
-        {forward ? "scales" : "swizzled", in, forward ? plain : swizzled, forward ? 1 : 16, false},
-        {forward ? "swizzled" : "scales", out, forward ? swizzled : plain, forward ? 16 : 1, true},
+        {forward ? "scales" : "swizzled", in, forward ? plain : swizzled, forward ? 1 : 16, MG_OP_IN},
+        {forward ? "swizzled" : "scales", out, forward ? swizzled : plain, forward ? 16 : 1, MG_OP_OUT},
     };
     if ((st = mg_op_check_tensors(b, fn, t, 2, -1, -1)))
         return st;

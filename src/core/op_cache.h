@@ -9,9 +9,10 @@
  *  - Diagnostic gates, process-wide: once per key, the first N calls per key, the first call
  *    of each (name, m, n, k). Diagnostics print only when their environment switch is "1":
  *      METRALE_DEBUG_GEMM=1    the cuBLASLt algorithm chosen for the first plan of each
- *                              (kind, M, N, K) (src/cuda/cublaslt.c)
+ *                              (kind, M, N, K) (src/ops/gemm/gemm_cublaslt.c)
  *      METRALE_DEBUG_COPIES=1  once per process, the first host-to-device copy from pageable
- *                              memory staged through pinned buffers (src/cuda/cuda_memory.c)
+ *                              memory staged through pinned buffers
+ *                              (src/backends/cuda/cuda_memory.c)
  */
 #ifndef METRALE_OP_CACHE_H
 #define METRALE_OP_CACHE_H

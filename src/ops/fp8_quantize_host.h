@@ -2,7 +2,7 @@
  * fp8_quantize_host.h - private: the FP8 E4M3 quantization rule on host memory, shared by the
  * host quantizers of metrale/ops_gemm.h (fp8_scale_layout.c) and the CPU reference of the
  * device quantizer (metrale/ops_quantize.h, src/ops/quantize/). The CUDA kernels
- * (kernels/cuda/fp8_quantize.cu) implement the same rule with the same IEEE operations, so
+ * (kernels/cuda/quantize/fp8_quantize.cu) implement the same rule with the same IEEE operations, so
  * their results are bit-identical to these.
  *
  * The rule, per group of values (a tensor, a row, a 1x128 or 128x128 block):

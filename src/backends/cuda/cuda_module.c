@@ -2,7 +2,7 @@
  * cuda_module.c - the module registry (modules grouped by model, loaded from PTX, cubin or
  * fatbin), kernel lookup and kernel launch.
  *
- * The kernels compiled into the library (src/cuda/embedded_kernels.h) are loaded at open as
+ * The kernels compiled into the library (src/backends/cuda/embedded_kernels.h) are loaded at open as
  * module "metrale", which may span several images and cannot be unloaded. Kernel objects
  * live until the backend is destroyed, so a fault report can always name the kernel
  * launched last; once their module is unloaded they refuse to launch.

@@ -1,5 +1,5 @@
-/* attention_cuda.c - ragged prefill attention on the CUDA backend, through the FlashInfer plugin
- * libmetrale_gpu_attention.so (kernels/cuda/flashinfer_ragged_prefill.h).
+/* attention_flashinfer.c - ragged prefill attention on the CUDA backend, through the FlashInfer plugin
+ * libmetrale_gpu_attention.so (kernels/cuda/attention/flashinfer_ragged_prefill.h).
  *
  * A plan holds a float and an int workspace on the device, sized from each plan (they grow when
  * a later eager plan needs more), and two page-locked mirrors of the int workspace. Planning

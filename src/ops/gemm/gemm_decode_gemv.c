@@ -69,11 +69,8 @@ static gemv_state *state_of(mg_backend *b) {
     return st;
 }
 
-static void no_cpu_kernels(void) {}
-
+/* The kernels field has the registry test that the backend ships both kernels first. */
 static bool gemv_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    if (!mg_op_builtin_available(b, KERNEL_BF16, no_cpu_kernels, reason, reason_bytes))
-        return false;
     gemv_state *st = state_of(b);
     if (!st) {
         snprintf(reason, reason_bytes, "the device's compute capability could not be read");
@@ -180,13 +177,15 @@ static mg_status gemv_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call)
     mg_launch_arg_u32(&l, p->ldc);
     mg_launch_arg_u32(&l, p->kind == MG_GEMM_BF16 ? p->out_type == MG_DTYPE_F32
                                                   : p->kind == MG_GEMM_FP8_ROWWISE);
-    return mg_op_launch_builtin(b, s, p->kind == MG_GEMM_BF16 ? KERNEL_BF16 : KERNEL_FP8, &l);
+    const char *kernel = p->kind == MG_GEMM_BF16 ? KERNEL_BF16 : KERNEL_FP8;
+    return mg_op_launch_kernels(b, s, &kernel, &l, 1);
 }
 
 const mg_gemm_provider mg_gemm_decode_gemv_provider = {
     .base = {.name = "decode_gemv",
              .backend = MG_BACKEND_CUDA,
              .available = gemv_available,
-             .supports = gemv_supports},
+             .supports = gemv_supports,
+             .kernels = MG_OP_KERNEL_NAMES(KERNEL_BF16, KERNEL_FP8)},
     .run = gemv_run,
 };

@@ -204,7 +204,7 @@ static mg_status add_bias(mg_backend *b, mg_stream *s, const char *fn, const mg_
 mg_status mg_mlx_add_bias(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, mg_devptr y,
                           mg_devptr bias, mg_dtype bias_type) {
     static const char fn[] = "mg_mlx_add_bias";
-    mg_status st = check_backend(b, fn);
+    mg_status st = mg_op_enter(b, fn);
     if (st)
         return st;
     if (!m || !n)
@@ -212,12 +212,13 @@ mg_status mg_mlx_add_bias(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, m
     if (bias_type != MG_DTYPE_BF16 && bias_type != MG_DTYPE_F16 && bias_type != MG_DTYPE_F32)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: bias_type %s (bf16, f16 or f32)", fn,
                         mg_dtype_name(bias_type));
-    const uint64_t bias_bytes = (uint64_t)n * mg_dtype_bytes(bias_type), y_bytes = 2ull * m * n;
-    if ((st = check_buffer(b, fn, "y", y, y_bytes, 2)) ||
-        (st = check_buffer(b, fn, "bias", bias, bias_bytes, (uint32_t)mg_dtype_bytes(bias_type))))
+    const mg_op_tensor t[] = {
+        {"y", y, mg_op_matrix_bytes(m, n, n, 2), 2, MG_OP_OUT},
+        {"bias", bias, mg_op_matrix_bytes(1, n, n, mg_dtype_bytes(bias_type)),
+         (uint32_t)mg_dtype_bytes(bias_type), MG_OP_IN},
+    };
+    if ((st = mg_op_check_tensors(b, fn, t, 2, -1, -1)))
         return st;
-    if (!disjoint(y, y_bytes, bias, bias_bytes))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: y and bias overlap", fn);
     return launch_add_bias(b, s, fn, y, bias, m, n, bias_type);
 }
 

@@ -1,6 +1,6 @@
 /* fp8_quantize.c - mg_fp8_quantize (metrale/ops_quantize.h): every argument checked once,
  * then the kernels of module "metrale" launched by name with the same arguments on every
- * backend (CUDA: kernels/cuda/fp8_quantize.cu; CPU: fp8_quantize_reference.c). */
+ * backend (CUDA: kernels/cuda/quantize/fp8_quantize.cu; CPU: fp8_quantize_reference.c). */
 #include "backend_impl.h"
 #include "checked_math.h"
 #include "error.h"

@@ -13,13 +13,8 @@
 #include "philox.h"
 #include "sample_reference.h"
 
-static bool kernels_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    return mg_op_builtin_available(b, MG_SAMPLE_KERNEL, mg_sample_cpu_kernels_register, reason,
-                                   reason_bytes);
-}
-
-static const mg_op_provider kernels_provider = {
-    .name = "kernels", .backend = MG_OP_ANY_BACKEND, .available = kernels_available};
+static const mg_op_provider kernels_provider =
+    MG_OP_KERNELS_PROVIDER(mg_sample_cpu_kernels_register, MG_SAMPLE_KERNEL);
 
 static const mg_op_provider *const sample_providers[] = {&kernels_provider, NULL};
 
@@ -69,9 +64,9 @@ mg_status mg_sample(mg_backend *b, mg_stream *s, const mg_sample_desc *d, mg_dev
                     mg_devptr params, mg_devptr history, mg_devptr workspace,
                     size_t workspace_bytes, mg_devptr ids) {
     static const char fn[] = "mg_sample";
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
+    mg_status st = mg_op_enter(b, fn);
+    if (st)
+        return st;
     if (!d)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL descriptor", fn);
     if (!d->rows || !d->vocab || d->vocab > INT32_MAX)
@@ -100,13 +95,13 @@ mg_status mg_sample(mg_backend *b, mg_stream *s, const mg_sample_desc *d, mg_dev
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: logits span more than the address space",
                         fn);
     mg_op_tensor t[] = {
-        {"logits", logits, logit_bytes, size, false},
-        {"params", params, (size_t)d->rows * sizeof(mg_sample_params), 8, false},
-        {"workspace", workspace, need, 16, true},
-        {"ids", ids, (size_t)d->rows * 4, 4, true},
-        {"history", history, (size_t)d->rows * d->history_pitch * 4, 4, false},
+        {"logits", logits, logit_bytes, size, MG_OP_IN},
+        {"params", params, (size_t)d->rows * sizeof(mg_sample_params), 8, MG_OP_IN},
+        {"workspace", workspace, need, 16, MG_OP_OUT},
+        {"ids", ids, (size_t)d->rows * 4, 4, MG_OP_OUT},
+        {"history", history, (size_t)d->rows * d->history_pitch * 4, 4, MG_OP_IN},
     };
-    mg_status st = mg_op_check_tensors(b, fn, t, d->history_pitch ? 5 : 4, -1, -1);
+    st = mg_op_check_tensors(b, fn, t, d->history_pitch ? 5 : 4, -1, -1);
     if (st)
         return st;
     mg_launch l;
@@ -122,6 +117,5 @@ mg_status mg_sample(mg_backend *b, mg_stream *s, const mg_sample_desc *d, mg_dev
     mg_launch_arg_u32(&l, size == 2);
     mg_launch_arg_u32(&l, d->history_pitch);
     const char *name = MG_SAMPLE_KERNEL;
-    return mg_op_run_builtin(b, s, MG_OP_SAMPLE, fn, mg_sample_cpu_kernels_register, &name, &l,
-                             1);
+    return mg_op_run_builtin(b, s, MG_OP_SAMPLE, fn, &name, &l, 1);
 }

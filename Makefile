@@ -3,7 +3,7 @@ BUILD      ?= build
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all setup build run test test-main test-asan test-tsan coverage python-install-test clean
+.PHONY: all setup build run lint lint-paths test test-main test-asan test-tsan coverage python-install-test clean
 
 all: build
 
@@ -22,8 +22,16 @@ run: build
 	./$(BUILD)/metrale-gpu info
 	./$(BUILD)/metrale-gpu run --model "$$(bash scripts/fetch_smollm2.sh)" --chat "$(QUESTION)"
 
-# Every test: the normal build, then ASan+UBSan, then ThreadSanitizer on the concurrent parts.
-test: test-main test-asan test-tsan
+# Every test: the paths the tree names, the normal build, then ASan+UBSan, then ThreadSanitizer
+# on the concurrent parts.
+test: lint-paths test-main test-asan test-tsan
+
+# scripts/lint.sh: clang-format cleanliness and the paths the tree names; `make test` runs the
+# path check (the tree is not yet formatted as .clang-format says).
+lint:
+	bash scripts/lint.sh
+lint-paths:
+	bash scripts/lint.sh --paths
 
 test-main: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

@@ -35,7 +35,7 @@ step() { # step NAME COMMAND...: log in $L/NAME.txt, exit status and time in the
 step check timeout 400 "$BIN/metrale-gpu" --backend cuda check
 grep -E " (FAIL|fail) " "$L/check.txt" >> "$S"
 tail -n 1 "$L/check.txt" >> "$S"
-for t in test_sample test_generate test_forward_cuda test_cuda_graph; do
+for t in test_sample test_generate test_forward_cuda test_cuda_graph test_kv_cache_cuda test_cuda_mlx; do
   step "$t" timeout 300 "$BIN/$t"
 done
 python3 -c 'import pytest, numpy' 2>/dev/null || \

@@ -7,7 +7,7 @@
  * through two paths: FA2 (any sm_80+, kernels built for the configured architectures) and the
  * Hopper FA3 path (sm_90a only); and its paged attention: FA2 for every paged shape built, FA3
  * for BF16 pools at head_dim 128 without soft-cap (flashinfer_paged_sm90.cu).
- * src/cuda/attention_cuda.c loads it with dlopen and calls only the
+ * src/ops/attention/attention_flashinfer.c loads it with dlopen and calls only the
  * functions below; every one returns an mg_status and fills `err` on failure, never throws and
  * never exits. They use the CUDA runtime, which runs in the device's primary
  * context: the caller makes that context current first (mg_cuda_bind).
@@ -59,7 +59,7 @@ typedef enum mg_fi_path {
     MG_FI_PATH_FA3 = 2,
 } mg_fi_path;
 
-/* What a plan is for. Validated by the caller (src/core/ops_attention.c) before any call. */
+/* What a plan is for. Validated by the caller (src/ops/attention/attention.c) before any call. */
 typedef struct mg_fi_shape {
     uint32_t num_qo_heads;
     uint32_t num_kv_heads;

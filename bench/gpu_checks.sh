@@ -25,13 +25,8 @@ export METRALE_CUDA_PLUGIN_DIR=$BIN PYTHONUNBUFFERED=1
 S="$OUT/summary.txt"
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader;
   python3 --version; python3 -c 'import torch; print("torch", torch.__version__)'; } | tee "$S"
-step() { # step NAME COMMAND...: log in $L/NAME.txt, exit status and time in the summary
-    local name=$1; shift
-    local t0=$(date +%s)
-    "$@" > "$L/$name.txt" 2>&1
-    echo "$name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a "$S"
-    tail -n 4 "$L/$name.txt"
-}
+TAIL=4
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_steps.sh"
 step check timeout 400 "$BIN/metrale-gpu" --backend cuda check
 grep -E " (FAIL|fail) " "$L/check.txt" >> "$S"
 tail -n 1 "$L/check.txt" >> "$S"
@@ -49,20 +44,7 @@ for spec in "llama-3.2-1b bf16 1" "llama-3-8b bf16 1" "llama-3-8b fp8 1" "llama-
   step "$name" "$BIN/metrale-gpu" --backend cuda --json run --preset "$1" --weights "$2" --batch "$3" --steps 64
   runs+=("$name")
 done
-python3 - "$L" "${runs[@]}" > "$OUT/runs.json" <<'EOF'
-import json, sys
-out = {}
-for name in sys.argv[2:]:
-    text = open(f"{sys.argv[1]}/{name}.txt").read()
-    start = text.find("{")
-    try:
-        row = json.loads(text[start:]) if start >= 0 else {"error": text[-400:]}
-        row.pop("tokens", None)
-        out[name] = row
-    except ValueError:
-        out[name] = {"error": text[-400:]}
-json.dump(out, sys.stdout, indent=1)
-EOF
+collect_runs "${runs[@]}" > "$OUT/runs.json"
 if [ -f "$G/random_models.tar.xz" ]; then
   mkdir -p /tmp/random_models && tar xJf "$G/random_models.tar.xz" -C /tmp/random_models
   step random_models_cuda env PYTHON=python3 bash tests/model/compare_random.sh "$BIN/metrale-gpu" /tmp/random_models cuda

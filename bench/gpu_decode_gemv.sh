@@ -23,13 +23,8 @@ S="$OUT/summary.txt"
 export PYTHONUNBUFFERED=1
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader;
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } | tee "$S"
-step() { # step NAME COMMAND...: log in $L/NAME.txt, exit status and time in the summary
-    local name=$1; shift
-    local t0=$(date +%s)
-    "$@" > "$L/$name.txt" 2>&1
-    echo "$name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a "$S"
-    tail -n 8 "$L/$name.txt"
-}
+TAIL=8
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_steps.sh"
 MG="$BIN/metrale-gpu"
 step check_gemm "$MG" --backend cuda check gemm
 grep -E "^gemm/" "$L/check_gemm.txt" >> "$S"
@@ -50,18 +45,7 @@ for w in bf16 fp8; do
     runs+=("run_${w}_b${bsz}_auto" "run_${w}_b${bsz}_cublaslt")
   done
 done
-python3 - "$L" "${runs[@]}" > "$OUT/runs.json" <<'EOF'
-import json, sys
-out = {}
-for name in sys.argv[2:]:
-    text = open(f"{sys.argv[1]}/{name}.txt").read()
-    start = text.find("{")
-    try:
-        out[name] = json.loads(text[start:]) if start >= 0 else {"error": text[-400:]}
-    except ValueError:
-        out[name] = {"error": text[-400:]}
-json.dump(out, sys.stdout, indent=1)
-EOF
+collect_runs "${runs[@]}" > "$OUT/runs.json"
 for w in fp8 bf16; do
   step "compare_tiny_${w}_default" "$MG" --backend cuda run --preset tiny --weights "$w" --compare
   step "compare_tiny_${w}_b1_p200" "$MG" --backend cuda run --preset tiny --weights "$w" --batch 1 --prompt-len 200 --compare

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "common/grid_dependency.cuh"
+#include "common/stream_load.cuh"
 
 namespace {
 
@@ -39,13 +40,6 @@ constexpr int kUnroll = 2;   // chunks in flight per lane
 
 enum { kBf16 = 0, kFp8Tensorwise = 1, kFp8Rowwise = 2 };
 
-__device__ __forceinline__ uint4 load_stream(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 __device__ __forceinline__ uint4 load_cached(const void *p) {
     return __ldg(reinterpret_cast<const uint4 *>(p));
@@ -82,9 +76,11 @@ __device__ __forceinline__ Span load_span(const uint8_t *row, uint32_t at, uint3
                                           bool live) {
     Span s = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
     if (live && at < row_bytes)
-        s.lo = Stream ? load_stream(row + at) : load_cached(row + at);
+        s.lo = Stream ? load_stream(reinterpret_cast<const uint4 *>(row + at))
+                      : load_cached(row + at);
     if (live && at + 16 < row_bytes)
-        s.hi = Stream ? load_stream(row + at + 16) : load_cached(row + at + 16);
+        s.hi = Stream ? load_stream(reinterpret_cast<const uint4 *>(row + at + 16))
+                       : load_cached(row + at + 16);
     return s;
 }
 

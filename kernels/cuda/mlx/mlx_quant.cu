@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "common/bf16.cuh"
+#include "common/stream_load.cuh"
 
 namespace {
 
@@ -47,13 +48,6 @@ __device__ __forceinline__ float round_to(float x, bool f16) {
     return f16 ? __half2float(__float2half_rn(x)) : mg_num_bf16_to_f32(mg_num_f32_to_bf16(x));
 }
 
-__device__ __forceinline__ uint4 load_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 // ------------------------------------------------------------------ dequant
 

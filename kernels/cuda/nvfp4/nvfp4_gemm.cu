@@ -23,26 +23,11 @@
 #include <stdint.h>
 
 #include "common/bf16.cuh"
+#include "common/stream_load.cuh"
 
 #include "nvfp4/nvfp4_hopper_layout.h"
 
 namespace {
-
-__device__ __forceinline__ uint4 load_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint2 load_stream2(const uint2 *p) {
-    uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
-                 : "=r"(v.x), "=r"(v.y)
-                 : "l"(p));
-    return v;
-}
 
 // Pair j of a word (nvfp4_hopper_layout.h): two codes -> two BF16 of e2m1 * 2^-126.
 __device__ __forceinline__ uint32_t decode_pair(uint32_t word, int j) {

@@ -13,13 +13,11 @@
  * asks K % 16 == 0); act, weight and out 16-byte aligned; FP8 on compute capability 9.0 (the
  * sm_90a image: the portable PTX image has no FP8 MMA). */
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "error.h"
 #include "gemm_cublaslt.h"
 #include "gemm_provider.h"
 #include "op_builtin.h"
-#include "op_state.h"
 
 #define DECODE_GEMV_MAX_M 16
 #define DECODE_GEMV_ROWS_PER_BLOCK 8 /* weight rows per tile, as decode_gemv.cu walks them */
@@ -30,55 +28,26 @@
 #define KERNEL_BF16 "mg_decode_gemv_bf16"
 #define KERNEL_FP8 "mg_decode_gemv_fp8"
 
-/* Per backend: the compute capability and SM count, read once. */
-typedef struct gemv_state {
-    int cc_major, cc_minor, sm_count;
-} gemv_state;
-
-static mg_status gemv_state_create(mg_backend *b, void **out) {
-    mg_device_info info;
-    mg_status st = mg_device_get_info(b, &info);
-    if (st)
-        return st;
-    gemv_state *s = malloc(sizeof *s);
-    if (!s)
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "decode GEMV state");
-    *s = (gemv_state){info.cc_major, info.cc_minor, info.multiprocessors};
-    *out = s;
-    return MG_OK;
-}
-
-static void gemv_state_destroy(mg_backend *b, void *state) {
-    (void)b;
-    free(state);
-}
-
-static const mg_op_state_type gemv_state_type = {
-    .name = "decode GEMV", .create = gemv_state_create, .destroy = gemv_state_destroy};
-
-/* The state, created on first use; NULL (error state untouched) when it cannot be. */
-static gemv_state *state_of(mg_backend *b) {
-    void *st = mg_op_state_peek(b, &gemv_state_type);
-    if (!st) {
-        mg_error_state saved;
-        mg_error_save(&saved);
-        if (mg_op_state_get(b, &gemv_state_type, &st) != MG_OK)
-            st = NULL;
-        mg_error_restore(&saved);
-    }
-    return st;
+/* The device's facts (the backend holds them: a copy, no driver call); false, with the caller's
+ * error state untouched, when the backend cannot tell them. */
+static bool device_of(mg_backend *b, mg_device_info *info) {
+    mg_error_state saved;
+    mg_error_save(&saved);
+    bool ok = mg_device_get_info(b, info) == MG_OK;
+    mg_error_restore(&saved);
+    return ok;
 }
 
 /* The kernels field has the registry test that the backend ships both kernels first. */
 static bool gemv_available(mg_backend *b, char *reason, size_t reason_bytes) {
-    gemv_state *st = state_of(b);
-    if (!st) {
+    mg_device_info info;
+    if (!device_of(b, &info)) {
         snprintf(reason, reason_bytes, "the device's compute capability could not be read");
         return false;
     }
-    if (st->cc_major < 8) {
+    if (info.cc_major < 8) {
         snprintf(reason, reason_bytes, "the decode GEMV needs compute capability 8.0, the device "
-                 "has %d.%d", st->cc_major, st->cc_minor);
+                 "has %d.%d", info.cc_major, info.cc_minor);
         return false;
     }
     return true;
@@ -110,8 +79,9 @@ static bool kernels_fit(mg_backend *b, const mg_gemm_plan *p, char *reason, size
                  "out (they are %u-byte aligned)", p->pointer_alignment);
         return false;
     }
-    gemv_state *st = state_of(b);
-    if (p->kind != MG_GEMM_BF16 && (!st || st->cc_major != 9 || st->cc_minor != 0)) {
+    mg_device_info info;
+    if (p->kind != MG_GEMM_BF16 &&
+        (!device_of(b, &info) || info.cc_major != 9 || info.cc_minor != 0)) {
         snprintf(reason, reason_bytes, "the FP8 decode GEMV runs on compute capability 9.0 only");
         return false;
     }
@@ -154,10 +124,12 @@ static bool gemv_supports(mg_backend *b, const void *call, char *reason, size_t 
 static mg_status gemv_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call) {
     const mg_gemm_plan *p = &call->plan;
     uint32_t blocks = (p->n + DECODE_GEMV_ROWS_PER_BLOCK - 1) / DECODE_GEMV_ROWS_PER_BLOCK;
-    gemv_state *st = state_of(b);
-    if (!st)
-        return MG_ERROR(MG_ERR_INTERNAL, "decode GEMV: the device state is unavailable");
-    uint32_t resident = (uint32_t)(st->sm_count > 0 ? st->sm_count : 1) * DECODE_GEMV_BLOCKS_PER_SM;
+    mg_device_info info;
+    mg_status st = mg_device_get_info(b, &info);
+    if (st)
+        return st;
+    uint32_t resident =
+        (uint32_t)(info.multiprocessors > 0 ? info.multiprocessors : 1) * DECODE_GEMV_BLOCKS_PER_SM;
     if (blocks > resident)
         blocks = resident;
     mg_launch l;

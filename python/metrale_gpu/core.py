@@ -221,11 +221,13 @@ class Backend:
                 lib.mg_host_unregister(self._h, base)
 
 
-class Stream:
-    """An in-order queue of work (mg_stream). Methods: synchronize, is_capturing,
-    wait_event, begin_capture, end_capture, end_capture_update, abort_capture, destroy."""
+class _BackendObject:
+    """A handle that belongs to a backend: usable while both are open. destroy() (or the
+    garbage collector, for an owned handle) releases it through the C call `_destroy` names."""
 
-    def __init__(self, backend, handle, owned):
+    _what, _gone, _destroy = "object", "destroyed", None
+
+    def __init__(self, backend, handle, owned=True):
         self.backend = backend
         self._h = handle
         self._owned = owned
@@ -233,8 +235,25 @@ class Stream:
     @property
     def handle(self):
         if not self._h or not self.backend._h:
-            raise InvalidArgument(1, "the stream (or its backend) is closed")
+            raise InvalidArgument(1, f"the {self._what} (or its backend) is {self._gone}")
         return self._h
+
+    def destroy(self):
+        h, self._h = self._h, None
+        if h and self._owned and self.backend._h:
+            check(getattr(lib, self._destroy)(h), self._destroy)
+
+    def __del__(self):
+        if getattr(self, "_owned", False) and getattr(self, "_h", None) and self.backend._h and \
+                not sys.is_finalizing():
+            getattr(lib, self._destroy)(self._h)
+
+
+class Stream(_BackendObject):
+    """An in-order queue of work (mg_stream). Methods: synchronize, is_capturing,
+    wait_event, begin_capture, end_capture, end_capture_update, abort_capture, destroy."""
+
+    _what, _gone, _destroy = "stream", "closed", "mg_stream_destroy"
 
     def synchronize(self):
         check(lib.mg_stream_synchronize(self.handle), "mg_stream_synchronize")
@@ -272,15 +291,6 @@ class Stream:
         capture is aborted when the block raises)."""
         return _Capture(self)
 
-    def destroy(self):
-        h, self._h = self._h, None
-        if h and self._owned and self.backend._h:
-            check(lib.mg_stream_destroy(h), "mg_stream_destroy")
-
-    def __del__(self):
-        if getattr(self, "_owned", False) and self._h and self.backend._h and \
-                not sys.is_finalizing():
-            lib.mg_stream_destroy(self._h)
 
 
 class _Capture:
@@ -300,18 +310,10 @@ class _Capture:
         return False
 
 
-class Event:
+class Event(_BackendObject):
     """A point in a stream's work (mg_event): record, synchronize, query, elapsed_ms."""
 
-    def __init__(self, backend, handle):
-        self.backend = backend
-        self._h = handle
-
-    @property
-    def handle(self):
-        if not self._h or not self.backend._h:
-            raise InvalidArgument(1, "the event (or its backend) is destroyed")
-        return self._h
+    _what, _destroy = "event", "mg_event_destroy"
 
     def record(self, stream=None):
         check(lib.mg_event_record(self.handle, _stream(stream)), "mg_event_record")
@@ -333,41 +335,17 @@ class Event:
               "mg_event_elapsed_ms")
         return ms.value
 
-    def destroy(self):
-        h, self._h = self._h, None
-        if h and self.backend._h:
-            check(lib.mg_event_destroy(h), "mg_event_destroy")
-
-    def __del__(self):
-        if getattr(self, "_h", None) and self.backend._h and not sys.is_finalizing():
-            lib.mg_event_destroy(self._h)
 
 
-class Graph:
+class Graph(_BackendObject):
     """An executable captured graph: launch(stream) replays it, reading its buffers' contents
     at replay time."""
 
-    def __init__(self, backend, handle):
-        self.backend = backend
-        self._h = handle
-
-    @property
-    def handle(self):
-        if not self._h or not self.backend._h:
-            raise InvalidArgument(1, "the graph (or its backend) is destroyed")
-        return self._h
+    _what, _destroy = "graph", "mg_graph_destroy"
 
     def launch(self, stream=None):
         check(lib.mg_graph_launch(self.handle, _stream(stream)), "mg_graph_launch")
 
-    def destroy(self):
-        h, self._h = self._h, None
-        if h and self.backend._h:
-            check(lib.mg_graph_destroy(h), "mg_graph_destroy")
-
-    def __del__(self):
-        if getattr(self, "_h", None) and self.backend._h and not sys.is_finalizing():
-            lib.mg_graph_destroy(self._h)
 
 
 def _stream(s):

@@ -28,8 +28,8 @@ int main(int argc, char **argv) {
     mg_backend *b;
     if (mg_backend_open(MG_BACKEND_CPU, 2, &b))
         return fprintf(stderr, "%s\n", mg_last_error()), 1;
-    mg_gemm_plan plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n,
-                         .out_type = MG_DTYPE_F32};
+    mg_gemm_plan plan = {
+        .kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_F32};
     mg_gemm_tensors t = {0};
     if (mg_alloc(b, (size_t)m * k * 2, &t.act) || mg_alloc(b, (size_t)n * k * 2, &t.weight) ||
         mg_alloc(b, (size_t)m * n * 4, &t.out) || mg_memset(b, t.act, 0x3c, (size_t)m * k * 2) ||

@@ -56,8 +56,14 @@ static inline void comm_encode(mg_dtype t, void *p, size_t i, float v) {
 
 /* The spacing of dtype `t` at magnitude |x| (its subnormal spacing below the normal range). */
 static inline double comm_ulp(mg_dtype t, double x) {
-    int mantissa_bits = t == MG_DTYPE_F32 ? 24 : t == MG_DTYPE_BF16 ? 8 : t == MG_DTYPE_F16 ? 11 : 4;
-    int min_exponent = t == MG_DTYPE_F32 ? -125 : t == MG_DTYPE_BF16 ? -125 : t == MG_DTYPE_F16 ? -13 : -5;
+    int mantissa_bits = t == MG_DTYPE_F32    ? 24
+                        : t == MG_DTYPE_BF16 ? 8
+                        : t == MG_DTYPE_F16  ? 11
+                                             : 4;
+    int min_exponent = t == MG_DTYPE_F32    ? -125
+                       : t == MG_DTYPE_BF16 ? -125
+                       : t == MG_DTYPE_F16  ? -13
+                                            : -5;
     int e;
     frexp(x, &e);
     if (x == 0 || e < min_exponent)
@@ -85,9 +91,9 @@ static inline size_t comm_recv_count(comm_case_kind k, size_t count, int size) {
  * to host outputs out[r] (recv counts, poisoned on the device first). in_place: recv is the
  * send buffer (all-reduce, broadcast) or holds it at the rank's slice (all-gather,
  * reduce-scatter). Returns the first failing status. */
-static inline mg_status comm_run_case(mg_comm *const *comms, int size, comm_case_kind k,
-                                      mg_dtype t, mg_comm_reduce op, size_t count, int root,
-                                      bool in_place, void *const *in, void *const *out) {
+static inline mg_status comm_run_case(mg_comm *const *comms, int size, comm_case_kind k, mg_dtype t,
+                                      mg_comm_reduce op, size_t count, int root, bool in_place,
+                                      void *const *in, void *const *out) {
     size_t e = mg_dtype_bytes(t);
     size_t sc = comm_send_count(k, count, size), rc = comm_recv_count(k, count, size);
     /* big[r]: the larger buffer (recv, or send of a reduce-scatter, in place), own_send[r]
@@ -177,8 +183,8 @@ static inline double comm_expect(comm_case_kind k, mg_dtype t, mg_comm_reduce op
 /* Whether `got` is `want` rounded to dtype t: exact for data movement and max, within one
  * spacing of t for sums (correct rounding is half a spacing; NCCL may round once per step, so
  * sums of `size` ranks allow size - 1 spacings). */
-static inline bool comm_close(comm_case_kind k, mg_dtype t, mg_comm_reduce op, int size,
-                              double got, double want) {
+static inline bool comm_close(comm_case_kind k, mg_dtype t, mg_comm_reduce op, int size, double got,
+                              double want) {
     bool sums = (k == CASE_ALL_REDUCE || k == CASE_REDUCE_SCATTER) && op == MG_COMM_SUM;
     if (!sums)
         return got == want;

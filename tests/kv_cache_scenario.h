@@ -22,7 +22,7 @@ typedef struct kv_shape {
     int32_t window_left;
     float soft_cap;
     bool rope, positions;
-    bool fp8; /* FP8 E4M3 pools with the per-head scales kv_scale */
+    bool fp8;                      /* FP8 E4M3 pools with the per-head scales kv_scale */
     mg_attention_impl impl;        /* the path the plans ask for (0: AUTO) */
     mg_attention_impl expect_impl; /* AUTO: not checked; else what plans must report running */
     uint32_t graph_chunk;          /* graph steps: 0 decode; else up to this many tokens each */
@@ -73,8 +73,7 @@ static inline double kv_pool_value(const kv_shape *sh, const void *pool, bool v,
     if (!sh->fp8)
         return kv_bf16(((const uint16_t *)pool)[(v ? half : 0) + e]);
     const uint32_t h = (uint32_t)(e / sh->d % sh->hkv);
-    return (double)mg_fp8_e4m3_to_f32(((const uint8_t *)pool)[(v ? half : 0) + e]) *
-           kv_scale(h, v);
+    return (double)mg_fp8_e4m3_to_f32(((const uint8_t *)pool)[(v ? half : 0) + e]) * kv_scale(h, v);
 }
 
 /* A random host image of both pools (values within [-1, 1]; no NaN codes). */
@@ -221,8 +220,8 @@ static inline int64_t kv_token_pos(const kv_step *st, const kv_shape *sh, uint32
 static inline bool kv_close_fp8(double got, double want, double scale, double position) {
     const double limit = 448.0 * scale;
     const double clamped = want > limit ? limit : want < -limit ? -limit : want;
-    return fabs(got - clamped) <= fabs(clamped) / 16.0 + scale / 1024.0 + 1e-3 * fabs(want) +
-                                      2e-6 * position;
+    return fabs(got - clamped) <=
+           fabs(clamped) / 16.0 + scale / 1024.0 + 1e-3 * fabs(want) + 2e-6 * position;
 }
 
 static inline int kv_verify_append(const kv_shape *sh, const kv_step *st, const void *pool_before,
@@ -236,7 +235,8 @@ static inline int kv_verify_append(const kv_shape *sh, const kv_step *st, const 
         for (int32_t t = st->qo_indptr[r]; t < st->qo_indptr[r + 1]; t++) {
             const int64_t pos = kv_token_pos(st, sh, r, (uint32_t)t);
             const int32_t page = st->kv_indices[st->kv_indptr[r] + pos / sh->page_size];
-            const size_t slot = ((size_t)page * sh->page_size + (size_t)(pos % sh->page_size)) * token;
+            const size_t slot =
+                ((size_t)page * sh->page_size + (size_t)(pos % sh->page_size)) * token;
             const double position = sh->positions ? st->pos[t] : (double)pos;
             for (uint32_t h = 0; h < sh->hkv; h++) {
                 const uint16_t *k = st->kv + (size_t)t * st->kv_stride + (size_t)h * sh->d;
@@ -250,8 +250,8 @@ static inline int kv_verify_append(const kv_shape *sh, const kv_step *st, const 
                     written[e] = 1;
                     if (sh->fp8) {
                         /* V: exactly e4m3(v / scale) in FP32; K: close to float64. */
-                        const uint8_t v_code = mg_f32_to_fp8_e4m3(mg_bf16_to_f32(v[c]) /
-                                                                  kv_scale(h, true));
+                        const uint8_t v_code =
+                            mg_f32_to_fp8_e4m3(mg_bf16_to_f32(v[c]) / kv_scale(h, true));
                         bad += !kv_close_fp8(kv_pool_value(sh, pool_after, false, e), x[c],
                                              kv_scale(h, false), position) +
                                (((const uint8_t *)pool_after)[half + e] != v_code);
@@ -299,14 +299,16 @@ static inline int kv_verify_attention(const kv_shape *sh, const kv_step *st, con
         for (int64_t j = 0; j < qo_len; j++) {
             const uint32_t t = (uint32_t)(st->qo_indptr[r] + j);
             const int64_t p = kv_len - qo_len + j;
-            const int64_t begin = sh->window_left >= 0 && p - sh->window_left > 0 ? p - sh->window_left : 0;
+            const int64_t begin =
+                sh->window_left >= 0 && p - sh->window_left > 0 ? p - sh->window_left : 0;
             for (uint32_t h = 0; h < sh->hq; h++) {
                 const uint16_t *qr = q + ((size_t)t * sh->hq + h) * sh->d;
                 double mx = -INFINITY, sum = 0;
                 for (int64_t k = begin; k <= p; k++) {
                     const int32_t page = st->kv_indices[st->kv_indptr[r] + k / sh->page_size];
-                    const size_t kr = ((size_t)page * sh->page_size + (size_t)(k % sh->page_size)) * token +
-                                      (size_t)(h / group) * sh->d;
+                    const size_t kr =
+                        ((size_t)page * sh->page_size + (size_t)(k % sh->page_size)) * token +
+                        (size_t)(h / group) * sh->d;
                     double dot = 0;
                     for (uint32_t c = 0; c < sh->d; c++)
                         dot += kv_bf16(qr[c]) * kv_pool_value(sh, pool, false, kr + c);
@@ -320,8 +322,9 @@ static inline int kv_verify_attention(const kv_shape *sh, const kv_step *st, con
                     acc[c] = 0;
                 for (int64_t k = begin; k <= p; k++) {
                     const int32_t page = st->kv_indices[st->kv_indptr[r] + k / sh->page_size];
-                    const size_t vr = ((size_t)page * sh->page_size + (size_t)(k % sh->page_size)) * token +
-                                      (size_t)(h / group) * sh->d;
+                    const size_t vr =
+                        ((size_t)page * sh->page_size + (size_t)(k % sh->page_size)) * token +
+                        (size_t)(h / group) * sh->d;
                     double e = exp(scores[k] - mx);
                     sum += e;
                     for (uint32_t c = 0; c < sh->d; c++)
@@ -395,9 +398,9 @@ static inline void kv_device_alloc(mg_backend *be, const kv_shape *sh, kv_device
 }
 
 static inline void kv_device_free(mg_backend *be, kv_device *dv) {
-    mg_devptr *all[] = {&dv->pool,      &dv->q,         &dv->kv,   &dv->pos,
-                        &dv->o,         &dv->lse,       &dv->qo_indptr, &dv->kv_indptr,
-                        &dv->last,      &dv->kv_indices, &dv->k_scale,  &dv->v_scale};
+    mg_devptr *all[] = {&dv->pool, &dv->q,          &dv->kv,        &dv->pos,
+                        &dv->o,    &dv->lse,        &dv->qo_indptr, &dv->kv_indptr,
+                        &dv->last, &dv->kv_indices, &dv->k_scale,   &dv->v_scale};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         mg_free(be, *all[i]);
 }
@@ -409,7 +412,8 @@ static inline void kv_device_upload(mg_backend *be, const kv_shape *sh, kv_devic
     CHECK_OK(mg_copy_h2d(be, dv->kv_indptr, st->kv_indptr, 4 * (st->batch + 1)));
     CHECK_OK(mg_copy_h2d(be, dv->last, st->last, 4 * st->batch));
     if (st->kv_indptr[st->batch])
-        CHECK_OK(mg_copy_h2d(be, dv->kv_indices, st->kv_indices, 4 * (size_t)st->kv_indptr[st->batch]));
+        CHECK_OK(
+            mg_copy_h2d(be, dv->kv_indices, st->kv_indices, 4 * (size_t)st->kv_indptr[st->batch]));
     if (st->tokens) {
         CHECK_OK(mg_copy_h2d(be, dv->q, st->q, 2 * (size_t)st->tokens * sh->hq * sh->d));
         CHECK_OK(mg_copy_h2d(be, dv->kv, st->kv, 2 * (size_t)st->tokens * st->kv_stride));
@@ -420,7 +424,7 @@ static inline void kv_device_upload(mg_backend *be, const kv_shape *sh, kv_devic
 }
 
 static inline mg_kv_append_args kv_append_args_of(const kv_shape *sh, const kv_device *dv,
-                                                   const kv_step *st) {
+                                                  const kv_step *st) {
     return (mg_kv_append_args){
         .batch_size = st->batch,
         .num_tokens = dv->token_capacity,
@@ -472,9 +476,8 @@ static inline void kv_check_impl(const mg_attention_plan *p, const kv_shape *sh,
     }
 }
 
-static inline mg_paged_attention_tensors kv_attention_tensors(const kv_shape *sh,
-                                                              const kv_device *dv,
-                                                              uint32_t qo_rows) {
+static inline mg_paged_attention_tensors
+kv_attention_tensors(const kv_shape *sh, const kv_device *dv, uint32_t qo_rows) {
     return (mg_paged_attention_tensors){.q = dv->q,
                                         .o = dv->o,
                                         .lse = dv->lse,
@@ -522,8 +525,9 @@ static inline void kv_check_eager_step(mg_backend *be, const kv_shape *sh, kv_de
     CHECK_OK(mg_copy_h2d(be, dv->pool, pool, kv_pool_bytes(sh)));
     kv_device_upload(be, sh, dv, st);
     mg_kv_append_args args = kv_append_args_of(sh, dv, st);
-    CHECK_OK(mg_kv_append(be, NULL, &(mg_kv_cache_desc){sh->hkv, sh->d, sh->page_size, sh->num_pages,
-                                                        sh->fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16},
+    CHECK_OK(mg_kv_append(be, NULL,
+                          &(mg_kv_cache_desc){sh->hkv, sh->d, sh->page_size, sh->num_pages,
+                                              sh->fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16},
                           &args));
     mg_paged_attention_desc d = kv_attention_desc(sh);
     mg_kv_page_table table = kv_table_of(st);
@@ -543,7 +547,8 @@ static inline void kv_check_eager_step(mg_backend *be, const kv_shape *sh, kv_de
     snprintf(label, sizeof label, "%s: append", what);
     test_failures += kv_verify_append(sh, st, pool, im.pool, im.q, label) != 0;
     snprintf(label, sizeof label, "%s: attention", what);
-    test_failures += kv_verify_attention(sh, st, im.q, im.pool, im.o, im.lse, st->tokens, label) != 0;
+    test_failures +=
+        kv_verify_attention(sh, st, im.q, im.pool, im.o, im.lse, st->tokens, label) != 0;
     test_checks += 2;
     memcpy(pool, im.pool, kv_pool_bytes(sh));
     kv_images_free(&im);
@@ -614,9 +619,13 @@ static inline void kv_scenario_decode_then_mixed(mg_backend *be, kv_shape sh, ui
                                                  const char *what) {
     enum { B = 7 };
     const uint32_t prefix[B] = {0, 37, 5, 0, (uint32_t)test_rand_range(1, 60), long_len, 16};
-    const uint32_t add[2 * B] = {0, 1, 1, 1, 1, 1, 1,
-                                 0, 1, (uint32_t)test_rand_range(2, 40), 19, 1, 0,
-                                 (uint32_t)test_rand_range(0, 1)};
+    const uint32_t add[2 * B] = {0,  1,
+                                 1,  1,
+                                 1,  1,
+                                 1,  0,
+                                 1,  (uint32_t)test_rand_range(2, 40),
+                                 19, 1,
+                                 0,  (uint32_t)test_rand_range(0, 1)};
     kv_scenario_steps(be, sh, B, prefix, add, 2, what);
 }
 

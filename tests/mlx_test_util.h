@@ -16,8 +16,8 @@
 #include "test_util.h"
 
 typedef struct mlx_test_layer {
-    mg_mlx_linear w;    /* on the backend */
-    uint32_t *words;    /* host copies */
+    mg_mlx_linear w; /* on the backend */
+    uint32_t *words; /* host copies */
     uint16_t *scales, *biases;
 } mlx_test_layer;
 
@@ -58,8 +58,8 @@ static inline void mlx_test_layer_make(mg_backend *b, mlx_test_layer *l, uint32_
         l->scales[i] = mlx_test_half(type, -9, -4);
         l->biases[i] = mlx_test_half(type, -6, -2);
     }
-    l->w = (mg_mlx_linear){.experts = experts, .n = n, .k = k, .bits = bits, .group_size = group,
-                           .scale_type = type};
+    l->w = (mg_mlx_linear){
+        .experts = experts, .n = n, .k = k, .bits = bits, .group_size = group, .scale_type = type};
     l->w.weight = mlx_test_upload(b, l->words, words * 4);
     l->w.scales = mlx_test_upload(b, l->scales, groups * 2);
     l->w.biases = mlx_test_upload(b, l->biases, groups * 2);

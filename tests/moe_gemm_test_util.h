@@ -152,8 +152,7 @@ static inline mg_status moe_test_upload(mg_backend *b, const moe_data *d, moe_de
 }
 
 static inline void moe_test_release(mg_backend *b, moe_device *m) {
-    const mg_devptr all[] = {m->act, m->ids, m->offsets, m->weight, m->scale, m->out,
-                             m->workspace};
+    const mg_devptr all[] = {m->act, m->ids, m->offsets, m->weight, m->scale, m->out, m->workspace};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             mg_free(b, all[i]);

@@ -80,13 +80,12 @@ static void test_importers(mg_backend *b, uint32_t n, uint32_t k) {
     for (int convention = 0; convention < 2; convention++) {
         mg_nvfp4_tensor_view weight = {packed, MG_DTYPE_U8, 2, {n, k / 2}};
         mg_nvfp4_tensor_view scale = {scales, MG_DTYPE_FP8_E4M3, 2, {n, k / 16}};
-        mg_nvfp4_tensor_view scalar = {convention ? &ct_global : &modelopt_global, MG_DTYPE_F32,
-                                       convention ? 1 : 0, {1, 0}};
+        mg_nvfp4_tensor_view scalar = {
+            convention ? &ct_global : &modelopt_global, MG_DTYPE_F32, convention ? 1 : 0, {1, 0}};
         mg_nvfp4_import_info info = {0};
         memset(imported_p, 0xee, pb);
-        CHECK_OK(convention ? mg_nvfp4_import_compressed_tensors(&weight, &scale, &scalar,
-                                                                 imported_p, pb, imported_s, sb,
-                                                                 &info)
+        CHECK_OK(convention ? mg_nvfp4_import_compressed_tensors(
+                                  &weight, &scale, &scalar, imported_p, pb, imported_s, sb, &info)
                             : mg_nvfp4_import_modelopt(&weight, &scale, &scalar, imported_p, pb,
                                                        imported_s, sb, &info));
         CHECK(info.n == n && info.k == k);
@@ -120,9 +119,10 @@ static void test_importers(mg_backend *b, uint32_t n, uint32_t k) {
         CHECK(wrong == 0);
         CHECK(far == 0);
         if (wrong || far)
-            fprintf(stderr, "%s n=%u k=%u: %d values off the float64 dequantization, %d far "
-                    "from the weights\n", convention ? "compressed-tensors" : "modelopt", n, k,
-                    wrong, far);
+            fprintf(stderr,
+                    "%s n=%u k=%u: %d values off the float64 dequantization, %d far "
+                    "from the weights\n",
+                    convention ? "compressed-tensors" : "modelopt", n, k, wrong, far);
         for (int i = 0; i < 4; i++)
             mg_free(b, d[i]);
     }
@@ -183,7 +183,7 @@ static void test_helpers(void) {
     uint16_t x[2 * 24];
     for (int i = 0; i < 48; i++)
         x[i] = mg_f32_to_bf16(i == 30 ? -5376.0f : (float)i);
-    x[5] = 0x7f80; /* +inf: left out */
+    x[5] = 0x7f80;  /* +inf: left out */
     x[20] = 0x9999; /* in the pitch gap of row 0: never read */
     x[18] = 0x7f00;
     x[19] = 0x7f00;

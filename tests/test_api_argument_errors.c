@@ -9,9 +9,9 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "metrale/ops.h"
 #include "metrale/gpu.h"
 #include "metrale/launch.h"
+#include "metrale/ops.h"
 #include "metrale/ops_attention.h"
 #include "test_util.h"
 
@@ -64,9 +64,18 @@ static void test_kinds_and_probes(void) {
 
 static void test_status_names(void) {
     static const char *const names[] = {
-        "MG_OK",           "MG_ERR_INVALID_ARGUMENT", "MG_ERR_OUT_OF_MEMORY", "MG_ERR_UNAVAILABLE",
-        "MG_ERR_UNSUPPORTED", "MG_ERR_NOT_FOUND",     "MG_ERR_NOT_READY",     "MG_ERR_CAPTURING",
-        "MG_ERR_BUSY",     "MG_ERR_DEVICE",           "MG_ERR_DEVICE_FAULT",  "MG_ERR_INTERNAL",
+        "MG_OK",
+        "MG_ERR_INVALID_ARGUMENT",
+        "MG_ERR_OUT_OF_MEMORY",
+        "MG_ERR_UNAVAILABLE",
+        "MG_ERR_UNSUPPORTED",
+        "MG_ERR_NOT_FOUND",
+        "MG_ERR_NOT_READY",
+        "MG_ERR_CAPTURING",
+        "MG_ERR_BUSY",
+        "MG_ERR_DEVICE",
+        "MG_ERR_DEVICE_FAULT",
+        "MG_ERR_INTERNAL",
     };
     for (int s = 0; s < (int)(sizeof names / sizeof names[0]); s++)
         CHECK(!strcmp(mg_status_name((mg_status)s), names[s]));
@@ -128,8 +137,7 @@ static void test_ledger_report(mg_backend *b) {
     mg_ledger_site sites[4];
     CHECK_ERROR(mg_ledger_top_sites(b, 0, NULL, 1, &written), MG_ERR_INVALID_ARGUMENT,
                 "NULL output");
-    CHECK_ERROR(mg_ledger_top_sites(b, 0, sites, 4, NULL), MG_ERR_INVALID_ARGUMENT,
-                "NULL output");
+    CHECK_ERROR(mg_ledger_top_sites(b, 0, sites, 4, NULL), MG_ERR_INVALID_ARGUMENT, "NULL output");
     CHECK_OK(mg_ledger_top_sites(b, 0, NULL, 0, &written));
     CHECK(written == 0);
     CHECK_OK(mg_ledger_top_sites(b, 0, sites, 4, &written));
@@ -150,8 +158,8 @@ static void test_ledger_report(mg_backend *b) {
         text[n] = '\0';
         char want[128];
         CHECK(strstr(text, "ledger: 3 live allocations, 2.5 KiB\n") == text);
-        snprintf(want, sizeof want, "2.0 KiB in    2 allocations at test_api_argument_errors.c:%d\n",
-                 big_line);
+        snprintf(want, sizeof want,
+                 "2.0 KiB in    2 allocations at test_api_argument_errors.c:%d\n", big_line);
         CHECK(strstr(text, want) != NULL);
         snprintf(want, sizeof want, "512 B in    1 allocations at test_api_argument_errors.c:%d\n",
                  small_line);
@@ -203,8 +211,7 @@ static void test_stale_handles(mg_backend *b) {
     CHECK_ERROR(mg_event_destroy(e), MG_ERR_INVALID_ARGUMENT, "invalid or destroyed event");
     CHECK_ERROR(mg_graph_begin_capture(s), MG_ERR_INVALID_ARGUMENT, "invalid or destroyed");
     CHECK_ERROR(mg_graph_end_capture(s, &g), MG_ERR_INVALID_ARGUMENT, "invalid stream");
-    CHECK_ERROR(mg_graph_end_capture_update(s, g, NULL), MG_ERR_INVALID_ARGUMENT,
-                "invalid stream");
+    CHECK_ERROR(mg_graph_end_capture_update(s, g, NULL), MG_ERR_INVALID_ARGUMENT, "invalid stream");
     CHECK_ERROR(mg_graph_abort_capture(s), MG_ERR_INVALID_ARGUMENT, "invalid stream");
     CHECK_ERROR(mg_graph_launch(g, NULL), MG_ERR_INVALID_ARGUMENT, "invalid or destroyed graph");
     CHECK_ERROR(mg_graph_launch(NULL, NULL), MG_ERR_INVALID_ARGUMENT, "NULL graph handle");
@@ -219,7 +226,8 @@ static void test_null_outputs(mg_backend *b) {
     mg_stream *s = NULL;
     mg_event *e1 = NULL, *e2 = NULL;
     mg_graph *g = NULL;
-    CHECK_ERROR(mg_stream_create(b, NULL), MG_ERR_INVALID_ARGUMENT, "mg_stream_create: NULL output");
+    CHECK_ERROR(mg_stream_create(b, NULL), MG_ERR_INVALID_ARGUMENT,
+                "mg_stream_create: NULL output");
     CHECK_ERROR(mg_event_create(b, NULL), MG_ERR_INVALID_ARGUMENT, "mg_event_create: NULL output");
     CHECK_OK(mg_stream_create(b, &s));
     CHECK_OK(mg_event_create(b, &e1));
@@ -356,8 +364,8 @@ static void test_launch_dimensions(mg_backend *b) {
         uint32_t dims[6] = {2, 3, 4, 5, 6, 7};
         dims[zero] = 0;
         mg_launch l;
-        mg_launch_init(&l, (mg_dim3){dims[0], dims[1], dims[2]}, (mg_dim3){dims[3], dims[4], dims[5]},
-                       0);
+        mg_launch_init(&l, (mg_dim3){dims[0], dims[1], dims[2]},
+                       (mg_dim3){dims[3], dims[4], dims[5]}, 0);
         char want[64];
         snprintf(want, sizeof want, "empty grid (%u,%u,%u) or block (%u,%u,%u)", dims[0], dims[1],
                  dims[2], dims[3], dims[4], dims[5]);

@@ -117,7 +117,7 @@ static void test_layout_overflow(void) {
         uint64_t a, b;
         const char *needle;
     } cases[] = {
-        {UINT64_MAX - 100, 50, "layout exceeds 2^64 bytes at buffer 'second'"}, /* alignment */
+        {UINT64_MAX - 100, 50, "layout exceeds 2^64 bytes at buffer 'second'"},  /* alignment */
         {UINT64_MAX - 300, 300, "layout exceeds 2^64 bytes at buffer 'second'"}, /* the end */
         {1ull << 63, 1ull << 63, "sizes add up to more than 2^64 bytes at 'second'"},
     };

@@ -201,8 +201,7 @@ static void against_reference(const char *dir) {
 
 /* ------------------------------------------------------------------ without a reference */
 
-static const char *const template_files[] = {"chatml", "llama3", "mistral_v1",
-                                             "mistral_v2_system"};
+static const char *const template_files[] = {"chatml", "llama3", "mistral_v1", "mistral_v2_system"};
 
 /* A template changed anywhere by one byte, cut short or lengthened is not one of the formats. */
 static void near_misses(void) {
@@ -243,8 +242,7 @@ static void protocol(void) {
     size_t len;
     char *text = test_read_file(path, &len);
     mg_chat_template t;
-    CHECK(text && mg_chat_template_recognise(text, len, &t) == MG_OK, "llama3: %s",
-          mg_fwd_error());
+    CHECK(text && mg_chat_template_recognise(text, len, &t) == MG_OK, "llama3: %s", mg_fwd_error());
     free(text);
     if (t.format != MG_CHAT_LLAMA3)
         return;
@@ -267,7 +265,8 @@ static void protocol(void) {
     const char want[] = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
                         "<|start_header_id|>assistant<|end_header_id|>\n\n";
     CHECK(mg_chat_render(&t, &hi, 1, true, NULL, 0, &n) == MG_ERR_INVALID_ARGUMENT &&
-              n == sizeof want - 1, "size query: %zu", n);
+              n == sizeof want - 1,
+          "size query: %zu", n);
     CHECK(mg_chat_render(&t, &hi, 1, true, out, sizeof want - 1, &n) == MG_ERR_INVALID_ARGUMENT,
           "no room for the NUL");
     CHECK(mg_chat_render(&t, &hi, 1, true, out, sizeof want, &n) == MG_OK && !strcmp(out, want),

@@ -40,7 +40,8 @@ static void test_tags(mg_backend *b) {
             untagged += c->tags == 0;
         CHECK(untagged > 0);
         if (!untagged)
-            fprintf(stderr, "group %s never runs under the sanitizers\n", mg_check_groups[g]->group);
+            fprintf(stderr, "group %s never runs under the sanitizers\n",
+                    mg_check_groups[g]->group);
     }
     CHECK(groups >= 12);
     int passed = -1, skipped = -1;
@@ -49,8 +50,8 @@ static void test_tags(mg_backend *b) {
     if (!f)
         return;
     /* causal_long is tagged slow: skipped by tag, nothing runs */
-    int failed = mg_check_run_selected(b, "attention/causal_long", MG_CHECK_SLOW, f, &passed,
-                                       &skipped);
+    int failed =
+        mg_check_run_selected(b, "attention/causal_long", MG_CHECK_SLOW, f, &passed, &skipped);
     CHECK(failed == 0 && passed == 0 && skipped == 0);
     fclose(f);
 }

@@ -28,7 +28,8 @@ static void check_case(mg_comm *const *comms, int size, comm_case_kind k, mg_dty
             double want = comm_expect(k, t, op, count, size, root, in, r, i);
             double got = comm_decode(t, out[r], i);
             if (!comm_close(k, t, op, size, got, want) && bad++ < 3)
-                fprintf(stderr, "  %s %s %s count %zu size %d%s rank %d [%zu]: got %.9g want %.9g\n",
+                fprintf(stderr,
+                        "  %s %s %s count %zu size %d%s rank %d [%zu]: got %.9g want %.9g\n",
                         comm_case_names[k], mg_dtype_name(t), mg_comm_reduce_name(op), count, size,
                         in_place ? " in place" : "", r, i, got, want);
         }
@@ -43,8 +44,7 @@ static void test_every_case(int size) {
     mg_comm *comms[MAX_RANKS];
     CHECK_OK(mg_comm_create_local(backends, size, NULL, comms));
     CHECK(mg_comm_size(comms[0]) == size && mg_comm_rank(comms[size - 1]) == size - 1);
-    static const mg_dtype dtypes[] = {MG_DTYPE_BF16, MG_DTYPE_F16, MG_DTYPE_F32,
-                                      MG_DTYPE_FP8_E4M3};
+    static const mg_dtype dtypes[] = {MG_DTYPE_BF16, MG_DTYPE_F16, MG_DTYPE_F32, MG_DTYPE_FP8_E4M3};
     static const size_t counts[] = {1, 7, 1029, 4099};
     for (int k = CASE_ALL_REDUCE; k <= CASE_SEND_RECV; k++)
         for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
@@ -54,8 +54,8 @@ static void test_every_case(int size) {
                     check_case(comms, size, (comm_case_kind)k, dtypes[d], (mg_comm_reduce)op,
                                counts[c], false);
                     if (k != CASE_SEND_RECV)
-                        check_case(comms, size, (comm_case_kind)k, dtypes[d],
-                                   (mg_comm_reduce)op, counts[c], true);
+                        check_case(comms, size, (comm_case_kind)k, dtypes[d], (mg_comm_reduce)op,
+                                   counts[c], true);
                 }
             }
     for (int r = 0; r < size; r++)
@@ -153,8 +153,8 @@ static void test_bad_arguments(void) {
                  MG_ERR_INVALID_ARGUMENT); /* another backend's buffer */
     CHECK_STATUS(mg_comm_all_reduce(comms[0], NULL, a, a, 4, MG_DTYPE_F32, (mg_comm_reduce)7),
                  MG_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(mg_comm_all_reduce(comms[0], mg_stream_default(backends[1]), a, a, 4,
-                                    MG_DTYPE_F32, MG_COMM_SUM),
+    CHECK_STATUS(mg_comm_all_reduce(comms[0], mg_stream_default(backends[1]), a, a, 4, MG_DTYPE_F32,
+                                    MG_COMM_SUM),
                  MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("another backend");
     /* In place all-gather: send must be this rank's slice (rank 0: the start). */
@@ -217,8 +217,7 @@ static void test_failures_do_not_hang(void) {
     mg_comm_id id;
     CHECK_OK(mg_comm_get_id(MG_BACKEND_CPU, &id));
     mg_comm *lonely = NULL;
-    CHECK_STATUS(mg_comm_create_rank(backends[0], &id, 2, 0, &options, &lonely),
-                 MG_ERR_DEVICE);
+    CHECK_STATUS(mg_comm_create_rank(backends[0], &id, 2, 0, &options, &lonely), MG_ERR_DEVICE);
     CHECK_MESSAGE("1 of 2 ranks joined");
     CHECK(lonely == NULL);
 

@@ -51,15 +51,15 @@ static void *run_rank(void *arg) {
         for (int i = 0; i < COUNT; i++)
             host[i] = value_of(r, round, i);
         note(!mg_copy_h2d(b, x, host, sizeof host), "upload", r);
-        note(!mg_comm_all_reduce(w->comm, s, x, x, COUNT, MG_DTYPE_F32, MG_COMM_SUM),
-             "all_reduce", r);
+        note(!mg_comm_all_reduce(w->comm, s, x, x, COUNT, MG_DTYPE_F32, MG_COMM_SUM), "all_reduce",
+             r);
         note(!mg_comm_all_gather(w->comm, s, x, gathered, COUNT, MG_DTYPE_F32), "all_gather", r);
         /* ring exchange of the original values */
         note(!mg_copy_h2d(b, x, host, sizeof host), "upload", r);
         note(!mg_comm_group_begin(), "group_begin", r);
         note(!mg_comm_send(w->comm, s, x, COUNT, MG_DTYPE_F32, (r + 1) % RANKS), "send", r);
-        note(!mg_comm_recv(w->comm, s, msg, COUNT, MG_DTYPE_F32, (r + RANKS - 1) % RANKS),
-             "recv", r);
+        note(!mg_comm_recv(w->comm, s, msg, COUNT, MG_DTYPE_F32, (r + RANKS - 1) % RANKS), "recv",
+             r);
         note(!mg_comm_group_end(), "group_end", r);
         note(!mg_comm_wait(w->comm, s), "wait", r);
         note(!mg_copy_d2h(b, all, gathered, sizeof all), "download", r);

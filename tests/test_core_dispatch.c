@@ -48,7 +48,6 @@ static void test_mapped_host_ranges(mg_backend *b) {
     CHECK_OK(mg_free(b, dev));
 }
 
-
 /* mg_host_register: caller-owned memory becomes a device range (copies and ops read and write
  * it in place), overruns and overlaps are refused, unregistering ends it, and neither
  * unregistering nor closing the backend frees it (ASan would see a double free). */

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include "metrale/cpu.h"
-#include "metrale/ops.h"
 #include "metrale/gpu.h"
 #include "metrale/launch.h"
+#include "metrale/ops.h"
 #include "metrale/pinned.h"
 #include "test_util.h"
 

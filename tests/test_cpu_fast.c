@@ -19,7 +19,9 @@
 
 static const char *const fast_providers[] = {"cpu_avx2", "cpu_portable"};
 
-static float bf16(uint16_t b) { return mg_bf16_to_f32(b); }
+static float bf16(uint16_t b) {
+    return mg_bf16_to_f32(b);
+}
 
 static uint16_t random_bf16(void) { /* about N(0, 1)-sized values, some tiny, some large */
     double v = ((double)test_rand_range(0, 1u << 20) / (1u << 19) - 1.0) *
@@ -49,7 +51,8 @@ static void run_gemm(mg_backend *b, const char *provider, uint32_t m, uint32_t n
 }
 
 static void gemm_case(mg_backend *b, uint32_t m, uint32_t n, uint32_t k, mg_dtype out_type) {
-    const uint32_t ldc = n + (uint32_t)test_rand_range(0, 3), eb = (uint32_t)mg_dtype_bytes(out_type);
+    const uint32_t ldc = n + (uint32_t)test_rand_range(0, 3),
+                   eb = (uint32_t)mg_dtype_bytes(out_type);
     const size_t out_bytes = ((size_t)(m - 1) * ldc + n) * eb + 64; /* 64 bytes past the last */
     uint16_t *ha = malloc((size_t)m * k * 2), *hw = malloc((size_t)n * k * 2);
     unsigned char *ref = malloc(out_bytes), *got = malloc(out_bytes);
@@ -129,12 +132,11 @@ static void test_gemm(mg_backend *b) {
     gemm_case(b, 5, 576, 1536, MG_DTYPE_BF16);
 }
 
-
 /* ------------------------------------------------------------------ MLX */
 
 enum { OP_DEQUANT, OP_GEMV, OP_SILU, OP_SILU_RESID, OP_GATE_UP, OP_GEMM, OP_COUNT };
-static const char *const op_names[] = {"dequant", "gemv", "silu_gate", "silu_gate_resid",
-                                       "gate_up", "gemm"};
+static const char *const op_names[] = {"dequant",         "gemv",    "silu_gate",
+                                       "silu_gate_resid", "gate_up", "gemm"};
 
 static double silu_gate_value(uint16_t g, uint16_t u) {
     float gf = mg_bf16_to_f32(g);
@@ -168,12 +170,12 @@ static void mlx_run(mg_backend *b, int op, const char *provider, const mlx_call 
         CHECK_OK(mg_mlx_gemv_silu_gate(b, NULL, w, c->expert, c->m, c->x, c->u, c->y));
         break;
     case OP_SILU_RESID:
-        CHECK_OK(mg_mlx_gemv_silu_gate_resid(b, NULL, w, c->expert, c->m, c->x, c->u, c->resid,
-                                             c->y));
+        CHECK_OK(
+            mg_mlx_gemv_silu_gate_resid(b, NULL, w, c->expert, c->m, c->x, c->u, c->resid, c->y));
         break;
     case OP_GATE_UP:
-        CHECK_OK(mg_mlx_gemv_gate_up(b, NULL, w, &c->up->w, c->expert, c->m, c->x, c->y,
-                                     c->y + half));
+        CHECK_OK(
+            mg_mlx_gemv_gate_up(b, NULL, w, &c->up->w, c->expert, c->m, c->x, c->y, c->y + half));
         break;
     default:
         CHECK_OK(mg_mlx_gemm(b, NULL, w, c->expert, c->m, c->x, c->y, c->scratch));
@@ -216,7 +218,8 @@ static void mlx_case(mg_backend *b, int op, uint32_t bits, uint32_t group, mg_dt
     c.x = mlx_test_upload(b, hx, (size_t)m * k * 2);
     c.u = mlx_test_upload(b, hu, (size_t)m * k * 2);
     c.resid = mlx_test_upload(b, hr, (size_t)m * n * 2);
-    const size_t outputs = op == OP_DEQUANT ? (size_t)n * k : (size_t)m * n * (op == OP_GATE_UP ? 2 : 1);
+    const size_t outputs =
+        op == OP_DEQUANT ? (size_t)n * k : (size_t)m * n * (op == OP_GATE_UP ? 2 : 1);
     c.y_bytes = outputs * 2 + 64;
     CHECK_OK(mg_alloc(b, c.y_bytes, &c.y));
     CHECK_OK(mg_alloc(b, mg_mlx_gemm_scratch_bytes(&gate.w), &c.scratch));
@@ -249,10 +252,11 @@ static void mlx_case(mg_backend *b, int op, uint32_t bits, uint32_t group, mg_dt
             tol += ldexp(fmax(fabs(g), fabs(r)), -7) + 1e-37;
             if (!(fabs(g - r) <= tol)) {
                 if (bad < 3)
-                    fprintf(stderr, "  %s %s bits=%u group=%u %s n=%u k=%u m=%u: [%zu] = %g, "
-                                    "reference %g (tolerance %g)\n",
-                            fast_providers[p], op_names[op], bits, group, mg_dtype_name(type), n,
-                            k, m, i, g, r, tol);
+                    fprintf(stderr,
+                            "  %s %s bits=%u group=%u %s n=%u k=%u m=%u: [%zu] = %g, "
+                            "reference %g (tolerance %g)\n",
+                            fast_providers[p], op_names[op], bits, group, mg_dtype_name(type), n, k,
+                            m, i, g, r, tol);
                 bad++;
             }
         }

@@ -15,16 +15,7 @@
 
 #define BYTES 256
 
-typedef enum command {
-    H2D,
-    H2D_RETAINED,
-    D2H,
-    D2D,
-    COPY_2D,
-    MEMSET,
-    LAUNCH,
-    COMMANDS
-} command;
+typedef enum command { H2D, H2D_RETAINED, D2H, D2D, COPY_2D, MEMSET, LAUNCH, COMMANDS } command;
 
 typedef struct scene {
     mg_backend *b;

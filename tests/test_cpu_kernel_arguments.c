@@ -99,8 +99,9 @@ static void test_vector_add(mg_backend *b) {
     static const struct {
         mg_arg_kind kind;
         const char *name;
-    } kinds[] = {{MG_ARG_BUFFER, "buffer"}, {MG_ARG_I32, "i32"},   {MG_ARG_U64, "u64"},
-                 {MG_ARG_F32, "f32"},       {MG_ARG_BYTES, "bytes"}, {MG_ARG_TENSOR_MAP, "tensor_map"}};
+    } kinds[] = {{MG_ARG_BUFFER, "buffer"}, {MG_ARG_I32, "i32"},
+                 {MG_ARG_U64, "u64"},       {MG_ARG_F32, "f32"},
+                 {MG_ARG_BYTES, "bytes"},   {MG_ARG_TENSOR_MAP, "tensor_map"}};
     static const uint8_t map[MG_TENSOR_MAP_BYTES] = {0};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         one_block(&l);
@@ -108,12 +109,24 @@ static void test_vector_add(mg_backend *b) {
         mg_launch_arg_ptr(&l, y.ptr);
         mg_launch_arg_ptr(&l, out.ptr);
         switch (kinds[i].kind) {
-        case MG_ARG_BUFFER: mg_launch_arg_ptr(&l, x.ptr); break;
-        case MG_ARG_I32: mg_launch_arg_i32(&l, 16); break;
-        case MG_ARG_U64: mg_launch_arg_u64(&l, 16); break;
-        case MG_ARG_F32: mg_launch_arg_f32(&l, 16.0f); break;
-        case MG_ARG_BYTES: mg_launch_arg_bytes(&l, "sixteen", 8); break;
-        default: mg_launch_arg_tensor_map(&l, map); break;
+        case MG_ARG_BUFFER:
+            mg_launch_arg_ptr(&l, x.ptr);
+            break;
+        case MG_ARG_I32:
+            mg_launch_arg_i32(&l, 16);
+            break;
+        case MG_ARG_U64:
+            mg_launch_arg_u64(&l, 16);
+            break;
+        case MG_ARG_F32:
+            mg_launch_arg_f32(&l, 16.0f);
+            break;
+        case MG_ARG_BYTES:
+            mg_launch_arg_bytes(&l, "sixteen", 8);
+            break;
+        default:
+            mg_launch_arg_tensor_map(&l, map);
+            break;
         }
         char want[96];
         snprintf(want, sizeof want, "argument 3 must be u32, launched with %s", kinds[i].name);
@@ -178,8 +191,8 @@ static void test_vector_add(mg_backend *b) {
 }
 
 /* gemm_bf16_ref(act, weight, out, m, n, k, ldc, out_type) */
-static void gemm_bf16_args(mg_launch *l, mg_devptr act, mg_devptr weight, mg_devptr out,
-                           uint32_t m, uint32_t n, uint32_t k, uint32_t ldc, uint32_t out_type) {
+static void gemm_bf16_args(mg_launch *l, mg_devptr act, mg_devptr weight, mg_devptr out, uint32_t m,
+                           uint32_t n, uint32_t k, uint32_t ldc, uint32_t out_type) {
     one_block(l);
     mg_launch_arg_ptr(l, act);
     mg_launch_arg_ptr(l, weight);
@@ -232,12 +245,11 @@ static void test_gemm_bf16_kernel(mg_backend *b) {
     CHECK_OK(mg_free(b, eo));
     /* output types other than f32 and bf16 would be written as bf16 into a buffer checked for
      * another element size */
-    static const mg_dtype others[] = {MG_DTYPE_F16, MG_DTYPE_FP8_E4M3, MG_DTYPE_U8, MG_DTYPE_I32,
-                                      MG_DTYPE_U32, (mg_dtype)77};
+    static const mg_dtype others[] = {MG_DTYPE_F16, MG_DTYPE_FP8_E4M3, MG_DTYPE_U8,
+                                      MG_DTYPE_I32, MG_DTYPE_U32,      (mg_dtype)77};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         gemm_bf16_args(&l, act.ptr, weight.ptr, out.ptr, m, n, kk, n, others[i]);
-        CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT,
-                    "expected bf16 or f32");
+        CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "expected bf16 or f32");
     }
 
     /* correct: out = act . weight^T, exact in f32 for these small integers */
@@ -263,8 +275,8 @@ static void test_gemm_bf16_kernel(mg_backend *b) {
 /* gemm_fp8_ref(act, act_scale, weight, weight_scale, out, m, n, k, ldc, act_scaling,
  * weight_scaling); the scalings are numbered as below in its argument list */
 enum { SCALING_TENSOR, SCALING_ROW, SCALING_1X128, SCALING_128X128 };
-static void gemm_fp8_args(mg_launch *l, const mg_devptr ptrs[5], uint32_t m, uint32_t n,
-                          uint32_t k, uint32_t ldc, uint32_t act_scaling, uint32_t weight_scaling) {
+static void gemm_fp8_args(mg_launch *l, const mg_devptr ptrs[5], uint32_t m, uint32_t n, uint32_t k,
+                          uint32_t ldc, uint32_t act_scaling, uint32_t weight_scaling) {
     one_block(l);
     for (int i = 0; i < 5; i++)
         mg_launch_arg_ptr(l, ptrs[i]);
@@ -425,8 +437,8 @@ static void attention_args(mg_launch *l, const attention_launch *a) {
 
 static void test_attention_kernel(mg_backend *b) {
     /* the kernel is registered by the first plan */
-    mg_attention_desc desc = {.num_qo_heads = 2, .num_kv_heads = 1, .head_dim = 8,
-                              .window_left = -1, .sm_scale = 0.5f};
+    mg_attention_desc desc = {
+        .num_qo_heads = 2, .num_kv_heads = 1, .head_dim = 8, .window_left = -1, .sm_scale = 0.5f};
     int32_t qo[3] = {0, 2, 3}, kv[3] = {0, 3, 5};
     mg_attention_plan *plan = NULL;
     CHECK_OK(mg_attention_plan_create(b, &desc, qo, kv, 2, NULL, &plan));
@@ -444,8 +456,7 @@ static void test_attention_kernel(mg_backend *b) {
     CHECK_OK(mg_copy_h2d(b, v, ones, 80));
     int32_t indptrs[6] = {0, 2, 3, 0, 3, 5};
     CHECK_OK(mg_copy_h2d(b, ind, indptrs, sizeof indptrs));
-    const attention_launch good = {q, kk, v, o, lse, ind, 2, 2, 1, 8, 0,
-                                   -1, 0.5f, 3, 5, 1};
+    const attention_launch good = {q, kk, v, o, lse, ind, 2, 2, 1, 8, 0, -1, 0.5f, 3, 5, 1};
     mg_launch l;
     attention_launch a;
 
@@ -489,8 +500,7 @@ static void test_attention_kernel(mg_backend *b) {
     CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "argument 2:");
     a = good, a.o = o + 8;
     attention_args(&l, &a);
-    CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT,
-                "argument 3 (0x");
+    CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "argument 3 (0x");
     a = good, a.indptrs = ind + 8;
     attention_args(&l, &a);
     CHECK_ERROR(mg_launch_run(b, k, NULL, &l), MG_ERR_INVALID_ARGUMENT, "argument 5:");
@@ -536,10 +546,10 @@ static void test_attention_kernel(mg_backend *b) {
 }
 
 static void test_registration(mg_backend *b) {
-    CHECK_ERROR(mg_cpu_kernel_register("", "f", noop_kernel),
-                MG_ERR_INVALID_ARGUMENT, "NULL or empty module name");
-    CHECK_ERROR(mg_cpu_kernel_register("m", NULL, noop_kernel),
-                MG_ERR_INVALID_ARGUMENT, "NULL or empty function name");
+    CHECK_ERROR(mg_cpu_kernel_register("", "f", noop_kernel), MG_ERR_INVALID_ARGUMENT,
+                "NULL or empty module name");
+    CHECK_ERROR(mg_cpu_kernel_register("m", NULL, noop_kernel), MG_ERR_INVALID_ARGUMENT,
+                "NULL or empty function name");
     CHECK_ERROR(mg_cpu_kernel_register("m", "f", NULL), MG_ERR_INVALID_ARGUMENT,
                 "NULL kernel function");
     mg_kernel *k = NULL;

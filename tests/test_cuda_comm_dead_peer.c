@@ -110,8 +110,7 @@ static int run_child(int rank, int id_pipe[2], int status) {
             pause(); /* until killed */
     }
     if (mg_comm_all_reduce(c, NULL, x, x, 1000, MG_DTYPE_F32, MG_COMM_SUM)) {
-        fprintf(stderr, "FAIL survivor: the second all-reduce was refused: %s\n",
-                mg_last_error());
+        fprintf(stderr, "FAIL survivor: the second all-reduce was refused: %s\n", mg_last_error());
         return 1;
     }
     say(status, 'S');

@@ -77,8 +77,8 @@ int main(void) {
     /* The default stream's workspace lives as long as the backend: create it first. */
     gemm_on_stream(b, NULL);
     uint64_t bytes0 = 0, count0 = 0, bytes = 0, count = 0;
-    mg_gemm_plan plan = {.kind = MG_GEMM_BF16, .m = 1, .n = 8, .k = 8, .ldc = 8,
-                         .out_type = MG_DTYPE_F32};
+    mg_gemm_plan plan = {
+        .kind = MG_GEMM_BF16, .m = 1, .n = 8, .k = 8, .ldc = 8, .out_type = MG_DTYPE_F32};
     size_t workspace_bytes = 0;
     CHECK_OK(mg_gemm_workspace_bytes(b, &plan, &workspace_bytes));
     CHECK(workspace_bytes > 0);

@@ -170,7 +170,7 @@ static void test_fp8_edges(void) {
     check_fp8(NAN, 0x7f);
     check_fp8(-NAN, 0xff);
     check_fp8(float_of(0x7f800001), 0x7f); /* signalling NaN */
-    check_fp8(INFINITY, 0x7e);              /* saturates */
+    check_fp8(INFINITY, 0x7e);             /* saturates */
     check_fp8(-INFINITY, 0xfe);
     check_fp8(448.0f, 0x7e);
     check_fp8(463.99f, 0x7e);
@@ -179,17 +179,17 @@ static void test_fp8_edges(void) {
     check_fp8(-1e30f, 0xfe);
     check_fp8(0.0f, 0x00);
     check_fp8(-0.0f, 0x80);
-    check_fp8(ldexpf(1.0f, -10), 0x00);        /* half the smallest subnormal: tie, even */
+    check_fp8(ldexpf(1.0f, -10), 0x00);         /* half the smallest subnormal: tie, even */
     check_fp8(ldexpf(1.0f, -10) * 1.01f, 0x01); /* just above the tie */
-    check_fp8(ldexpf(3.0f, -10), 0x02);        /* tie between 1 and 2: even */
-    check_fp8(ldexpf(5.0f, -10), 0x02);        /* tie between 2 and 3: even */
-    check_fp8(ldexpf(15.0f, -10), 0x08);       /* 7.5 x 2^-9 rounds into the first normal */
-    check_fp8(ldexpf(1.0f, -6), 0x08);         /* the smallest normal */
+    check_fp8(ldexpf(3.0f, -10), 0x02);         /* tie between 1 and 2: even */
+    check_fp8(ldexpf(5.0f, -10), 0x02);         /* tie between 2 and 3: even */
+    check_fp8(ldexpf(15.0f, -10), 0x08);        /* 7.5 x 2^-9 rounds into the first normal */
+    check_fp8(ldexpf(1.0f, -6), 0x08);          /* the smallest normal */
     check_fp8(1.0f, 0x38);
-    check_fp8(1.0625f, 0x38);                  /* tie between 1 and 1.125: even */
-    check_fp8(1.1875f, 0x3a);                  /* tie between 1.125 and 1.25: even */
+    check_fp8(1.0625f, 0x38); /* tie between 1 and 1.125: even */
+    check_fp8(1.1875f, 0x3a); /* tie between 1.125 and 1.25: even */
     check_fp8(-1.1875f, 0xba);
-    check_fp8(ldexpf(1.0f, -30), 0x00);        /* far below the subnormals */
+    check_fp8(ldexpf(1.0f, -30), 0x00); /* far below the subnormals */
 }
 
 static void test_fp8_random(void) {
@@ -222,8 +222,8 @@ static void test_types(void) {
         size_t bytes;
         const char *name;
     } types[] = {
-        {MG_DTYPE_F32, 4, "f32"}, {MG_DTYPE_BF16, 2, "bf16"}, {MG_DTYPE_F16, 2, "f16"},
-        {MG_DTYPE_FP8_E4M3, 1, "fp8_e4m3"}, {MG_DTYPE_U8, 1, "u8"}, {MG_DTYPE_I32, 4, "i32"},
+        {MG_DTYPE_F32, 4, "f32"},           {MG_DTYPE_BF16, 2, "bf16"}, {MG_DTYPE_F16, 2, "f16"},
+        {MG_DTYPE_FP8_E4M3, 1, "fp8_e4m3"}, {MG_DTYPE_U8, 1, "u8"},     {MG_DTYPE_I32, 4, "i32"},
         {MG_DTYPE_U32, 4, "u32"},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

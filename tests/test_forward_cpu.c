@@ -16,9 +16,9 @@
  * the NVFP4 GEMM's definition: FP64 sums of activation x e2m1 x e4m3, times the global scale,
  * one rounding to BF16; the MLP's gate and up are not rounded before silu(gate) * up; the LM
  * head's logits are BF16 (argmax ties to the lowest id). The MoE preset tiny-moe (NVFP4, BF16
- * and FP8 experts) adds, per token: router logits (FP32 sums), the k largest (ties to the lower expert), weights
- * expf(l - max) renormalized over the k, each chosen expert's fused gate_up and down as above,
- * and out = bf16 of the fmaf chain of weight x expert row in slot order.
+ * and FP8 experts) adds, per token: router logits (FP32 sums), the k largest (ties to the lower
+ * expert), weights expf(l - max) renormalized over the k, each chosen expert's fused gate_up and
+ * down as above, and out = bf16 of the fmaf chain of weight x expert row in slot order.
  *
  * With FP8 weights every layer matrix and the LM head is quantized here, row by row, by an E4M3
  * rounding written in this file (nearest of the 127 finite magnitudes, ties to the even code;
@@ -202,8 +202,8 @@ static float *tensor_fp8(const mg_fwd_preset *p, uint64_t seed, uint32_t id, flo
 }
 
 /* The FP8 row-wise GEMM of one token: y[n] = bf16((sum of q(x) w) * x scale * w_scale[j]). */
-static void matvec_fp8(const float *x, const float *w, const float *w_scale, uint32_t n,
-                       uint32_t k, float *y) {
+static void matvec_fp8(const float *x, const float *w, const float *w_scale, uint32_t n, uint32_t k,
+                       float *y) {
     float *q = malloc(k * sizeof *q);
     float xs = fp8_quantize_row(x, k, q);
     for (uint32_t j = 0; j < n; j++) {
@@ -218,7 +218,7 @@ static void matvec_fp8(const float *x, const float *w, const float *w_scale, uin
 typedef struct reference {
     const mg_fwd_preset *p;
     float *emb, *final_norm, *lm;
-    float **w; /* [layers * MG_FWD_LAYER_TENSORS] */
+    float **w;         /* [layers * MG_FWD_LAYER_TENSORS] */
     float **row_scale; /* [layers * MG_FWD_LAYER_TENSORS]: FP8 matrices' row scales, else NULL */
     float *lm_scale;   /* the FP8 LM head's row scales, else NULL */
     /* Relative tolerance of the final hidden states and of the chosen tokens' logits: 2%, FP8
@@ -226,7 +226,7 @@ typedef struct reference {
      * across an E4M3 rounding boundary: a whole E4M3 step, 1/8 relative, in one element; the
      * observed extremes over many seeds are about 2%, a wrong scale or rounding is far more). */
     float tolerance;
-    double *global; /* [layers * MG_FWD_LAYER_TENSORS]: NVFP4 matrices' global scales, else 0 */
+    double *global;   /* [layers * MG_FWD_LAYER_TENSORS]: NVFP4 matrices' global scales, else 0 */
     double lm_global; /* the NVFP4 LM head's global scale, else 0 */
 } reference;
 
@@ -255,14 +255,15 @@ static void linear(const reference *ref, uint32_t l, uint32_t slot, const float 
  * reference's (relative to the largest), and its chosen tokens near the reference's best.
  * The reference's own argmax per pass to `generated`; the number of misses returned. */
 static int reference_request(const reference *ref, const mg_fwd_config *c, uint32_t r,
-                             const int32_t *forced, const bool *is_forced,
-                             const float *lib_logits, int32_t *generated, float *final_hidden) {
+                             const int32_t *forced, const bool *is_forced, const float *lib_logits,
+                             int32_t *generated, float *final_hidden) {
     const mg_model_shape *s = &ref->p->shape;
     uint32_t H = s->hidden, D = s->head_dim, QD = s->heads * D, KD = s->kv_heads * D;
     uint32_t I = s->intermediate, len = mg_fwd_prompt_length(c, r), total = len + c->steps;
     uint32_t L = ref->p->layers, group = s->heads / s->kv_heads;
     float eps = ref->p->norm_eps;
-    float *kc = malloc(sizeof(float) * L * total * KD), *vc = malloc(sizeof(float) * L * total * KD);
+    float *kc = malloc(sizeof(float) * L * total * KD),
+          *vc = malloc(sizeof(float) * L * total * KD);
     float *h = malloc(sizeof(float) * H), *a = malloc(sizeof(float) * H);
     float *q = malloc(sizeof(float) * QD), *kv = malloc(sizeof(float) * 2 * KD);
     float *o = malloc(sizeof(float) * QD), *proj = malloc(sizeof(float) * H);
@@ -314,7 +315,8 @@ static int reference_request(const reference *ref, const mg_fwd_config *c, uint3
             for (uint32_t i = 0; i < H; i++)
                 h[i] = bf(h[i] + proj[i]);
             rmsnorm(h, w[MG_FWD_MLP_NORM], H, eps, a);
-            double gate_up_global = ref->global[(size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_GATE_UP];
+            double gate_up_global =
+                ref->global[(size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_GATE_UP];
             if (s->experts) {
                 moe_reference(ref, l, a, proj);
                 continue;
@@ -589,7 +591,7 @@ static bool json_balanced(const char *text) {
  * layer and pass, the lanes one span each, and the trace file names them all. */
 static void check_trace(mg_backend *be, mg_fwd_config c) {
     static const char *const per_layer[] = {"qkv_gemm", "rope_append", "attention", "o_gemm",
-                                            "gate_up", "silu_mul", "down"};
+                                            "gate_up",  "silu_mul",    "down"};
     static const char *const per_pass[] = {"embedding", "last_rows", "lm_head", "argmax"};
     const mg_fwd_preset *p = c.preset;
     mg_stream *s = NULL;
@@ -636,8 +638,8 @@ static void check_trace(mg_backend *be, mg_fwd_config c) {
         found += want > 0;
         CHECK(sum.count == want && sum.total_us >= 0);
         if (sum.count != want)
-            fprintf(stderr, "span %s: %llu, want %llu\n", sum.name,
-                    (unsigned long long)sum.count, (unsigned long long)want);
+            fprintf(stderr, "span %s: %llu, want %llu\n", sum.name, (unsigned long long)sum.count,
+                    (unsigned long long)want);
     }
     size_t expected = 2 + 1 + sizeof per_layer / sizeof per_layer[0] +
                       sizeof per_pass / sizeof per_pass[0] + (c.weights == MG_FWD_WEIGHTS_FP8);
@@ -658,8 +660,8 @@ static void check_trace(mg_backend *be, mg_fwd_config c) {
     CHECK(!strncmp(text, "{\"traceEvents\"", 14) || text[0] == '[');
     CHECK(json_balanced(text));
     const char *names[] = {"prefill", "decode", "rmsnorm", "fp8_quant"};
-    for (size_t k = 0; k < 4 + sizeof per_layer / sizeof per_layer[0] +
-                           sizeof per_pass / sizeof per_pass[0];
+    for (size_t k = 0;
+         k < 4 + sizeof per_layer / sizeof per_layer[0] + sizeof per_pass / sizeof per_pass[0];
          k++) {
         const char *name = k < 4 ? names[k]
                            : k < 4 + sizeof per_layer / sizeof per_layer[0]
@@ -749,8 +751,9 @@ int main(void) {
     e.steps = (uint32_t)test_rand_range(3, 6);
     e.seed = test_rand();
     e.use_graphs = false;
-    printf("tiny-moe (top-%u of %u) nvfp4: batch %u, prompt_len %u, steps %u, seed %llu\n", all_experts.shape.experts_per_token,
-           all_experts.shape.experts, e.batch, e.prompt_len, e.steps, (unsigned long long)e.seed);
+    printf("tiny-moe (top-%u of %u) nvfp4: batch %u, prompt_len %u, steps %u, seed %llu\n",
+           all_experts.shape.experts_per_token, all_experts.shape.experts, e.batch, e.prompt_len,
+           e.steps, (unsigned long long)e.seed);
     check_against_reference(be, e);
     /* the same with BF16 and with FP8 experts (the grouped GEMM op, metrale/ops_moe_gemm.h) */
     for (int w = 0; w < 2; w++) {

@@ -126,8 +126,8 @@ typedef struct lockstep_result {
 
 /* CUDA (config c, graphs as c says) and the CPU (eager) pass by pass on the same inputs, as
  * the file's comment says. */
-static bool lockstep(mg_backend *cuda, mg_backend *cpu, const mg_fwd_config *c,
-                     double logits_bound, double hidden_bound, lockstep_result *out) {
+static bool lockstep(mg_backend *cuda, mg_backend *cpu, const mg_fwd_config *c, double logits_bound,
+                     double hidden_bound, lockstep_result *out) {
     memset(out, 0, sizeof *out);
     const uint32_t B = c->batch, V = c->preset->shape.vocab, H = c->preset->shape.hidden;
     mg_fwd_config cc = *c;
@@ -275,8 +275,8 @@ int main(void) {
                "(bound %.3g), final hidden %.3g (bound %.3g), %u near-tie%s where the CPU chose "
                "another token (widest margin %.3g)\n",
                cases[p].name, mg_fwd_weights_name(c.weights), preset.shape.experts_per_token,
-               c.batch, c.prompt_len, (unsigned long long)c.seed, c.steps, ls.passes,
-               ls.logits_err, logits_bound, ls.hidden_err, hidden_bound, ls.near_ties,
+               c.batch, c.prompt_len, (unsigned long long)c.seed, c.steps, ls.passes, ls.logits_err,
+               logits_bound, ls.hidden_err, hidden_bound, ls.near_ties,
                ls.near_ties == 1 ? "" : "s", ls.widest_tie);
     }
     CHECK_OK(mg_backend_close(cpu));

@@ -95,8 +95,7 @@ static void expect_refused(mg_backend *b, const char *preset, mg_fwd_weights w,
     CHECK(strstr(e, needle) != NULL && strchr(e, '\n') == NULL);
     if (st == MG_OK || !strstr(e, needle))
         fprintf(stderr, "FAIL %s %s %s: status %d, message '%s' (wanted '%s')\n", preset,
-                mg_fwd_weights_name(w), checkpoint ? checkpoint : "(default)", (int)st, e,
-                needle);
+                mg_fwd_weights_name(w), checkpoint ? checkpoint : "(default)", (int)st, e, needle);
     mg_fwd_destroy(m);
 }
 
@@ -128,7 +127,8 @@ int main(void) {
         double own = pass_error(&quant[i], &deq[i], 0, batch, H);
         double other = pass_error(&quant[i], &deq[1 - i], 0, batch, H);
         printf("%s prefill: %.4g against its own dequantized weights, %.4g against the other "
-               "bits'\n", name, own, other);
+               "bits'\n",
+               name, own, other);
         CHECK(other > own);
     }
     for (int i = 0; i < 2; i++) {

@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "generate.h"
-#include "model.h"
 #include "metrale/ops_sample.h"
+#include "model.h"
 #include "test_util.h"
 
 #define CHECK_FWD_MESSAGE(needle)                                                                  \
@@ -74,7 +74,9 @@ static void test_greedy_matches_model(void) {
         CHECK_OK(mg_fwd_decode(m, s));
     uint32_t have = 0;
     const int32_t *want = mg_fwd_tokens(m, 0, &have);
-    mg_gen_request q = {.prompt = prompt, .prompt_len = 11, .max_tokens = 10,
+    mg_gen_request q = {.prompt = prompt,
+                        .prompt_len = 11,
+                        .max_tokens = 10,
                         .sampling = mg_sample_params_greedy()};
     mg_gen_result res;
     mg_gen_options o = options();
@@ -114,8 +116,8 @@ static void test_sampling_wiring(void) {
     CHECK_OK(mg_fwd_set_sampling(m, params, window));
     /* the op on copies of the logits, in buffers of its own: the definition applied by hand */
     mg_backend *ref = b;
-    mg_sample_desc d = {.rows = 1, .vocab = V, .logits_dtype = MG_DTYPE_F32,
-                        .history_pitch = window};
+    mg_sample_desc d = {
+        .rows = 1, .vocab = V, .logits_dtype = MG_DTYPE_F32, .history_pitch = window};
     mg_devptr dl = 0, dp = 0, dh = 0, dw = 0, di = 0;
     CHECK_OK(mg_alloc(ref, V * 4, &dl));
     CHECK_OK(mg_alloc(ref, sizeof(mg_sample_params), &dp));
@@ -185,7 +187,9 @@ static void test_batch_and_stops(void) {
         random_prompt(prompts[r], lens[r]);
     mg_gen_request q[3];
     for (int r = 0; r < 3; r++)
-        q[r] = (mg_gen_request){.prompt = prompts[r], .prompt_len = lens[r], .max_tokens = 16,
+        q[r] = (mg_gen_request){.prompt = prompts[r],
+                                .prompt_len = lens[r],
+                                .max_tokens = 16,
                                 .sampling = sampled(1000 + r)};
     q[1].sampling.repetition_penalty = 1.2f;
     q[2].sampling = mg_sample_params_greedy();
@@ -250,8 +254,8 @@ static void test_bad_requests(void) {
     int32_t prompt[4] = {1, 2, 3, 4};
     mg_gen_options o = options();
     mg_gen_result res[2];
-    mg_gen_request q = {.prompt = prompt, .prompt_len = 4, .max_tokens = 3,
-                        .sampling = mg_sample_params_greedy()};
+    mg_gen_request q = {
+        .prompt = prompt, .prompt_len = 4, .max_tokens = 3, .sampling = mg_sample_params_greedy()};
     mg_gen_request bad = q;
     bad.prompt_len = 0;
     CHECK_STATUS(mg_generate(b, &o, &bad, 1, NULL, NULL, res, NULL), MG_ERR_INVALID_ARGUMENT);

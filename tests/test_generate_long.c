@@ -75,8 +75,9 @@ static bool on_token(void *user, uint32_t r, uint32_t index, int32_t token) {
             p->rss = rss_bytes();
         } else if (bytes != p->live_bytes || count != p->live_count || heap != p->heap) {
             if (p->changes++ < 3)
-                fprintf(stderr, "step %u: ledger %llu bytes / %llu, heap %zu (step 100: %llu / "
-                                "%llu, %zu)\n",
+                fprintf(stderr,
+                        "step %u: ledger %llu bytes / %llu, heap %zu (step 100: %llu / "
+                        "%llu, %zu)\n",
                         index, (unsigned long long)bytes, (unsigned long long)count, heap,
                         (unsigned long long)p->live_bytes, (unsigned long long)p->live_count,
                         p->heap);
@@ -103,7 +104,9 @@ int main(void) {
     int32_t prompt[9];
     for (int i = 0; i < 9; i++)
         prompt[i] = (int32_t)(test_rand() % micro->shape.vocab);
-    mg_gen_request q = {.prompt = prompt, .prompt_len = 9, .max_tokens = steps + 1,
+    mg_gen_request q = {.prompt = prompt,
+                        .prompt_len = 9,
+                        .max_tokens = steps + 1,
                         .sampling = mg_sample_params_greedy()};
     q.sampling.temperature = 1.0f;
     q.sampling.top_k = 100;
@@ -112,8 +115,8 @@ int main(void) {
     q.sampling.presence_penalty = 0.2f;
     q.sampling.frequency_penalty = 0.05f;
     q.sampling.seed = test_rand();
-    mg_gen_options o = {.preset = micro, .weight_seed = 3, .use_graphs = true,
-                        .penalty_last_n = 64};
+    mg_gen_options o = {
+        .preset = micro, .weight_seed = 3, .use_graphs = true, .penalty_last_n = 64};
     int32_t *first = calloc(steps + 1, 4);
     char *used = calloc(micro->shape.vocab, 1);
     size_t heap2 = 0;

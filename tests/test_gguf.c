@@ -129,8 +129,14 @@ static buf build(const spec *s) {
 }
 
 static spec good_spec(void) {
-    return (spec){.version = 3, .tensor_count = 1, .kv_count = 1, .n_dims = 2, .dim0 = 4,
-                  .dim1 = 4, .type = MG_GGUF_F32, .offset = 0};
+    return (spec){.version = 3,
+                  .tensor_count = 1,
+                  .kv_count = 1,
+                  .n_dims = 2,
+                  .dim0 = 4,
+                  .dim1 = 4,
+                  .type = MG_GGUF_F32,
+                  .offset = 0};
 }
 
 static void expect_refusal(const spec *s, const char *needle) {
@@ -218,8 +224,12 @@ static void run_model(mg_backend *b, const char *path, bool expect_ok, const cha
     uint64_t live0 = 0, count0 = 0, live1 = 0, count1 = 0;
     CHECK_OK(mg_ledger_live(b, &live0, &count0));
     const int32_t prompt[] = {3, 50, 7, 99, 12};
-    mg_fwd_config c = {.batch = 1, .steps = 3, .seed = 1, .model_path = path,
-                       .prompt_ids = prompt, .prompt_ids_count = 5};
+    mg_fwd_config c = {.batch = 1,
+                       .steps = 3,
+                       .seed = 1,
+                       .model_path = path,
+                       .prompt_ids = prompt,
+                       .prompt_ids_count = 5};
     mg_fwd *m = NULL;
     mg_status st = mg_fwd_create(b, &c, &m);
     if (!expect_ok) {
@@ -330,8 +340,12 @@ static void test_steps_allocate_nothing(mg_backend *b) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tiny_q4_1.gguf", corpus_dir());
     const int32_t prompt[] = {5, 6, 7};
-    mg_fwd_config c = {.batch = 1, .steps = 1000, .seed = 1, .model_path = path,
-                       .prompt_ids = prompt, .prompt_ids_count = 3};
+    mg_fwd_config c = {.batch = 1,
+                       .steps = 1000,
+                       .seed = 1,
+                       .model_path = path,
+                       .prompt_ids = prompt,
+                       .prompt_ids_count = 3};
     mg_fwd *m = NULL;
     CHECK_OK(mg_fwd_create(b, &c, &m));
     if (!m)
@@ -427,8 +441,12 @@ static void test_context_limit(mg_backend *b) {
     static int32_t prompt[2000];
     for (int i = 0; i < 2000; i++)
         prompt[i] = 3 + i % 90;
-    mg_fwd_config c = {.batch = 1, .steps = 48, .seed = 1, .model_path = path,
-                       .prompt_ids = prompt, .prompt_ids_count = 2000};
+    mg_fwd_config c = {.batch = 1,
+                       .steps = 48,
+                       .seed = 1,
+                       .model_path = path,
+                       .prompt_ids = prompt,
+                       .prompt_ids_count = 2000};
     mg_fwd *m = NULL;
     CHECK_OK(mg_fwd_create(b, &c, &m)); /* 2048 tokens: fits */
     mg_fwd_destroy(m);

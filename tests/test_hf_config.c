@@ -85,7 +85,8 @@ static void write_weights(bool biases, bool head_norms, bool tied, uint32_t hidd
 #undef ADD
     char header[16384];
     size_t hl = 0, offset = 0;
-    hl += (size_t)snprintf(header + hl, sizeof header - hl, "{\"__metadata__\":{\"format\":\"pt\"}");
+    hl +=
+        (size_t)snprintf(header + hl, sizeof header - hl, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < n; i++) {
         size_t bytes = 4ull * (t[i].rows ? t[i].rows : 1) * t[i].cols;
         if (t[i].rows)
@@ -171,8 +172,8 @@ static size_t make_config(const member *edits, int count, char *out, size_t size
     }
     for (int e = 0; e < count; e++)
         if (!used[e] && edits[e].value)
-            n += (size_t)snprintf(out + n, size - n, ",\n \"%s\": %s", edits[e].key,
-                                  edits[e].value);
+            n +=
+                (size_t)snprintf(out + n, size - n, ",\n \"%s\": %s", edits[e].key, edits[e].value);
     n += (size_t)snprintf(out + n, size - n, "\n}\n");
     return n;
 }
@@ -184,8 +185,12 @@ static void create(mg_backend *b, mg_status want, const char *needle, uint32_t s
     uint64_t live0 = 0, count0 = 0, live1 = 0, count1 = 0;
     CHECK_OK(mg_ledger_live(b, &live0, &count0));
     const int32_t prompt[] = {3, 36, 7, 0, 12};
-    mg_fwd_config c = {.batch = 1, .steps = steps, .seed = 1, .model_path = dir,
-                       .prompt_ids = prompt, .prompt_ids_count = 5};
+    mg_fwd_config c = {.batch = 1,
+                       .steps = steps,
+                       .seed = 1,
+                       .model_path = dir,
+                       .prompt_ids = prompt,
+                       .prompt_ids_count = 5};
     mg_fwd *m = NULL;
     mg_status st = mg_fwd_create(b, &c, &m);
     test_checks++;
@@ -245,7 +250,8 @@ static void config_case(mg_backend *b, const member *edits, int count, mg_status
 
 #define E(...) ((const member[]){__VA_ARGS__})
 #define N(...) (int)(sizeof((const member[]){__VA_ARGS__}) / sizeof(member))
-#define CASE(want, needle, ...) config_case(b, E(__VA_ARGS__), N(__VA_ARGS__), want, needle, #__VA_ARGS__)
+#define CASE(want, needle, ...)                                                                    \
+    config_case(b, E(__VA_ARGS__), N(__VA_ARGS__), want, needle, #__VA_ARGS__)
 
 static void test_valid(mg_backend *b) {
     write_weights(false, true, true, H);
@@ -255,11 +261,11 @@ static void test_valid(mg_backend *b) {
     CASE(MG_OK, NULL, {"rope_theta", "1000000"});
     CASE(MG_OK, NULL, {"head_dim", "null"}); /* the default: hidden / heads = 8 */
     write_weights(true, false, false, H);
-    CASE(MG_OK, NULL, {"architectures", "[\"Qwen2ForCausalLM\"]"},
-         {"tie_word_embeddings", "false"}, {"sliding_window", "131072"});
+    CASE(MG_OK, NULL, {"architectures", "[\"Qwen2ForCausalLM\"]"}, {"tie_word_embeddings", "false"},
+         {"sliding_window", "131072"});
     write_weights(false, false, false, H);
-    CASE(MG_OK, NULL, {"architectures", "[\"LlamaForCausalLM\"]"},
-         {"tie_word_embeddings", "false"}, {"layer_types", NULL});
+    CASE(MG_OK, NULL, {"architectures", "[\"LlamaForCausalLM\"]"}, {"tie_word_embeddings", "false"},
+         {"layer_types", NULL});
 }
 
 /* Every prefix of a valid config.json. */
@@ -297,8 +303,8 @@ static void test_bad_configs(mg_backend *b) {
          {"num_experts_per_tok", "2"}, {"moe_intermediate_size", "32"});
     CASE(BAD, "num_experts_per_tok", {"architectures", moe}, {"num_experts", "4"},
          {"num_experts_per_tok", "5"}, {"moe_intermediate_size", "32"});
-    CASE(BAD, "differ", {"architectures", moe}, {"num_experts", "4"},
-         {"num_local_experts", "8"}, {"moe_intermediate_size", "32"});
+    CASE(BAD, "differ", {"architectures", moe}, {"num_experts", "4"}, {"num_local_experts", "8"},
+         {"moe_intermediate_size", "32"});
     CASE(NO, "dense layers", {"architectures", moe}, {"num_experts", "4"},
          {"decoder_sparse_step", "2"}, {"num_experts_per_tok", "2"},
          {"moe_intermediate_size", "32"});
@@ -328,16 +334,19 @@ static void test_bad_configs(mg_backend *b) {
     CASE(BAD, "rms_norm_eps", {"rms_norm_eps", "\"1e-6\""});
     CASE(BAD, "rms_norm_eps", {"rms_norm_eps", "2"});
     CASE(BAD, "rope_theta", {"rope_theta", "\"10000\""});
-    CASE(BAD, "rope_theta", {"rope_parameters", "{\"rope_theta\": -1, \"rope_type\": \"default\"}"});
+    CASE(BAD, "rope_theta",
+         {"rope_parameters", "{\"rope_theta\": -1, \"rope_type\": \"default\"}"});
     CASE(BAD, "rope_theta", {"rope_parameters", "{\"rope_theta\": \"x\"}"});
     CASE(BAD, "differ", {"rope_theta", "10000"});
     CASE(BAD, "rope_parameters", {"rope_parameters", "5"});
     CASE(NO, "\"llama3\"",
-         {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
-                          " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"});
+         {"rope_scaling",
+          "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+          " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"});
     CASE(NO, "\"linear\"", {"rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}"});
-    CASE(NO, "\"yarn\"",
-         {"rope_parameters", "{\"rope_theta\": 1000000.0, \"rope_type\": \"yarn\", \"factor\": 4}"});
+    CASE(
+        NO, "\"yarn\"",
+        {"rope_parameters", "{\"rope_theta\": 1000000.0, \"rope_type\": \"yarn\", \"factor\": 4}"});
     CASE(BAD, "rope_scaling", {"rope_scaling", "[1]"});
     CASE(BAD, "rope type", {"rope_scaling", "{\"rope_type\": 3}"});
     CASE(NO, "partial rotary", {"partial_rotary_factor", "0.5"});
@@ -350,7 +359,8 @@ static void test_bad_configs(mg_backend *b) {
     CASE(BAD, "tie_word_embeddings", {"tie_word_embeddings", "\"true\""});
     CASE(BAD, "max_position_embeddings", {"max_position_embeddings", "\"512\""});
     CASE(BAD, "max_position_embeddings", {"max_position_embeddings", "-1"});
-    CASE(NO, "\"chunked_attention\"", {"layer_types", "[\"full_attention\", \"chunked_attention\"]"});
+    CASE(NO, "\"chunked_attention\"",
+         {"layer_types", "[\"full_attention\", \"chunked_attention\"]"});
     CASE(NO, "layer_types[0]", {"layer_types", "[1, 2]"});
     CASE(NO, "layer_types[1] \"\"", {"layer_types", "[\"full_attention\", \"full\n\"]"});
     CASE(BAD, "not an array of names", {"architectures", "[\"Llama\tForCausalLM\"]"});
@@ -403,7 +413,8 @@ static void test_disagreeing_weights(mg_backend *b) {
 static void test_sliding_window(mg_backend *b) {
     write_weights(false, false, true, H);
     const member mistral[] = {{"architectures", "[\"MistralForCausalLM\"]"},
-                              {"sliding_window", "12"}, {"layer_types", NULL}};
+                              {"sliding_window", "12"},
+                              {"layer_types", NULL}};
     char text[8192];
     size_t n = make_config(mistral, 3, text, sizeof text);
     write_text("config.json", text, n);

@@ -45,7 +45,7 @@ void __wrap_free(void *p);
 
 static _Atomic uint64_t fail_countdown; /* 0: off; n: the n-th allocation from now fails */
 static atomic_bool failure_injected;
-static _Atomic int64_t live_blocks; /* blocks allocated through the wrappers, not yet freed */
+static _Atomic int64_t live_blocks;      /* blocks allocated through the wrappers, not yet freed */
 static _Atomic uint64_t largest_request; /* bytes of the largest allocation since reset */
 
 static bool inject_failure(void) {
@@ -132,8 +132,8 @@ static uint64_t sweep(const attempt *a) {
         atomic_store(&fail_countdown, 0);
         bool injected = atomic_load(&failure_injected);
         if (!injected) {
-            CHECKF(st == MG_OK, "%s: uninjected run returned %s: %s", a->name,
-                   mg_status_name(st), mg_last_error());
+            CHECKF(st == MG_OK, "%s: uninjected run returned %s: %s", a->name, mg_status_name(st),
+                   mg_last_error());
             a->settle(a->ctx, st);
             return n - 1;
         }
@@ -385,8 +385,7 @@ static void test_capture_recording(void) {
     CHECK_OK(mg_graph_begin_capture(c.s));
     sweep(&(attempt){"recording a launch", record_launch, settle_record_launch, &c, false});
     for (uint32_t i = 0; i < RECORDED_COPIES; i++)
-        sweep(&(attempt){"recording a pageable copy", record_copy, settle_record_copy, &c,
-                         false});
+        sweep(&(attempt){"recording a pageable copy", record_copy, settle_record_copy, &c, false});
     CHECK_OK(mg_graph_end_capture(c.s, &c.graph));
     CHECK_OK(mg_graph_launch(c.graph, c.s));
     CHECK_OK(mg_stream_synchronize(c.s));
@@ -564,8 +563,8 @@ static void test_kernels_and_ledger(void) {
     }
     for (int i = 0; i < 3; i++) {
         snprintf(k.name, sizeof k.name, "r%d", i);
-        uint64_t n = sweep(&(attempt){"mg_cpu_kernel_register", register_kernel,
-                                      settle_register, &k, false});
+        uint64_t n = sweep(
+            &(attempt){"mg_cpu_kernel_register", register_kernel, settle_register, &k, false});
         CHECKF(n == KERNEL_REGISTRY_BLOCKS, "registering a name made %llu host allocations",
                (unsigned long long)n);
     }
@@ -830,7 +829,7 @@ static void settle_attention_update(void *ctx, mg_status st) {
     mg_attention_plan_info info;
     CHECK_OK(mg_attention_plan_get_info(c->plan, &info));
     CHECK(info.batch_size == (st ? 2u : 3u)); /* a failed update keeps the previous batch */
-    if (!st) /* back to two requests for the next run */
+    if (!st)                                  /* back to two requests for the next run */
         CHECK_OK(mg_attention_plan_update(c->plan, c->qo, c->kv, 2, NULL));
 }
 
@@ -857,7 +856,10 @@ static void settle_attention_run(void *ctx, mg_status st) {
 static void test_attention(void) {
     int64_t start = atomic_load(&live_blocks);
     attention_ctx c = {
-        .desc = {.num_qo_heads = 2, .num_kv_heads = 1, .head_dim = 8, .window_left = -1,
+        .desc = {.num_qo_heads = 2,
+                 .num_kv_heads = 1,
+                 .head_dim = 8,
+                 .window_left = -1,
                  .sm_scale = 0.35f},
         .qo = {0, 3, 5, 5},
         .kv = {0, 4, 9, 9},
@@ -869,11 +871,11 @@ static void test_attention(void) {
      * allocations. */
     mg_op_stats stats;
     CHECK_OK(mg_op_stats_get(c.b, MG_OP_ATTENTION_RAGGED, &stats));
-    sweep(&(attempt){"mg_attention_plan_create", create_attention_plan, settle_attention_plan,
-                     &c, false});
+    sweep(&(attempt){"mg_attention_plan_create", create_attention_plan, settle_attention_plan, &c,
+                     false});
     CHECK_OK(create_attention_plan(&c));
-    sweep(&(attempt){"mg_attention_plan_update", update_attention_plan, settle_attention_update,
-                     &c, false});
+    sweep(&(attempt){"mg_attention_plan_update", update_attention_plan, settle_attention_update, &c,
+                     false});
 
     uint16_t ones[9 * 8], q[5 * 2 * 8];
     for (size_t i = 0; i < sizeof ones / sizeof ones[0]; i++)
@@ -929,7 +931,10 @@ int main(void) {
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 5, &warm));
     attention_ctx warm_attention = {
         .b = warm,
-        .desc = {.num_qo_heads = 1, .num_kv_heads = 1, .head_dim = 8, .window_left = -1,
+        .desc = {.num_qo_heads = 1,
+                 .num_kv_heads = 1,
+                 .head_dim = 8,
+                 .window_left = -1,
                  .sm_scale = 1.0f},
         .qo = {0, 1},
         .kv = {0, 1},

@@ -176,8 +176,8 @@ static void test_fp8_arguments(mg_backend *be) {
     CHECK_STATUS(mg_kv_cache_bytes(&c, &bytes), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("kv_dtype 7");
 
-    kv_shape sh = {.hq = 4, .hkv = 2, .d = 32, .page_size = 4, .window_left = -1, .rope = true,
-                   .fp8 = true};
+    kv_shape sh = {
+        .hq = 4, .hkv = 2, .d = 32, .page_size = 4, .window_left = -1, .rope = true, .fp8 = true};
     mg_kv_page_allocator *a = kv_shuffled_allocator(8);
     kv_requests r;
     kv_requests_init(&r, 2, 8);
@@ -242,34 +242,61 @@ int main(void) {
     const kv_shape shapes[] = {
         {.hq = 8, .hkv = 2, .d = 64, .page_size = 16, .window_left = -1, .rope = true},
         {.hq = 4, .hkv = 4, .d = 32, .page_size = 1, .window_left = -1, .rope = false},
-        {.hq = 8, .hkv = 1, .d = 128, .page_size = 5, .window_left = 23, .soft_cap = 30.0f,
-         .rope = true, .positions = true},
-        {.hq = 6, .hkv = 2, .d = 48, .page_size = 128, .window_left = -1, .soft_cap = 2.0f,
+        {.hq = 8,
+         .hkv = 1,
+         .d = 128,
+         .page_size = 5,
+         .window_left = 23,
+         .soft_cap = 30.0f,
+         .rope = true,
+         .positions = true},
+        {.hq = 6,
+         .hkv = 2,
+         .d = 48,
+         .page_size = 128,
+         .window_left = -1,
+         .soft_cap = 2.0f,
          .rope = true},
         /* The head_dims with CUDA paged kernels besides 128: 64 above, 256 here (Gemma 2's:
          * soft-cap and sliding window). */
-        {.hq = 8, .hkv = 4, .d = 256, .page_size = 16, .window_left = 300, .soft_cap = 50.0f,
+        {.hq = 8,
+         .hkv = 4,
+         .d = 256,
+         .page_size = 16,
+         .window_left = 300,
+         .soft_cap = 50.0f,
          .rope = true},
         /* FP8 E4M3 pools with per-head scales (head 3's keys saturate). */
-        {.hq = 8, .hkv = 4, .d = 64, .page_size = 16, .window_left = -1, .rope = true,
+        {.hq = 8, .hkv = 4, .d = 64, .page_size = 16, .window_left = -1, .rope = true, .fp8 = true},
+        {.hq = 4,
+         .hkv = 2,
+         .d = 128,
+         .page_size = 5,
+         .window_left = 23,
+         .soft_cap = 30.0f,
+         .rope = true,
+         .positions = true,
          .fp8 = true},
-        {.hq = 4, .hkv = 2, .d = 128, .page_size = 5, .window_left = 23, .soft_cap = 30.0f,
-         .rope = true, .positions = true, .fp8 = true},
         {.hq = 6, .hkv = 6, .d = 32, .page_size = 1, .window_left = -1, .fp8 = true},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         char what[96];
-        snprintf(what, sizeof what, "cpu shape %zu (hq %u hkv %u d %u page %u%s)", i,
-                 shapes[i].hq, shapes[i].hkv, shapes[i].d, shapes[i].page_size,
-                 shapes[i].fp8 ? " fp8" : "");
+        snprintf(what, sizeof what, "cpu shape %zu (hq %u hkv %u d %u page %u%s)", i, shapes[i].hq,
+                 shapes[i].hkv, shapes[i].d, shapes[i].page_size, shapes[i].fp8 ? " fp8" : "");
         kv_scenario_one_step(be, shapes[i], 700, what);
         kv_scenario_decode_then_mixed(be, shapes[i], 700, what);
         kv_scenario_graph_steps(be, shapes[i], what);
     }
     /* Prefill-heavy steps, eager and replayed from a fixed grid of chunks (what CUDA runs on
      * its FA3 path on Hopper); the CPU backend ignores impl and serves them with its reference. */
-    const kv_shape chunked = {.hq = 8, .hkv = 2, .d = 64, .page_size = 7, .window_left = 40,
-                              .rope = true, .impl = MG_ATTENTION_IMPL_FA3, .graph_chunk = 24};
+    const kv_shape chunked = {.hq = 8,
+                              .hkv = 2,
+                              .d = 64,
+                              .page_size = 7,
+                              .window_left = 40,
+                              .rope = true,
+                              .impl = MG_ATTENTION_IMPL_FA3,
+                              .graph_chunk = 24};
     kv_scenario_prefill_chunks(be, chunked, "cpu prefill chunks (impl fa3)");
     kv_scenario_graph_steps(be, chunked, "cpu graph chunks (impl fa3)");
     mg_backend_close(be);

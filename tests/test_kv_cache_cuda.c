@@ -23,8 +23,8 @@ static void test_fa3_paths(mg_backend *be) {
     mg_kv_page_table table = {1, qo, kv, idx, last};
     mg_attention_plan *p = NULL;
     if (!hopper) {
-        kv_shape sh = {.hq = 8, .hkv = 2, .d = 128, .page_size = 16, .window_left = -1,
-                       .impl = fa3};
+        kv_shape sh = {
+            .hq = 8, .hkv = 2, .d = 128, .page_size = 16, .window_left = -1, .impl = fa3};
         mg_paged_attention_desc d = kv_attention_desc(&sh);
         CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p), MG_ERR_UNSUPPORTED);
         CHECK_MESSAGE("compute capability 9.0");
@@ -35,17 +35,48 @@ static void test_fa3_paths(mg_backend *be) {
     const kv_shape shapes[] = {
         /* Forced FA3: GQA 4 with RoPE; one query head per KV head, page size 1; GQA 8 with a
          * window over pages of 7 (partial last pages everywhere); 128-token pages. */
-        {.hq = 32, .hkv = 8, .d = 128, .page_size = 16, .window_left = -1, .rope = true,
-         .impl = fa3, .expect_impl = fa3},
-        {.hq = 4, .hkv = 4, .d = 128, .page_size = 1, .window_left = -1, .impl = fa3,
+        {.hq = 32,
+         .hkv = 8,
+         .d = 128,
+         .page_size = 16,
+         .window_left = -1,
+         .rope = true,
+         .impl = fa3,
          .expect_impl = fa3},
-        {.hq = 8, .hkv = 1, .d = 128, .page_size = 7, .window_left = 100, .rope = true,
-         .positions = true, .impl = fa3, .expect_impl = fa3},
-        {.hq = 16, .hkv = 4, .d = 128, .page_size = 128, .window_left = 37, .impl = fa3,
-         .expect_impl = fa3, .graph_chunk = 150},
+        {.hq = 4,
+         .hkv = 4,
+         .d = 128,
+         .page_size = 1,
+         .window_left = -1,
+         .impl = fa3,
+         .expect_impl = fa3},
+        {.hq = 8,
+         .hkv = 1,
+         .d = 128,
+         .page_size = 7,
+         .window_left = 100,
+         .rope = true,
+         .positions = true,
+         .impl = fa3,
+         .expect_impl = fa3},
+        {.hq = 16,
+         .hkv = 4,
+         .d = 128,
+         .page_size = 128,
+         .window_left = 37,
+         .impl = fa3,
+         .expect_impl = fa3,
+         .graph_chunk = 150},
         /* Forced FA3 on a fixed grid of chunks. */
-        {.hq = 32, .hkv = 8, .d = 128, .page_size = 16, .window_left = -1, .rope = true,
-         .impl = fa3, .expect_impl = fa3, .graph_chunk = 100},
+        {.hq = 32,
+         .hkv = 8,
+         .d = 128,
+         .page_size = 16,
+         .window_left = -1,
+         .rope = true,
+         .impl = fa3,
+         .expect_impl = fa3,
+         .graph_chunk = 100},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         char what[96];
@@ -58,8 +89,13 @@ static void test_fa3_paths(mg_backend *be) {
     /* AUTO: FA3 for prefill-heavy batches (eager, and a fixed grid of 100-token chunks), FA2
      * for decode (a fixed grid of one row per request) and for the shapes FA3 lacks; forced FA2
      * still serves prefill. */
-    kv_shape sh = {.hq = 32, .hkv = 8, .d = 128, .page_size = 16, .window_left = -1,
-                   .rope = true, .expect_impl = fa3};
+    kv_shape sh = {.hq = 32,
+                   .hkv = 8,
+                   .d = 128,
+                   .page_size = 16,
+                   .window_left = -1,
+                   .rope = true,
+                   .expect_impl = fa3};
     kv_scenario_prefill_chunks(be, sh, "cuda auto prefill chunks");
     sh.window_left = 250;
     kv_scenario_prefill_chunks(be, sh, "cuda auto prefill chunks, window");
@@ -81,10 +117,14 @@ static void test_fa3_paths(mg_backend *be) {
     kv_scenario_prefill_chunks(be, sh, "cuda forced fa2 prefill chunks");
     /* Forced FA3 where it has no kernel: soft-cap, FP8 pools, head_dim 64 and 256. */
     const kv_shape refused[] = {
-        {.hq = 8, .hkv = 2, .d = 128, .page_size = 16, .window_left = -1, .soft_cap = 30.0f,
+        {.hq = 8,
+         .hkv = 2,
+         .d = 128,
+         .page_size = 16,
+         .window_left = -1,
+         .soft_cap = 30.0f,
          .impl = fa3},
-        {.hq = 8, .hkv = 2, .d = 128, .page_size = 16, .window_left = -1, .fp8 = true,
-         .impl = fa3},
+        {.hq = 8, .hkv = 2, .d = 128, .page_size = 16, .window_left = -1, .fp8 = true, .impl = fa3},
         {.hq = 8, .hkv = 2, .d = 64, .page_size = 16, .window_left = -1, .impl = fa3},
         {.hq = 8, .hkv = 2, .d = 256, .page_size = 16, .window_left = -1, .impl = fa3},
     };
@@ -103,30 +143,61 @@ int main(void) {
     const kv_shape shapes[] = {
         {.hq = 32, .hkv = 8, .d = 128, .page_size = 16, .window_left = -1, .rope = true},
         {.hq = 4, .hkv = 4, .d = 128, .page_size = 1, .window_left = -1},
-        {.hq = 8, .hkv = 1, .d = 128, .page_size = 7, .window_left = 100, .soft_cap = 30.0f,
-         .rope = true, .positions = true},
-        {.hq = 16, .hkv = 4, .d = 128, .page_size = 128, .window_left = -1, .soft_cap = 5.0f,
+        {.hq = 8,
+         .hkv = 1,
+         .d = 128,
+         .page_size = 7,
+         .window_left = 100,
+         .soft_cap = 30.0f,
+         .rope = true,
+         .positions = true},
+        {.hq = 16,
+         .hkv = 4,
+         .d = 128,
+         .page_size = 128,
+         .window_left = -1,
+         .soft_cap = 5.0f,
          .rope = true},
         /* head_dim 64 (Llama 3.2 1B's heads; no soft-cap kernels) and 256 (Gemma 2's: soft-cap
          * 50, window). */
         {.hq = 32, .hkv = 8, .d = 64, .page_size = 32, .window_left = -1, .rope = true},
-        {.hq = 12, .hkv = 3, .d = 64, .page_size = 3, .window_left = 200, .rope = true,
+        {.hq = 12,
+         .hkv = 3,
+         .d = 64,
+         .page_size = 3,
+         .window_left = 200,
+         .rope = true,
          .positions = true},
-        {.hq = 8, .hkv = 4, .d = 256, .page_size = 16, .window_left = 1000, .soft_cap = 50.0f,
+        {.hq = 8,
+         .hkv = 4,
+         .d = 256,
+         .page_size = 16,
+         .window_left = 1000,
+         .soft_cap = 50.0f,
          .rope = true},
         {.hq = 16, .hkv = 16, .d = 256, .page_size = 7, .window_left = -1, .rope = true},
         /* FP8 E4M3 pools (head_dim 128 without soft-cap): per-head scales, saturating keys. */
-        {.hq = 32, .hkv = 8, .d = 128, .page_size = 16, .window_left = -1, .rope = true,
+        {.hq = 32,
+         .hkv = 8,
+         .d = 128,
+         .page_size = 16,
+         .window_left = -1,
+         .rope = true,
          .fp8 = true},
-        {.hq = 8, .hkv = 4, .d = 128, .page_size = 7, .window_left = 100, .rope = true,
-         .positions = true, .fp8 = true},
+        {.hq = 8,
+         .hkv = 4,
+         .d = 128,
+         .page_size = 7,
+         .window_left = 100,
+         .rope = true,
+         .positions = true,
+         .fp8 = true},
         {.hq = 4, .hkv = 4, .d = 128, .page_size = 1, .window_left = -1, .fp8 = true},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         char what[96];
-        snprintf(what, sizeof what, "cuda shape %zu (hq %u hkv %u d %u page %u%s)", i,
-                 shapes[i].hq, shapes[i].hkv, shapes[i].d, shapes[i].page_size,
-                 shapes[i].fp8 ? " fp8" : "");
+        snprintf(what, sizeof what, "cuda shape %zu (hq %u hkv %u d %u page %u%s)", i, shapes[i].hq,
+                 shapes[i].hkv, shapes[i].d, shapes[i].page_size, shapes[i].fp8 ? " fp8" : "");
         kv_scenario_one_step(be, shapes[i], i == 0 ? 32768 : 3000, what);
         kv_scenario_decode_then_mixed(be, shapes[i], i == 0 ? 32768 : 3000, what);
         kv_scenario_graph_steps(be, shapes[i], what);
@@ -142,14 +213,34 @@ int main(void) {
      * built for them, so the automatic choice must find these kernels), then GQA groups that
      * are not powers of two or exceed an FP8 row block (forced). */
     const kv_shape decode_shapes[] = {
-        {.hq = 16, .hkv = 8, .d = 64, .page_size = 16, .window_left = -1, .soft_cap = 20.0f,
+        {.hq = 16,
+         .hkv = 8,
+         .d = 64,
+         .page_size = 16,
+         .window_left = -1,
+         .soft_cap = 20.0f,
          .rope = true},
         {.hq = 8, .hkv = 2, .d = 64, .page_size = 5, .window_left = 50, .fp8 = true},
-        {.hq = 16, .hkv = 4, .d = 256, .page_size = 16, .window_left = -1, .fp8 = true,
+        {.hq = 16,
+         .hkv = 4,
+         .d = 256,
+         .page_size = 16,
+         .window_left = -1,
+         .fp8 = true,
          .rope = true},
-        {.hq = 8, .hkv = 8, .d = 256, .page_size = 2, .window_left = 300, .soft_cap = 30.0f,
+        {.hq = 8,
+         .hkv = 8,
+         .d = 256,
+         .page_size = 2,
+         .window_left = 300,
+         .soft_cap = 30.0f,
          .fp8 = true},
-        {.hq = 8, .hkv = 2, .d = 128, .page_size = 16, .window_left = -1, .soft_cap = 10.0f,
+        {.hq = 8,
+         .hkv = 2,
+         .d = 128,
+         .page_size = 16,
+         .window_left = -1,
+         .soft_cap = 10.0f,
          .fp8 = true},
         {.hq = 32, .hkv = 2, .d = 128, .page_size = 16, .window_left = -1, .rope = true},
         {.hq = 12, .hkv = 4, .d = 128, .page_size = 9, .window_left = 400},

@@ -106,10 +106,10 @@ static size_t dtype_bytes(const char *name) {
  * dtype `wdt`, scales and biases of dtype `sdt` with scale_cols columns (k / group_size when
  * consistent), and an F32 bias; returns the data bytes it needs. */
 static size_t layer_header(char *hdr, size_t bytes, const char *prefix, unsigned n, unsigned k,
-                           unsigned bits, const char *wdt, const char *sdt,
-                           unsigned scale_cols) {
+                           unsigned bits, const char *wdt, const char *sdt, unsigned scale_cols) {
     unsigned words = k * bits / 32;
-    size_t wb = (size_t)n * words * dtype_bytes(wdt), sb = (size_t)n * scale_cols * dtype_bytes(sdt);
+    size_t wb = (size_t)n * words * dtype_bytes(wdt),
+           sb = (size_t)n * scale_cols * dtype_bytes(sdt);
     snprintf(hdr, bytes,
              "{\"__metadata__\":{\"format\":\"mlx\"},"
              "\"%s.weight\":{\"dtype\":\"%s\",\"shape\":[%u,%u],\"data_offsets\":[0,%zu]},"
@@ -147,12 +147,12 @@ static void test_config(void) {
     CHECK_OK(mg_mlx_config_module(c, "x", &q));
     CHECK(!q.quantized);
     mg_mlx_config_close(c);
-    static const char mxfp4[] = "{\"quantization\":{\"group_size\":32,\"bits\":4,\"mode\":\"mxfp4\"}}";
+    static const char mxfp4[] =
+        "{\"quantization\":{\"group_size\":32,\"bits\":4,\"mode\":\"mxfp4\"}}";
     CHECK_STATUS(mg_mlx_config_parse(mxfp4, strlen(mxfp4), NULL, &c), MG_ERR_UNSUPPORTED);
     CHECK_MESSAGE("mxfp4");
     static const char no_bits[] = "{\"quantization\":{\"group_size\":32}}";
-    CHECK_STATUS(mg_mlx_config_parse(no_bits, strlen(no_bits), NULL, &c),
-                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_mlx_config_parse(no_bits, strlen(no_bits), NULL, &c), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("group_size and bits");
 }
 
@@ -221,8 +221,9 @@ static void test_files(void) {
     /* Shards through the index (preferred over model.safetensors). */
     write_file("s1.safetensors", buf, image(h1, 4, buf));
     write_file("s2.safetensors", buf, image(h2, 8, buf));
-    write_text("model.safetensors.index.json",
-               "{\"metadata\":{},\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}");
+    write_text(
+        "model.safetensors.index.json",
+        "{\"metadata\":{},\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}");
     CHECK_OK(mg_st_open(dir, &m));
     mg_st_tensor t;
     CHECK(mg_st_count(m) == 2);
@@ -269,8 +270,9 @@ int main(void) {
         test_layers(b);
     test_files();
     mg_backend_close(b);
-    const char *files[] = {"model.safetensors", "s1.safetensors", "s2.safetensors",
-                           "model.safetensors.index.json", "cut.safetensors", "config.json"};
+    const char *files[] = {"model.safetensors", "s1.safetensors",
+                           "s2.safetensors",    "model.safetensors.index.json",
+                           "cut.safetensors",   "config.json"};
     char path[512];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);

@@ -13,9 +13,8 @@ static double silu_gate_value(uint16_t g, uint16_t u) {
 }
 
 /* want and spread of act [rows, k] · Wᵀ of expert e (act given as a function of the index). */
-static void expect_product(const mlx_test_layer *l, uint32_t e, uint32_t rows,
-                           const uint16_t *a, const uint16_t *u, const uint16_t *resid,
-                           double *want, double *spread) {
+static void expect_product(const mlx_test_layer *l, uint32_t e, uint32_t rows, const uint16_t *a,
+                           const uint16_t *u, const uint16_t *resid, double *want, double *spread) {
     const mg_mlx_linear *w = &l->w;
     for (uint32_t t = 0; t < rows; t++)
         for (uint32_t r = 0; r < w->n; r++) {
@@ -162,7 +161,7 @@ static void test_add_bias(mg_backend *b) {
         for (uint32_t j = 0; j < n; j++) {
             const float v = (float)((int)(test_rand() % 2001) - 1000) / 113.0f;
             bias16[j] = types[t] == MG_DTYPE_F16 ? mg_f32_to_f16(v) : mg_f32_to_bf16(v);
-            bias32[j] = types[t] == MG_DTYPE_F32 ? v
+            bias32[j] = types[t] == MG_DTYPE_F32   ? v
                         : types[t] == MG_DTYPE_F16 ? mg_f16_to_f32(bias16[j])
                                                    : mg_bf16_to_f32(bias16[j]);
         }
@@ -190,8 +189,7 @@ static void test_add_bias(mg_backend *b) {
                  MG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(mg_mlx_add_bias(b, NULL, 1, n, y, y, MG_DTYPE_BF16), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("overlap");
-    CHECK_STATUS(mg_mlx_add_bias(NULL, NULL, m, n, y, bias, MG_DTYPE_F32),
-                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_mlx_add_bias(NULL, NULL, m, n, y, bias, MG_DTYPE_F32), MG_ERR_INVALID_ARGUMENT);
     got = mlx_test_download(b, y, 2ull * m * n);
     CHECK(got && !memcmp(got, y0, 2ull * m * n));
     free(got);

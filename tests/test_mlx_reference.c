@@ -46,8 +46,8 @@ static bool aligned(mg_st_tensor *t) {
     return true;
 }
 
-static const mg_st_tensor *ref_tensor(const mg_st_model *ref, const char *layer,
-                                      const char *suffix, mg_st_tensor *t) {
+static const mg_st_tensor *ref_tensor(const mg_st_model *ref, const char *layer, const char *suffix,
+                                      mg_st_tensor *t) {
     char name[256];
     snprintf(name, sizeof name, "%s.%s", layer, suffix);
     if (mg_st_find(ref, name, t) != MG_OK || t->dtype != MG_ST_BF16) {
@@ -78,9 +78,9 @@ static mg_devptr poisoned(mg_backend *b, size_t bytes) {
  * roundings) + 2^-spread_shift sum |w a| (summation order; for silu_gate also the activations'
  * BF16 rounding, which MLX does in its own way; for the GEMM the weights' BF16 rounding by the
  * dequant it multiplies, each within 2^-9). */
-static void compare_product(mg_backend *b, const char *what, int spread_shift, const char *layer, mg_devptr y,
-                            const uint16_t *y_ref, const uint16_t *act, const uint16_t *deq,
-                            unsigned rows, unsigned n, unsigned k) {
+static void compare_product(mg_backend *b, const char *what, int spread_shift, const char *layer,
+                            mg_devptr y, const uint16_t *y_ref, const uint16_t *act,
+                            const uint16_t *deq, unsigned rows, unsigned n, unsigned k) {
     uint16_t *got = malloc((size_t)rows * n * 2);
     CHECK_OK(mg_copy_d2h(b, got, y, (size_t)rows * n * 2));
     int bad = 0;
@@ -94,8 +94,8 @@ static void compare_product(mg_backend *b, const char *what, int spread_shift, c
             double have = mg_bf16_to_f32(got[(size_t)t * n + r]);
             double tol = ldexp(fabs(want), -7) + ldexp(magnitude, -spread_shift);
             if (!(fabs(have - want) <= tol) && bad++ < 3)
-                fprintf(stderr, "FAIL %s %s [%u, %u]: %g, MLX %g (tolerance %g)\n", what, layer,
-                        t, r, have, want, tol);
+                fprintf(stderr, "FAIL %s %s [%u, %u]: %g, MLX %g (tolerance %g)\n", what, layer, t,
+                        r, have, want, tol);
         }
     test_checks++;
     test_failures += bad != 0;
@@ -126,8 +126,8 @@ static void compare_bias_rounding(mg_backend *b, const char *what, const char *l
     for (size_t i = 0; i < count; i++) {
         uint16_t want = mg_f32_to_bf16(mg_bf16_to_f32(plain[i]) + mg_bf16_to_f32(bias[i % n]));
         if (have[i] != want && bad++ < 3)
-            fprintf(stderr, "FAIL %s %s bias [%zu]: 0x%04x, want 0x%04x\n", what, layer, i,
-                    have[i], want);
+            fprintf(stderr, "FAIL %s %s bias [%zu]: 0x%04x, want 0x%04x\n", what, layer, i, have[i],
+                    want);
     }
     test_checks++;
     test_failures += bad != 0;
@@ -161,7 +161,8 @@ static void run_bias(mg_backend *b, const mg_st_model *model, const mg_st_model 
     plain.bias = 0;
     unsigned rows_gemm = (unsigned)xg->shape[0];
     mg_devptr dx = upload(b, x->data, x->bytes), dxg = upload(b, xg->data, xg->bytes);
-    mg_devptr dy = poisoned(b, (size_t)M_GEMV * c->n * 2), dy0 = poisoned(b, (size_t)M_GEMV * c->n * 2);
+    mg_devptr dy = poisoned(b, (size_t)M_GEMV * c->n * 2),
+              dy0 = poisoned(b, (size_t)M_GEMV * c->n * 2);
     CHECK_OK(mg_mlx_gemv(b, NULL, w, 0, M_GEMV, dx, dy));
     CHECK_OK(mg_mlx_gemv(b, NULL, &plain, 0, M_GEMV, dx, dy0));
     compare_product(b, "gemv+bias", 12, c->name, dy, yb.data, x->data, deq0, M_GEMV, c->n, c->k);
@@ -225,8 +226,9 @@ static void run_layer(mg_backend *b, const mg_st_model *model, const mg_mlx_conf
                 first = i;
         CHECK(mismatches == 0);
         if (mismatches)
-            fprintf(stderr, "  dequant %s expert %u: %zu of %zu differ, first [%zu]: 0x%04x, MLX "
-                            "0x%04x\n",
+            fprintf(stderr,
+                    "  dequant %s expert %u: %zu of %zu differ, first [%zu]: 0x%04x, MLX "
+                    "0x%04x\n",
                     c->name, e, mismatches, layer_elems, first, host[first], want[first]);
     }
     const uint16_t *deq0 = deq.data; /* MLX's products are of expert 0 */

@@ -13,8 +13,7 @@ static void quantize_group(const uint16_t *x, uint32_t count, double *q) {
     }
     float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
     for (uint32_t i = 0; i < count; i++)
-        q[i] = (double)mg_fp8_e4m3_to_f32(mg_f32_to_fp8_e4m3(mg_bf16_to_f32(x[i]) / scale)) *
-               scale;
+        q[i] = (double)mg_fp8_e4m3_to_f32(mg_f32_to_fp8_e4m3(mg_bf16_to_f32(x[i]) / scale)) * scale;
 }
 
 static double weight_value(const moe_data *d, uint32_t e, uint32_t j, uint32_t i) {

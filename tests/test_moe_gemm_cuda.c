@@ -5,13 +5,14 @@
  * bit for bit. Outputs are poisoned before every call. Skips (77) without a usable CUDA device
  * or without a CUDA provider of the op (not a Hopper GPU, no plugin); with one, every kind must
  * run (a kind the plugin lacks fails). */
-#include "moe_gemm_test_util.h"
 #include "metrale/ops.h"
+#include "moe_gemm_test_util.h"
 #include "test_cuda_util.h"
 
 static const char *kind_label(mg_moe_gemm_kind kind) {
-    return kind == MG_MOE_GEMM_BF16 ? "bf16" : kind == MG_MOE_GEMM_FP8_ROWWISE ? "fp8_rowwise"
-                                                                              : "fp8_block";
+    return kind == MG_MOE_GEMM_BF16          ? "bf16"
+           : kind == MG_MOE_GEMM_FP8_ROWWISE ? "fp8_rowwise"
+                                             : "fp8_block";
 }
 
 /* Routed rows of `got` against `want` (the CPU's); rows past the routing must still hold the

@@ -54,11 +54,11 @@ typedef struct weights {
 static unsigned random_scale(void) {
     uint64_t r = test_rand() % 64;
     if (r == 0)
-        return 0;                        /* zero block */
+        return 0; /* zero block */
     if (r == 1)
         return (unsigned)test_rand_range(1, 7); /* subnormal */
     if (r == 2)
-        return 0x7f;                     /* NaN: zero block */
+        return 0x7f;                              /* NaN: zero block */
     return (unsigned)test_rand_range(0x28, 0x48); /* ~0.06 .. 1 */
 }
 
@@ -78,23 +78,21 @@ static bool make_weights(mg_backend *b, weights *W, uint32_t experts, uint32_t n
     for (size_t r = 0; r < rows; r++)
         for (uint32_t i = 0; i < k; i++) {
             unsigned code = (W->codes[r * k / 2 + i / 2] >> (4 * (i % 2))) & 15;
-            W->w[r * k + i] = e2m1(code) * e4m3(W->scales[r * k / 16 + i / 16]) *
-                              W->global[r / n];
+            W->w[r * k + i] = e2m1(code) * e4m3(W->scales[r * k / 16 + i / 16]) * W->global[r / n];
         }
     size_t vb = mg_nvfp4_prepared_value_bytes(n, k) * experts;
     size_t sb = mg_nvfp4_prepared_scale_bytes(n, k) * experts;
-    bool ok = mg_alloc(b, rows * k / 2, &W->d_codes) == MG_OK &&
-              mg_alloc(b, rows * k / 16, &W->d_scales) == MG_OK &&
-              mg_alloc(b, vb, &W->values) == MG_OK && mg_alloc(b, sb, &W->pscales) == MG_OK &&
-              mg_alloc(b, experts * 4, &W->d_global) == MG_OK &&
-              mg_copy_h2d(b, W->d_codes, W->codes, rows * k / 2) == MG_OK &&
-              mg_copy_h2d(b, W->d_scales, W->scales, rows * k / 16) == MG_OK &&
-              mg_copy_h2d(b, W->d_global, W->global, experts * 4) == MG_OK &&
-              mg_memset(b, W->values, 0xa5, vb) == MG_OK &&
-              mg_memset(b, W->pscales, 0xa5, sb) == MG_OK;
+    bool ok =
+        mg_alloc(b, rows * k / 2, &W->d_codes) == MG_OK &&
+        mg_alloc(b, rows * k / 16, &W->d_scales) == MG_OK && mg_alloc(b, vb, &W->values) == MG_OK &&
+        mg_alloc(b, sb, &W->pscales) == MG_OK && mg_alloc(b, experts * 4, &W->d_global) == MG_OK &&
+        mg_copy_h2d(b, W->d_codes, W->codes, rows * k / 2) == MG_OK &&
+        mg_copy_h2d(b, W->d_scales, W->scales, rows * k / 16) == MG_OK &&
+        mg_copy_h2d(b, W->d_global, W->global, experts * 4) == MG_OK &&
+        mg_memset(b, W->values, 0xa5, vb) == MG_OK && mg_memset(b, W->pscales, 0xa5, sb) == MG_OK;
     CHECK(ok);
-    CHECK_OK(mg_nvfp4_prepare(b, NULL, n, k, experts, W->d_codes, W->d_scales, W->values,
-                              W->pscales));
+    CHECK_OK(
+        mg_nvfp4_prepare(b, NULL, n, k, experts, W->d_codes, W->d_scales, W->values, W->pscales));
     return ok;
 }
 
@@ -187,7 +185,8 @@ static void test_dense(mg_backend *b, const char *backend, uint32_t m, uint32_t 
         free_weights(b, &g);
         return;
     }
-    uint32_t pitch = workspace ? k : k + 8 * (uint32_t)test_rand_range(0, 2), ldc = n + (uint32_t)test_rand_range(0, 3);
+    uint32_t pitch = workspace ? k : k + 8 * (uint32_t)test_rand_range(0, 2),
+             ldc = n + (uint32_t)test_rand_range(0, 3);
     uint16_t *act = random_act(m, pitch);
     uint16_t *out = malloc((size_t)m * ldc * 2);
     mg_devptr d_act = 0, d_out = 0;

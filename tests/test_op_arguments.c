@@ -24,9 +24,14 @@
 static void test_prewarm_plans(mg_backend *b) {
     mg_stream *s = NULL;
     CHECK_OK(mg_stream_create(b, &s));
-    const mg_gemm_plan good = {.kind = MG_GEMM_FP8_BLOCKSCALED, .m = 4, .n = 16, .k = 128,
-                               .ldc = 16, .out_type = MG_DTYPE_BF16,
-                               .act_mode = MG_FP8_BLOCK_1X128, .weight_mode = MG_FP8_BLOCK_128X128};
+    const mg_gemm_plan good = {.kind = MG_GEMM_FP8_BLOCKSCALED,
+                               .m = 4,
+                               .n = 16,
+                               .k = 128,
+                               .ldc = 16,
+                               .out_type = MG_DTYPE_BF16,
+                               .act_mode = MG_FP8_BLOCK_1X128,
+                               .weight_mode = MG_FP8_BLOCK_128X128};
     CHECK_OK(mg_gemm_prewarm(b, s, &good, 1));
     CHECK_OK(mg_gemm_prewarm(b, s, NULL, 0));
     CHECK_ERROR(mg_gemm_prewarm(b, s, NULL, 2), MG_ERR_INVALID_ARGUMENT, "NULL plans");
@@ -38,24 +43,49 @@ static void test_prewarm_plans(mg_backend *b) {
         mg_status status;
         const char *needle;
     } bad[] = {
-        {{.kind = (mg_gemm_kind)9, .m = 1, .n = 1, .k = 1, .ldc = 1}, MG_ERR_INVALID_ARGUMENT,
+        {{.kind = (mg_gemm_kind)9, .m = 1, .n = 1, .k = 1, .ldc = 1},
+         MG_ERR_INVALID_ARGUMENT,
          "unknown GEMM kind 9"},
         {{.kind = MG_GEMM_BF16, .m = 1, .n = 0, .k = 1, .ldc = 1, .out_type = MG_DTYPE_BF16},
-         MG_ERR_INVALID_ARGUMENT, "mg_gemm_bf16: empty shape M=1 N=0 K=1"},
+         MG_ERR_INVALID_ARGUMENT,
+         "mg_gemm_bf16: empty shape M=1 N=0 K=1"},
         {{.kind = MG_GEMM_BF16, .m = 1, .n = 1, .k = 0, .ldc = 1, .out_type = MG_DTYPE_BF16},
-         MG_ERR_INVALID_ARGUMENT, "empty shape M=1 N=1 K=0"},
-        {{.kind = MG_GEMM_FP8_TENSORWISE, .m = 1, .n = 16, .k = 16, .ldc = 16,
+         MG_ERR_INVALID_ARGUMENT,
+         "empty shape M=1 N=1 K=0"},
+        {{.kind = MG_GEMM_FP8_TENSORWISE,
+          .m = 1,
+          .n = 16,
+          .k = 16,
+          .ldc = 16,
           .out_type = MG_DTYPE_F32},
-         MG_ERR_INVALID_ARGUMENT, "mg_gemm_fp8_tensorwise: output type f32, expected bf16"},
-        {{.kind = MG_GEMM_FP8_ROWWISE, .m = 1, .n = 16, .k = 24, .ldc = 16,
+         MG_ERR_INVALID_ARGUMENT,
+         "mg_gemm_fp8_tensorwise: output type f32, expected bf16"},
+        {{.kind = MG_GEMM_FP8_ROWWISE,
+          .m = 1,
+          .n = 16,
+          .k = 24,
+          .ldc = 16,
           .out_type = MG_DTYPE_BF16},
-         MG_ERR_INVALID_ARGUMENT, "FP8 needs K and N multiples of 16, got N=16 K=24"},
-        {{.kind = MG_GEMM_FP8_BLOCKSCALED, .m = 4, .n = 16, .k = 16, .ldc = 16,
-          .out_type = MG_DTYPE_BF16, .act_mode = (mg_fp8_block_scale)5},
-         MG_ERR_INVALID_ARGUMENT, "unknown block scale mode (act 5, weight 0)"},
-        {{.kind = MG_GEMM_FP8_BLOCKSCALED, .m = 4, .n = 16, .k = 16, .ldc = 16,
-          .out_type = MG_DTYPE_BF16, .weight_mode = (mg_fp8_block_scale)6},
-         MG_ERR_INVALID_ARGUMENT, "unknown block scale mode (act 0, weight 6)"},
+         MG_ERR_INVALID_ARGUMENT,
+         "FP8 needs K and N multiples of 16, got N=16 K=24"},
+        {{.kind = MG_GEMM_FP8_BLOCKSCALED,
+          .m = 4,
+          .n = 16,
+          .k = 16,
+          .ldc = 16,
+          .out_type = MG_DTYPE_BF16,
+          .act_mode = (mg_fp8_block_scale)5},
+         MG_ERR_INVALID_ARGUMENT,
+         "unknown block scale mode (act 5, weight 0)"},
+        {{.kind = MG_GEMM_FP8_BLOCKSCALED,
+          .m = 4,
+          .n = 16,
+          .k = 16,
+          .ldc = 16,
+          .out_type = MG_DTYPE_BF16,
+          .weight_mode = (mg_fp8_block_scale)6},
+         MG_ERR_INVALID_ARGUMENT,
+         "unknown block scale mode (act 0, weight 6)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         mg_gemm_plan plans[2] = {good, bad[i].plan};
@@ -109,15 +139,15 @@ static void test_gemm_operands(mg_backend *b) {
     CHECK_MESSAGE("is not 16-byte aligned");
     CHECK_ERROR(mg_gemm_fp8_rowwise(b, NULL, m, n, k, act, scales + 4, weight, scales + 64, out, n),
                 MG_ERR_INVALID_ARGUMENT, "act_scale 0x");
-    CHECK_ERROR(mg_gemm_fp8_tensorwise(b, NULL, m, n, k, act, scales + 4, weight, scales + 2, out,
-                                       n),
-                MG_ERR_INVALID_ARGUMENT, "weight_scale 0x");
+    CHECK_ERROR(
+        mg_gemm_fp8_tensorwise(b, NULL, m, n, k, act, scales + 4, weight, scales + 2, out, n),
+        MG_ERR_INVALID_ARGUMENT, "weight_scale 0x");
     CHECK_MESSAGE("is not 4-byte aligned");
     CHECK_ERROR(mg_gemm_fp8_rowwise(b, NULL, m, n, k, act, scales, weight, 0, out, n),
                 MG_ERR_INVALID_ARGUMENT, "weight_scale is null");
     /* weight one row short; scales past their buffer */
-    CHECK_ERROR(mg_gemm_fp8_tensorwise(b, NULL, m, n + 16, k, act, scales, weight, scales + 16,
-                                       out, n + 16),
+    CHECK_ERROR(mg_gemm_fp8_tensorwise(b, NULL, m, n + 16, k, act, scales, weight, scales + 16, out,
+                                       n + 16),
                 MG_ERR_INVALID_ARGUMENT, "weight range");
     mg_devptr two_scales = 0; /* rowwise needs m = 4 */
     CHECK_OK(mg_alloc(b, 8, &two_scales));
@@ -129,8 +159,8 @@ static void test_gemm_operands(mg_backend *b) {
     CHECK_ERROR(mg_gemm_fp8_blockscaled(b, NULL, 6, n, k, act, scales, MG_FP8_BLOCK_1X128, weight,
                                         scales + 64, MG_FP8_BLOCK_1X128, out, n),
                 MG_ERR_INVALID_ARGUMENT, "block scaling needs M a multiple of 4, got M=6");
-    CHECK_ERROR(mg_gemm_fp8_blockscaled(b, NULL, m, n, k, act, scales, MG_FP8_BLOCK_128X128,
-                                        weight, scales + 64, MG_FP8_BLOCK_128X128, out, n),
+    CHECK_ERROR(mg_gemm_fp8_blockscaled(b, NULL, m, n, k, act, scales, MG_FP8_BLOCK_128X128, weight,
+                                        scales + 64, MG_FP8_BLOCK_128X128, out, n),
                 MG_ERR_UNSUPPORTED, "act 128x128 with weight 128x128");
     CHECK_ERROR(mg_gemm_bf16(NULL, NULL, 1, 1, 1, act, weight, out, MG_DTYPE_BF16, 1),
                 MG_ERR_INVALID_ARGUMENT, "mg_gemm_bf16: NULL, invalid or closed backend");
@@ -203,14 +233,14 @@ static void test_scale_transpose(mg_backend *b) {
 }
 
 static void test_attention_arguments(mg_backend *b) {
-    const mg_attention_desc desc = {.num_qo_heads = 2, .num_kv_heads = 1, .head_dim = 8,
-                                    .window_left = -1, .sm_scale = 0.5f};
+    const mg_attention_desc desc = {
+        .num_qo_heads = 2, .num_kv_heads = 1, .head_dim = 8, .window_left = -1, .sm_scale = 0.5f};
     int32_t qo[3] = {0, 2, 3}, kv[3] = {0, 3, 5};
     mg_attention_plan *p = (mg_attention_plan *)&desc;
     CHECK_ERROR(mg_attention_plan_create(b, &desc, qo, kv, 2, NULL, NULL), MG_ERR_INVALID_ARGUMENT,
                 "NULL output pointer");
-    CHECK_ERROR(mg_attention_plan_create(NULL, &desc, qo, kv, 2, NULL, &p),
-                MG_ERR_INVALID_ARGUMENT, "invalid or closed backend");
+    CHECK_ERROR(mg_attention_plan_create(NULL, &desc, qo, kv, 2, NULL, &p), MG_ERR_INVALID_ARGUMENT,
+                "invalid or closed backend");
     CHECK(p == NULL);
     mg_attention_desc d = desc;
     d.num_kv_heads = 0;
@@ -266,8 +296,7 @@ static void test_attention_arguments(mg_backend *b) {
     CHECK_ERROR(mg_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT, "kv_rows 5 given");
     t.kv_rows = 6;
     t.lse = lse + 2;
-    CHECK_ERROR(mg_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT,
-                "lse 0x");
+    CHECK_ERROR(mg_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT, "lse 0x");
     t.lse = lse + 4;
     CHECK_ERROR(mg_attention_run(p, &t, NULL), MG_ERR_INVALID_ARGUMENT, "lse range");
     t.lse = lse;
@@ -284,8 +313,11 @@ static void test_attention_arguments(mg_backend *b) {
     CHECK_OK(mg_attention_run(p, &without_lse, NULL));
     CHECK_OK(mg_attention_plan_destroy(p));
     /* rows far beyond the buffers are refused before anything runs */
-    mg_attention_desc wide = {.num_qo_heads = 1024, .num_kv_heads = 1024, .head_dim = 512,
-                              .window_left = -1, .sm_scale = 1.0f};
+    mg_attention_desc wide = {.num_qo_heads = 1024,
+                              .num_kv_heads = 1024,
+                              .head_dim = 512,
+                              .window_left = -1,
+                              .sm_scale = 1.0f};
     int32_t big_qo[2] = {0, 0x7fffffff}, big_kv[2] = {0, 1};
     mg_status st = mg_attention_plan_create(b, &wide, big_qo, big_kv, 1, NULL, &p);
     if (st == MG_OK) {
@@ -313,16 +345,14 @@ static void test_output_overlap(mg_backend *b) {
                 MG_ERR_INVALID_ARGUMENT, "mg_gemm_bf16: act and out overlap");
     CHECK_ERROR(mg_gemm_bf16(b, NULL, m, n, k, act, weight, weight + 256, MG_DTYPE_F32, n),
                 MG_ERR_INVALID_ARGUMENT, "weight and out overlap");
-    CHECK_ERROR(mg_gemm_fp8_rowwise(b, NULL, m, n, k, act, scales, weight, scales + 64, scales,
-                                    n),
+    CHECK_ERROR(mg_gemm_fp8_rowwise(b, NULL, m, n, k, act, scales, weight, scales + 64, scales, n),
                 MG_ERR_INVALID_ARGUMENT, "out and act_scale overlap");
     /* a caller's workspace is written too */
-    mg_gemm_plan plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n,
-                         .out_type = MG_DTYPE_BF16};
-    mg_gemm_tensors gt = {.act = act, .weight = weight, .out = buf + 1024, .workspace = act,
-                          .workspace_bytes = 256};
-    CHECK_ERROR(mg_gemm(b, NULL, &plan, &gt), MG_ERR_INVALID_ARGUMENT,
-                "act and workspace overlap");
+    mg_gemm_plan plan = {
+        .kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_BF16};
+    mg_gemm_tensors gt = {
+        .act = act, .weight = weight, .out = buf + 1024, .workspace = act, .workspace_bytes = 256};
+    CHECK_ERROR(mg_gemm(b, NULL, &plan, &gt), MG_ERR_INVALID_ARGUMENT, "act and workspace overlap");
     CHECK_OK(mg_stream_synchronize(mg_stream_default(b)));
     uint8_t bytes[4096];
     CHECK_OK(mg_copy_d2h(b, bytes, buf, sizeof bytes));
@@ -332,8 +362,8 @@ static void test_output_overlap(mg_backend *b) {
     CHECK(touched == 0);
 
     /* attention: o inside q, lse inside k; both refused before the plan runs */
-    const mg_attention_desc desc = {.num_qo_heads = 2, .num_kv_heads = 1, .head_dim = 8,
-                                    .window_left = -1, .sm_scale = 0.5f};
+    const mg_attention_desc desc = {
+        .num_qo_heads = 2, .num_kv_heads = 1, .head_dim = 8, .window_left = -1, .sm_scale = 0.5f};
     int32_t qo[3] = {0, 2, 3}, kv[3] = {0, 3, 5};
     mg_attention_plan *p = NULL;
     CHECK_OK(mg_attention_plan_create(b, &desc, qo, kv, 2, NULL, &p));

@@ -27,7 +27,8 @@ static void test_names(void) {
     const char *names[4] = {0};
     /* the fast CPU providers first, the reference (which defines the results) last */
     CHECK(mg_op_providers(MG_OP_GEMM_BF16, MG_BACKEND_CPU, names, 4) == 3);
-    CHECK(names[0] && !strcmp(names[0], "cpu_avx2") && names[1] && !strcmp(names[1], "cpu_portable"));
+    CHECK(names[0] && !strcmp(names[0], "cpu_avx2") && names[1] &&
+          !strcmp(names[1], "cpu_portable"));
     CHECK(names[2] && !strcmp(names[2], "reference"));
     CHECK(mg_op_providers(MG_OP_COUNT, MG_BACKEND_CPU, names, 4) == 0);
 }
@@ -44,8 +45,8 @@ static void test_closed_backend(void) {
 }
 
 /* Small integer inputs make every product and sum exact in FP32: the result is known. */
-static int gemm_round_trip(mg_backend *b, mg_stream *s, const mg_gemm_tensors *operands,
-                           uint32_t m, uint32_t n, uint32_t k) {
+static int gemm_round_trip(mg_backend *b, mg_stream *s, const mg_gemm_tensors *operands, uint32_t m,
+                           uint32_t n, uint32_t k) {
     size_t act_n = (size_t)m * k, weight_n = (size_t)n * k, out_n = (size_t)m * n;
     uint16_t *act = malloc(act_n * 2), *weight = malloc(weight_n * 2);
     float *out = malloc(out_n * 4);
@@ -59,8 +60,8 @@ static int gemm_round_trip(mg_backend *b, mg_stream *s, const mg_gemm_tensors *o
     CHECK_OK(mg_copy_h2d(b, operands->act, act, act_n * 2));
     CHECK_OK(mg_copy_h2d(b, operands->weight, weight, weight_n * 2));
     CHECK_OK(mg_memset(b, operands->out, 0x7F, out_n * 4)); /* poison */
-    mg_gemm_plan plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n,
-                         .out_type = MG_DTYPE_F32};
+    mg_gemm_plan plan = {
+        .kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_F32};
     CHECK_OK(mg_gemm(b, s, &plan, operands));
     CHECK_OK(mg_stream_synchronize(s ? s : mg_stream_default(b)));
     CHECK_OK(mg_copy_d2h(b, out, operands->out, out_n * 4));
@@ -90,10 +91,13 @@ enum { ATTN_QO_HEADS = 4, ATTN_KV_HEADS = 2, ATTN_HEAD_DIM = 64, ATTN_MAX_Q = 24
 
 static mg_attention_tensors attn_tensors(const attn_buffers *a, bool ws, const int32_t *qo,
                                          const int32_t *kv, uint32_t batch) {
-    return (mg_attention_tensors){.q = a->q, .k = a->k, .v = a->v,
+    return (mg_attention_tensors){.q = a->q,
+                                  .k = a->k,
+                                  .v = a->v,
                                   .o = ws ? a->o_ws : a->o_lib,
                                   .lse = ws ? a->lse_ws : a->lse_lib,
-                                  .qo_rows = (uint32_t)qo[batch], .kv_rows = (uint32_t)kv[batch]};
+                                  .qo_rows = (uint32_t)qo[batch],
+                                  .kv_rows = (uint32_t)kv[batch]};
 }
 
 /* Whether the two plans' outputs (o and lse, poisoned alike first) are bitwise equal. */
@@ -135,8 +139,11 @@ static bool device_equals(mg_backend *b, mg_devptr p, const uint8_t *want, size_
 static void test_attention_workspace(mg_backend *b, mg_stream *s) {
     if (!mg_op_supported(b, MG_OP_ATTENTION_RAGGED))
         return;
-    mg_attention_desc d = {.num_qo_heads = ATTN_QO_HEADS, .num_kv_heads = ATTN_KV_HEADS,
-                           .head_dim = ATTN_HEAD_DIM, .causal = true, .window_left = -1,
+    mg_attention_desc d = {.num_qo_heads = ATTN_QO_HEADS,
+                           .num_kv_heads = ATTN_KV_HEADS,
+                           .head_dim = ATTN_HEAD_DIM,
+                           .causal = true,
+                           .window_left = -1,
                            .sm_scale = 0.125f};
     int32_t qo1[4] = {0, 3, 10, 12}, kv1[4] = {0, 5, 17, 30};
     int32_t qo2[4] = {0, 8, 9, 20}, kv2[4] = {0, 8, 21, 36};
@@ -170,8 +177,7 @@ static void test_attention_workspace(mg_backend *b, mg_stream *s) {
     CHECK_OK(mg_attention_workspace_bytes(b, &d, qo1, kv1, 3, &need1));
     CHECK_OK(mg_attention_workspace_bytes(b, &d, qo2, kv2, 3, &need2));
     CHECK(need1 > 0 && need1 % 16 == 0 && need2 > 0 && need2 % 16 == 0);
-    CHECK_STATUS(mg_attention_workspace_bytes(b, &d, qo1, kv1, 0, &bytes),
-                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_attention_workspace_bytes(b, &d, qo1, kv1, 0, &bytes), MG_ERR_INVALID_ARGUMENT);
     CHECK(bytes == 0);
     CHECK_STATUS(mg_attention_workspace_bytes(b, NULL, qo1, kv1, 3, &bytes),
                  MG_ERR_INVALID_ARGUMENT);
@@ -301,8 +307,7 @@ static void test_backend(mg_backend_kind kind) {
     for (int i = 0; i < MG_OP_COUNT; i++)
         (void)mg_op_supported(b, (mg_op)i);
     char reason[256] = "";
-    CHECK(!mg_op_provider_available(b, MG_OP_GEMM_BF16, "no-such-provider", reason,
-                                    sizeof reason));
+    CHECK(!mg_op_provider_available(b, MG_OP_GEMM_BF16, "no-such-provider", reason, sizeof reason));
     CHECK(strstr(reason, "no-such-provider") != NULL);
     CHECK(!strcmp(before, mg_last_error()));
 
@@ -321,7 +326,8 @@ static void test_backend(mg_backend_kind kind) {
     const char *names[4] = {0};
     CHECK(mg_op_providers(MG_OP_GEMM_BF16, kind, names, 4) >= 1);
     const char *native = names[0]; /* the first this machine can run (cpu_avx2 needs AVX2) */
-    for (size_t i = 0; i < 4 && names[i] && !mg_op_provider_available(b, MG_OP_GEMM_BF16, native, NULL, 0); i++)
+    for (size_t i = 0;
+         i < 4 && names[i] && !mg_op_provider_available(b, MG_OP_GEMM_BF16, native, NULL, 0); i++)
         native = names[i];
     CHECK_OK(mg_op_force_provider(b, MG_OP_GEMM_BF16, native));
     mg_op_stats stats;
@@ -333,8 +339,8 @@ static void test_backend(mg_backend_kind kind) {
      * later calls on a new stream allocate nothing. */
     uint32_t m = (uint32_t)test_rand_range(1, 37), n = (uint32_t)test_rand_range(1, 40) * 8,
              k = (uint32_t)test_rand_range(1, 50) * 8;
-    mg_gemm_plan plan = {.kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n,
-                         .out_type = MG_DTYPE_F32};
+    mg_gemm_plan plan = {
+        .kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_F32};
     size_t workspace_bytes = 1;
     CHECK_OK(mg_gemm_workspace_bytes(b, &plan, &workspace_bytes));
     CHECK(kind != MG_BACKEND_CPU || workspace_bytes == 0);
@@ -389,8 +395,11 @@ static void test_backend(mg_backend_kind kind) {
     /* A forced provider that cannot run a shape fails the call with its reason. */
     if (kind == MG_BACKEND_CUDA && mg_op_supported(b, MG_OP_ATTENTION_RAGGED)) {
         CHECK_OK(mg_op_force_provider(b, MG_OP_ATTENTION_RAGGED, "flashinfer"));
-        mg_attention_desc d = {.num_qo_heads = 4, .num_kv_heads = 1, .head_dim = 96,
-                               .window_left = -1, .sm_scale = 0.1f};
+        mg_attention_desc d = {.num_qo_heads = 4,
+                               .num_kv_heads = 1,
+                               .head_dim = 96,
+                               .window_left = -1,
+                               .sm_scale = 0.1f};
         int32_t qo[2] = {0, 3}, kv[2] = {0, 5};
         mg_attention_plan *p = NULL;
         CHECK_STATUS(mg_attention_plan_create(b, &d, qo, kv, 1, NULL, &p), MG_ERR_UNSUPPORTED);

@@ -250,8 +250,8 @@ static void test_greedy(dev *d) {
             params[r].seed = test_rand();
             params[r].step = r;
         }
-        mg_sample_desc desc = {.rows = rows, .vocab = V, .logits_dtype = MG_DTYPE_F32,
-                               .logits_pitch = pitch};
+        mg_sample_desc desc = {
+            .rows = rows, .vocab = V, .logits_dtype = MG_DTYPE_F32, .logits_pitch = pitch};
         CHECK_OK(run_sample(d, &desc, x, (size_t)rows * pitch * 4, params, NULL, ids));
         CHECK_OK(mg_copy_h2d(d->b, d->logits, x, (size_t)rows * pitch * 4));
         CHECK_OK(mg_argmax_f32(d->b, d->s, rows, V, d->logits, pitch, d->ids));
@@ -322,8 +322,8 @@ static void test_distribution(dev *d, uint32_t V, uint32_t draws, int trials) {
             params[r].seed = seed + r / 4; /* several steps of several seeds */
             params[r].step = r % 4;
         }
-        mg_sample_desc desc = {.rows = draws, .vocab = V, .logits_dtype = MG_DTYPE_F32,
-                               .history_pitch = H};
+        mg_sample_desc desc = {
+            .rows = draws, .vocab = V, .logits_dtype = MG_DTYPE_F32, .history_pitch = H};
         mg_status st = run_sample(d, &desc, x, (size_t)draws * V * 4, params, hist, ids);
         CHECK_OK(st);
         if (st)
@@ -438,8 +438,8 @@ static void test_graph(dev *d) {
     CHECK_OK(mg_copy_h2d(d->b, d->params, params, sizeof params));
     mg_graph *g = NULL;
     CHECK_OK(mg_graph_begin_capture(d->s));
-    CHECK_OK(mg_sample(d->b, d->s, &desc, d->logits, d->params, 0, d->workspace,
-                       d->workspace_bytes, d->ids));
+    CHECK_OK(mg_sample(d->b, d->s, &desc, d->logits, d->params, 0, d->workspace, d->workspace_bytes,
+                       d->ids));
     CHECK_OK(mg_graph_end_capture(d->s, &g));
     int distinct = 0, prev = -1;
     for (uint64_t step = 0; g && step < 20; step++) {
@@ -646,8 +646,7 @@ static void test_bad_arguments(dev *d) {
             "logits_pitch");
     bad = ok;
     bad.history_pitch = MG_SAMPLE_MAX_HISTORY + 1;
-    REFUSED(mg_sample(d->b, d->s, &bad, d->logits, d->params, d->history, d->workspace, ws,
-                      d->ids),
+    REFUSED(mg_sample(d->b, d->s, &bad, d->logits, d->params, d->history, d->workspace, ws, d->ids),
             "history_pitch");
     REFUSED(mg_sample(d->b, d->s, &ok, d->logits, d->params, 0, d->workspace, ws - 4, d->ids),
             "workspace_bytes");

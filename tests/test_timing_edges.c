@@ -73,8 +73,7 @@ static void test_null_arguments(mg_backend *b) {
     CHECK_ERROR(mg_timing_step_begin(NULL, 0), MG_ERR_INVALID_ARGUMENT, "NULL timing");
     CHECK_ERROR(mg_timing_get_counters(NULL, &counters), MG_ERR_INVALID_ARGUMENT, "NULL argument");
     CHECK_ERROR(mg_timing_get_counters(t, NULL), MG_ERR_INVALID_ARGUMENT, "NULL argument");
-    CHECK_ERROR(mg_timing_summary_get(NULL, 0, &summary), MG_ERR_INVALID_ARGUMENT,
-                "NULL argument");
+    CHECK_ERROR(mg_timing_summary_get(NULL, 0, &summary), MG_ERR_INVALID_ARGUMENT, "NULL argument");
     CHECK_ERROR(mg_timing_summary_get(t, 0, NULL), MG_ERR_INVALID_ARGUMENT, "NULL argument");
     CHECK_ERROR(mg_timing_print_summary(NULL, stderr), MG_ERR_INVALID_ARGUMENT, "NULL argument");
     CHECK_ERROR(mg_timing_print_summary(t, NULL), MG_ERR_INVALID_ARGUMENT, "NULL argument");
@@ -139,8 +138,8 @@ static void test_many_streams(mg_backend *b) {
     mg_stream *streams[STREAMS];
     for (int i = 0; i < STREAMS; i++)
         CHECK_OK(mg_stream_create(b, &streams[i]));
-    mg_timing_options o = {.level = MG_TELEMETRY_KERNEL, .pool_pairs = 2 * STREAMS,
-                           .kernel_span_every = 1};
+    mg_timing_options o = {
+        .level = MG_TELEMETRY_KERNEL, .pool_pairs = 2 * STREAMS, .kernel_span_every = 1};
     mg_timing *t = NULL;
     CHECK_OK(mg_timing_create(b, &o, &t));
     uint32_t unused = 0;

@@ -39,8 +39,8 @@ static inline void tp_mlp_check(mg_backend *const *tp, mg_backend *one, uint32_t
     mg_tp_mlp ranks[2], single;
     CHECK_OK(mg_comm_create_local(tp, 2, NULL, comms));
     for (int r = 0; r < 2; r++)
-        CHECK_OK(mg_tp_mlp_init(&ranks[r], tp[r], NULL, comms[r], hidden, inter, max_tokens, wg,
-                                wu, wd));
+        CHECK_OK(mg_tp_mlp_init(&ranks[r], tp[r], NULL, comms[r], hidden, inter, max_tokens, wg, wu,
+                                wd));
     CHECK_OK(mg_tp_mlp_init(&single, one, NULL, NULL, hidden, inter, max_tokens, wg, wu, wd));
     mg_tp_mlp *tp_ranks[2] = {&ranks[0], &ranks[1]}, *one_rank[1] = {&single};
     for (int step = 0; step < token_steps && !test_failures; step++) {
@@ -74,8 +74,8 @@ static inline void tp_mlp_check(mg_backend *const *tp, mg_backend *one, uint32_t
                 double err = fabs(a - b), bound = ldexp(fabs(b) + rms, -6);
                 worst = err / (fabs(b) + rms) > worst ? err / (fabs(b) + rms) : worst;
                 if (!(err <= bound) && bad++ < 3)
-                    fprintf(stderr, "  tokens %u rank %d y[%zu]: tp %.6g one-device %.6g\n", t,
-                            r, i, a, b);
+                    fprintf(stderr, "  tokens %u rank %d y[%zu]: tp %.6g one-device %.6g\n", t, r,
+                            i, a, b);
             }
             printf("tp mlp hidden %u inter %u tokens %u rank %d: worst error %.3g of "
                    "(|y| + rms)\n",

@@ -207,10 +207,11 @@ typedef enum mg_model_step {
 
 /* Derived row counts, exposed so callers and tests agree on them. */
 typedef struct mg_model_rows {
-    uint64_t tokens;             /* M */
-    uint64_t tokens_padded;      /* ceil16(M): rows of every buffer cuBLASLt reads or writes */
-    uint64_t decode_rows;        /* = max_batch_size: one sampled row per sequence */
-    uint64_t logits_rows;        /* min(M, max(160, decode_rows + 1)): decode rows + 1 sampler row, at least 160 */
+    uint64_t tokens;        /* M */
+    uint64_t tokens_padded; /* ceil16(M): rows of every buffer cuBLASLt reads or writes */
+    uint64_t decode_rows;   /* = max_batch_size: one sampled row per sequence */
+    uint64_t logits_rows;   /* min(M, max(160, decode_rows + 1)): decode rows + 1 sampler row, at
+                               least 160 */
     uint64_t logits_rows_padded; /* ceil16(logits_rows): the LM head is a cuBLASLt GEMM */
     uint64_t expert_rows;        /* MoE: ceil16(M * top_k + experts * 15): every expert's group
                                     padded to 16 rows; 0 when dense */

@@ -117,8 +117,8 @@ MG_API mg_status mg_comm_destroy(mg_comm *c);
  * out. */
 MG_API mg_status mg_comm_abort(mg_comm *c);
 
-MG_API int mg_comm_rank(const mg_comm *c);   /* -1 for NULL */
-MG_API int mg_comm_size(const mg_comm *c);   /* -1 for NULL */
+MG_API int mg_comm_rank(const mg_comm *c); /* -1 for NULL */
+MG_API int mg_comm_size(const mg_comm *c); /* -1 for NULL */
 MG_API mg_backend *mg_comm_backend(const mg_comm *c);
 
 /* Whether `dtype` can be communicated (and reduced) on `c`: BF16, F16 and F32 always; FP8 E4M3
@@ -138,9 +138,8 @@ MG_API mg_status mg_comm_all_reduce(mg_comm *c, mg_stream *s, mg_devptr send, mg
 MG_API mg_status mg_comm_all_gather(mg_comm *c, mg_stream *s, mg_devptr send, mg_devptr recv,
                                     size_t send_count, mg_dtype dtype);
 /* recv[i] = op over ranks of send[rank * recv_count + i]: send holds size * recv_count. */
-MG_API mg_status mg_comm_reduce_scatter(mg_comm *c, mg_stream *s, mg_devptr send,
-                                        mg_devptr recv, size_t recv_count, mg_dtype dtype,
-                                        mg_comm_reduce op);
+MG_API mg_status mg_comm_reduce_scatter(mg_comm *c, mg_stream *s, mg_devptr send, mg_devptr recv,
+                                        size_t recv_count, mg_dtype dtype, mg_comm_reduce op);
 /* recv[i] = send of rank `root` [i] on every rank; `send` is read on the root only (others
  * may pass 0). */
 MG_API mg_status mg_comm_broadcast(mg_comm *c, mg_stream *s, mg_devptr send, mg_devptr recv,

@@ -83,10 +83,10 @@ MG_API mg_status mg_backend_kind_parse(const char *name, mg_backend_kind *out);
 
 /* What a backend kind is on this machine, without opening it. */
 typedef struct mg_backend_probe {
-    bool compiled_in;  /* this build contains the backend */
-    bool usable;       /* it can be opened here (driver found, a device present) */
-    int device_count;  /* devices it can open; 0 when not usable */
-    char reason[256];  /* when not usable, why: e.g. "libcuda.so.1 not found" */
+    bool compiled_in; /* this build contains the backend */
+    bool usable;      /* it can be opened here (driver found, a device present) */
+    int device_count; /* devices it can open; 0 when not usable */
+    char reason[256]; /* when not usable, why: e.g. "libcuda.so.1 not found" */
 } mg_backend_probe;
 
 /* Never fails for a valid kind (not AUTO): unusable is reported through the struct. */
@@ -106,14 +106,14 @@ MG_API mg_status mg_backend_close(mg_backend *b);
 MG_API mg_backend_kind mg_backend_get_kind(const mg_backend *b);
 
 typedef struct mg_device_info {
-    char name[128];            /* e.g. "NVIDIA H200", "CPU (x86_64, 2 threads)" */
-    uint64_t total_bytes;      /* device memory */
-    int multiprocessors;       /* SMs; CPU: logical cores */
-    int cc_major, cc_minor;    /* compute capability; 0.0 for non-CUDA */
-    bool integrated;           /* shares memory with the host */
-    uint64_t l2_bytes;         /* 0 if unknown */
+    char name[128];                      /* e.g. "NVIDIA H200", "CPU (x86_64, 2 threads)" */
+    uint64_t total_bytes;                /* device memory */
+    int multiprocessors;                 /* SMs; CPU: logical cores */
+    int cc_major, cc_minor;              /* compute capability; 0.0 for non-CUDA */
+    bool integrated;                     /* shares memory with the host */
+    uint64_t l2_bytes;                   /* 0 if unknown */
     uint32_t max_shared_per_block_optin; /* bytes of dynamic shared memory a launch may ask */
-    char driver[64];           /* driver / runtime version text */
+    char driver[64];                     /* driver / runtime version text */
 } mg_device_info;
 
 MG_API mg_status mg_device_get_info(mg_backend *b, mg_device_info *out);
@@ -153,8 +153,9 @@ typedef enum mg_alloc_kind {
  * (MG_ERR_CAPTURING). */
 MG_API mg_status mg_alloc_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_devptr *out,
                              const char *file, int line);
-#define mg_alloc(b, bytes, out) mg_alloc_at((b), (bytes), MG_ALLOC_DEVICE, (out), __FILE__, __LINE__)
-#define mg_alloc_managed(b, bytes, out)                                                        \
+#define mg_alloc(b, bytes, out)                                                                    \
+    mg_alloc_at((b), (bytes), MG_ALLOC_DEVICE, (out), __FILE__, __LINE__)
+#define mg_alloc_managed(b, bytes, out)                                                            \
     mg_alloc_at((b), (bytes), MG_ALLOC_MANAGED, (out), __FILE__, __LINE__)
 
 /* Frees an allocation by its base address. 0 is a no-op. An interior pointer, an address
@@ -169,8 +170,8 @@ MG_API mg_status mg_ledger_live(mg_backend *b, uint64_t *live_bytes, uint64_t *l
 typedef struct mg_ledger_site {
     const char *file; /* as passed to mg_alloc_at; static storage */
     int line;
-    uint64_t bytes;   /* live bytes allocated from this site */
-    uint64_t count;   /* live allocations from this site */
+    uint64_t bytes; /* live bytes allocated from this site */
+    uint64_t count; /* live allocations from this site */
 } mg_ledger_site;
 
 /* The call sites holding at least `min_bytes` live, largest first. Writes up to `max_sites`
@@ -307,7 +308,8 @@ MG_API mg_status mg_host_device_pointer(mg_backend *b, void *host, mg_devptr *ou
  * registered and while queued or captured work reads it. MG_ERR_UNSUPPORTED on backends that
  * cannot map foreign host memory (CUDA, whose foreign device pointers need no registration);
  * MG_ERR_INVALID_ARGUMENT for NULL, zero bytes, or a range whose first or last byte lies in
- * one already registered or allocated. Not while a stream of `b` is capturing (MG_ERR_CAPTURING). */
+ * one already registered or allocated. Not while a stream of `b` is capturing (MG_ERR_CAPTURING).
+ */
 MG_API mg_status mg_host_register(mg_backend *b, void *host, size_t bytes, mg_devptr *out);
 /* `host` must be the base of a registered range; MG_ERR_INVALID_ARGUMENT otherwise. */
 MG_API mg_status mg_host_unregister(mg_backend *b, void *host);

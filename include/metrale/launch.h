@@ -69,7 +69,7 @@ struct mg_launch {
     uint32_t flags; /* MG_LAUNCH_* (mg_launch_init clears them) */
     uint32_t arg_count;
     uint32_t slot_count;
-    mg_status error; /* first error while building; MG_OK otherwise */
+    mg_status error;         /* first error while building; MG_OK otherwise */
     char error_message[192]; /* its message, kept for mg_launch_run's report */
     mg_launch_arg args[MG_LAUNCH_MAX_ARGS];
     _Alignas(64) uint64_t slots[MG_LAUNCH_MAX_SLOTS];
@@ -95,8 +95,8 @@ MG_API mg_status mg_launch_status(const mg_launch *l);
 /* Enqueues `count` launches of kernel `k` with the same builder on `s`, checking handles and
  * arguments once and skipping per-launch timing and debug synchronisation: the backend's
  * own launch floor, which benchmarks compare mg_launch_run's per-call cost against. */
-MG_API mg_status mg_launch_run_repeated(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_launch *launch,
-                                 uint32_t count);
+MG_API mg_status mg_launch_run_repeated(mg_backend *b, mg_kernel *k, mg_stream *s,
+                                        const mg_launch *launch, uint32_t count);
 
 /* Pointer to argument i's first slot, or NULL if i is out of range. */
 MG_API const void *mg_launch_arg_data(const mg_launch *l, uint32_t i);

@@ -99,13 +99,13 @@ MG_API mg_status mg_mlx_config_module(const mg_mlx_config *c, const char *module
 /* ------------------------------------------------------------------ layers */
 
 typedef struct mg_mlx_linear {
-    uint32_t experts;    /* 1 for a plain layer; E for experts stacked on a leading axis */
-    uint32_t n, k;       /* output and input features */
+    uint32_t experts; /* 1 for a plain layer; E for experts stacked on a leading axis */
+    uint32_t n, k;    /* output and input features */
     uint32_t bits, group_size;
-    mg_dtype scale_type; /* MG_DTYPE_BF16 or MG_DTYPE_F16: scales and biases */
-    mg_devptr weight;    /* U32 [experts, n, k * bits / 32] */
+    mg_dtype scale_type;      /* MG_DTYPE_BF16 or MG_DTYPE_F16: scales and biases */
+    mg_devptr weight;         /* U32 [experts, n, k * bits / 32] */
     mg_devptr scales, biases; /* [experts, n, k / group_size] */
-    mg_devptr bias;      /* [experts, n] of bias_type, or 0 when the layer has none */
+    mg_devptr bias;           /* [experts, n] of bias_type, or 0 when the layer has none */
     mg_dtype bias_type;
 } mg_mlx_linear;
 
@@ -133,8 +133,8 @@ MG_API mg_status mg_mlx_gemv_silu_gate(mg_backend *b, mg_stream *s, const mg_mlx
                                        uint32_t expert, uint32_t m, mg_devptr g, mg_devptr u,
                                        mg_devptr y);
 MG_API mg_status mg_mlx_gemv_silu_gate_resid(mg_backend *b, mg_stream *s, const mg_mlx_linear *w,
-                                             uint32_t expert, uint32_t m, mg_devptr g,
-                                             mg_devptr u, mg_devptr resid, mg_devptr y);
+                                             uint32_t expert, uint32_t m, mg_devptr g, mg_devptr u,
+                                             mg_devptr resid, mg_devptr y);
 /* gate and up: the same experts, n, k, bits, group_size and scale_type. */
 MG_API mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *gate,
                                      const mg_mlx_linear *up, uint32_t expert, uint32_t m,
@@ -150,8 +150,8 @@ MG_API mg_status mg_mlx_gemm(mg_backend *b, mg_stream *s, const mg_mlx_linear *w
  * above (one FP32 addition, then BF16 to nearest even): for a caller whose product came from
  * another op, e.g. a BF16 GEMM of a checkpoint whose projections have biases. y and bias must
  * not overlap; y is 2-byte aligned, bias aligned to its element size. Kernel mlx_add_bias. */
-MG_API mg_status mg_mlx_add_bias(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
-                                 mg_devptr y, mg_devptr bias, mg_dtype bias_type);
+MG_API mg_status mg_mlx_add_bias(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, mg_devptr y,
+                                 mg_devptr bias, mg_dtype bias_type);
 
 #ifdef __cplusplus
 }

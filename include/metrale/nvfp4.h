@@ -47,9 +47,9 @@
  *      nvfp4_quantize(in, global, packed, scales, u32 n, u32 k, u32 in_pitch)
  *      nvfp4_dequantize_bf16(packed, scales, global, out, u32 n, u32 k)
  *      nvfp4_dequantize_f32(packed, scales, global, out, u32 n, u32 k)
- *      nvfp4_transpose_nibbles(in, out, u32 rows, u32 cols)   in [rows, cols/2] -> out [cols, rows/2]
- *      nvfp4_transpose_bytes(in, out, u32 rows, u32 cols)     in [rows, cols]   -> out [cols, rows]
- *      nvfp4_scales_swizzle(in, out, u32 rows, u32 cols)      [rows, cols] -> swizzled
+ *      nvfp4_transpose_nibbles(in, out, u32 rows, u32 cols)   in [rows, cols/2] -> out [cols,
+ * rows/2] nvfp4_transpose_bytes(in, out, u32 rows, u32 cols)     in [rows, cols]   -> out [cols,
+ * rows] nvfp4_scales_swizzle(in, out, u32 rows, u32 cols)      [rows, cols] -> swizzled
  *      nvfp4_scales_unswizzle(in, out, u32 rows, u32 cols)    swizzled -> [rows, cols]
  *  - Alignment: BF16/FP32 tensors 16-byte aligned (and in_pitch a multiple of 8 elements),
  *    packed weights 8-byte aligned for quantize and dequantize (the transposes move bytes and
@@ -175,9 +175,8 @@ typedef struct mg_nvfp4_import_info {
 MG_API mg_status mg_nvfp4_import_modelopt(const mg_nvfp4_tensor_view *weight,
                                           const mg_nvfp4_tensor_view *weight_scale,
                                           const mg_nvfp4_tensor_view *weight_scale_2,
-                                          uint8_t *packed, size_t packed_capacity,
-                                          uint8_t *scales, size_t scales_capacity,
-                                          mg_nvfp4_import_info *info);
+                                          uint8_t *packed, size_t packed_capacity, uint8_t *scales,
+                                          size_t scales_capacity, mg_nvfp4_import_info *info);
 
 /* compressed-tensors ("nvfp4-pack-quantized"): `weight_packed` U8 [N, K/2] (same nibble order),
  * `weight_scale` F8_E4M3 [N, K/16] and `weight_global_scale` F32 scalar, which DIVIDES: the

@@ -70,7 +70,7 @@ MG_API bool mg_op_supported(mg_backend *b, mg_op op);
 /* Whether provider `provider` of `op` can run on `b`; if not, `reason` (when not NULL) says
  * why: no such provider, another backend, or what it lacks here. */
 MG_API bool mg_op_provider_available(mg_backend *b, mg_op op, const char *provider, char *reason,
-                              size_t reason_bytes);
+                                     size_t reason_bytes);
 /* The names of the providers of `op` for backend kind `kind`, in order of preference, into
  * names[0 .. max); returns how many there are (which may exceed max). */
 MG_API size_t mg_op_providers(mg_op op, mg_backend_kind kind, const char **names, size_t max);
@@ -80,12 +80,12 @@ MG_API size_t mg_op_providers(mg_op op, mg_backend_kind kind, const char **names
 MG_API mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider);
 
 typedef struct mg_op_stats {
-    uint64_t calls;            /* calls that were enqueued */
-    uint64_t plans;            /* plans created (per shape, per batch layout) */
-    uint64_t workspace_bytes;  /* device workspace the op's providers hold now for `b` */
+    uint64_t calls;                  /* calls that were enqueued */
+    uint64_t plans;                  /* plans created (per shape, per batch layout) */
+    uint64_t workspace_bytes;        /* device workspace the op's providers hold now for `b` */
     uint64_t caller_workspace_calls; /* calls that ran in a workspace the caller supplied */
-    char provider[32];         /* provider of the latest call; "" before the first */
-    char forced[32];           /* the forced provider; "" when automatic */
+    char provider[32];               /* provider of the latest call; "" before the first */
+    char forced[32];                 /* the forced provider; "" when automatic */
 } mg_op_stats;
 
 MG_API mg_status mg_op_stats_get(mg_backend *b, mg_op op, mg_op_stats *out);

@@ -161,10 +161,11 @@ MG_API mg_status mg_attention_run(mg_attention_plan *p, const mg_attention_tenso
 
 /* Waits only for the plan's own uploads; the caller must make sure no run of `p` is still
  * executing or will be replayed (a captured graph keeps using its workspaces). NULL is a
- * no-op. A caller's workspace is left allocated (the caller frees it, after this). A plan may outlive its backend: mg_backend_close already released the plan's device
- * and pinned memory, so destroy then frees only the plan's host memory, and every other call
- * on the plan returns MG_ERR_INVALID_ARGUMENT. Destroy plans before closing their backend
- * where possible (a backend opened later at the same address cannot always be told apart). */
+ * no-op. A caller's workspace is left allocated (the caller frees it, after this). A plan may
+ * outlive its backend: mg_backend_close already released the plan's device and pinned memory, so
+ * destroy then frees only the plan's host memory, and every other call on the plan returns
+ * MG_ERR_INVALID_ARGUMENT. Destroy plans before closing their backend where possible (a backend
+ * opened later at the same address cannot always be told apart). */
 MG_API mg_status mg_attention_plan_destroy(mg_attention_plan *p);
 
 typedef struct mg_attention_plan_info {

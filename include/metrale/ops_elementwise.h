@@ -41,8 +41,8 @@ extern "C" {
 /* ids: int32 [rows]; src (and add, or 0): BF16 [src_rows, cols]; out: BF16 [rows, cols],
  * not overlapping src or add. */
 MG_API mg_status mg_gather_rows_bf16(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t cols,
-                                     mg_devptr ids, uint32_t src_rows, mg_devptr src,
-                                     mg_devptr add, mg_devptr out);
+                                     mg_devptr ids, uint32_t src_rows, mg_devptr src, mg_devptr add,
+                                     mg_devptr out);
 
 /* x: BF16 [rows, cols] (updated in place when add is not 0); add: BF16 [rows, cols] or 0;
  * weight: BF16 [cols]; out: BF16 [rows, cols], either x itself (only without an add) or not

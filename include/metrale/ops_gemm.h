@@ -190,7 +190,7 @@ typedef struct mg_gemm_tensors {
  * pointer_alignment is ignored: the pointers give it), `t` the operands. mg_gemm_bf16 and the
  * mg_gemm_fp8_* calls above are this with the library-owned workspace. */
 MG_API mg_status mg_gemm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plan,
-                  const mg_gemm_tensors *t);
+                         const mg_gemm_tensors *t);
 
 /* The workspace bytes a call of `plan` on `b` needs from a caller who supplies one: 32 MiB with
  * cuBLASLt, 0 on the CPU reference. Host-only; creates nothing. */

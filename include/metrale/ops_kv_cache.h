@@ -142,7 +142,7 @@ typedef struct mg_kv_append_args {
     uint32_t q_stride, num_qo_heads; /* rope with q */
     mg_devptr positions;             /* int32 [num_tokens], or 0: the kv position */
     bool rope;
-    float rope_theta; /* > 0, e.g. 10000 or 500000 */
+    float rope_theta;                                             /* > 0, e.g. 10000 or 500000 */
     mg_devptr qo_indptr, kv_indptr, kv_indices, kv_last_page_len; /* int32, device */
     mg_devptr k_pages, v_pages;                                   /* mg_kv_cache_pools */
     mg_devptr k_scale, v_scale; /* FP8 pools: FP32 [num_kv_heads], finite and > 0; else 0 */
@@ -177,32 +177,32 @@ MG_API mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_des
  * A caller's workspace (desc.workspace) is not supported for paged plans.
  *
  * FlashInfer's paths on CUDA (desc.impl; mg_attention_plan_get_info says which one a plan took,
- * AUTO for a "split_kv_decode" plan): FA2 serves every shape FlashInfer is built for. FA3 (FlashInfer's Hopper paged prefill) is built for BF16 pools at
- * head_dim 128 without soft-cap, any page size, with or without a sliding window, and runs on
- * compute capability 9.0 only; MG_ATTENTION_IMPL_FA3 elsewhere (or for another shape, or a batch
- * too large for its per-head schedule) is MG_ERR_UNSUPPORTED when planned.
- * MG_ATTENTION_IMPL_AUTO (0, the default) takes FA3 where it can serve the plan and the batch is
- * prefill-like: at least 128 query rows per request on average (qo_indptr[B] over the requests
- * with new tokens, or a fixed-grid plan's graph_qo_rows / B, decided once at creation); decode
- * and short chunks stay on FA2, whose split-KV schedule and packed GQA heads suit them. A
- * fixed-grid plan keeps the path it was created with. The CPU backend ignores impl (its
- * reference serves every plan). */
+ * AUTO for a "split_kv_decode" plan): FA2 serves every shape FlashInfer is built for. FA3
+ * (FlashInfer's Hopper paged prefill) is built for BF16 pools at head_dim 128 without soft-cap, any
+ * page size, with or without a sliding window, and runs on compute capability 9.0 only;
+ * MG_ATTENTION_IMPL_FA3 elsewhere (or for another shape, or a batch too large for its per-head
+ * schedule) is MG_ERR_UNSUPPORTED when planned. MG_ATTENTION_IMPL_AUTO (0, the default) takes FA3
+ * where it can serve the plan and the batch is prefill-like: at least 128 query rows per request on
+ * average (qo_indptr[B] over the requests with new tokens, or a fixed-grid plan's graph_qo_rows /
+ * B, decided once at creation); decode and short chunks stay on FA2, whose split-KV schedule and
+ * packed GQA heads suit them. A fixed-grid plan keeps the path it was created with. The CPU backend
+ * ignores impl (its reference serves every plan). */
 typedef struct mg_paged_attention_desc {
     uint32_t num_qo_heads, num_kv_heads, head_dim;
-    uint32_t page_size;      /* as the cache (0: default 16) */
-    int32_t window_left;     /* -1: none; else query at p sees keys p - w .. p */
-    float sm_scale;          /* finite, > 0 */
-    float logits_soft_cap;   /* 0: none; else finite > 0 */
-    uint32_t graph_qo_rows;  /* 0: eager; else q/o capacity in rows (fixed-grid) */
+    uint32_t page_size;       /* as the cache (0: default 16) */
+    int32_t window_left;      /* -1: none; else query at p sees keys p - w .. p */
+    float sm_scale;           /* finite, > 0 */
+    float logits_soft_cap;    /* 0: none; else finite > 0 */
+    uint32_t graph_qo_rows;   /* 0: eager; else q/o capacity in rows (fixed-grid) */
     uint32_t graph_kv_tokens; /* fixed-grid: bound on the planned kv tokens */
     mg_kv_dtype kv_dtype;     /* as the cache */
     mg_attention_impl impl;   /* 0 (AUTO): see above; FA2 or FA3 demands that path (CUDA) */
 } mg_paged_attention_desc;
 
 typedef struct mg_paged_attention_tensors {
-    mg_devptr q, o;   /* BF16 [qo_rows, num_qo_heads, head_dim], 16-byte aligned */
-    mg_devptr lse;    /* FP32 [qo_rows, num_qo_heads] base-2, or 0 */
-    uint32_t qo_rows; /* the plan's qo total (fixed-grid: the capacity) */
+    mg_devptr q, o;             /* BF16 [qo_rows, num_qo_heads, head_dim], 16-byte aligned */
+    mg_devptr lse;              /* FP32 [qo_rows, num_qo_heads] base-2, or 0 */
+    uint32_t qo_rows;           /* the plan's qo total (fixed-grid: the capacity) */
     mg_devptr k_pages, v_pages; /* mg_kv_cache_pools */
     uint32_t num_pages;         /* pages in each pool */
     mg_devptr kv_indices;       /* int32 device array, num_kv_indices entries */
@@ -213,8 +213,8 @@ typedef struct mg_paged_attention_tensors {
 MG_API mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention_desc *d,
                                                 const mg_kv_page_table *table, mg_stream *s,
                                                 mg_attention_plan **out);
-MG_API mg_status mg_paged_attention_plan_update(mg_attention_plan *p,
-                                                const mg_kv_page_table *table, mg_stream *s);
+MG_API mg_status mg_paged_attention_plan_update(mg_attention_plan *p, const mg_kv_page_table *table,
+                                                mg_stream *s);
 /* Launches the planned attention. The CPU backend checks every planned kv_indices entry
  * against num_pages before computing; CUDA trusts them (validate tables on the host). */
 MG_API mg_status mg_paged_attention_run(mg_attention_plan *p, const mg_paged_attention_tensors *t,

@@ -71,9 +71,9 @@ extern "C" {
 #define MG_MOE_SORT_CHUNK 4096u
 
 typedef struct mg_moe_topk_desc {
-    uint32_t tokens;  /* T >= 1 */
-    uint32_t experts; /* E, 1 .. MG_MOE_MAX_EXPERTS */
-    uint32_t k;       /* 1 .. min(E, MG_MOE_MAX_TOPK) */
+    uint32_t tokens;       /* T >= 1 */
+    uint32_t experts;      /* E, 1 .. MG_MOE_MAX_EXPERTS */
+    uint32_t k;            /* 1 .. min(E, MG_MOE_MAX_TOPK) */
     mg_dtype logits_dtype; /* MG_DTYPE_BF16 or MG_DTYPE_F32 */
     uint32_t logits_pitch; /* elements between rows of logits; 0 means E */
     bool renormalize;      /* the k weights sum to 1 (else: plain softmax probabilities) */

@@ -101,9 +101,8 @@ MG_API mg_status mg_nvfp4_gemm(mg_backend *b, mg_stream *s, uint32_t m, uint32_t
 MG_API size_t mg_nvfp4_gemm_workspace_bytes(uint32_t m, uint32_t n, uint32_t k);
 MG_API mg_status mg_nvfp4_gemm_with_workspace(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
                                               uint32_t k, mg_devptr act, uint32_t act_pitch,
-                                              const mg_nvfp4_weight *w, mg_devptr out,
-                                              uint32_t ldc, mg_devptr workspace,
-                                              size_t workspace_bytes);
+                                              const mg_nvfp4_weight *w, mg_devptr out, uint32_t ldc,
+                                              mg_devptr workspace, size_t workspace_bytes);
 
 /* Dense fused gate_up: out[m, n] = silu(act . gateᵀ) * (act . upᵀ), the activation read once
  * for both weights (each N x K, with its own global scale). Same rules as mg_nvfp4_gemm. */
@@ -122,10 +121,10 @@ MG_API mg_status mg_nvfp4_gemm_gate_up(mg_backend *b, mg_stream *s, uint32_t m, 
  * `up` (optional) makes it the fused gate_up form: gate = `w`, up = `up`, both [experts, n, k],
  * and out[r, n] = silu(gate_r . act) * (up_r . act), the activation read once for both. */
 typedef struct mg_nvfp4_moe_desc {
-    uint32_t experts;  /* E >= 1 */
-    uint32_t rows;     /* rows of the grouped problem (tokens * top_k), >= 1 */
-    uint32_t act_rows; /* rows of act (the tokens) */
-    uint32_t n, k;     /* per expert: N >= 1, K a multiple of 16 */
+    uint32_t experts;        /* E >= 1 */
+    uint32_t rows;           /* rows of the grouped problem (tokens * top_k), >= 1 */
+    uint32_t act_rows;       /* rows of act (the tokens) */
+    uint32_t n, k;           /* per expert: N >= 1, K a multiple of 16 */
     uint32_t act_pitch, ldc; /* 0: k and n */
 } mg_nvfp4_moe_desc;
 

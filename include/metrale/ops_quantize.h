@@ -101,8 +101,8 @@ MG_API size_t mg_fp8_quant_output_bytes(const mg_fp8_quant_desc *d);
  *                         (rows_out = rows_pad in the GEMM layout, else rows; the scale of
  *                         row r, block g is at r * scale_row_stride + g * scale_block_stride)
  * Per-tensor mode keeps the running amax, as FP32 bits, in scales[0] between its kernels. */
-MG_API mg_status mg_fp8_quantize(mg_backend *b, mg_stream *s, const mg_fp8_quant_desc *d, mg_devptr in,
-                          mg_devptr out, mg_devptr scales);
+MG_API mg_status mg_fp8_quantize(mg_backend *b, mg_stream *s, const mg_fp8_quant_desc *d,
+                                 mg_devptr in, mg_devptr out, mg_devptr scales);
 
 #ifdef __cplusplus
 }

@@ -77,16 +77,16 @@ extern "C" {
 
 /* One row's parameters, in device memory: 48 bytes, 8-byte aligned, no padding. */
 typedef struct mg_sample_params {
-    uint64_t seed;             /* the generator's key: a request's own seed */
-    uint64_t step;             /* the generator's counter: e.g. the index of the token drawn */
-    float temperature;         /* 0: greedy; else finite and > 0 */
-    float top_p;               /* (0, 1]; 1: off */
-    float min_p;               /* [0, 1]; 0: off */
-    float repetition_penalty;  /* finite, > 0; 1: off */
-    float presence_penalty;    /* finite, |p| <= MG_SAMPLE_MAX_ADDITIVE_PENALTY; 0: off */
-    float frequency_penalty;   /* the same; 0: off */
-    uint32_t top_k;            /* 0 or >= vocab: off */
-    uint32_t history_len;      /* ids of the row's history to penalise, <= history_pitch */
+    uint64_t seed;            /* the generator's key: a request's own seed */
+    uint64_t step;            /* the generator's counter: e.g. the index of the token drawn */
+    float temperature;        /* 0: greedy; else finite and > 0 */
+    float top_p;              /* (0, 1]; 1: off */
+    float min_p;              /* [0, 1]; 0: off */
+    float repetition_penalty; /* finite, > 0; 1: off */
+    float presence_penalty;   /* finite, |p| <= MG_SAMPLE_MAX_ADDITIVE_PENALTY; 0: off */
+    float frequency_penalty;  /* the same; 0: off */
+    uint32_t top_k;           /* 0 or >= vocab: off */
+    uint32_t history_len;     /* ids of the row's history to penalise, <= history_pitch */
 } mg_sample_params;
 
 /* Parameters that change nothing: greedy, no filter, no penalty. */

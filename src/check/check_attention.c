@@ -735,8 +735,8 @@ static void check_caller_workspace(mg_check_ctx *ctx, mg_check_result *result) {
     }
     OK(st);
     size_t bytes = 0;
-    OK(mg_attention_workspace_bytes(be, &desc, first.qo_indptr, first.kv_indptr,
-                                    first.batch_size, &bytes));
+    OK(mg_attention_workspace_bytes(be, &desc, first.qo_indptr, first.kv_indptr, first.batch_size,
+                                    &bytes));
     OK(mg_alloc(be, bytes, &workspace));
     OK(mg_memset(be, workspace, 0xA5, bytes)); /* nothing may depend on its contents */
     uint64_t live0 = 0, count0 = 0, live1 = 0, count1 = 0;
@@ -745,8 +745,8 @@ static void check_caller_workspace(mg_check_ctx *ctx, mg_check_result *result) {
     mg_attention_desc own_desc = desc;
     own_desc.workspace = workspace;
     own_desc.workspace_bytes = bytes;
-    OK(mg_attention_plan_create(be, &own_desc, first.qo_indptr, first.kv_indptr,
-                                first.batch_size, s, &p_own));
+    OK(mg_attention_plan_create(be, &own_desc, first.qo_indptr, first.kv_indptr, first.batch_size,
+                                s, &p_own));
     mg_attention_tensors at_lib = tensors_of(&lib, cap_q, cap_k);
     mg_attention_tensors at_own = tensors_of(&own, cap_q, cap_k);
     OK(mg_attention_run(p_lib, &at_lib, s));

@@ -87,8 +87,8 @@ static void check_gather(mg_check_ctx *ctx, mg_check_result *result) {
                    "an out-of-range id's row is not zero");
     }
     snprintf(result->detail, sizeof result->detail,
-             "%u rows of %u from %u, with and without the add, 2 ids out of range: bit-exact",
-             rows, cols, src_rows);
+             "%u rows of %u from %u, with and without the add, 2 ids out of range: bit-exact", rows,
+             cols, src_rows);
     PASS();
 done:
     free(src);
@@ -145,17 +145,20 @@ static void check_rmsnorm(mg_check_ctx *ctx, mg_check_result *result) {
         OK(rmsnorm_on(ctx->reference, rows, cols, x, a, w, in_place, want_x, want));
         for (size_t i = 0; i < n; i++) {
             if (!in_place)
-                EXPECT(got_x[i] == want_x[i], "mode %d: x[%zu, %zu] (the residual sum) = 0x%04x, "
-                       "reference 0x%04x", mode, i / cols, i % cols, got_x[i], want_x[i]);
-            EXPECT(near_bf16(got[i], want[i]), "mode %d: out[%zu, %zu] = %g, reference %g",
-                   mode, i / cols, i % cols, mg_bf16_to_f32(got[i]), mg_bf16_to_f32(want[i]));
+                EXPECT(got_x[i] == want_x[i],
+                       "mode %d: x[%zu, %zu] (the residual sum) = 0x%04x, "
+                       "reference 0x%04x",
+                       mode, i / cols, i % cols, got_x[i], want_x[i]);
+            EXPECT(near_bf16(got[i], want[i]), "mode %d: out[%zu, %zu] = %g, reference %g", mode,
+                   i / cols, i % cols, mg_bf16_to_f32(got[i]), mg_bf16_to_f32(want[i]));
             differ += got[i] != want[i];
         }
     }
     result->error = (double)differ / (3.0 * (double)n);
     snprintf(result->detail, sizeof result->detail,
              "%ux%u with an add, without, in place: sums bit-exact, %zu outputs one BF16 spacing "
-             "off", rows, cols, differ);
+             "off",
+             rows, cols, differ);
     PASS();
 done:
     free(x), free(add), free(w), free(got), free(want), free(got_x), free(want_x);
@@ -171,8 +174,8 @@ static mg_status argmax_on(mg_backend *b, const float *in, uint32_t rows, uint32
         return MG_ERR_OUT_OF_MEMORY;
     for (size_t i = 0; bf16 && i < n; i++)
         h[i] = mg_f32_to_bf16(in[i]);
-    mg_status st = bf16 ? mg_check_upload(b, h, n * 2, &d.p[0])
-                        : mg_check_upload(b, in, n * 4, &d.p[0]);
+    mg_status st =
+        bf16 ? mg_check_upload(b, h, n * 2, &d.p[0]) : mg_check_upload(b, in, n * 4, &d.p[0]);
     free(h);
     if (!st)
         st = mg_check_alloc_poisoned(b, rows * 4u, &d.p[1]);

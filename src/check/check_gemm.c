@@ -809,8 +809,8 @@ static mg_status run_gemm_replayed(mg_backend *b, const gemm_inputs *in, void *o
     if ((st = mg_stream_create(b, &s)) ||
         (st = mg_check_upload(b, in->act, input_bytes(in, true), &act)) ||
         (st = mg_check_upload(b, in->weight, input_bytes(in, false), &weight)) ||
-        (fp8 && (st = mg_check_upload(b, in->act_scale, mg_gemm_scale_count(p, true) * 4,
-                                      &act_scale))) ||
+        (fp8 &&
+         (st = mg_check_upload(b, in->act_scale, mg_gemm_scale_count(p, true) * 4, &act_scale))) ||
         (fp8 && (st = mg_check_upload(b, in->weight_scale, mg_gemm_scale_count(p, false) * 4,
                                       &weight_scale))) ||
         (st = mg_check_alloc_poisoned(b, output_bytes(p), &out)) ||
@@ -843,8 +843,8 @@ static void decode_gemv_shape(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kin
                               uint64_t *rng, double *worst) {
     static const uint32_t ms[] = {1, 2, 3, 5, 8, 9, 16};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0] && r->passed; i++) {
-        mg_gemm_plan plan = {.kind = kind, .m = ms[i], .n = n, .k = k, .ldc = ldc,
-                             .out_type = out_type};
+        mg_gemm_plan plan = {
+            .kind = kind, .m = ms[i], .n = n, .k = k, .ldc = ldc, .out_type = out_type};
         fp8_operands o = {0};
         uint16_t *act = NULL, *weight = NULL;
         gemm_inputs in = {.plan = plan};
@@ -873,8 +873,8 @@ static void decode_gemv_shape(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kin
                      (st = run_gemm_replayed(ctx->backend, &in, again)))
                 MG_CHECK_FAIL(r, "M=16 N=%u K=%u eager or replayed: %s", n, k, mg_last_error());
             else if (memcmp(eager, again, bytes))
-                MG_CHECK_FAIL(r, "M=16 N=%u K=%u: the graph replay differs from the eager call",
-                              n, k);
+                MG_CHECK_FAIL(r, "M=16 N=%u K=%u: the graph replay differs from the eager call", n,
+                              k);
             size_t in_row = (size_t)k * (kind == MG_GEMM_BF16 ? 2 : 1);
             for (uint32_t t = 0; t < plan.m && r->passed; t++) {
                 gemm_inputs one = in;
@@ -885,8 +885,10 @@ static void decode_gemv_shape(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kin
                 if ((st = run_gemm(ctx->backend, NULL, &one, alone)))
                     MG_CHECK_FAIL(r, "row %u alone: %s", t, mg_last_error());
                 else if (memcmp(alone, eager + t * row_bytes, (size_t)n * mg_dtype_bytes(out_type)))
-                    MG_CHECK_FAIL(r, "N=%u K=%u: row %u computed alone differs from the same row "
-                                  "in a batch of 16", n, k, t);
+                    MG_CHECK_FAIL(r,
+                                  "N=%u K=%u: row %u computed alone differs from the same row "
+                                  "in a batch of 16",
+                                  n, k, t);
             }
         }
         free(eager), free(again), free(alone);
@@ -932,10 +934,12 @@ static void check_decode_gemv(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kin
     }
     mg_op_force_provider(ctx->backend, op, NULL);
     char text[192];
-    snprintf(text, sizeof text, "decode_gemv %s -> %s, M in {1,2,3,5,8,9,16}, N x K %s; replay "
+    snprintf(text, sizeof text,
+             "decode_gemv %s -> %s, M in {1,2,3,5,8,9,16}, N x K %s; replay "
              "and rows alone bit-equal",
-             kind == MG_GEMM_BF16 ? "bf16" : kind == MG_GEMM_FP8_ROWWISE ? "fp8 row-wise"
-                                                                         : "fp8 per-tensor",
+             kind == MG_GEMM_BF16          ? "bf16"
+             : kind == MG_GEMM_FP8_ROWWISE ? "fp8 row-wise"
+                                           : "fp8 per-tensor",
              mg_dtype_name(out_type),
              kind == MG_GEMM_BF16 ? "203x328, 77x4104, 9001x136, 20001x72, 40003x40"
                                   : "208x400, 48x4112, 9008x144, 20000x80, 40000x48");

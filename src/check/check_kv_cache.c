@@ -132,8 +132,8 @@ typedef struct kv_buffers {
 } kv_buffers;
 
 static void free_buffers(kv_buffers *g) {
-    mg_devptr *all[] = {&g->pool, &g->q, &g->k, &g->v, &g->positions, &g->qo,
-                        &g->kv, &g->idx, &g->last, &g->o, &g->lse};
+    mg_devptr *all[] = {&g->pool, &g->q,   &g->k,    &g->v, &g->positions, &g->qo,
+                        &g->kv,   &g->idx, &g->last, &g->o, &g->lse};
     for (size_t i = 0; g->be && i < sizeof all / sizeof all[0]; i++)
         if (*all[i])
             mg_free(g->be, *all[i]);

@@ -17,8 +17,8 @@
 
 typedef enum mlx_op { OP_DEQUANT, OP_GEMV, OP_SILU, OP_SILU_RESID, OP_GATE_UP, OP_GEMM } mlx_op;
 
-static const char *const op_names[] = {"dequant", "gemv", "silu_gate", "silu_gate_resid",
-                                       "gate_up", "gemm"};
+static const char *const op_names[] = {"dequant",         "gemv",    "silu_gate",
+                                       "silu_gate_resid", "gate_up", "gemm"};
 
 /* One random layer pair and activations, as host data. */
 typedef struct mlx_inputs {
@@ -62,8 +62,8 @@ static bool inputs_make(uint64_t *rng, uint32_t bits, uint32_t group, mg_dtype t
     in->experts = 2;
     in->expert = 1;
     in->m = m;
-    in->shape = (mg_mlx_linear){.experts = 2, .n = n, .k = k, .bits = bits, .group_size = group,
-                                .scale_type = type};
+    in->shape = (mg_mlx_linear){
+        .experts = 2, .n = n, .k = k, .bits = bits, .group_size = group, .scale_type = type};
     in->word_bytes = (size_t)2 * n * k * bits / 8;
     in->group_bytes = (size_t)2 * n * (k / group) * 2;
     in->act_bytes = (size_t)m * k * 2;
@@ -101,7 +101,7 @@ static mg_status run_op(mg_backend *b, mlx_op op, const mlx_inputs *in, uint16_t
                         size_t *out_bytes) {
     mg_mlx_linear w[2] = {in->shape, in->shape};
     mg_devptr x = 0, u = 0, y = 0, scratch = 0;
-    size_t bytes = op == OP_DEQUANT ? mg_mlx_gemm_scratch_bytes(&in->shape)
+    size_t bytes = op == OP_DEQUANT   ? mg_mlx_gemm_scratch_bytes(&in->shape)
                    : op == OP_GATE_UP ? 2 * in->out_bytes
                                       : in->out_bytes;
     mg_status st = MG_OK;
@@ -145,7 +145,7 @@ static mg_status run_op(mg_backend *b, mlx_op op, const mlx_inputs *in, uint16_t
     }
     *out_bytes = bytes;
     mg_devptr all[] = {w[0].weight, w[0].scales, w[0].biases, w[1].weight, w[1].scales,
-                       w[1].biases, x, u, y, scratch};
+                       w[1].biases, x,           u,           y,           scratch};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (all[i])
             mg_free(b, all[i]);
@@ -153,8 +153,7 @@ static mg_status run_op(mg_backend *b, mlx_op op, const mlx_inputs *in, uint16_t
 }
 
 /* sum_j |w[r, j] * a[t, j]| from the reference's BF16 weights (a: x, or |g * u| for silu). */
-static double spread(const uint16_t *deq, const mlx_inputs *in, bool silu, uint32_t t,
-                     uint32_t r) {
+static double spread(const uint16_t *deq, const mlx_inputs *in, bool silu, uint32_t t, uint32_t r) {
     double s = 0;
     uint32_t k = in->shape.k;
     for (uint32_t j = 0; j < k; j++) {
@@ -232,8 +231,9 @@ static void check_op(mg_check_ctx *ctx, mg_check_result *result, mlx_op op) {
                         if (e > worst_error)
                             worst_error = e;
                         if (!(e <= 1.0))
-                            MG_CHECK_FAIL(result, "%s %s: [%ld] is %g, the reference %g (%.2f x "
-                                                  "the tolerance)",
+                            MG_CHECK_FAIL(result,
+                                          "%s %s: [%ld] is %g, the reference %g (%.2f x "
+                                          "the tolerance)",
                                           op_names[op], what, worst, mg_bf16_to_f32(got[worst]),
                                           mg_bf16_to_f32(ref[worst]), e);
                     }
@@ -250,12 +250,24 @@ static void check_op(mg_check_ctx *ctx, mg_check_result *result, mlx_op op) {
                  worst_error);
 }
 
-static void check_dequant(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_DEQUANT); }
-static void check_gemv(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_GEMV); }
-static void check_silu(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_SILU); }
-static void check_silu_resid(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_SILU_RESID); }
-static void check_gate_up(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_GATE_UP); }
-static void check_gemm(mg_check_ctx *c, mg_check_result *r) { check_op(c, r, OP_GEMM); }
+static void check_dequant(mg_check_ctx *c, mg_check_result *r) {
+    check_op(c, r, OP_DEQUANT);
+}
+static void check_gemv(mg_check_ctx *c, mg_check_result *r) {
+    check_op(c, r, OP_GEMV);
+}
+static void check_silu(mg_check_ctx *c, mg_check_result *r) {
+    check_op(c, r, OP_SILU);
+}
+static void check_silu_resid(mg_check_ctx *c, mg_check_result *r) {
+    check_op(c, r, OP_SILU_RESID);
+}
+static void check_gate_up(mg_check_ctx *c, mg_check_result *r) {
+    check_op(c, r, OP_GATE_UP);
+}
+static void check_gemm(mg_check_ctx *c, mg_check_result *r) {
+    check_op(c, r, OP_GEMM);
+}
 
 /* A GEMV captured once and replayed on new activations must follow them. */
 static void check_graph_replay(mg_check_ctx *ctx, mg_check_result *result) {
@@ -406,10 +418,9 @@ done:
 /* Every quantized layer of the committed MLX checkpoints (8 and 4 bits), as loaded by the
  * public loader on the backend under test, against the same checkpoint on the reference. */
 static void check_checkpoint(mg_check_ctx *ctx, mg_check_result *result) {
-    static const char *const modules[] = {"self_attn.q_proj", "self_attn.k_proj",
-                                          "self_attn.v_proj", "self_attn.o_proj",
-                                          "mlp.gate_proj",    "mlp.up_proj",
-                                          "mlp.down_proj"};
+    static const char *const modules[] = {
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
     const char *dir = checkpoints_dir();
     if (!dir) {
         result->skipped = true;
@@ -450,7 +461,8 @@ static void check_checkpoint(mg_check_ctx *ctx, mg_check_result *result) {
     if (result->passed)
         snprintf(result->detail, sizeof result->detail,
                  "%u layers of micro-mlx8 and micro-mlx4: dequant exact, GEMV worst %.2f of the "
-                 "tolerance", layers, worst_error);
+                 "tolerance",
+                 layers, worst_error);
 done:;
 }
 

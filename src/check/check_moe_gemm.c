@@ -32,13 +32,20 @@ static bool make_inputs(uint64_t *rng, mg_moe_gemm_kind kind, bool gate_up, moe_
     in->offsets[0] = 0;
     uint32_t heavy = (uint32_t)(mg_check_rng_next(rng) % experts);
     for (uint32_t e = 0; e < experts; e++) {
-        uint32_t count = mg_check_rng_next(rng) % 3 == 0 ? 0 : (uint32_t)(mg_check_rng_next(rng) % 17);
+        uint32_t count =
+            mg_check_rng_next(rng) % 3 == 0 ? 0 : (uint32_t)(mg_check_rng_next(rng) % 17);
         in->offsets[e + 1] = in->offsets[e] + (int32_t)(count + (e == heavy ? 40 : 0));
     }
     uint32_t rows = (uint32_t)in->offsets[experts];
-    in->d = (mg_moe_gemm_desc){.kind = kind, .experts = experts, .rows = rows,
-                               .act_rows = act_rows, .n = gate_up ? 72 : 144, .k = 304,
-                               .act_pitch = 312, .ldc = gate_up ? 0 : 152, .gate_up = gate_up};
+    in->d = (mg_moe_gemm_desc){.kind = kind,
+                               .experts = experts,
+                               .rows = rows,
+                               .act_rows = act_rows,
+                               .n = gate_up ? 72 : 144,
+                               .k = 304,
+                               .act_pitch = 312,
+                               .ldc = gate_up ? 0 : 152,
+                               .gate_up = gate_up};
     in->n_w = 144; /* the weight rows: 2 x 72 or 144 */
     bool fp8 = kind != MG_MOE_GEMM_BF16;
     in->act_bytes = ((size_t)(act_rows - 1) * 312 + 304) * 2;
@@ -93,9 +100,14 @@ static mg_status run_on(mg_backend *b, const moe_inputs *in, uint16_t *out) {
         !(st = in->scale ? mg_check_upload(b, in->scale, in->scale_bytes, &scale) : MG_OK) &&
         !(st = mg_check_alloc_poisoned(b, in->out_bytes, &o)) &&
         !(st = ws_bytes ? mg_alloc(b, ws_bytes, &ws) : MG_OK)) {
-        mg_moe_gemm_tensors t = {.act = act, .sorted_token_ids = ids, .expert_offsets = offsets,
-                                 .weight = weight, .weight_scale = scale, .out = o,
-                                 .workspace = ws, .workspace_bytes = ws_bytes};
+        mg_moe_gemm_tensors t = {.act = act,
+                                 .sorted_token_ids = ids,
+                                 .expert_offsets = offsets,
+                                 .weight = weight,
+                                 .weight_scale = scale,
+                                 .out = o,
+                                 .workspace = ws,
+                                 .workspace_bytes = ws_bytes};
         if (!(st = mg_moe_gemm(b, NULL, &in->d, &t)) &&
             !(st = mg_stream_synchronize(mg_stream_default(b))))
             st = mg_copy_d2h(b, out, o, in->out_bytes);

@@ -148,8 +148,9 @@ static bool topk_case(mg_check_ctx *ctx, mg_check_result *result, uint64_t *rng,
         goto done;
     }
     expect_topk(logits, tokens, experts, k, pitch, renormalize, want_ids, want_w);
-    mg_moe_topk_desc desc = {tokens, experts, k, bf16 ? MG_DTYPE_BF16 : MG_DTYPE_F32,
-                             pitch == experts ? 0 : pitch, renormalize};
+    mg_moe_topk_desc desc = {
+        tokens,     experts, k, bf16 ? MG_DTYPE_BF16 : MG_DTYPE_F32, pitch == experts ? 0 : pitch,
+        renormalize};
     mg_status st;
     if ((st = mg_check_upload(b, raw, (size_t)tokens * pitch * size, &d[0])) ||
         (st = mg_check_alloc_poisoned(b, pairs * 4 + GUARD_BYTES, &d[1])) ||
@@ -169,8 +170,8 @@ static bool topk_case(mg_check_ctx *ctx, mg_check_result *result, uint64_t *rng,
         double err = fabs(got_w[p] - want_w[p]);
         bool both_nan = isnan(got_w[p]) && isnan(want_w[p]);
         if (!both_nan && !(err <= WEIGHT_TOLERANCE * want_w[p] + 1e-30)) {
-            MG_CHECK_FAIL(result, "%s: token %zu slot %zu: weight %.9g, expected %.9g", what,
-                          p / k, p % k, got_w[p], want_w[p]);
+            MG_CHECK_FAIL(result, "%s: token %zu slot %zu: weight %.9g, expected %.9g", what, p / k,
+                          p % k, got_w[p], want_w[p]);
             goto done;
         }
         if (result->error < err / want_w[p])
@@ -220,7 +221,9 @@ static void make_ids(uint64_t *rng, int32_t *ids, uint32_t pairs, uint32_t exper
             ids[p] = (int32_t)hot;
             break;
         case 2: /* only odd experts (or expert 0 when E = 1), skewed towards small ids */
-            ids[p] = experts == 1 ? 0 : (int32_t)(rng_below(rng, rng_below(rng, experts / 2) + 1) * 2 + 1);
+            ids[p] = experts == 1
+                         ? 0
+                         : (int32_t)(rng_below(rng, rng_below(rng, experts / 2) + 1) * 2 + 1);
             if (ids[p] >= (int32_t)experts)
                 ids[p] = 1;
             break;
@@ -369,10 +372,11 @@ static void expect_combine(const uint16_t *rows, const int32_t *positions, const
 }
 
 /* mode 0: no residual, 1: residual, 2: residual added in place (out is the residual). */
-static bool combine_case(mg_check_ctx *ctx, mg_check_result *result, uint64_t *rng,
-                         uint32_t tokens, uint32_t k, uint32_t hidden, int mode) {
+static bool combine_case(mg_check_ctx *ctx, mg_check_result *result, uint64_t *rng, uint32_t tokens,
+                         uint32_t k, uint32_t hidden, int mode) {
     mg_backend *b = ctx->backend;
-    size_t pairs = (size_t)tokens * k, row_elems = pairs * hidden, tok_elems = (size_t)tokens * hidden;
+    size_t pairs = (size_t)tokens * k, row_elems = pairs * hidden,
+           tok_elems = (size_t)tokens * hidden;
     uint16_t *rows = malloc(row_elems * 2), *residual = malloc(tok_elems * 2);
     uint16_t *want = malloc(tok_elems * 2), *got = malloc(tok_elems * 2 + GUARD_BYTES);
     int32_t *positions = malloc(pairs * 4);
@@ -381,7 +385,9 @@ static bool combine_case(mg_check_ctx *ctx, mg_check_result *result, uint64_t *r
     bool ok = false;
     char what[96];
     snprintf(what, sizeof what, "combine T=%u k=%u H=%u %s", tokens, k, hidden,
-             mode == 0 ? "" : mode == 1 ? "residual" : "in-place residual");
+             mode == 0   ? ""
+             : mode == 1 ? "residual"
+                         : "in-place residual");
     if (!rows || !residual || !want || !got || !positions || !weights) {
         MG_CHECK_FAIL(result, "out of host memory");
         goto done;
@@ -428,8 +434,8 @@ static bool combine_case(mg_check_ctx *ctx, mg_check_result *result, uint64_t *r
         goto failed;
     for (size_t i = 0; i < tok_elems; i++)
         if (got[i] != want[i]) {
-            MG_CHECK_FAIL(result, "%s: out[%zu][%zu] = 0x%04x, expected 0x%04x", what,
-                          i / hidden, i % hidden, got[i], want[i]);
+            MG_CHECK_FAIL(result, "%s: out[%zu][%zu] = 0x%04x, expected 0x%04x", what, i / hidden,
+                          i % hidden, got[i], want[i]);
             goto done;
         }
     if (!guard_intact(got + tok_elems)) {
@@ -492,11 +498,11 @@ static void check_graph_replay(mg_check_ctx *ctx, mg_check_result *result) {
     uint16_t *rows = malloc((size_t)pairs * H * 2), *got_out = malloc(T * H * 2);
     sort_result want = {malloc((E + 1) * 4), malloc(pairs * 4), malloc(pairs * 4)};
     mg_status st;
-    if (!raw || !want_ids || !got_pos || !want_w || !got_w || !rows || !got_out ||
-        !want.offsets || !want.sorted || !want.positions)
+    if (!raw || !want_ids || !got_pos || !want_w || !got_w || !rows || !got_out || !want.offsets ||
+        !want.sorted || !want.positions)
         FAIL("out of host memory");
-    size_t sizes[8] = {T * E * 4, pairs * 4, pairs * 4, ws, (E + 1) * 4, pairs * 4, pairs * 4,
-                       (size_t)pairs * H * 2};
+    size_t sizes[8] = {T * E * 4,   pairs * 4, pairs * 4, ws,
+                       (E + 1) * 4, pairs * 4, pairs * 4, (size_t)pairs * H * 2};
     if ((st = mg_stream_create(b, &s)) || (st = mg_alloc(b, (size_t)T * H * 2, &out)))
         FAIL("setup: %s", mg_last_error());
     for (int i = 0; i < 8; i++)
@@ -522,7 +528,8 @@ static void check_graph_replay(mg_check_ctx *ctx, mg_check_result *result) {
             rows[i] = mg_f32_to_bf16((float)rng_unit(&rng));
         expect_topk(logits, T, E, K, E, true, want_ids, want_w);
         expect_sort(want_ids, pairs, E, K, &want);
-        if ((st = mg_memset(b, d[6], POISON, pairs * 4)) || (st = mg_memset(b, out, POISON, T * H * 2)) ||
+        if ((st = mg_memset(b, d[6], POISON, pairs * 4)) ||
+            (st = mg_memset(b, out, POISON, T * H * 2)) ||
             (st = mg_copy_h2d(b, d[0], raw, T * E * 4)) ||
             (st = mg_copy_h2d(b, d[7], rows, (size_t)pairs * H * 2)) ||
             (st = mg_graph_launch(g, s)) || (st = mg_stream_synchronize(s)) ||
@@ -531,8 +538,9 @@ static void check_graph_replay(mg_check_ctx *ctx, mg_check_result *result) {
             (st = mg_copy_d2h(b, got_out, out, T * H * 2)))
             FAIL("replay %d: %s", replay, mg_last_error());
         for (uint32_t p = 0; p < pairs; p++)
-            EXPECT(got_pos[p] == want.positions[p], "replay %d: pair_positions[%u] = %d, expected %d",
-                   replay, p, got_pos[p], want.positions[p]);
+            EXPECT(got_pos[p] == want.positions[p],
+                   "replay %d: pair_positions[%u] = %d, expected %d", replay, p, got_pos[p],
+                   want.positions[p]);
         /* The combine with the device's own weights, computed here. */
         uint16_t *want_out = malloc(T * H * 2);
         if (!want_out)
@@ -543,8 +551,8 @@ static void check_graph_replay(mg_check_ctx *ctx, mg_check_result *result) {
         EXPECT(same, "replay %d: combined output differs", replay);
     }
     snprintf(result->detail, sizeof result->detail,
-             "top-k + sort + combine (T=%d E=%d k=%d H=%d): %d replays with new logits, exact",
-             T, E, K, H, REPLAYS);
+             "top-k + sort + combine (T=%d E=%d k=%d H=%d): %d replays with new logits, exact", T,
+             E, K, H, REPLAYS);
 done:
     mg_graph_destroy(g);
     free_all(b, d, 8);

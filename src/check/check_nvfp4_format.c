@@ -88,8 +88,8 @@ static uint16_t bf16_round(float v) {
 }
 
 /* The expected quantization of BF16 `x` [n, k] (pitch) with `global`. */
-static void expect_quantize(const uint16_t *x, uint32_t n, uint32_t k, uint32_t pitch,
-                            float global, uint8_t *packed, uint8_t *scales) {
+static void expect_quantize(const uint16_t *x, uint32_t n, uint32_t k, uint32_t pitch, float global,
+                            uint8_t *packed, uint8_t *scales) {
     for (uint32_t r = 0; r < n; r++)
         for (uint32_t g = 0; g < k / 16; g++) {
             const uint16_t *b = x + (size_t)r * pitch + g * 16;
@@ -126,8 +126,8 @@ static float expect_value(uint8_t nibble, uint8_t scale, float global) {
  * finite value (read by mistake, it would dominate a block's amax). With `specials`, one value
  * in 29 is 0, -0, +-inf, NaN or tiny, row 1 is all zero, and row 2 holds exact rounding ties:
  * each block 6 * 2^e then +-{0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5} * 2^e and others. */
-static uint16_t *make_weights(uint64_t *rng, uint32_t n, uint32_t k, uint32_t pitch,
-                              bool specials, int tie_exponent) {
+static uint16_t *make_weights(uint64_t *rng, uint32_t n, uint32_t k, uint32_t pitch, bool specials,
+                              int tie_exponent) {
     static const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f,
                                  1.0f,  1.5f,  3.0f,  4.0f,  6.0f, 0.1f, 5.5f};
     static const uint16_t special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x0001};
@@ -175,8 +175,8 @@ static bool guard_intact(const unsigned char *after_end) {
 }
 
 /* `got` (with GUARD_BYTES after `bytes`) equals `want`, guards poisoned. */
-static bool same_bytes(mg_check_result *result, const char *what, const void *got,
-                       const void *want, size_t bytes) {
+static bool same_bytes(mg_check_result *result, const char *what, const void *got, const void *want,
+                       size_t bytes) {
     long at = first_difference(got, want, bytes);
     if (at >= 0) {
         MG_CHECK_FAIL(result, "%s: byte %ld is 0x%02x, expected 0x%02x", what, at,
@@ -331,7 +331,8 @@ static void check_dequantize(mg_check_ctx *ctx, mg_check_result *result) {
                 uint32_t n = awkward_n[i], k = awkward_k[j];
                 size_t pb = mg_nvfp4_packed_bytes(n, k), sb = mg_nvfp4_scale_bytes(n, k);
                 size_t ob = (size_t)n * k * (f32 ? 4 : 2);
-                float global = (float)ldexp(1.0 + rng_unit(&rng) * 0.5, (int)rng_below(&rng, 21) - 14);
+                float global =
+                    (float)ldexp(1.0 + rng_unit(&rng) * 0.5, (int)rng_below(&rng, 21) - 14);
                 uint8_t *p = malloc(pb), *s = malloc(sb);
                 unsigned char *want = malloc(ob), *got = malloc(ob + GUARD_BYTES);
                 mg_devptr d[4] = {0};
@@ -344,8 +345,9 @@ static void check_dequantize(mg_check_ctx *ctx, mg_check_result *result) {
                 for (size_t q = 0; ok && q < sb; q++) {
                     /* Mostly valid unsigned scales; now and then a NaN or a signed code. */
                     uint32_t pick = rng_below(&rng, 64);
-                    s[q] = pick == 0 ? 0x7f : pick == 1 ? (uint8_t)(0x80 | rng_below(&rng, 0x7f))
-                                                        : (uint8_t)rng_below(&rng, 0x7f);
+                    s[q] = pick == 0   ? 0x7f
+                           : pick == 1 ? (uint8_t)(0x80 | rng_below(&rng, 0x7f))
+                                       : (uint8_t)rng_below(&rng, 0x7f);
                 }
                 for (size_t e = 0; ok && e < (size_t)n * k; e++) {
                     uint8_t nib = (uint8_t)((p[e / 2] >> (e % 2 * 4)) & 0xf);
@@ -368,8 +370,7 @@ static void check_dequantize(mg_check_ctx *ctx, mg_check_result *result) {
                     ok = false;
                 }
                 char what[64];
-                snprintf(what, sizeof what, "dequantize %s n=%u k=%u", f32 ? "f32" : "bf16", n,
-                         k);
+                snprintf(what, sizeof what, "dequantize %s n=%u k=%u", f32 ? "f32" : "bf16", n, k);
                 if (ok)
                     ok = same_bytes(result, what, got, want, ob);
                 free_all(b, d, 4);
@@ -421,10 +422,10 @@ static void check_transpose(mg_check_ctx *ctx, mg_check_result *result) {
                        (st = mg_check_alloc_poisoned(b, sb + GUARD_BYTES, &d[3])) ||
                        (st = mg_check_alloc_poisoned(b, pb + GUARD_BYTES, &d[4])) ||
                        (st = mg_check_alloc_poisoned(b, sb + GUARD_BYTES, &d[5])) ||
-                       (st = mg_nvfp4_transpose(b, NULL, MG_NVFP4_NK_TO_KN, n, k, d[0], d[1],
-                                                d[2], d[3])) ||
-                       (st = mg_nvfp4_transpose(b, NULL, MG_NVFP4_KN_TO_NK, n, k, d[2], d[3],
-                                                d[4], d[5])) ||
+                       (st = mg_nvfp4_transpose(b, NULL, MG_NVFP4_NK_TO_KN, n, k, d[0], d[1], d[2],
+                                                d[3])) ||
+                       (st = mg_nvfp4_transpose(b, NULL, MG_NVFP4_KN_TO_NK, n, k, d[2], d[3], d[4],
+                                                d[5])) ||
                        (st = download(b, got_p, d[2], pb + GUARD_BYTES)) ||
                        (st = download(b, got_s, d[3], sb + GUARD_BYTES)))) {
                 MG_CHECK_FAIL(result, "transpose n=%u k=%u: %s", n, k, mg_last_error());
@@ -487,8 +488,8 @@ static void check_swizzle(mg_check_ctx *ctx, mg_check_result *result) {
             for (uint32_t r = 0; ok && r < n; r++)
                 for (uint32_t c = 0; c < cols; c++)
                     if (want[mg_nvfp4_swizzled_offset(r, c, cols)] != s[(size_t)r * cols + c]) {
-                        MG_CHECK_FAIL(result, "mg_nvfp4_swizzled_offset(%u, %u, %u) is wrong", r,
-                                      c, cols);
+                        MG_CHECK_FAIL(result, "mg_nvfp4_swizzled_offset(%u, %u, %u) is wrong", r, c,
+                                      cols);
                         ok = false;
                         r = n;
                         break;
@@ -508,8 +509,7 @@ static void check_swizzle(mg_check_ctx *ctx, mg_check_result *result) {
                  same_bytes(result, "unswizzled", back, s, sb);
             if (!ok) {
                 size_t used = strlen(result->detail);
-                snprintf(result->detail + used, sizeof result->detail - used, " (n=%u k=%u)", n,
-                         k);
+                snprintf(result->detail + used, sizeof result->detail - used, " (n=%u k=%u)", n, k);
             }
             free_all(b, d, 3);
             free(s), free(want), free(got), free(back);
@@ -567,7 +567,8 @@ static void check_graph_replay(mg_check_ctx *ctx, mg_check_result *result) {
             (st = mg_memset(b, d[3], POISON, sb + GUARD_BYTES)) ||
             (st = mg_copy_h2d(b, d[0], x, (size_t)n * pitch * 2)) ||
             (st = mg_copy_h2d(b, d[1], &global, 4)) || (st = mg_graph_launch(g, s)) ||
-            (st = mg_stream_synchronize(s)) || (st = mg_copy_d2h(b, got_p, d[2], pb + GUARD_BYTES)) ||
+            (st = mg_stream_synchronize(s)) ||
+            (st = mg_copy_d2h(b, got_p, d[2], pb + GUARD_BYTES)) ||
             (st = mg_copy_d2h(b, got_s, d[3], sb + GUARD_BYTES)))
             FAIL("replay %d: %s", replay, mg_last_error());
         if (!same_bytes(result, "replayed scales", got_s, want_s, sb) ||
@@ -622,16 +623,14 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
                   MG_ERR_INVALID_ARGUMENT);
     EXPECT_STATUS(mg_nvfp4_dequantize(b, NULL, n, 24, packed, scales, global, MG_DTYPE_F32, out),
                   MG_ERR_INVALID_ARGUMENT);
-    EXPECT_STATUS(mg_nvfp4_transpose(b, NULL, MG_NVFP4_NK_TO_KN, 3, 16, packed, scales, out,
-                                     out + 64),
+    EXPECT_STATUS(
+        mg_nvfp4_transpose(b, NULL, MG_NVFP4_NK_TO_KN, 3, 16, packed, scales, out, out + 64),
+        MG_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(mg_nvfp4_transpose(b, NULL, (mg_nvfp4_transpose_dir)7, n, k, packed, scales, out,
+                                     out + 512),
                   MG_ERR_INVALID_ARGUMENT);
-    EXPECT_STATUS(mg_nvfp4_transpose(b, NULL, (mg_nvfp4_transpose_dir)7, n, k, packed, scales,
-                                     out, out + 512),
-                  MG_ERR_INVALID_ARGUMENT);
-    EXPECT_STATUS(mg_nvfp4_scales_swizzle(b, NULL, n, k, scales, small),
-                  MG_ERR_INVALID_ARGUMENT);
-    EXPECT_STATUS(mg_nvfp4_scales_swizzle(b, NULL, n, k, scales, out + 8),
-                  MG_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(mg_nvfp4_scales_swizzle(b, NULL, n, k, scales, small), MG_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(mg_nvfp4_scales_swizzle(b, NULL, n, k, scales, out + 8), MG_ERR_INVALID_ARGUMENT);
     EXPECT_STATUS(mg_nvfp4_quantize(NULL, NULL, n, k, 0, x, global, packed, scales),
                   MG_ERR_INVALID_ARGUMENT);
     /* Nothing was written by any refused call. */

@@ -182,7 +182,8 @@ static void run_dense(mg_check_ctx *ctx, mg_check_result *result, bool gate_up) 
             OK(mg_memset(bs[i], out[i], MG_CHECK_POISON, (size_t)130 * ldc * 2));
             mg_nvfp4_weight wg = weight_on(&g, i), wu = gate_up ? weight_on(&u, i) : wg;
             if (gate_up)
-                OK(mg_nvfp4_gemm_gate_up(bs[i], NULL, ms[c], n, k, act[i], k, &wg, &wu, out[i], ldc));
+                OK(mg_nvfp4_gemm_gate_up(bs[i], NULL, ms[c], n, k, act[i], k, &wg, &wu, out[i],
+                                         ldc));
             else
                 OK(mg_nvfp4_gemm(bs[i], NULL, ms[c], n, k, act[i], k, &wg, out[i], ldc));
         }
@@ -191,7 +192,8 @@ static void run_dense(mg_check_ctx *ctx, mg_check_result *result, bool gate_up) 
         worst = fmax(worst, err);
     }
     result->error = worst;
-    snprintf(result->detail, sizeof result->detail, "m = 1, 3, 17, 130 of %ux%u (ldc %u)", n, k, ldc);
+    snprintf(result->detail, sizeof result->detail, "m = 1, 3, 17, 130 of %ux%u (ldc %u)", n, k,
+             ldc);
     PASS();
 done:
     free(host);
@@ -242,8 +244,10 @@ static bool replay_new_routing(mg_check_ctx *ctx, mg_check_result *result, nv_st
     mg_graph *graph = NULL;
     char why[160];
     bool ok = false;
-    mg_nvfp4_moe_tensors t = {io->act[0], io->ids[0], io->off[0], weight_on(g, 0), NULL, io->out[0]};
-    mg_nvfp4_moe_tensors r = {io->act[1], io->ids[1], io->off[1], weight_on(g, 1), NULL, io->out[1]};
+    mg_nvfp4_moe_tensors t = {io->act[0],      io->ids[0], io->off[0],
+                              weight_on(g, 0), NULL,       io->out[0]};
+    mg_nvfp4_moe_tensors r = {io->act[1],      io->ids[1], io->off[1],
+                              weight_on(g, 1), NULL,       io->out[1]};
     OK(mg_graph_begin_capture(s));
     mg_status cs = mg_nvfp4_moe_gemm(ctx->backend, s, d, &t);
     mg_status es = mg_graph_end_capture(s, &graph);
@@ -284,15 +288,15 @@ static bool grouped_both(mg_check_ctx *ctx, mg_check_result *result, mg_stream *
     for (int fused = 0; fused < 2; fused++) {
         for (int i = 0; i < 2; i++) {
             mg_nvfp4_weight wu = weight_on(u, i);
-            mg_nvfp4_moe_tensors t = {io->act[i], io->ids[i], io->off[i], weight_on(g, i),
-                                      fused ? &wu : NULL, io->out[i]};
+            mg_nvfp4_moe_tensors t = {io->act[i],      io->ids[i],         io->off[i],
+                                      weight_on(g, i), fused ? &wu : NULL, io->out[i]};
             OK(mg_memset(bs[i], io->out[i], MG_CHECK_POISON, out_bytes));
             OK(mg_nvfp4_moe_gemm(bs[i], i ? NULL : s, d, &t));
         }
         if (s)
             OK(mg_stream_synchronize(s));
-        double err = compare_outputs(ctx, io->out[0], io->out[1], d->rows, d->n, d->n, why,
-                                     sizeof why);
+        double err =
+            compare_outputs(ctx, io->out[0], io->out[1], d->rows, d->n, d->n, why, sizeof why);
         EXPECT(err >= 0, "grouped %s: %s", fused ? "gate_up" : "plain", why);
         *worst = fmax(*worst, err);
     }

@@ -18,7 +18,8 @@
 
 /* Records why a check failed, prefixed with the source line; the first failure wins, so the
  * detail names the root cause rather than a consequence. */
-void mg_check_fail_at(mg_check_result *result, int line, const char *fmt, ...) MG_CHECK_PRINTF(3, 4);
+void mg_check_fail_at(mg_check_result *result, int line, const char *fmt, ...)
+    MG_CHECK_PRINTF(3, 4);
 #define MG_CHECK_FAIL(result, ...) mg_check_fail_at((result), __LINE__, __VA_ARGS__)
 
 /* For check functions with a `mg_check_result *result` and a `done:` cleanup label: FAIL

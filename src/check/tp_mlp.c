@@ -16,16 +16,20 @@ void mg_tp_mlp_release(mg_tp_mlp *m) {
     }
 }
 
-mg_status mg_tp_mlp_init(mg_tp_mlp *m, mg_backend *b, mg_stream *s, mg_comm *comm,
-                         uint32_t hidden, uint32_t inter, uint32_t max_tokens,
-                         const uint16_t *w_gate, const uint16_t *w_up, const uint16_t *w_down) {
+mg_status mg_tp_mlp_init(mg_tp_mlp *m, mg_backend *b, mg_stream *s, mg_comm *comm, uint32_t hidden,
+                         uint32_t inter, uint32_t max_tokens, const uint16_t *w_gate,
+                         const uint16_t *w_up, const uint16_t *w_down) {
     memset(m, 0, sizeof *m);
     int rank = comm ? mg_comm_rank(comm) : 0, ranks = comm ? mg_comm_size(comm) : 1;
     if (!hidden || !inter || !max_tokens || inter % (uint32_t)ranks)
         return MG_ERR_INVALID_ARGUMENT;
     uint32_t il = inter / (uint32_t)ranks, first = (uint32_t)rank * il;
-    *m = (mg_tp_mlp){.backend = b, .stream = s, .comm = comm, .hidden = hidden,
-                     .inter_local = il, .max_tokens = max_tokens};
+    *m = (mg_tp_mlp){.backend = b,
+                     .stream = s,
+                     .comm = comm,
+                     .hidden = hidden,
+                     .inter_local = il,
+                     .max_tokens = max_tokens};
     size_t gate_up_bytes = (size_t)2 * il * hidden * 2, down_bytes = (size_t)hidden * il * 2;
     uint16_t *host = malloc(gate_up_bytes > down_bytes ? gate_up_bytes : down_bytes);
     if (!host)
@@ -61,8 +65,8 @@ mg_status mg_tp_mlp_forward(mg_tp_mlp *const *ranks, int count, uint32_t tokens)
         if (tokens == 0 || tokens > m->max_tokens)
             return MG_ERR_INVALID_ARGUMENT;
         uint32_t il = m->inter_local;
-        st = mg_gemm_bf16(m->backend, m->stream, tokens, 2 * il, m->hidden, m->x, m->gate_up,
-                          m->gu, MG_DTYPE_BF16, 2 * il);
+        st = mg_gemm_bf16(m->backend, m->stream, tokens, 2 * il, m->hidden, m->x, m->gate_up, m->gu,
+                          MG_DTYPE_BF16, 2 * il);
         if (!st)
             st = mg_silu_mul_bf16(m->backend, m->stream, tokens, il, m->gu, 2 * il, m->h, il);
         if (!st)

@@ -1,7 +1,7 @@
 /*
- * backend.c - opening (for the backend registry) and closing backends (metrale/gpu.h), the checks every public call
- * starts with, and the accessors the layers above use. The rest of the public backend API is
- * split by concern: memory.c (allocations, the ledger, copies, pinned host memory),
+ * backend.c - opening (for the backend registry) and closing backends (metrale/gpu.h), the checks
+ * every public call starts with, and the accessors the layers above use. The rest of the public
+ * backend API is split by concern: memory.c (allocations, the ledger, copies, pinned host memory),
  * stream.c (streams, events, graphs), module.c (modules, kernels, launches). Each checks its
  * arguments once, wraps backend objects in handles, keeps the capture and sticky-fault rules,
  * then dispatches to the backend's table (backend_impl.h).

@@ -56,16 +56,14 @@ typedef struct mg_backend_ops {
     mg_status (*copy_d2d)(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes);
     mg_status (*copy_h2d_async)(void *ctx, mg_devptr dst, const void *src, size_t bytes,
                                 void *stream, bool retained);
-    mg_status (*copy_d2h_async)(void *ctx, void *dst, mg_devptr src, size_t bytes,
-                                void *stream);
+    mg_status (*copy_d2h_async)(void *ctx, void *dst, mg_devptr src, size_t bytes, void *stream);
     mg_status (*copy_d2d_async)(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes,
                                 void *stream);
     mg_status (*copy_2d_d2d_async)(void *ctx, mg_devptr dst, size_t dst_pitch, mg_devptr src,
                                    size_t src_pitch, size_t width_bytes, size_t height,
                                    void *stream);
     mg_status (*memset)(void *ctx, mg_devptr dst, uint8_t value, size_t bytes);
-    mg_status (*memset_async)(void *ctx, mg_devptr dst, uint8_t value, size_t bytes,
-                              void *stream);
+    mg_status (*memset_async)(void *ctx, mg_devptr dst, uint8_t value, size_t bytes, void *stream);
 
     /* ---- streams and events (required) */
     mg_status (*stream_create)(void *ctx, bool is_default, void **out);
@@ -107,8 +105,8 @@ typedef struct mg_backend_ops {
     mg_status (*module_load)(void *ctx, const char *model, const char *name, const void *image,
                              size_t bytes);
     mg_status (*module_unload_model)(void *ctx, const char *model);
-    mg_status (*module_symbol)(void *ctx, const char *module, const char *symbol,
-                               mg_devptr *ptr, size_t *bytes);
+    mg_status (*module_symbol)(void *ctx, const char *module, const char *symbol, mg_devptr *ptr,
+                               size_t *bytes);
     mg_status (*kernel_lookup)(void *ctx, const char *module, const char *function, void **out);
     /* `kernel_name` is "module:function", for error messages. */
     mg_status (*launch)(void *ctx, void *kernel, const char *kernel_name, void *stream,
@@ -158,8 +156,8 @@ mg_status mg_alloc_owned_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_
 /* The check every public call makes of a device range: non-null, not wrapping, inside one
  * live allocation when its start is in the ledger (always, on strict backends), so op layers
  * reject a tensor that overruns its buffer before anything is launched. */
-mg_status mg_backend_check_device_range(mg_backend *b, mg_devptr p, size_t bytes,
-                                        const char *fn, const char *what);
+mg_status mg_backend_check_device_range(mg_backend *b, mg_devptr p, size_t bytes, const char *fn,
+                                        const char *what);
 /* Is any stream of `b` capturing? Allocation paths refuse then. */
 bool mg_backend_any_capturing(mg_backend *b);
 /* Records a sticky device fault: every later call on `b` fails with MG_ERR_DEVICE_FAULT and

@@ -127,7 +127,8 @@ mg_status mg_core_list_push(void ***items, size_t *count, size_t *capacity, void
 bool mg_core_list_remove(void **items, size_t *count, const void *item);
 #define LIST_PUSH(b, name, item)                                                                   \
     mg_core_list_push((void ***)&(b)->name##s, &(b)->name##_count, &(b)->name##_capacity, (item))
-#define LIST_REMOVE(b, name, item) mg_core_list_remove((void **)(b)->name##s, &(b)->name##_count, (item))
+#define LIST_REMOVE(b, name, item)                                                                 \
+    mg_core_list_remove((void **)(b)->name##s, &(b)->name##_count, (item))
 
 /* The end of every destroy: drop the handle from its backend's list and the registry, then
  * free it. */
@@ -139,7 +140,6 @@ bool mg_core_list_remove(void **items, size_t *count, const void *item);
         mg_handle_unregister(handle);                                                              \
         free(handle);                                                                              \
     } while (0)
-
 
 /* Registry of live handles (process-wide). */
 mg_status mg_handle_register(const void *handle, mg_handle_type type);

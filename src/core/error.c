@@ -9,18 +9,30 @@ static _Thread_local char tls_message[MG_ERROR_MESSAGE_BYTES];
 
 const char *mg_status_name(mg_status status) {
     switch (status) {
-    case MG_OK: return "MG_OK";
-    case MG_ERR_INVALID_ARGUMENT: return "MG_ERR_INVALID_ARGUMENT";
-    case MG_ERR_OUT_OF_MEMORY: return "MG_ERR_OUT_OF_MEMORY";
-    case MG_ERR_UNAVAILABLE: return "MG_ERR_UNAVAILABLE";
-    case MG_ERR_UNSUPPORTED: return "MG_ERR_UNSUPPORTED";
-    case MG_ERR_NOT_FOUND: return "MG_ERR_NOT_FOUND";
-    case MG_ERR_NOT_READY: return "MG_ERR_NOT_READY";
-    case MG_ERR_CAPTURING: return "MG_ERR_CAPTURING";
-    case MG_ERR_BUSY: return "MG_ERR_BUSY";
-    case MG_ERR_DEVICE: return "MG_ERR_DEVICE";
-    case MG_ERR_DEVICE_FAULT: return "MG_ERR_DEVICE_FAULT";
-    case MG_ERR_INTERNAL: return "MG_ERR_INTERNAL";
+    case MG_OK:
+        return "MG_OK";
+    case MG_ERR_INVALID_ARGUMENT:
+        return "MG_ERR_INVALID_ARGUMENT";
+    case MG_ERR_OUT_OF_MEMORY:
+        return "MG_ERR_OUT_OF_MEMORY";
+    case MG_ERR_UNAVAILABLE:
+        return "MG_ERR_UNAVAILABLE";
+    case MG_ERR_UNSUPPORTED:
+        return "MG_ERR_UNSUPPORTED";
+    case MG_ERR_NOT_FOUND:
+        return "MG_ERR_NOT_FOUND";
+    case MG_ERR_NOT_READY:
+        return "MG_ERR_NOT_READY";
+    case MG_ERR_CAPTURING:
+        return "MG_ERR_CAPTURING";
+    case MG_ERR_BUSY:
+        return "MG_ERR_BUSY";
+    case MG_ERR_DEVICE:
+        return "MG_ERR_DEVICE";
+    case MG_ERR_DEVICE_FAULT:
+        return "MG_ERR_DEVICE_FAULT";
+    case MG_ERR_INTERNAL:
+        return "MG_ERR_INTERNAL";
     }
     return "MG_ERR_UNKNOWN";
 }
@@ -57,8 +69,8 @@ mg_status mg_error_set(mg_status status, const char *file, int line, const char 
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     if (file)
-        snprintf(tls_message, sizeof tls_message, "%s at %.100s:%d", text,
-                 mg_path_basename(file), line);
+        snprintf(tls_message, sizeof tls_message, "%s at %.100s:%d", text, mg_path_basename(file),
+                 line);
     else
         snprintf(tls_message, sizeof tls_message, "%s", text);
     return status;

@@ -102,7 +102,8 @@ void mg_ledger_totals(mg_ledger *l, uint64_t *bytes, uint64_t *count) {
 }
 
 static int same_site(const mg_ledger_site *s, const mg_ledger_entry *e) {
-    return s->line == e->line && (s->file == e->file || (s->file && e->file && !strcmp(s->file, e->file)));
+    return s->line == e->line &&
+           (s->file == e->file || (s->file && e->file && !strcmp(s->file, e->file)));
 }
 
 static int by_bytes_desc(const void *a, const void *b) {

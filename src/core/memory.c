@@ -56,7 +56,6 @@ mg_status mg_backend_check_device_range(mg_backend *b, mg_devptr p, size_t bytes
     return MG_OK;
 }
 
-
 /* ------------------------------------------------------------------ memory and ledger */
 
 static mg_status alloc_impl(mg_backend *b, size_t bytes, mg_alloc_kind kind, bool owned,

@@ -24,8 +24,8 @@ mg_status mg_op_state_get(mg_backend *b, const mg_op_state_type *type, void **ou
     if (st)
         return st;
     if (!type || !type->create || !type->destroy || !out)
-        return MG_ERROR(MG_ERR_INTERNAL, "mg_op_state_get(%s): incomplete state type or NULL output",
-                        name);
+        return MG_ERROR(MG_ERR_INTERNAL,
+                        "mg_op_state_get(%s): incomplete state type or NULL output", name);
     pthread_mutex_lock(&b->op_state_lock);
     mg_op_state_slot *slot = find_slot(b, type);
     if (slot) {

@@ -36,7 +36,8 @@ mg_status mg_pinned_register(const void *base, size_t bytes) {
                         base ? "zero length" : "NULL base");
     uintptr_t b = (uintptr_t)base;
     if (bytes > UINTPTR_MAX - b)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_pinned_register: range wraps the address space");
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "mg_pinned_register: range wraps the address space");
     mg_status st = MG_OK;
     pthread_rwlock_wrlock(&registry_lock);
     size_t i = upper_bound(b); /* ranges[i-1].base <= b < ranges[i].base */
@@ -48,8 +49,8 @@ mg_status mg_pinned_register(const void *base, size_t bytes) {
                       (void *)ranges[i - 1].base);
     } else if (i < range_count && b + bytes > ranges[i].base) {
         st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                      "mg_pinned_register: [%p, +%zu) overlaps the registered range at %p",
-                      base, bytes, (void *)ranges[i].base);
+                      "mg_pinned_register: [%p, +%zu) overlaps the registered range at %p", base,
+                      bytes, (void *)ranges[i].base);
     } else if (replace) {
         ranges[prev].bytes = bytes;
     } else {

@@ -333,8 +333,10 @@ mg_status mg_graph_count_nodes(mg_graph *g, size_t *kernels, size_t *nodes) {
                         g ? "invalid or destroyed" : "NULL", (void *)g);
     mg_backend *b = g->owner;
     if (!b->ops->graph_count_nodes)
-        return MG_ERROR(MG_ERR_UNSUPPORTED, "mg_graph_count_nodes: the %s backend cannot count "
-                        "the nodes of its graphs", mg_backend_kind_name(mg_backend_get_kind(b)));
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "mg_graph_count_nodes: the %s backend cannot count "
+                        "the nodes of its graphs",
+                        mg_backend_kind_name(mg_backend_get_kind(b)));
     size_t k = 0, n = 0;
     mg_status st = b->ops->graph_count_nodes(b->ctx, g->impl, &k, &n);
     if (!st && kernels)

@@ -122,8 +122,11 @@ bool mg_chat_writes_bos(const mg_chat_template *t, size_t count) {
  * invalid, overlong or surrogate sequence is no code point, so never whitespace). */
 static long utf8_exact(const unsigned char *s, size_t n) {
     static const long min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    const size_t want = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
-                                       : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
+    const size_t want = s[0] < 0x80             ? 1
+                        : (s[0] & 0xE0) == 0xC0 ? 2
+                        : (s[0] & 0xF0) == 0xE0 ? 3
+                        : (s[0] & 0xF8) == 0xF0 ? 4
+                                                : 0;
     if (want != n)
         return -1;
     long cp = n == 1 ? s[0] : s[0] & (0x7F >> n);
@@ -182,13 +185,13 @@ static mg_status mistral_check(const mg_chat_message *m, size_t count, size_t sk
         if (user != ((i - skip) % 2 == 0))
             return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
                                "the Mistral chat template refuses message %zu (%s): roles must "
-                               "alternate user/assistant/user/...%s", i, m[i].role,
-                               skip ? " after the optional system message" : "");
+                               "alternate user/assistant/user/...%s",
+                               i, m[i].role, skip ? " after the optional system message" : "");
         if (!user && strcmp(m[i].role, "assistant"))
             return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
                                "the Mistral chat template refuses message %zu: only user and "
-                               "assistant roles are supported%s, not %s", i,
-                               skip ? " after an optional first system message" : "", m[i].role);
+                               "assistant roles are supported%s, not %s",
+                               i, skip ? " after an optional first system message" : "", m[i].role);
     }
     return MG_OK;
 }

@@ -54,15 +54,17 @@ void mg_gen_results_free(mg_gen_result *results, uint32_t count) {
 }
 
 mg_status mg_generate(mg_backend *b, const mg_gen_options *o, const mg_gen_request *requests,
-                      uint32_t count, mg_gen_token_fn on_token, void *user,
-                      mg_gen_result *results, mg_gen_stats *stats) {
+                      uint32_t count, mg_gen_token_fn on_token, void *user, mg_gen_result *results,
+                      mg_gen_stats *stats) {
     if (results && requests)
         memset(results, 0, count * sizeof *results);
     if (stats)
         memset(stats, 0, sizeof *stats);
     if (!b || !o || !results)
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "mg_generate: NULL %s",
-                           !b ? "backend" : !o ? "options" : "results");
+                           !b   ? "backend"
+                           : !o ? "options"
+                                : "results");
     if (!o->model_path && !o->preset)
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "mg_generate: neither a model path nor a "
                                                     "preset");
@@ -105,10 +107,15 @@ mg_status mg_generate(mg_backend *b, const mg_gen_options *o, const mg_gen_reque
         lengths[r] = requests[r].prompt_len;
         params[r] = requests[r].sampling;
     }
-    const mg_fwd_config c = {.preset = o->preset, .batch = count, .steps = longest - 1,
-                             .seed = o->weight_seed, .use_graphs = o->use_graphs,
-                             .weights = o->weights, .model_path = o->model_path,
-                             .prompt_ids = ids, .prompt_ids_count = (uint32_t)total,
+    const mg_fwd_config c = {.preset = o->preset,
+                             .batch = count,
+                             .steps = longest - 1,
+                             .seed = o->weight_seed,
+                             .use_graphs = o->use_graphs,
+                             .weights = o->weights,
+                             .model_path = o->model_path,
+                             .prompt_ids = ids,
+                             .prompt_ids_count = (uint32_t)total,
                              .prompt_lengths = lengths};
     mg_fwd *m = NULL;
     mg_stream *s = NULL;
@@ -134,10 +141,10 @@ mg_status mg_generate(mg_backend *b, const mg_gen_options *o, const mg_gen_reque
             mg_gen_result *res = &results[r];
             res->tokens[res->count++] = token;
             const bool go_on = !on_token || on_token(user, r, i, token);
-            res->finish = is_stop(&requests[r], token)              ? MG_GEN_STOP_ID
+            res->finish = is_stop(&requests[r], token)           ? MG_GEN_STOP_ID
                           : res->count == requests[r].max_tokens ? MG_GEN_MAX_TOKENS
-                          : !go_on                                  ? MG_GEN_CALLBACK
-                                                                    : MG_GEN_UNFINISHED;
+                          : !go_on                               ? MG_GEN_CALLBACK
+                                                                 : MG_GEN_UNFINISHED;
             if (res->finish != MG_GEN_UNFINISHED) {
                 done[r] = true;
                 active--;
@@ -148,8 +155,11 @@ mg_status mg_generate(mg_backend *b, const mg_gen_options *o, const mg_gen_reque
         mg_fwd_info info;
         if (m)
             mg_fwd_get_info(m, &info);
-        *stats = (mg_gen_stats){.load_s = load_s, .prefill_s = prefill_s, .decode_s = decode_s,
-                                .prompt_tokens = (uint32_t)total, .decode_steps = steps_run,
+        *stats = (mg_gen_stats){.load_s = load_s,
+                                .prefill_s = prefill_s,
+                                .decode_s = decode_s,
+                                .prompt_tokens = (uint32_t)total,
+                                .decode_steps = steps_run,
                                 .graph_steps = m ? info.graph_steps : 0};
     }
     if (s)

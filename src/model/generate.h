@@ -83,8 +83,8 @@ typedef struct mg_gen_options {
  * be NULL. results[count] are filled (free them with mg_gen_results_free, also after a
  * failure); stats may be NULL. */
 mg_status mg_generate(mg_backend *b, const mg_gen_options *o, const mg_gen_request *requests,
-                      uint32_t count, mg_gen_token_fn on_token, void *user,
-                      mg_gen_result *results, mg_gen_stats *stats);
+                      uint32_t count, mg_gen_token_fn on_token, void *user, mg_gen_result *results,
+                      mg_gen_stats *stats);
 void mg_gen_results_free(mg_gen_result *results, uint32_t count);
 
 #endif

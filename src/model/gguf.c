@@ -65,11 +65,23 @@ bool mg_gguf_type_block(uint32_t type, uint32_t *elements, uint32_t *bytes) {
 /* Bytes of one scalar metadata value; 0 for strings, arrays and unknown types. */
 static size_t scalar_bytes(uint32_t type) {
     switch (type) {
-    case MG_GGUF_U8: case MG_GGUF_I8: case MG_GGUF_BOOL: return 1;
-    case MG_GGUF_U16: case MG_GGUF_I16: return 2;
-    case MG_GGUF_U32: case MG_GGUF_I32: case MG_GGUF_F32V: return 4;
-    case MG_GGUF_U64: case MG_GGUF_I64: case MG_GGUF_F64: return 8;
-    default: return 0;
+    case MG_GGUF_U8:
+    case MG_GGUF_I8:
+    case MG_GGUF_BOOL:
+        return 1;
+    case MG_GGUF_U16:
+    case MG_GGUF_I16:
+        return 2;
+    case MG_GGUF_U32:
+    case MG_GGUF_I32:
+    case MG_GGUF_F32V:
+        return 4;
+    case MG_GGUF_U64:
+    case MG_GGUF_I64:
+    case MG_GGUF_F64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -185,8 +197,7 @@ static mg_status parse_kv(cursor *c, mg_gguf_kv *kv, uint64_t index) {
         kv->strings = malloc((size_t)(kv->count ? kv->count : 1) * sizeof *kv->strings);
         kv->string_lens = malloc((size_t)(kv->count ? kv->count : 1) * sizeof *kv->string_lens);
         if (!kv->strings || !kv->string_lens)
-            return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory",
-                               c->g->what);
+            return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", c->g->what);
         for (uint64_t i = 0; i < kv->count; i++)
             if (!read_string(c, &kv->strings[i], &kv->string_lens[i]))
                 return truncated(c, "a string array");
@@ -235,8 +246,7 @@ static mg_status parse_tensor(cursor *c, mg_gguf_tensor *t, uint64_t index) {
         t->dims[d] = 1;
         if (d < t->n_dims && !read_u64(c, &t->dims[d]))
             return truncated(c, "a tensor's dimensions");
-        if (t->dims[d] == 0 || t->dims[d] > (1ull << 40) ||
-            t->elements > (1ull << 50) / t->dims[d])
+        if (t->dims[d] == 0 || t->dims[d] > (1ull << 40) || t->elements > (1ull << 50) / t->dims[d])
             return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
                                "GGUF %s: tensor %s has an empty or absurd dimension %u (%llu)",
                                c->g->what, t->name, d, (unsigned long long)t->dims[d]);
@@ -278,8 +288,8 @@ static mg_status parse(mg_gguf *g) {
         return truncated(&c, "the counts");
     if (tensors > MAX_TENSORS || kvs > MAX_KVS)
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: %llu tensors and %llu metadata pairs: absurd counts",
-                           g->what, (unsigned long long)tensors, (unsigned long long)kvs);
+                           "GGUF %s: %llu tensors and %llu metadata pairs: absurd counts", g->what,
+                           (unsigned long long)tensors, (unsigned long long)kvs);
     g->kvs = calloc(kvs ? kvs : 1, sizeof *g->kvs);
     g->tensors = calloc(tensors ? tensors : 1, sizeof *g->tensors);
     if (!g->kvs || !g->tensors)
@@ -295,8 +305,7 @@ static mg_status parse(mg_gguf *g) {
     if (a && (!mg_gguf_get_u64(g, "general.alignment", &alignment) || alignment == 0 ||
               alignment > 1u << 20 || (alignment & (alignment - 1))))
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: general.alignment must be a power of two up to 2^20",
-                           g->what);
+                           "GGUF %s: general.alignment must be a power of two up to 2^20", g->what);
     for (uint64_t i = 0; i < tensors; i++, g->tensor_count++)
         if ((st = parse_tensor(&c, &g->tensors[i], i))) {
             g->tensor_count++;
@@ -371,8 +380,7 @@ mg_status mg_gguf_open_memory(const void *data, size_t size, const char *what, m
 
 mg_status mg_gguf_open(const char *path, mg_gguf **out) {
     if (!path || !out)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "mg_gguf_open: NULL %s",
-                           path ? "out" : "path");
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "mg_gguf_open: NULL %s", path ? "out" : "path");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -390,8 +398,7 @@ mg_status mg_gguf_open(const char *path, mg_gguf **out) {
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: mmap failed: %s", path,
-                           strerror(errno));
+        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: mmap failed: %s", path, strerror(errno));
     return open_over(map, (size_t)sb.st_size, map, path, out);
 }
 
@@ -442,17 +449,32 @@ bool mg_gguf_get_u64(const mg_gguf *g, const char *key, uint64_t *out) {
     const uint8_t *p = kv->value;
     int64_t s;
     switch (kv->type) {
-    case MG_GGUF_U8: *out = p[0]; return true;
-    case MG_GGUF_U16: *out = (uint64_t)p[0] | (uint64_t)p[1] << 8; return true;
-    case MG_GGUF_U32: *out = load_u64((const uint8_t[8]){p[0], p[1], p[2], p[3]}); return true;
-    case MG_GGUF_U64: *out = load_u64(p); return true;
-    case MG_GGUF_I8: s = (int8_t)p[0]; break;
-    case MG_GGUF_I16: s = (int16_t)(uint16_t)(p[0] | p[1] << 8); break;
+    case MG_GGUF_U8:
+        *out = p[0];
+        return true;
+    case MG_GGUF_U16:
+        *out = (uint64_t)p[0] | (uint64_t)p[1] << 8;
+        return true;
+    case MG_GGUF_U32:
+        *out = load_u64((const uint8_t[8]){p[0], p[1], p[2], p[3]});
+        return true;
+    case MG_GGUF_U64:
+        *out = load_u64(p);
+        return true;
+    case MG_GGUF_I8:
+        s = (int8_t)p[0];
+        break;
+    case MG_GGUF_I16:
+        s = (int16_t)(uint16_t)(p[0] | p[1] << 8);
+        break;
     case MG_GGUF_I32:
         s = (int32_t)(uint32_t)load_u64((const uint8_t[8]){p[0], p[1], p[2], p[3]});
         break;
-    case MG_GGUF_I64: s = (int64_t)load_u64(p); break;
-    default: return false;
+    case MG_GGUF_I64:
+        s = (int64_t)load_u64(p);
+        break;
+    default:
+        return false;
     }
     if (s < 0)
         return false;
@@ -465,8 +487,8 @@ bool mg_gguf_get_f64(const mg_gguf *g, const char *key, double *out) {
     if (!kv)
         return false;
     if (kv->type == MG_GGUF_F32V) {
-        uint32_t bits = (uint32_t)load_u64((const uint8_t[8]){kv->value[0], kv->value[1],
-                                                              kv->value[2], kv->value[3]});
+        uint32_t bits = (uint32_t)load_u64(
+            (const uint8_t[8]){kv->value[0], kv->value[1], kv->value[2], kv->value[3]});
         float f;
         memcpy(&f, &bits, 4);
         *out = f;

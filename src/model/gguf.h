@@ -79,7 +79,7 @@ typedef enum mg_gguf_value_type {
 typedef struct mg_gguf_kv {
     const char *key; /* into the map, key_len bytes */
     size_t key_len;
-    uint32_t type;   /* mg_gguf_value_type */
+    uint32_t type; /* mg_gguf_value_type */
     /* Scalars: the value's bytes in the map. Strings: str / str_len. Arrays: elem_type, count
      * and, for arrays of strings, strings[i] / string_lens[i] (an index built at open); other
      * arrays' elements start at `value` (packed, little-endian). */

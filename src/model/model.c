@@ -4,14 +4,15 @@
 #include "model_sampling.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "metrale/dtype.h"
+#include "metrale/nvfp4.h"
 #include "metrale/ops.h"
 #include "metrale/ops_activation.h"
 #include "metrale/ops_elementwise.h"
@@ -21,9 +22,7 @@
 #include "metrale/ops_moe_gemm.h"
 #include "metrale/ops_nvfp4.h"
 #include "metrale/ops_quantize.h"
-#include "metrale/nvfp4.h"
 #include "metrale/status.h"
-
 
 static _Thread_local char error_text[512];
 
@@ -51,7 +50,6 @@ mg_status mg_fwd_lib_fail(mg_status st, const char *what) {
     return fail(st, "%s: %s", what, mg_last_error());
 }
 
-
 /* What a configuration's requests hold, computed once for the memory check and for creation:
  * prompt tokens, KV pages for the prompts and the steps (in all, and the most of one request),
  * and the engine limits the arena is planned for. */
@@ -73,15 +71,12 @@ static batch_extent batch_extent_of(const mg_fwd_config *c) {
         max_seq = seq > max_seq ? seq : max_seq;
     }
     e.limits = (mg_engine_limits){
-        .max_batch_tokens =
-            (uint32_t)(e.prompt_tokens > c->batch ? e.prompt_tokens : c->batch),
+        .max_batch_tokens = (uint32_t)(e.prompt_tokens > c->batch ? e.prompt_tokens : c->batch),
         .max_seq_len = max_seq,
         .kv_block_size = PAGE_SIZE,
         .max_batch_size = c->batch};
     return e;
 }
-
-
 
 /* The arena: the library's plan for the model's shape and this run's limits, plus the
  * run's own always-live buffers (ids, page table, logits row indices). */
@@ -90,14 +85,14 @@ static batch_extent batch_extent_of(const mg_fwd_config *c) {
  * the larger. */
 mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_fwd *m, bool gate_up, uint32_t tokens) {
     uint32_t K = m->sh.experts_per_token;
-    return (mg_moe_gemm_desc){
-        .kind = m->c.weights == MG_FWD_WEIGHTS_FP8 ? MG_MOE_GEMM_FP8_ROWWISE : MG_MOE_GEMM_BF16,
-        .experts = m->sh.experts,
-        .rows = tokens * K,
-        .act_rows = gate_up ? tokens : tokens * K,
-        .n = gate_up ? m->sh.intermediate : m->sh.hidden,
-        .k = gate_up ? m->sh.hidden : m->sh.intermediate,
-        .gate_up = gate_up};
+    return (mg_moe_gemm_desc){.kind = m->c.weights == MG_FWD_WEIGHTS_FP8 ? MG_MOE_GEMM_FP8_ROWWISE
+                                                                         : MG_MOE_GEMM_BF16,
+                              .experts = m->sh.experts,
+                              .rows = tokens * K,
+                              .act_rows = gate_up ? tokens : tokens * K,
+                              .n = gate_up ? m->sh.intermediate : m->sh.hidden,
+                              .k = gate_up ? m->sh.hidden : m->sh.intermediate,
+                              .gate_up = gate_up};
 }
 
 static mg_status moe_gemm_workspace(mg_fwd *m, uint64_t expert_rows, mg_arena_plan *plan) {
@@ -147,9 +142,9 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
     }
     uint32_t E = m->sh.experts, K = m->sh.experts_per_token;
     bool dense_fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4 && !E;
-    if (dense_fp4 && (st = mg_arena_plan_add(plan, "mlp_act_fp4",
-                                             2ull * m->tokens_cap * m->sh.intermediate, 0, NULL,
-                                             NULL))) {
+    if (dense_fp4 &&
+        (st = mg_arena_plan_add(plan, "mlp_act_fp4", 2ull * m->tokens_cap * m->sh.intermediate, 0,
+                                NULL, NULL))) {
         mg_arena_plan_destroy(plan);
         return mg_fwd_lib_fail(st, "creating the arena");
     }
@@ -159,10 +154,10 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
     uint32_t widest = m->sh.hidden, qd = m->sh.heads * m->sh.head_dim;
     widest = qd > widest ? qd : widest;
     widest = m->sh.intermediate > widest ? m->sh.intermediate : widest;
-    if (fp8 && ((st = mg_arena_plan_add(plan, "fp8_act", (uint64_t)m->tokens_cap * widest, 0,
-                                        NULL, NULL)) ||
-                (st = mg_arena_plan_add(plan, "fp8_act_scales", 4ull * m->tokens_cap, 0, NULL,
-                                        NULL)))) {
+    if (fp8 &&
+        ((st = mg_arena_plan_add(plan, "fp8_act", (uint64_t)m->tokens_cap * widest, 0, NULL,
+                                 NULL)) ||
+         (st = mg_arena_plan_add(plan, "fp8_act_scales", 4ull * m->tokens_cap, 0, NULL, NULL)))) {
         mg_arena_plan_destroy(plan);
         return mg_fwd_lib_fail(st, "creating the arena");
     }
@@ -191,18 +186,37 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
     }
     mg_arena_plan_destroy(plan);
     /* the first 13 in every model; then the dense MLP's two, or the MoE's nine */
-    static const char *const names[] = {
-        "residual", "proj_out", "norm_out", "qkv", "attn_out", "logits_hidden", "logits",
-        "step_ids", "page_qo_indptr", "page_kv_indptr", "page_kv_indices", "page_last_len",
-        "last_token_rows", "gate_up", "mlp_act", "router_logits", "topk_ids", "topk_weights",
-        "sorted_token_ids", "expert_offsets", "moe_expert_act", "moe_down", "moe_pair_positions",
-        "moe_sort_workspace"};
-    mg_devptr *ptrs[] = {&m->residual, &m->proj_out, &m->norm_out, &m->qkv, &m->attn_out,
-                         &m->logits_hidden, &m->logits, &m->step_ids, &m->qo_indptr,
-                         &m->kv_indptr, &m->kv_indices, &m->last_page_len, &m->logits_indices,
-                         &m->gate_up, &m->mlp_act, &m->router_logits, &m->topk_ids,
-                         &m->topk_weights, &m->sorted_token_ids, &m->expert_offsets, &m->moe_act,
-                         &m->moe_down, &m->pair_positions, &m->sort_workspace};
+    static const char *const names[] = {"residual",
+                                        "proj_out",
+                                        "norm_out",
+                                        "qkv",
+                                        "attn_out",
+                                        "logits_hidden",
+                                        "logits",
+                                        "step_ids",
+                                        "page_qo_indptr",
+                                        "page_kv_indptr",
+                                        "page_kv_indices",
+                                        "page_last_len",
+                                        "last_token_rows",
+                                        "gate_up",
+                                        "mlp_act",
+                                        "router_logits",
+                                        "topk_ids",
+                                        "topk_weights",
+                                        "sorted_token_ids",
+                                        "expert_offsets",
+                                        "moe_expert_act",
+                                        "moe_down",
+                                        "moe_pair_positions",
+                                        "moe_sort_workspace"};
+    mg_devptr *ptrs[] = {
+        &m->residual,       &m->proj_out,      &m->norm_out,         &m->qkv,
+        &m->attn_out,       &m->logits_hidden, &m->logits,           &m->step_ids,
+        &m->qo_indptr,      &m->kv_indptr,     &m->kv_indices,       &m->last_page_len,
+        &m->logits_indices, &m->gate_up,       &m->mlp_act,          &m->router_logits,
+        &m->topk_ids,       &m->topk_weights,  &m->sorted_token_ids, &m->expert_offsets,
+        &m->moe_act,        &m->moe_down,      &m->pair_positions,   &m->sort_workspace};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         bool moe_only = i >= 15, dense_only = i == 13 || i == 14;
         if ((E && dense_only) || (!E && moe_only))
@@ -233,8 +247,10 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
 }
 
 static mg_status create_kv_cache(mg_fwd *m, uint32_t num_pages) {
-    m->kv = (mg_kv_cache_desc){.num_kv_heads = m->sh.kv_heads, .head_dim = m->sh.head_dim,
-                               .page_size = PAGE_SIZE, .num_pages = num_pages};
+    m->kv = (mg_kv_cache_desc){.num_kv_heads = m->sh.kv_heads,
+                               .head_dim = m->sh.head_dim,
+                               .page_size = PAGE_SIZE,
+                               .num_pages = num_pages};
     mg_status st = mg_kv_cache_bytes(&m->kv, &m->kv_layer_bytes);
     if (st)
         return mg_fwd_lib_fail(st, "sizing the KV cache");
@@ -247,12 +263,12 @@ static mg_status create_kv_cache(mg_fwd *m, uint32_t num_pages) {
         return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the page table");
     for (uint32_t r = 0; r < m->c.batch; r++) {
         uint32_t need = ceil_div(mg_fwd_prompt_length(&m->c, r) + m->c.steps, PAGE_SIZE);
-        if ((st = mg_kv_page_alloc(m->allocator, need, m->pages + (size_t)r * m->pages_per_request)))
+        if ((st =
+                 mg_kv_page_alloc(m->allocator, need, m->pages + (size_t)r * m->pages_per_request)))
             return mg_fwd_lib_fail(st, "allocating KV pages");
     }
     return MG_OK;
 }
-
 
 /* The device bytes beyond the weights: the KV pool (every layer's pages for the prompts and the
  * steps) and the arena of the model's intermediates as mg_arena_plan_for_model plans it (the
@@ -316,11 +332,11 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
             return fail(MG_ERR_INVALID_ARGUMENT,
                         "request %u: %u prompt tokens and %u steps make %llu, past the context "
                         "of %s (%u tokens); nothing is truncated",
-                        r, mg_fwd_prompt_length(c, r), c->steps, (unsigned long long)seq,
-                        p->name, p->context);
+                        r, mg_fwd_prompt_length(c, r), c->steps, (unsigned long long)seq, p->name,
+                        p->context);
     }
-    static const mg_op needed[] = {MG_OP_GEMM_BF16, MG_OP_GATHER_ROWS, MG_OP_RMSNORM,
-                                   MG_OP_ARGMAX, MG_OP_SILU_MUL, MG_OP_KV_APPEND,
+    static const mg_op needed[] = {MG_OP_GEMM_BF16,      MG_OP_GATHER_ROWS, MG_OP_RMSNORM,
+                                   MG_OP_ARGMAX,         MG_OP_SILU_MUL,    MG_OP_KV_APPEND,
                                    MG_OP_ATTENTION_PAGED};
     static const mg_op needed_nvfp4[] = {MG_OP_NVFP4_FORMAT, MG_OP_NVFP4_GEMM, MG_OP_MOE_ROUTING,
                                          MG_OP_NVFP4_MOE_GEMM};
@@ -394,8 +410,8 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     m->c = *c;
     mg_status st = MG_OK;
     if (c->model_path) {
-        if ((st = mg_fwd_checkpoint_open(c->model_path, &m->arch, m->arch_name,
-                                         sizeof m->arch_name, &m->ckpt))) {
+        if ((st = mg_fwd_checkpoint_open(c->model_path, &m->arch, m->arch_name, sizeof m->arch_name,
+                                         &m->ckpt))) {
             mg_fwd_destroy(m);
             return st;
         }
@@ -528,8 +544,11 @@ static mg_status upload_tables(mg_fwd *m, const uint32_t *qo, mg_kv_page_table *
         m->decode_kv_bytes += 2ull * m->kv_len[r] * m->sh.kv_heads * m->sh.head_dim * 2;
     }
     m->decode_kv_bytes *= m->layers;
-    *t = (mg_kv_page_table){.batch_size = B, .qo_indptr = m->h_qo, .kv_indptr = m->h_kv_indptr,
-                            .kv_indices = m->h_kv_indices, .kv_last_page_len = m->h_last};
+    *t = (mg_kv_page_table){.batch_size = B,
+                            .qo_indptr = m->h_qo,
+                            .kv_indptr = m->h_kv_indptr,
+                            .kv_indices = m->h_kv_indices,
+                            .kv_last_page_len = m->h_last};
     mg_status st = mg_kv_page_table_check(&m->kv, t, "forward model");
     size_t b1 = (B + 1) * sizeof(int32_t), bb = B * sizeof(int32_t);
     if (st || (st = mg_copy_h2d(m->b, m->qo_indptr, m->h_qo, b1)) ||
@@ -541,7 +560,6 @@ static mg_status upload_tables(mg_fwd *m, const uint32_t *qo, mg_kv_page_table *
         return mg_fwd_lib_fail(st, "uploading the page table");
     return MG_OK;
 }
-
 
 mg_status mg_fwd_set_timing(mg_fwd *m, mg_timing *t) {
     error_text[0] = '\0';
@@ -610,8 +628,7 @@ mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
     if (!m->token_count)
         return fail(MG_ERR_INVALID_ARGUMENT, "decode before the prefill");
     if (m->token_count > m->c.steps)
-        return fail(MG_ERR_INVALID_ARGUMENT, "all %u planned decode steps already ran",
-                    m->c.steps);
+        return fail(MG_ERR_INVALID_ARGUMENT, "all %u planned decode steps already ran", m->c.steps);
     uint32_t B = m->c.batch, *qo = calloc(B, sizeof *qo);
     if (!qo)
         return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -707,8 +724,8 @@ void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {
     out->weight_bytes = m->weight_bytes;
     /* a decode step reads every weight but the embedding table (a row gather); of the experts,
      * the expected distinct ones of batch * k uniform picks */
-    out->decode_weight_bytes = m->weight_bytes - (m->lm_head == m->embedding
-                                                      ? 0 /* tied: the LM head reads it all */
+    out->decode_weight_bytes =
+        m->weight_bytes - (m->lm_head == m->embedding ? 0 /* tied: the LM head reads it all */
                                                       : 2ull * m->sh.vocab * m->sh.hidden);
     if (m->sh.experts) {
         double E = m->sh.experts, k = m->sh.experts_per_token;

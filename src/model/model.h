@@ -34,8 +34,9 @@
  * wo 3 [hidden, Hq D], mlp_norm 4, w_gate_up 5 [2 I, hidden] (gate rows then up rows),
  * w_down 6 [hidden, I]; MoE presets (E experts of intermediate I, top-k): router 7 [E, hidden]
  * (BF16 always), w_gate_up 5 [E * 2 I, hidden] (expert e's gate rows, then its up rows, at rows
- * e * 2 I ..), w_down 6 [E * hidden, I] (expert e at rows e * hidden ..). Prompt token t of request r: splitmix64-based id
- * mg_fwd_prompt_token(seed, vocab, r, t), lengths mg_fwd_prompt_length(config, r).
+ * e * 2 I ..), w_down 6 [E * hidden, I] (expert e at rows e * hidden ..). Prompt token t of request
+ * r: splitmix64-based id mg_fwd_prompt_token(seed, vocab, r, t), lengths
+ * mg_fwd_prompt_length(config, r).
  *
  * NVFP4 weights (config weights = MG_FWD_WEIGHTS_NVFP4): each layer matrix (wq, wkv, wo,
  * w_gate_up, w_down) and the LM head is generated as above in BF16, then quantized at load by
@@ -118,10 +119,10 @@ const mg_fwd_preset *mg_fwd_preset_find(const char *name);
 
 typedef enum mg_fwd_weights {
     MG_FWD_WEIGHTS_BF16 = 0,
-    MG_FWD_WEIGHTS_NVFP4, /* the layer matrices quantized at load (see above) */
-    MG_FWD_WEIGHTS_FP8,   /* E4M3 with per-row scales, activations quantized per token */
-    MG_FWD_WEIGHTS_MLX8,  /* the layer matrices from an MLX checkpoint (see below), 8-bit */
-    MG_FWD_WEIGHTS_MLX4,  /* the same, 4-bit */
+    MG_FWD_WEIGHTS_NVFP4,      /* the layer matrices quantized at load (see above) */
+    MG_FWD_WEIGHTS_FP8,        /* E4M3 with per-row scales, activations quantized per token */
+    MG_FWD_WEIGHTS_MLX8,       /* the layer matrices from an MLX checkpoint (see below), 8-bit */
+    MG_FWD_WEIGHTS_MLX4,       /* the same, 4-bit */
     MG_FWD_WEIGHTS_CHECKPOINT, /* a real checkpoint's own formats (model_checkpoint.h): set by
                                   the model when config.model_path is given */
 } mg_fwd_weights;
@@ -173,8 +174,17 @@ int32_t mg_fwd_prompt_token(uint64_t seed, uint32_t vocab, uint32_t r, uint32_t 
 #define MG_FWD_TENSOR_EMBEDDING 0u
 #define MG_FWD_TENSOR_FINAL_NORM 1u
 #define MG_FWD_TENSOR_LM_HEAD 2u
-enum { MG_FWD_ATTN_NORM, MG_FWD_WQ, MG_FWD_WKV, MG_FWD_WO, MG_FWD_MLP_NORM, MG_FWD_W_GATE_UP,
-       MG_FWD_W_DOWN, MG_FWD_ROUTER, MG_FWD_LAYER_TENSORS };
+enum {
+    MG_FWD_ATTN_NORM,
+    MG_FWD_WQ,
+    MG_FWD_WKV,
+    MG_FWD_WO,
+    MG_FWD_MLP_NORM,
+    MG_FWD_W_GATE_UP,
+    MG_FWD_W_DOWN,
+    MG_FWD_ROUTER,
+    MG_FWD_LAYER_TENSORS
+};
 static inline uint32_t mg_fwd_layer_tensor(uint32_t layer, uint32_t slot) {
     return 16u + 8u * layer + slot;
 }
@@ -257,16 +267,16 @@ mg_status mg_fwd_force_tokens(mg_fwd *m, const int32_t *ids);
 mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params, uint32_t penalty_last_n);
 
 typedef struct mg_fwd_info {
-    uint64_t weight_bytes;           /* all weights as stored (NVFP4: prepared values + scales;
-                                        FP8: codes + row scales) */
+    uint64_t weight_bytes; /* all weights as stored (NVFP4: prepared values + scales;
+                              FP8: codes + row scales) */
     /* weights read by one decode step: all but the embedding (dense); MoE: the dense part and
      * the expected distinct experts of batch * k uniform picks, E (1 - (1 - k/E)^batch) */
     uint64_t decode_weight_bytes;
-    uint64_t kv_pool_bytes;          /* KV cache of every layer */
-    uint64_t decode_kv_bytes;        /* KV bytes read by the latest decode step */
-    uint64_t prompt_tokens;          /* the prefill's tokens */
-    mg_arena_summary arena;          /* unpacked (sum_bytes) vs packed (arena_bytes) */
-    uint32_t graph_steps;            /* decode steps that replayed the graph */
+    uint64_t kv_pool_bytes;   /* KV cache of every layer */
+    uint64_t decode_kv_bytes; /* KV bytes read by the latest decode step */
+    uint64_t prompt_tokens;   /* the prefill's tokens */
+    mg_arena_summary arena;   /* unpacked (sum_bytes) vs packed (arena_bytes) */
+    uint32_t graph_steps;     /* decode steps that replayed the graph */
     /* the captured decode step: kernel launches (library kernels included) and all work
      * items of one replay; 0 before the capture or where the backend cannot count them */
     uint32_t graph_kernels, graph_nodes;

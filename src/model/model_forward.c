@@ -30,7 +30,6 @@ mg_paged_attention_desc mg_fwd_attention_desc(const mg_fwd *m) {
                                      .sm_scale = 1.0f / sqrtf((float)m->sh.head_dim)};
 }
 
-
 /* A span named `op` (model.h's names) around the statements that follow, when a timing object
  * is attached (mg_fwd_set_timing); nothing otherwise. Needs `m` and the stream `s` in scope.
  * The span is kept in m->open_span while the statements run, so that a failing statement's
@@ -42,7 +41,7 @@ mg_paged_attention_desc mg_fwd_attention_desc(const mg_fwd *m) {
         __VA_ARGS__;                                                                               \
         const mg_timing_span span_ = m->open_span;                                                 \
         m->open_span = 0;                                                                          \
-        TRY(span_ ? mg_timing_span_end(m->timing, span_, s) : MG_OK, "timing span");             \
+        TRY(span_ ? mg_timing_span_end(m->timing, span_, s) : MG_OK, "timing span");               \
     } while (0)
 
 /* FP8 weights: quantizes act[rows, k] (BF16) per token into act_fp8 and act_scales, the input
@@ -71,8 +70,8 @@ static mg_status linear(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l, uint3
                                    m->fp8_scales[(size_t)l * MG_FWD_LAYER_TENSORS + slot], out, n);
     }
     if (!m->fp4)
-        return mg_gemm_bf16(m->b, s, rows, n, k, act, *layer_tensor(m, l, slot), out,
-                            MG_DTYPE_BF16, n);
+        return mg_gemm_bf16(m->b, s, rows, n, k, act, *layer_tensor(m, l, slot), out, MG_DTYPE_BF16,
+                            n);
     const mg_nvfp4_weight *w = &m->fp4[(size_t)l * FP4_SLOTS + fp4_slot];
     if (prefill && m->prefill_workspace)
         return mg_nvfp4_gemm_with_workspace(m->b, s, rows, n, k, act, k, w, out, n,
@@ -86,31 +85,35 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
     mg_backend *b = m->b;
     const mg_model_shape *sh = &m->sh;
     uint32_t E = sh->experts, K = sh->experts_per_token, H = sh->hidden, I = sh->intermediate;
-    OP("moe_router", TRY(mg_gemm_bf16(b, s, rows, E, H, m->norm_out,
-                                      *layer_tensor(m, l, MG_FWD_ROUTER), m->router_logits,
-                                      MG_DTYPE_F32, E),
-                         "router"));
-    mg_moe_topk_desc td = {.tokens = rows, .experts = E, .k = K, .logits_dtype = MG_DTYPE_F32,
-                           .renormalize = true};
+    OP("moe_router",
+       TRY(mg_gemm_bf16(b, s, rows, E, H, m->norm_out, *layer_tensor(m, l, MG_FWD_ROUTER),
+                        m->router_logits, MG_DTYPE_F32, E),
+           "router"));
+    mg_moe_topk_desc td = {
+        .tokens = rows, .experts = E, .k = K, .logits_dtype = MG_DTYPE_F32, .renormalize = true};
     OP("moe_topk",
        TRY(mg_moe_topk(b, s, &td, m->router_logits, m->topk_ids, m->topk_weights), "top-k"));
     mg_moe_sort_desc sd = {.tokens = rows, .experts = E, .k = K};
-    OP("moe_sort", TRY(mg_moe_sort(b, s, &sd, m->topk_ids, m->sort_workspace,
-                                   m->sort_workspace_bytes, m->expert_offsets,
-                                   m->sorted_token_ids, m->pair_positions),
-                       "expert sort"));
+    OP("moe_sort",
+       TRY(mg_moe_sort(b, s, &sd, m->topk_ids, m->sort_workspace, m->sort_workspace_bytes,
+                       m->expert_offsets, m->sorted_token_ids, m->pair_positions),
+           "expert sort"));
     if (m->fp4) {
         const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
         mg_nvfp4_moe_desc gd = {.experts = E, .rows = rows * K, .act_rows = rows, .n = I, .k = H};
-        mg_nvfp4_moe_tensors gt = {.act = m->norm_out, .sorted_token_ids = m->sorted_token_ids,
-                                   .expert_offsets = m->expert_offsets, .w = fw[FP4_GATE],
-                                   .up = &fw[FP4_UP], .out = m->moe_act};
-        OP("moe_gate_up",
-           TRY(mg_nvfp4_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul"));
-        mg_nvfp4_moe_desc dd = {.experts = E, .rows = rows * K, .act_rows = rows * K, .n = H,
-                                .k = I};
-        mg_nvfp4_moe_tensors dt = {.act = m->moe_act, .expert_offsets = m->expert_offsets,
-                                   .w = fw[FP4_DOWN], .out = m->moe_down};
+        mg_nvfp4_moe_tensors gt = {.act = m->norm_out,
+                                   .sorted_token_ids = m->sorted_token_ids,
+                                   .expert_offsets = m->expert_offsets,
+                                   .w = fw[FP4_GATE],
+                                   .up = &fw[FP4_UP],
+                                   .out = m->moe_act};
+        OP("moe_gate_up", TRY(mg_nvfp4_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul"));
+        mg_nvfp4_moe_desc dd = {
+            .experts = E, .rows = rows * K, .act_rows = rows * K, .n = H, .k = I};
+        mg_nvfp4_moe_tensors dt = {.act = m->moe_act,
+                                   .expert_offsets = m->expert_offsets,
+                                   .w = fw[FP4_DOWN],
+                                   .out = m->moe_down};
         OP("moe_down", TRY(mg_nvfp4_moe_gemm(b, s, &dd, &dt), "experts' down"));
     } else { /* BF16 or FP8 (row-wise) experts: metrale/ops_moe_gemm.h */
         size_t gu = (size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_GATE_UP;
@@ -136,8 +139,8 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
         OP("moe_down", TRY(mg_moe_gemm(b, s, &dd, &dt), "experts' down"));
     }
     mg_moe_combine_desc cd = {.tokens = rows, .k = K, .hidden = H};
-    OP("moe_combine", TRY(mg_moe_combine(b, s, &cd, m->moe_down, m->pair_positions,
-                                         m->topk_weights, 0, m->proj_out),
+    OP("moe_combine", TRY(mg_moe_combine(b, s, &cd, m->moe_down, m->pair_positions, m->topk_weights,
+                                         0, m->proj_out),
                           "expert combine"));
     return MG_OK;
 }
@@ -153,9 +156,9 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
     float eps = m->c.preset->norm_eps;
     mg_devptr q = m->qkv, kv = m->qkv + (uint64_t)m->tokens_padded * QD * 2;
     bool fp8 = m->fp8_scales != NULL;
-    OP("embedding", TRY(mg_gather_rows_bf16(b, s, rows, H, m->step_ids, sh->vocab, m->embedding,
-                                            0, m->residual),
-                        "embedding"));
+    OP("embedding",
+       TRY(mg_gather_rows_bf16(b, s, rows, H, m->step_ids, sh->vocab, m->embedding, 0, m->residual),
+           "embedding"));
     for (uint32_t l = 0; l < m->layers; l++) {
         mg_devptr *w = layer_tensor(m, l, 0);
         mg_devptr k_pages, v_pages;
@@ -167,15 +170,14 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                           "attention norm"));
         if (fp8)
             OP("fp8_quant", TRY(quantize_act(m, s, rows, H, m->norm_out), "quantizing to FP8"));
-        OP("qkv_gemm",
-           TRY(linear(m, s, prefill, l, MG_FWD_WQ, FP4_Q, rows, QD, H, m->norm_out, q),
-               "q projection");
+        OP("qkv_gemm", TRY(linear(m, s, prefill, l, MG_FWD_WQ, FP4_Q, rows, QD, H, m->norm_out, q),
+                           "q projection");
            TRY(linear(m, s, prefill, l, MG_FWD_WKV, FP4_KV, rows, KVD, H, m->norm_out, kv),
                "kv projection"));
         mg_devptr k = kv;
         uint32_t k_stride = KVD;
-        const mg_devptr *x = m->layer_extra ? m->layer_extra + (size_t)l * MG_FWD_EXTRA_TENSORS
-                                            : NULL;
+        const mg_devptr *x =
+            m->layer_extra ? m->layer_extra + (size_t)l * MG_FWD_EXTRA_TENSORS : NULL;
         if (x && x[MG_FWD_Q_BIAS])
             OP("qkv_bias",
                TRY(mg_mlx_add_bias(b, s, rows, QD, q, x[MG_FWD_Q_BIAS], MG_DTYPE_F32), "q bias");
@@ -216,17 +218,20 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                                .k_pages = k_pages,
                                .v_pages = v_pages};
         OP("rope_append", TRY(mg_kv_append(b, s, &m->kv, &a), "RoPE and KV append"));
-        mg_paged_attention_tensors t = {.q = q, .o = m->attn_out, .qo_rows = rows,
-                                        .k_pages = k_pages, .v_pages = v_pages,
+        mg_paged_attention_tensors t = {.q = q,
+                                        .o = m->attn_out,
+                                        .qo_rows = rows,
+                                        .k_pages = k_pages,
+                                        .v_pages = v_pages,
                                         .num_pages = m->kv.num_pages,
                                         .kv_indices = m->kv_indices,
                                         .num_kv_indices = m->kv.num_pages};
         OP("attention", TRY(mg_paged_attention_run(plan, &t, s), "attention"));
         if (fp8)
             OP("fp8_quant", TRY(quantize_act(m, s, rows, QD, m->attn_out), "quantizing to FP8"));
-        OP("o_gemm", TRY(linear(m, s, prefill, l, MG_FWD_WO, FP4_O, rows, H, QD, m->attn_out,
-                                m->proj_out),
-                         "output projection"));
+        OP("o_gemm",
+           TRY(linear(m, s, prefill, l, MG_FWD_WO, FP4_O, rows, H, QD, m->attn_out, m->proj_out),
+               "output projection"));
         OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, m->proj_out,
                                           w[MG_FWD_MLP_NORM], m->norm_out),
                           "MLP norm"));
@@ -237,20 +242,19 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
             continue;
         }
         if (m->mlx) {
-            OP("mlp", TRY(mg_fwd_mlx_mlp(m->mlx, s, l, rows, m->norm_out, m->gate_up,
-                                         m->mlp_act, m->proj_out),
+            OP("mlp", TRY(mg_fwd_mlx_mlp(m->mlx, s, l, rows, m->norm_out, m->gate_up, m->mlp_act,
+                                         m->proj_out),
                           "MLP"));
             continue;
         }
         if (m->fp4) {
             const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
-            OP("gate_up", TRY(mg_nvfp4_gemm_gate_up(b, s, rows, I, H, m->norm_out, H,
-                                                    &fw[FP4_GATE], &fw[FP4_UP], m->mlp_act_fp4, I),
+            OP("gate_up", TRY(mg_nvfp4_gemm_gate_up(b, s, rows, I, H, m->norm_out, H, &fw[FP4_GATE],
+                                                    &fw[FP4_UP], m->mlp_act_fp4, I),
                               "gate_up projection with SiLU-mul"));
         } else {
             if (fp8)
-                OP("fp8_quant",
-                   TRY(quantize_act(m, s, rows, H, m->norm_out), "quantizing to FP8"));
+                OP("fp8_quant", TRY(quantize_act(m, s, rows, H, m->norm_out), "quantizing to FP8"));
             OP("gate_up", TRY(linear(m, s, prefill, l, MG_FWD_W_GATE_UP, 0, rows, 2 * I, H,
                                      m->norm_out, m->gate_up),
                               "gate_up projection"));
@@ -266,13 +270,12 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
     OP("last_rows", TRY(mg_gather_rows_bf16(b, s, B, H, m->logits_indices, rows, m->residual,
                                             m->proj_out, m->logits_hidden),
                         "last-token rows"));
-    OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, B, H, eps, m->logits_hidden, 0, m->final_norm,
-                                      m->logits_hidden),
-                      "final norm"));
+    OP("rmsnorm",
+       TRY(mg_rmsnorm_bf16(b, s, B, H, eps, m->logits_hidden, 0, m->final_norm, m->logits_hidden),
+           "final norm"));
     if (m->fp4 || fp8) { /* BF16 logits (in the FP32 logits buffer) */
         if (fp8)
-            OP("fp8_quant",
-               TRY(quantize_act(m, s, B, H, m->logits_hidden), "quantizing to FP8"));
+            OP("fp8_quant", TRY(quantize_act(m, s, B, H, m->logits_hidden), "quantizing to FP8"));
         OP("lm_head",
            TRY(fp8 ? mg_gemm_fp8_rowwise(b, s, B, sh->vocab, H, m->act_fp8, m->act_scales,
                                          m->lm_head, m->lm_head_scales, m->logits, m->logits_pitch)
@@ -286,9 +289,8 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         OP("lm_head", TRY(mg_gemm_bf16(b, s, B, sh->vocab, H, m->logits_hidden, m->lm_head,
                                        m->logits, MG_DTYPE_F32, m->logits_pitch),
                           "LM head"));
-        OP("argmax",
-           TRY(mg_argmax_f32(b, s, B, sh->vocab, m->logits, m->logits_pitch, m->step_ids),
-               "argmax"));
+        OP("argmax", TRY(mg_argmax_f32(b, s, B, sh->vocab, m->logits, m->logits_pitch, m->step_ids),
+                         "argmax"));
     }
     return MG_OK;
 }

@@ -13,9 +13,9 @@
 enum { MX_Q, MX_KV, MX_O, MX_GATE_UP, MX_DOWN, MX_SLOTS };
 
 /* The per-layer tensors the model uses, by GGUF name suffix. */
-static const char *const layer_names[] = {"attn_norm", "attn_q",   "attn_k",    "attn_v",
-                                          "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
-                                          "ffn_down"};
+static const char *const layer_names[] = {"attn_norm", "attn_q",      "attn_k",
+                                          "attn_v",    "attn_output", "ffn_norm",
+                                          "ffn_gate",  "ffn_up",      "ffn_down"};
 enum { T_ATTN_NORM, T_Q, T_K, T_V, T_O, T_FFN_NORM, T_GATE, T_UP, T_DOWN, T_LAYER_COUNT };
 
 /* The architectures read: llama (its Q and K rows permuted by llama.cpp's converter), qwen2
@@ -24,9 +24,8 @@ enum { T_ATTN_NORM, T_Q, T_K, T_V, T_O, T_FFN_NORM, T_GATE, T_UP, T_DOWN, T_LAYE
 static const struct gguf_arch {
     const char *name;
     bool permuted, qkv_bias, qk_norm;
-} gguf_archs[] = {{"llama", true, false, false},
-                  {"qwen2", false, true, false},
-                  {"qwen3", false, false, true}};
+} gguf_archs[] = {
+    {"llama", true, false, false}, {"qwen2", false, true, false}, {"qwen3", false, false, true}};
 
 /* The architectures' additional per-layer tensors: the biases ([rows of attn_q, attn_k,
  * attn_v]), the head norms ([head_dim]). */
@@ -66,8 +65,8 @@ static mg_status need_u32(const mg_gguf *g, const char *path, const char *arch, 
 
 /* Checks tensor `name`'s presence, rank-2 shape [rows, cols] (cols the row length) or rank-1
  * [cols] (rows 0), and that its type is one the loader converts. */
-static mg_status check_tensor(const mg_gguf *g, const char *path, const char *name,
-                              uint64_t rows, uint64_t cols, const mg_gguf_tensor **out) {
+static mg_status check_tensor(const mg_gguf *g, const char *path, const char *name, uint64_t rows,
+                              uint64_t cols, const mg_gguf_tensor **out) {
     const mg_gguf_tensor *t = mg_gguf_tensor_find(g, name);
     if (!t)
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: tensor %s is missing", path, name);
@@ -83,8 +82,13 @@ static mg_status check_tensor(const mg_gguf *g, const char *path, const char *na
                            (unsigned long long)t->dims[2], (unsigned long long)t->dims[3],
                            (unsigned long long)(rows ? rows : 1), (unsigned long long)cols);
     switch (t->type) {
-    case MG_GGUF_F32: case MG_GGUF_F16: case MG_GGUF_BF16: case MG_GGUF_Q4_0: case MG_GGUF_Q4_1:
-    case MG_GGUF_Q8_0: break;
+    case MG_GGUF_F32:
+    case MG_GGUF_F16:
+    case MG_GGUF_BF16:
+    case MG_GGUF_Q4_0:
+    case MG_GGUF_Q4_1:
+    case MG_GGUF_Q8_0:
+        break;
     default:
         return mg_fwd_fail(MG_ERR_UNSUPPORTED,
                            "GGUF %s: tensor %s has type %s, which this runtime does not load yet "
@@ -100,14 +104,13 @@ static bool is_block_type(uint32_t type) {
     return type == MG_GGUF_Q4_0 || type == MG_GGUF_Q4_1 || type == MG_GGUF_Q8_0;
 }
 
-mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *arch,
-                           char *name, size_t name_size) {
+mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *arch, char *name,
+                           size_t name_size) {
     char a[64] = "";
     const struct gguf_arch *ga = arch_of(g, a, sizeof a);
     if (!*a)
         return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: general.architecture is missing or not a short string",
-                           path);
+                           "GGUF %s: general.architecture is missing or not a short string", path);
     if (!ga)
         return mg_fwd_fail(MG_ERR_UNSUPPORTED,
                            "GGUF %s: architecture %s is not supported (llama, qwen2 and qwen3 "
@@ -135,8 +138,8 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
             ((st = need_u32(g, path, a, "attention.value_length", &v)) || v != s->head_dim))
             return st ? st
                       : mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                                    "GGUF %s: value_length %u differs from key_length %u", path,
-                                    v, s->head_dim);
+                                    "GGUF %s: value_length %u differs from key_length %u", path, v,
+                                    s->head_dim);
     } else {
         if (s->hidden % s->heads)
             return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
@@ -159,8 +162,8 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
                            path, key, (unsigned long long)rope_dims, s->head_dim);
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     char scaling[32] = "none";
-    if (mg_gguf_find(g, key) && (!mg_gguf_get_string(g, key, scaling, sizeof scaling) ||
-                                 strcmp(scaling, "none")))
+    if (mg_gguf_find(g, key) &&
+        (!mg_gguf_get_string(g, key, scaling, sizeof scaling) || strcmp(scaling, "none")))
         return mg_fwd_fail(MG_ERR_UNSUPPORTED, "GGUF %s: %s = %s is not supported", path, key,
                            scaling);
     static const char *const refused[] = {"expert_count", "rope.scaling.factor",
@@ -169,8 +172,7 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
         snprintf(key, sizeof key, "%s.%s", a, refused[i]);
         uint64_t v = 0;
         double f = 0;
-        const bool set = mg_gguf_find(g, key) &&
-                         !(mg_gguf_get_u64(g, key, &v) && v == 0) &&
+        const bool set = mg_gguf_find(g, key) && !(mg_gguf_get_u64(g, key, &v) && v == 0) &&
                          !(mg_gguf_get_f64(g, key, &f) && (f == 0 || f == 1));
         if (set)
             return mg_fwd_fail(MG_ERR_UNSUPPORTED, "GGUF %s: %s is set: not supported", path, key);
@@ -455,7 +457,11 @@ static mg_status mlx_layer(mg_backend *b, const mg_gguf_tensor *const *parts, in
     for (int i = 0; !st && i < count; i++)
         st = repack_rows(parts[i], rows, cols, (permute >> i) & 1, head_dim, bits,
                          (uint32_t)i * rows, codes, scales, biases);
-    *out = (mg_mlx_linear){.experts = 1, .n = n, .k = cols, .bits = bits, .group_size = 32,
+    *out = (mg_mlx_linear){.experts = 1,
+                           .n = n,
+                           .k = cols,
+                           .bits = bits,
+                           .group_size = 32,
                            .scale_type = MG_DTYPE_F16};
     if (!st)
         st = upload(b, codes, code_bytes, &out->weight, total, parts[0]->name);
@@ -547,8 +553,7 @@ mg_status mg_fwd_gguf_load(mg_backend *b, const mg_gguf *g, const mg_fwd_preset 
             t[i] = mg_gguf_tensor_find(g, tn); /* present and shaped: mg_fwd_gguf_arch */
         }
         mg_devptr *w = layer_w + (size_t)l * MG_FWD_LAYER_TENSORS;
-        st = upload_bf16(b, t[T_ATTN_NORM], 1, H, host, scratch, &w[MG_FWD_ATTN_NORM],
-                         &out->bytes);
+        st = upload_bf16(b, t[T_ATTN_NORM], 1, H, host, scratch, &w[MG_FWD_ATTN_NORM], &out->bytes);
         if (!st)
             st = upload_bf16(b, t[T_FFN_NORM], 1, H, host, scratch, &w[MG_FWD_MLP_NORM],
                              &out->bytes);

@@ -4,8 +4,8 @@
  *
  * Architecture: `general.architecture` "llama" (Llama 2/3, SmolLM2, Mistral-style files that
  * llama.cpp writes as llama), "qwen2" (blk.N.attn_{q,k,v}.bias, loaded as FP32) or "qwen3"
- * (blk.N.attn_{q,k}_norm.weight, per-head norms, loaded as BF16), read from <arch>.block_count, .embedding_length,
- * .feed_forward_length, .attention.head_count, .attention.head_count_kv,
+ * (blk.N.attn_{q,k}_norm.weight, per-head norms, loaded as BF16), read from <arch>.block_count,
+ * .embedding_length, .feed_forward_length, .attention.head_count, .attention.head_count_kv,
  * .attention.key_length (else embedding_length / head_count), .attention.layer_norm_rms_epsilon,
  * .rope.freq_base (default 10000), .rope.dimension_count (must be the whole head), the
  * vocabulary from token_embd.weight. Refused with a one-line error naming the key or tensor
@@ -39,8 +39,8 @@
 
 /* Fills *arch (name, shape, layers, RoPE theta, norm eps, limits) from the file's metadata and
  * checks every tensor's presence, type and shape against it. */
-mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *arch,
-                           char *name, size_t name_size);
+mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *arch, char *name,
+                           size_t name_size);
 
 /* An upper estimate of the device bytes of the weights as loaded. */
 double mg_fwd_gguf_weight_bytes(const mg_gguf *g, const mg_fwd_preset *arch);

@@ -26,17 +26,16 @@ struct mg_fwd_hf {
 
 /* The per-layer tensors, by Hugging Face name. */
 static const char *const layer_names[] = {
-    "input_layernorm",  "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-    "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
-    "mlp.down_proj"};
+    "input_layernorm",  "self_attn.q_proj", "self_attn.k_proj",
+    "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 enum { H_ATTN_NORM, H_Q, H_K, H_V, H_O, H_MLP_NORM, H_GATE, H_UP, H_DOWN, H_LAYER_COUNT };
 
 /* The architectures' additions (model_checkpoint.h's extra tensors): Qwen2's biases of the q, k
  * and v projections, Qwen3's per-head norms. */
 static const char *const bias_names[] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
                                          "self_attn.v_proj.bias"};
-static const char *const head_norm_names[] = {"self_attn.q_norm.weight",
-                                              "self_attn.k_norm.weight"};
+static const char *const head_norm_names[] = {"self_attn.q_norm.weight", "self_attn.k_norm.weight"};
 
 static bool is_matrix(int i) {
     return i != H_ATTN_NORM && i != H_MLP_NORM;
@@ -65,8 +64,7 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
     char *text = read_text(path, &len);
     if (!text)
         return mg_fwd_fail(errno == ENOENT ? MG_ERR_NOT_FOUND : MG_ERR_INVALID_ARGUMENT,
-                           "%s: cannot read it (or larger than %u bytes)", path,
-                           MAX_CONFIG_BYTES);
+                           "%s: cannot read it (or larger than %u bytes)", path, MAX_CONFIG_BYTES);
     mg_fwd_hf_config c;
     mg_status st = mg_fwd_hf_config_parse(text, len, path, arch, &c);
     free(text);
@@ -85,8 +83,8 @@ static mg_status check_float(const mg_fwd_hf *h, const char *name, uint64_t rows
                            name);
     if (t.dtype != MG_ST_BF16 && t.dtype != MG_ST_F16 && t.dtype != MG_ST_F32)
         return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "checkpoint %s: tensor %s is %s (BF16, F16 and F32 are loaded)",
-                           h->dir, name, mg_st_dtype_name(t.dtype));
+                           "checkpoint %s: tensor %s is %s (BF16, F16 and F32 are loaded)", h->dir,
+                           name, mg_st_dtype_name(t.dtype));
     const bool ok = rows ? t.rank == 2 && t.shape[0] == rows && t.shape[1] == cols
                          : t.rank == 1 && t.shape[0] == cols;
     if (!ok)
@@ -139,8 +137,7 @@ static bool known_tensor(const mg_fwd_hf *h, const char *name, uint32_t layers) 
     char proj[16];
     if (h->experts && !strcmp(b + off, "mlp.gate"))
         return true;
-    return h->experts &&
-           sscanf(b + off, "mlp.experts.%u.%15[a-z_]%n", &e, proj, &end) == 2 &&
+    return h->experts && sscanf(b + off, "mlp.experts.%u.%15[a-z_]%n", &e, proj, &end) == 2 &&
            !b[off + end] && e < h->experts &&
            (!strcmp(proj, "gate_proj") || !strcmp(proj, "up_proj") || !strcmp(proj, "down_proj"));
 }
@@ -340,15 +337,15 @@ static mg_status upload_float(mg_backend *b, const mg_fwd_hf *h, const char *con
     return MG_OK;
 }
 
-static mg_status upload_bf16(mg_backend *b, const mg_fwd_hf *h, const char *const *names,
-                             int count, mg_devptr *out, uint64_t *total) {
+static mg_status upload_bf16(mg_backend *b, const mg_fwd_hf *h, const char *const *names, int count,
+                             mg_devptr *out, uint64_t *total) {
     return upload_float(b, h, names, count, false, out, total);
 }
 
 /* `base` (model.embed_tokens or lm_head) as BF16: as it is, or dequantized on the device when
  * the directory holds it MLX-quantized. */
-static mg_status upload_table(mg_backend *b, const mg_fwd_hf *h, const char *base,
-                              mg_devptr *out, uint64_t *total) {
+static mg_status upload_table(mg_backend *b, const mg_fwd_hf *h, const char *base, mg_devptr *out,
+                              uint64_t *total) {
     char name[160];
     mg_st_tensor t;
     snprintf(name, sizeof name, "%s.scales", base);
@@ -427,8 +424,8 @@ static mg_status upload_experts(mg_backend *b, const mg_fwd_hf *h, uint32_t l, m
     return st;
 }
 
-mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
-                         mg_devptr *layer_w, mg_devptr *extra, mg_fwd_checkpoint_weights *out) {
+mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch, mg_devptr *layer_w,
+                         mg_devptr *extra, mg_fwd_checkpoint_weights *out) {
     memset(out, 0, sizeof *out);
     mg_status st = upload_table(b, h, "model.embed_tokens", &out->embedding, &out->bytes);
     const char *norm[] = {"model.norm.weight"};

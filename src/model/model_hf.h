@@ -7,14 +7,14 @@
  * MistralForCausalLM, Qwen2ForCausalLM (biases on the q, k and v projections),
  * Qwen3ForCausalLM (an RMSNorm over each q and k head) or Qwen3MoeForCausalLM (Qwen3's
  * attention, every layer's MLP a mixture of experts: num_experts or num_local_experts,
- * num_experts_per_tok, moe_intermediate_size, norm_topk_prob true, no dense layers); hidden_size, intermediate_size,
- * num_attention_heads, num_key_value_heads (default: the heads), head_dim (default hidden /
- * heads), num_hidden_layers, rms_norm_eps, vocab_size, tie_word_embeddings (default false),
- * max_position_embeddings; the RoPE theta from rope_parameters.rope_theta (transformers 5) or
- * rope_theta (default 10000; both present must agree). Each size has a range far past any
- * released model and each field a type; a value outside them is a one-line error naming the
- * field. Refused, naming the field or value: another architecture, RoPE
- * scaling of any type but "default" (rope_scaling or rope_parameters: llama3, linear, yarn,
+ * num_experts_per_tok, moe_intermediate_size, norm_topk_prob true, no dense layers); hidden_size,
+ * intermediate_size, num_attention_heads, num_key_value_heads (default: the heads), head_dim
+ * (default hidden / heads), num_hidden_layers, rms_norm_eps, vocab_size, tie_word_embeddings
+ * (default false), max_position_embeddings; the RoPE theta from rope_parameters.rope_theta
+ * (transformers 5) or rope_theta (default 10000; both present must agree). Each size has a range
+ * far past any released model and each field a type; a value outside them is a one-line error
+ * naming the field. Refused, naming the field or value: another architecture, RoPE scaling of any
+ * type but "default" (rope_scaling or rope_parameters: llama3, linear, yarn,
  * ...), attention biases beyond Qwen2's, MLP biases, an activation other than SiLU, partial
  * rotary embeddings, a layer type other than full or sliding attention, a quantization method
  * other than MLX's affine one. A sliding window that applies (Mistral's sliding_window; Qwen's
@@ -63,7 +63,7 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
                          mg_fwd_hf **out);
 void mg_fwd_hf_close(mg_fwd_hf *h);
 double mg_fwd_hf_weight_bytes(const mg_fwd_hf *h);
-mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
-                         mg_devptr *layer_w, mg_devptr *extra, mg_fwd_checkpoint_weights *out);
+mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch, mg_devptr *layer_w,
+                         mg_devptr *extra, mg_fwd_checkpoint_weights *out);
 
 #endif

@@ -70,8 +70,8 @@ static mg_status read_experts(const mg_jdoc *d, const char *path, mg_model_shape
         (st = member_u32(d, path, "decoder_sparse_step", 1, 1024, &step)))
         return st;
     const int only = mg_jdoc_get(d, 0, "mlp_only_layers");
-    if (step != 1 || (!mg_jdoc_null(d, only) && (!mg_jdoc_is(d, only, JSMN_ARRAY) ||
-                                                 d->tk[only].size != 0)))
+    if (step != 1 ||
+        (!mg_jdoc_null(d, only) && (!mg_jdoc_is(d, only, JSMN_ARRAY) || d->tk[only].size != 0)))
         return mg_fwd_fail(MG_ERR_UNSUPPORTED,
                            "%s: dense layers among the MoE layers (decoder_sparse_step %u, "
                            "mlp_only_layers) are not supported",
@@ -106,8 +106,8 @@ static mg_status read_rope(const mg_jdoc *d, const char *path, double *theta) {
                            "%s: \"rope_theta\" %g and \"rope_parameters.rope_theta\" %g differ",
                            path, other, t);
     if (!((float)t > 0) || t > 1e12) /* the model keeps it in single precision */
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: rope_theta %g is not in (0, 1e12]",
-                           path, t);
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: rope_theta %g is not in (0, 1e12]", path,
+                           t);
     *theta = t;
     const char *const scaling_keys[] = {"rope_scaling", "rope_parameters"};
     for (int k = 0; k < 2; k++) {
@@ -185,7 +185,10 @@ mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
     if (parsed)
         st = mg_fwd_fail(parsed == 4 ? MG_ERR_OUT_OF_MEMORY : MG_ERR_INVALID_ARGUMENT,
                          "%s: %s JSON (byte %u)", path,
-                         parsed == 1 ? "truncated" : parsed == 3 ? "empty" : "malformed", pos);
+                         parsed == 1   ? "truncated"
+                         : parsed == 3 ? "empty"
+                                       : "malformed",
+                         pos);
     else if (!mg_jdoc_is(&d, 0, JSMN_OBJECT))
         st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: not a JSON object", path);
     char name[96] = "";
@@ -213,8 +216,8 @@ mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
         !(st = member_u32(&d, path, "num_key_value_heads", s->heads, 1024, &s->kv_heads)) &&
         !(st = member_u32(&d, path, "num_hidden_layers", 0, 1024, &arch->layers)) &&
         !(st = member_u32(&d, path, "vocab_size", 0, 1u << 24, &s->vocab)))
-        st = member_u32(&d, path, "head_dim", s->hidden / s->heads ? s->hidden / s->heads : 1,
-                        1024, &s->head_dim);
+        st = member_u32(&d, path, "head_dim", s->hidden / s->heads ? s->hidden / s->heads : 1, 1024,
+                        &s->head_dim);
     if (!st && ha->moe)
         st = read_experts(&d, path, s);
     if (!st && (s->heads % s->kv_heads || s->head_dim % 2))
@@ -250,8 +253,7 @@ mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
     char act[32] = "silu";
     const int ai = mg_jdoc_get(&d, 0, "hidden_act");
     if (!st && !mg_jdoc_null(&d, ai) && !name_string(&d, ai, act, sizeof act))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"hidden_act\" is not a short string",
-                         path);
+        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"hidden_act\" is not a short string", path);
     if (!st && strcmp(act, "silu"))
         st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: \"hidden_act\" %s is not supported (silu is)",
                          path, act);

@@ -17,7 +17,6 @@
 
 #define PAGE_SIZE 16u
 
-
 /* The NVFP4 matrices of a layer: w_gate_up becomes two weights (gate rows, up rows). */
 enum { FP4_Q, FP4_KV, FP4_O, FP4_GATE, FP4_UP, FP4_DOWN, FP4_SLOTS };
 
@@ -60,8 +59,7 @@ struct mg_fwd {
     size_t prefill_workspace_bytes;
 
     mg_arena *arena;
-    mg_devptr residual, proj_out, norm_out, qkv, attn_out, gate_up, mlp_act, logits_hidden,
-        logits;
+    mg_devptr residual, proj_out, norm_out, qkv, attn_out, gate_up, mlp_act, logits_hidden, logits;
     mg_devptr step_ids, qo_indptr, kv_indptr, kv_indices, last_page_len, logits_indices;
     /* Dense NVFP4 only: silu(gate) * up of the fused gate_up GEMM. Live for the whole run: the
      * arena's plan lets the BF16 path's mlp_act reuse norm_out's memory (norm_out is dead once
@@ -71,7 +69,7 @@ struct mg_fwd {
     mg_devptr router_logits, topk_ids, topk_weights, sorted_token_ids, expert_offsets, moe_act,
         moe_down, pair_positions, sort_workspace;
     size_t sort_workspace_bytes;
-    uint64_t expert_bytes; /* the experts' weights, every layer */
+    uint64_t expert_bytes;        /* the experts' weights, every layer */
     mg_devptr moe_gemm_workspace; /* BF16 / FP8 experts: the grouped GEMMs' workspace */
     size_t moe_gemm_workspace_bytes;
     uint32_t tokens_cap, tokens_padded;
@@ -81,19 +79,19 @@ struct mg_fwd {
     mg_devptr kv_pool;
     mg_kv_page_allocator *allocator;
     uint32_t pages_per_request;
-    int32_t *pages;    /* [batch][pages_per_request], each request's pages in token order */
-    uint32_t *kv_len;  /* [batch] tokens cached per request */
+    int32_t *pages;   /* [batch][pages_per_request], each request's pages in token order */
+    uint32_t *kv_len; /* [batch] tokens cached per request */
     int32_t *h_qo, *h_kv_indptr, *h_kv_indices, *h_last, *h_logits_indices;
 
     mg_attention_plan *decode_plan;
     mg_graph *graph;
-    mg_timing *timing; /* mg_fwd_set_timing; NULL when not attached */
+    mg_timing *timing;        /* mg_fwd_set_timing; NULL when not attached */
     mg_timing_span open_span; /* the op span begun and not yet ended (OP), 0 when none */
     uint32_t lane_prefill, lane_decode;
     uint32_t decode_calls, graph_steps;
     uint32_t graph_kernels, graph_nodes; /* of the captured decode step (0: none captured) */
-    int32_t *tokens; /* [batch][steps + 1] */
-    struct mg_fwd_sampling *sampling; /* model_sampling.c; NULL: greedy argmax */
+    int32_t *tokens;                     /* [batch][steps + 1] */
+    struct mg_fwd_sampling *sampling;    /* model_sampling.c; NULL: greedy argmax */
     uint32_t token_count;
     uint64_t prompt_tokens, decode_kv_bytes;
 };
@@ -114,7 +112,7 @@ mg_status mg_fwd_lib_fail(mg_status st, const char *what);
     do {                                                                                           \
         mg_status st_ = (call);                                                                    \
         if (st_)                                                                                   \
-            return mg_fwd_lib_fail(st_, what);                                                            \
+            return mg_fwd_lib_fail(st_, what);                                                     \
     } while (0)
 
 /* The grouped expert GEMMs of m (BF16 or FP8 experts) over `tokens` tokens: gate_up or down. */

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "metrale/mlx.h"
-#include "metrale/ops_activation.h"
 #include "metrale/ops.h"
+#include "metrale/ops_activation.h"
 #include "metrale/status.h"
 
 enum { MX_Q, MX_KV, MX_O, MX_GATE_UP, MX_DOWN, MX_SLOTS };
@@ -17,19 +17,25 @@ struct mg_fwd_mlx {
     mg_backend *b;
     mg_model_shape sh;
     uint32_t layers;
-    mg_mlx_linear *w;      /* [layers][MX_SLOTS] */
-    mg_devptr scratch;     /* the GEMM's BF16 expansion of the largest matrix */
+    mg_mlx_linear *w;  /* [layers][MX_SLOTS] */
+    mg_devptr scratch; /* the GEMM's BF16 expansion of the largest matrix */
     uint64_t bytes;
 };
 
 static int mx_slot(uint32_t slot) {
     switch (slot) {
-    case MG_FWD_WQ: return MX_Q;
-    case MG_FWD_WKV: return MX_KV;
-    case MG_FWD_WO: return MX_O;
-    case MG_FWD_W_GATE_UP: return MX_GATE_UP;
-    case MG_FWD_W_DOWN: return MX_DOWN;
-    default: return -1;
+    case MG_FWD_WQ:
+        return MX_Q;
+    case MG_FWD_WKV:
+        return MX_KV;
+    case MG_FWD_WO:
+        return MX_O;
+    case MG_FWD_W_GATE_UP:
+        return MX_GATE_UP;
+    case MG_FWD_W_DOWN:
+        return MX_DOWN;
+    default:
+        return -1;
     }
 }
 
@@ -64,17 +70,16 @@ static mg_mlx_linear half(const mg_mlx_linear *w, uint32_t part) {
     return h;
 }
 
-static mg_status load(mg_fwd_mlx *x, const mg_st_model *m, const mg_mlx_config *c,
-                      const char *dir, const char *path, uint32_t bits, uint32_t n, uint32_t k,
-                      mg_mlx_linear *out) {
+static mg_status load(mg_fwd_mlx *x, const mg_st_model *m, const mg_mlx_config *c, const char *dir,
+                      const char *path, uint32_t bits, uint32_t n, uint32_t k, mg_mlx_linear *out) {
     mg_status st = mg_mlx_linear_load(x->b, m, c, path, out);
     if (st)
         return mg_fwd_fail(st, "MLX checkpoint %s: %s", dir, mg_last_error());
     if (out->experts != 1 || out->n != n || out->k != k || out->bits != bits) {
         st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
                          "MLX checkpoint %s: %s is [%u, %u] %u-bit (x%u), the preset needs "
-                         "[%u, %u] %u-bit", dir, path, out->n, out->k, out->bits, out->experts, n,
-                         k, bits);
+                         "[%u, %u] %u-bit",
+                         dir, path, out->n, out->k, out->bits, out->experts, n, k, bits);
         mg_mlx_linear_free(x->b, out);
     }
     return st;
@@ -239,13 +244,14 @@ static const mg_mlx_linear *matrix(const mg_fwd_mlx *x, uint32_t l, uint32_t slo
 mg_status mg_fwd_mlx_dequantize(mg_fwd_mlx *x, uint32_t l, uint32_t slot, mg_devptr *out) {
     const mg_mlx_linear *w = matrix(x, l, slot);
     if (!w)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "MLX weights: no matrix %u of layer %u",
-                           slot, l);
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "MLX weights: no matrix %u of layer %u", slot,
+                           l);
     /* the BF16 path that runs dequantized matrices adds no bias: refuse rather than drop it */
     if (w->bias)
         return mg_fwd_fail(MG_ERR_UNSUPPORTED,
                            "MLX weights: matrix %u of layer %u has a bias, which the dequantized "
-                           "(BF16) path does not apply", slot, l);
+                           "(BF16) path does not apply",
+                           slot, l);
     mg_status st = mg_alloc(x->b, mg_mlx_gemm_scratch_bytes(w), out);
     if (!st && (st = mg_mlx_dequant(x->b, NULL, w, 0, *out))) {
         mg_free(x->b, *out);
@@ -265,8 +271,8 @@ mg_status mg_fwd_mlx_linear(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t sl
                             mg_devptr act, mg_devptr out) {
     const mg_mlx_linear *w = matrix(x, l, slot);
     if (!w)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "MLX weights: no matrix %u of layer %u",
-                           slot, l);
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "MLX weights: no matrix %u of layer %u", slot,
+                           l);
     return product(x, s, w, rows, act, out);
 }
 
@@ -310,8 +316,9 @@ static const char *checkpoint_of(const mg_fwd_config *c, char *buf, size_t size)
 
 mg_status mg_fwd_mlx_check_config(mg_backend *b, const mg_fwd_config *c) {
     if (c->preset->shape.experts)
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED, "--weights %s: preset %s is a mixture of experts; "
-                                               "MLX weights run dense presets only",
+        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
+                           "--weights %s: preset %s is a mixture of experts; "
+                           "MLX weights run dense presets only",
                            mg_fwd_weights_name(c->weights), c->preset->name);
     if (!mg_op_supported(b, MG_OP_MLX_QUANT))
         return mg_fwd_fail(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",

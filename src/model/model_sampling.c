@@ -36,12 +36,11 @@ void mg_fwd_sampling_destroy(mg_fwd *m) {
     m->sampling = NULL;
 }
 
-mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params,
-                              uint32_t penalty_last_n) {
+mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params, uint32_t penalty_last_n) {
     const uint32_t B = m->c.batch, V = m->sh.vocab;
     if (params && penalty_last_n > MG_SAMPLE_MAX_HISTORY)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "penalty_last_n=%u exceeds %u",
-                           penalty_last_n, MG_SAMPLE_MAX_HISTORY);
+        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "penalty_last_n=%u exceeds %u", penalty_last_n,
+                           MG_SAMPLE_MAX_HISTORY);
     for (uint32_t r = 0; params && r < B; r++) {
         mg_sample_params p = params[r];
         p.history_len = 0;
@@ -63,9 +62,11 @@ mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params,
     m->sampling = sp;
     sp->window = penalty_last_n;
     const bool bf16 = m->fp4 || m->fp8_scales; /* BF16 logits (model_forward.c) */
-    sp->desc = (mg_sample_desc){.rows = B, .vocab = V,
+    sp->desc = (mg_sample_desc){.rows = B,
+                                .vocab = V,
                                 .logits_dtype = bf16 ? MG_DTYPE_BF16 : MG_DTYPE_F32,
-                                .logits_pitch = m->logits_pitch, .history_pitch = sp->window};
+                                .logits_pitch = m->logits_pitch,
+                                .history_pitch = sp->window};
     sp->workspace_bytes = mg_sample_workspace_bytes(&sp->desc);
     sp->params = malloc(B * sizeof *sp->params);
     sp->history = malloc((size_t)B * (sp->window ? sp->window : 1) * sizeof *sp->history);
@@ -86,8 +87,7 @@ mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params,
 /* Token t of request r's sequence so far: its prompt, then the tokens generated. */
 static int32_t sequence_token(const mg_fwd *m, uint32_t r, uint64_t t, uint32_t prompt_len,
                               const int32_t *prompt) {
-    return t < prompt_len ? prompt[t]
-                          : m->tokens[(size_t)r * (m->c.steps + 1) + (t - prompt_len)];
+    return t < prompt_len ? prompt[t] : m->tokens[(size_t)r * (m->c.steps + 1) + (t - prompt_len)];
 }
 
 mg_status mg_fwd_sampling_upload(mg_fwd *m) {
@@ -133,12 +133,11 @@ mg_status mg_fwd_sampling_launch(mg_fwd *m, mg_stream *s) {
 mg_status mg_fwd_sampling_check_ids(const mg_fwd *m, const int32_t *ids) {
     for (uint32_t r = 0; r < m->c.batch; r++)
         if (ids[r] < 0)
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "request %u, token %u: %s", r, m->token_count,
-                               ids[r] == MG_SAMPLE_BAD_LOGITS
-                                   ? "the logits hold NaN or +inf; nothing was sampled"
-                               : ids[r] == MG_SAMPLE_NO_CANDIDATE
-                                   ? "every logit is -inf; no token can be sampled"
-                                   : "the sampling parameters or history are out of range");
+            return mg_fwd_fail(
+                MG_ERR_INVALID_ARGUMENT, "request %u, token %u: %s", r, m->token_count,
+                ids[r] == MG_SAMPLE_BAD_LOGITS ? "the logits hold NaN or +inf; nothing was sampled"
+                : ids[r] == MG_SAMPLE_NO_CANDIDATE
+                    ? "every logit is -inf; no token can be sampled"
+                    : "the sampling parameters or history are out of range");
     return MG_OK;
 }

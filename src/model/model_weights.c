@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "metrale/dtype.h"
+#include "metrale/nvfp4.h"
 #include "metrale/ops.h"
 #include "metrale/ops_activation.h"
 #include "metrale/ops_elementwise.h"
@@ -18,7 +19,6 @@
 #include "metrale/ops_kv_cache.h"
 #include "metrale/ops_moe.h"
 #include "metrale/ops_moe_gemm.h"
-#include "metrale/nvfp4.h"
 #include "metrale/ops_nvfp4.h"
 #include "metrale/ops_quantize.h"
 #include "metrale/status.h"
@@ -134,7 +134,8 @@ static mg_status upload_fp8_tensor(mg_fwd *m, uint32_t id, uint16_t *host, mg_de
     mg_status st = generate_tensor(m, id, host, &rows, &cols);
     if (st)
         return st;
-    size_t codes_bytes = ((size_t)rows * cols + 15) & ~(size_t)15, bytes = codes_bytes + 4ull * rows;
+    size_t codes_bytes = ((size_t)rows * cols + 15) & ~(size_t)15,
+           bytes = codes_bytes + 4ull * rows;
     uint8_t *codes = malloc(bytes);
     if (!codes)
         return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the FP8 weights");
@@ -188,19 +189,21 @@ static mg_status quantize_tensor(mg_fwd *m, uint32_t id, uint16_t *host, const f
         st = mg_copy_h2d(m->b, m->fp4_globals + 4 * (global_index + p * group), globals,
                          group * sizeof *globals);
     if (st || (st = mg_copy_h2d(m->b, sg->bf16, host, (size_t)rows * cols * 2)) ||
-        (st = mg_nvfp4_quantize(m->b, s0, rows, cols, 0, sg->bf16, m->fp4_globals + 4 * global_index,
-                                sg->codes, sg->scales)))
+        (st = mg_nvfp4_quantize(m->b, s0, rows, cols, 0, sg->bf16,
+                                m->fp4_globals + 4 * global_index, sg->codes, sg->scales)))
         st = mg_fwd_lib_fail(st, "quantizing weights to NVFP4");
     uint32_t n = rows / (experts * parts);
     size_t vb = mg_nvfp4_prepared_value_bytes(n, cols), sb = mg_nvfp4_prepared_scale_bytes(n, cols);
-    size_t codes_bytes = mg_nvfp4_packed_bytes(n, cols), scale_bytes = mg_nvfp4_scale_bytes(n, cols);
+    size_t codes_bytes = mg_nvfp4_packed_bytes(n, cols),
+           scale_bytes = mg_nvfp4_scale_bytes(n, cols);
     for (uint32_t p = 0; !st && p < parts; p++) {
         mg_devptr base, g = m->fp4_globals + 4 * (global_index + p * group);
         if ((st = mg_alloc(m->b, experts * (vb + sb), &base))) {
             st = mg_fwd_lib_fail(st, "allocating NVFP4 weights");
             break;
         }
-        out[p] = (mg_nvfp4_weight){.values = base, .scales = base + experts * vb, .global_scale = g};
+        out[p] =
+            (mg_nvfp4_weight){.values = base, .scales = base + experts * vb, .global_scale = g};
         m->weight_bytes += experts * (vb + sb);
         if (m->sh.experts)
             m->expert_bytes += experts * (vb + sb);
@@ -237,15 +240,17 @@ static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest
     static const struct {
         uint32_t slot, fp4, parts;
         bool expert; /* one per expert in a MoE model */
-    } matrices[] = {{MG_FWD_WQ, FP4_Q, 1, false},         {MG_FWD_WKV, FP4_KV, 1, false},
-                    {MG_FWD_WO, FP4_O, 1, false},         {MG_FWD_W_GATE_UP, FP4_GATE, 2, true},
+    } matrices[] = {{MG_FWD_WQ, FP4_Q, 1, false},
+                    {MG_FWD_WKV, FP4_KV, 1, false},
+                    {MG_FWD_WO, FP4_O, 1, false},
+                    {MG_FWD_W_GATE_UP, FP4_GATE, 2, true},
                     {MG_FWD_W_DOWN, FP4_DOWN, 1, true}};
     for (uint32_t l = 0; !st && l < m->layers; l++)
         for (size_t i = 0; !st && i < sizeof matrices / sizeof matrices[0]; i++) {
             size_t at = (size_t)l * FP4_SLOTS + matrices[i].fp4;
             st = quantize_tensor(m, mg_fwd_layer_tensor(l, matrices[i].slot), host, &sg,
-                                 matrices[i].expert ? experts : 1, matrices[i].parts,
-                                 m->fp4 + at, at * group);
+                                 matrices[i].expert ? experts : 1, matrices[i].parts, m->fp4 + at,
+                                 at * group);
         }
     if (!st)
         st = quantize_tensor(m, MG_FWD_TENSOR_LM_HEAD, host, &sg, 1, 1, &m->lm_head_fp4,
@@ -263,11 +268,12 @@ static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest
     /* The prefill's workspace: the largest BF16 expansion of a dense layer matrix. */
     const mg_model_shape *s = &m->sh;
     uint32_t M = (uint32_t)m->prompt_tokens, H = s->hidden, QD = s->heads * s->head_dim;
-    uint32_t shapes[4][2] = {{QD, H}, {2 * s->kv_heads * s->head_dim, H}, {H, QD},
-                             {H, s->intermediate}};
+    uint32_t shapes[4][2] = {
+        {QD, H}, {2 * s->kv_heads * s->head_dim, H}, {H, QD}, {H, s->intermediate}};
     for (size_t i = 0; i < (s->experts ? 3u : 4u); i++) {
         size_t w = mg_nvfp4_gemm_workspace_bytes(M, shapes[i][0], shapes[i][1]);
-        m->prefill_workspace_bytes = w > m->prefill_workspace_bytes ? w : m->prefill_workspace_bytes;
+        m->prefill_workspace_bytes =
+            w > m->prefill_workspace_bytes ? w : m->prefill_workspace_bytes;
     }
     if (m->prefill_workspace_bytes &&
         (st = mg_alloc(m->b, m->prefill_workspace_bytes, &m->prefill_workspace)))
@@ -297,8 +303,8 @@ mg_status mg_fwd_create_weights(mg_fwd *m) {
         if (!m->layer_w || !m->layer_extra)
             return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
         mg_fwd_checkpoint_weights gw;
-        mg_status st = mg_fwd_checkpoint_load(m->b, m->ckpt, &m->arch, m->layer_w,
-                                              m->layer_extra, &gw);
+        mg_status st =
+            mg_fwd_checkpoint_load(m->b, m->ckpt, &m->arch, m->layer_w, m->layer_extra, &gw);
         m->embedding = gw.embedding; /* what was loaded, freed with the model on failure */
         m->final_norm = gw.final_norm;
         m->lm_head = gw.lm_head;
@@ -331,7 +337,8 @@ mg_status mg_fwd_create_weights(mg_fwd *m) {
             if (fp8 && mg_fwd_is_quantized_matrix(slot)) /* the same matrices as NVFP4's */
                 st = upload_fp8_tensor(m, id, host, layer_tensor(m, l, slot),
                                        &m->fp8_scales[(size_t)l * MG_FWD_LAYER_TENSORS + slot]);
-            else if ((!(fp4 || mlx) || !mg_fwd_is_quantized_matrix(slot)) && (slot != MG_FWD_ROUTER || s->experts))
+            else if ((!(fp4 || mlx) || !mg_fwd_is_quantized_matrix(slot)) &&
+                     (slot != MG_FWD_ROUTER || s->experts))
                 st = upload_tensor(m, id, host, layer_tensor(m, l, slot));
             if (expert_matrix && !fp4)
                 m->expert_bytes += m->weight_bytes - before;

@@ -129,8 +129,8 @@ mg_status mg_gguf_tokenizer(const mg_gguf *g, const char *path, mg_tok **out) {
     return st;
 }
 
-mg_status mg_gguf_text_open(const char *path, mg_tok **tok, mg_chat_template *chat,
-                            bool *has_chat, char *chat_problem, size_t problem_size) {
+mg_status mg_gguf_text_open(const char *path, mg_tok **tok, mg_chat_template *chat, bool *has_chat,
+                            char *chat_problem, size_t problem_size) {
     *tok = NULL;
     *has_chat = false;
     memset(chat, 0, sizeof *chat);

@@ -23,7 +23,7 @@ mg_status mg_gguf_tokenizer(const mg_gguf *g, const char *path, mg_tok **out);
  * none or one chat.h does not recognise; *chat_problem then says which, for a message). A
  * recognised template carries the tokenizer's BOS and EOS token texts (mg_chat_set_special_
  * tokens), so its rendering is what the checkpoint's template gives with them. */
-mg_status mg_gguf_text_open(const char *path, mg_tok **tok, mg_chat_template *chat,
-                            bool *has_chat, char *chat_problem, size_t problem_size);
+mg_status mg_gguf_text_open(const char *path, mg_tok **tok, mg_chat_template *chat, bool *has_chat,
+                            char *chat_problem, size_t problem_size);
 
 #endif

@@ -228,7 +228,6 @@ static int cmp_added_len(const void *a, const void *b, void *ctx) {
     return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
-
 mg_status mg_tok_finish(mg_tok *t) {
     if (t->n_added) {
         t->added_index = malloc(t->n_added * sizeof *t->added_index);
@@ -478,4 +477,3 @@ mg_status mg_tok_create(const mg_tok_desc *d, mg_tok **out) {
     *out = t;
     return MG_OK;
 }
-

@@ -312,4 +312,3 @@ int32_t mg_tok_eos(const mg_tok *t) {
 bool mg_tok_is_special(const mg_tok *t, int32_t id) {
     return t && id >= 0 && (uint32_t)id < t->n_vocab && (t->flags[id] & TF_SPECIAL);
 }
-

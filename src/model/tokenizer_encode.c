@@ -598,4 +598,3 @@ mg_status mg_tok_encode(const mg_tok *t, const char *text, size_t len, bool add_
                            cap);
     return MG_OK;
 }
-

@@ -4,11 +4,11 @@
 #ifndef METRALE_MODEL_TOKENIZER_INTERNAL_H
 #define METRALE_MODEL_TOKENIZER_INTERNAL_H
 
-#include <stdlib.h>
-#include <string.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "tokenizer.h"
 
@@ -317,7 +317,8 @@ static inline uint32_t hash_u64(uint64_t k) {
     return (uint32_t)k;
 }
 
-static inline bool mmap_find(const tok_mmap *m, int32_t a, int32_t b, uint32_t *rank, int32_t *merged) {
+static inline bool mmap_find(const tok_mmap *m, int32_t a, int32_t b, uint32_t *rank,
+                             int32_t *merged) {
     if (!m->cap)
         return false;
     uint64_t k = pair_key(a, b);
@@ -333,7 +334,8 @@ static inline bool mmap_find(const tok_mmap *m, int32_t a, int32_t b, uint32_t *
     }
 }
 
-static inline bool mmap_put(tok_mmap *m, uint64_t k, uint32_t rank, int32_t merged, bool first_wins) {
+static inline bool mmap_put(tok_mmap *m, uint64_t k, uint32_t rank, int32_t merged,
+                            bool first_wins) {
     if ((m->n + 1) * 2 > m->cap) {
         uint32_t cap = m->cap ? m->cap * 2 : 1024;
         uint64_t *keys = malloc(cap * sizeof *keys);
@@ -381,6 +383,5 @@ static inline bool mmap_put(tok_mmap *m, uint64_t k, uint32_t rank, int32_t merg
     m->n++;
     return true;
 }
-
 
 #endif

@@ -375,7 +375,8 @@ static mg_status read_pre(reader *r, int p, bool last) {
     } else if (jtype(d, p, "Split")) {
         size_t len;
         x.type = PRE_SPLIT;
-        if (!mg_jdoc_eq(d, mg_jdoc_get(d, p, "behavior"), "Isolated") || mg_jdoc_bool(d, p, "invert", false, &b))
+        if (!mg_jdoc_eq(d, mg_jdoc_get(d, p, "behavior"), "Isolated") ||
+            mg_jdoc_bool(d, p, "invert", false, &b))
             return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: Split pre-tokenizer: only "
                                                    "behavior Isolated, not inverted, is "
                                                    "supported");
@@ -403,7 +404,8 @@ static mg_status read_pre(reader *r, int p, bool last) {
         x.replacement = cp;
         int scheme = mg_jdoc_get(d, p, "prepend_scheme");
         if (mg_jdoc_null(d, scheme))
-            x.prepend = mg_jdoc_bool(d, p, "add_prefix_space", true, &b) ? PREPEND_ALWAYS : PREPEND_NEVER;
+            x.prepend =
+                mg_jdoc_bool(d, p, "add_prefix_space", true, &b) ? PREPEND_ALWAYS : PREPEND_NEVER;
         else if (mg_jdoc_eq(d, scheme, "always"))
             x.prepend = PREPEND_ALWAYS;
         else if (mg_jdoc_eq(d, scheme, "first"))
@@ -444,8 +446,9 @@ static mg_status read_decoder(reader *r, int dec) {
                                                    "replacement other than U+2581 is not "
                                                    "supported");
         t->dec = DEC_METASPACE;
-        t->dec_meta_first = mg_jdoc_null(d, scheme) ? mg_jdoc_bool(d, dec, "add_prefix_space", true, &b)
-                                             : !mg_jdoc_eq(d, scheme, "never");
+        t->dec_meta_first = mg_jdoc_null(d, scheme)
+                                ? mg_jdoc_bool(d, dec, "add_prefix_space", true, &b)
+                                : !mg_jdoc_eq(d, scheme, "never");
         return b ? bad("Metaspace add_prefix_space is not a boolean") : MG_OK;
     }
     if (!jtype(d, dec, "Sequence"))
@@ -477,8 +480,10 @@ static mg_status read_decoder(reader *r, int dec) {
             stage = 3;
         } else if (jtype(d, i, "Strip") && stage == 3) {
             long long start, stop;
-            if (!is_string_field(r, i, "content", " ") || !mg_jdoc_int(d, mg_jdoc_get(d, i, "start"), &start) ||
-                !mg_jdoc_int(d, mg_jdoc_get(d, i, "stop"), &stop) || stop != 0 || start < 0 || start > 1000)
+            if (!is_string_field(r, i, "content", " ") ||
+                !mg_jdoc_int(d, mg_jdoc_get(d, i, "start"), &start) ||
+                !mg_jdoc_int(d, mg_jdoc_get(d, i, "stop"), &stop) || stop != 0 || start < 0 ||
+                start > 1000)
                 return mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: only a Strip decoder of "
                                                        "leading spaces is supported");
             t->dec_strip_start = (uint32_t)start;
@@ -599,8 +604,8 @@ mg_status mg_tok_from_json_text(const char *json, size_t len, mg_tok **out) {
     long long mx = 0;
     if (!st && !mg_jdoc_is(&r.d, model, JSMN_OBJECT))
         st = bad("no model object");
-    if (!st &&
-        (!mg_jdoc_null(&r.d, mg_jdoc_get(&r.d, 0, "truncation")) || !mg_jdoc_null(&r.d, mg_jdoc_get(&r.d, 0, "padding"))))
+    if (!st && (!mg_jdoc_null(&r.d, mg_jdoc_get(&r.d, 0, "truncation")) ||
+                !mg_jdoc_null(&r.d, mg_jdoc_get(&r.d, 0, "padding"))))
         st = mg_tok_fail(MG_ERR_UNSUPPORTED, "tokenizer.json: truncation and padding are not "
                                              "supported (both must be null)");
     if (!st)

@@ -5,7 +5,8 @@
  *
  *   static mg_cutlass_moe_sm90_fn run;                      // a family's entry points
  *   mg_status st = mg_cutlass_plugin_resolve("grouped MoE GEMM on CUDA", MG_CUTLASS_UNITS_SM90_MOE,
- *                                            (mg_cuda_plugin_symbol[]){{"mg_cutlass_...", (void **)&run}}, 1);
+ *                                            (mg_cuda_plugin_symbol[]){{"mg_cutlass_...", (void
+ * **)&run}}, 1);
  */
 #ifndef METRALE_OPS_CUTLASS_LOADER_H
 #define METRALE_OPS_CUTLASS_LOADER_H

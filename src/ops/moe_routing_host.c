@@ -8,8 +8,8 @@ mg_status mg_moe_routing_check_host(const char *name, const int32_t *offsets, ui
                                     uint32_t act_rows) {
     if (offsets) {
         int32_t last = offsets[experts];
-        if (offsets[0] != 0 || last < 0 || (cover_all_rows ? (uint32_t)last != rows
-                                                           : (uint32_t)last > rows))
+        if (offsets[0] != 0 || last < 0 ||
+            (cover_all_rows ? (uint32_t)last != rows : (uint32_t)last > rows))
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                             "%s: expert_offsets[0] = %d and expert_offsets[%u] = %d must be 0 and "
                             "%srows = %u",

@@ -3,8 +3,8 @@
  *
  *   mg_status st = mg_op_enter(b, fn);            the handle, validated once
  *   ... the op's own checks of shapes and modes ...
- *   mg_op_tensor t[] = {{"in", in, in_bytes, 16, MG_OP_IN}, {"out", out, out_bytes, 16, MG_OP_OUT}};
- *   st = mg_op_check_tensors(b, fn, t, 2, -1, -1); pointers, alignment, range, overlap
+ *   mg_op_tensor t[] = {{"in", in, in_bytes, 16, MG_OP_IN}, {"out", out, out_bytes, 16,
+ * MG_OP_OUT}}; st = mg_op_check_tensors(b, fn, t, 2, -1, -1); pointers, alignment, range, overlap
  *   st = mg_op_run_builtin(b, s, op, fn, names, launches, count);   or a provider's run hook
  *
  * A kernel-by-name op's provider is MG_OP_KERNELS_PROVIDER (op_registry.h); its CPU kernels

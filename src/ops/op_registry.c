@@ -115,8 +115,7 @@ static bool ships_kernels(mg_backend *b, const char *const *names, char *reason,
 
 /* Whether `p` can run on `b`; the reason otherwise. The hooks leave mg_last_error alone (their
  * contract, op_registry.h), so the hot path copies no message. */
-static bool provider_available(mg_backend *b, const mg_op_provider *p, char *reason,
-                               size_t bytes) {
+static bool provider_available(mg_backend *b, const mg_op_provider *p, char *reason, size_t bytes) {
     mg_backend_kind kind = mg_backend_get_kind(b);
     if (!runs_on(p, kind)) {
         snprintf(reason, bytes, "provider %s runs on the %s backend, not %s", p->name,
@@ -208,9 +207,8 @@ mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider) {
         }
         if (!runs_on(p, kind))
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "%s: provider %s of op %s runs on the %s backend, not %s", fn,
-                            p->name, d->name, mg_backend_kind_name(p->backend),
-                            mg_backend_kind_name(kind));
+                            "%s: provider %s of op %s runs on the %s backend, not %s", fn, p->name,
+                            d->name, mg_backend_kind_name(p->backend), mg_backend_kind_name(kind));
     }
     void *st;
     status = mg_op_state_get(b, &registry_state_type, &st);
@@ -221,8 +219,8 @@ mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider) {
 }
 
 const mg_op_provider *mg_op_forced(mg_backend *b, mg_op op) {
-    registry_state *st = (unsigned)op < MG_OP_COUNT ? mg_op_state_peek(b, &registry_state_type)
-                                                    : NULL;
+    registry_state *st =
+        (unsigned)op < MG_OP_COUNT ? mg_op_state_peek(b, &registry_state_type) : NULL;
     return st ? atomic_load(&st->ops[op].forced) : NULL;
 }
 
@@ -239,8 +237,8 @@ mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn
     if (forced) {
         if (!provider_available(b, forced, reason, sizeof reason) ||
             (forced->supports && !forced->supports(b, call, reason, sizeof reason)))
-            return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: the forced provider %s cannot run it: %s",
-                            fn, forced->name, reason);
+            return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: the forced provider %s cannot run it: %s", fn,
+                            forced->name, reason);
         *out = forced;
         return MG_OK;
     }
@@ -285,8 +283,7 @@ void mg_op_count_workspace(mg_backend *b, mg_op op, int64_t delta_bytes) {
 mg_status mg_op_stats_get(mg_backend *b, mg_op op, mg_op_stats *out) {
     const char *fn = "mg_op_stats_get";
     if (!out || !def_of(op))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s", fn,
-                        out ? "unknown op" : "NULL output");
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s", fn, out ? "unknown op" : "NULL output");
     memset(out, 0, sizeof *out);
     void *state;
     mg_status status = mg_op_state_get(b, &registry_state_type, &state);

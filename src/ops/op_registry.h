@@ -24,7 +24,7 @@
 #define MG_OP_ANY_BACKEND MG_BACKEND_AUTO
 
 typedef struct mg_op_provider {
-    const char *name;       /* "reference", "cublaslt", "flashinfer", "kernels", ... */
+    const char *name;        /* "reference", "cublaslt", "flashinfer", "kernels", ... */
     mg_backend_kind backend; /* the backend kind it runs on, or MG_OP_ANY_BACKEND */
     /* Whether it can run on `b` at all; on false writes the reason. NULL: always. Must not
      * set mg_last_error. */
@@ -47,10 +47,10 @@ typedef struct mg_op_provider {
  * MG_SILU_MUL_KERNEL); the CPU backend ships them once `register_cpu` has run. */
 #define MG_OP_KERNEL_NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define MG_OP_KERNELS_PROVIDER(register_cpu, ...)                                                  \
-    {.name = "kernels",                                                                            \
-     .backend = MG_OP_ANY_BACKEND,                                                                 \
-     .kernels = MG_OP_KERNEL_NAMES(__VA_ARGS__),                                                   \
-     .register_cpu_kernels = (register_cpu)}
+    {                                                                                              \
+        .name = "kernels", .backend = MG_OP_ANY_BACKEND,                                           \
+        .kernels = MG_OP_KERNEL_NAMES(__VA_ARGS__), .register_cpu_kernels = (register_cpu)         \
+    }
 
 typedef struct mg_op_def {
     mg_op op;

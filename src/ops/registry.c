@@ -1,8 +1,8 @@
 /* registry.c - the ops of this library, one line each (op_registry.h). */
 #include "op_registry.h"
 
-extern const mg_op_def mg_gemm_bf16_op, mg_gemm_fp8_op, mg_attention_ragged_op,
-    mg_fp8_quantize_op, mg_silu_mul_op, mg_mlx_quant_op;
+extern const mg_op_def mg_gemm_bf16_op, mg_gemm_fp8_op, mg_attention_ragged_op, mg_fp8_quantize_op,
+    mg_silu_mul_op, mg_mlx_quant_op;
 extern const mg_op_def mg_nvfp4_format_op, mg_moe_routing_op, mg_nvfp4_gemm_op,
     mg_nvfp4_moe_gemm_op;
 extern const mg_op_def mg_kv_append_op, mg_attention_paged_op;

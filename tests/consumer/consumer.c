@@ -17,7 +17,7 @@ enum { M = 5, N = 7, K = 37 };
     do {                                                                                           \
         mg_status st_ = (call);                                                                    \
         if (st_ != MG_OK) {                                                                        \
-            fprintf(stderr, "consumer: %s failed: %s: %s\n", #call, mg_status_name(st_),          \
+            fprintf(stderr, "consumer: %s failed: %s: %s\n", #call, mg_status_name(st_),           \
                     mg_last_error());                                                              \
             return 1;                                                                              \
         }                                                                                          \

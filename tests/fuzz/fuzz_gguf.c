@@ -55,7 +55,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     const mg_gguf_kv *t = mg_gguf_find(g, "tokenizer.chat_template");
     mg_chat_template chat;
-    if (t && t->type == MG_GGUF_STRING && mg_chat_template_recognise(t->str, t->str_len, &chat) == MG_OK) {
+    if (t && t->type == MG_GGUF_STRING &&
+        mg_chat_template_recognise(t->str, t->str_len, &chat) == MG_OK) {
         const mg_chat_message m = {.role = "user", .content = "hi"};
         char out[1024];
         size_t len;

@@ -28,8 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     const mg_model_shape *s = &arch.shape;
-    const uint32_t dims[] = {s->hidden, s->intermediate, s->heads, s->kv_heads, s->head_dim,
-                             s->vocab, arch.layers};
+    const uint32_t dims[] = {s->hidden,   s->intermediate, s->heads,   s->kv_heads,
+                             s->head_dim, s->vocab,        arch.layers};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (dims[i] == 0 || dims[i] > (1u << 24))
             abort();

@@ -134,9 +134,12 @@ static void counts(uint64_t *kernels, uint64_t *fallbacks) {
 /* Shapes the kernels take: every configuration and the default choice. */
 static void test_kernels(mg_backend *b) {
     const gemm_shape shapes[] = {
-        {1, 8, 8, 8, MG_DTYPE_BF16, 0},        {3, 136, 72, 136, MG_DTYPE_BF16, 0},
-        {17, 1000, 520, 1008, MG_DTYPE_BF16, 0}, {127, 264, 4104, 264, MG_DTYPE_BF16, 0},
-        {129, 392, 200, 400, MG_DTYPE_BF16, 0}, {300, 520, 64, 520, MG_DTYPE_BF16, 0},
+        {1, 8, 8, 8, MG_DTYPE_BF16, 0},
+        {3, 136, 72, 136, MG_DTYPE_BF16, 0},
+        {17, 1000, 520, 1008, MG_DTYPE_BF16, 0},
+        {127, 264, 4104, 264, MG_DTYPE_BF16, 0},
+        {129, 392, 200, 400, MG_DTYPE_BF16, 0},
+        {300, 520, 64, 520, MG_DTYPE_BF16, 0},
         {(uint32_t)test_rand_range(1, 700), (uint32_t)test_rand_range(1, 90) * 8,
          (uint32_t)test_rand_range(1, 200) * 8, 0, MG_DTYPE_BF16, 0},
     };
@@ -212,8 +215,8 @@ static void test_graph(mg_backend *b) {
         return;
     gemm_buffers g;
     buffers_make(b, &g, (gemm_shape){45, 392, 328, 400, MG_DTYPE_BF16, 0});
-    mg_gemm_plan plan = {.kind = MG_GEMM_BF16, .m = 45, .n = 392, .k = 328, .ldc = 400,
-                         .out_type = MG_DTYPE_BF16};
+    mg_gemm_plan plan = {
+        .kind = MG_GEMM_BF16, .m = 45, .n = 392, .k = 328, .ldc = 400, .out_type = MG_DTYPE_BF16};
     CHECK_OK(mg_gemm_prewarm(b, s, &plan, 1));
     CHECK_OK(gemm(b, s, &g)); /* loads the kernel outside the capture */
     CHECK_OK(mg_stream_synchronize(s));

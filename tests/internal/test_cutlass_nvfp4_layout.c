@@ -37,8 +37,9 @@ static void check_sf_layout(uint32_t rows, uint32_t k) {
             const int64_t want = (int64_t)mg_nvfp4_swizzled_offset(r, c, cols);
             const int64_t a = sf_offset(rows, k, 0, r, c), b = sf_offset(rows, k, 1, r, c);
             if ((a != want || b != want) && mismatches++ < 5)
-                fprintf(stderr, "rows %u k %u scale (%u, %u): CUTLASS A %lld B %lld, swizzle %lld\n",
-                        rows, k, r, c, (long long)a, (long long)b, (long long)want);
+                fprintf(stderr,
+                        "rows %u k %u scale (%u, %u): CUTLASS A %lld B %lld, swizzle %lld\n", rows,
+                        k, r, c, (long long)a, (long long)b, (long long)want);
         }
     CHECK(mismatches == 0);
     /* The quantizer writes where CUTLASS reads; the weight re-layout visits every byte once,
@@ -46,7 +47,8 @@ static void check_sf_layout(uint32_t rows, uint32_t k) {
     mismatches = 0;
     for (uint32_t r = 0; r < rows; r++)
         for (uint32_t c = 0; c < cols; c++)
-            mismatches += act_sf_offset(r, c, cols) != (int64_t)mg_nvfp4_swizzled_offset(r, c, cols);
+            mismatches +=
+                act_sf_offset(r, c, cols) != (int64_t)mg_nvfp4_swizzled_offset(r, c, cols);
     CHECK(mismatches == 0);
     size_t bytes = mg_nvfp4_swizzled_scale_bytes(rows, k), inside = 0;
     mismatches = 0;
@@ -73,7 +75,7 @@ static void check_moe_bases(uint32_t rows, uint32_t experts, uint32_t k) {
     offsets[0] = 0;
     for (uint32_t e = 1; e < experts; e++)
         offsets[e] = (test_rand() % 4 == 0) ? offsets[e - 1]
-                                             : (uint32_t)test_rand_range(offsets[e - 1], rows);
+                                            : (uint32_t)test_rand_range(offsets[e - 1], rows);
     offsets[experts] = rows;
     mg_cutlass_nvfp4_workspace_layout w;
     CHECK_OK(workspace(rows, experts, k, 1, &w));
@@ -121,16 +123,18 @@ int main(void) {
         printf("%s not built (%s): skipped\n", path, dlerror());
         return 77;
     }
-    sf_bytes = (mg_cutlass_nvfp4_layout_sf_bytes_fn)dlsym(plugin, "mg_cutlass_nvfp4_layout_sf_bytes");
-    sf_offset = (mg_cutlass_nvfp4_layout_sf_offset_fn)dlsym(plugin, "mg_cutlass_nvfp4_layout_sf_offset");
+    sf_bytes =
+        (mg_cutlass_nvfp4_layout_sf_bytes_fn)dlsym(plugin, "mg_cutlass_nvfp4_layout_sf_bytes");
+    sf_offset =
+        (mg_cutlass_nvfp4_layout_sf_offset_fn)dlsym(plugin, "mg_cutlass_nvfp4_layout_sf_offset");
     row_base = (mg_cutlass_nvfp4_layout_moe_sf_row_base_fn)dlsym(
         plugin, "mg_cutlass_nvfp4_layout_moe_sf_row_base");
-    workspace = (mg_cutlass_nvfp4_layout_workspace_fn)dlsym(plugin,
-                                                            "mg_cutlass_nvfp4_layout_workspace");
+    workspace =
+        (mg_cutlass_nvfp4_layout_workspace_fn)dlsym(plugin, "mg_cutlass_nvfp4_layout_workspace");
     act_sf_offset = (mg_cutlass_nvfp4_layout_act_sf_offset_fn)dlsym(
         plugin, "mg_cutlass_nvfp4_layout_act_sf_offset");
-    sf_position = (mg_cutlass_nvfp4_layout_sf_position_fn)dlsym(plugin,
-                                                                "mg_cutlass_nvfp4_layout_sf_position");
+    sf_position = (mg_cutlass_nvfp4_layout_sf_position_fn)dlsym(
+        plugin, "mg_cutlass_nvfp4_layout_sf_position");
     CHECK(sf_bytes && sf_offset && row_base && workspace && act_sf_offset && sf_position);
     if (!sf_bytes || !sf_offset || !row_base || !workspace || !act_sf_offset || !sf_position)
         return test_finish();

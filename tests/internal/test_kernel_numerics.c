@@ -65,8 +65,8 @@ static void test_bf16(void) {
         uint64_t r = test_rand();
         uint32_t a = (uint32_t)r, b = (uint32_t)(r >> 32);
         encode_bad += bf16_encode_mismatches(a);
-        uint32_t want = (uint32_t)mg_f32_to_bf16(float_of(a)) |
-                        (uint32_t)mg_f32_to_bf16(float_of(b)) << 16;
+        uint32_t want =
+            (uint32_t)mg_f32_to_bf16(float_of(a)) | (uint32_t)mg_f32_to_bf16(float_of(b)) << 16;
         pack_bad += mg_num_bf16_pack(float_of(a), float_of(b)) != want;
     }
     CHECK(decode_bad == 0);
@@ -96,8 +96,8 @@ static void test_fp8(void) {
         }
     }
     /* saturation, the infinities, NaN of both signs */
-    const float specials[] = {448.0f,   464.0f,    465.0f, 1e30f, INFINITY, -INFINITY,
-                              -448.0f, -500.0f,   NAN,    -NAN,  0x1p-10f, 0x1p-9f * 7.5f};
+    const float specials[] = {448.0f,  464.0f,  465.0f, 1e30f, INFINITY, -INFINITY,
+                              -448.0f, -500.0f, NAN,    -NAN,  0x1p-10f, 0x1p-9f * 7.5f};
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
         encode_bad += around(bits_of(specials[i]), fp8_encode_mismatches);
     for (int i = 0; i < (1 << 22); i++) {
@@ -133,8 +133,8 @@ static uint32_t e2m1_nearest(float m) {
 static void test_fp4(void) {
     size_t decode_bad = 0, encode_bad = 0;
     for (uint32_t nibble = 0; nibble < 16; nibble++)
-        decode_bad += bits_of(mg_num_e2m1_to_f32(nibble)) !=
-                      bits_of(mg_nvfp4_e2m1_to_f32((uint8_t)nibble));
+        decode_bad +=
+            bits_of(mg_num_e2m1_to_f32(nibble)) != bits_of(mg_nvfp4_e2m1_to_f32((uint8_t)nibble));
     /* every float from 0 to above 6 whose low mantissa bits are zero (2^16 steps per binade
      * cover every midpoint exactly), and one float either side of each midpoint */
     for (uint32_t u = 0; u <= 0x40e00000u; u += 0x80u)

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8_quantize_reference.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/ops_quantize.h"
 #include "metrale/status.h"
-#include "fp8_quantize_reference.h"
 #include "utils_test_support.h" /* CHECKF; test_util.h */
 
 #define POISON 0xa5

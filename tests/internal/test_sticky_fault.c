@@ -21,7 +21,7 @@
     do {                                                                                           \
         mg_clear_error();                                                                          \
         CHECK_STATUS(expr, MG_ERR_DEVICE_FAULT);                                                   \
-        CHECK_MESSAGE(FAULT_TEXT " (sticky device fault: the cpu backend is unusable until "      \
+        CHECK_MESSAGE(FAULT_TEXT " (sticky device fault: the cpu backend is unusable until "       \
                                  "closed)");                                                       \
     } while (0)
 
@@ -107,8 +107,8 @@ int main(void) {
     CHECK_FAULTED(mg_launch_run(b, k, s, &l));
     CHECK_FAULTED(mg_module_symbol(b, "m", "s", &p, &bytes));
     CHECK_FAULTED(mg_gemm_bf16(b, s, 16, 16, 16, d, d + 1024, d + 2048, MG_DTYPE_F32, 16));
-    mg_attention_desc desc = {.num_qo_heads = 1, .num_kv_heads = 1, .head_dim = 8,
-                              .window_left = -1, .sm_scale = 1.0f};
+    mg_attention_desc desc = {
+        .num_qo_heads = 1, .num_kv_heads = 1, .head_dim = 8, .window_left = -1, .sm_scale = 1.0f};
     int32_t indptr[2] = {0, 1};
     mg_attention_plan *attention = NULL;
     CHECK_FAULTED(mg_attention_plan_create(b, &desc, indptr, indptr, 1, NULL, &attention));

@@ -85,8 +85,7 @@ static mg_status body_collective_graph(mg_bench *b, void *arg, int iteration) {
 }
 
 /* Captures `issue(arg)` on both ranks' streams into g[0..1]. */
-static mg_status capture_both(comm_bench *cb, mg_status (*issue)(void *), void *arg,
-                              mg_graph **g) {
+static mg_status capture_both(comm_bench *cb, mg_status (*issue)(void *), void *arg, mg_graph **g) {
     mg_status st = MG_OK;
     int begun = 0;
     for (; begun < 2 && !st; begun++)
@@ -145,8 +144,7 @@ static void free_case(coll_case *c) {
 }
 
 /* One row: `bytes` is the all-reduce buffer or the all-gather output. */
-static int run_collective(mg_bench *b, comm_bench *cb, coll_kind kind, size_t bytes,
-                          bool graph) {
+static int run_collective(mg_bench *b, comm_bench *cb, coll_kind kind, size_t bytes, bool graph) {
     char size[16], name[48];
     size_text(bytes, size, sizeof size);
     snprintf(name, sizeof name, "%s_%s%s", kind == COLL_ALL_REDUCE ? "all_reduce" : "all_gather",
@@ -181,7 +179,8 @@ static int run_collective(mg_bench *b, comm_bench *cb, coll_kind kind, size_t by
     for (int r = 0; r < 2 && !st; r++)
         st = mg_comm_wait(cb->comm[r], cb->stream[r]);
     if (!st) {
-        double bus = kind == COLL_ALL_REDUCE ? 2.0 * bytes * (2 - 1) / 2 : (double)bytes * (2 - 1) / 2;
+        double bus =
+            kind == COLL_ALL_REDUCE ? 2.0 * bytes * (2 - 1) / 2 : (double)bytes * (2 - 1) / 2;
         row.bytes = bus * c.calls;
         row.items = c.calls;
         snprintf(row.item_unit, sizeof row.item_unit, "call");
@@ -214,7 +213,8 @@ static mg_status body_mlp_graph(mg_bench *b, void *arg, int iteration) {
     (void)b;
     (void)iteration;
     mlp_case *m = arg;
-    return m->count == 2 ? launch_graphs(m->cb, m->graph) : mg_graph_launch(m->graph[0], m->cb->stream[0]);
+    return m->count == 2 ? launch_graphs(m->cb, m->graph)
+                         : mg_graph_launch(m->graph[0], m->cb->stream[0]);
 }
 
 static mg_status random_bf16(size_t count, uint32_t fan_in, uint16_t **out) {
@@ -248,8 +248,8 @@ static int run_mlp(mg_bench *b, comm_bench *cb, uint32_t hidden, uint32_t inter)
         st = mg_tp_mlp_init(&one, cb->backend[0], cb->stream[0], NULL, hidden, inter, 64, wg, wu,
                             wd);
     for (int r = 0; r < 2 && !st; r++)
-        st = mg_tp_mlp_init(&tp[r], cb->backend[r], cb->stream[r], cb->comm[r], hidden, inter,
-                            64, wg, wu, wd);
+        st = mg_tp_mlp_init(&tp[r], cb->backend[r], cb->stream[r], cb->comm[r], hidden, inter, 64,
+                            wg, wu, wd);
     if (!st)
         st = mg_copy_h2d(cb->backend[0], one.x, x, (size_t)64 * hidden * 2);
     for (int r = 0; r < 2 && !st; r++)
@@ -338,8 +338,7 @@ static int bench_comm(mg_bench *b, int argc, char **argv) {
     mg_backend_probe probe;
     mg_backend_probe_kind(kind, &probe);
     int other = b->opts->device + 1;
-    if (other >= probe.device_count ||
-        mg_backend_open(kind, other, &cb.backend[1]) != MG_OK) {
+    if (other >= probe.device_count || mg_backend_open(kind, other, &cb.backend[1]) != MG_OK) {
         fprintf(stderr, "bench comm: skipped: needs %s device %d as the second rank: %s\n",
                 mg_backend_kind_name(kind), other,
                 other >= probe.device_count ? "not present" : mg_last_error());
@@ -352,9 +351,8 @@ static int bench_comm(mg_bench *b, int argc, char **argv) {
     } else {
         /* 8 KiB .. 1 GiB in factors of 4, with 64 MiB .. 1 GiB in factors of 2 (the range
          * of the bandwidth target) */
-        static const size_t kib[] = {8,          32,         128,        512,
-                                     2048,       8192,       32768,      65536,
-                                     131072,     262144,     524288,     1048576};
+        static const size_t kib[] = {8,     32,    128,    512,    2048,   8192,
+                                     32768, 65536, 131072, 262144, 524288, 1048576};
         size_t largest = b->quick ? ((size_t)1 << 20) : ((size_t)1 << 30);
         for (int kindi = COLL_ALL_REDUCE; kindi <= COLL_ALL_GATHER; kindi++)
             for (size_t i = 0; i < sizeof kib / sizeof kib[0] && kib[i] << 10 <= largest; i++)

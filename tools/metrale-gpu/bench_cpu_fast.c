@@ -45,8 +45,8 @@ static mg_status body(mg_bench *b, void *arg, int iteration) {
 
 /* A 4-bit group-32 layer with finite FP16 scales and biases (random codes). */
 static mg_status make_layer(mg_bench *b, uint32_t n, uint32_t k, mg_mlx_linear *w) {
-    *w = (mg_mlx_linear){.experts = 1, .n = n, .k = k, .bits = 4, .group_size = 32,
-                         .scale_type = MG_DTYPE_F16};
+    *w = (mg_mlx_linear){
+        .experts = 1, .n = n, .k = k, .bits = 4, .group_size = 32, .scale_type = MG_DTYPE_F16};
     size_t words = (size_t)n * k / 2, groups = (size_t)n * (k / 32) * 2;
     uint16_t *h = malloc(groups);
     if (!h)
@@ -75,7 +75,8 @@ static int run_case(mg_bench *b, const char *label, fast_kind kind, uint32_t m, 
         char name[48], shape[24];
         snprintf(shape, sizeof shape, "%ux%ux%u", m, n, k);
         snprintf(name, sizeof name, "%s.%s", label, names[p]);
-        if (!mg_bench_selected(b, name) || !mg_op_provider_available(b->backend, op, names[p], NULL, 0))
+        if (!mg_bench_selected(b, name) ||
+            !mg_op_provider_available(b->backend, op, names[p], NULL, 0))
             continue;
         /* the MLX GEMM's own GEMM runs on the matching GEMM provider */
         const bool reference = p + 1 == count;
@@ -123,8 +124,9 @@ static int run_case(mg_bench *b, const char *label, fast_kind kind, uint32_t m, 
     done:
         mg_op_force_provider(b->backend, op, NULL);
         mg_op_force_provider(b->backend, MG_OP_GEMM_BF16, NULL);
-        mg_devptr all[] = {c.weight, c.x, c.y, c.y2, c.scratch, c.w[0].weight, c.w[0].scales,
-                           c.w[0].biases, c.w[1].weight, c.w[1].scales, c.w[1].biases};
+        mg_devptr all[] = {c.weight,      c.x,           c.y,           c.y2,
+                           c.scratch,     c.w[0].weight, c.w[0].scales, c.w[0].biases,
+                           c.w[1].weight, c.w[1].scales, c.w[1].biases};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++)
             if (all[i])
                 mg_free(b->backend, all[i]);

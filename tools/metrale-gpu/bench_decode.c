@@ -94,10 +94,10 @@ static mg_status paged_case_create(mg_bench *b, uint32_t batch, uint32_t context
     *c = (paged_case){.cache = {HKV, HEAD_DIM, PAGE, 0, kv_dtype}};
     const bool fp8 = kv_dtype == MG_KV_FP8_E4M3;
     size_t pool_bytes = 0;
-    mg_status st = mg_bench_page_table_make(&c->t, batch, 1, context, PAGE,
-                                            7u + batch * 31u + context)
-                       ? MG_OK
-                       : MG_ERR_OUT_OF_MEMORY;
+    mg_status st =
+        mg_bench_page_table_make(&c->t, batch, 1, context, PAGE, 7u + batch * 31u + context)
+            ? MG_OK
+            : MG_ERR_OUT_OF_MEMORY;
     if (!st) {
         c->cache.num_pages = c->t.pages;
         st = mg_kv_cache_bytes(&c->cache, &pool_bytes);
@@ -159,8 +159,7 @@ static int time_paged_by(mg_bench *b, paged_case *c, uint32_t context, const cha
     if (!st)
         st = mg_paged_attention_plan_create(b->backend, &d, &table, b->stream, &r.plan);
     if (!st)
-        st = mg_bench_time_graph(b, body_paged, &r, b->warmup, b->quick ? 3 : b->iters,
-                                 &row.stats);
+        st = mg_bench_time_graph(b, body_paged, &r, b->warmup, b->quick ? 3 : b->iters, &row.stats);
     mg_attention_plan_destroy(r.plan);
     mg_op_force_provider(b->backend, MG_OP_ATTENTION_PAGED, NULL);
     if (st)
@@ -338,8 +337,8 @@ static int bench_append(mg_bench *b, uint32_t tokens, bool fp8, double copy_gbps
                                    .v_scale = fp8 ? scales + 4 * HKV : 0};
     mg_bench_row row = mg_bench_row_make("decode", name, shape);
     if (!st)
-        st = mg_bench_time_graph(b, body_append, &r, b->warmup, b->quick ? 3 : b->iters,
-                                 &row.stats);
+        st =
+            mg_bench_time_graph(b, body_append, &r, b->warmup, b->quick ? 3 : b->iters, &row.stats);
     int failures = 0;
     if (st) {
         failures = mg_bench_fail(b, name);
@@ -367,8 +366,7 @@ static int bench_decode(mg_bench *b, int argc, char **argv) {
         } else if (strcmp(argv[i], "--context") == 0 && i + 1 < argc) {
             only_context = (uint32_t)strtoul(argv[++i], NULL, 10);
         } else {
-            fprintf(stderr, "bench decode: unknown option %s (--batch N, --context N)\n",
-                    argv[i]);
+            fprintf(stderr, "bench decode: unknown option %s (--batch N, --context N)\n", argv[i]);
             return 1;
         }
     }

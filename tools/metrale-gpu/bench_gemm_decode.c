@@ -26,8 +26,8 @@ typedef struct decode_case {
 
 static mg_status body(mg_bench *b, void *arg, int iteration) {
     decode_case *c = arg;
-    mg_gemm_plan plan = {.kind = c->kind, .m = c->m, .n = c->n, .k = c->k, .ldc = c->n,
-                         .out_type = MG_DTYPE_BF16};
+    mg_gemm_plan plan = {
+        .kind = c->kind, .m = c->m, .n = c->n, .k = c->k, .ldc = c->n, .out_type = MG_DTYPE_BF16};
     mg_status st = MG_OK;
     for (int i = 0; !st && i < c->weights.count; i++) {
         mg_gemm_tensors t = {
@@ -95,7 +95,8 @@ static int run_shape(mg_bench *b, mg_gemm_kind kind, uint32_t m, uint32_t n, uin
         (st = mg_bench_rotation_create(b, (size_t)n * k * in_bytes, 4, &c.weights)))
         goto done;
     for (int i = 0; !st && i < c.weights.count; i++)
-        st = mg_bench_fill_unit(b, c.weights.buffers[i], (size_t)n * k, kind != MG_GEMM_BF16, 8 + i);
+        st =
+            mg_bench_fill_unit(b, c.weights.buffers[i], (size_t)n * k, kind != MG_GEMM_BF16, 8 + i);
     if (!st && kind != MG_GEMM_BF16) {
         size_t count = kind == MG_GEMM_FP8_ROWWISE ? (m > n ? m : n) : 1;
         float ones[4] = {1, 1, 1, 1};
@@ -128,11 +129,10 @@ done:
 }
 
 static int bench_gemm_decode(mg_bench *b, int argc, char **argv) {
-    static const uint32_t shapes[][2] = {{6144, 4096}, {4096, 4096},  {28672, 4096},
+    static const uint32_t shapes[][2] = {{6144, 4096},  {4096, 4096}, {28672, 4096},
                                          {4096, 14336}, {1024, 4096}, {128256, 4096},
-                                         {576, 576},   {3072, 576},   {576, 1536}};
-    static const mg_gemm_kind kinds[] = {MG_GEMM_BF16, MG_GEMM_FP8_ROWWISE,
-                                         MG_GEMM_FP8_TENSORWISE};
+                                         {576, 576},    {3072, 576},  {576, 1536}};
+    static const mg_gemm_kind kinds[] = {MG_GEMM_BF16, MG_GEMM_FP8_ROWWISE, MG_GEMM_FP8_TENSORWISE};
     if (!mg_backend_supports(b->backend, MG_CAP_GRAPHS) ||
         !mg_op_provider_available(b->backend, MG_OP_GEMM_BF16, "decode_gemv", NULL, 0)) {
         fprintf(stderr, "bench gemm_decode: needs the decode GEMV (a CUDA device); skipped\n");
@@ -154,8 +154,8 @@ static int bench_gemm_decode(mg_bench *b, int argc, char **argv) {
         for (size_t i = 0; i < m_count; i++)
             for (size_t v = 0; v < sizeof kinds / sizeof kinds[0]; v++)
                 if (ms[i] <= 16)
-                    failures += run_shape(b, kinds[v], ms[i], shapes[s][0], shapes[s][1],
-                                          copy_gbps);
+                    failures +=
+                        run_shape(b, kinds[v], ms[i], shapes[s][0], shapes[s][1], copy_gbps);
     return failures;
 }
 

@@ -87,7 +87,7 @@ static void print_choice(FILE *f, const provider_case *c, double lt_us, const do
     }
     if (best < 0) {
         fprintf(f, "    /* M=%u N=%u K=%u: cuBLASLt (%.1f us); no CUTLASS configuration ran */\n",
-               c->m, c->n, c->k, lt_us);
+                c->m, c->n, c->k, lt_us);
         return;
     }
     double margin = lt_us / cutlass_us[best];
@@ -97,12 +97,13 @@ static void print_choice(FILE *f, const provider_case *c, double lt_us, const do
         for (; cutlass_configs[best][i] && i + 1 < sizeof upper; i++)
             upper[i] = (char)toupper((unsigned char)cutlass_configs[best][i]);
         upper[i] = '\0';
-        fprintf(f, "    {%u, %u, %u, %u, MG_CUTLASS_DENSE_%s, %.2ff}, /* cuBLASLt %.1f us, CUTLASS "
-               "%.1f us */\n",
-               c->m, c->m, c->n, c->k, upper, margin, lt_us, cutlass_us[best]);
+        fprintf(f,
+                "    {%u, %u, %u, %u, MG_CUTLASS_DENSE_%s, %.2ff}, /* cuBLASLt %.1f us, CUTLASS "
+                "%.1f us */\n",
+                c->m, c->m, c->n, c->k, upper, margin, lt_us, cutlass_us[best]);
     } else {
         fprintf(f, "    /* M=%u N=%u K=%u: cuBLASLt %.1f us; best CUTLASS %s %.1f us (%.2fx) */\n",
-               c->m, c->n, c->k, lt_us, cutlass_configs[best], cutlass_us[best], margin);
+                c->m, c->n, c->k, lt_us, cutlass_configs[best], cutlass_us[best], margin);
     }
 }
 
@@ -158,11 +159,11 @@ static double option_double(int argc, char **argv, const char *name, double fall
 }
 
 static int bench_gemm_providers(mg_bench *b, int argc, char **argv) {
-    static const uint32_t default_m[] = {1,   2,   4,    8,    16,   32,   64,
+    static const uint32_t default_m[] = {1,   2,   4,   8,    16,   32,   64,
                                          128, 256, 512, 1024, 2048, 4096, 8192};
     /* (N, K): bench gemm's pairs, then the Llama-3-8B projections not among them. */
-    static const uint32_t nk[][2] = {{4096, 4096},  {14336, 4096}, {4096, 14336},
-                                     {6144, 4096},  {28672, 4096}};
+    static const uint32_t nk[][2] = {
+        {4096, 4096}, {14336, 4096}, {4096, 14336}, {6144, 4096}, {28672, 4096}};
     static const uint32_t big[][3] = {{8192, 8192, 8192}, {16384, 8192, 8192}};
     if (b->info.cc_major == 0) {
         fprintf(stderr, "bench gemm_providers: compares the CUDA GEMM providers; nothing to do "
@@ -179,9 +180,10 @@ static int bench_gemm_providers(mg_bench *b, int argc, char **argv) {
     double min_margin = option_double(argc, argv, "--min-margin", 1.03);
     size_t nk_count = b->quick ? 1 : sizeof nk / sizeof nk[0];
     int failures = 0;
-    fprintf(b->opts->json ? stderr : stdout, "/* bench gemm_providers on %s: rows for src/ops/gemm/gemm_cutlass_table.c "
-           "(min margin %.2f) */\n",
-           b->info.name, min_margin);
+    fprintf(b->opts->json ? stderr : stdout,
+            "/* bench gemm_providers on %s: rows for src/ops/gemm/gemm_cutlass_table.c "
+            "(min margin %.2f) */\n",
+            b->info.name, min_margin);
     for (size_t s = 0; s < nk_count; s++)
         for (size_t i = 0; i < m_count; i++)
             failures += run_shape(b, ms[i], nk[s][0], nk[s][1], min_margin);

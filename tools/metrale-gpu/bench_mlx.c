@@ -15,7 +15,13 @@
 #include "bench.h"
 #include "metrale/mlx.h"
 
-typedef enum mlx_bench_kind { KIND_GEMV, KIND_GEMV_2X8, KIND_SILU, KIND_GATE_UP, KIND_GEMM } mlx_bench_kind;
+typedef enum mlx_bench_kind {
+    KIND_GEMV,
+    KIND_GEMV_2X8,
+    KIND_SILU,
+    KIND_GATE_UP,
+    KIND_GEMM
+} mlx_bench_kind;
 
 static const char *const kind_names[] = {"gemv", "gemv_2x8", "silu_gate", "gate_up", "gemm"};
 
@@ -102,8 +108,8 @@ static int run_case(mg_bench *b, mlx_bench_kind kind, uint32_t n, uint32_t k, ui
     if (!mg_bench_selected(b, name))
         return 0;
     mlx_case c = {.kind = kind, .m = m, .per_iteration = 1};
-    c.shape = (mg_mlx_linear){.experts = 1, .n = n, .k = k, .bits = bits, .group_size = 64,
-                              .scale_type = MG_DTYPE_BF16};
+    c.shape = (mg_mlx_linear){
+        .experts = 1, .n = n, .k = k, .bits = bits, .group_size = 64, .scale_type = MG_DTYPE_BF16};
     size_t word_bytes = (size_t)n * k * bits / 8, group_bytes = (size_t)n * (k / 64) * 2;
     c.scales_offset = align256(word_bytes);
     c.biases_offset = c.scales_offset + align256(group_bytes);
@@ -112,8 +118,7 @@ static int run_case(mg_bench *b, mlx_bench_kind kind, uint32_t n, uint32_t k, ui
     mg_bench_row row = mg_bench_row_make("mlx", name, shape);
     size_t act = (size_t)m * k * 2, out = (size_t)m * n * 2;
     mg_status st;
-    if ((st = mg_bench_rotation_create(b, layer_bytes, kind == KIND_GATE_UP ? 4 : 2,
-                                       &c.layers)) ||
+    if ((st = mg_bench_rotation_create(b, layer_bytes, kind == KIND_GATE_UP ? 4 : 2, &c.layers)) ||
         (st = mg_alloc(b->backend, act, &c.x)) || (st = mg_alloc(b->backend, act, &c.u)) ||
         (st = mg_alloc(b->backend, out, &c.y)) || (st = mg_alloc(b->backend, out, &c.y2)) ||
         (st = fill_bf16(b, c.x, act / 2, 1)) || (st = fill_bf16(b, c.u, act / 2, 2)))
@@ -144,8 +149,7 @@ static int run_case(mg_bench *b, mlx_bench_kind kind, uint32_t n, uint32_t k, ui
     snprintf(row.item_unit, sizeof row.item_unit, "call");
     double gbps = row.stats.median_us > 0 ? row.bytes / (row.stats.median_us * 1e3) : 0;
     snprintf(row.note, sizeof row.note, "%.2f of copy bw (%.0f GB/s)%s",
-             copy_gbps > 0 ? gbps / copy_gbps : 0, copy_gbps,
-             graph ? "; weights rotated" : "");
+             copy_gbps > 0 ? gbps / copy_gbps : 0, copy_gbps, graph ? "; weights rotated" : "");
     mg_bench_add(b, &row);
 done:
     mg_bench_rotation_destroy(b, &c.layers);

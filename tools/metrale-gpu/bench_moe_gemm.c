@@ -28,17 +28,24 @@ static mg_status body(mg_bench *b, void *arg, int iteration) {
     moe_bench *c = arg;
     mg_devptr base = mg_bench_rotation_get(&c->weights, iteration);
     bool fp8 = c->first.kind != MG_MOE_GEMM_BF16;
-    mg_moe_gemm_tensors t = {.act = c->act, .expert_offsets = c->offsets, .weight = base,
+    mg_moe_gemm_tensors t = {.act = c->act,
+                             .expert_offsets = c->offsets,
+                             .weight = base,
                              .weight_scale = fp8 ? base + c->first_weight : 0,
-                             .out = c->layer ? c->mid : c->out, .workspace = c->workspace,
+                             .out = c->layer ? c->mid : c->out,
+                             .workspace = c->workspace,
                              .workspace_bytes = c->workspace_bytes};
     mg_status st = mg_moe_gemm(b->backend, b->stream, &c->first, &t);
     if (st || !c->layer)
         return st;
     mg_devptr down = base + c->first_weight + c->first_scale;
-    mg_moe_gemm_tensors d = {.act = c->mid, .expert_offsets = c->offsets, .weight = down,
-                             .weight_scale = fp8 ? down + c->down_weight : 0, .out = c->out,
-                             .workspace = c->workspace, .workspace_bytes = c->workspace_bytes};
+    mg_moe_gemm_tensors d = {.act = c->mid,
+                             .expert_offsets = c->offsets,
+                             .weight = down,
+                             .weight_scale = fp8 ? down + c->down_weight : 0,
+                             .out = c->out,
+                             .workspace = c->workspace,
+                             .workspace_bytes = c->workspace_bytes};
     return mg_moe_gemm(b->backend, b->stream, &c->down, &d);
 }
 
@@ -66,8 +73,9 @@ static void free_case(mg_bench *b, moe_bench *c) {
 }
 
 static const char *kind_tag(mg_moe_gemm_kind kind) {
-    return kind == MG_MOE_GEMM_BF16 ? "bf16" : kind == MG_MOE_GEMM_FP8_ROWWISE ? "fp8_rowwise"
-                                                                              : "fp8_block";
+    return kind == MG_MOE_GEMM_BF16          ? "bf16"
+           : kind == MG_MOE_GEMM_FP8_ROWWISE ? "fp8_rowwise"
+                                             : "fp8_block";
 }
 
 /* One case: `experts` experts, `per_expert` rows each; n x k for the single GEMM, or the
@@ -75,17 +83,21 @@ static const char *kind_tag(mg_moe_gemm_kind kind) {
 static int run_case(mg_bench *b, mg_moe_gemm_kind kind, uint32_t experts, uint32_t per_expert,
                     uint32_t n, uint32_t k, bool layer, double copy_gbps) {
     char name[48], shape[64];
-    snprintf(name, sizeof name, "%s_%s_t%u", layer ? "moe128" : "moe8", kind_tag(kind),
-             per_expert);
+    snprintf(name, sizeof name, "%s_%s_t%u", layer ? "moe128" : "moe8", kind_tag(kind), per_expert);
     snprintf(shape, sizeof shape, "E%u x %u rows, %ux%u", experts, per_expert, n, k);
     if (!mg_bench_selected(b, name))
         return 0;
     uint32_t rows = experts * per_expert;
     moe_bench c = {.layer = layer};
-    c.first = (mg_moe_gemm_desc){.kind = kind, .experts = experts, .rows = rows,
-                                 .act_rows = rows, .n = n, .k = k, .gate_up = layer};
-    c.down = (mg_moe_gemm_desc){.kind = kind, .experts = experts, .rows = rows, .act_rows = rows,
-                                .n = k, .k = n};
+    c.first = (mg_moe_gemm_desc){.kind = kind,
+                                 .experts = experts,
+                                 .rows = rows,
+                                 .act_rows = rows,
+                                 .n = n,
+                                 .k = k,
+                                 .gate_up = layer};
+    c.down = (mg_moe_gemm_desc){
+        .kind = kind, .experts = experts, .rows = rows, .act_rows = rows, .n = k, .k = n};
     c.first_weight = weight_bytes(&c.first);
     c.first_scale = scale_bytes(&c.first);
     c.down_weight = layer ? weight_bytes(&c.down) : 0;
@@ -120,8 +132,8 @@ static int run_case(mg_bench *b, mg_moe_gemm_kind kind, uint32_t experts, uint32
         mg_devptr base = c.weights.buffers[i];
         st = mg_memset(b->backend, base + c.first_weight, 0x3c, c.first_scale);
         if (!st && layer)
-            st = mg_memset(b->backend, base + c.first_weight + c.first_scale + c.down_weight,
-                           0x3c, c.down_scale);
+            st = mg_memset(b->backend, base + c.first_weight + c.first_scale + c.down_weight, 0x3c,
+                           c.down_scale);
     }
     if (st || (st = body(b, &c, 0)) || (st = mg_stream_synchronize(b->stream)))
         goto fail;

@@ -47,9 +47,8 @@ static mg_status body_dense(mg_bench *b, void *arg, int iteration) {
                               MG_DTYPE_BF16, c->n);
         } else {
             mg_nvfp4_weight nw = weight_at(c, w);
-            st = mg_nvfp4_gemm_with_workspace(b->backend, b->stream, c->m, c->n, c->k, c->act,
-                                              c->k, &nw, c->out, c->n, c->workspace,
-                                              c->workspace_bytes);
+            st = mg_nvfp4_gemm_with_workspace(b->backend, b->stream, c->m, c->n, c->k, c->act, c->k,
+                                              &nw, c->out, c->n, c->workspace, c->workspace_bytes);
         }
     }
     return st;
@@ -96,7 +95,8 @@ static int run_dense(mg_bench *b, uint32_t m, uint32_t n, uint32_t k, bool bf16,
     mg_status st;
     if ((st = mg_alloc(b->backend, (size_t)m * k * 2, &c.act)) ||
         (st = mg_bench_fill_random_device(b, c.act, (size_t)m * k * 2, 7)) ||
-        (st = mg_alloc(b->backend, (size_t)m * n * 2, &c.out)) || (st = upload_globals(b, &c.global)) ||
+        (st = mg_alloc(b->backend, (size_t)m * n * 2, &c.out)) ||
+        (st = upload_globals(b, &c.global)) ||
         (st = mg_bench_rotation_create(b, weight_bytes, graph ? 8 : 1, &c.weights)) ||
         (!bf16 && (st = fill_weights(b, &c.weights, c.value_bytes, scale_bytes))))
         goto fail;
@@ -141,8 +141,8 @@ typedef struct moe_case {
     mg_nvfp4_moe_desc gate_up, down;
     mg_devptr act, mid, out, offsets, global;
     size_t gu_values, gu_scales, d_values, d_scales; /* bytes of all experts */
-    mg_bench_rotation weights; /* gate | up | down, values then scales each */
-    bool fused;                 /* 128-expert layer: gate_up (silu) then down */
+    mg_bench_rotation weights;                       /* gate | up | down, values then scales each */
+    bool fused; /* 128-expert layer: gate_up (silu) then down */
 } moe_case;
 
 static mg_status body_moe(mg_bench *b, void *arg, int iteration) {
@@ -151,14 +151,19 @@ static mg_status body_moe(mg_bench *b, void *arg, int iteration) {
     mg_nvfp4_weight gate = {base, base + c->gu_values, c->global};
     mg_devptr up_base = base + c->gu_values + c->gu_scales;
     mg_nvfp4_weight up = {up_base, up_base + c->gu_values, c->global};
-    mg_nvfp4_moe_tensors t = {.act = c->act, .expert_offsets = c->offsets, .w = gate,
-                              .up = c->fused ? &up : NULL, .out = c->fused ? c->mid : c->out};
+    mg_nvfp4_moe_tensors t = {.act = c->act,
+                              .expert_offsets = c->offsets,
+                              .w = gate,
+                              .up = c->fused ? &up : NULL,
+                              .out = c->fused ? c->mid : c->out};
     mg_status st = mg_nvfp4_moe_gemm(b->backend, b->stream, &c->gate_up, &t);
     if (st || !c->fused)
         return st;
     mg_devptr down_base = up_base + c->gu_values + c->gu_scales;
-    mg_nvfp4_moe_tensors d = {.act = c->mid, .expert_offsets = c->offsets,
-                              .w = {down_base, down_base + c->d_values, c->global}, .out = c->out};
+    mg_nvfp4_moe_tensors d = {.act = c->mid,
+                              .expert_offsets = c->offsets,
+                              .w = {down_base, down_base + c->d_values, c->global},
+                              .out = c->out};
     return mg_nvfp4_moe_gemm(b->backend, b->stream, &c->down, &d);
 }
 
@@ -179,8 +184,10 @@ static int run_moe(mg_bench *b, uint32_t experts, uint32_t per_expert, uint32_t 
         return 0;
     uint32_t rows = experts * per_expert;
     moe_case c = {.fused = fused};
-    c.gate_up = (mg_nvfp4_moe_desc){.experts = experts, .rows = rows, .act_rows = rows, .n = n, .k = k};
-    c.down = (mg_nvfp4_moe_desc){.experts = experts, .rows = rows, .act_rows = rows, .n = k, .k = n};
+    c.gate_up =
+        (mg_nvfp4_moe_desc){.experts = experts, .rows = rows, .act_rows = rows, .n = n, .k = k};
+    c.down =
+        (mg_nvfp4_moe_desc){.experts = experts, .rows = rows, .act_rows = rows, .n = k, .k = n};
     c.gu_values = mg_nvfp4_prepared_value_bytes(n, k) * experts;
     c.gu_scales = mg_nvfp4_prepared_scale_bytes(n, k) * experts;
     c.d_values = mg_nvfp4_prepared_value_bytes(k, n) * experts;
@@ -252,28 +259,33 @@ static mg_status body_step(mg_bench *b, void *arg, int iteration) {
     mg_nvfp4_weight up = {up_base, up_base + c->gu_values, c->global};
     mg_moe_topk_desc topk = {c->tokens, c->experts, c->top_k, MG_DTYPE_BF16, 0, true};
     mg_moe_sort_desc sort = {c->tokens, c->experts, c->top_k};
-    mg_nvfp4_moe_desc gu = {.experts = c->experts, .rows = rows, .act_rows = c->tokens,
-                            .n = c->inter, .k = c->hidden};
-    mg_nvfp4_moe_desc down = {.experts = c->experts, .rows = rows, .act_rows = rows,
-                              .n = c->hidden, .k = c->inter};
-    mg_nvfp4_moe_tensors tgu = {.act = c->x, .sorted_token_ids = c->sorted,
-                                .expert_offsets = c->offsets, .w = gate, .up = &up, .out = c->mid};
-    mg_nvfp4_moe_tensors td = {.act = c->mid, .expert_offsets = c->offsets,
+    mg_nvfp4_moe_desc gu = {
+        .experts = c->experts, .rows = rows, .act_rows = c->tokens, .n = c->inter, .k = c->hidden};
+    mg_nvfp4_moe_desc down = {
+        .experts = c->experts, .rows = rows, .act_rows = rows, .n = c->hidden, .k = c->inter};
+    mg_nvfp4_moe_tensors tgu = {.act = c->x,
+                                .sorted_token_ids = c->sorted,
+                                .expert_offsets = c->offsets,
+                                .w = gate,
+                                .up = &up,
+                                .out = c->mid};
+    mg_nvfp4_moe_tensors td = {.act = c->mid,
+                               .expert_offsets = c->offsets,
                                .w = {down_base, down_base + c->d_values, c->global},
                                .out = c->rows};
     mg_moe_combine_desc comb = {c->tokens, c->top_k, c->hidden};
     mg_status st;
     if ((st = mg_moe_topk(be, s, &topk, c->logits, c->ids, c->weights)) ||
-        (st = mg_moe_sort(be, s, &sort, c->ids, c->sort_ws, c->sort_ws_bytes, c->offsets,
-                          c->sorted, c->positions)) ||
+        (st = mg_moe_sort(be, s, &sort, c->ids, c->sort_ws, c->sort_ws_bytes, c->offsets, c->sorted,
+                          c->positions)) ||
         (st = mg_nvfp4_moe_gemm(be, s, &gu, &tgu)) || (st = mg_nvfp4_moe_gemm(be, s, &down, &td)))
         return st;
     return mg_moe_combine(be, s, &comb, c->rows, c->positions, c->weights, c->y, c->y);
 }
 
 static void free_step(mg_bench *b, step_case *c) {
-    mg_devptr *p[] = {&c->logits, &c->ids, &c->weights, &c->sort_ws, &c->offsets, &c->sorted,
-                      &c->positions, &c->x, &c->mid, &c->rows, &c->y, &c->global};
+    mg_devptr *p[] = {&c->logits,    &c->ids, &c->weights, &c->sort_ws, &c->offsets, &c->sorted,
+                      &c->positions, &c->x,   &c->mid,     &c->rows,    &c->y,       &c->global};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         mg_free(b->backend, *p[i]);
     if (c->layers.buffers)
@@ -339,8 +351,9 @@ static int run_step(mg_bench *b, uint32_t tokens, double copy_gbps) {
     row.bytes = (double)layer / c.experts * distinct;
     row.flops = 2.0 * rows * 3.0 * c.hidden * c.inter;
     double gbps = row.bytes / (row.stats.median_us * 1e3);
-    snprintf(row.note, sizeof row.note, "%u experts touched: %.2f of copy bw; topk+sort+2 GEMMs+combine",
-             distinct, copy_gbps > 0 ? gbps / copy_gbps : 0);
+    snprintf(row.note, sizeof row.note,
+             "%u experts touched: %.2f of copy bw; topk+sort+2 GEMMs+combine", distinct,
+             copy_gbps > 0 ? gbps / copy_gbps : 0);
     mg_bench_add(b, &row);
     free(ids);
     free_step(b, &c);

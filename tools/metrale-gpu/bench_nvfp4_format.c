@@ -1,5 +1,5 @@
-/* bench_nvfp4_format.c - `metrale-gpu bench nvfp4_format`: the NVFP4 format tools of metrale/nvfp4.h
- * and the MoE routing helpers of metrale/ops_moe.h.
+/* bench_nvfp4_format.c - `metrale-gpu bench nvfp4_format`: the NVFP4 format tools of
+ * metrale/nvfp4.h and the MoE routing helpers of metrale/ops_moe.h.
  *
  *  - quantize / dequantize_bf16 of a 14336x4096 weight (4096x4096 with --quick): bytes moved
  *    (BF16 read + nibbles and scales written, or the reverse) per second, and as a fraction of
@@ -32,8 +32,8 @@ static mg_status body_format(mg_bench *b, void *arg, int iteration) {
         mg_devptr in = mg_bench_rotation_get(&c->inputs, iteration * c->per_iteration + i);
         st = c->dequantize ? mg_nvfp4_dequantize(b->backend, b->stream, c->n, c->k, in, c->scales,
                                                  c->global, MG_DTYPE_BF16, c->out)
-                           : mg_nvfp4_quantize(b->backend, b->stream, c->n, c->k, 0, in,
-                                               c->global, c->out, c->scales);
+                           : mg_nvfp4_quantize(b->backend, b->stream, c->n, c->k, 0, in, c->global,
+                                               c->out, c->scales);
     }
     return st;
 }
@@ -119,8 +119,8 @@ static mg_status body_route(mg_bench *b, void *arg, int iteration) {
     mg_backend *be = b->backend;
     mg_status st;
     if (c->combine_only)
-        return mg_moe_combine(be, b->stream, &c->combine, c->rows, c->positions, c->weights,
-                              c->out, c->out);
+        return mg_moe_combine(be, b->stream, &c->combine, c->rows, c->positions, c->weights, c->out,
+                              c->out);
     if ((st = mg_moe_topk(be, b->stream, &c->topk, c->logits, c->ids, c->weights)))
         return st;
     return mg_moe_sort(be, b->stream, &c->sort, c->ids, c->workspace, c->workspace_bytes,
@@ -156,11 +156,10 @@ static int run_route(mg_bench *b, bool combine_only, uint32_t tokens) {
     if ((st = body_route(b, &c, 0)) || (st = mg_stream_synchronize(b->stream)))
         goto done;
     c.combine_only = combine_only;
-    if (combine_only &&
-        ((st = mg_alloc(be, pairs * HIDDEN * 2, &c.rows)) ||
-         (st = mg_bench_fill_random_device(b, c.rows, pairs * HIDDEN * 2, 9)) ||
-         (st = mg_alloc(be, (size_t)tokens * HIDDEN * 2, &c.out)) ||
-         (st = mg_memset(be, c.out, 0, (size_t)tokens * HIDDEN * 2))))
+    if (combine_only && ((st = mg_alloc(be, pairs * HIDDEN * 2, &c.rows)) ||
+                         (st = mg_bench_fill_random_device(b, c.rows, pairs * HIDDEN * 2, 9)) ||
+                         (st = mg_alloc(be, (size_t)tokens * HIDDEN * 2, &c.out)) ||
+                         (st = mg_memset(be, c.out, 0, (size_t)tokens * HIDDEN * 2))))
         goto done;
     if ((st = body_route(b, &c, 0)) || (st = mg_stream_synchronize(b->stream)))
         goto done;

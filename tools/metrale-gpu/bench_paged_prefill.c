@@ -5,8 +5,9 @@
  * "<case>.fa2" and "<case>.fa3" (forced; FA3 runs on Hopper only). Cases are B requests of C new
  * tokens over P cached ones, named b<B>_c<C>_p<P>: a fresh 8k prompt, long and short chunks
  * over long prefixes, and small chunks around AUTO's FA3 threshold (128 query rows per request:
- * 128, 64 and 16 here), where the rows show whether the threshold sits where the paths cross. Eager plans,
- * event-timed; FLOPs as mg_attention_plan_flops counts them. Options: --only as every bench. */
+ * 128, 64 and 16 here), where the rows show whether the threshold sits where the paths cross. Eager
+ * plans, event-timed; FLOPs as mg_attention_plan_flops counts them. Options: --only as every bench.
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,8 +116,7 @@ static int time_case(mg_bench *b, prefill_case *c, const char *name, mg_attentio
         printf("bench paged_prefill: %s skipped: %s\n", row_name, mg_last_error());
         return 0;
     }
-    snprintf(shape, sizeof shape, "B=%u C=%u P=%u, pages of %u", batch, c->chunk, c->prefix,
-             PAGE);
+    snprintf(shape, sizeof shape, "B=%u C=%u P=%u, pages of %u", batch, c->chunk, c->prefix, PAGE);
     mg_bench_row row = mg_bench_row_make("paged_prefill", row_name, shape);
     if (!st)
         st = mg_bench_time_events(b, body_prefill, &r, b->warmup, b->quick ? 3 : b->iters,
@@ -139,12 +139,11 @@ static int time_case(mg_bench *b, prefill_case *c, const char *name, mg_attentio
 
 static int bench_paged_prefill(mg_bench *b, int argc, char **argv) {
     if (argc > 1) {
-        fprintf(stderr, "bench paged_prefill: unknown option %s (only the common ones)\n",
-                argv[1]);
+        fprintf(stderr, "bench paged_prefill: unknown option %s (only the common ones)\n", argv[1]);
         return 1;
     }
     /* batch, chunk, prefix; --quick: the first two, shrunk. */
-    static const uint32_t cases[][3] = {{1, 8192, 0},   {4, 2048, 2048}, {8, 512, 4096},
+    static const uint32_t cases[][3] = {{1, 8192, 0},    {4, 2048, 2048}, {8, 512, 4096},
                                         {32, 128, 1024}, {64, 64, 2048},  {64, 16, 2048}};
     const size_t count = b->quick ? 2 : sizeof cases / sizeof cases[0];
     static const mg_attention_impl impls[] = {MG_ATTENTION_IMPL_AUTO, MG_ATTENTION_IMPL_FA2,

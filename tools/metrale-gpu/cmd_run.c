@@ -27,19 +27,21 @@ typedef struct run_args {
 static void run_usage(FILE *f) {
     size_t n;
     const mg_fwd_preset *p = mg_fwd_presets(&n);
-    fprintf(f, "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] "
-               "[--weights bf16|fp8|nvfp4|mlx8|mlx4] [--batch N] [--prompt-len L] [--steps S] [--seed N] "
-               "[--trace FILE] [--compare]\n"
-               "nvfp4: the layer matrices and the LM head quantized to NVFP4 at load "
-               "(embedding, norms and MoE router stay BF16)\n"
-               "mlx8, mlx4 [--checkpoint DIR]: the layer matrices from an MLX checkpoint "
-               "(default: the committed one of the preset; without --preset, micro)\n"
-               "fp8: the same matrices in FP8 E4M3 with one scale per output row, activations "
-               "quantized per token on the device (MoE experts: grouped FP8 GEMMs)\n"
-               "after the S timed decode steps one more runs eagerly with per-op timing spans "
-               "(the summary's per-op times); --trace FILE writes the Chrome trace (JSON) of "
-               "the prefill and that step\n"
-               "presets (default: tiny on the CPU backend, llama-3-8b on a GPU):\n");
+    fprintf(
+        f,
+        "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] "
+        "[--weights bf16|fp8|nvfp4|mlx8|mlx4] [--batch N] [--prompt-len L] [--steps S] [--seed N] "
+        "[--trace FILE] [--compare]\n"
+        "nvfp4: the layer matrices and the LM head quantized to NVFP4 at load "
+        "(embedding, norms and MoE router stay BF16)\n"
+        "mlx8, mlx4 [--checkpoint DIR]: the layer matrices from an MLX checkpoint "
+        "(default: the committed one of the preset; without --preset, micro)\n"
+        "fp8: the same matrices in FP8 E4M3 with one scale per output row, activations "
+        "quantized per token on the device (MoE experts: grouped FP8 GEMMs)\n"
+        "after the S timed decode steps one more runs eagerly with per-op timing spans "
+        "(the summary's per-op times); --trace FILE writes the Chrome trace (JSON) of "
+        "the prefill and that step\n"
+        "presets (default: tiny on the CPU backend, llama-3-8b on a GPU):\n");
     for (size_t i = 0; i < n; i++)
         fprintf(f, "  %-14s %s\n", p[i].name, p[i].description);
 }
@@ -98,8 +100,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
         if (!ok) {
             char range[64];
             if (!accepted) { /* a count */
-                snprintf(range, sizeof range, "a count from %ld to %ld (2^20)", min,
-                         RUN_COUNT_MAX);
+                snprintf(range, sizeof range, "a count from %ld to %ld (2^20)", min, RUN_COUNT_MAX);
                 accepted = range;
             }
             if (v)
@@ -121,9 +122,9 @@ typedef struct op_time {
 
 typedef struct run_result {
     double setup_s, prefill_s, first_step_ms, step_ms; /* step_ms: median-free mean */
-    op_time *ops;         /* the profiled step's ops in order of first launch; NULL when none */
+    op_time *ops; /* the profiled step's ops in order of first launch; NULL when none */
     size_t op_count;
-    double profiled_ms;   /* the profiled step's lane span (the whole pass on the device) */
+    double profiled_ms; /* the profiled step's lane span (the whole pass on the device) */
     uint32_t graph_steps, eager_steps;
     mg_fwd_info info;
     uint16_t *final_hidden; /* [batch, hidden] */
@@ -213,8 +214,8 @@ typedef struct compare_trace {
     int32_t *forced;       /* [batch] */
     double logits_err;     /* the largest |device - CPU| logit over its row's largest |CPU| one */
     uint32_t logits_err_pass, logits_err_request;
-    uint32_t differ;       /* (pass, request) pairs where the CPU chose another token */
-    double widest_margin;  /* the largest CPU margin of its choice over the device's, relative */
+    uint32_t differ;      /* (pass, request) pairs where the CPU chose another token */
+    double widest_margin; /* the largest CPU margin of its choice over the device's, relative */
     uint32_t first_pass, first_request;
     int32_t first_device, first_cpu;
     bool not_argmax; /* a token that is not the argmax of its own side's logits */
@@ -360,7 +361,8 @@ static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, bool pro
             r->first_step_ms = dt * 1e3;
             if (!quiet && c->use_graphs && steps > 1) {
                 printf("[%s] decode step 1 eager (plans every GEMM shape) in %.3f ms; capturing "
-                       "step 2\n", kind, r->first_step_ms);
+                       "step 2\n",
+                       kind, r->first_step_ms);
                 fflush(stdout);
             }
         } else if (i == 1 && c->use_graphs) {
@@ -469,7 +471,8 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     if (weights < 0) {
         fprintf(stderr,
                 "metrale-gpu run: --weights %s: bf16, fp8, nvfp4, mlx8 and mlx4 are the weight "
-                "formats\n", a.weights);
+                "formats\n",
+                a.weights);
         return 2;
     }
     bool mlx = weights == MG_FWD_WEIGHTS_MLX8 || weights == MG_FWD_WEIGHTS_MLX4;
@@ -488,8 +491,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         fclose(f);
     }
     if (a.preset && !mg_fwd_preset_find(a.preset)) {
-        fprintf(stderr, "metrale-gpu run: unknown preset '%s' (run --help lists them)\n",
-                a.preset);
+        fprintf(stderr, "metrale-gpu run: unknown preset '%s' (run --help lists them)\n", a.preset);
         return 2;
     }
     mg_backend *b = NULL;
@@ -501,9 +503,9 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     }
     bool on_cpu = mg_backend_get_kind(b) == MG_BACKEND_CPU;
     const mg_fwd_preset *p = mg_fwd_preset_find(a.preset ? a.preset
-                                                : mlx        ? "micro"
-                                                : on_cpu     ? "tiny"
-                                                             : "llama-3-8b");
+                                                : mlx    ? "micro"
+                                                : on_cpu ? "tiny"
+                                                         : "llama-3-8b");
     mg_fwd_config c = mg_fwd_config_default(p);
     if (a.batch >= 0)
         c.batch = (uint32_t)a.batch;
@@ -524,9 +526,11 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     if (a.compare) {
         const double bytes = 4.0 * cmp.passes * cmp.batch * cmp.vocab;
         if (bytes > (double)(1ull << 30)) {
-            fprintf(stderr, "metrale-gpu run: --compare keeps the logits of every pass: %.1f GB "
-                            "for %u requests x %u passes x %u logits, more than 1 GiB (fewer "
-                            "--steps or --batch)\n", bytes / 1e9, cmp.batch, cmp.passes, cmp.vocab);
+            fprintf(stderr,
+                    "metrale-gpu run: --compare keeps the logits of every pass: %.1f GB "
+                    "for %u requests x %u passes x %u logits, more than 1 GiB (fewer "
+                    "--steps or --batch)\n",
+                    bytes / 1e9, cmp.batch, cmp.passes, cmp.vocab);
             mg_backend_close(b);
             return 2;
         }
@@ -603,8 +607,8 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
             rel = max_relative_error(r.final_hidden, ref.final_hidden,
                                      (size_t)c.batch * p->shape.hidden);
             agree = cmp.differ == 0;
-            compare_ok = !cmp.not_argmax && cmp.logits_err <= logits_tolerance &&
-                         rel <= hidden_tolerance;
+            compare_ok =
+                !cmp.not_argmax && cmp.logits_err <= logits_tolerance && rel <= hidden_tolerance;
             if (!compare_ok)
                 rc = 1; /* a disagreement fails the command (reported in the summary) */
         }
@@ -624,10 +628,9 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                "\"weight_bytes\": %llu, \"kv_pool_bytes\": %llu, \"arena_bytes\": %llu, "
                "\"arena_unpacked_bytes\": %llu, \"device_bytes_live\": %llu, \"tokens\": [",
                p->name, kind, wname, c.batch, (unsigned long long)r.info.prompt_tokens,
-               c.steps - profile,
-               r.graph_steps, r.info.graph_kernels, r.info.graph_nodes, r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps,
-               r.first_step_ms, step_bytes, gbps, limit_ms,
-               r.step_ms > 0 ? limit_ms / r.step_ms : 0,
+               c.steps - profile, r.graph_steps, r.info.graph_kernels, r.info.graph_nodes,
+               r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps, r.first_step_ms,
+               step_bytes, gbps, limit_ms, r.step_ms > 0 ? limit_ms / r.step_ms : 0,
                (unsigned long long)r.info.weight_bytes, (unsigned long long)r.info.kv_pool_bytes,
                (unsigned long long)r.info.arena.arena_bytes,
                (unsigned long long)r.info.arena.sum_bytes, (unsigned long long)live);
@@ -662,8 +665,8 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                (unsigned long long)r.info.prompt_tokens, r.prefill_s);
         printf("  decode          %.3f ms/step, %.1f tokens/s at batch %u (%s; first eager "
                "step %.3f ms)\n",
-               r.step_ms, decode_tps, c.batch,
-               r.graph_steps ? "graph replays" : "eager steps", r.first_step_ms);
+               r.step_ms, decode_tps, c.batch, r.graph_steps ? "graph replays" : "eager steps",
+               r.first_step_ms);
         if (r.info.graph_kernels)
             printf("  decode graph    %u kernels, %u nodes per step (%.1f kernels per layer on "
                    "average, the LM head and sampling included)\n",
@@ -675,8 +678,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         printf("  arena           %.3f MB packed, %.3f MB unpacked\n",
                r.info.arena.arena_bytes / 1e6, r.info.arena.sum_bytes / 1e6);
         printf("  device memory   %.3f GB in %llu allocations (weights, KV cache, arena)\n",
-               live / 1e9,
-               (unsigned long long)live_count);
+               live / 1e9, (unsigned long long)live_count);
         if (r.op_count) {
             printf("  per-op          one %s decode step after the timed ones, %.3f ms on the "
                    "device (ms, %% of the step):\n",

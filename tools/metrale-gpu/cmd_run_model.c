@@ -29,26 +29,26 @@ typedef struct model_args {
 } model_args;
 
 static void model_usage(FILE *f) {
-    fprintf(f,
-            "usage: metrale-gpu [--backend B] [--json] run --model FILE.gguf (--chat TEXT | "
-            "--prompt TEXT | --prompt-ids IDS) [--max-tokens N | --steps N | --teacher-force "
-            "IDS] [--top-logits K] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
-            "[--repeat-penalty R] [--repeat-last-n N]\n"
-            "Runs the checkpoint's network (GGUF: llama architecture; Q4_0/Q4_1/Q8_0 matrices on "
-            "the MLX kernels, F16/BF16/F32 as BF16) with greedy decoding:\n"
-            "--chat TEXT: one user message in the checkpoint's chat template; --prompt TEXT: the "
-            "text as it is (special tokens written in it are recognised); --prompt-ids IDS: "
-            "comma-separated token ids.\n"
-            "--max-tokens N: up to N new tokens, ending at the end-of-sequence token (default "
-            "128 for text, streamed as it is generated); --steps N: exactly N decode steps "
-            "(default 32 with --prompt-ids); --teacher-force IDS: one step per id, each fed that "
-            "id instead of the prediction.\n"
-            "--top-logits K adds each step's K largest logits (--json: \"steps\": [{\"id\", "
-            "\"top\": [[id, logit], ...]}]).\n"
-            "Sampling (metrale/ops_sample.h; default greedy): --temperature T (0: greedy), "
-            "--top-k K (0: off), --top-p P (1: off), --min-p P (0: off), --seed S (default 0; the "
-            "same seed gives the same text), --repeat-penalty R (1: off) over the last "
-            "--repeat-last-n N tokens (default 64, the prompt included).\n");
+    fprintf(
+        f, "usage: metrale-gpu [--backend B] [--json] run --model FILE.gguf (--chat TEXT | "
+           "--prompt TEXT | --prompt-ids IDS) [--max-tokens N | --steps N | --teacher-force "
+           "IDS] [--top-logits K] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
+           "[--repeat-penalty R] [--repeat-last-n N]\n"
+           "Runs the checkpoint's network (GGUF: llama architecture; Q4_0/Q4_1/Q8_0 matrices on "
+           "the MLX kernels, F16/BF16/F32 as BF16) with greedy decoding:\n"
+           "--chat TEXT: one user message in the checkpoint's chat template; --prompt TEXT: the "
+           "text as it is (special tokens written in it are recognised); --prompt-ids IDS: "
+           "comma-separated token ids.\n"
+           "--max-tokens N: up to N new tokens, ending at the end-of-sequence token (default "
+           "128 for text, streamed as it is generated); --steps N: exactly N decode steps "
+           "(default 32 with --prompt-ids); --teacher-force IDS: one step per id, each fed that "
+           "id instead of the prediction.\n"
+           "--top-logits K adds each step's K largest logits (--json: \"steps\": [{\"id\", "
+           "\"top\": [[id, logit], ...]}]).\n"
+           "Sampling (metrale/ops_sample.h; default greedy): --temperature T (0: greedy), "
+           "--top-k K (0: off), --top-p P (1: off), --min-p P (0: off), --seed S (default 0; the "
+           "same seed gives the same text), --repeat-penalty R (1: off) over the last "
+           "--repeat-last-n N tokens (default 64, the prompt included).\n");
 }
 
 /* "1,2,3" into a new array; false (message printed) for anything else. */
@@ -254,15 +254,17 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
         if (a.chat) {
             const mg_chat_message msg = {.role = "user", .content = a.chat};
             if (!has_chat) {
-                fprintf(stderr, "metrale-gpu run: --chat: %s; give the text as it is with "
-                                "--prompt\n", problem);
+                fprintf(stderr,
+                        "metrale-gpu run: --chat: %s; give the text as it is with "
+                        "--prompt\n",
+                        problem);
                 mg_tok_destroy(tok);
                 free(a.teacher);
                 return 2;
             }
             mg_chat_render(&chat, &msg, 1, true, NULL, 0, &len);
-            if (!(rendered = malloc(len + 1)) || mg_chat_render(&chat, &msg, 1, true, rendered,
-                                                                len + 1, &len)) {
+            if (!(rendered = malloc(len + 1)) ||
+                mg_chat_render(&chat, &msg, 1, true, rendered, len + 1, &len)) {
                 fprintf(stderr, "metrale-gpu run: rendering the chat: %s\n",
                         rendered ? mg_fwd_error() : "out of host memory");
                 free(rendered);
@@ -330,8 +332,12 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
         return 1;
     }
     const bool on_cpu = mg_backend_get_kind(b) == MG_BACKEND_CPU;
-    mg_fwd_config c = {.batch = 1, .steps = steps, .seed = 1, .use_graphs = !on_cpu,
-                       .model_path = a.model, .prompt_ids = a.prompt,
+    mg_fwd_config c = {.batch = 1,
+                       .steps = steps,
+                       .seed = 1,
+                       .use_graphs = !on_cpu,
+                       .model_path = a.model,
+                       .prompt_ids = a.prompt,
                        .prompt_ids_count = a.prompt_count};
     mg_fwd *m = NULL;
     mg_stream *s = NULL;
@@ -350,15 +356,14 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
     const mg_fwd_preset *p = mg_fwd_get_preset(m, &w);
     const uint32_t vocab = p->shape.vocab, rows = k ? steps + 1 : 0;
     if (!predicted || (k && (!(logits = malloc((size_t)vocab * sizeof *logits)) ||
-              !(top_values = malloc((size_t)rows * k * sizeof *top_values)) ||
-              !(top_ids = malloc((size_t)rows * k * sizeof *top_ids))))) {
+                             !(top_values = malloc((size_t)rows * k * sizeof *top_values)) ||
+                             !(top_ids = malloc((size_t)rows * k * sizeof *top_ids))))) {
         fprintf(stderr, "metrale-gpu run: out of host memory\n");
         rc = 1;
         goto done;
     }
     if (k > vocab) {
-        fprintf(stderr, "metrale-gpu run: --top-logits %u exceeds the vocabulary (%u)\n", k,
-                vocab);
+        fprintf(stderr, "metrale-gpu run: --top-logits %u exceeds the vocabulary (%u)\n", k, vocab);
         rc = 2;
         goto done;
     }
@@ -383,14 +388,14 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
                p->shape.head_dim, vocab, mg_fwd_weights_name(w), info.weight_bytes / 1e6,
                mg_backend_kind_name(mg_backend_get_kind(b)), load_s,
                load_s > 0 ? info.weight_bytes / load_s / 1e9 : 0.0, a.prompt_count, steps,
-               a.teacher ? "teacher-forced steps" : a.max_tokens ? "decode steps at most"
-                                                                  : "greedy steps");
+               a.teacher      ? "teacher-forced steps"
+               : a.max_tokens ? "decode steps at most"
+                              : "greedy steps");
     if (!opts->json && sampled)
         printf("sampling: temperature %g, top-k %u, top-p %g, min-p %g, repeat penalty %g over "
                "%ld tokens, seed %llu\n",
                a.sampling.temperature, a.sampling.top_k, a.sampling.top_p, a.sampling.min_p,
-               a.sampling.repetition_penalty, a.repeat_last_n,
-               (unsigned long long)a.sampling.seed);
+               a.sampling.repetition_penalty, a.repeat_last_n, (unsigned long long)a.sampling.seed);
     uint32_t done_steps = 0; /* decode steps run (fewer than `steps` when EOS ends the text) */
     double prefill_s = 0, decode_s = 0;
     for (uint32_t i = 0; i <= steps; i++) {

@@ -101,8 +101,10 @@ static int parse_global_option(int argc, char **argv, int *i, mg_cli_options *op
         int n = (int)sizeof opts->forced / (int)sizeof opts->forced[0];
         if (!eq || eq == value || !eq[1] || (size_t)(eq - value) >= sizeof op_name ||
             strlen(eq + 1) >= sizeof opts->forced[0].name) {
-            fprintf(stderr, "metrale-gpu: --provider '%s': expected OP=PROVIDER (e.g. "
-                    "gemm_fp8=cublaslt)\n", value ? value : "");
+            fprintf(stderr,
+                    "metrale-gpu: --provider '%s': expected OP=PROVIDER (e.g. "
+                    "gemm_fp8=cublaslt)\n",
+                    value ? value : "");
             return -1;
         }
         memcpy(op_name, value, (size_t)(eq - value));

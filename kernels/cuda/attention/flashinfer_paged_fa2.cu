@@ -17,7 +17,8 @@
 #include "flashinfer_ragged_prefill.h"
 
 #if !defined(MG_FI_UNIT_HEAD_DIM) || !defined(MG_FI_UNIT_SOFT_CAP) || !defined(MG_FI_UNIT_KV_FP8)
-#error "compile with -DMG_FI_UNIT_KV_FP8=<0|1> -DMG_FI_UNIT_HEAD_DIM=<64|128|256> -DMG_FI_UNIT_SOFT_CAP=<0|1>"
+#error                                                                                             \
+    "compile with -DMG_FI_UNIT_KV_FP8=<0|1> -DMG_FI_UNIT_HEAD_DIM=<64|128|256> -DMG_FI_UNIT_SOFT_CAP=<0|1>"
 #endif
 
 namespace metrale_fi {
@@ -32,9 +33,9 @@ cudaError_t paged_dispatch(Params &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
     constexpr auto kNoRope = flashinfer::PosEncodingMode::kNone;
 #define METRALE_FI_PAGED_TILE(TILE)                                                                \
     return flashinfer::BatchPrefillWithPagedKVCacheDispatched<                                     \
-        /*SAME_KV_STRIDES=*/true, TILE, HEAD_DIM, HEAD_DIM, kNoRope,                               \
-        /*fp16_qk_reduction=*/false, kCausal, /*token_head_sf=*/false, Variant, Params>(           \
-        p, tmp_v, tmp_s, /*enable_pdl=*/false, stream)
+        /*SAME_KV_STRIDES=*/true, TILE, HEAD_DIM, HEAD_DIM, kNoRope, /*fp16_qk_reduction=*/false,  \
+        kCausal, /*token_head_sf=*/false, Variant, Params>(p, tmp_v, tmp_s, /*enable_pdl=*/false,  \
+                                                           stream)
     switch (cta_tile_q) {
     case 16:
         METRALE_FI_PAGED_TILE(16);
@@ -80,8 +81,7 @@ template <bool SOFT_CAP> struct HeadScaledVariant : PagedVariant<SOFT_CAP> {
     }
 
     REGISTER_OUTPUT_TRANSFORM(params, output, batch_idx, qo_idx, qo_head_idx, m, d, scale, {
-        const float d_rcp =
-            (m != -flashinfer::math::inf) ? flashinfer::math::ptx_rcp(d) : 0.f;
+        const float d_rcp = (m != -flashinfer::math::inf) ? flashinfer::math::ptx_rcp(d) : 0.f;
         return output * d_rcp * head_v_scale;
     })
 };

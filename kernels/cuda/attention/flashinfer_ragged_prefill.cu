@@ -292,7 +292,7 @@ mg_status run_fa2(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
         break;
     default:
         return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no FA2 kernels",
-                    s->head_dim);
+                              s->head_dim);
     }
     if (e != cudaSuccess)
         return mg_plugin_cuda_fail(err, e, "flashinfer FA2 BatchPrefillWithRaggedKVCache");
@@ -320,9 +320,8 @@ cudaError_t fa2_paged_launch_for(const mg_fi_shape *s, metrale_fi::PagedParams &
     return cudaErrorNotSupported;
 }
 
-cudaError_t fa2_paged_launch_for(const mg_fi_shape *s, metrale_fi::PagedFp8Params &p,
-                                 uint32_t tile, __nv_bfloat16 *tmp_v, float *tmp_s,
-                                 cudaStream_t stream) {
+cudaError_t fa2_paged_launch_for(const mg_fi_shape *s, metrale_fi::PagedFp8Params &p, uint32_t tile,
+                                 __nv_bfloat16 *tmp_v, float *tmp_s, cudaStream_t stream) {
     if (s->head_dim == 128 && !s->soft_cap)
         return metrale_fi::fa2_paged_fp8_launch<128, false>(p, tile, tmp_v, tmp_s, stream);
     return cudaErrorNotSupported;
@@ -364,15 +363,15 @@ mg_status run_fa2_paged_as(const mg_fi_shape *s, const mg_fi_plan_info *info,
         fa2_paged_launch_for(s, p, uint32_t(plan.cta_tile_q), tmp_v, tmp_s, stream);
     if (e == cudaErrorNotSupported)
         return mg_plugin_fail(err, MG_ERR_INTERNAL, 0,
-                    "mg_fi_run: no paged kernels for head_dim %u, soft-cap %u, FP8 %u",
-                    s->head_dim, s->soft_cap, s->kv_fp8);
+                              "mg_fi_run: no paged kernels for head_dim %u, soft-cap %u, FP8 %u",
+                              s->head_dim, s->soft_cap, s->kv_fp8);
     if (e != cudaSuccess)
         return mg_plugin_cuda_fail(err, e, "flashinfer FA2 BatchPrefillWithPagedKVCache");
     return MG_OK;
 }
 
-mg_status run_fa2_paged(const mg_fi_shape *s, const mg_fi_plan_info *info,
-                        const mg_fi_run_args *a, cudaStream_t stream, mg_fi_error *err) {
+mg_status run_fa2_paged(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi_run_args *a,
+                        cudaStream_t stream, mg_fi_error *err) {
     if (s->kv_fp8) {
         metrale_fi::PagedFp8Params p;
         p.head_k_scale = a->k_scale;
@@ -430,14 +429,15 @@ mg_status run_fa3(const mg_fi_shape *s, const mg_fi_plan_info *info, const mg_fi
     p.head_dim = int(s->head_dim);
     if (!fa3_built(s->head_dim))
         return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: head_dim %u has no FA3 kernels",
-                    s->head_dim);
+                              s->head_dim);
     cudaError_t e = fa3_launch_for(s, p, stream);
     if (e != cudaSuccess)
         return mg_plugin_cuda_fail(err, e, "flashinfer FA3 BatchPrefillWithRaggedKVCache (sm90)");
     return MG_OK;
 #else
     (void)s, (void)info, (void)a, (void)stream;
-    return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0, "mg_fi_run: the plugin was built without sm_90a");
+    return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
+                          "mg_fi_run: the plugin was built without sm_90a");
 #endif
 }
 
@@ -479,17 +479,17 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
                                          mg_fi_path *out, mg_fi_error *err) {
     return mg_plugin_guarded("mg_fi_choose_path", "flashinfer", err, [&]() -> mg_status {
         if (!mg_fi_head_dim_built(shape->head_dim))
-            return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
-                        "mg_fi_choose_path: head_dim %u is not built (" MG_FI_HEAD_DIMS_TEXT
-                        " are)",
-                        shape->head_dim);
+            return mg_plugin_fail(
+                err, MG_ERR_UNSUPPORTED, 0,
+                "mg_fi_choose_path: head_dim %u is not built (" MG_FI_HEAD_DIMS_TEXT " are)",
+                shape->head_dim);
         if (shape->page_size) {
             if (!mg_fi_paged_built(shape->head_dim, shape->soft_cap, shape->kv_fp8))
                 return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
-                            "mg_fi_choose_path: no paged kernels for head_dim %u%s%s (built: "
-                            MG_FI_PAGED_KERNELS_TEXT ")",
-                            shape->head_dim, shape->soft_cap ? " with soft-cap" : "",
-                            shape->kv_fp8 ? " on FP8 pools" : "");
+                                      "mg_fi_choose_path: no paged kernels for head_dim %u%s%s "
+                                      "(built: " MG_FI_PAGED_KERNELS_TEXT ")",
+                                      shape->head_dim, shape->soft_cap ? " with soft-cap" : "",
+                                      shape->kv_fp8 ? " on FP8 pools" : "");
             /* FA2 serves every built paged shape; FA3 only fa3_paged_built ones. */
             if (forced == MG_FI_PATH_FA2 ||
                 (forced == MG_FI_PATH_NONE && !fa3_paged_built(shape))) {
@@ -508,13 +508,14 @@ MG_FI_EXPORT mg_status mg_fi_choose_path(const mg_fi_shape *shape, const int32_t
         if (e != cudaSuccess)
             return mg_plugin_cuda_fail(err, e, "mg_fi_choose_path: cudaDeviceGetAttribute");
         if (forced == MG_FI_PATH_FA3 && why)
-            return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
-                        "mg_fi_choose_path: the FA3 path cannot serve this plan: %s (sm_%d)", why,
-                        (int)cc);
+            return mg_plugin_fail(
+                err, MG_ERR_UNSUPPORTED, 0,
+                "mg_fi_choose_path: the FA3 path cannot serve this plan: %s (sm_%d)", why, (int)cc);
         if (forced == MG_FI_PATH_FA2 && cc < 80)
-            return mg_plugin_fail(err, MG_ERR_UNSUPPORTED, 0,
-                        "mg_fi_choose_path: FA2 needs compute capability 8.0+, device is %d.%d",
-                        (int)cc / 10, (int)cc % 10);
+            return mg_plugin_fail(
+                err, MG_ERR_UNSUPPORTED, 0,
+                "mg_fi_choose_path: FA2 needs compute capability 8.0+, device is %d.%d",
+                (int)cc / 10, (int)cc % 10);
         if (shape->page_size) {
             /* Paged: an empty eager batch launches nothing, whatever the path. */
             const bool fa3 =
@@ -563,10 +564,9 @@ MG_FI_EXPORT mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int
 
 MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_indptr,
                                   const int32_t *kv_indptr, const int32_t *kv_last_page_len,
-                                  void *float_workspace,
-                                  size_t float_bytes, void *flashinfer_copy_target, void *pinned,
-                                  size_t int_bytes, void *stream, mg_fi_plan_info *out,
-                                  mg_fi_error *err) {
+                                  void *float_workspace, size_t float_bytes,
+                                  void *flashinfer_copy_target, void *pinned, size_t int_bytes,
+                                  void *stream, mg_fi_plan_info *out, mg_fi_error *err) {
     return mg_plugin_guarded("mg_fi_plan", "flashinfer", err, [&]() -> mg_status {
         std::memset(out, 0, sizeof *out);
         out->path = shape->path;
@@ -581,8 +581,9 @@ MG_FI_EXPORT mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_in
         std::memcpy(static_cast<char *>(pinned) + slot, kv_indptr, indptr_bytes);
         if (shape->page_size) {
             if (!kv_last_page_len)
-                return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_plan: paged shape without "
-                                                     "kv_last_page_len");
+                return mg_plugin_fail(err, MG_ERR_INTERNAL, 0,
+                                      "mg_fi_plan: paged shape without "
+                                      "kv_last_page_len");
             std::memcpy(static_cast<char *>(pinned) + 2 * slot, kv_last_page_len,
                         sizeof(int32_t) * shape->batch_size);
         }
@@ -647,9 +648,10 @@ MG_FI_EXPORT mg_status mg_fi_upload(const mg_fi_shape *shape, void *int_workspac
         const size_t region = indptr_region_bytes(shape);
         const size_t bytes = whole_image ? int_bytes : region;
         if (bytes < region || bytes > int_bytes)
-            return mg_plugin_fail(err, MG_ERR_INTERNAL, 0,
-                        "mg_fi_upload: %zu bytes to copy, the image has %zu (indptrs %zu)", bytes,
-                        int_bytes, region);
+            return mg_plugin_fail(
+                err, MG_ERR_INTERNAL, 0,
+                "mg_fi_upload: %zu bytes to copy, the image has %zu (indptrs %zu)", bytes,
+                int_bytes, region);
         cudaError_t e = cudaMemcpyAsync(int_workspace, pinned, bytes, cudaMemcpyHostToDevice,
                                         static_cast<cudaStream_t>(stream));
         if (e != cudaSuccess)
@@ -662,10 +664,11 @@ MG_FI_EXPORT mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info
                                  const mg_fi_run_args *args, void *stream, mg_fi_error *err) {
     return mg_plugin_guarded("mg_fi_run", "flashinfer", err, [&]() -> mg_status {
         if (info->path != shape->path || info->batch_size != shape->batch_size)
-            return mg_plugin_fail(err, MG_ERR_INTERNAL, 0,
-                        "mg_fi_run: plan info (path %d, batch %u) does not match the shape "
-                        "(path %d, batch %u)",
-                        (int)info->path, info->batch_size, (int)shape->path, shape->batch_size);
+            return mg_plugin_fail(
+                err, MG_ERR_INTERNAL, 0,
+                "mg_fi_run: plan info (path %d, batch %u) does not match the shape "
+                "(path %d, batch %u)",
+                (int)info->path, info->batch_size, (int)shape->path, shape->batch_size);
         const cudaStream_t s = static_cast<cudaStream_t>(stream);
         switch (info->path) {
         case MG_FI_PATH_NONE:
@@ -677,6 +680,7 @@ MG_FI_EXPORT mg_status mg_fi_run(const mg_fi_shape *shape, const mg_fi_plan_info
             return shape->page_size ? run_fa3_paged(shape, info, args, s, err)
                                     : run_fa3(shape, info, args, s, err);
         }
-        return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: unknown path %d", (int)info->path);
+        return mg_plugin_fail(err, MG_ERR_INTERNAL, 0, "mg_fi_run: unknown path %d",
+                              (int)info->path);
     });
 }

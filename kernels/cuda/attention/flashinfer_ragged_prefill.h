@@ -42,7 +42,7 @@ static inline int mg_fi_head_dim_built(uint32_t head_dim) {
 /* The paged (FA2, causal) kernels built: one translation unit per (KV dtype, head_dim, soft-cap
  * mode) of cmake/flashinfer.cmake fi_paged_units, which must list the same. */
 #define MG_FI_PAGED_KERNELS_TEXT                                                                   \
-    "BF16 pools: head_dim 128 and 256 with or without soft-cap, 64 without; FP8 pools: "        \
+    "BF16 pools: head_dim 128 and 256 with or without soft-cap, 64 without; FP8 pools: "           \
     "head_dim 128 without soft-cap"
 static inline int mg_fi_paged_built(uint32_t head_dim, uint32_t soft_cap, uint32_t kv_fp8) {
     if (kv_fp8)
@@ -130,22 +130,21 @@ mg_status mg_fi_workspace_bytes(const mg_fi_shape *shape, const int32_t *qo_indp
                                 mg_fi_error *err);
 
 /* Builds the schedule on the host into `pinned` (page-locked, int_bytes long): the indptr
- * region (qo_indptr, kv_indptr and, for paged shapes, kv_last_page_len), then FlashInfer's schedule, an image of the whole int workspace. FlashInfer itself
- * always queues a copy of its part on `stream`, into `flashinfer_copy_target` (past the indptr
- * region): the live int workspace, or a scratch buffer of int_bytes when the caller wants to
- * compare the new plan's layout before anything it runs reads changes. The indptr region is
- * copied by mg_fi_upload only. `pinned` must not be rewritten until the copies are done. Not
- * capturable. */
+ * region (qo_indptr, kv_indptr and, for paged shapes, kv_last_page_len), then FlashInfer's
+ * schedule, an image of the whole int workspace. FlashInfer itself always queues a copy of its part
+ * on `stream`, into `flashinfer_copy_target` (past the indptr region): the live int workspace, or a
+ * scratch buffer of int_bytes when the caller wants to compare the new plan's layout before
+ * anything it runs reads changes. The indptr region is copied by mg_fi_upload only. `pinned` must
+ * not be rewritten until the copies are done. Not capturable. */
 typedef mg_status (*mg_fi_plan_fn)(const mg_fi_shape *shape, const int32_t *qo_indptr,
                                    const int32_t *kv_indptr, const int32_t *kv_last_page_len,
-                                   void *float_workspace,
-                                   size_t float_bytes, void *flashinfer_copy_target, void *pinned,
-                                   size_t int_bytes, void *stream, mg_fi_plan_info *out,
-                                   mg_fi_error *err);
+                                   void *float_workspace, size_t float_bytes,
+                                   void *flashinfer_copy_target, void *pinned, size_t int_bytes,
+                                   void *stream, mg_fi_plan_info *out, mg_fi_error *err);
 mg_status mg_fi_plan(const mg_fi_shape *shape, const int32_t *qo_indptr, const int32_t *kv_indptr,
-                     const int32_t *kv_last_page_len, void *float_workspace, size_t float_bytes, void *flashinfer_copy_target,
-                     void *pinned, size_t int_bytes, void *stream, mg_fi_plan_info *out,
-                     mg_fi_error *err);
+                     const int32_t *kv_last_page_len, void *float_workspace, size_t float_bytes,
+                     void *flashinfer_copy_target, void *pinned, size_t int_bytes, void *stream,
+                     mg_fi_plan_info *out, mg_fi_error *err);
 
 /* Queues the copy of the image mg_fi_plan built in `pinned` into `int_workspace` on `stream`:
  * the indptr region only (`whole_image` 0: FlashInfer already copied its part there), or all
@@ -291,8 +290,8 @@ cudaError_t fa3_paged_launch(Fa3PagedParams &p, cudaStream_t stream);
 
 /* FlashInfer FA2 paged prefill (causal, runtime sliding window; decode is qo_len 1), one
  * instantiation per (head_dim, soft cap), built from flashinfer_paged_fa2.cu. */
-using PagedParams = flashinfer::BatchPrefillPagedParams<__nv_bfloat16, __nv_bfloat16,
-                                                        __nv_bfloat16, int32_t>;
+using PagedParams =
+    flashinfer::BatchPrefillPagedParams<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, int32_t>;
 template <uint32_t HEAD_DIM, bool SOFT_CAP>
 cudaError_t fa2_paged_launch(PagedParams &p, uint32_t cta_tile_q, __nv_bfloat16 *tmp_v,
                              float *tmp_s, cudaStream_t stream);

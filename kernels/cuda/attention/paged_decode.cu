@@ -73,13 +73,13 @@ __device__ __forceinline__ void merge_state(RowState &s, float m, float l, const
 }
 
 template <int D, int ROWS>
-__device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched,
-                                            int item_index, uint32_t kv_head, void *ring_smem) {
+__device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched, int item_index,
+                                            uint32_t kv_head, void *ring_smem) {
     constexpr int kStages = MG_DECODE_STAGES;
-    constexpr int kLanes = D / 8;              // lanes sharing one token
-    constexpr int kGroups = 32 / kLanes;       // tokens side by side in a warp
-    constexpr int kUnroll = 8;                 // token groups per step (4 KiB of K and V)
-    constexpr int kStep = kGroups * kUnroll;   // tokens per warp step
+    constexpr int kLanes = D / 8;            // lanes sharing one token
+    constexpr int kGroups = 32 / kLanes;     // tokens side by side in a warp
+    constexpr int kUnroll = 8;               // token groups per step (4 KiB of K and V)
+    constexpr int kStep = kGroups * kUnroll; // tokens per warp step
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int group = lane / kLanes, part = lane % kLanes;
 
@@ -132,8 +132,8 @@ __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched
     // needed). Copies run kStages - 1 steps ahead of the math; page ids are loaded one step
     // before the copies that need them.
     constexpr int kVecBytes = 8;
-    char *ring = reinterpret_cast<char *>(ring_smem) +
-                 (size_t)warp * kStages * kUnroll * 2 * 32 * kVecBytes;
+    char *ring =
+        reinterpret_cast<char *>(ring_smem) + (size_t)warp * kStages * kUnroll * 2 * 32 * kVecBytes;
     auto slot_of = [&](int stage, int u, int kv) {
         return ring + (((stage * kUnroll + u) * 2 + kv) * 32 + lane) * kVecBytes;
     };
@@ -156,9 +156,9 @@ __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched
         for (int u = 0; u < kUnroll; u++) {
             const bool valid = page_id[u] >= 0;
             const size_t element =
-                valid ? ((size_t)page_id[u] * p.page_size + page_slot[u]) * token_stride +
-                            head_offset
-                      : 0;
+                valid
+                    ? ((size_t)page_id[u] * p.page_size + page_slot[u]) * token_stride + head_offset
+                    : 0;
             const char *k_src = static_cast<const char *>(p.k_pages) + element;
             const char *v_src = static_cast<const char *>(p.v_pages) + element;
             copy_async<kVecBytes>(slot_of(stage, u, 0), k_src, valid);
@@ -316,8 +316,7 @@ __device__ __forceinline__ void decode_item(const Args &p, const Schedule &sched
 
 // The grid: x walks the items (a fixed-grid plan's grid may be smaller than the item count of
 // a later batch: each CTA then takes items x, x + gridDim.x, ...), y is the KV head.
-template <int D, int ROWS>
-__device__ void decode_kernel(const mg_decode_params &params) {
+template <int D, int ROWS> __device__ void decode_kernel(const mg_decode_params &params) {
     extern __shared__ __align__(16) uint4 ring_smem[]; // MG_DECODE_SHARED_BYTES
     const Args p(params);
     const Schedule sched = schedule_of(params);
@@ -327,16 +326,16 @@ __device__ void decode_kernel(const mg_decode_params &params) {
 
 } // namespace
 
-#define MG_PAGED_DECODE_KERNEL(D, ROWS)                                                           \
-    extern "C" __global__ void __launch_bounds__(kThreads, 1)                                     \
-        paged_decode_fp8_d##D##_r##ROWS(const mg_decode_params p) {                               \
-        decode_kernel<D, ROWS>(p);                                                                \
+#define MG_PAGED_DECODE_KERNEL(D, ROWS)                                                            \
+    extern "C" __global__ void __launch_bounds__(kThreads, 1)                                      \
+        paged_decode_fp8_d##D##_r##ROWS(const mg_decode_params p) {                                \
+        decode_kernel<D, ROWS>(p);                                                                 \
     }
 
-#define MG_PAGED_DECODE_ROWS(D)                                                                   \
-    MG_PAGED_DECODE_KERNEL(D, 1)                                                                  \
-    MG_PAGED_DECODE_KERNEL(D, 2)                                                                  \
-    MG_PAGED_DECODE_KERNEL(D, 4)                                                                  \
+#define MG_PAGED_DECODE_ROWS(D)                                                                    \
+    MG_PAGED_DECODE_KERNEL(D, 1)                                                                   \
+    MG_PAGED_DECODE_KERNEL(D, 2)                                                                   \
+    MG_PAGED_DECODE_KERNEL(D, 4)                                                                   \
     MG_PAGED_DECODE_KERNEL(D, 8)
 
 MG_PAGED_DECODE_ROWS(64)

@@ -45,7 +45,9 @@ __device__ __forceinline__ void copy_async(char *dst, const char *src, bool vali
                      "r"(src_bytes));
 }
 
-__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void copy_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
 
 template <int PENDING> __device__ __forceinline__ void copy_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
@@ -220,10 +222,9 @@ __device__ __forceinline__ void merge_group(const Args &p, const Item &it, int f
 // 2 * MG_DECODE_MAX_SPLITS * ROWS floats. Every thread of the CTA calls it; it ends with the
 // CTA synchronized.
 template <int D, int ROWS, int WARPS>
-__device__ __forceinline__ void finish_item(const Args &p, const Item &it, int item_index,
-                                            uint32_t kv_head, const float *scratch_o,
-                                            const float *scratch_ml, float *scratch,
-                                            float v_scale) {
+__device__ __forceinline__ void
+finish_item(const Args &p, const Item &it, int item_index, uint32_t kv_head, const float *scratch_o,
+            const float *scratch_ml, float *scratch, float v_scale) {
     const bool split = it.num_chunks > 1;
     const size_t partial_base = ((size_t)it.partial_slot * p.num_kv_heads + kv_head) * ROWS;
     const int rows = it.rows < ROWS ? it.rows : ROWS;

@@ -57,7 +57,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-
 // Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][D] BF16 tile, swizzled.
 template <int D> __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
     return (uint32_t)(row * D * 2 + ((chunk ^ (row & 7)) * 16));
@@ -74,9 +73,9 @@ template <int D>
 __device__ __forceinline__ void decode_item_mma(const Args &p, const Schedule &sched,
                                                 int item_index, uint32_t kv_head, char *smem,
                                                 char *q_smem) {
-    constexpr int kChunks = D / 8;                 // 16-byte chunks per key row
-    constexpr int kKeysPerPass = 32 / kChunks;     // keys one cp.async pass of a warp covers
-    constexpr int kPasses = kTile / kKeysPerPass;  // passes per tile
+    constexpr int kChunks = D / 8;                // 16-byte chunks per key row
+    constexpr int kKeysPerPass = 32 / kChunks;    // keys one cp.async pass of a warp covers
+    constexpr int kPasses = kTile / kKeysPerPass; // passes per tile
     constexpr int kStages = Stages<D>::kStages;
     constexpr int kTileBytes = Stages<D>::kTileBytes;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -132,10 +131,9 @@ __device__ __forceinline__ void decode_item_mma(const Args &p, const Schedule &s
             const int key = pass * kKeysPerPass + lane / kChunks, chunk = lane % kChunks;
             const int32_t id = __shfl_sync(0xffffffffu, my_id, key);
             const int32_t slot = __shfl_sync(0xffffffffu, my_slot, key);
-            const size_t element =
-                id >= 0 ? ((size_t)id * p.page_size + slot) * token_stride +
-                              (size_t)kv_head * D + chunk * 8
-                        : 0;
+            const size_t element = id >= 0 ? ((size_t)id * p.page_size + slot) * token_stride +
+                                                 (size_t)kv_head * D + chunk * 8
+                                           : 0;
             const uint32_t to = tile_offset<D>(key, chunk);
             copy_async<16>(k_tile + to, reinterpret_cast<const char *>(p.k_pages) + 2 * element,
                            id >= 0);
@@ -255,8 +253,9 @@ __device__ __forceinline__ void decode_item_mma(const Args &p, const Schedule &s
             o[n][3] *= alpha[1];
         }
         // O += P V: P (16 rows x 16 keys) from the score fragments.
-        const uint32_t pa[4] = {mg_num_bf16_pack(s[0][0], s[0][1]), mg_num_bf16_pack(s[0][2], s[0][3]),
-                                mg_num_bf16_pack(s[1][0], s[1][1]), mg_num_bf16_pack(s[1][2], s[1][3])};
+        const uint32_t pa[4] = {
+            mg_num_bf16_pack(s[0][0], s[0][1]), mg_num_bf16_pack(s[0][2], s[0][3]),
+            mg_num_bf16_pack(s[1][0], s[1][1]), mg_num_bf16_pack(s[1][2], s[1][3])};
 #pragma unroll
         for (int n0 = 0; n0 < D / 8; n0 += 2 * kGroup) {
             uint32_t b[kGroup][4];
@@ -312,10 +311,10 @@ template <int D> __device__ void decode_kernel_mma(const mg_decode_params &param
 
 } // namespace
 
-#define MG_PAGED_DECODE_MMA_KERNEL(D)                                                             \
-    extern "C" __global__ void __launch_bounds__(MG_DECODE_MMA_THREADS)                           \
-        paged_decode_bf16_d##D(const mg_decode_params p) {                                        \
-        decode_kernel_mma<D>(p);                                                                  \
+#define MG_PAGED_DECODE_MMA_KERNEL(D)                                                              \
+    extern "C" __global__ void __launch_bounds__(MG_DECODE_MMA_THREADS)                            \
+        paged_decode_bf16_d##D(const mg_decode_params p) {                                         \
+        decode_kernel_mma<D>(p);                                                                   \
     }
 
 MG_PAGED_DECODE_MMA_KERNEL(64)

@@ -67,7 +67,8 @@ MG_NUM_FN float mg_num_bf16_high(uint32_t pair) {
 MG_NUM_FN uint32_t mg_num_bf16_pack(float low, float high) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const __nv_bfloat162 v = __floats2bfloat162_rn(low, high);
-    uint32_t pair = (uint32_t)__bfloat16_as_ushort(v.x) | ((uint32_t)__bfloat16_as_ushort(v.y) << 16);
+    uint32_t pair =
+        (uint32_t)__bfloat16_as_ushort(v.x) | ((uint32_t)__bfloat16_as_ushort(v.y) << 16);
     if (low != low)
         pair = (pair & 0xffff0000u) | mg_num_f32_to_bf16(low);
     if (high != high)

@@ -52,8 +52,8 @@ inline mg_status mg_plugin_fail(mg_plugin_error *err, mg_status st, int32_t cuda
 // retry smaller), not a broken device.
 inline mg_status mg_plugin_cuda_fail(mg_plugin_error *err, cudaError_t e, const char *call) {
     const mg_status st = e == cudaErrorMemoryAllocation ? MG_ERR_OUT_OF_MEMORY : MG_ERR_DEVICE;
-    return mg_plugin_fail(err, st, (int32_t)e, "%s: %s (%d): %s", call, cudaGetErrorName(e),
-                          (int)e, cudaGetErrorString(e));
+    return mg_plugin_fail(err, st, (int32_t)e, "%s: %s (%d): %s", call, cudaGetErrorName(e), (int)e,
+                          cudaGetErrorString(e));
 }
 
 // Runs `body` (returning mg_status) with every C++ exception turned into a status: the kernel

@@ -46,7 +46,7 @@ typedef struct mg_cutlass_dense_args {
     void *out;                /* BF16, 16-byte aligned */
     void *workspace;          /* device memory the kernel may use; may be NULL when bytes is 0 */
     size_t workspace_bytes;
-    int32_t sm_count;         /* the device's SMs (the persistent grid size) */
+    int32_t sm_count; /* the device's SMs (the persistent grid size) */
 } mg_cutlass_dense_args;
 
 /* Whether the kernels take this shape at all: K, N and ldc multiples of 8 (16-byte TMA rows).

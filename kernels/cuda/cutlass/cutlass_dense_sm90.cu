@@ -26,45 +26,46 @@ using Element = cutlass::bfloat16_t;
 using Accumulator = float;
 constexpr int kAlignment = 8; // elements per 16-byte TMA access
 
-template <class TileShape, class KernelSchedule, class EpilogueSchedule>
-struct DenseGemm {
+template <class TileShape, class KernelSchedule, class EpilogueSchedule> struct DenseGemm {
     using ClusterShape = Shape<_1, _1, _1>;
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-        cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
-        void, cutlass::layout::RowMajor, kAlignment,      // no C
-        Element, cutlass::layout::RowMajor, kAlignment,   // D = out
+        cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator, void,
+        cutlass::layout::RowMajor, kAlignment,          // no C
+        Element, cutlass::layout::RowMajor, kAlignment, // D = out
         EpilogueSchedule>::CollectiveOp;
     using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-        Element, cutlass::layout::RowMajor, kAlignment,     // A = act [M, K]
-        Element, cutlass::layout::ColumnMajor, kAlignment,  // B = weight [N, K]
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor,
+        kAlignment,                                        // A = act [M, K]
+        Element, cutlass::layout::ColumnMajor, kAlignment, // B = weight [N, K]
         Accumulator, TileShape, ClusterShape,
-        cutlass::gemm::collective::StageCountAutoCarveout<
-            static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+            sizeof(typename Epilogue::SharedStorage))>,
         KernelSchedule>::CollectiveOp;
-    using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop,
-                                                        Epilogue>;
+    using Kernel =
+        cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
     using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-using Coop128x128 = DenseGemm<Shape<_128, _128, _64>,
-                              cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
-using Coop128x256 = DenseGemm<Shape<_128, _256, _64>,
-                              cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
-using Pingpong64x128 = DenseGemm<Shape<_64, _128, _64>,
-                                 cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                 cutlass::epilogue::TmaWarpSpecialized>;
+using Coop128x128 =
+    DenseGemm<Shape<_128, _128, _64>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+              cutlass::epilogue::TmaWarpSpecializedCooperative>;
+using Coop128x256 =
+    DenseGemm<Shape<_128, _256, _64>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+              cutlass::epilogue::TmaWarpSpecializedCooperative>;
+using Pingpong64x128 =
+    DenseGemm<Shape<_64, _128, _64>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+              cutlass::epilogue::TmaWarpSpecialized>;
 
 template <class Config>
 mg_status run_config(const mg_cutlass_dense_args *a, cudaStream_t stream, mg_plugin_error *err) {
     using Gemm = typename Config::Gemm;
     using Kernel = typename Config::Kernel;
     const int m = (int)a->m, n = (int)a->n, k = (int)a->k;
-    auto stride_a = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, make_shape(m, k, 1));
-    auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, make_shape(n, k, 1));
+    auto stride_a =
+        cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, make_shape(m, k, 1));
+    auto stride_b =
+        cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, make_shape(n, k, 1));
     // The output's row pitch is ldc, not N: its stride is set by hand.
     typename Kernel::StrideD stride_d{};
     get<0>(stride_d) = (int64_t)a->ldc;
@@ -77,13 +78,12 @@ mg_status run_config(const mg_cutlass_dense_args *a, cudaStream_t stream, mg_plu
         return mg_plugin_cuda_fail(err, e, "cudaGetDevice");
     hw.sm_count = a->sm_count;
 
-    typename Gemm::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {m, n, k, 1},
-        {static_cast<const Element *>(a->act), stride_a, static_cast<const Element *>(a->weight),
-         stride_b},
-        {{}, nullptr, stride_c, static_cast<Element *>(a->out), stride_d},
-        hw};
+    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                  {m, n, k, 1},
+                                  {static_cast<const Element *>(a->act), stride_a,
+                                   static_cast<const Element *>(a->weight), stride_b},
+                                  {{}, nullptr, stride_c, static_cast<Element *>(a->out), stride_d},
+                                  hw};
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
 

@@ -1,7 +1,7 @@
 /*
  * cutlass_moe_sm90.h - private: the Hopper grouped MoE GEMM entry points of the CUTLASS plugin
- * (cutlass_moe_sm90_bf16.cu, cutlass_moe_sm90_fp8.cu, cutlass_moe_sm90_fp8_rowwise.cu), as src/ops/moe_gemm/moe_gemm_cuda.c
- * calls them for metrale/ops_moe_gemm.h.
+ * (cutlass_moe_sm90_bf16.cu, cutlass_moe_sm90_fp8.cu, cutlass_moe_sm90_fp8_rowwise.cu), as
+ * src/ops/moe_gemm/moe_gemm_cuda.c calls them for metrale/ops_moe_gemm.h.
  *
  * One call: a kernel of the unit gathers the activation rows into the workspace (for FP8 it
  * quantizes them there) and writes every per-expert argument of the grouped GEMM from
@@ -28,7 +28,7 @@ extern "C" {
 #define MG_CUTLASS_MOE_FP8_BLOCKSCALED 2u
 
 typedef struct mg_cutlass_moe_problem {
-    uint32_t kind;                 /* MG_CUTLASS_MOE_* */
+    uint32_t kind; /* MG_CUTLASS_MOE_* */
     uint32_t experts, rows, act_rows;
     uint32_t n_w, k;               /* per expert: weight rows (output columns of D), reduction */
     uint32_t act_pitch, ldd;       /* elements between rows of act and of d */

@@ -27,8 +27,8 @@ using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::epilogue::fusion::LinearCombination<ElementD, float, void>>::CollectiveOp;
 
 using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutA *, kAlignAB,
-    ElementAB, LayoutB *, kAlignAB, float, TileShape, ClusterShape,
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutA *, kAlignAB, ElementAB,
+    LayoutB *, kAlignAB, float, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
         sizeof(typename Epilogue::SharedStorage))>,
     cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
@@ -66,8 +66,8 @@ struct Unit {
         size_t bytes;
     };
 
-    static typename Gemm::Arguments make_arguments(const mg_cutlass_moe_problem &p,
-                                                   const Carve &c, int device, int sms) {
+    static typename Gemm::Arguments make_arguments(const mg_cutlass_moe_problem &p, const Carve &c,
+                                                   int device, int sms) {
         const Args &a = c.args;
         return mg_moe::grouped_arguments<Gemm>(p, a, {a.ptr_a, a.stride_a, a.ptr_b, a.stride_b},
                                                device, sms);
@@ -94,12 +94,12 @@ struct Unit {
 } // namespace mg_moe_bf16
 
 MG_PLUGIN_EXPORT mg_status mg_cutlass_moe_sm90_bf16_workspace(const mg_cutlass_moe_problem *p,
-                                                             size_t *bytes, mg_plugin_error *err) {
-    return mg_moe::unit_workspace<mg_moe_bf16::Unit>("mg_cutlass_moe_sm90_bf16_workspace", p,
-                                                     bytes, err);
+                                                              size_t *bytes, mg_plugin_error *err) {
+    return mg_moe::unit_workspace<mg_moe_bf16::Unit>("mg_cutlass_moe_sm90_bf16_workspace", p, bytes,
+                                                     err);
 }
 
 MG_PLUGIN_EXPORT mg_status mg_cutlass_moe_sm90_bf16_run(const mg_cutlass_moe_problem *p,
-                                                       void *stream, mg_plugin_error *err) {
+                                                        void *stream, mg_plugin_error *err) {
     return mg_moe::unit_run<mg_moe_bf16::Unit>("mg_cutlass_moe_sm90_bf16_run", p, stream, err);
 }

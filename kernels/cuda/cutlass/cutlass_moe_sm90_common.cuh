@@ -108,10 +108,10 @@ template <class Gemm> struct ExpertArgs {
 // copy, so nothing is read back), the persistent grid sized for `sms` multiprocessors, out =
 // the accumulator (alpha 1, no C operand).
 template <class Gemm>
-typename Gemm::Arguments grouped_arguments(const mg_cutlass_moe_problem &p,
-                                           const ExpertArgs<Gemm> &g,
-                                           const typename Gemm::GemmKernel::MainloopArguments &mainloop,
-                                           int device, int sms) {
+typename Gemm::Arguments
+grouped_arguments(const mg_cutlass_moe_problem &p, const ExpertArgs<Gemm> &g,
+                  const typename Gemm::GemmKernel::MainloopArguments &mainloop, int device,
+                  int sms) {
     cutlass::KernelHardwareInfo hw;
     hw.device_id = device;
     hw.sm_count = sms;
@@ -151,8 +151,8 @@ mg_status check(Gemm &gemm, typename Gemm::Arguments &args, mg_plugin_error *err
 // Initializes and launches checked `args` on `stream` with `workspace` (capture-safe: the
 // initialization writes the TMA descriptors into the workspace with stream-ordered work).
 template <class Gemm>
-mg_status launch(Gemm &gemm, typename Gemm::Arguments &args, void *workspace,
-                 cudaStream_t stream, mg_plugin_error *err, const char *what) {
+mg_status launch(Gemm &gemm, typename Gemm::Arguments &args, void *workspace, cudaStream_t stream,
+                 mg_plugin_error *err, const char *what) {
     cutlass::Status s = gemm.initialize(args, workspace, stream);
     if (s == cutlass::Status::kSuccess)
         s = gemm.run(stream);

@@ -81,7 +81,7 @@ using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
 
 // The kernel types of one kind as a (non-template) struct `Name`: activation scale granularity
 // 1 x 128 (rows x K), weight scale granularity ScaleN x 128.
-#define MG_MOE_FP8_GEMM(Name, ScaleN)                                                             \
+#define MG_MOE_FP8_GEMM(Name, ScaleN)                                                              \
     struct Name {                                                                                  \
         using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, ScaleN, 128>;             \
         using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());                               \
@@ -95,8 +95,9 @@ using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
                 sizeof(typename mg_moe_fp8::Epilogue::SharedStorage))>,                            \
             cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum>::       \
             CollectiveOp;                                                                          \
-        using Gemm = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal< \
-            mg_moe::ProblemShape, Mainloop, mg_moe_fp8::Epilogue>>;                                \
+        using Gemm =                                                                               \
+            cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<      \
+                mg_moe::ProblemShape, Mainloop, mg_moe_fp8::Epilogue>>;                            \
     };
 
 namespace mg_moe_fp8 {
@@ -142,12 +143,12 @@ template <uint32_t Kind, class Types> struct FP8Unit {
         c.layout_sfb[e] = ScaleConfig::tile_atom_to_shape_SFB(shape);
     }
 
-    static typename Gemm::Arguments make_arguments(const mg_cutlass_moe_problem &p,
-                                                   const Carve &c, int device, int sms) {
+    static typename Gemm::Arguments make_arguments(const mg_cutlass_moe_problem &p, const Carve &c,
+                                                   int device, int sms) {
         const mg_moe::ExpertArgs<Gemm> &g = c.gemm;
         return mg_moe::grouped_arguments<Gemm>(p, g,
-                                               {g.ptr_a, g.stride_a, g.ptr_b, g.stride_b,
-                                                c.ptr_sfa, c.layout_sfa, c.ptr_sfb, c.layout_sfb},
+                                               {g.ptr_a, g.stride_a, g.ptr_b, g.stride_b, c.ptr_sfa,
+                                                c.layout_sfa, c.ptr_sfb, c.layout_sfb},
                                                device, sms);
     }
 
@@ -177,8 +178,8 @@ template <uint32_t Kind, class Types> struct FP8Unit {
 // multiple of 16, so a block's vectors are whole); row-wise, one row per warp, read twice (the
 // amax, then the codes; the second read hits L2).
 template <class Unit>
-__global__ void __launch_bounds__(256) quantize_fp8(mg_cutlass_moe_problem p,
-                                                    typename Unit::Carve c) {
+__global__ void __launch_bounds__(256)
+    quantize_fp8(mg_cutlass_moe_problem p, typename Unit::Carve c) {
     if (blockIdx.x == 0)
         for (uint32_t e = threadIdx.x; e < p.experts; e += blockDim.x)
             Unit::write_expert(p, c, e);
@@ -195,7 +196,8 @@ __global__ void __launch_bounds__(256) quantize_fp8(mg_cutlass_moe_problem p,
             continue;
         for (size_t within = thread; within < per_expert; within += stride) {
             uint32_t g = (uint32_t)(within / srows), row = (uint32_t)(within % srows);
-            size_t src = Unit::kRowwise ? (size_t)e * srows + row : ((size_t)e * srows + row) * kb + g;
+            size_t src =
+                Unit::kRowwise ? (size_t)e * srows + row : ((size_t)e * srows + row) * kb + g;
             c.sfb[e * per_expert + (size_t)g * srows + row] = p.weight_scale[src];
         }
     }
@@ -226,8 +228,7 @@ __global__ void __launch_bounds__(256) quantize_fp8(mg_cutlass_moe_problem p,
         uint32_t v = g * 16 + lane;
         bool active = valid && v < vectors;
         uint4 x = active ? act_row(p, r)[v] : make_uint4(0, 0, 0, 0);
-        float scale =
-            mg_fp8::scale_from_amax(mg_fp8::lanes_max(mg_fp8::vector_amax(x, 0.0f), 16));
+        float scale = mg_fp8::scale_from_amax(mg_fp8::lanes_max(mg_fp8::vector_amax(x, 0.0f), 16));
         if (active)
             reinterpret_cast<uint2 *>(c.codes + (size_t)r * p.k)[v] =
                 mg_fp8::quantize_vector(x, scale);
@@ -237,7 +238,8 @@ __global__ void __launch_bounds__(256) quantize_fp8(mg_cutlass_moe_problem p,
 }
 
 template <uint32_t Kind, class Types>
-void FP8Unit<Kind, Types>::prepare(const mg_cutlass_moe_problem &p, const Carve &c, cudaStream_t s) {
+void FP8Unit<Kind, Types>::prepare(const mg_cutlass_moe_problem &p, const Carve &c,
+                                   cudaStream_t s) {
     size_t threads = kRowwise ? (size_t)p.rows * 32 : (size_t)p.rows * blocks_of(p.k) * 16;
     // Enough threads for one expert's weight scales too (each thread copies a few per expert).
     size_t scale_threads = (size_t)weight_scale_rows(p) * blocks_of(p.k) / 4;

@@ -13,6 +13,6 @@ MG_PLUGIN_EXPORT mg_status mg_cutlass_moe_sm90_fp8_rowwise_workspace(
 }
 
 MG_PLUGIN_EXPORT mg_status mg_cutlass_moe_sm90_fp8_rowwise_run(const mg_cutlass_moe_problem *p,
-                                                              void *stream, mg_plugin_error *err) {
+                                                               void *stream, mg_plugin_error *err) {
     return mg_moe::unit_run<RowUnit>("mg_cutlass_moe_sm90_fp8_rowwise_run", p, stream, err);
 }

@@ -39,14 +39,14 @@ extern "C" {
 /* Where each part of a call's workspace begins (bytes from the workspace start, each 256-byte
  * aligned), for `rows` activation rows (dense: m), `experts` (dense: 1) and k. */
 typedef struct mg_cutlass_nvfp4_workspace_layout {
-    size_t amax;           /* u32: the activation amax (FP32 bits), zeroed by the call */
-    size_t alpha;          /* FP32 [experts]: act_global * w_global[e] */
-    size_t act_codes;      /* u8 [rows, k/2] */
-    size_t act_scales;     /* u8: the 128x4 layout, act_scale_bytes long, zeroed by the call */
+    size_t amax;       /* u32: the activation amax (FP32 bits), zeroed by the call */
+    size_t alpha;      /* FP32 [experts]: act_global * w_global[e] */
+    size_t act_codes;  /* u8 [rows, k/2] */
+    size_t act_scales; /* u8: the 128x4 layout, act_scale_bytes long, zeroed by the call */
     size_t act_scale_bytes;
-    size_t group_args;     /* grouped form only: the per-expert CUTLASS arguments */
-    size_t cutlass;        /* CUTLASS's own workspace */
-    size_t fixed_bytes;    /* everything before `cutlass` */
+    size_t group_args;  /* grouped form only: the per-expert CUTLASS arguments */
+    size_t cutlass;     /* CUTLASS's own workspace */
+    size_t fixed_bytes; /* everything before `cutlass` */
 } mg_cutlass_nvfp4_workspace_layout;
 
 /* ---- host-only layout code (cutlass_nvfp4_layout.cu; needs no GPU) ---- */
@@ -57,14 +57,14 @@ typedef size_t (*mg_cutlass_nvfp4_layout_sf_bytes_fn)(uint32_t rows, uint32_t k)
 /* The byte offset CUTLASS reads block scale (row, kblock) of a [rows, k] operand from: the SFA
  * layout (is_b = 0, rows = M) or the SFB layout (is_b = 1, rows = N). */
 typedef int64_t (*mg_cutlass_nvfp4_layout_sf_offset_fn)(uint32_t rows, uint32_t k, int is_b,
-                                                         uint32_t row, uint32_t kblock);
+                                                        uint32_t row, uint32_t kblock);
 /* The device kernels' own index math (cutlass_nvfp4_common.cuh): where the activation
  * quantizer writes scale (row, col) of a matrix of `cols` scale columns, and which (row, col)
  * the weight re-layout reads for byte `offset` (row or col out of range for padding). */
 typedef int64_t (*mg_cutlass_nvfp4_layout_act_sf_offset_fn)(uint32_t row, uint32_t col,
-                                                             uint32_t cols);
-typedef void (*mg_cutlass_nvfp4_layout_sf_position_fn)(size_t offset, uint32_t cols,
-                                                       uint32_t *row, uint32_t *col);
+                                                            uint32_t cols);
+typedef void (*mg_cutlass_nvfp4_layout_sf_position_fn)(size_t offset, uint32_t cols, uint32_t *row,
+                                                       uint32_t *col);
 /* The first scale row of expert e in the grouped form's activation scales: a multiple of 128,
  * so the expert's tiles start on a 512-byte boundary, and never below the previous expert's
  * last tile for non-decreasing offsets. */
@@ -76,23 +76,24 @@ typedef mg_status (*mg_cutlass_nvfp4_layout_workspace_fn)(uint32_t rows, uint32_
                                                           uint32_t k, int grouped,
                                                           mg_cutlass_nvfp4_workspace_layout *out);
 
-/* ---- the GEMMs (one set per architecture: mg_cutlass_nvfp4_sm100_*, mg_cutlass_nvfp4_sm120_*) ---- */
+/* ---- the GEMMs (one set per architecture: mg_cutlass_nvfp4_sm100_*, mg_cutlass_nvfp4_sm120_*)
+ * ---- */
 
 typedef struct mg_cutlass_nvfp4_args {
-    uint32_t rows;     /* dense: m; grouped: rows in expert order */
+    uint32_t rows; /* dense: m; grouped: rows in expert order */
     uint32_t n, k;
-    uint32_t experts;  /* dense: 1 */
-    uint32_t act_rows; /* rows of act (grouped: what sorted_token_ids index; dense: rows) */
+    uint32_t experts;        /* dense: 1 */
+    uint32_t act_rows;       /* rows of act (grouped: what sorted_token_ids index; dense: rows) */
     uint32_t act_pitch, ldc; /* elements */
-    const void *act;              /* BF16 [act_rows, act_pitch] */
+    const void *act;         /* BF16 [act_rows, act_pitch] */
     const int32_t *sorted_token_ids; /* grouped: INT32 [rows] or NULL (row r reads row r) */
     const int32_t *expert_offsets;   /* grouped: INT32 [experts + 1] */
-    const void *w_codes;          /* u8: expert e's [n, k/2] at e * w_codes_stride */
-    const void *w_scales;         /* u8: expert e's 128x4 scales at e * w_scales_stride */
-    size_t w_codes_stride;        /* >= n * k / 2, a multiple of 16 (dense: ignored) */
-    size_t w_scales_stride;       /* >= mg_nvfp4_swizzled_scale_bytes(n, k), a multiple of 16 */
-    const float *w_global;        /* FP32 [experts] */
-    void *out;                    /* BF16 [rows, ldc] */
+    const void *w_codes;             /* u8: expert e's [n, k/2] at e * w_codes_stride */
+    const void *w_scales;            /* u8: expert e's 128x4 scales at e * w_scales_stride */
+    size_t w_codes_stride;           /* >= n * k / 2, a multiple of 16 (dense: ignored) */
+    size_t w_scales_stride;          /* >= mg_nvfp4_swizzled_scale_bytes(n, k), a multiple of 16 */
+    const float *w_global;           /* FP32 [experts] */
+    void *out;                       /* BF16 [rows, ldc] */
     void *workspace;
     size_t workspace_bytes;
 } mg_cutlass_nvfp4_args;

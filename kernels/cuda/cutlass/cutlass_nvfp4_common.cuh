@@ -22,7 +22,9 @@ constexpr size_t kAlign = 256;
 // scale layouts, one alpha pointer); the arch units static_assert that theirs fit.
 constexpr size_t kGroupArgBytesPerExpert = 512;
 
-__host__ __device__ inline size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+__host__ __device__ inline size_t round_up(size_t x, size_t to) {
+    return (x + to - 1) / to * to;
+}
 
 __host__ __device__ inline uint32_t moe_sf_row_base(uint32_t offset, uint32_t expert) {
     // round_up(off[e+1]) - round_up(off[e]) >= round_up(rows of e) - 128, so the extra 128 rows
@@ -67,14 +69,15 @@ inline mg_status workspace_layout(uint32_t rows, uint32_t experts, uint32_t k, b
     w->act_scales = at;
     // Dense: one matrix. Grouped: expert e's tiles from row moe_sf_row_base(offsets[e], e),
     // the last ending before round_up(rows, 128) + 128 * experts.
-    w->act_scale_bytes = !grouped ? sf_bytes(rows, k)
-                                      : sf_bytes(round_up(rows, 128) + 128 * (size_t)experts, k);
+    w->act_scale_bytes =
+        !grouped ? sf_bytes(rows, k) : sf_bytes(round_up(rows, 128) + 128 * (size_t)experts, k);
     at = round_up(at + w->act_scale_bytes, kAlign);
     w->group_args = at;
-    if (grouped) at = round_up(at + kGroupArgBytesPerExpert * (size_t)experts, kAlign);
+    if (grouped)
+        at = round_up(at + kGroupArgBytesPerExpert * (size_t)experts, kAlign);
     w->cutlass = at;
     w->fixed_bytes = at;
     return MG_OK;
 }
 
-}  // namespace mg_nvfp4_cutlass
+} // namespace mg_nvfp4_cutlass

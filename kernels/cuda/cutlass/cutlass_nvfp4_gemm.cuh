@@ -24,9 +24,9 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include "bf16.cuh"
+#include "cutlass_nvfp4_common.cuh"
 #include "fp4_e2m1.cuh"
 #include "fp8_e4m3.cuh"
-#include "cutlass_nvfp4_common.cuh"
 
 namespace MG_NVFP4_ARCH_NS {
 
@@ -50,12 +50,16 @@ __global__ void act_amax_kernel(const uint4 *act, uint32_t rows, uint32_t k, uin
         for (int j = 0; j < 4; ++j) {
             const float lo = fabsf(mg_num_bf16_to_f32(w[j] & 0xffffu));
             const float hi = fabsf(mg_num_bf16_to_f32(w[j] >> 16));
-            if (isfinite(lo)) m = fmaxf(m, lo);
-            if (isfinite(hi)) m = fmaxf(m, hi);
+            if (isfinite(lo))
+                m = fmaxf(m, lo);
+            if (isfinite(hi))
+                m = fmaxf(m, hi);
         }
     }
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((threadIdx.x & 31) == 0 && m > 0.f) atomicMax(amax_bits, __float_as_uint(m));
+    for (int o = 16; o > 0; o >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0 && m > 0.f)
+        atomicMax(amax_bits, __float_as_uint(m));
 }
 
 // mg_nvfp4_global_scale_from_amax: amax / (448 * 6), or 1 when amax is not > 0 or not finite.
@@ -71,8 +75,8 @@ __device__ inline uint8_t e4m3_code(float s) {
 struct QuantizeParams {
     const uint16_t *act;
     uint32_t act_rows, k, pitch, rows, experts;
-    const int32_t *sorted_token_ids;  // grouped only, or NULL
-    const int32_t *expert_offsets;    // grouped only, NULL for dense
+    const int32_t *sorted_token_ids; // grouped only, or NULL
+    const int32_t *expert_offsets;   // grouped only, NULL for dense
     const float *w_global;
     const uint32_t *amax_bits;
     float *alpha;
@@ -92,18 +96,24 @@ __global__ void act_quantize_kernel(QuantizeParams p) {
     const uint32_t blocks = p.k / 16;
     const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const float global = global_from_amax(__uint_as_float(*p.amax_bits));
-    if (i < p.experts) p.alpha[i] = global * p.w_global[i];
-    if (i >= (uint64_t)p.rows * blocks) return;
+    if (i < p.experts)
+        p.alpha[i] = global * p.w_global[i];
+    if (i >= (uint64_t)p.rows * blocks)
+        return;
     const uint32_t r = (uint32_t)(i / blocks), b = (uint32_t)(i % blocks);
     uint32_t sf_row = r, src = r;
     if (p.expert_offsets) {
-        uint32_t lo = 0, hi = p.experts - 1;  // the last e with offsets[e] <= r
+        uint32_t lo = 0, hi = p.experts - 1; // the last e with offsets[e] <= r
         while (lo < hi) {
             const uint32_t mid = (lo + hi + 1) / 2;
-            if (clamped_offset(p.expert_offsets, mid, p.rows) <= r) lo = mid; else hi = mid - 1;
+            if (clamped_offset(p.expert_offsets, mid, p.rows) <= r)
+                lo = mid;
+            else
+                hi = mid - 1;
         }
         const uint32_t begin = clamped_offset(p.expert_offsets, lo, p.rows);
-        if (r < begin || r >= clamped_offset(p.expert_offsets, lo + 1, p.rows)) return;
+        if (r < begin || r >= clamped_offset(p.expert_offsets, lo + 1, p.rows))
+            return;
         sf_row = moe_sf_row_base(begin, lo) + (r - begin);
         if (p.sorted_token_ids) {
             const int32_t t = p.sorted_token_ids[r];
@@ -114,8 +124,14 @@ __global__ void act_quantize_kernel(QuantizeParams p) {
     if (src != UINT32_MAX) {
         const uint4 *in = reinterpret_cast<const uint4 *>(p.act + (size_t)src * p.pitch + b * 16);
         const uint4 v0 = in[0], v1 = in[1];
-        w[0] = v0.x; w[1] = v0.y; w[2] = v0.z; w[3] = v0.w;
-        w[4] = v1.x; w[5] = v1.y; w[6] = v1.z; w[7] = v1.w;
+        w[0] = v0.x;
+        w[1] = v0.y;
+        w[2] = v0.z;
+        w[3] = v0.w;
+        w[4] = v1.x;
+        w[5] = v1.y;
+        w[6] = v1.z;
+        w[7] = v1.w;
     }
     float x[16], amax = 0.f;
     for (int j = 0; j < 8; ++j) {
@@ -123,7 +139,8 @@ __global__ void act_quantize_kernel(QuantizeParams p) {
         x[2 * j + 1] = mg_num_bf16_to_f32(w[j] >> 16);
     }
     for (int j = 0; j < 16; ++j)
-        if (isfinite(x[j])) amax = fmaxf(amax, fabsf(x[j]));
+        if (isfinite(x[j]))
+            amax = fmaxf(amax, fabsf(x[j]));
     const uint8_t scale = e4m3_code((amax / 6.f) / global);
     const float d = mg_num_fp8_e4m3_to_f32(scale) * global;
     uint32_t packed[2] = {0, 0};
@@ -135,7 +152,8 @@ __global__ void act_quantize_kernel(QuantizeParams p) {
             packed[j / 8] |= nib << (4 * (j % 8));
         }
     }
-    *reinterpret_cast<uint2 *>(p.codes + (size_t)r * (p.k / 2) + b * 8) = make_uint2(packed[0], packed[1]);
+    *reinterpret_cast<uint2 *>(p.codes + (size_t)r * (p.k / 2) + b * 8) =
+        make_uint2(packed[0], packed[1]);
     p.scales[sf_offset(sf_row, b, blocks)] = scale;
 }
 
@@ -144,7 +162,8 @@ __global__ void silu_mul_kernel(const uint4 *gate, const uint4 *up, uint32_t in_
                                 uint32_t ldc, uint32_t rows, uint32_t n) {
     const uint32_t per_row = (n + 7) / 8;
     const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (uint64_t)rows * per_row) return;
+    if (i >= (uint64_t)rows * per_row)
+        return;
     const uint64_t r = i / per_row, c = i % per_row;
     const uint4 g = gate[r * (in_pitch / 8) + c], u = up[r * (in_pitch / 8) + c];
     const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w};
@@ -159,13 +178,14 @@ __global__ void silu_mul_kernel(const uint4 *gate, const uint4 *up, uint32_t in_
         }
         ow[j] = packed;
     }
-    const uint32_t valid = n - (uint32_t)c * 8;  // the last vector of a row may be partial
+    const uint32_t valid = n - (uint32_t)c * 8; // the last vector of a row may be partial
     uint4 *dst = out + r * (ldc / 8) + c;
     if (valid >= 8) {
         *dst = make_uint4(ow[0], ow[1], ow[2], ow[3]);
     } else {
         uint16_t *d16 = reinterpret_cast<uint16_t *>(dst);
-        for (uint32_t j = 0; j < valid; ++j) d16[j] = (uint16_t)(ow[j / 2] >> (16 * (j % 2)));
+        for (uint32_t j = 0; j < valid; ++j)
+            d16[j] = (uint16_t)(ow[j / 2] >> (16 * (j % 2)));
     }
 }
 
@@ -191,14 +211,16 @@ __global__ void prepare_scales_kernel(const uint8_t *in, uint8_t *out, uint32_t 
     const uint32_t cols = k / 16;
     const size_t per_expert = sf_bytes(n, k);
     const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= per_expert * experts) return;
+    if (i >= per_expert * experts)
+        return;
     const uint64_t e = i / per_expert, o = i % per_expert;
     uint32_t row, col;
     sf_position(o, cols, &row, &col);
     uint8_t v = 0;
     if (row < n && col < cols) {
         v = in[(e * n + row) * cols + col] & 0x7fu;
-        if (v == 0x7fu) v = 0;
+        if (v == 0x7fu)
+            v = 0;
     }
     out[e * out_stride + o] = v;
 }
@@ -215,7 +237,8 @@ mg_status prepare(const void *codes, const void *scales, uint32_t n, uint32_t k,
         return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0, "%s: bad arguments", call);
     cudaError_t e = cudaMemcpy2DAsync(values, values_stride, codes, code_bytes, code_bytes, experts,
                                       cudaMemcpyDeviceToDevice, stream);
-    if (e != cudaSuccess) return mg_plugin_cuda_fail(err, e, "cudaMemcpy2DAsync");
+    if (e != cudaSuccess)
+        return mg_plugin_cuda_fail(err, e, "cudaMemcpy2DAsync");
     const uint64_t threads = sf_bytes(n, k) * experts;
     prepare_scales_kernel<<<(unsigned)((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
         static_cast<const uint8_t *>(scales), static_cast<uint8_t *>(scales_out), n, k, experts,
@@ -234,8 +257,8 @@ template <class Arch, class Tile, class DenseEpilogueSchedule, class DenseSchedu
 struct BlockScaledGemms {
     using ElementAB = cutlass::nv_float4_t<cutlass::float_e2m1_t>;
     using ElementD = cutlass::bfloat16_t;
-    static constexpr int kAlignAB = 32;  // 16 bytes of E2M1
-    static constexpr int kAlignD = 8;    // 16 bytes of BF16
+    static constexpr int kAlignAB = 32; // 16 bytes of E2M1
+    static constexpr int kAlignD = 8;   // 16 bytes of BF16
     using OpClass = cutlass::arch::OpClassBlockScaledTensorOp;
     using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
 
@@ -261,26 +284,26 @@ struct BlockScaledGemms {
     using Dense = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
         cute::Shape<int, int, int, int>, typename DenseParts::Mainloop,
         typename DenseParts::Epilogue, void>>;
-    using Grouped = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
-        cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>,
-        typename GroupedParts::Mainloop, typename GroupedParts::Epilogue>>;
+    using Grouped =
+        cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
+            cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>,
+            typename GroupedParts::Mainloop, typename GroupedParts::Epilogue>>;
 };
 
 // ---------------------------------------------------------------- CUTLASS argument types
 
-template <class Gemm>
-struct DenseTypes {
+template <class Gemm> struct DenseTypes {
     using Args = typename Gemm::Arguments;
     using StrideA = typename Gemm::GemmKernel::StrideA;
     using StrideB = typename Gemm::GemmKernel::StrideB;
     using StrideD = typename Gemm::GemmKernel::StrideD;
-    static_assert(std::is_same_v<typename Gemm::GemmKernel::CollectiveMainloop::Sm1xxBlkScaledConfig,
-                                 SfConfig>,
-                  "the mainloop reads another scale-factor layout than cutlass_nvfp4_layout.cu");
+    static_assert(
+        std::is_same_v<typename Gemm::GemmKernel::CollectiveMainloop::Sm1xxBlkScaledConfig,
+                       SfConfig>,
+        "the mainloop reads another scale-factor layout than cutlass_nvfp4_layout.cu");
 };
 
-template <class Gemm>
-struct GroupedTypes {
+template <class Gemm> struct GroupedTypes {
     using Args = typename Gemm::Arguments;
     using Kernel = typename Gemm::GemmKernel;
     using Shape = typename Kernel::ProblemShape::UnderlyingProblemShape;
@@ -294,8 +317,9 @@ struct GroupedTypes {
     using PtrB = std::remove_pointer_t<decltype(MainArgs{}.ptr_B)>;
     using PtrSF = std::remove_pointer_t<decltype(MainArgs{}.ptr_SFA)>;
     using PtrD = std::remove_pointer_t<decltype(Args{}.epilogue.ptr_D)>;
-    static_assert(std::is_same_v<typename Kernel::CollectiveMainloop::Sm1xxBlkScaledConfig, SfConfig>,
-                  "the mainloop reads another scale-factor layout than cutlass_nvfp4_layout.cu");
+    static_assert(
+        std::is_same_v<typename Kernel::CollectiveMainloop::Sm1xxBlkScaledConfig, SfConfig>,
+        "the mainloop reads another scale-factor layout than cutlass_nvfp4_layout.cu");
 
     // The per-expert arrays, one after another in the workspace's group_args part.
     struct Arrays {
@@ -332,11 +356,12 @@ struct GroupedTypes {
         take(r.alpha, sizeof(float *));
         return r;
     }
-    static constexpr size_t kPerExpert =
-        sizeof(Shape) + sizeof(PtrA) + sizeof(PtrB) + 3 * sizeof(void *) + sizeof(StrideA) +
-        sizeof(StrideB) + sizeof(StrideD) + sizeof(LayoutSFA) + sizeof(LayoutSFB) + sizeof(void *) +
-        12 * 16 /* rounding of each array */;
-    static_assert(kPerExpert <= kGroupArgBytesPerExpert, "grouped arguments outgrow their workspace");
+    static constexpr size_t kPerExpert = sizeof(Shape) + sizeof(PtrA) + sizeof(PtrB) +
+                                         3 * sizeof(void *) + sizeof(StrideA) + sizeof(StrideB) +
+                                         sizeof(StrideD) + sizeof(LayoutSFA) + sizeof(LayoutSFB) +
+                                         sizeof(void *) + 12 * 16 /* rounding of each array */;
+    static_assert(kPerExpert <= kGroupArgBytesPerExpert,
+                  "grouped arguments outgrow their workspace");
 };
 
 struct GroupSetup {
@@ -350,10 +375,10 @@ struct GroupSetup {
 
 // One thread per expert: its problem (rows_e x n x k; 0 rows for an empty expert, which the
 // grouped scheduler gives no tile), operand pointers, strides and scale layouts.
-template <class T>
-__global__ void group_args_kernel(GroupSetup s, typename T::Arrays a) {
+template <class T> __global__ void group_args_kernel(GroupSetup s, typename T::Arrays a) {
     const uint32_t e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= s.experts) return;
+    if (e >= s.experts)
+        return;
     const uint32_t begin = clamped_offset(s.expert_offsets, e, s.rows);
     const uint32_t end = clamped_offset(s.expert_offsets, e + 1, s.rows);
     const int m = end > begin ? (int)(end - begin) : 0;
@@ -365,9 +390,12 @@ __global__ void group_args_kernel(GroupSetup s, typename T::Arrays a) {
         s.act_scales + (size_t)moe_sf_row_base(begin, e) * round_up(s.k / 16, 4));
     a.sfb[e] = reinterpret_cast<typename T::PtrSF>(s.w_scales + (size_t)e * s.w_scales_stride);
     a.d[e] = reinterpret_cast<typename T::PtrD>(s.out + (size_t)begin * s.ldc);
-    a.stride_a[e] = cutlass::make_cute_packed_stride(typename T::StrideA{}, cute::make_shape(m, k, 1));
-    a.stride_b[e] = cutlass::make_cute_packed_stride(typename T::StrideB{}, cute::make_shape(n, k, 1));
-    typename T::StrideD sd = cutlass::make_cute_packed_stride(typename T::StrideD{}, cute::make_shape(m, n, 1));
+    a.stride_a[e] =
+        cutlass::make_cute_packed_stride(typename T::StrideA{}, cute::make_shape(m, k, 1));
+    a.stride_b[e] =
+        cutlass::make_cute_packed_stride(typename T::StrideB{}, cute::make_shape(n, k, 1));
+    typename T::StrideD sd =
+        cutlass::make_cute_packed_stride(typename T::StrideD{}, cute::make_shape(m, n, 1));
     cute::get<0>(sd) = (int64_t)s.ldc;
     a.stride_d[e] = sd;
     a.layout_sfa[e] = SfConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, k, 1));
@@ -387,7 +415,8 @@ mg_status check_args(const mg_cutlass_nvfp4_args *a, bool grouped, const char *c
     if (!a || !a->act || !a->w_codes || !a->w_scales || !a->w_global || !a->out)
         return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0, "%s: null argument", call);
     if (a->rows == 0 || a->n == 0 || a->n % 8 || a->k == 0 || a->k % 32 || a->ldc < a->n ||
-        a->ldc % 8 || a->act_pitch < a->k || a->act_pitch % 8 || a->experts == 0 || a->act_rows == 0)
+        a->ldc % 8 || a->act_pitch < a->k || a->act_pitch % 8 || a->experts == 0 ||
+        a->act_rows == 0)
         return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0,
                               "%s: bad shape (rows %u n %u k %u experts %u act_pitch %u ldc %u)",
                               call, a->rows, a->n, a->k, a->experts, a->act_pitch, a->ldc);
@@ -403,7 +432,8 @@ mg_status check_args(const mg_cutlass_nvfp4_args *a, bool grouped, const char *c
 mg_status sm_count(int *count, mg_plugin_error *err) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, dev);
     return e == cudaSuccess ? MG_OK : mg_plugin_cuda_fail(err, e, "cudaDeviceGetAttribute");
 }
 
@@ -431,7 +461,8 @@ typename Gemm::Arguments dense_arguments(const mg_cutlass_nvfp4_args *a,
     ep.thread.beta = 0.f;
     ep.ptr_C = nullptr;
     ep.ptr_D = reinterpret_cast<decltype(ep.ptr_D)>(a->out);
-    typename T::StrideD sd = cutlass::make_cute_packed_stride(typename T::StrideD{}, cute::make_shape(m, n, 1));
+    typename T::StrideD sd =
+        cutlass::make_cute_packed_stride(typename T::StrideD{}, cute::make_shape(m, n, 1));
     cute::get<0>(sd) = (int64_t)a->ldc;
     ep.dC = sd;
     ep.dD = sd;
@@ -474,8 +505,10 @@ typename Gemm::Arguments grouped_arguments(const mg_cutlass_nvfp4_args *a,
 template <class Gemm, bool Grouped>
 typename Gemm::Arguments arguments(const mg_cutlass_nvfp4_args *a,
                                    const mg_cutlass_nvfp4_workspace_layout &w, int sms) {
-    if constexpr (Grouped) return grouped_arguments<Gemm>(a, w, sms);
-    else return dense_arguments<Gemm>(a, w);
+    if constexpr (Grouped)
+        return grouped_arguments<Gemm>(a, w, sms);
+    else
+        return dense_arguments<Gemm>(a, w);
 }
 
 // Every entry point: exceptions turned into statuses, then the checks, the workspace layout and
@@ -485,12 +518,14 @@ mg_status guarded_call(const mg_cutlass_nvfp4_args *a, const char *call, mg_plug
                        Body &&body) {
     return mg_plugin_guarded(call, "CUTLASS", err, [&]() -> mg_status {
         mg_status st = check_args(a, Grouped, call, err);
-        if (st) return st;
+        if (st)
+            return st;
         mg_cutlass_nvfp4_workspace_layout w;
         if (workspace_layout(a->rows, a->experts, a->k, Grouped, &w) != MG_OK)
             return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0, "%s: bad shape", call);
         int sms = 0;
-        if ((st = sm_count(&sms, err))) return st;
+        if ((st = sm_count(&sms, err)))
+            return st;
         return body(w, sms);
     });
 }
@@ -498,12 +533,13 @@ mg_status guarded_call(const mg_cutlass_nvfp4_args *a, const char *call, mg_plug
 template <class Gemm, bool Grouped>
 mg_status workspace_bytes(const mg_cutlass_nvfp4_args *a, size_t *bytes, const char *call,
                           mg_plugin_error *err) {
-    return guarded_call<Grouped>(a, call, err, [&](const mg_cutlass_nvfp4_workspace_layout &w,
-                                                   int sms) -> mg_status {
-        if (!bytes) return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0, "%s: null bytes", call);
-        *bytes = w.fixed_bytes + Gemm::get_workspace_size(arguments<Gemm, Grouped>(a, w, sms));
-        return MG_OK;
-    });
+    return guarded_call<Grouped>(
+        a, call, err, [&](const mg_cutlass_nvfp4_workspace_layout &w, int sms) -> mg_status {
+            if (!bytes)
+                return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0, "%s: null bytes", call);
+            *bytes = w.fixed_bytes + Gemm::get_workspace_size(arguments<Gemm, Grouped>(a, w, sms));
+            return MG_OK;
+        });
 }
 
 // Zero the amax and the activation scales (their padding must read as 0), measure the amax,
@@ -512,117 +548,125 @@ mg_status workspace_bytes(const mg_cutlass_nvfp4_args *a, size_t *bytes, const c
 template <class Gemm, bool Grouped>
 mg_status run(const mg_cutlass_nvfp4_args *a, cudaStream_t stream, const char *call,
               mg_plugin_error *err) {
-    return guarded_call<Grouped>(a, call, err, [&](const mg_cutlass_nvfp4_workspace_layout &w,
-                                                   int sms) -> mg_status {
-        uint8_t *ws = static_cast<uint8_t *>(a->workspace);
-        if (!ws || (uintptr_t)ws % 256)
-            return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0,
-                                  "%s: workspace null or not 256-byte aligned", call);
-        auto args = arguments<Gemm, Grouped>(a, w, sms);
-        const size_t own = Gemm::get_workspace_size(args);
-        if (a->workspace_bytes < w.fixed_bytes + own)
-            return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0,
-                                  "%s: workspace of %zu bytes, %zu needed", call,
-                                  a->workspace_bytes, w.fixed_bytes + own);
-        cudaError_t e = cudaMemsetAsync(ws + w.amax, 0, 4, stream);
-        if (e == cudaSuccess) e = cudaMemsetAsync(ws + w.act_scales, 0, w.act_scale_bytes, stream);
-        if (e != cudaSuccess) return mg_plugin_cuda_fail(err, e, "cudaMemsetAsync");
+    return guarded_call<Grouped>(
+        a, call, err, [&](const mg_cutlass_nvfp4_workspace_layout &w, int sms) -> mg_status {
+            uint8_t *ws = static_cast<uint8_t *>(a->workspace);
+            if (!ws || (uintptr_t)ws % 256)
+                return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0,
+                                      "%s: workspace null or not 256-byte aligned", call);
+            auto args = arguments<Gemm, Grouped>(a, w, sms);
+            const size_t own = Gemm::get_workspace_size(args);
+            if (a->workspace_bytes < w.fixed_bytes + own)
+                return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0,
+                                      "%s: workspace of %zu bytes, %zu needed", call,
+                                      a->workspace_bytes, w.fixed_bytes + own);
+            cudaError_t e = cudaMemsetAsync(ws + w.amax, 0, 4, stream);
+            if (e == cudaSuccess)
+                e = cudaMemsetAsync(ws + w.act_scales, 0, w.act_scale_bytes, stream);
+            if (e != cudaSuccess)
+                return mg_plugin_cuda_fail(err, e, "cudaMemsetAsync");
 
-        const uint64_t vectors = (uint64_t)a->act_rows * (a->k / 8);
-        act_amax_kernel<<<(unsigned)((vectors + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-            static_cast<const uint4 *>(a->act), a->act_rows, a->k, a->act_pitch,
-            reinterpret_cast<uint32_t *>(ws + w.amax));
-        QuantizeParams q;
-        q.act = static_cast<const uint16_t *>(a->act);
-        q.act_rows = a->act_rows;
-        q.k = a->k;
-        q.pitch = a->act_pitch;
-        q.rows = a->rows;
-        q.experts = a->experts;
-        q.sorted_token_ids = Grouped ? a->sorted_token_ids : nullptr;
-        q.expert_offsets = Grouped ? a->expert_offsets : nullptr;
-        q.w_global = a->w_global;
-        q.amax_bits = reinterpret_cast<const uint32_t *>(ws + w.amax);
-        q.alpha = reinterpret_cast<float *>(ws + w.alpha);
-        q.codes = ws + w.act_codes;
-        q.scales = ws + w.act_scales;
-        uint64_t threads = (uint64_t)a->rows * (a->k / 16);
-        if (threads < a->experts) threads = a->experts;
-        act_quantize_kernel<<<(unsigned)((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(q);
-        if constexpr (Grouped) {
-            using T = GroupedTypes<Gemm>;
-            GroupSetup g;
-            g.expert_offsets = a->expert_offsets;
-            g.rows = a->rows;
-            g.n = a->n;
-            g.k = a->k;
-            g.ldc = a->ldc;
-            g.experts = a->experts;
-            g.act_codes = ws + w.act_codes;
-            g.act_scales = ws + w.act_scales;
-            g.w_codes = static_cast<const uint8_t *>(a->w_codes);
-            g.w_scales = static_cast<const uint8_t *>(a->w_scales);
-            g.w_codes_stride = a->w_codes_stride;
-            g.w_scales_stride = a->w_scales_stride;
-            g.alpha = reinterpret_cast<const float *>(ws + w.alpha);
-            g.out = static_cast<__nv_bfloat16 *>(a->out);
-            group_args_kernel<T><<<(a->experts + 127) / 128, 128, 0, stream>>>(
-                g, T::carve(ws + w.group_args, a->experts));
-        }
-        if ((e = cudaGetLastError()) != cudaSuccess) return mg_plugin_cuda_fail(err, e, "kernel launch");
+            const uint64_t vectors = (uint64_t)a->act_rows * (a->k / 8);
+            act_amax_kernel<<<(unsigned)((vectors + kThreads - 1) / kThreads), kThreads, 0,
+                              stream>>>(static_cast<const uint4 *>(a->act), a->act_rows, a->k,
+                                        a->act_pitch, reinterpret_cast<uint32_t *>(ws + w.amax));
+            QuantizeParams q;
+            q.act = static_cast<const uint16_t *>(a->act);
+            q.act_rows = a->act_rows;
+            q.k = a->k;
+            q.pitch = a->act_pitch;
+            q.rows = a->rows;
+            q.experts = a->experts;
+            q.sorted_token_ids = Grouped ? a->sorted_token_ids : nullptr;
+            q.expert_offsets = Grouped ? a->expert_offsets : nullptr;
+            q.w_global = a->w_global;
+            q.amax_bits = reinterpret_cast<const uint32_t *>(ws + w.amax);
+            q.alpha = reinterpret_cast<float *>(ws + w.alpha);
+            q.codes = ws + w.act_codes;
+            q.scales = ws + w.act_scales;
+            uint64_t threads = (uint64_t)a->rows * (a->k / 16);
+            if (threads < a->experts)
+                threads = a->experts;
+            act_quantize_kernel<<<(unsigned)((threads + kThreads - 1) / kThreads), kThreads, 0,
+                                  stream>>>(q);
+            if constexpr (Grouped) {
+                using T = GroupedTypes<Gemm>;
+                GroupSetup g;
+                g.expert_offsets = a->expert_offsets;
+                g.rows = a->rows;
+                g.n = a->n;
+                g.k = a->k;
+                g.ldc = a->ldc;
+                g.experts = a->experts;
+                g.act_codes = ws + w.act_codes;
+                g.act_scales = ws + w.act_scales;
+                g.w_codes = static_cast<const uint8_t *>(a->w_codes);
+                g.w_scales = static_cast<const uint8_t *>(a->w_scales);
+                g.w_codes_stride = a->w_codes_stride;
+                g.w_scales_stride = a->w_scales_stride;
+                g.alpha = reinterpret_cast<const float *>(ws + w.alpha);
+                g.out = static_cast<__nv_bfloat16 *>(a->out);
+                group_args_kernel<T><<<(a->experts + 127) / 128, 128, 0, stream>>>(
+                    g, T::carve(ws + w.group_args, a->experts));
+            }
+            if ((e = cudaGetLastError()) != cudaSuccess)
+                return mg_plugin_cuda_fail(err, e, "kernel launch");
 
-        Gemm gemm;
-        cutlass::Status cs = gemm.can_implement(args);
-        if (cs != cutlass::Status::kSuccess)
-            return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0, "%s: CUTLASS cannot run it: %s",
-                                  call, cutlassGetStatusString(cs));
-        cs = gemm.initialize(args, ws + w.cutlass, stream);
-        if (cs == cutlass::Status::kSuccess) cs = gemm.run(stream);
-        if (cs != cutlass::Status::kSuccess) {
-            e = cudaGetLastError();
-            if (e != cudaSuccess) return mg_plugin_cuda_fail(err, e, call);
-            return cutlass_fail(err, call, cs);
-        }
-        return MG_OK;
-    });
+            Gemm gemm;
+            cutlass::Status cs = gemm.can_implement(args);
+            if (cs != cutlass::Status::kSuccess)
+                return mg_plugin_fail(err, MG_ERR_INVALID_ARGUMENT, 0,
+                                      "%s: CUTLASS cannot run it: %s", call,
+                                      cutlassGetStatusString(cs));
+            cs = gemm.initialize(args, ws + w.cutlass, stream);
+            if (cs == cutlass::Status::kSuccess)
+                cs = gemm.run(stream);
+            if (cs != cutlass::Status::kSuccess) {
+                e = cudaGetLastError();
+                if (e != cudaSuccess)
+                    return mg_plugin_cuda_fail(err, e, call);
+                return cutlass_fail(err, call, cs);
+            }
+            return MG_OK;
+        });
 }
 
-}  // namespace MG_NVFP4_ARCH_NS
+} // namespace MG_NVFP4_ARCH_NS
 
 // The entry points of one architecture, named mg_cutlass_nvfp4_<arch>_*.
 #define MG_CUTLASS_NVFP4_ENTRY_POINTS(arch)                                                        \
-    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_gemm_workspace(                          \
-        const mg_cutlass_nvfp4_args *a, size_t *bytes, mg_plugin_error *err) {                    \
-        return MG_NVFP4_ARCH_NS::workspace_bytes<MG_NVFP4_ARCH_NS::DenseGemm, false>(a, bytes, "mg_cutlass_nvfp4_" #arch "_gemm", err); \
+    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_gemm_workspace(                           \
+        const mg_cutlass_nvfp4_args *a, size_t *bytes, mg_plugin_error *err) {                     \
+        return MG_NVFP4_ARCH_NS::workspace_bytes<MG_NVFP4_ARCH_NS::DenseGemm, false>(              \
+            a, bytes, "mg_cutlass_nvfp4_" #arch "_gemm", err);                                     \
     }                                                                                              \
-    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_moe_gemm_workspace(                      \
-        const mg_cutlass_nvfp4_args *a, size_t *bytes, mg_plugin_error *err) {                    \
-        return MG_NVFP4_ARCH_NS::workspace_bytes<MG_NVFP4_ARCH_NS::GroupedGemm, true>(a, bytes, "mg_cutlass_nvfp4_" #arch "_moe_gemm", \
-                                                  err);                                            \
+    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_moe_gemm_workspace(                       \
+        const mg_cutlass_nvfp4_args *a, size_t *bytes, mg_plugin_error *err) {                     \
+        return MG_NVFP4_ARCH_NS::workspace_bytes<MG_NVFP4_ARCH_NS::GroupedGemm, true>(             \
+            a, bytes, "mg_cutlass_nvfp4_" #arch "_moe_gemm", err);                                 \
     }                                                                                              \
-    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_gemm(const mg_cutlass_nvfp4_args *a,      \
-                                                              void *stream, mg_plugin_error *err) { \
-        return MG_NVFP4_ARCH_NS::run<MG_NVFP4_ARCH_NS::DenseGemm, false>(a, static_cast<cudaStream_t>(stream),                         \
-                                     "mg_cutlass_nvfp4_" #arch "_gemm", err);                      \
+    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_gemm(                                     \
+        const mg_cutlass_nvfp4_args *a, void *stream, mg_plugin_error *err) {                      \
+        return MG_NVFP4_ARCH_NS::run<MG_NVFP4_ARCH_NS::DenseGemm, false>(                          \
+            a, static_cast<cudaStream_t>(stream), "mg_cutlass_nvfp4_" #arch "_gemm", err);         \
     }                                                                                              \
-    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_moe_gemm(                                \
-        const mg_cutlass_nvfp4_args *a, void *stream, mg_plugin_error *err) {                     \
-        return MG_NVFP4_ARCH_NS::run<MG_NVFP4_ARCH_NS::GroupedGemm, true>(a, static_cast<cudaStream_t>(stream),                        \
-                                      "mg_cutlass_nvfp4_" #arch "_moe_gemm", err);                 \
+    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_moe_gemm(                                 \
+        const mg_cutlass_nvfp4_args *a, void *stream, mg_plugin_error *err) {                      \
+        return MG_NVFP4_ARCH_NS::run<MG_NVFP4_ARCH_NS::GroupedGemm, true>(                         \
+            a, static_cast<cudaStream_t>(stream), "mg_cutlass_nvfp4_" #arch "_moe_gemm", err);     \
     }                                                                                              \
-    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_prepare(                                 \
-        const void *codes, const void *scales, uint32_t n, uint32_t k, uint32_t experts,          \
-        void *values, size_t values_stride, void *scales_out, size_t scales_stride, void *stream, \
+    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_prepare(                                  \
+        const void *codes, const void *scales, uint32_t n, uint32_t k, uint32_t experts,           \
+        void *values, size_t values_stride, void *scales_out, size_t scales_stride, void *stream,  \
         mg_plugin_error *err) {                                                                    \
-        return MG_NVFP4_ARCH_NS::prepare(codes, scales, n, k, experts, values, values_stride,     \
-                                         scales_out, scales_stride,                               \
-                                         static_cast<cudaStream_t>(stream),                       \
-                                         "mg_cutlass_nvfp4_" #arch "_prepare", err);               \
+        return MG_NVFP4_ARCH_NS::prepare(                                                          \
+            codes, scales, n, k, experts, values, values_stride, scales_out, scales_stride,        \
+            static_cast<cudaStream_t>(stream), "mg_cutlass_nvfp4_" #arch "_prepare", err);         \
     }                                                                                              \
-    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_silu_mul(                                \
-        const void *gate, const void *up, uint32_t in_pitch, void *out, uint32_t ldc,             \
-        uint32_t rows, uint32_t n, void *stream, mg_plugin_error *err) {                          \
-        return MG_NVFP4_ARCH_NS::silu_mul(gate, up, in_pitch, out, ldc, rows, n,                  \
-                                          static_cast<cudaStream_t>(stream),                      \
+    MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_##arch##_silu_mul(                                 \
+        const void *gate, const void *up, uint32_t in_pitch, void *out, uint32_t ldc,              \
+        uint32_t rows, uint32_t n, void *stream, mg_plugin_error *err) {                           \
+        return MG_NVFP4_ARCH_NS::silu_mul(gate, up, in_pitch, out, ldc, rows, n,                   \
+                                          static_cast<cudaStream_t>(stream),                       \
                                           "mg_cutlass_nvfp4_" #arch "_silu_mul", err);             \
     }

@@ -15,10 +15,11 @@ int64_t checked_offset(const Layout &layout, uint32_t row, uint32_t kblock) {
     return (int64_t)layout(cute::make_coord((int)row, (int)kblock * 16, 0));
 }
 
-}  // namespace
+} // namespace
 
 MG_PLUGIN_EXPORT size_t mg_cutlass_nvfp4_layout_sf_bytes(uint32_t rows, uint32_t k) {
-    if (rows == 0 || k == 0 || k % 16 != 0) return 0;
+    if (rows == 0 || k == 0 || k % 16 != 0)
+        return 0;
     auto layout = mg_nvfp4_cutlass::SfConfig::tile_atom_to_shape_SFA(
         cute::make_shape((int)rows, 1, (int)k, 1));
     return (size_t)cute::cosize(layout);
@@ -26,23 +27,26 @@ MG_PLUGIN_EXPORT size_t mg_cutlass_nvfp4_layout_sf_bytes(uint32_t rows, uint32_t
 
 MG_PLUGIN_EXPORT int64_t mg_cutlass_nvfp4_layout_sf_offset(uint32_t rows, uint32_t k, int is_b,
                                                            uint32_t row, uint32_t kblock) {
-    if (rows == 0 || k == 0 || k % 16 != 0 || row >= rows || kblock >= k / 16) return -1;
+    if (rows == 0 || k == 0 || k % 16 != 0 || row >= rows || kblock >= k / 16)
+        return -1;
     using Cfg = mg_nvfp4_cutlass::SfConfig;
     if (is_b)
-        return checked_offset(Cfg::tile_atom_to_shape_SFB(cute::make_shape(1, (int)rows, (int)k, 1)),
-                              row, kblock);
+        return checked_offset(
+            Cfg::tile_atom_to_shape_SFB(cute::make_shape(1, (int)rows, (int)k, 1)), row, kblock);
     return checked_offset(Cfg::tile_atom_to_shape_SFA(cute::make_shape((int)rows, 1, (int)k, 1)),
                           row, kblock);
 }
 
-MG_PLUGIN_EXPORT uint32_t mg_cutlass_nvfp4_layout_moe_sf_row_base(uint32_t offset, uint32_t expert) {
+MG_PLUGIN_EXPORT uint32_t mg_cutlass_nvfp4_layout_moe_sf_row_base(uint32_t offset,
+                                                                  uint32_t expert) {
     return mg_nvfp4_cutlass::moe_sf_row_base(offset, expert);
 }
 
-MG_PLUGIN_EXPORT mg_status mg_cutlass_nvfp4_layout_workspace(uint32_t rows, uint32_t experts,
-                                                            uint32_t k, int grouped,
-                                                             mg_cutlass_nvfp4_workspace_layout *out) {
-    if (!out) return MG_ERR_INVALID_ARGUMENT;
+MG_PLUGIN_EXPORT mg_status
+mg_cutlass_nvfp4_layout_workspace(uint32_t rows, uint32_t experts, uint32_t k, int grouped,
+                                  mg_cutlass_nvfp4_workspace_layout *out) {
+    if (!out)
+        return MG_ERR_INVALID_ARGUMENT;
     return mg_nvfp4_cutlass::workspace_layout(rows, experts, k, grouped != 0, out);
 }
 

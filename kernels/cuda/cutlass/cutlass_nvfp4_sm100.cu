@@ -9,13 +9,14 @@
 namespace MG_NVFP4_ARCH_NS {
 // One SM per 128x128 tile (no 2-SM pairs, no cluster): legal for any M, and decode-sized batches
 // waste least of a 128-row tile; K steps of 256.
-using Gemms = BlockScaledGemms<cutlass::arch::Sm100, cute::Shape<cute::_128, cute::_128, cute::_256>,
-                               cutlass::epilogue::TmaWarpSpecialized1Sm,
-                               cutlass::gemm::KernelTmaWarpSpecialized1SmNvf4Sm100,
-                               cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm,
-                               cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100>;
+using Gemms =
+    BlockScaledGemms<cutlass::arch::Sm100, cute::Shape<cute::_128, cute::_128, cute::_256>,
+                     cutlass::epilogue::TmaWarpSpecialized1Sm,
+                     cutlass::gemm::KernelTmaWarpSpecialized1SmNvf4Sm100,
+                     cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm,
+                     cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100>;
 using DenseGemm = Gemms::Dense;
 using GroupedGemm = Gemms::Grouped;
-}  // namespace MG_NVFP4_ARCH_NS
+} // namespace MG_NVFP4_ARCH_NS
 
 MG_CUTLASS_NVFP4_ENTRY_POINTS(sm100)

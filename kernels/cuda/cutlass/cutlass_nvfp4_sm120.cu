@@ -10,13 +10,14 @@
 namespace MG_NVFP4_ARCH_NS {
 // sm_120 has no clusters and about 100 KiB of shared memory per SM: 128x128 tiles, K steps of 128,
 // the cooperative schedules (the builders' choice for block-scaled FP4).
-using Gemms = BlockScaledGemms<cutlass::arch::Sm120, cute::Shape<cute::_128, cute::_128, cute::_128>,
-                               cutlass::epilogue::collective::EpilogueScheduleAuto,
-                               cutlass::gemm::collective::KernelScheduleAuto,
-                               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-                               cutlass::gemm::collective::KernelScheduleAuto>;
+using Gemms =
+    BlockScaledGemms<cutlass::arch::Sm120, cute::Shape<cute::_128, cute::_128, cute::_128>,
+                     cutlass::epilogue::collective::EpilogueScheduleAuto,
+                     cutlass::gemm::collective::KernelScheduleAuto,
+                     cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+                     cutlass::gemm::collective::KernelScheduleAuto>;
 using DenseGemm = Gemms::Dense;
 using GroupedGemm = Gemms::Grouped;
-}  // namespace MG_NVFP4_ARCH_NS
+} // namespace MG_NVFP4_ARCH_NS
 
 MG_CUTLASS_NVFP4_ENTRY_POINTS(sm120)

@@ -1,9 +1,9 @@
 // elementwise.cu - gather_rows_bf16, rmsnorm_bf16, argmax_f32 and argmax_bf16
-// (metrale/ops_elementwise.h defines the results; src/ops/elementwise/elementwise_reference.c computes them on the CPU).
-// One block per row; BF16 rows move in 16-byte vectors (the front checks cols % 8 == 0 and
-// 16-byte aligned pointers). Built without fast math: sqrtf and `/` are correctly rounded,
-// and the per-element arithmetic is the reference's, operation for operation; only the order
-// of RMSNorm's FP32 sum of squares differs (a tree of warp sums).
+// (metrale/ops_elementwise.h defines the results; src/ops/elementwise/elementwise_reference.c
+// computes them on the CPU). One block per row; BF16 rows move in 16-byte vectors (the front checks
+// cols % 8 == 0 and 16-byte aligned pointers). Built without fast math: sqrtf and `/` are correctly
+// rounded, and the per-element arithmetic is the reference's, operation for operation; only the
+// order of RMSNorm's FP32 sum of squares differs (a tree of warp sums).
 #include <stdint.h>
 
 #include "common/bf16.cuh"
@@ -99,8 +99,8 @@ extern "C" __global__ void rmsnorm_bf16(uint16_t *x, const uint16_t *__restrict_
         return;
     const uint32_t vectors = cols / 8;
     uint4 *xr = reinterpret_cast<uint4 *>(x + static_cast<uint64_t>(r) * cols);
-    const uint4 *ar = add ? reinterpret_cast<const uint4 *>(add + static_cast<uint64_t>(r) * cols)
-                          : nullptr;
+    const uint4 *ar =
+        add ? reinterpret_cast<const uint4 *>(add + static_cast<uint64_t>(r) * cols) : nullptr;
     float s = 0.0f;
     for (uint32_t i = threadIdx.x; i < vectors; i += blockDim.x) {
         uint4 v = xr[i];

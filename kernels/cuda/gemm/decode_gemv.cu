@@ -6,8 +6,9 @@
 //
 // Shape of the work. A block of 8 warps owns a tile of 8 weight rows at a time (the n8 of one
 // mma) and splits K between its warps, walking tiles grid-stride (the grid is sized to the
-// resident blocks, so the weight stream does not drain between waves); each warp streams its share of the 8 rows once, so the weights
-// are read exactly once and every activation row rides along in the mma's 16 rows (rows
+// resident blocks, so the weight stream does not drain between waves); each warp streams its share
+// of the 8 rows once, so the weights are read exactly once and every activation row rides along in
+// the mma's 16 rows (rows
 // >= m are zero registers, never loaded). The 8 partial tiles are summed in shared memory in
 // a fixed order (warp 0, 1, ..., 7), so a captured call equals an eager one bit for bit and a
 // row's result does not depend on the other rows of the batch.
@@ -33,13 +34,12 @@
 
 namespace {
 
-constexpr int kWarps = 8;    // K-split inside a block
-constexpr int kRows = 8;     // weight rows per block (mma N)
-constexpr int kChunk = 128;  // bytes of one row per lane quad per step group
-constexpr int kUnroll = 2;   // chunks in flight per lane
+constexpr int kWarps = 8;   // K-split inside a block
+constexpr int kRows = 8;    // weight rows per block (mma N)
+constexpr int kChunk = 128; // bytes of one row per lane quad per step group
+constexpr int kUnroll = 2;  // chunks in flight per lane
 
 enum { kBf16 = 0, kFp8Tensorwise = 1, kFp8Rowwise = 2 };
-
 
 __device__ __forceinline__ uint4 load_cached(const void *p) {
     return __ldg(reinterpret_cast<const uint4 *>(p));
@@ -76,21 +76,25 @@ __device__ __forceinline__ Span load_span(const uint8_t *row, uint32_t at, uint3
                                           bool live) {
     Span s = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
     if (live && at < row_bytes)
-        s.lo = Stream ? load_stream(reinterpret_cast<const uint4 *>(row + at))
-                      : load_cached(row + at);
+        s.lo =
+            Stream ? load_stream(reinterpret_cast<const uint4 *>(row + at)) : load_cached(row + at);
     if (live && at + 16 < row_bytes)
         s.hi = Stream ? load_stream(reinterpret_cast<const uint4 *>(row + at + 16))
-                       : load_cached(row + at + 16);
+                      : load_cached(row + at + 16);
     return s;
 }
 
 __device__ __forceinline__ uint32_t word(const Span &s, int i) {
     const uint4 &v = i < 4 ? s.lo : s.hi;
     switch (i & 3) {
-    case 0: return v.x;
-    case 1: return v.y;
-    case 2: return v.z;
-    default: return v.w;
+    case 0:
+        return v.x;
+    case 1:
+        return v.y;
+    case 2:
+        return v.z;
+    default:
+        return v.w;
     }
 }
 
@@ -207,20 +211,19 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
 // out[t, j] = act[t] . weight[j] for t < m <= 16, j < n; blocks of 256 threads, each walking
 // the 8-row tiles blockIdx.x, blockIdx.x + gridDim.x, ... (any grid of at most ceil(n / 8)).
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
-mg_decode_gemv_bf16(const uint8_t *act, const uint8_t *weight, void *out, uint32_t m, uint32_t n,
-                    uint32_t k, uint32_t ldc, uint32_t out_f32) {
+    mg_decode_gemv_bf16(const uint8_t *act, const uint8_t *weight, void *out, uint32_t m,
+                        uint32_t n, uint32_t k, uint32_t ldc, uint32_t out_f32) {
     decode_gemv<kBf16>(act, weight, nullptr, nullptr, out, m, n, k, ldc, out_f32 != 0);
 }
 
 // As above with E4M3 codes, times act_scale[0] * weight_scale[0] (rowwise == 0) or
 // act_scale[t] * weight_scale[j] (rowwise != 0); BF16 out.
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
-mg_decode_gemv_fp8(const uint8_t *act, const float *act_scale, const uint8_t *weight,
-                   const float *weight_scale, void *out, uint32_t m, uint32_t n, uint32_t k,
-                   uint32_t ldc, uint32_t rowwise) {
+    mg_decode_gemv_fp8(const uint8_t *act, const float *act_scale, const uint8_t *weight,
+                       const float *weight_scale, void *out, uint32_t m, uint32_t n, uint32_t k,
+                       uint32_t ldc, uint32_t rowwise) {
     if (rowwise)
         decode_gemv<kFp8Rowwise>(act, weight, act_scale, weight_scale, out, m, n, k, ldc, false);
     else
-        decode_gemv<kFp8Tensorwise>(act, weight, act_scale, weight_scale, out, m, n, k, ldc,
-                                    false);
+        decode_gemv<kFp8Tensorwise>(act, weight, act_scale, weight_scale, out, m, n, k, ldc, false);
 }

@@ -80,14 +80,14 @@ __device__ __forceinline__ uint2 quantize(const float x[8], float scale) {
 
 // The pool element type: BF16 (Pool = __nv_bfloat16) or FP8 E4M3 codes (Pool = uint8_t).
 template <typename Pool>
-__device__ __forceinline__ void append_rows(
-    const __nv_bfloat16 *k_src, const __nv_bfloat16 *v_src, __nv_bfloat16 *q,
-    const int32_t *positions, const int32_t *qo_indptr, const int32_t *kv_indptr,
-    const int32_t *kv_indices, const int32_t *kv_last_page_len, Pool *k_pages, Pool *v_pages,
-    uint32_t batch, uint32_t num_tokens, uint32_t num_kv_indices, uint32_t num_kv_heads,
-    uint32_t num_qo_heads, uint32_t head_dim, uint32_t page_size, uint32_t num_pages,
-    uint32_t k_stride, uint32_t v_stride, uint32_t q_stride, uint32_t rope, float rope_theta,
-    const float *k_scale, const float *v_scale) {
+__device__ __forceinline__ void
+append_rows(const __nv_bfloat16 *k_src, const __nv_bfloat16 *v_src, __nv_bfloat16 *q,
+            const int32_t *positions, const int32_t *qo_indptr, const int32_t *kv_indptr,
+            const int32_t *kv_indices, const int32_t *kv_last_page_len, Pool *k_pages,
+            Pool *v_pages, uint32_t batch, uint32_t num_tokens, uint32_t num_kv_indices,
+            uint32_t num_kv_heads, uint32_t num_qo_heads, uint32_t head_dim, uint32_t page_size,
+            uint32_t num_pages, uint32_t k_stride, uint32_t v_stride, uint32_t q_stride,
+            uint32_t rope, float rope_theta, const float *k_scale, const float *v_scale) {
     constexpr bool kFp8 = sizeof(Pool) == 1;
     __shared__ __align__(16) float cos_t[kMaxHalfDim];
     __shared__ __align__(16) float sin_t[kMaxHalfDim];
@@ -204,7 +204,8 @@ __device__ __forceinline__ void append_rows(
                 }
                 __nv_bfloat16 *out =
                     is_q ? q + (size_t)t * q_stride + offset
-                         : reinterpret_cast<__nv_bfloat16 *>(is_k ? k_pages : v_pages) + dst + offset;
+                         : reinterpret_cast<__nv_bfloat16 *>(is_k ? k_pages : v_pages) + dst +
+                               offset;
                 *reinterpret_cast<uint4 *>(out) = lo[u];
                 *reinterpret_cast<uint4 *>(out + half) = hi[u];
             }
@@ -232,11 +233,11 @@ extern "C" __global__ void __launch_bounds__(128)
     kv_append_fp8(const __nv_bfloat16 *k_src, const __nv_bfloat16 *v_src, __nv_bfloat16 *q,
                   const int32_t *positions, const int32_t *qo_indptr, const int32_t *kv_indptr,
                   const int32_t *kv_indices, const int32_t *kv_last_page_len, uint8_t *k_pages,
-                  uint8_t *v_pages, uint32_t batch, uint32_t num_tokens,
-                  uint32_t num_kv_indices, uint32_t num_kv_heads, uint32_t num_qo_heads,
-                  uint32_t head_dim, uint32_t page_size, uint32_t num_pages, uint32_t k_stride,
-                  uint32_t v_stride, uint32_t q_stride, uint32_t rope, float rope_theta,
-                  const float *k_scale, const float *v_scale) {
+                  uint8_t *v_pages, uint32_t batch, uint32_t num_tokens, uint32_t num_kv_indices,
+                  uint32_t num_kv_heads, uint32_t num_qo_heads, uint32_t head_dim,
+                  uint32_t page_size, uint32_t num_pages, uint32_t k_stride, uint32_t v_stride,
+                  uint32_t q_stride, uint32_t rope, float rope_theta, const float *k_scale,
+                  const float *v_scale) {
     append_rows(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
                 k_pages, v_pages, batch, num_tokens, num_kv_indices, num_kv_heads, num_qo_heads,
                 head_dim, page_size, num_pages, k_stride, v_stride, q_stride, rope, rope_theta,

@@ -48,7 +48,6 @@ __device__ __forceinline__ float round_to(float x, bool f16) {
     return f16 ? __half2float(__float2half_rn(x)) : mg_num_bf16_to_f32(mg_num_f32_to_bf16(x));
 }
 
-
 // ------------------------------------------------------------------ dequant
 
 template <int Bits>
@@ -61,34 +60,35 @@ __device__ void dequant_body(const uint4 *weight, const uint16_t *scales, const 
     // Rows are strided over the grid and a row's vectors over the block: 32-bit index math
     // (a 64-bit division per vector cost more than the memory traffic).
     for (uint32_t row = blockIdx.x; row < n; row += gridDim.x)
-    for (uint32_t vr = threadIdx.x; vr < vectors_per_row; vr += blockDim.x) {
-        const size_t v = (size_t)row * vectors_per_row + vr;
-        uint32_t col = vr * kPerVector;
-        size_t g = (size_t)row * groups + col / group_size;
-        float scale = scale_value(scales, g, f16), bias = scale_value(biases, g, f16);
-        uint4 words = load_stream(weight + v);
-        uint32_t w[4] = {words.x, words.y, words.z, words.w};
-        uint16_t *dst = out + (size_t)row * k + col;
+        for (uint32_t vr = threadIdx.x; vr < vectors_per_row; vr += blockDim.x) {
+            const size_t v = (size_t)row * vectors_per_row + vr;
+            uint32_t col = vr * kPerVector;
+            size_t g = (size_t)row * groups + col / group_size;
+            float scale = scale_value(scales, g, f16), bias = scale_value(biases, g, f16);
+            uint4 words = load_stream(weight + v);
+            uint32_t w[4] = {words.x, words.y, words.z, words.w};
+            uint16_t *dst = out + (size_t)row * k + col;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint32_t packed[kPerWord / 2];
+            for (int i = 0; i < 4; i++) {
+                uint32_t packed[kPerWord / 2];
 #pragma unroll
-            for (int j = 0; j < kPerWord; j += 2) {
-                float q0 = (float)((w[i] >> (j * Bits)) & ((1u << Bits) - 1));
-                float q1 = (float)((w[i] >> ((j + 1) * Bits)) & ((1u << Bits) - 1));
-                float a = round_to(__fadd_rn(round_to(__fmul_rn(scale, q0), f16), bias), f16);
-                float b = round_to(__fadd_rn(round_to(__fmul_rn(scale, q1), f16), bias), f16);
-                packed[j / 2] = mg_num_bf16_pack(a, b);
+                for (int j = 0; j < kPerWord; j += 2) {
+                    float q0 = (float)((w[i] >> (j * Bits)) & ((1u << Bits) - 1));
+                    float q1 = (float)((w[i] >> ((j + 1) * Bits)) & ((1u << Bits) - 1));
+                    float a = round_to(__fadd_rn(round_to(__fmul_rn(scale, q0), f16), bias), f16);
+                    float b = round_to(__fadd_rn(round_to(__fmul_rn(scale, q1), f16), bias), f16);
+                    packed[j / 2] = mg_num_bf16_pack(a, b);
+                }
+                // kPerWord BF16 = 8 (8-bit: 4 codes -> 8 bytes) or 16 bytes (4-bit: 8 codes).
+                if (kPerWord == 4)
+                    *reinterpret_cast<uint2 *>(dst + i * kPerWord) =
+                        make_uint2(packed[0], packed[1]);
+                else
+                    *reinterpret_cast<uint4 *>(dst + i * kPerWord) =
+                        make_uint4(packed[0], packed[1 % (kPerWord / 2)],
+                                   packed[2 % (kPerWord / 2)], packed[3 % (kPerWord / 2)]);
             }
-            // kPerWord BF16 = 8 (8-bit: 4 codes -> 8 bytes) or 16 bytes (4-bit: 8 codes).
-            if (kPerWord == 4)
-                *reinterpret_cast<uint2 *>(dst + i * kPerWord) = make_uint2(packed[0], packed[1]);
-            else
-                *reinterpret_cast<uint4 *>(dst + i * kPerWord) =
-                    make_uint4(packed[0], packed[1 % (kPerWord / 2)], packed[2 % (kPerWord / 2)],
-                               packed[3 % (kPerWord / 2)]);
         }
-    }
 }
 
 // ------------------------------------------------------------------ GEMV
@@ -99,8 +99,8 @@ struct Layer {
 };
 
 // Eight activations of row t at column c as floats (with silu_gate: bf16(silu(g) * u)).
-__device__ __forceinline__ void load_act8(const uint16_t *x, const uint16_t *u, int mode,
-                                          size_t at, float (&a)[8]) {
+__device__ __forceinline__ void load_act8(const uint16_t *x, const uint16_t *u, int mode, size_t at,
+                                          float (&a)[8]) {
     const uint4 v = __ldg(reinterpret_cast<const uint4 *>(x + at));
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -121,8 +121,7 @@ __device__ __forceinline__ void load_act8(const uint16_t *x, const uint16_t *u, 
 }
 
 // Codes 8 * part .. 8 * part + 7 of a 16-byte vector as floats (4 bits: 128 + q).
-template <int Bits>
-__device__ __forceinline__ void codes8(uint4 words, int part, float (&q)[8]) {
+template <int Bits> __device__ __forceinline__ void codes8(uint4 words, int part, float (&q)[8]) {
     const uint32_t w[4] = {words.x, words.y, words.z, words.w};
     if (Bits == 8) {
 #pragma unroll
@@ -130,8 +129,8 @@ __device__ __forceinline__ void codes8(uint4 words, int part, float (&q)[8]) {
             const uint32_t word = w[part * 2 + h];
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                q[h * 4 + j] = __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7640u + j)) -
-                               8388608.0f;
+                q[h * 4 + j] =
+                    __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7640u + j)) - 8388608.0f;
         }
     } else {
         const uint32_t word = w[part];
@@ -155,9 +154,17 @@ __device__ __forceinline__ float warp_sum(float v) {
 // Rows of each layer a warp handles in one pass over K: NW * R * M running sums stay at 8 or
 // fewer, so every M of the one kernel fits its registers (the kernel's register count is that
 // of its largest variant).
-template <int M, int NW> constexpr int RowsPerPass = (M <= 2 ? 4 : M <= 4 ? 2 : 1) / NW > 0
-                                                          ? (M <= 2 ? 4 : M <= 4 ? 2 : 1) / NW
-                                                          : 1;
+template <int M, int NW>
+constexpr int RowsPerPass = (M <= 2 ? 4
+                             : M <= 4
+                                 ? 2
+                                 : 1) / NW
+                                    > 0
+                                ? (M <= 2   ? 4
+                                   : M <= 4 ? 2
+                                            : 1) /
+                                      NW
+                                : 1;
 
 // R = RowsPerPass rows of each of the NW layers (NW = 2 for gate_up, one activation), from
 // row0 on.
@@ -260,8 +267,7 @@ __device__ void gemv_body(const Layer *layers, const uint16_t *x, const uint16_t
                           uint32_t group_size, bool f16, int mode) {
     const uint32_t warp_row0 = blockIdx.x * kRowsPerBlock + (threadIdx.x / 32) * kRowsPerWarp;
     for (uint32_t r = 0; r < kRowsPerWarp && warp_row0 + r < n; r += RowsPerPass<M, NW>)
-        gemv_rows<Bits, M, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode,
-                               warp_row0 + r);
+        gemv_rows<Bits, M, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode, warp_row0 + r);
 }
 
 template <int Bits, int NW>
@@ -269,22 +275,38 @@ __device__ void gemv_dispatch_m(const Layer *layers, const uint16_t *x, const ui
                                 const uint16_t *resid, uint16_t *const *y, uint32_t m, uint32_t n,
                                 uint32_t k, uint32_t group_size, bool f16, int mode) {
     switch (m) {
-    case 1: gemv_body<Bits, 1, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
-    case 2: gemv_body<Bits, 2, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
-    case 3: gemv_body<Bits, 3, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
-    case 4: gemv_body<Bits, 4, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
-    case 5: gemv_body<Bits, 5, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
-    case 6: gemv_body<Bits, 6, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
-    case 7: gemv_body<Bits, 7, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
-    default: gemv_body<Bits, 8, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode); break;
+    case 1:
+        gemv_body<Bits, 1, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode);
+        break;
+    case 2:
+        gemv_body<Bits, 2, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode);
+        break;
+    case 3:
+        gemv_body<Bits, 3, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode);
+        break;
+    case 4:
+        gemv_body<Bits, 4, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode);
+        break;
+    case 5:
+        gemv_body<Bits, 5, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode);
+        break;
+    case 6:
+        gemv_body<Bits, 6, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode);
+        break;
+    case 7:
+        gemv_body<Bits, 7, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode);
+        break;
+    default:
+        gemv_body<Bits, 8, NW>(layers, x, u, resid, y, n, k, group_size, f16, mode);
+        break;
     }
 }
 
 } // namespace
 
 extern "C" __global__ void __launch_bounds__(256)
-mlx_dequant(const uint4 *weight, const uint16_t *scales, const uint16_t *biases, uint16_t *out,
-            uint32_t n, uint32_t k, uint32_t bits, uint32_t group_size, uint32_t scale_type) {
+    mlx_dequant(const uint4 *weight, const uint16_t *scales, const uint16_t *biases, uint16_t *out,
+                uint32_t n, uint32_t k, uint32_t bits, uint32_t group_size, uint32_t scale_type) {
     if (bits == 8)
         dequant_body<8>(weight, scales, biases, out, n, k, group_size, scale_type == 1);
     else
@@ -292,35 +314,39 @@ mlx_dequant(const uint4 *weight, const uint16_t *scales, const uint16_t *biases,
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-mlx_gemv(const uint4 *weight, const uint16_t *scales, const uint16_t *biases, const uint16_t *x,
-         const uint16_t *u, const uint16_t *resid, uint16_t *y, uint32_t m, uint32_t n, uint32_t k,
-         uint32_t bits, uint32_t group_size, uint32_t scale_type, uint32_t mode) {
+    mlx_gemv(const uint4 *weight, const uint16_t *scales, const uint16_t *biases, const uint16_t *x,
+             const uint16_t *u, const uint16_t *resid, uint16_t *y, uint32_t m, uint32_t n,
+             uint32_t k, uint32_t bits, uint32_t group_size, uint32_t scale_type, uint32_t mode) {
     const Layer layer = {weight, scales, biases};
     uint16_t *const outs[1] = {y};
     if (bits == 8)
-        gemv_dispatch_m<8, 1>(&layer, x, u, resid, outs, m, n, k, group_size, scale_type == 1, (int)mode);
+        gemv_dispatch_m<8, 1>(&layer, x, u, resid, outs, m, n, k, group_size, scale_type == 1,
+                              (int)mode);
     else
-        gemv_dispatch_m<4, 1>(&layer, x, u, resid, outs, m, n, k, group_size, scale_type == 1, (int)mode);
+        gemv_dispatch_m<4, 1>(&layer, x, u, resid, outs, m, n, k, group_size, scale_type == 1,
+                              (int)mode);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-mlx_gemv_gate_up(const uint4 *w1, const uint16_t *s1, const uint16_t *b1, const uint4 *w2,
-                 const uint16_t *s2, const uint16_t *b2, const uint16_t *x, uint16_t *y1,
-                 uint16_t *y2, uint32_t m, uint32_t n, uint32_t k, uint32_t bits,
-                 uint32_t group_size, uint32_t scale_type) {
+    mlx_gemv_gate_up(const uint4 *w1, const uint16_t *s1, const uint16_t *b1, const uint4 *w2,
+                     const uint16_t *s2, const uint16_t *b2, const uint16_t *x, uint16_t *y1,
+                     uint16_t *y2, uint32_t m, uint32_t n, uint32_t k, uint32_t bits,
+                     uint32_t group_size, uint32_t scale_type) {
     const Layer layers[2] = {{w1, s1, b1}, {w2, s2, b2}};
     uint16_t *const outs[2] = {y1, y2};
     if (bits == 8)
-        gemv_dispatch_m<8, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size, scale_type == 1, kPlain);
+        gemv_dispatch_m<8, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size,
+                              scale_type == 1, kPlain);
     else
-        gemv_dispatch_m<4, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size, scale_type == 1, kPlain);
+        gemv_dispatch_m<4, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size,
+                              scale_type == 1, kPlain);
 }
 
 // A layer's own bias after its product (metrale/mlx.h): y[t, r] = bf16(y[t, r] + bias[r]), the
 // sum an IEEE FP32 addition of the BF16 product and the bias converted exactly to FP32
 // (bias_type 0 BF16, 1 FP16, 2 FP32). A thread per element, grid-stride.
 extern "C" __global__ void __launch_bounds__(256)
-mlx_add_bias(uint16_t *y, const void *bias, uint32_t m, uint32_t n, uint32_t bias_type) {
+    mlx_add_bias(uint16_t *y, const void *bias, uint32_t m, uint32_t n, uint32_t bias_type) {
     size_t total = (size_t)m * n;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {

@@ -13,8 +13,8 @@
 
 namespace {
 
-constexpr int kTopkThreads = 128;   // one warp per token
-constexpr int kSortThreads = 256;   // one thread per expert / per pair of a 256-pair tile
+constexpr int kTopkThreads = 128; // one warp per token
+constexpr int kSortThreads = 256; // one thread per expert / per pair of a 256-pair tile
 constexpr int kSortWarps = kSortThreads / 32;
 constexpr int kCombineThreads = 128;
 constexpr uint32_t kMaxExperts = 256;
@@ -51,8 +51,9 @@ extern "C" __global__ void __launch_bounds__(kTopkThreads)
             v[i] = -__int_as_float(0x7f800000);
             if (e < experts) {
                 uint64_t at = t * logits_pitch + e;
-                float x = logits_bf16 ? mg_num_bf16_to_f32(static_cast<const uint16_t *>(logits)[at])
-                                      : static_cast<const float *>(logits)[at];
+                float x = logits_bf16
+                              ? mg_num_bf16_to_f32(static_cast<const uint16_t *>(logits)[at])
+                              : static_cast<const float *>(logits)[at];
                 v[i] = x != x ? -__int_as_float(0x7f800000) : x;
                 present |= 1u << i;
             }

@@ -90,10 +90,9 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 
 // One thread per 16-element block: 8 bytes of nibbles and 1 scale in, 16 values out.
 template <bool kF32>
-__device__ __forceinline__ void dequantize(const uint8_t *__restrict__ packed,
-                                           const uint8_t *__restrict__ scales,
-                                           const float *__restrict__ global_scale, void *out,
-                                           uint32_t n, uint32_t k) {
+__device__ __forceinline__ void
+dequantize(const uint8_t *__restrict__ packed, const uint8_t *__restrict__ scales,
+           const float *__restrict__ global_scale, void *out, uint32_t n, uint32_t k) {
     const uint32_t blocks = k / kBlock;
     const uint64_t total = (uint64_t)n * blocks;
     const float global = *global_scale;
@@ -153,8 +152,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 
 // Byte matrix [rows, cols] -> [cols, rows]; one thread per output byte.
 extern "C" __global__ void __launch_bounds__(kThreads)
-    nvfp4_transpose_bytes(const uint8_t *__restrict__ in, uint8_t *__restrict__ out,
-                          uint32_t rows, uint32_t cols) {
+    nvfp4_transpose_bytes(const uint8_t *__restrict__ in, uint8_t *__restrict__ out, uint32_t rows,
+                          uint32_t cols) {
     const uint64_t total = (uint64_t)rows * cols;
     for (uint64_t item = first_item(); item < total; item += item_stride())
         out[item] = in[(item % rows) * cols + item / rows];
@@ -162,8 +161,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 
 // Scales [rows, cols] -> Blackwell layout; one thread per output byte, padding written as 0.
 extern "C" __global__ void __launch_bounds__(kThreads)
-    nvfp4_scales_swizzle(const uint8_t *__restrict__ in, uint8_t *__restrict__ out,
-                         uint32_t rows, uint32_t cols) {
+    nvfp4_scales_swizzle(const uint8_t *__restrict__ in, uint8_t *__restrict__ out, uint32_t rows,
+                         uint32_t cols) {
     const uint64_t col_tiles = ((uint64_t)cols + 3) / 4;
     const uint64_t total = ((uint64_t)rows + 127) / 128 * 128 * col_tiles * 4;
     for (uint64_t item = first_item(); item < total; item += item_stride()) {
@@ -177,8 +176,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 
 // Blackwell layout -> scales [rows, cols]; one thread per output byte.
 extern "C" __global__ void __launch_bounds__(kThreads)
-    nvfp4_scales_unswizzle(const uint8_t *__restrict__ in, uint8_t *__restrict__ out,
-                           uint32_t rows, uint32_t cols) {
+    nvfp4_scales_unswizzle(const uint8_t *__restrict__ in, uint8_t *__restrict__ out, uint32_t rows,
+                           uint32_t cols) {
     const uint64_t col_tiles = ((uint64_t)cols + 3) / 4, total = (uint64_t)rows * cols;
     for (uint64_t item = first_item(); item < total; item += item_stride()) {
         uint64_t row = item / cols, col = item % cols;

@@ -169,9 +169,8 @@ __device__ __forceinline__ void mma_super(const uint4 (&w)[4], uint2 sc,
 // super-chunk's codes and scales are loaded while the one before is computed.
 template <int NT>
 __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t *scales,
-                                           const __nv_bfloat16 *const (&act_row)[NT],
-                                           uint32_t k, uint32_t s_begin, uint32_t s_end,
-                                           float (&acc)[NT][4]) {
+                                           const __nv_bfloat16 *const (&act_row)[NT], uint32_t k,
+                                           uint32_t s_begin, uint32_t s_end, float (&acc)[NT][4]) {
     const uint32_t lane = threadIdx.x % 32;
     const uint4 *wv = reinterpret_cast<const uint4 *>(values) + lane;
     const uint2 *ws = reinterpret_cast<const uint2 *>(scales) + lane;
@@ -244,8 +243,8 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
 
     const uint8_t *values = which ? a.up_values : a.values;
     const uint8_t *scales = which ? a.up_scales : a.scales;
-    values += (uint64_t)tile.expert * a.expert_value_bytes +
-              (uint64_t)rb * supers * MG_NVFP4_SUPER_BYTES;
+    values +=
+        (uint64_t)tile.expert * a.expert_value_bytes + (uint64_t)rb * supers * MG_NVFP4_SUPER_BYTES;
     scales += (uint64_t)tile.expert * a.expert_scale_bytes +
               (uint64_t)rb * supers * MG_NVFP4_SUPER_SCALE_BYTES;
     const uint32_t s_begin = (uint32_t)((uint64_t)kw * supers / KW);
@@ -297,19 +296,33 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
 
 } // namespace
 
-#define MG_NVFP4_GEMM_KERNEL(NAME, NT, KW, FUSED)                                                   \
-    extern "C" __global__ void __launch_bounds__(32 * KW * (FUSED ? 2 : 1)) NAME(                   \
-        const __nv_bfloat16 *act, uint32_t act_pitch, uint32_t act_rows, const int32_t *token_ids,  \
-        const int32_t *expert_offsets, uint32_t experts, uint32_t rows, const uint8_t *values,      \
-        const uint8_t *scales, uint64_t expert_value_bytes, uint64_t expert_scale_bytes,            \
-        const float *global_scales, const uint8_t *up_values, const uint8_t *up_scales,             \
-        const float *up_global_scales, __nv_bfloat16 *out, uint32_t ldc, uint32_t n, uint32_t k) {  \
-        const gemm_args a = {act,           act_pitch,        act_rows,           token_ids,        \
-                             expert_offsets, experts,         rows,               values,           \
-                             scales,        expert_value_bytes, expert_scale_bytes, global_scales,  \
-                             up_values,     up_scales,        up_global_scales,   out,              \
-                             ldc,           n,                k};                                   \
-        gemm_body<NT, KW, FUSED>(a);                                                                \
+#define MG_NVFP4_GEMM_KERNEL(NAME, NT, KW, FUSED)                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * KW * (FUSED ? 2 : 1)) NAME(                  \
+        const __nv_bfloat16 *act, uint32_t act_pitch, uint32_t act_rows, const int32_t *token_ids, \
+        const int32_t *expert_offsets, uint32_t experts, uint32_t rows, const uint8_t *values,     \
+        const uint8_t *scales, uint64_t expert_value_bytes, uint64_t expert_scale_bytes,           \
+        const float *global_scales, const uint8_t *up_values, const uint8_t *up_scales,            \
+        const float *up_global_scales, __nv_bfloat16 *out, uint32_t ldc, uint32_t n, uint32_t k) { \
+        const gemm_args a = {act,                                                                  \
+                             act_pitch,                                                            \
+                             act_rows,                                                             \
+                             token_ids,                                                            \
+                             expert_offsets,                                                       \
+                             experts,                                                              \
+                             rows,                                                                 \
+                             values,                                                               \
+                             scales,                                                               \
+                             expert_value_bytes,                                                   \
+                             expert_scale_bytes,                                                   \
+                             global_scales,                                                        \
+                             up_values,                                                            \
+                             up_scales,                                                            \
+                             up_global_scales,                                                     \
+                             out,                                                                  \
+                             ldc,                                                                  \
+                             n,                                                                    \
+                             k};                                                                   \
+        gemm_body<NT, KW, FUSED>(a);                                                               \
     }
 
 MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t8_k1, 1, 1, false)
@@ -365,9 +378,9 @@ extern "C" __global__ void __launch_bounds__(256)
                 word |= ((codes >> (4 * e)) & 15u) << (4 * mg_nvfp4_slot(h + 2 * (e / 2), e % 2));
             }
             if (kt == h) {
-                const uint64_t at = (uint64_t)expert * row_blocks * supers *
-                                        MG_NVFP4_SUPER_SCALE_BYTES +
-                                    mg_nvfp4_scale_offset(supers, rb * 16 + g + 8 * h, q);
+                const uint64_t at =
+                    (uint64_t)expert * row_blocks * supers * MG_NVFP4_SUPER_SCALE_BYTES +
+                    mg_nvfp4_scale_offset(supers, rb * 16 + g + 8 * h, q);
                 scales[at] = (uint8_t)mg_nvfp4_ue5m3_from_e4m3(scale);
             }
         }
@@ -387,29 +400,29 @@ extern "C" __global__ void __launch_bounds__(256)
     const uint32_t supers = mg_nvfp4_supers(k), kb = k / 16;
     const float global = *global_scale * MG_NVFP4_ACC_FACTOR;
     for (uint32_t row = blockIdx.x; row < n; row += gridDim.x)
-    for (uint32_t q = threadIdx.x; q < kb; q += blockDim.x) {
-        const uint32_t rb = row / 16, g = row % 8, h = row % 16 / 8;
-        const uint32_t s = q / 16, c = q % 16 / 4, t = q % 4;
-        const uint4 w = *reinterpret_cast<const uint4 *>(
-            values + ((uint64_t)rb * supers * 4 + s * 4 + c) * MG_NVFP4_CHUNK_BYTES +
-            (g * 4 + t) * 16);
-        const uint32_t sword = scales[mg_nvfp4_scale_offset(supers, row, q)];
-        const uint32_t scale = scale_pair(sword, 0);
-        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-        uint32_t pairs[8]; // element kt * 4 + e, two per register
+        for (uint32_t q = threadIdx.x; q < kb; q += blockDim.x) {
+            const uint32_t rb = row / 16, g = row % 8, h = row % 16 / 8;
+            const uint32_t s = q / 16, c = q % 16 / 4, t = q % 4;
+            const uint4 w = *reinterpret_cast<const uint4 *>(
+                values + ((uint64_t)rb * supers * 4 + s * 4 + c) * MG_NVFP4_CHUNK_BYTES +
+                (g * 4 + t) * 16);
+            const uint32_t sword = scales[mg_nvfp4_scale_offset(supers, row, q)];
+            const uint32_t scale = scale_pair(sword, 0);
+            const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+            uint32_t pairs[8]; // element kt * 4 + e, two per register
 #pragma unroll
-        for (int kt = 0; kt < 4; kt++) {
-            const uint32_t lo = mul_bf16x2(decode_pair(words[kt], h), scale);     // e 0, 1
-            const uint32_t hi = mul_bf16x2(decode_pair(words[kt], h + 2), scale); // e 2, 3
-            const float v[4] = {mg_num_bf16_low(lo), mg_num_bf16_high(lo),
-                                mg_num_bf16_low(hi), mg_num_bf16_high(hi)};
-            __nv_bfloat162 a = __floats2bfloat162_rn(v[0] * global, v[1] * global);
-            __nv_bfloat162 b = __floats2bfloat162_rn(v[2] * global, v[3] * global);
-            pairs[kt * 2] = *reinterpret_cast<uint32_t *>(&a);
-            pairs[kt * 2 + 1] = *reinterpret_cast<uint32_t *>(&b);
+            for (int kt = 0; kt < 4; kt++) {
+                const uint32_t lo = mul_bf16x2(decode_pair(words[kt], h), scale);     // e 0, 1
+                const uint32_t hi = mul_bf16x2(decode_pair(words[kt], h + 2), scale); // e 2, 3
+                const float v[4] = {mg_num_bf16_low(lo), mg_num_bf16_high(lo), mg_num_bf16_low(hi),
+                                    mg_num_bf16_high(hi)};
+                __nv_bfloat162 a = __floats2bfloat162_rn(v[0] * global, v[1] * global);
+                __nv_bfloat162 b = __floats2bfloat162_rn(v[2] * global, v[3] * global);
+                pairs[kt * 2] = *reinterpret_cast<uint32_t *>(&a);
+                pairs[kt * 2 + 1] = *reinterpret_cast<uint32_t *>(&b);
+            }
+            uint4 *dst = reinterpret_cast<uint4 *>(out + (uint64_t)row * k + q * 16);
+            dst[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+            dst[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
         }
-        uint4 *dst = reinterpret_cast<uint4 *>(out + (uint64_t)row * k + q * 16);
-        dst[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-        dst[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
-    }
 }

@@ -50,12 +50,12 @@
 #define MG_NVFP4_INLINE static inline
 #endif
 
-#define MG_NVFP4_BLOCK_ROWS 16u        /* rows of a row block (the MMA's M) */
-#define MG_NVFP4_SUPER_K 256u          /* K of a super-chunk */
-#define MG_NVFP4_CHUNK_K 64u           /* K of a chunk */
-#define MG_NVFP4_CHUNK_BYTES 512u      /* value bytes of a chunk: 16 rows x 64 codes / 2 */
-#define MG_NVFP4_SUPER_BYTES 2048u     /* value bytes of a super-chunk */
-#define MG_NVFP4_SUPER_SCALE_BYTES 256u /* scale bytes of a super-chunk: 16 rows x 16 blocks */
+#define MG_NVFP4_BLOCK_ROWS 16u          /* rows of a row block (the MMA's M) */
+#define MG_NVFP4_SUPER_K 256u            /* K of a super-chunk */
+#define MG_NVFP4_CHUNK_K 64u             /* K of a chunk */
+#define MG_NVFP4_CHUNK_BYTES 512u        /* value bytes of a chunk: 16 rows x 64 codes / 2 */
+#define MG_NVFP4_SUPER_BYTES 2048u       /* value bytes of a super-chunk */
+#define MG_NVFP4_SUPER_SCALE_BYTES 256u  /* scale bytes of a super-chunk: 16 rows x 16 blocks */
 #define MG_NVFP4_SCALE_BF16_BIAS 0x7300u /* 230 << 7: the exponent added to a ue5m3 byte */
 #define MG_NVFP4_ACC_FACTOR 256.0f       /* 2^8, undone on the accumulator */
 

@@ -32,17 +32,20 @@ struct Params {
 };
 static_assert(sizeof(Params) == 48, "mg_sample_params is 48 bytes");
 
-__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
-__device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ float neg_inf() {
+    return -__int_as_float(0x7f800000);
+}
+__device__ __forceinline__ float pos_inf() {
+    return __int_as_float(0x7f800000);
+}
 
 // mg_sample_params_valid (sample_reference.c), written so that NaN fails every test.
 __device__ __forceinline__ bool params_valid(const Params &p, uint32_t history_pitch) {
-    return p.temperature >= 0.0f && p.temperature <= 3.4e38f && p.top_p > 0.0f &&
-           p.top_p <= 1.0f && p.min_p >= 0.0f && p.min_p <= 1.0f &&
-           p.repetition_penalty > 0.0f && p.repetition_penalty <= 3.4e38f &&
-           p.presence_penalty >= -kMaxAdditive && p.presence_penalty <= kMaxAdditive &&
-           p.frequency_penalty >= -kMaxAdditive && p.frequency_penalty <= kMaxAdditive &&
-           p.history_len <= history_pitch;
+    return p.temperature >= 0.0f && p.temperature <= 3.4e38f && p.top_p > 0.0f && p.top_p <= 1.0f &&
+           p.min_p >= 0.0f && p.min_p <= 1.0f && p.repetition_penalty > 0.0f &&
+           p.repetition_penalty <= 3.4e38f && p.presence_penalty >= -kMaxAdditive &&
+           p.presence_penalty <= kMaxAdditive && p.frequency_penalty >= -kMaxAdditive &&
+           p.frequency_penalty <= kMaxAdditive && p.history_len <= history_pitch;
 }
 
 // Order-preserving key of a float that is never NaN (larger float, larger key; -0 < +0, and
@@ -153,8 +156,9 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     for (uint32_t i = tid; i < vocab; i += kThreads) {
         const uint64_t at = (uint64_t)r * pitch + i;
         const float x =
-            logits_bf16 ? __uint_as_float((uint32_t)static_cast<const uint16_t *>(logits)[at] << 16)
-                        : static_cast<const float *>(logits)[at];
+            logits_bf16
+                ? __uint_as_float((uint32_t) static_cast<const uint16_t *>(logits)[at] << 16)
+                : static_cast<const float *>(logits)[at];
         bad |= x != x || x == pos_inf();
         y[i] = x;
     }
@@ -178,10 +182,10 @@ extern "C" __global__ void __launch_bounds__(kThreads)
             for (uint32_t k = j; k < p.history_len; k++)
                 c += hist[k] == t;
             const float x = y[t];
-            const float q = x > 0.0f ? __fdiv_rn(x, p.repetition_penalty)
-                                     : __fmul_rn(x, p.repetition_penalty);
-            y[t] = __fsub_rn(q, __fadd_rn(p.presence_penalty,
-                                          __fmul_rn(p.frequency_penalty, (float)c)));
+            const float q =
+                x > 0.0f ? __fdiv_rn(x, p.repetition_penalty) : __fmul_rn(x, p.repetition_penalty);
+            y[t] = __fsub_rn(
+                q, __fadd_rn(p.presence_penalty, __fmul_rn(p.frequency_penalty, (float)c)));
         }
         __syncthreads();
     }

@@ -175,8 +175,8 @@ mg_status mg_cpu_host_register(void *ctx, void *host, size_t bytes, mg_devptr *o
                             "cpu host_register: [%p, +%zu) overlaps the range [0x%" PRIx64
                             ", +%" PRIu64 ") this device already addresses",
                             host, bytes, found.base, found.bytes);
-    mg_status st = mg_ledger_add(&c->registered_ranges,
-                                 &(mg_ledger_entry){.base = base, .bytes = bytes});
+    mg_status st =
+        mg_ledger_add(&c->registered_ranges, &(mg_ledger_entry){.base = base, .bytes = bytes});
     if (st)
         return st;
     *out = (mg_devptr)base;
@@ -196,7 +196,8 @@ mg_status mg_cpu_host_unregister(void *ctx, void *host) {
 bool mg_cpu_host_registered(void *ctx, mg_devptr p, size_t bytes) {
     mg_cpu_backend *c = ctx;
     mg_ledger_entry found;
-    return mg_ledger_find(&c->registered_ranges, p, &found) && bytes <= found.base + found.bytes - p;
+    return mg_ledger_find(&c->registered_ranges, p, &found) &&
+           bytes <= found.base + found.bytes - p;
 }
 
 void mg_cpu_release_all_ranges(mg_cpu_backend *c) {

@@ -144,7 +144,7 @@ mg_status mg_cuda_graph_count_nodes(void *ctx, void *graph, size_t *kernels, siz
     mg_cuda_graph *g = graph;
     if (!c->drv->GraphGetNodes || !c->drv->GraphNodeGetType)
         return MG_ERROR(MG_ERR_UNSUPPORTED, "mg_graph_count_nodes: the driver lacks "
-                        "cuGraphGetNodes or cuGraphNodeGetType");
+                                            "cuGraphGetNodes or cuGraphNodeGetType");
     mg_status st = mg_cuda_enter(c);
     if (st)
         return st;

@@ -2,17 +2,17 @@
  * cuda_module.c - the module registry (modules grouped by model, loaded from PTX, cubin or
  * fatbin), kernel lookup and kernel launch.
  *
- * The kernels compiled into the library (src/backends/cuda/embedded_kernels.h) are loaded at open as
- * module "metrale", which may span several images and cannot be unloaded. Kernel objects
- * live until the backend is destroyed, so a fault report can always name the kernel
- * launched last; once their module is unloaded they refuse to launch.
+ * The kernels compiled into the library (src/backends/cuda/embedded_kernels.h) are loaded at open
+ * as module "metrale", which may span several images and cannot be unloaded. Kernel objects live
+ * until the backend is destroyed, so a fault report can always name the kernel launched last; once
+ * their module is unloaded they refuse to launch.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "embedded_kernels.h"
 #include "cuda_internal.h"
+#include "embedded_kernels.h"
 
 #define BUILTIN_MODULE "metrale"
 #define DEFAULT_SHARED_LIMIT_BYTES (48u << 10)

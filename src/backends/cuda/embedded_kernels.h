@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 typedef struct mg_embedded_kernel_image {
-    const char *name;        /* file stem, e.g. "vector_add" */
+    const char *name; /* file stem, e.g. "vector_add" */
     const unsigned char *image;
     const size_t *bytes;
 } mg_embedded_kernel_image;

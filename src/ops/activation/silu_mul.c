@@ -19,8 +19,8 @@ static const mg_op_provider *const silu_mul_providers[] = {&kernels_provider, NU
 
 const mg_op_def mg_silu_mul_op = {MG_OP_SILU_MUL, "silu_mul", silu_mul_providers};
 
-mg_status mg_silu_mul_bf16(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t cols,
-                           mg_devptr in, uint32_t in_pitch, mg_devptr out, uint32_t out_pitch) {
+mg_status mg_silu_mul_bf16(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t cols, mg_devptr in,
+                           uint32_t in_pitch, mg_devptr out, uint32_t out_pitch) {
     mg_status st = mg_op_enter(b, WHAT);
     if (st)
         return st;

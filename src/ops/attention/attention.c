@@ -1,14 +1,14 @@
 /* attention.c - the front of metrale/ops_attention.h: argument validation, then the ragged
- * prefill attention of the provider the op registry chooses (attention_provider.h). Every check runs before anything is
- * planned or launched, so a rejected call changes nothing. */
+ * prefill attention of the provider the op registry chooses (attention_provider.h). Every check
+ * runs before anything is planned or launched, so a rejected call changes nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_provider.h"
 #include "backend_impl.h"
 #include "checked_math.h"
 #include "error.h"
-#include "attention_provider.h"
 #include "kv_cache_internal.h"
 #include "op_builtin.h"
 
@@ -239,8 +239,8 @@ static mg_status plan_batch(mg_attention_plan *p, const int32_t *qo_indptr,
             if (!(grown[i] = malloc(sizeof(int32_t) * (batch_size + 1)))) {
                 for (int j = 0; j < i; j++)
                     free(grown[j]);
-                return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory for %u indptrs",
-                                fn, batch_size + 1);
+                return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory for %u indptrs", fn,
+                                batch_size + 1);
             }
         for (int i = 0; i < count; i++) {
             if (p->batch_size)
@@ -365,8 +365,7 @@ static mg_status check_run_ready(const mg_attention_plan *p, bool paged, const c
         st = mg_backend_check_fault(p->backend);
     if (!st && !p->usable)
         st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                      "%s: the plan's last update failed on the device; update it again first",
-                      fn);
+                      "%s: the plan's last update failed on the device; update it again first", fn);
     return st;
 }
 
@@ -640,8 +639,8 @@ mg_status mg_paged_attention_run(mg_attention_plan *p, const mg_paged_attention_
     const uint32_t qo_total = (uint32_t)p->qo_indptr[p->batch_size];
     const uint32_t want_rows = d->graph_qo_rows ? d->graph_qo_rows : qo_total;
     if (t->qo_rows != want_rows)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: qo_rows %u given, the plan needs %u (%s)", fn, t->qo_rows, want_rows,
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: qo_rows %u given, the plan needs %u (%s)", fn,
+                        t->qo_rows, want_rows,
                         d->graph_qo_rows ? "its fixed-grid capacity" : "its qo_indptr total");
     const uint32_t planned_pages = (uint32_t)p->page_indptr[p->batch_size];
     if (t->num_kv_indices < planned_pages)

@@ -1,5 +1,5 @@
-/* attention_flashinfer.c - ragged prefill attention on the CUDA backend, through the FlashInfer plugin
- * libmetrale_gpu_attention.so (kernels/cuda/attention/flashinfer_ragged_prefill.h).
+/* attention_flashinfer.c - ragged prefill attention on the CUDA backend, through the FlashInfer
+ * plugin libmetrale_gpu_attention.so (kernels/cuda/attention/flashinfer_ragged_prefill.h).
  *
  * A plan holds a float and an int workspace on the device, sized from each plan (they grow when
  * a later eager plan needs more), and two page-locked mirrors of the int workspace. Planning
@@ -35,8 +35,8 @@
 #include "backend_impl.h"
 #include "cuda_backend.h"
 #include "cuda_plugin.h"
-#include "flashinfer_ragged_prefill.h"
 #include "error.h"
+#include "flashinfer_ragged_prefill.h"
 
 #define PLUGIN_FILE "libmetrale_gpu_attention.so"
 
@@ -169,8 +169,7 @@ static bool carved_bytes(const mg_fi_shape *shape, size_t float_bytes, size_t in
  * waited for): the caller's stream order keeps earlier queued work on the old sub-ranges
  * ahead of anything planned into the new ones. */
 static mg_status carve_workspaces(mg_attention_plan *p, cuda_attention_plan *c,
-                                  const mg_fi_shape *shape, size_t float_bytes,
-                                  size_t int_bytes) {
+                                  const mg_fi_shape *shape, size_t float_bytes, size_t int_bytes) {
     const bool carved = c->int_workspace != 0;
     if (carved && float_bytes <= c->float_bytes && int_bytes <= c->int_bytes &&
         (!shape->graph_mode || int_bytes <= c->staging_bytes))
@@ -188,8 +187,7 @@ static mg_status carve_workspaces(mg_attention_plan *p, cuda_attention_plan *c,
     const size_t int_offset = mg_attention_carve_size(float_bytes);
     c->float_workspace = float_bytes ? base : 0; /* as unallocated on the library path */
     c->int_workspace = base + int_offset;
-    c->int_staging =
-        shape->graph_mode ? base + int_offset + mg_attention_carve_size(int_bytes) : 0;
+    c->int_staging = shape->graph_mode ? base + int_offset + mg_attention_carve_size(int_bytes) : 0;
     c->float_bytes = float_bytes;
     c->int_bytes = int_bytes;
     c->staging_bytes = shape->graph_mode ? int_bytes : 0;
@@ -296,9 +294,9 @@ static mg_status cuda_plan(mg_attention_plan *p, const int32_t *qo_indptr, const
     mg_fi_plan_info info;
     const mg_devptr copy_target = fixed_update ? c->int_staging : c->int_workspace;
     st = fi.plan(&shape, qo_indptr, kv_units, p->page_size ? p->new_last_page_len : NULL,
-                 (void *)(uintptr_t)c->float_workspace,
-                 c->float_bytes, (void *)(uintptr_t)copy_target, c->mirror[mirror], int_bytes,
-                 (void *)stream, &info, &err);
+                 (void *)(uintptr_t)c->float_workspace, c->float_bytes,
+                 (void *)(uintptr_t)copy_target, c->mirror[mirror], int_bytes, (void *)stream,
+                 &info, &err);
     const bool layout_changed =
         !st && fixed_update && memcmp(info.words, c->info.words, sizeof info.words);
     mg_status up = MG_OK;
@@ -450,10 +448,11 @@ static bool flashinfer_supports(mg_backend *b, const void *call, char *reason,
     const mg_attention_desc *d = call;
     if (mg_fi_head_dim_built(d->head_dim))
         return true;
-    snprintf(reason, reason_bytes,
-             "head_dim %u has no CUDA kernels (FlashInfer's are built for head_dim "
-             MG_FI_HEAD_DIMS_TEXT ")",
-             d->head_dim);
+    snprintf(
+        reason, reason_bytes,
+        "head_dim %u has no CUDA kernels (FlashInfer's are built for head_dim " MG_FI_HEAD_DIMS_TEXT
+        ")",
+        d->head_dim);
     return false;
 }
 

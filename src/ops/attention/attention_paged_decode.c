@@ -43,10 +43,10 @@
 
 typedef struct decode_plan {
     char kernel[40];
-    uint32_t rows;    /* the kernel's row-block size */
-    uint32_t threads; /* per CTA */
+    uint32_t rows;         /* the kernel's row-block size */
+    uint32_t threads;      /* per CTA */
     uint32_t shared_bytes; /* dynamic shared memory per CTA */
-    uint32_t slots; /* CTAs the GPU runs at once */
+    uint32_t slots;        /* CTAs the GPU runs at once */
     uint32_t div_mul, div_shift;
     bool fixed;
     uint32_t grid_x; /* fixed-grid plans: the captured grid's x; eager: items of the plan */
@@ -135,8 +135,7 @@ static void count_items(const row_block *b, uint32_t n, uint64_t chunk, uint64_t
  * of CTAs times the longest item, plus the merge reads of the widest group), among those
  * within the capacities (0: unbounded); the unsplit schedule is the last candidate. */
 static uint64_t choose_chunk(const decode_plan *c, const row_block *b, uint32_t n,
-                             uint32_t kv_heads, uint64_t item_capacity,
-                             uint64_t partial_capacity) {
+                             uint32_t kv_heads, uint64_t item_capacity, uint64_t partial_capacity) {
     uint64_t longest = 1;
     for (uint32_t i = 0; i < n; i++)
         if ((uint64_t)(b[i].hi - b[i].lo) > longest)
@@ -191,9 +190,8 @@ static mg_status ensure_buffers(mg_attention_plan *p, decode_plan *c, uint64_t i
     const size_t slots_p = partials ? partials : 1, slots_i = items ? items : 1;
     decode_plan grown = *c;
     grown.schedule = grown.partial_o = grown.partial_ml = grown.counters = 0;
-    mg_status st =
-        mg_alloc_owned_at(p->backend, schedule_bytes, MG_ALLOC_DEVICE, &grown.schedule, __FILE__,
-                          __LINE__);
+    mg_status st = mg_alloc_owned_at(p->backend, schedule_bytes, MG_ALLOC_DEVICE, &grown.schedule,
+                                     __FILE__, __LINE__);
     if (!st)
         st = mg_alloc_owned_at(p->backend, 4 * slots_p * per_item * d->head_dim, MG_ALLOC_DEVICE,
                                &grown.partial_o, __FILE__, __LINE__);
@@ -222,8 +220,7 @@ static mg_status ensure_buffers(mg_attention_plan *p, decode_plan *c, uint64_t i
     return MG_OK;
 }
 
-static mg_status decode_init(mg_attention_plan *p, decode_plan *c, uint32_t batch,
-                             mg_stream *s) {
+static mg_status decode_init(mg_attention_plan *p, decode_plan *c, uint32_t batch, mg_stream *s) {
     const mg_attention_desc *d = &p->desc;
     mg_device_info info;
     mg_status st = mg_device_get_info(p->backend, &info);
@@ -253,7 +250,8 @@ static mg_status decode_init(mg_attention_plan *p, decode_plan *c, uint32_t batc
         /* Capacities: the row blocks of graph_qo_rows rows over `batch` requests, plus split
          * chunks for two waves of CTAs. */
         const uint32_t group = d->num_qo_heads / d->num_kv_heads;
-        const uint64_t blocks = ((uint64_t)d->graph_qo_rows * group + c->rows - 1) / c->rows + batch;
+        const uint64_t blocks =
+            ((uint64_t)d->graph_qo_rows * group + c->rows - 1) / c->rows + batch;
         const uint64_t partials = 2ull * c->slots / d->num_kv_heads + 2ull * batch;
         c->grid_x = (c->slots + d->num_kv_heads - 1) / d->num_kv_heads;
         if (blocks + partials > INT32_MAX)
@@ -398,8 +396,8 @@ static void decode_info(const mg_attention_plan *p, mg_attention_plan_info *out)
     const mg_attention_desc *d = &p->desc;
     out->impl = MG_ATTENTION_IMPL_AUTO; /* neither of FlashInfer's */
     out->workspace_bytes =
-        c->schedule_bytes + (uint64_t)c->partial_capacity * d->num_kv_heads * c->rows *
-                                (4ull * d->head_dim + 8) +
+        c->schedule_bytes +
+        (uint64_t)c->partial_capacity * d->num_kv_heads * c->rows * (4ull * d->head_dim + 8) +
         4ull * c->item_capacity * d->num_kv_heads;
 }
 

@@ -62,8 +62,7 @@ struct mg_attention_provider {
                       uint32_t batch_size, mg_stream *s);
     mg_status (*run)(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s);
     /* Runs a paged plan (validated tensors). */
-    mg_status (*run_paged)(mg_attention_plan *p, const mg_paged_attention_tensors *t,
-                           mg_stream *s);
+    mg_status (*run_paged)(mg_attention_plan *p, const mg_paged_attention_tensors *t, mg_stream *s);
     /* Frees the backend's state. `backend_live` false: the backend was closed, which already
      * released the plan's device memory, events, kernels and pinned memory; only host memory
      * may be freed then (no call on the dead backend). */

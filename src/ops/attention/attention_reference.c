@@ -1,6 +1,6 @@
-/* attention_reference.c - the reference ragged prefill attention (metrale/ops_attention.h) on the CPU
- * backend: BF16 inputs widened exactly to FP32, FP32 dot products and softmax, output rounded to
- * BF16 once. It defines the op's result; GPU implementations are checked against it.
+/* attention_reference.c - the reference ragged prefill attention (metrale/ops_attention.h) on the
+ * CPU backend: BF16 inputs widened exactly to FP32, FP32 dot products and softmax, output rounded
+ * to BF16 once. It defines the op's result; GPU implementations are checked against it.
  *
  * A plan keeps its indptrs in a device buffer of the CPU backend (written on the plan's stream,
  * like the GPU's int workspace), and a run is a launch of the CPU kernel
@@ -36,7 +36,7 @@ typedef struct cpu_attention_plan {
     mg_devptr indptrs;         /* qo_indptr then kv_indptr (tokens), batch_size + 1 int32 each;
                                 * paged plans then page indptr and last-page lengths */
     uint32_t indptrs_capacity; /* batch_size + 1 the buffer holds per array */
-    mg_kernel *kernel; /* the ragged or the paged kernel */
+    mg_kernel *kernel;         /* the ragged or the paged kernel */
 } cpu_attention_plan;
 
 /* Launch argument indices of the kernel. */
@@ -145,10 +145,10 @@ static void compute_item(const attention_args *a, uint32_t request, uint32_t kvh
     for (uint32_t j = 0; j < lk; j++) {
         /* Key j's row: its own row of k/v, or its slot in its page. */
         const size_t key_row =
-            a->page_size ? (size_t)a->kv_indices[a->page_indptr[request] + j / a->page_size] *
-                                   a->page_size +
-                               j % a->page_size
-                         : (size_t)(k0 + j);
+            a->page_size
+                ? (size_t)a->kv_indices[a->page_indptr[request] + j / a->page_size] * a->page_size +
+                      j % a->page_size
+                : (size_t)(k0 + j);
         const size_t src = (key_row * a->kv_heads + kvh) * d;
         for (uint32_t c = 0; c < d; c++) {
             if (a->kv_fp8) { /* the codes, exactly; the scales are applied below */
@@ -175,10 +175,9 @@ static void compute_item(const attention_args *a, uint32_t request, uint32_t kvh
             const size_t row = ((size_t)(q0 + r) * a->qo_heads + h) * d;
             for (uint32_t c = 0; c < d; c++)
                 qf[c] = mg_bf16_to_f32(a->q[row + c]);
-            float lse =
-                attend_row(qf, kf, vf, d, (uint32_t)begin,
-                           end > begin ? (uint32_t)end : (uint32_t)begin, sm_scale, a->soft_cap,
-                           scores, out);
+            float lse = attend_row(qf, kf, vf, d, (uint32_t)begin,
+                                   end > begin ? (uint32_t)end : (uint32_t)begin, sm_scale,
+                                   a->soft_cap, scores, out);
             for (uint32_t c = 0; c < d; c++)
                 a->o[row + c] = mg_f32_to_bf16(out[c] * out_scale);
             if (a->lse)
@@ -330,11 +329,10 @@ enum {
  * kv_indices) before computing: a bad entry is an error, never a read outside the pools. */
 static mg_status kernel_attention_paged(const mg_launch *l) {
     static const mg_arg_kind kinds[PARG_COUNT] = {
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_I32,
-        MG_ARG_F32,    MG_ARG_F32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-        MG_ARG_BUFFER, MG_ARG_BUFFER};
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_I32,    MG_ARG_F32,    MG_ARG_F32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_BUFFER, MG_ARG_BUFFER};
     mg_status st = mg_cpu_kernel_check_args(l, PAGED_NAME, kinds, PARG_COUNT);
     if (st)
         return st;
@@ -385,10 +383,9 @@ static mg_status kernel_attention_paged(const mg_launch *l) {
         (st = mg_cpu_kernel_buffer(l, PARG_LSE, lse_bytes, 4, PAGED_NAME, &lse)))
         return st;
     void *k_scale = NULL, *v_scale = NULL;
-    if (a.kv_fp8 && ((st = mg_cpu_kernel_buffer(l, PARG_K_SCALE, 4ull * a.kv_heads, 4, PAGED_NAME,
-                                                &k_scale)) ||
-                     (st = mg_cpu_kernel_buffer(l, PARG_V_SCALE, 4ull * a.kv_heads, 4, PAGED_NAME,
-                                                &v_scale))))
+    if (a.kv_fp8 &&
+        ((st = mg_cpu_kernel_buffer(l, PARG_K_SCALE, 4ull * a.kv_heads, 4, PAGED_NAME, &k_scale)) ||
+         (st = mg_cpu_kernel_buffer(l, PARG_V_SCALE, 4ull * a.kv_heads, 4, PAGED_NAME, &v_scale))))
         return st;
     a.k_scale = k_scale, a.v_scale = v_scale;
     for (uint32_t h = 0; a.kv_fp8 && h < a.kv_heads; h++)
@@ -456,9 +453,8 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
             return register_status;
         if (!(c = calloc(1, sizeof *c)))
             return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu attention plan: out of host memory");
-        mg_status st = mg_kernel_lookup(p->backend, KERNEL_MODULE,
-                                        p->page_size ? PAGED_FUNCTION : KERNEL_FUNCTION,
-                                        &c->kernel);
+        mg_status st = mg_kernel_lookup(
+            p->backend, KERNEL_MODULE, p->page_size ? PAGED_FUNCTION : KERNEL_FUNCTION, &c->kernel);
         if (st) {
             free(c);
             return st;
@@ -577,9 +573,10 @@ static void cpu_release(mg_attention_plan *p, bool backend_live) {
 static void cpu_info(const mg_attention_plan *p, mg_attention_plan_info *out) {
     const cpu_attention_plan *c = p->impl;
     out->impl = MG_ATTENTION_IMPL_AUTO;
-    out->workspace_bytes = !c                ? 0
-                           : p->desc.workspace ? indptrs_bytes(p->batch_size)
-                                               : indptr_arrays(p) * sizeof(int32_t) * c->indptrs_capacity;
+    out->workspace_bytes = !c ? 0
+                           : p->desc.workspace
+                               ? indptrs_bytes(p->batch_size)
+                               : indptr_arrays(p) * sizeof(int32_t) * c->indptrs_capacity;
 }
 
 static mg_status cpu_workspace_bytes(mg_backend *b, const mg_attention_desc *d,

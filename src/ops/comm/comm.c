@@ -43,8 +43,8 @@ static const mg_comm_provider *provider_of(mg_backend_kind kind) {
 static mg_status no_provider(const char *fn, mg_backend_kind kind) {
     if ((unsigned)kind > MG_BACKEND_AUTO || kind == MG_BACKEND_AUTO)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: no backend kind %d", fn, (int)kind);
-    return MG_ERROR(MG_ERR_UNAVAILABLE, "%s: no communicators for the %s backend in this build",
-                    fn, mg_backend_kind_name(kind));
+    return MG_ERROR(MG_ERR_UNAVAILABLE, "%s: no communicators for the %s backend in this build", fn,
+                    mg_backend_kind_name(kind));
 }
 
 const char *mg_comm_reduce_name(mg_comm_reduce op) {
@@ -76,8 +76,8 @@ bool mg_comm_available(mg_backend_kind kind, char *reason, size_t reason_bytes) 
 static mg_status require_available(const mg_comm_provider *p, const char *fn) {
     char reason[384];
     if (!p->available(reason, sizeof reason))
-        return MG_ERROR(MG_ERR_UNAVAILABLE, "%s: %s communicators unavailable: %s", fn, p->base.name,
-                        reason);
+        return MG_ERROR(MG_ERR_UNAVAILABLE, "%s: %s communicators unavailable: %s", fn,
+                        p->base.name, reason);
     return MG_OK;
 }
 
@@ -203,8 +203,7 @@ mg_status mg_comm_create_rank(mg_backend *b, const mg_comm_id *id, int size, int
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: size %d is not in 1..%d", fn, size,
                         MG_COMM_MAX_RANKS);
     if (rank < 0 || rank >= size)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: rank %d is not in 0..%d", fn, rank,
-                        size - 1);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: rank %d is not in 0..%d", fn, rank, size - 1);
     if (tls_group_depth)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: not inside mg_comm_group_begin/end", fn);
     if ((st = choose_transport(b, fn, &p)))
@@ -243,15 +242,14 @@ mg_status mg_comm_create_local(mg_backend *const *backends, int count,
             return st;
         if (p && pi != p)
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "%s: backends[%d] is %s, backends[0] %s: one kind per communicator",
-                            fn, i, mg_backend_kind_name(mg_backend_get_kind(backends[i])),
+                            "%s: backends[%d] is %s, backends[0] %s: one kind per communicator", fn,
+                            i, mg_backend_kind_name(mg_backend_get_kind(backends[i])),
                             mg_backend_kind_name(mg_backend_get_kind(backends[0])));
         p = pi;
         for (int j = 0; j < i; j++)
             if (backends[j] == backends[i])
                 return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                                "%s: backends[%d] and backends[%d] are the same backend", fn, j,
-                                i);
+                                "%s: backends[%d] and backends[%d] are the same backend", fn, j, i);
     }
     if ((st = choose_transport(backends[0], fn, &p)))
         return st;
@@ -367,8 +365,8 @@ static mg_status group_join(mg_comm *c, const char *fn) {
     for (int i = 0; i < tls_group_count && !known; i++)
         known = tls_group_comms[i] == c;
     if (!known && tls_group_count == MAX_GROUP_COMMS)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: more than %d communicators in one group",
-                        fn, MAX_GROUP_COMMS);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: more than %d communicators in one group", fn,
+                        MAX_GROUP_COMMS);
     bool begun = false;
     for (int i = 0; i < tls_group_provider_count && !begun; i++)
         begun = tls_group_providers[i] == c->provider;
@@ -386,9 +384,9 @@ static mg_status group_join(mg_comm *c, const char *fn) {
 /* ------------------------------------------------------------------ collectives */
 
 static const char *call_name(mg_comm_call_kind kind) {
-    static const char *const names[] = {"mg_comm_all_reduce", "mg_comm_all_gather",
+    static const char *const names[] = {"mg_comm_all_reduce",     "mg_comm_all_gather",
                                         "mg_comm_reduce_scatter", "mg_comm_broadcast",
-                                        "mg_comm_send", "mg_comm_recv"};
+                                        "mg_comm_send",           "mg_comm_recv"};
     return names[kind];
 }
 
@@ -397,8 +395,8 @@ static mg_status check_buffer(mg_comm *c, const char *fn, const char *what, mg_d
     if (!p)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", fn, what);
     if (p % element_bytes)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%" PRIx64 " is not %zu-byte aligned",
-                        fn, what, p, element_bytes);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%" PRIx64 " is not %zu-byte aligned", fn,
+                        what, p, element_bytes);
     size_t bytes;
     if (__builtin_mul_overflow(elements, element_bytes, &bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s of %zu elements overflows", fn, what,
@@ -408,8 +406,8 @@ static mg_status check_buffer(mg_comm *c, const char *fn, const char *what, mg_d
 
 /* The in-place rule: identical spans, or the small buffer is this rank's slice of the large
  * one; any other overlap is refused. */
-static mg_status check_overlap(const char *fn, mg_devptr small, size_t small_bytes,
-                               mg_devptr large, size_t large_bytes, size_t slice_offset) {
+static mg_status check_overlap(const char *fn, mg_devptr small, size_t small_bytes, mg_devptr large,
+                               size_t large_bytes, size_t slice_offset) {
     bool overlaps = small < large + large_bytes && large < small + small_bytes;
     if (overlaps && small != large + slice_offset)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
@@ -430,8 +428,8 @@ static mg_status check_call(mg_comm *c, const mg_comm_call *call) {
     if (!c->provider->supports_dtype(c, call->dtype))
         return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: %s communicators cannot carry %s here", fn,
                         c->provider->base.name, mg_dtype_name(call->dtype));
-    bool reduces = call->kind == MG_COMM_CALL_ALL_REDUCE ||
-                   call->kind == MG_COMM_CALL_REDUCE_SCATTER;
+    bool reduces =
+        call->kind == MG_COMM_CALL_ALL_REDUCE || call->kind == MG_COMM_CALL_REDUCE_SCATTER;
     if (reduces && call->op != MG_COMM_SUM && call->op != MG_COMM_MAX)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown reduction %d", fn, (int)call->op);
     size_t e = mg_dtype_bytes(call->dtype), n = call->count, all;
@@ -458,8 +456,8 @@ static mg_status check_call(mg_comm *c, const mg_comm_call *call) {
         return check_overlap(fn, call->recv, n * e, call->send, all * e, slice);
     case MG_COMM_CALL_BROADCAST:
         if (call->peer < 0 || call->peer >= c->size)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: root %d is not in 0..%d", fn,
-                            call->peer, c->size - 1);
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: root %d is not in 0..%d", fn, call->peer,
+                            c->size - 1);
         if ((st = check_buffer(c, fn, "recv", call->recv, n, e)))
             return st;
         if (call->peer != c->rank)
@@ -502,8 +500,8 @@ static mg_status enqueue(mg_comm *c, mg_stream *s, const mg_comm_call *call) {
     return MG_OK;
 }
 
-mg_status mg_comm_all_reduce(mg_comm *c, mg_stream *s, mg_devptr send, mg_devptr recv,
-                             size_t count, mg_dtype dtype, mg_comm_reduce op) {
+mg_status mg_comm_all_reduce(mg_comm *c, mg_stream *s, mg_devptr send, mg_devptr recv, size_t count,
+                             mg_dtype dtype, mg_comm_reduce op) {
     mg_comm_call call = {MG_COMM_CALL_ALL_REDUCE, send, recv, count, dtype, op, 0};
     return enqueue(c, s, &call);
 }
@@ -520,8 +518,8 @@ mg_status mg_comm_reduce_scatter(mg_comm *c, mg_stream *s, mg_devptr send, mg_de
     return enqueue(c, s, &call);
 }
 
-mg_status mg_comm_broadcast(mg_comm *c, mg_stream *s, mg_devptr send, mg_devptr recv,
-                            size_t count, mg_dtype dtype, int root) {
+mg_status mg_comm_broadcast(mg_comm *c, mg_stream *s, mg_devptr send, mg_devptr recv, size_t count,
+                            mg_dtype dtype, int root) {
     mg_comm_call call = {MG_COMM_CALL_BROADCAST, send, recv, count, dtype, MG_COMM_SUM, root};
     return enqueue(c, s, &call);
 }

@@ -155,8 +155,7 @@ static void store(mg_dtype t, void *p, size_t i, double v) {
 /* out_r[i] = op over ranks q of in_q[offset + i] for i < count, for every rank r that has an
  * output (all of them for all-reduce; reduce-scatter calls it once per output rank). A NaN
  * propagates through max as through sum. */
-static void reduce_into(cpu_instance *in, int ranks, size_t in_offset, int only_out,
-                        size_t count) {
+static void reduce_into(cpu_instance *in, int ranks, size_t in_offset, int only_out, size_t count) {
     const mg_comm_call *c = &in->call;
     size_t e = mg_dtype_bytes(c->dtype);
     double acc[CHUNK];
@@ -198,8 +197,7 @@ static void execute(cpu_instance *in, int size) {
     case MG_COMM_CALL_ALL_GATHER:
         for (int r = 0; r < size; r++)
             for (int q = 0; q < size; q++)
-                memmove((uint8_t *)in->part[r].recv + (size_t)q * bytes, in->part[q].send,
-                        bytes);
+                memmove((uint8_t *)in->part[r].recv + (size_t)q * bytes, in->part[q].send, bytes);
         break;
     case MG_COMM_CALL_BROADCAST:
         for (int r = 0; r < size; r++)
@@ -224,7 +222,8 @@ static const char *kind_name(mg_comm_call_kind kind) {
 static bool calls_match(const mg_comm_call *a, const mg_comm_call *b) {
     bool reduces = a->kind == MG_COMM_CALL_ALL_REDUCE || a->kind == MG_COMM_CALL_REDUCE_SCATTER;
     return a->kind == b->kind && a->count == b->count && a->dtype == b->dtype &&
-           (!reduces || a->op == b->op) && (a->kind != MG_COMM_CALL_BROADCAST || a->peer == b->peer);
+           (!reduces || a->op == b->op) &&
+           (a->kind != MG_COMM_CALL_BROADCAST || a->peer == b->peer);
 }
 
 /* Pending instances of this thread's open group: the group's end waits for them. */
@@ -312,8 +311,7 @@ static mg_status contribute(cpu_rank *me, uint32_t timeout_ms, const mg_comm_cal
                      "rank %d called %s(count %zu, %s) where a peer called %s(count %zu, %s) "
                      "as call #%" PRIu64,
                      me->rank, kind_name(call->kind), call->count, mg_dtype_name(call->dtype),
-                     kind_name(in->call.kind), in->call.count, mg_dtype_name(in->call.dtype),
-                     seq);
+                     kind_name(in->call.kind), in->call.count, mg_dtype_name(in->call.dtype), seq);
             world_fail_locked(w, why);
             pthread_mutex_unlock(&w->lock);
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu communicator: %s", why);
@@ -353,8 +351,8 @@ static mg_status contribute(cpu_rank *me, uint32_t timeout_ms, const mg_comm_cal
  * buffer send, buffer recv (0 where the call has none). */
 static mg_status kernel_comm_call(const mg_launch *l) {
     static const char name[] = "metrale:" KERNEL_NAME;
-    static const mg_arg_kind kinds[] = {MG_ARG_U64, MG_ARG_U64, MG_ARG_U32,
-                                        MG_ARG_U32, MG_ARG_U32, MG_ARG_I32,
+    static const mg_arg_kind kinds[] = {MG_ARG_U64, MG_ARG_U64,    MG_ARG_U32,
+                                        MG_ARG_U32, MG_ARG_U32,    MG_ARG_I32,
                                         MG_ARG_U64, MG_ARG_BUFFER, MG_ARG_BUFFER};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 9);
     if (st)
@@ -438,8 +436,9 @@ static mg_status cpu_create_rank(mg_comm *c, const mg_comm_id *id) {
     cpu_id parsed;
     memcpy(&parsed, id->bytes, sizeof parsed);
     if (memcmp(parsed.magic, ID_MAGIC, sizeof ID_MAGIC) != 0)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "mg_comm_create_rank: the id was not made by mg_comm_get_id(MG_BACKEND_CPU)");
+        return MG_ERROR(
+            MG_ERR_INVALID_ARGUMENT,
+            "mg_comm_create_rank: the id was not made by mg_comm_get_id(MG_BACKEND_CPU)");
     if (parsed.pid != (int64_t)getpid())
         return MG_ERROR(MG_ERR_UNSUPPORTED,
                         "mg_comm_create_rank: the id comes from process %" PRId64 "; CPU "
@@ -537,8 +536,8 @@ static mg_status cpu_enqueue(mg_comm *c, mg_stream *s, const mg_comm_call *call,
     mg_launch_arg_i32(&l, call->peer);
     mg_launch_arg_u64(&l, call->count);
     bool root = call->kind == MG_COMM_CALL_BROADCAST && call->peer == c->rank;
-    bool has_send = call->kind != MG_COMM_CALL_RECV &&
-                    (call->kind != MG_COMM_CALL_BROADCAST || root);
+    bool has_send =
+        call->kind != MG_COMM_CALL_RECV && (call->kind != MG_COMM_CALL_BROADCAST || root);
     mg_launch_arg_ptr(&l, has_send ? call->send : 0);
     mg_launch_arg_ptr(&l, call->kind == MG_COMM_CALL_SEND ? 0 : call->recv);
     const char *kernel = KERNEL_NAME;

@@ -10,10 +10,10 @@
 #include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <time.h>
 
 #include "comm_internal.h"

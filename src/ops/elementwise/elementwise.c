@@ -41,8 +41,8 @@ static mg_status check_bf16_shape(const char *fn, uint32_t rows, uint32_t cols, 
     return MG_OK;
 }
 
-static mg_status launch(mg_backend *b, mg_stream *s, mg_op op, const char *fn,
-                        const char *kernel, mg_launch *l) {
+static mg_status launch(mg_backend *b, mg_stream *s, mg_op op, const char *fn, const char *kernel,
+                        mg_launch *l) {
     return mg_op_run_builtin(b, s, op, fn, &kernel, l, 1);
 }
 

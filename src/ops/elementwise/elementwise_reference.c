@@ -12,8 +12,8 @@
 #include "metrale/launch.h"
 
 static mg_status bad_shape(const char *name, uint32_t rows, uint32_t cols) {
-    return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: bad shape rows=%u cols=%u", name,
-                    rows, cols);
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: bad shape rows=%u cols=%u", name, rows,
+                    cols);
 }
 
 /* An optional buffer argument (0 allowed): NULL when it is 0. */

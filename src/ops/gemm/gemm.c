@@ -14,14 +14,11 @@
  * defines the results and is reached by forcing "reference" (and runs every FP8 GEMM). */
 static const mg_op_provider *const gemm_providers[] = {
 #ifdef METRALE_HAVE_CUDA
-    &mg_gemm_decode_gemv_provider.base,
-    &mg_gemm_cutlass_provider.base,
+    &mg_gemm_decode_gemv_provider.base, &mg_gemm_cutlass_provider.base,
     &mg_gemm_cublaslt_provider.base,
 #endif
-    &mg_gemm_cpu_avx2_provider.base,
-    &mg_gemm_cpu_portable_provider.base,
-    &mg_gemm_reference_provider.base,
-    NULL,
+    &mg_gemm_cpu_avx2_provider.base,    &mg_gemm_cpu_portable_provider.base,
+    &mg_gemm_reference_provider.base,   NULL,
 };
 
 const mg_op_def mg_gemm_bf16_op = {MG_OP_GEMM_BF16, "gemm_bf16", gemm_providers};
@@ -135,8 +132,7 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     /* The scales only for FP8; a workspace of 0 bytes is none. */
     mg_op_tensor t[6] = {
         {"act", c->t.act, mg_op_matrix_bytes(p->m, p->k, p->k, in_bytes), in_align, MG_OP_IN},
-        {"weight", c->t.weight, mg_op_matrix_bytes(p->n, p->k, p->k, in_bytes), in_align,
-         MG_OP_IN},
+        {"weight", c->t.weight, mg_op_matrix_bytes(p->n, p->k, p->k, in_bytes), in_align, MG_OP_IN},
         {"out", c->t.out, mg_op_matrix_bytes(p->m, p->n, p->ldc, out_bytes), out_align, MG_OP_OUT},
     };
     int count = 3;
@@ -147,8 +143,8 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
                                     mg_gemm_scale_count(p, false) * 4, scale_align, MG_OP_IN};
     }
     if (c->t.workspace_bytes)
-        t[count++] = (mg_op_tensor){"workspace", c->t.workspace, c->t.workspace_bytes, 16,
-                                    MG_OP_OUT};
+        t[count++] =
+            (mg_op_tensor){"workspace", c->t.workspace, c->t.workspace_bytes, 16, MG_OP_OUT};
     if ((st = mg_op_check_tensors(b, what, t, count, -1, -1)))
         return st;
     c->plan.pointer_alignment = pointer_alignment(c->t.act | c->t.weight | c->t.out);
@@ -190,8 +186,7 @@ static mg_status run_call(mg_backend *b, mg_stream *s, mg_gemm_call *c) {
 mg_status mg_gemm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plan,
                   const mg_gemm_tensors *tensors) {
     if (!plan || !tensors)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm: NULL %s",
-                        plan ? "tensors" : "plan");
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm: NULL %s", plan ? "tensors" : "plan");
     mg_gemm_call c = {.plan = *plan, .t = *tensors};
     return run_call(b, s, &c);
 }
@@ -345,8 +340,8 @@ mg_status mg_gemm_set_batch_invariant(mg_backend *b, bool enabled) {
     mg_status st = mg_op_enter(b, "mg_gemm_set_batch_invariant");
     for (const mg_op_provider *const *p = gemm_providers; !st && *p; p++) {
         const mg_gemm_provider *g = (const mg_gemm_provider *)*p;
-        if (g->set_batch_invariant && mg_op_provider_available(b, MG_OP_GEMM_BF16, (*p)->name,
-                                                               NULL, 0))
+        if (g->set_batch_invariant &&
+            mg_op_provider_available(b, MG_OP_GEMM_BF16, (*p)->name, NULL, 0))
             st = g->set_batch_invariant(b, enabled);
     }
     return st;
@@ -357,7 +352,8 @@ bool mg_gemm_batch_invariant(mg_backend *b) {
         return false;
     for (const mg_op_provider *const *p = gemm_providers; *p; p++) {
         const mg_gemm_provider *g = (const mg_gemm_provider *)*p;
-        if (g->batch_invariant && mg_op_provider_available(b, MG_OP_GEMM_BF16, (*p)->name, NULL, 0) &&
+        if (g->batch_invariant &&
+            mg_op_provider_available(b, MG_OP_GEMM_BF16, (*p)->name, NULL, 0) &&
             !g->batch_invariant(b))
             return false;
     }

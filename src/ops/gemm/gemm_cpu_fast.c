@@ -37,8 +37,8 @@
 #include <immintrin.h>
 #endif
 
-#define ROWS 4    /* weight rows per block: the unit the threads share out */
-#define CHUNK 16  /* elements per split chunk */
+#define ROWS 4   /* weight rows per block: the unit the threads share out */
+#define CHUNK 16 /* elements per split chunk */
 
 typedef struct fast_gemm {
     uint32_t m, n, k, k_pad, ldc;
@@ -210,8 +210,15 @@ static bool gemm_bf16_fast(uint32_t m, uint32_t n, uint32_t k, const uint16_t *a
         return false;
     for (uint32_t t = 0; t < m; t++)
         split_row(act + (size_t)t * k, k, k_pad, a + (size_t)t * k_pad);
-    fast_gemm g = {.m = m, .n = n, .k = k, .k_pad = k_pad, .ldc = ldc, .act = a,
-                   .weight = weight, .out = out, .out_type = out_type};
+    fast_gemm g = {.m = m,
+                   .n = n,
+                   .k = k,
+                   .k_pad = k_pad,
+                   .ldc = ldc,
+                   .act = a,
+                   .weight = weight,
+                   .out = out,
+                   .out_type = out_type};
     /* at least 2^16 multiply-adds per part: below that another thread costs more than it saves */
     const uint64_t per_block = (uint64_t)ROWS * k_pad * m;
     mg_host_parallel_for((n + ROWS - 1) / ROWS, (size_t)((1u << 16) / per_block + 1), blocks, &g);

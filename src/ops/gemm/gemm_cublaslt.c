@@ -576,8 +576,7 @@ static mg_status get_plan(lt_state *st, const plan_io *io, const plan_key *key, 
     p->next = st->plans[bucket];
     st->plans[bucket] = p;
     pthread_mutex_unlock(&st->lock);
-    mg_op_count_plans(st->backend, key->kind == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8,
-                      1);
+    mg_op_count_plans(st->backend, key->kind == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8, 1);
     report_plan(key, p, ctx);
     *out = p;
     return MG_OK;
@@ -691,7 +690,7 @@ mg_status mg_cublaslt_stream_workspace(mg_backend *b, mg_stream *s, mg_devptr *o
 }
 
 static mg_status cublaslt_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans,
-                                 size_t count) {
+                                  size_t count) {
     lt_state *st;
     mg_status status = get_state(b, "mg_gemm_prewarm", &st);
     if (status)

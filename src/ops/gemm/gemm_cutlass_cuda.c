@@ -37,8 +37,8 @@ static atomic_uint_fast64_t kernel_calls, fallback_calls;
 
 static void resolve_plugin(void) {
     const mg_cuda_plugin_symbol symbols[] = {{"mg_cutlass_dense_sm90", (void **)&dense_run}};
-    plugin_status = mg_cutlass_plugin_resolve("BF16 GEMM on CUTLASS", MG_CUTLASS_UNITS_SM90_DENSE,
-                                              symbols, 1);
+    plugin_status =
+        mg_cutlass_plugin_resolve("BF16 GEMM on CUTLASS", MG_CUTLASS_UNITS_SM90_DENSE, symbols, 1);
     if (plugin_status)
         snprintf(plugin_message, sizeof plugin_message, "%s", mg_last_error());
     atomic_store_explicit(&plugin_resolved, true, memory_order_release);
@@ -102,8 +102,8 @@ static bool cutlass_available(mg_backend *b, char *reason, size_t reason_bytes) 
     }
     if (st->cc_major != 9 || st->cc_minor != 0) {
         snprintf(reason, reason_bytes,
-                 "the CUTLASS GEMM kernels are built for sm_90a, the device is %d.%d",
-                 st->cc_major, st->cc_minor);
+                 "the CUTLASS GEMM kernels are built for sm_90a, the device is %d.%d", st->cc_major,
+                 st->cc_minor);
         return false;
     }
     return true;
@@ -165,9 +165,9 @@ static bool cutlass_supports(mg_backend *b, const void *call, char *reason, size
 static int default_config(uint32_t m, bool invariant) {
     if (invariant)
         return MG_CUTLASS_DENSE_COOP_128X128;
-    return m <= 64 ? MG_CUTLASS_DENSE_PINGPONG_64X128
-         : m >= 2048 ? MG_CUTLASS_DENSE_COOP_128X256
-                     : MG_CUTLASS_DENSE_COOP_128X128;
+    return m <= 64     ? MG_CUTLASS_DENSE_PINGPONG_64X128
+           : m >= 2048 ? MG_CUTLASS_DENSE_COOP_128X256
+                       : MG_CUTLASS_DENSE_COOP_128X128;
 }
 
 static mg_status fall_back(mg_backend *b, mg_stream *s, const mg_gemm_call *call) {
@@ -186,9 +186,8 @@ static mg_status cutlass_gemm(mg_backend *b, mg_stream *s, const mg_gemm_call *c
             if ((config = mg_gemm_cutlass_config_parse(pinned)) < 0)
                 return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                                 "mg_gemm_bf16: %s=%s is not a CUTLASS configuration (%s, %s, %s)",
-                                MG_GEMM_CUTLASS_CONFIG_ENV, pinned,
-                                mg_gemm_cutlass_config_name(0), mg_gemm_cutlass_config_name(1),
-                                mg_gemm_cutlass_config_name(2));
+                                MG_GEMM_CUTLASS_CONFIG_ENV, pinned, mg_gemm_cutlass_config_name(0),
+                                mg_gemm_cutlass_config_name(1), mg_gemm_cutlass_config_name(2));
         } else {
             pinned = NULL;
             bool invariant = batch_invariant(b);

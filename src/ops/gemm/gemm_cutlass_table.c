@@ -24,7 +24,8 @@
 
 static const mg_gemm_cutlass_row table[] = {
     /* {m_min, m_max, n, k, config, margin}: rows from `bench gemm_providers` go here. */
-    {256, 256, 4096, 4096, MG_CUTLASS_DENSE_PINGPONG_64X128, 1.18f}, /* cuBLASLt 17.7 us, CUTLASS 15.0 us */
+    {256, 256, 4096, 4096, MG_CUTLASS_DENSE_PINGPONG_64X128,
+     1.18f},                                           /* cuBLASLt 17.7 us, CUTLASS 15.0 us */
     {0, 0, 0, 0, MG_CUTLASS_DENSE_COOP_128X128, 0.0f}, /* end (m_max 0 matches nothing) */
 };
 

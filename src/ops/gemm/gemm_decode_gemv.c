@@ -46,8 +46,10 @@ static bool gemv_available(mg_backend *b, char *reason, size_t reason_bytes) {
         return false;
     }
     if (info.cc_major < 8) {
-        snprintf(reason, reason_bytes, "the decode GEMV needs compute capability 8.0, the device "
-                 "has %d.%d", info.cc_major, info.cc_minor);
+        snprintf(reason, reason_bytes,
+                 "the decode GEMV needs compute capability 8.0, the device "
+                 "has %d.%d",
+                 info.cc_major, info.cc_minor);
         return false;
     }
     return true;
@@ -65,8 +67,8 @@ static bool kernels_fit(mg_backend *b, const mg_gemm_plan *p, char *reason, size
         return false;
     }
     if (p->m > DECODE_GEMV_MAX_M) {
-        snprintf(reason, reason_bytes, "the decode GEMV takes M <= %d, got M=%u",
-                 DECODE_GEMV_MAX_M, p->m);
+        snprintf(reason, reason_bytes, "the decode GEMV takes M <= %d, got M=%u", DECODE_GEMV_MAX_M,
+                 p->m);
         return false;
     }
     if (p->kind == MG_GEMM_BF16 && p->k % 8) {
@@ -75,8 +77,10 @@ static bool kernels_fit(mg_backend *b, const mg_gemm_plan *p, char *reason, size
         return false;
     }
     if (p->pointer_alignment && p->pointer_alignment < 16) {
-        snprintf(reason, reason_bytes, "the decode GEMV needs 16-byte aligned act, weight and "
-                 "out (they are %u-byte aligned)", p->pointer_alignment);
+        snprintf(reason, reason_bytes,
+                 "the decode GEMV needs 16-byte aligned act, weight and "
+                 "out (they are %u-byte aligned)",
+                 p->pointer_alignment);
         return false;
     }
     mg_device_info info;

@@ -37,7 +37,7 @@ extern const mg_gemm_provider mg_gemm_cpu_avx2_provider;     /* BF16 only; where
 extern const mg_gemm_provider mg_gemm_cpu_portable_provider; /* BF16 only; any CPU */
 #ifdef METRALE_HAVE_CUDA
 extern const mg_gemm_provider mg_gemm_cublaslt_provider;
-extern const mg_gemm_provider mg_gemm_cutlass_provider; /* gemm_cutlass_cuda.c */
+extern const mg_gemm_provider mg_gemm_cutlass_provider;     /* gemm_cutlass_cuda.c */
 extern const mg_gemm_provider mg_gemm_decode_gemv_provider; /* gemm_decode_gemv.c */
 #endif
 

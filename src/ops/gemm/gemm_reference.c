@@ -51,7 +51,8 @@ static void gemm_bf16_blocks(void *ctx, size_t first, size_t count) {
         if (!packed || !a) { /* no scratch: the plain loop, same sums */
             for (uint32_t t = 0; t < g->m; t++)
                 for (uint32_t j = j0; j < j0 + rows; j++) {
-                    const uint16_t *x = g->act + (size_t)t * g->k, *w = g->weight + (size_t)j * g->k;
+                    const uint16_t *x = g->act + (size_t)t * g->k,
+                                   *w = g->weight + (size_t)j * g->k;
                     float acc = 0.0f;
                     for (uint32_t i = 0; i < g->k; i++)
                         acc += bf16_value(x[i]) * bf16_value(w[i]);
@@ -84,8 +85,14 @@ static void gemm_bf16_blocks(void *ctx, size_t first, size_t count) {
 
 void mg_gemm_bf16_cpu(uint32_t m, uint32_t n, uint32_t k, const uint16_t *act,
                       const uint16_t *weight, void *out, mg_dtype out_type, uint32_t ldc) {
-    gemm_bf16_job g = {.m = m, .n = n, .k = k, .ldc = ldc, .act = act, .weight = weight,
-                       .out = out, .out_type = out_type};
+    gemm_bf16_job g = {.m = m,
+                       .n = n,
+                       .k = k,
+                       .ldc = ldc,
+                       .act = act,
+                       .weight = weight,
+                       .out = out,
+                       .out_type = out_type};
     const size_t blocks = (n + GEMM_ROWS - 1) / GEMM_ROWS;
     /* about 2^18 multiply-adds per part at least: below that a thread costs more than it saves */
     const uint64_t per_block = (uint64_t)GEMM_ROWS * k * (m ? m : 1);

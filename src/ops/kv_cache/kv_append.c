@@ -51,8 +51,9 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": batch_size %u must be in 1..%u",
                         a->batch_size, MG_KV_MAX_BATCH);
     if (a->num_tokens > (uint32_t)INT32_MAX || a->num_kv_indices > (uint32_t)INT32_MAX)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": num_tokens %u / num_kv_indices %u exceed %d",
-                        a->num_tokens, a->num_kv_indices, INT32_MAX);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        WHAT ": num_tokens %u / num_kv_indices %u exceed %d", a->num_tokens,
+                        a->num_kv_indices, INT32_MAX);
     if (a->rope && (!isfinite(a->rope_theta) || !(a->rope_theta > 0.0f)))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": rope_theta %g must be finite and > 0",
                         (double)a->rope_theta);
@@ -73,10 +74,9 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
     size_t pool_bytes;
     if ((st = mg_kv_cache_bytes(cache, &pool_bytes)))
         return st;
-    if (a->num_tokens && ((st = check_stride("k", row, &k_stride)) ||
-                          (st = check_stride("v", row, &v_stride)) ||
-                          (a->q && (st = check_stride("q", qo_heads * cache->head_dim,
-                                                      &q_stride)))))
+    if (a->num_tokens &&
+        ((st = check_stride("k", row, &k_stride)) || (st = check_stride("v", row, &v_stride)) ||
+         (a->q && (st = check_stride("q", qo_heads * cache->head_dim, &q_stride)))))
         return st;
     /* The token tensors matter only with tokens; the FP8 scales' values are checked by the
      * CPU kernel only. The pages are the outputs: they overlap nothing. q is rewritten in

@@ -93,17 +93,18 @@ static mg_status row_span(uint32_t rows, uint32_t cols, uint32_t stride, uint64_
 /* Both kernels: `fp8` selects the FP8 pools and the two scale arguments. */
 static mg_status append(const mg_launch *l, bool fp8) {
     static const mg_arg_kind kinds[ARG_FP8_COUNT] = {
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_F32,    MG_ARG_BUFFER,
-        MG_ARG_BUFFER};
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_F32,    MG_ARG_BUFFER, MG_ARG_BUFFER};
     const char *name = fp8 ? FP8_NAME : NAME;
     const char *fn = fp8 ? "cpu kernel " FP8_NAME : "cpu kernel " NAME;
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, fp8 ? ARG_FP8_COUNT : ARG_COUNT);
     if (st)
         return st;
-    const uint32_t batch = mg_launch_get_u32(l, ARG_BATCH), tokens = mg_launch_get_u32(l, ARG_TOKENS);
+    const uint32_t batch = mg_launch_get_u32(l, ARG_BATCH),
+                   tokens = mg_launch_get_u32(l, ARG_TOKENS);
     const uint32_t num_indices = mg_launch_get_u32(l, ARG_NUM_INDICES);
     const uint32_t kv_heads = mg_launch_get_u32(l, ARG_KV_HEADS);
     const uint32_t qo_heads = mg_launch_get_u32(l, ARG_QO_HEADS);
@@ -120,8 +121,8 @@ static mg_status append(const mg_launch *l, bool fp8) {
                                     .kv_dtype = fp8 ? MG_KV_FP8_E4M3 : MG_KV_BF16};
     if ((st = mg_kv_cache_desc_check(&cache, fn)))
         return st;
-    if (!batch || batch > MG_KV_MAX_BATCH || k_stride < kv_heads * d ||
-        v_stride < kv_heads * d || (qo_heads && q_stride < qo_heads * d))
+    if (!batch || batch > MG_KV_MAX_BATCH || k_stride < kv_heads * d || v_stride < kv_heads * d ||
+        (qo_heads && q_stride < qo_heads * d))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "cpu kernel %s: bad shape (batch %u, strides %u/%u/%u)", name, batch,
                         k_stride, v_stride, q_stride);
@@ -144,25 +145,24 @@ static mg_status append(const mg_launch *l, bool fp8) {
          (st = mg_cpu_kernel_buffer(l, ARG_POSITIONS, 4ull * tokens, 4, name, &positions))) ||
         (st = mg_cpu_kernel_buffer(l, ARG_QO_INDPTR, indptr_bytes, 4, name, &qo_indptr)) ||
         (st = mg_cpu_kernel_buffer(l, ARG_KV_INDPTR, indptr_bytes, 4, name, &kv_indptr)) ||
-        (num_indices &&
-         (st = mg_cpu_kernel_buffer(l, ARG_KV_INDICES, 4ull * num_indices, 4, name, &kv_indices))) ||
+        (num_indices && (st = mg_cpu_kernel_buffer(l, ARG_KV_INDICES, 4ull * num_indices, 4, name,
+                                                   &kv_indices))) ||
         (st = mg_cpu_kernel_buffer(l, ARG_LAST_PAGE_LEN, 4ull * batch, 4, name, &last)) ||
         (st = mg_cpu_kernel_buffer(l, ARG_K_PAGES, pool_bytes / 2, 16, name, &k_pages)) ||
         (st = mg_cpu_kernel_buffer(l, ARG_V_PAGES, pool_bytes / 2, 16, name, &v_pages)))
         return st;
     void *k_scale_buf = NULL, *v_scale_buf = NULL;
-    if (fp8 && ((st = mg_cpu_kernel_buffer(l, ARG_K_SCALE, 4ull * kv_heads, 4, name,
-                                           &k_scale_buf)) ||
-                (st = mg_cpu_kernel_buffer(l, ARG_V_SCALE, 4ull * kv_heads, 4, name,
-                                           &v_scale_buf))))
+    if (fp8 &&
+        ((st = mg_cpu_kernel_buffer(l, ARG_K_SCALE, 4ull * kv_heads, 4, name, &k_scale_buf)) ||
+         (st = mg_cpu_kernel_buffer(l, ARG_V_SCALE, 4ull * kv_heads, 4, name, &v_scale_buf))))
         return st;
     const float *k_scale = k_scale_buf, *v_scale = v_scale_buf;
     for (uint32_t h = 0; fp8 && h < kv_heads; h++)
         if (!isfinite(k_scale[h]) || !(k_scale[h] > 0.0f) || !isfinite(v_scale[h]) ||
             !(v_scale[h] > 0.0f))
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "%s: k_scale[%u] = %g / v_scale[%u] = %g must be finite and > 0", fn,
-                            h, (double)k_scale[h], h, (double)v_scale[h]);
+                            "%s: k_scale[%u] = %g / v_scale[%u] = %g must be finite and > 0", fn, h,
+                            (double)k_scale[h], h, (double)v_scale[h]);
     const int32_t *qo = qo_indptr, *kv = kv_indptr, *idx = kv_indices, *lpl = last;
     /* The whole table is checked before the first write. */
     const mg_kv_page_table table = {batch, qo, kv, NULL, lpl};
@@ -193,8 +193,8 @@ static mg_status append(const mg_launch *l, bool fp8) {
                           (uint8_t *)k_pages + at, d, rope, position, theta,
                           fp8 ? k_scale[h] : 0.0f, scratch);
                 move_head((const uint16_t *)v_src + (size_t)t * v_stride + (size_t)h * d,
-                          (uint8_t *)v_pages + at, d, false, 0.0f, theta,
-                          fp8 ? v_scale[h] : 0.0f, scratch);
+                          (uint8_t *)v_pages + at, d, false, 0.0f, theta, fp8 ? v_scale[h] : 0.0f,
+                          scratch);
             }
             for (uint32_t h = 0; q && h < qo_heads; h++) {
                 uint16_t *row = (uint16_t *)q + (size_t)t * q_stride + (size_t)h * d;

@@ -64,9 +64,8 @@ mg_status mg_kv_cache_bytes(const mg_kv_cache_desc *d, size_t *bytes) {
     size_t one;
     if (!pool_bytes(d, &one) || !mg_mul_size(one, 2, bytes))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: %u pages of %u tokens x %u heads x %u overflow the address space",
-                        fn, d->num_pages, mg_kv_page_size(d->page_size), d->num_kv_heads,
-                        d->head_dim);
+                        "%s: %u pages of %u tokens x %u heads x %u overflow the address space", fn,
+                        d->num_pages, mg_kv_page_size(d->page_size), d->num_kv_heads, d->head_dim);
     return MG_OK;
 }
 
@@ -100,8 +99,8 @@ mg_status mg_kv_page_allocator_create(uint32_t num_pages, mg_kv_page_allocator *
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
     *out = NULL;
     if (!num_pages || num_pages > (uint32_t)INT32_MAX)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: num_pages %u must be in 1..%d", fn,
-                        num_pages, INT32_MAX);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: num_pages %u must be in 1..%d", fn, num_pages,
+                        INT32_MAX);
     mg_kv_page_allocator *a = calloc(1, sizeof *a);
     if (a) {
         a->free_list = malloc(sizeof(int32_t) * num_pages);
@@ -109,8 +108,7 @@ mg_status mg_kv_page_allocator_create(uint32_t num_pages, mg_kv_page_allocator *
     }
     if (!a || !a->free_list || !a->in_use) {
         mg_kv_page_allocator_destroy(a);
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory for %u pages", fn,
-                        num_pages);
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory for %u pages", fn, num_pages);
     }
     a->num_pages = num_pages;
     a->free_count = num_pages;
@@ -209,7 +207,9 @@ mg_status mg_kv_page_table_check(const mg_kv_cache_desc *d, const mg_kv_page_tab
         return st;
     if (!t || !t->kv_indptr || !t->kv_last_page_len)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn,
-                        !t ? "page table" : !t->kv_indptr ? "kv_indptr" : "kv_last_page_len");
+                        !t              ? "page table"
+                        : !t->kv_indptr ? "kv_indptr"
+                                        : "kv_last_page_len");
     if (!t->batch_size || t->batch_size > MG_KV_MAX_BATCH)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: batch_size %u must be in 1..%u", fn,
                         t->batch_size, MG_KV_MAX_BATCH);

@@ -51,12 +51,12 @@ static mg_status check_layer(const char *fn, const char *which, const mg_mlx_lin
     if (w->bits != 4 && w->bits != 8)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s bits=%u (4 or 8)", fn, which, w->bits);
     if (w->group_size != 32 && w->group_size != 64 && w->group_size != 128)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s group_size=%u (32, 64 or 128)", fn,
-                        which, w->group_size);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s group_size=%u (32, 64 or 128)", fn, which,
+                        w->group_size);
     if (!w->n || !w->k || w->k % w->group_size)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: %s n=%u k=%u: both >= 1 and k a multiple of group_size=%u", fn,
-                        which, w->n, w->k, w->group_size);
+                        "%s: %s n=%u k=%u: both >= 1 and k a multiple of group_size=%u", fn, which,
+                        w->n, w->k, w->group_size);
     if (w->scale_type != MG_DTYPE_BF16 && w->scale_type != MG_DTYPE_F16)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s scale_type %s (bf16 or f16)", fn, which,
                         mg_dtype_name(w->scale_type));
@@ -144,15 +144,14 @@ static const mg_op_provider *const mlx_providers[] = {
 
 const mg_op_def mg_mlx_quant_op = {MG_OP_MLX_QUANT, "mlx_quant", mlx_providers};
 
-static mg_status launch(mg_backend *b, mg_stream *s, const char *fn, int role,
-                        const mg_launch *l) {
+static mg_status launch(mg_backend *b, mg_stream *s, const char *fn, int role, const mg_launch *l) {
     const mg_op_provider *chosen;
     mg_status st = mg_op_choose(b, MG_OP_MLX_QUANT, NULL, fn, &chosen);
     if (st)
         return st;
     const mlx_provider *p = (const mlx_provider *)chosen;
-    const char *kernel = role == KERNEL_DEQUANT ? p->dequant
-                         : role == KERNEL_GEMV  ? p->gemv
+    const char *kernel = role == KERNEL_DEQUANT   ? p->dequant
+                         : role == KERNEL_GEMV    ? p->gemv
                          : role == KERNEL_GATE_UP ? p->gate_up
                                                   : MG_MLX_KERNEL_ADD_BIAS;
     if ((st = mg_op_launch_kernels(b, s, &kernel, l, 1)))
@@ -261,8 +260,8 @@ static mg_dim3 gemv_grid(uint32_t n) {
 /* m within the GEMVs' limit. */
 static mg_status check_gemv_rows(const char *fn, uint32_t m) {
     if (m == 0 || m > MG_MLX_GEMV_MAX_M)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m=%u (1 to %u; mg_mlx_gemm takes any m)",
-                        fn, m, MG_MLX_GEMV_MAX_M);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m=%u (1 to %u; mg_mlx_gemm takes any m)", fn,
+                        m, MG_MLX_GEMV_MAX_M);
     return MG_OK;
 }
 
@@ -291,7 +290,7 @@ static mg_status gemv(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_
     mg_launch_init(&l, gemv_grid(w->n), (mg_dim3){GEMV_THREADS, 1, 1}, 0);
     add_layer_args(&l, &p);
     mg_launch_arg_ptr(&l, x);
-    mg_launch_arg_ptr(&l, mode ? u : x);                                 /* unused when plain */
+    mg_launch_arg_ptr(&l, mode ? u : x);                                    /* unused when plain */
     mg_launch_arg_ptr(&l, mode == MG_MLX_GEMV_SILU_GATE_RESID ? resid : y); /* unused without */
     mg_launch_arg_ptr(&l, y);
     mg_launch_arg_u32(&l, m);
@@ -336,8 +335,8 @@ mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: gate and up differ in shape or format (n %u/%u, k %u/%u, bits "
                         "%u/%u, group_size %u/%u)",
-                        fn, gate->n, up->n, gate->k, up->k, gate->bits, up->bits,
-                        gate->group_size, up->group_size);
+                        fn, gate->n, up->n, gate->k, up->k, gate->bits, up->bits, gate->group_size,
+                        up->group_size);
     if ((st = check_gemv_rows(fn, m)))
         return st;
     t[count++] = (mg_op_tensor){"x", x, 2ull * m * gate->k, 16, MG_OP_IN};

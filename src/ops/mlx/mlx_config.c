@@ -37,8 +37,8 @@ static mg_status read_quant(const mg_json_doc *doc, int obj, const char *what, c
     if (!mg_json_u64(doc, mg_json_member(doc, obj, "group_size"), &g) ||
         !mg_json_u64(doc, mg_json_member(doc, obj, "bits"), &bits) || g > UINT32_MAX ||
         bits > UINT32_MAX)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: %s lacks integer group_size and bits", what, where);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s lacks integer group_size and bits", what,
+                        where);
     *q = (mg_mlx_quant){true, (uint32_t)bits, (uint32_t)g};
     return MG_OK;
 }
@@ -155,7 +155,9 @@ mg_status mg_mlx_config_open(const char *path, mg_mlx_config **out) {
 mg_status mg_mlx_config_module(const mg_mlx_config *c, const char *module, mg_mlx_quant *out) {
     if (!c || !module || !out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_mlx_config_module: NULL %s",
-                        !c ? "config" : !module ? "module" : "out");
+                        !c        ? "config"
+                        : !module ? "module"
+                                  : "out");
     *out = c->base;
     for (size_t i = 0; i < c->count; i++)
         if (!strcmp(c->overrides[i].module, module))

@@ -58,8 +58,8 @@ typedef struct gemv_job {
     const layer *w[2]; /* one layer, or gate and up */
     uint16_t *y[2];
     uint32_t layers, m, blocks; /* blocks per layer */
-    const float *act; /* [m][k] */
-    const float *xs;  /* [m][groups][LANES] */
+    const float *act;           /* [m][k] */
+    const float *xs;            /* [m][groups][LANES] */
     const uint16_t *resid;
 } gemv_job;
 
@@ -78,7 +78,8 @@ static bool activations(const layer *w, uint32_t m, const uint16_t *x, const uin
         act[i] = u ? silu_gate_value(x[i], u[i]) : mg_bf16_to_f32(x[i]);
     for (uint32_t t = 0; t < m; t++)
         for (uint32_t j = 0; j < k; j++)
-            xs[((size_t)t * groups + j / w->group_size) * LANES + j % LANES] += act[(size_t)t * k + j];
+            xs[((size_t)t * groups + j / w->group_size) * LANES + j % LANES] +=
+                act[(size_t)t * k + j];
     *act_out = act;
     *xs_out = xs;
     return true;
@@ -148,7 +149,8 @@ AVX2_INLINE static __m256 codes8(const uint32_t *row, uint32_t j, const uint32_t
         v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
         return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
     }
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + j / 4))));
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + j / 4))));
 }
 
 AVX2_INLINE static float scale_avx2(uint32_t scale_type, const uint16_t *p, size_t i) {
@@ -195,8 +197,8 @@ AVX2_INLINE static void avx2_row(const gemv_job *g, uint32_t which, uint32_t r, 
 
 /* Tokens in tiles of at most 4 (so a tile's sums stay in registers), each row's codes unpacked
  * once per tile. */
-AVX2_INLINE static void avx2_rows_bits(const gemv_job *g, uint32_t which, uint32_t r0,
-                                       uint32_t r1, const uint32_t bits) {
+AVX2_INLINE static void avx2_rows_bits(const gemv_job *g, uint32_t which, uint32_t r0, uint32_t r1,
+                                       const uint32_t bits) {
     for (uint32_t r = r0; r < r1; r++) {
         uint32_t t = 0;
         for (; t + 4 <= g->m; t += 4)
@@ -238,8 +240,14 @@ static mg_status gemv(const layer *w, uint32_t layers, uint32_t m, const uint16_
     float *act, *xs;
     if (!activations(w, m, x, u, &act, &xs))
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu kernel mlx_gemv: no host memory");
-    gemv_job g = {.w = {w, layers > 1 ? w + 1 : w}, .y = {y0, y1}, .layers = layers, .m = m,
-                  .blocks = (w->n + ROWS - 1) / ROWS, .act = act, .xs = xs, .resid = resid};
+    gemv_job g = {.w = {w, layers > 1 ? w + 1 : w},
+                  .y = {y0, y1},
+                  .layers = layers,
+                  .m = m,
+                  .blocks = (w->n + ROWS - 1) / ROWS,
+                  .act = act,
+                  .xs = xs,
+                  .resid = resid};
     /* parts of at least 2^16 multiply-adds: below that a thread costs more than it saves */
     const uint64_t per_block = (uint64_t)ROWS * w->k * m;
     mg_host_parallel_for((size_t)g.blocks * layers, (size_t)((1u << 16) / per_block + 1), blocks,
@@ -308,7 +316,8 @@ AVX2_INLINE static __m256 round_avx2(__m256 x, uint32_t scale_type) {
 AVX2_INLINE static __m128i to_bf16_avx2(__m256 x) {
     __m256i b = _mm256_castps_si256(x);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-    b = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    b = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))),
+                          16);
     b = _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
     return _mm256_castsi256_si128(b);
 }
@@ -401,8 +410,7 @@ static mg_status gate_up_portable(const mg_launch *l) {
 #ifdef HAVE_X86_TARGETS
 /* A launch by name on a CPU without AVX2 is an error, not an illegal instruction. */
 static mg_status check_avx2(const char *name) {
-    return mg_cpu_has_avx2() ? MG_OK
-                             : MG_ERROR(MG_ERR_UNSUPPORTED, "cpu kernel %s: no AVX2", name);
+    return mg_cpu_has_avx2() ? MG_OK : MG_ERROR(MG_ERR_UNSUPPORTED, "cpu kernel %s: no AVX2", name);
 }
 static mg_status dequant_avx2(const mg_launch *l) {
     const char *name = NAME(MG_MLX_KERNEL_DEQUANT_AVX2);

@@ -41,14 +41,13 @@ mg_status mg_json_parse(const char *text, size_t length, const char *what, mg_js
     if (!raw || !doc->tokens) {
         free(raw);
         mg_json_free(doc);
-        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: no host memory for %d JSON tokens", what,
-                        count);
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: no host memory for %d JSON tokens", what, count);
     }
     jsmn_init(&p);
     int parsed = jsmn_parse(&p, text, length, raw, (unsigned)count);
     for (int i = 0; i < parsed; i++)
-        doc->tokens[i] = (mg_json_token){(mg_json_type)raw[i].type, raw[i].start, raw[i].end,
-                                         raw[i].size};
+        doc->tokens[i] =
+            (mg_json_token){(mg_json_type)raw[i].type, raw[i].start, raw[i].end, raw[i].size};
     free(raw);
     doc->text = text;
     doc->length = length;

@@ -12,8 +12,7 @@ typedef struct layer_tensors {
     bool has_bias;
 } layer_tensors;
 
-static mg_status find(const mg_st_model *m, const char *path, const char *suffix,
-                      mg_st_tensor *t) {
+static mg_status find(const mg_st_model *m, const char *path, const char *suffix, mg_st_tensor *t) {
     char name[1024];
     if (snprintf(name, sizeof name, "%s.%s", path, suffix) >= (int)sizeof name)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_mlx_linear_load: path too long: %s", path);
@@ -70,16 +69,16 @@ static mg_status check_tensors(const char *path, const layer_tensors *t, const m
                             "%s: %s.bias must be BF16, F16 or F32 of shape [.., %llu]", fn, path,
                             (unsigned long long)n);
     }
-    *out = (mg_mlx_linear){.experts = (uint32_t)experts,
-                           .n = (uint32_t)n,
-                           .k = (uint32_t)k,
-                           .bits = q->bits,
-                           .group_size = q->group_size,
-                           .scale_type = t->scales.dtype == MG_ST_F16 ? MG_DTYPE_F16
-                                                                      : MG_DTYPE_BF16,
-                           .bias_type = t->bias.dtype == MG_ST_F16   ? MG_DTYPE_F16
-                                        : t->bias.dtype == MG_ST_F32 ? MG_DTYPE_F32
-                                                                     : MG_DTYPE_BF16};
+    *out =
+        (mg_mlx_linear){.experts = (uint32_t)experts,
+                        .n = (uint32_t)n,
+                        .k = (uint32_t)k,
+                        .bits = q->bits,
+                        .group_size = q->group_size,
+                        .scale_type = t->scales.dtype == MG_ST_F16 ? MG_DTYPE_F16 : MG_DTYPE_BF16,
+                        .bias_type = t->bias.dtype == MG_ST_F16   ? MG_DTYPE_F16
+                                     : t->bias.dtype == MG_ST_F32 ? MG_DTYPE_F32
+                                                                  : MG_DTYPE_BF16};
     return MG_OK;
 }
 
@@ -106,7 +105,11 @@ mg_status mg_mlx_linear_load(mg_backend *b, const mg_st_model *m, const mg_mlx_c
                              const char *path, mg_mlx_linear *out) {
     if (!b || !m || !c || !path || !out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_mlx_linear_load: NULL %s",
-                        !b ? "backend" : !m ? "model" : !c ? "config" : !path ? "path" : "out");
+                        !b      ? "backend"
+                        : !m    ? "model"
+                        : !c    ? "config"
+                        : !path ? "path"
+                                : "out");
     memset(out, 0, sizeof *out);
     mg_mlx_quant q;
     mg_status st = mg_mlx_config_module(c, path, &q);
@@ -133,7 +136,8 @@ mg_status mg_mlx_linear_load(mg_backend *b, const mg_st_model *m, const mg_mlx_c
     if ((st = check_tensors(path, &t, &q, &l)))
         return st;
     if ((st = upload(b, &t.weight, &l.weight)) || (st = upload(b, &t.scales, &l.scales)) ||
-        (st = upload(b, &t.biases, &l.biases)) || (t.has_bias && (st = upload(b, &t.bias, &l.bias)))) {
+        (st = upload(b, &t.biases, &l.biases)) ||
+        (t.has_bias && (st = upload(b, &t.bias, &l.bias)))) {
         mg_mlx_linear_free(b, &l);
         return st;
     }

@@ -1,6 +1,6 @@
 /* mlx_reference.c - the CPU reference of the MLX ops (mlx_reference.h, metrale/mlx.h), run by
- * the CPU backend as the kernels mlx_dequant, mlx_gemv, mlx_gemv_gate_up and mlx_add_bias. The GEMVs
- * accumulate in double: they define the result the CUDA kernels' FP32 sums approximate. */
+ * the CPU backend as the kernels mlx_dequant, mlx_gemv, mlx_gemv_gate_up and mlx_add_bias. The
+ * GEMVs accumulate in double: they define the result the CUDA kernels' FP32 sums approximate. */
 #include "mlx_reference.h"
 
 #include <math.h>
@@ -165,8 +165,8 @@ static void gemv_rows(void *ctx, size_t first, size_t count) {
     double codes[128 * GEMV_ROWS]; /* [j][r] */
     double sum[MG_MLX_GEMV_MAX_M][GEMV_ROWS];
     for (size_t r0 = first; r0 < first + count; r0 += GEMV_ROWS) {
-        const uint32_t rows = first + count - r0 < GEMV_ROWS ? (uint32_t)(first + count - r0)
-                                                             : GEMV_ROWS;
+        const uint32_t rows =
+            first + count - r0 < GEMV_ROWS ? (uint32_t)(first + count - r0) : GEMV_ROWS;
         memset(sum, 0, sizeof sum);
         for (uint32_t grp = 0; grp < groups; grp++) {
             const uint32_t j0 = grp * gs;
@@ -291,10 +291,10 @@ mg_status mg_mlx_cpu_dequant_args(const mg_launch *l, const char *name, mg_mlx_c
 mg_status mg_mlx_cpu_gemv_args(const mg_launch *l, const char *name, mg_mlx_cpu_layer *w,
                                uint32_t *m, const uint16_t **x, const uint16_t **u,
                                const uint16_t **resid, uint16_t **y) {
-    static const mg_arg_kind kinds[] = {
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,
+                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+                                        MG_ARG_U32,    MG_ARG_U32};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 14);
     if (st)
         return st;
@@ -322,10 +322,10 @@ mg_status mg_mlx_cpu_gemv_args(const mg_launch *l, const char *name, mg_mlx_cpu_
 
 mg_status mg_mlx_cpu_gate_up_args(const mg_launch *l, const char *name, mg_mlx_cpu_layer w[2],
                                   uint32_t *m, const uint16_t **x, uint16_t **y1, uint16_t **y2) {
-    static const mg_arg_kind kinds[] = {
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 15);
     if (st)
         return st;
@@ -369,8 +369,8 @@ static mg_status kernel_gemv_gate_up(const mg_launch *l) {
     uint32_t m;
     const uint16_t *x;
     uint16_t *y1, *y2;
-    mg_status st = mg_mlx_cpu_gate_up_args(l, "metrale:" MG_MLX_KERNEL_GEMV_GATE_UP, w, &m, &x,
-                                           &y1, &y2);
+    mg_status st =
+        mg_mlx_cpu_gate_up_args(l, "metrale:" MG_MLX_KERNEL_GEMV_GATE_UP, w, &m, &x, &y1, &y2);
     if (st || (st = gemv(&w[0], m, x, NULL, NULL, y1)))
         return st;
     return gemv(&w[1], m, x, NULL, NULL, y2);
@@ -396,9 +396,11 @@ static mg_status kernel_add_bias(const mg_launch *l) {
     uint16_t *out = y;
     for (uint32_t t = 0; t < m; t++)
         for (uint32_t r = 0; r < n; r++) {
-            float b = type == MG_MLX_BIAS_F32 ? ((const float *)bias)[r]
-                      : scale_to_f32(bias, type == MG_MLX_BIAS_F16 ? MG_MLX_SCALE_F16
-                                                                    : MG_MLX_SCALE_BF16, r);
+            float b =
+                type == MG_MLX_BIAS_F32
+                    ? ((const float *)bias)[r]
+                    : scale_to_f32(
+                          bias, type == MG_MLX_BIAS_F16 ? MG_MLX_SCALE_F16 : MG_MLX_SCALE_BF16, r);
             size_t i = (size_t)t * n + r;
             out[i] = mg_f32_to_bf16(mg_bf16_to_f32(out[i]) + b);
         }

@@ -23,11 +23,11 @@ static const struct {
     const char *name;
     size_t bytes;
 } dtypes[MG_ST_DTYPE_COUNT] = {
-    [MG_ST_BOOL] = {"BOOL", 1},   [MG_ST_U8] = {"U8", 1},           [MG_ST_I8] = {"I8", 1},
-    [MG_ST_I16] = {"I16", 2},     [MG_ST_U16] = {"U16", 2},         [MG_ST_F16] = {"F16", 2},
-    [MG_ST_BF16] = {"BF16", 2},   [MG_ST_I32] = {"I32", 4},         [MG_ST_U32] = {"U32", 4},
-    [MG_ST_F32] = {"F32", 4},     [MG_ST_F64] = {"F64", 8},         [MG_ST_I64] = {"I64", 8},
-    [MG_ST_U64] = {"U64", 8},     [MG_ST_F8_E4M3] = {"F8_E4M3", 1}, [MG_ST_F8_E5M2] = {"F8_E5M2", 1},
+    [MG_ST_BOOL] = {"BOOL", 1}, [MG_ST_U8] = {"U8", 1},           [MG_ST_I8] = {"I8", 1},
+    [MG_ST_I16] = {"I16", 2},   [MG_ST_U16] = {"U16", 2},         [MG_ST_F16] = {"F16", 2},
+    [MG_ST_BF16] = {"BF16", 2}, [MG_ST_I32] = {"I32", 4},         [MG_ST_U32] = {"U32", 4},
+    [MG_ST_F32] = {"F32", 4},   [MG_ST_F64] = {"F64", 8},         [MG_ST_I64] = {"I64", 8},
+    [MG_ST_U64] = {"U64", 8},   [MG_ST_F8_E4M3] = {"F8_E4M3", 1}, [MG_ST_F8_E5M2] = {"F8_E5M2", 1},
 };
 
 const char *mg_st_dtype_name(mg_st_dtype t) {
@@ -131,7 +131,9 @@ static mg_status parse_entry(const mg_json_doc *doc, int obj, const char *what, 
         off = mg_json_member(doc, obj, "data_offsets");
     if (dt < 0 || sh < 0 || off < 0)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: tensor %s: missing %s", what, name,
-                        dt < 0 ? "dtype" : sh < 0 ? "shape" : "data_offsets");
+                        dt < 0   ? "dtype"
+                        : sh < 0 ? "shape"
+                                 : "data_offsets");
     if (!parse_dtype(doc, dt, &t->dtype))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: tensor %s: unknown dtype", what, name);
     if (doc->tokens[sh].type != MG_JSON_ARRAY || doc->tokens[sh].size > MG_ST_MAX_RANK)
@@ -516,7 +518,9 @@ mg_status mg_st_get(const mg_st_model *m, size_t index, mg_st_tensor *out) {
 mg_status mg_st_find(const mg_st_model *m, const char *name, mg_st_tensor *out) {
     if (!m || !name || !out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_st_find: NULL %s",
-                        !m ? "model" : !name ? "name" : "out");
+                        !m      ? "model"
+                        : !name ? "name"
+                                : "out");
     size_t lo = 0, hi = m->count;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;

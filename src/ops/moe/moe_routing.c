@@ -25,8 +25,8 @@ static const mg_op_provider *const routing_providers[] = {&kernels_provider, NUL
 
 const mg_op_def mg_moe_routing_op = {MG_OP_MOE_ROUTING, "moe_routing", routing_providers};
 
-static mg_status run_kernels(mg_backend *b, mg_stream *s, const char *fn,
-                             const char *const *names, const mg_launch *launches, int count) {
+static mg_status run_kernels(mg_backend *b, mg_stream *s, const char *fn, const char *const *names,
+                             const mg_launch *launches, int count) {
     return mg_op_run_builtin(b, s, MG_OP_MOE_ROUTING, fn, names, launches, count);
 }
 
@@ -82,25 +82,24 @@ mg_status mg_moe_topk(mg_backend *b, mg_stream *s, const mg_moe_topk_desc *d, mg
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: k=%u exceeds experts=%u", fn, d->k,
                         d->experts);
     if (d->logits_dtype != MG_DTYPE_BF16 && d->logits_dtype != MG_DTYPE_F32)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: logits_dtype %s is neither BF16 nor F32",
-                        fn, mg_dtype_name(d->logits_dtype));
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: logits_dtype %s is neither BF16 nor F32", fn,
+                        mg_dtype_name(d->logits_dtype));
     uint32_t pitch = d->logits_pitch ? d->logits_pitch : d->experts;
     if (pitch < d->experts)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: logits_pitch=%u is less than experts=%u",
-                        fn, pitch, d->experts);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: logits_pitch=%u is less than experts=%u", fn,
+                        pitch, d->experts);
     size_t size = mg_dtype_bytes(d->logits_dtype), pairs = (size_t)d->tokens * d->k;
     mg_op_tensor t[] = {
-        {"logits", logits, ((size_t)(d->tokens - 1) * pitch + d->experts) * size,
-         (uint32_t)size, MG_OP_IN},
+        {"logits", logits, ((size_t)(d->tokens - 1) * pitch + d->experts) * size, (uint32_t)size,
+         MG_OP_IN},
         {"topk_ids", topk_ids, pairs * 4, 4, MG_OP_OUT},
         {"topk_weights", topk_weights, pairs * 4, 4, MG_OP_OUT},
     };
     if ((st = mg_op_check_tensors(b, fn, t, 3, -1, -1)))
         return st;
     uint32_t tokens_per_block = MG_MOE_TOPK_THREADS / WARP;
-    mg_dim3 grid = {min_u64(((uint64_t)d->tokens + tokens_per_block - 1) / tokens_per_block,
-                            MAX_BLOCKS),
-                    1, 1};
+    mg_dim3 grid = {
+        min_u64(((uint64_t)d->tokens + tokens_per_block - 1) / tokens_per_block, MAX_BLOCKS), 1, 1};
     mg_dim3 block = {MG_MOE_TOPK_THREADS, 1, 1};
     mg_launch l;
     mg_launch_init(&l, grid, block, 0);
@@ -181,9 +180,9 @@ mg_status mg_moe_sort(mg_backend *b, mg_stream *s, const mg_moe_sort_desc *d, mg
 
 /* ------------------------------------------------------------------ combine */
 
-mg_status mg_moe_combine(mg_backend *b, mg_stream *s, const mg_moe_combine_desc *d,
-                         mg_devptr rows, mg_devptr pair_positions, mg_devptr topk_weights,
-                         mg_devptr residual, mg_devptr out) {
+mg_status mg_moe_combine(mg_backend *b, mg_stream *s, const mg_moe_combine_desc *d, mg_devptr rows,
+                         mg_devptr pair_positions, mg_devptr topk_weights, mg_devptr residual,
+                         mg_devptr out) {
     static const char fn[] = "mg_moe_combine";
     mg_status st = check_call(b, fn, d, d ? d->tokens : 0, d ? d->k : 0, 0);
     if (st)

@@ -23,8 +23,8 @@ static void topk(const void *logits, bool bf16, uint32_t pitch, int32_t *ids, fl
         bool taken[MG_MOE_MAX_EXPERTS] = {false};
         for (uint32_t e = 0; e < experts; e++) {
             size_t i = (size_t)t * pitch + e;
-            float x = bf16 ? mg_bf16_to_f32(((const uint16_t *)logits)[i])
-                           : ((const float *)logits)[i];
+            float x =
+                bf16 ? mg_bf16_to_f32(((const uint16_t *)logits)[i]) : ((const float *)logits)[i];
             v[e] = isnan(x) ? -INFINITY : x;
         }
         uint32_t chosen[MG_MOE_MAX_TOPK] = {0};
@@ -68,8 +68,8 @@ static void sort_count(const int32_t *ids, int32_t *workspace, uint32_t pairs, u
 
 /* Counts -> each chunk's first row per expert, and the expert offsets; rows past the valid
  * pairs get token -1. */
-static void sort_scan(int32_t *workspace, int32_t *offsets, int32_t *sorted_tokens,
-                      uint32_t pairs, uint32_t experts) {
+static void sort_scan(int32_t *workspace, int32_t *offsets, int32_t *sorted_tokens, uint32_t pairs,
+                      uint32_t experts) {
     uint32_t chunks = chunk_count(pairs);
     int32_t base = 0;
     for (uint32_t e = 0; e < experts; e++) {
@@ -204,9 +204,8 @@ static mg_status kernel_sort_scan(const mg_launch *l) {
 
 static mg_status kernel_sort_scatter(const mg_launch *l) {
     static const char name[] = "metrale:" MG_MOE_KERNEL_SORT_SCATTER;
-    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-                                        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,
-                                        MG_ARG_U32};
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 7);
     if (st)
         return st;

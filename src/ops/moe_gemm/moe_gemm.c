@@ -41,8 +41,8 @@ static mg_status check_desc(const char *fn, const mg_moe_gemm_desc *d, mg_moe_ge
     if (!kind_name(d->kind))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown kind %d", fn, (int)d->kind);
     if (!d->experts || d->experts > MG_MOE_MAX_EXPERTS)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: experts=%u is outside 1..%u", fn,
-                        d->experts, MG_MOE_MAX_EXPERTS);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: experts=%u is outside 1..%u", fn, d->experts,
+                        MG_MOE_MAX_EXPERTS);
     if (!d->rows || !d->act_rows || !d->n || !d->k)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: rows=%u act_rows=%u n=%u k=%u must all be >= 1", fn, d->rows,
@@ -88,8 +88,7 @@ static mg_status check_tensors(mg_backend *b, const char *fn, const mg_moe_gemm_
                         "be >= rows=%u",
                         fn, d->act_rows, d->rows);
     if (!fp8 && t->weight_scale)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: weight_scale must be 0 for BF16 weights",
-                        fn);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: weight_scale must be 0 for BF16 weights", fn);
     if (t->workspace_bytes < workspace_needed)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: workspace_bytes=%zu, this call needs %zu "
@@ -112,11 +111,11 @@ static mg_status check_tensors(mg_backend *b, const char *fn, const mg_moe_gemm_
     if (fp8)
         s[count++] = (mg_op_tensor){"weight_scale", t->weight_scale,
                                     weight_scale_count(c) * d->experts * 4, 4, MG_OP_IN};
-    s[count++] =
-        (mg_op_tensor){"expert_offsets", t->expert_offsets, ((size_t)d->experts + 1) * 4, 4, MG_OP_IN};
+    s[count++] = (mg_op_tensor){"expert_offsets", t->expert_offsets, ((size_t)d->experts + 1) * 4,
+                                4, MG_OP_IN};
     if (t->sorted_token_ids)
-        s[count++] =
-            (mg_op_tensor){"sorted_token_ids", t->sorted_token_ids, (size_t)d->rows * 4, 4, MG_OP_IN};
+        s[count++] = (mg_op_tensor){"sorted_token_ids", t->sorted_token_ids, (size_t)d->rows * 4, 4,
+                                    MG_OP_IN};
     if (workspace_needed)
         s[count++] = (mg_op_tensor){"workspace", t->workspace, t->workspace_bytes, 256, MG_OP_OUT};
     /* out and the workspace are written: neither may overlap anything. */

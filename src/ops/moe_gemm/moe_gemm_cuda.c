@@ -115,8 +115,7 @@ static bool cutlass_available(mg_backend *b, char *reason, size_t reason_bytes) 
     mg_error_state saved;
     mg_error_save(&saved);
     mg_device_info info;
-    bool hopper = mg_device_get_info(b, &info) == MG_OK && info.cc_major == 9 &&
-                  info.cc_minor == 0;
+    bool hopper = mg_device_get_info(b, &info) == MG_OK && info.cc_major == 9 && info.cc_minor == 0;
     mg_error_restore(&saved);
     if (!hopper) {
         snprintf(reason, reason_bytes, "needs a compute capability 9.0 device (sm_90a kernels)");

@@ -21,8 +21,8 @@
 #include "metrale/launch.h"
 #include "metrale/ops_gemm.h"
 #include "moe_gemm_provider.h"
-#include "op_builtin.h"
 #include "moe_routing_host.h"
+#include "op_builtin.h"
 #include "silu_mul_reference.h"
 
 #define KERNEL_FUNCTION "moe_gemm_ref"
@@ -96,12 +96,12 @@ static mg_status scratch_alloc(scratch *s, const ref_call *c, uint32_t rows) {
 }
 
 /* Expert e's product of its `rows` gathered rows (s->act) into dst (row pitch ld). */
-static void expert_product(const ref_call *c, scratch *s, uint32_t e, uint32_t rows,
-                           uint16_t *dst, uint32_t ld) {
+static void expert_product(const ref_call *c, scratch *s, uint32_t e, uint32_t rows, uint16_t *dst,
+                           uint32_t ld) {
     size_t weight_elems = (size_t)c->n_w * c->k;
     if (c->kind == MG_MOE_GEMM_BF16) {
-        mg_gemm_bf16_cpu(rows, c->n_w, c->k, s->act,
-                         (const uint16_t *)c->weight + e * weight_elems, dst, MG_DTYPE_BF16, ld);
+        mg_gemm_bf16_cpu(rows, c->n_w, c->k, s->act, (const uint16_t *)c->weight + e * weight_elems,
+                         dst, MG_DTYPE_BF16, ld);
         return;
     }
     bool blocks = c->kind == MG_MOE_GEMM_FP8_BLOCKSCALED;
@@ -154,8 +154,7 @@ static mg_status run_reference(const ref_call *c) {
             continue;
         for (uint32_t r = 0; r < rows; r++) {
             uint32_t src = c->token_ids ? (uint32_t)c->token_ids[begin + r] : begin + r;
-            memcpy(s.act + (size_t)r * c->k, c->act + (size_t)src * c->act_pitch,
-                   (size_t)c->k * 2);
+            memcpy(s.act + (size_t)r * c->k, c->act + (size_t)src * c->act_pitch, (size_t)c->k * 2);
         }
         uint16_t *out = c->out + (size_t)begin * c->ldc;
         if (!c->gate_up) {
@@ -191,24 +190,21 @@ static mg_status kernel_moe_gemm(const mg_launch *l) {
                   .ldc = mg_launch_get_u32(l, ARG_LDC)};
     c.n_w = c.gate_up ? 2 * c.n : c.n;
     bool fp8 = c.kind != MG_MOE_GEMM_BF16;
-    uint64_t per_expert_scales =
-        c.kind == MG_MOE_GEMM_FP8_ROWWISE
-            ? c.n_w
-            : (uint64_t)((c.n_w + 127) / 128) * mg_fp8_k_blocks(c.k);
+    uint64_t per_expert_scales = c.kind == MG_MOE_GEMM_FP8_ROWWISE
+                                     ? c.n_w
+                                     : (uint64_t)((c.n_w + 127) / 128) * mg_fp8_k_blocks(c.k);
     uint64_t weight_bytes = (uint64_t)c.experts * c.n_w * c.k * (fp8 ? 1 : 2);
     void *p[ARG_OUT + 1] = {0};
-    if ((st = mg_cpu_kernel_buffer(l, ARG_ACT,
-                                   ((uint64_t)(c.act_rows - 1) * c.act_pitch + c.k) * 2, 16,
-                                   KERNEL_NAME, &p[ARG_ACT])) ||
+    if ((st = mg_cpu_kernel_buffer(l, ARG_ACT, ((uint64_t)(c.act_rows - 1) * c.act_pitch + c.k) * 2,
+                                   16, KERNEL_NAME, &p[ARG_ACT])) ||
         (mg_launch_get_ptr(l, ARG_TOKEN_IDS) &&
          (st = mg_cpu_kernel_buffer(l, ARG_TOKEN_IDS, (uint64_t)c.rows * 4, 4, KERNEL_NAME,
                                     &p[ARG_TOKEN_IDS]))) ||
         (st = mg_cpu_kernel_buffer(l, ARG_OFFSETS, ((uint64_t)c.experts + 1) * 4, 4, KERNEL_NAME,
                                    &p[ARG_OFFSETS])) ||
         (st = mg_cpu_kernel_buffer(l, ARG_WEIGHT, weight_bytes, 16, KERNEL_NAME, &p[ARG_WEIGHT])) ||
-        (fp8 && (st = mg_cpu_kernel_buffer(l, ARG_WEIGHT_SCALE,
-                                           per_expert_scales * c.experts * 4, 4, KERNEL_NAME,
-                                           &p[ARG_WEIGHT_SCALE]))) ||
+        (fp8 && (st = mg_cpu_kernel_buffer(l, ARG_WEIGHT_SCALE, per_expert_scales * c.experts * 4,
+                                           4, KERNEL_NAME, &p[ARG_WEIGHT_SCALE]))) ||
         (st = mg_cpu_kernel_buffer(l, ARG_OUT, ((uint64_t)(c.rows - 1) * c.ldc + c.n) * 2, 2,
                                    KERNEL_NAME, &p[ARG_OUT])))
         return st;

@@ -23,8 +23,8 @@
 
 /* One checked GEMM call of the NVFP4 ops, as the front (nvfp4_gemm.c) hands it to the
  * providers' supports hooks: dense (op MG_OP_NVFP4_GEMM) or grouped (MG_OP_NVFP4_MOE_GEMM);
- * `up` non-NULL: the fused gate_up form. The workspace fields are the caller's (mg_nvfp4_gemm_with_workspace); this provider
- * uses its own. */
+ * `up` non-NULL: the fused gate_up form. The workspace fields are the caller's
+ * (mg_nvfp4_gemm_with_workspace); this provider uses its own. */
 typedef struct mg_nvfp4_gemm_problem {
     const char *fn;
     mg_op op;
@@ -62,9 +62,9 @@ mg_status mg_nvfp4_blackwell_prepare(mg_backend *b, mg_stream *s, const char *fn
                                      mg_devptr scales, mg_devptr prepared_values,
                                      mg_devptr prepared_scales);
 
-/* The provider's run hook. Its workspace (the quantized activation, the grouped arguments, CUTLASS's own,
- * and for gate_up the two products) is stream-private op-cache scratch that only grows: grown
- * outside a capture, so make one call of the largest shape before capturing. */
+/* The provider's run hook. Its workspace (the quantized activation, the grouped arguments,
+ * CUTLASS's own, and for gate_up the two products) is stream-private op-cache scratch that only
+ * grows: grown outside a capture, so make one call of the largest shape before capturing. */
 mg_status mg_nvfp4_blackwell_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *c);
 
 #endif /* METRALE_HAVE_CUDA */

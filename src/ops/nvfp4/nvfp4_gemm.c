@@ -141,8 +141,8 @@ mg_status mg_nvfp4_prepare(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k, 
     if (!mg_mul_size(mg_nvfp4_prepared_value_bytes(n, k), experts, &spans[0].bytes) ||
         !mg_mul_size(mg_nvfp4_prepared_scale_bytes(n, k), experts, &spans[1].bytes) ||
         !mg_mul_size(rows, k / 2, &spans[2].bytes) || !mg_mul_size(rows, k / 16, &spans[3].bytes))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %u experts of %u x %u overflow", fn,
-                        experts, n, k);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %u experts of %u x %u overflow", fn, experts,
+                        n, k);
     if ((st = mg_op_check_tensors(b, fn, spans, 4, -1, -1)))
         return st;
 #ifdef METRALE_HAVE_CUDA
@@ -211,8 +211,8 @@ static mg_status run_dequant_gemm(mg_backend *b, mg_stream *s, const gemm_proble
     mg_launch_arg_u32(&l, p->k);
     mg_status st = launch_kernel(b, s, MG_NVFP4_KERNEL_DEQUANT_BF16, &l);
     return st ? st
-              : mg_gemm_bf16(b, s, p->rows, p->n, p->k, p->act, p->workspace, p->out,
-                             MG_DTYPE_BF16, p->ldc);
+              : mg_gemm_bf16(b, s, p->rows, p->n, p->k, p->act, p->workspace, p->out, MG_DTYPE_BF16,
+                             p->ldc);
 }
 
 static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
@@ -247,8 +247,8 @@ static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
     for (int i = 0; i < 2 && weights[i]; i++) {
         s[count++] = (mg_op_tensor){names[i][0], weights[i]->values, vb * p->experts, 16, false};
         s[count++] = (mg_op_tensor){names[i][1], weights[i]->scales, sb * p->experts, 16, false};
-        s[count++] = (mg_op_tensor){names[i][2], weights[i]->global_scale,
-                                    (size_t)p->experts * 4, 4, false};
+        s[count++] =
+            (mg_op_tensor){names[i][2], weights[i]->global_scale, (size_t)p->experts * 4, 4, false};
     }
     if (p->workspace && p->workspace_bytes)
         s[count++] = (mg_op_tensor){"workspace", p->workspace, p->workspace_bytes, 16, true};
@@ -276,12 +276,12 @@ static void read_tuning(void) {
 /* The variant for a problem: tokens per tile (8 when tiles are mostly small), and the warps
  * splitting K so the grid has about TARGET_WARPS_PER_SM warps per multiprocessor, each with at
  * least two super-chunks of K. */
-static void choose_variant(mg_backend *b, const gemm_problem *p, uint32_t *tile,
-                           uint32_t *k_warps, uint64_t *tiles) {
+static void choose_variant(mg_backend *b, const gemm_problem *p, uint32_t *tile, uint32_t *k_warps,
+                           uint64_t *tiles) {
     pthread_once(&tuning_once, read_tuning);
     uint32_t max_tile = tuning_max_tile, target_warps = tuning_target_warps;
-    uint32_t per_group = p->op == MG_OP_NVFP4_MOE_GEMM ? (p->rows + p->experts - 1) / p->experts
-                                                      : p->rows;
+    uint32_t per_group =
+        p->op == MG_OP_NVFP4_MOE_GEMM ? (p->rows + p->experts - 1) / p->experts : p->rows;
     *tile = per_group <= 8 || max_tile == 8 ? 8 : 16;
     if (p->op == MG_OP_NVFP4_MOE_GEMM) /* a bound on the non-empty tiles of any routing */
         *tiles = p->rows / *tile + (p->experts < p->rows ? p->experts : p->rows);
@@ -309,10 +309,11 @@ static mg_status run_problem(mg_backend *b, mg_stream *s, const gemm_problem *p)
         return st;
     const mg_nvfp4_provider *provider = (const mg_nvfp4_provider *)chosen;
     if (!provider->blackwell_layout && blackwell_layout(b, p->n, p->k))
-        return MG_ERROR(MG_ERR_UNSUPPORTED,
-                        "%s: the weight is in the Blackwell layout, whose GEMM needs ldc a multiple "
-                        "of 8 (ldc=%u)",
-                        p->fn, p->ldc);
+        return MG_ERROR(
+            MG_ERR_UNSUPPORTED,
+            "%s: the weight is in the Blackwell layout, whose GEMM needs ldc a multiple "
+            "of 8 (ldc=%u)",
+            p->fn, p->ldc);
     if ((st = provider->run(b, s, p)))
         return st;
     mg_op_count_call(b, p->op, chosen, provider->caller_workspace);
@@ -325,8 +326,8 @@ static mg_status run_tiled(mg_backend *b, mg_stream *s, const gemm_problem *p) {
     uint64_t tiles;
     choose_variant(b, p, &tile, &k_warps, &tiles);
     if (tiles > 0x7fffffffu)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %u rows need more token tiles than a grid has",
-                        p->fn, p->rows);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %u rows need more token tiles than a grid has", p->fn, p->rows);
     char name[48];
     mg_nvfp4_gemm_kernel_name(name, sizeof name, tile, k_warps, p->up != NULL);
     mg_launch l;
@@ -356,16 +357,27 @@ static mg_status run_tiled(mg_backend *b, mg_stream *s, const gemm_problem *p) {
 
 static mg_status dense(mg_backend *b, mg_stream *s, const char *fn, uint32_t m, uint32_t n,
                        uint32_t k, mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *w,
-                       const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc,
-                       mg_devptr workspace, size_t workspace_bytes) {
+                       const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc, mg_devptr workspace,
+                       size_t workspace_bytes) {
     mg_status st = mg_op_enter(b, fn);
     if (st)
         return st;
     if (!w)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL weight", fn);
-    gemm_problem p = {.fn = fn, .op = MG_OP_NVFP4_GEMM, .experts = 1, .rows = m, .act_rows = m,
-                      .n = n, .k = k, .act_pitch = act_pitch, .ldc = ldc, .act = act, .out = out,
-                      .w = *w, .up = up, .workspace = workspace,
+    gemm_problem p = {.fn = fn,
+                      .op = MG_OP_NVFP4_GEMM,
+                      .experts = 1,
+                      .rows = m,
+                      .act_rows = m,
+                      .n = n,
+                      .k = k,
+                      .act_pitch = act_pitch,
+                      .ldc = ldc,
+                      .act = act,
+                      .out = out,
+                      .w = *w,
+                      .up = up,
+                      .workspace = workspace,
                       .workspace_bytes = workspace_bytes};
     return run_problem(b, s, &p);
 }

@@ -29,15 +29,17 @@ typedef struct arch_entry {
     mg_cutlass_nvfp4_silu_mul_fn silu_mul;
 } arch_entry;
 
-static arch_entry sm100 = {.unit = MG_CUTLASS_UNITS_SM100_NVFP4, .prefix = "mg_cutlass_nvfp4_sm100",
+static arch_entry sm100 = {.unit = MG_CUTLASS_UNITS_SM100_NVFP4,
+                           .prefix = "mg_cutlass_nvfp4_sm100",
                            .once = PTHREAD_ONCE_INIT};
-static arch_entry sm120 = {.unit = MG_CUTLASS_UNITS_SM120_NVFP4, .prefix = "mg_cutlass_nvfp4_sm120",
+static arch_entry sm120 = {.unit = MG_CUTLASS_UNITS_SM120_NVFP4,
+                           .prefix = "mg_cutlass_nvfp4_sm120",
                            .once = PTHREAD_ONCE_INIT};
 
 static void resolve(arch_entry *a) {
     char names[6][64];
-    static const char *const suffix[6] = {"_gemm_workspace", "_moe_gemm_workspace", "_gemm",
-                                          "_moe_gemm", "_prepare", "_silu_mul"};
+    static const char *const suffix[6] = {
+        "_gemm_workspace", "_moe_gemm_workspace", "_gemm", "_moe_gemm", "_prepare", "_silu_mul"};
     for (int i = 0; i < 6; i++)
         snprintf(names[i], sizeof names[i], "%s%s", a->prefix, suffix[i]);
     const mg_cuda_plugin_symbol symbols[6] = {
@@ -124,8 +126,6 @@ static bool blackwell_supports(mg_backend *b, const void *call, char *reason, si
     return true;
 }
 
-
-
 mg_status mg_nvfp4_blackwell_prepare(mg_backend *b, mg_stream *s, const char *fn, uint32_t n,
                                      uint32_t k, uint32_t experts, mg_devptr codes,
                                      mg_devptr scales, mg_devptr prepared_values,
@@ -166,7 +166,8 @@ mg_status mg_nvfp4_blackwell_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_ge
         .w_codes_stride = mg_nvfp4_prepared_value_bytes(c->n, c->k),
         .w_scales_stride = mg_nvfp4_prepared_scale_bytes(c->n, c->k),
     };
-    mg_cutlass_nvfp4_workspace_fn workspace_fn = grouped ? a->moe_gemm_workspace : a->gemm_workspace;
+    mg_cutlass_nvfp4_workspace_fn workspace_fn =
+        grouped ? a->moe_gemm_workspace : a->gemm_workspace;
     mg_cutlass_nvfp4_gemm_fn gemm_fn = grouped ? a->moe_gemm : a->gemm;
     mg_plugin_error err;
     /* gate_up: both products into the workspace (rows x n, pitch n), then silu(gate) * up. */
@@ -202,7 +203,8 @@ mg_status mg_nvfp4_blackwell_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_ge
         args.w_codes = (const void *)(uintptr_t)weights[i]->values;
         args.w_scales = (const void *)(uintptr_t)weights[i]->scales;
         args.w_global = (const float *)(uintptr_t)weights[i]->global_scale;
-        args.out = (void *)(uintptr_t)(c->up ? ws + gemm_bytes + (size_t)i * product_bytes : c->out);
+        args.out =
+            (void *)(uintptr_t)(c->up ? ws + gemm_bytes + (size_t)i * product_bytes : c->out);
         if ((st = gemm_fn(&args, (void *)stream, &err)))
             return mg_cuda_plugin_failure(ctx, st, err.cuda_error, err.message, c->fn);
     }

@@ -27,8 +27,8 @@
 #define MG_NVFP4_GEMM_ARGS 19u
 
 /* The kernel name of a variant into buf (at least 40 bytes). */
-void mg_nvfp4_gemm_kernel_name(char *buf, unsigned bytes, unsigned tile_tokens,
-                               unsigned k_warps, int gate_up);
+void mg_nvfp4_gemm_kernel_name(char *buf, unsigned bytes, unsigned tile_tokens, unsigned k_warps,
+                               int gate_up);
 
 /* Registers the CPU kernels once per process; later calls do nothing. */
 void mg_nvfp4_cpu_kernels_register(void);

@@ -88,8 +88,7 @@ static mg_status check_shape(mg_backend *b, const char *fn, uint32_t n, uint32_t
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape n=%u k=%u", fn, n, k);
     if (k % MG_NVFP4_BLOCK)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: k=%u is not a multiple of 16 (one E4M3 scale per 16 elements)", fn,
-                        k);
+                        "%s: k=%u is not a multiple of 16 (one E4M3 scale per 16 elements)", fn, k);
     return MG_OK;
 }
 
@@ -110,17 +109,15 @@ static void launch_init(mg_launch *l, uint64_t items) {
     mg_launch_init(l, grid, block, 0);
 }
 
-static mg_status run_kernels(mg_backend *b, mg_stream *s, const char *fn,
-                             const char *const *names, const mg_launch *launches, int count) {
-    return mg_op_run_builtin(b, s, MG_OP_NVFP4_FORMAT, fn,
-                             names, launches, count);
+static mg_status run_kernels(mg_backend *b, mg_stream *s, const char *fn, const char *const *names,
+                             const mg_launch *launches, int count) {
+    return mg_op_run_builtin(b, s, MG_OP_NVFP4_FORMAT, fn, names, launches, count);
 }
 
 /* ------------------------------------------------------------------ device tools */
 
-mg_status mg_nvfp4_quantize(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k,
-                            uint32_t in_pitch, mg_devptr in, mg_devptr global, mg_devptr packed,
-                            mg_devptr scales) {
+mg_status mg_nvfp4_quantize(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k, uint32_t in_pitch,
+                            mg_devptr in, mg_devptr global, mg_devptr packed, mg_devptr scales) {
     static const char fn[] = "mg_nvfp4_quantize";
     mg_status st = check_shape(b, fn, n, k);
     if (st)
@@ -151,9 +148,9 @@ mg_status mg_nvfp4_quantize(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k,
     return run_kernels(b, s, fn, &name, &l, 1);
 }
 
-mg_status mg_nvfp4_dequantize(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k,
-                              mg_devptr packed, mg_devptr scales, mg_devptr global,
-                              mg_dtype out_dtype, mg_devptr out) {
+mg_status mg_nvfp4_dequantize(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k, mg_devptr packed,
+                              mg_devptr scales, mg_devptr global, mg_dtype out_dtype,
+                              mg_devptr out) {
     static const char fn[] = "mg_nvfp4_dequantize";
     mg_status st = check_shape(b, fn, n, k);
     if (st)
@@ -182,8 +179,8 @@ mg_status mg_nvfp4_dequantize(mg_backend *b, mg_stream *s, uint32_t n, uint32_t 
     return run_kernels(b, s, fn, &name, &l, 1);
 }
 
-mg_status mg_nvfp4_transpose(mg_backend *b, mg_stream *s, mg_nvfp4_transpose_dir dir,
-                             uint32_t n, uint32_t k, mg_devptr packed_in, mg_devptr scales_in,
+mg_status mg_nvfp4_transpose(mg_backend *b, mg_stream *s, mg_nvfp4_transpose_dir dir, uint32_t n,
+                             uint32_t k, mg_devptr packed_in, mg_devptr scales_in,
                              mg_devptr packed_out, mg_devptr scales_out) {
     static const char fn[] = "mg_nvfp4_transpose";
     mg_status st = check_shape(b, fn, n, k);
@@ -193,8 +190,7 @@ mg_status mg_nvfp4_transpose(mg_backend *b, mg_stream *s, mg_nvfp4_transpose_dir
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown direction %d", fn, (int)dir);
     if (n % 2)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: n=%u is odd (the [K, N] layout packs two N elements per byte)", fn,
-                        n);
+                        "%s: n=%u is odd (the [K, N] layout packs two N elements per byte)", fn, n);
     size_t packed_bytes = mg_nvfp4_packed_bytes(n, k), scale_bytes = mg_nvfp4_scale_bytes(n, k);
     mg_op_tensor t[] = {
         {"packed_in", packed_in, packed_bytes, 1, MG_OP_IN},
@@ -231,8 +227,10 @@ static mg_status swizzle(mg_backend *b, mg_stream *s, const char *fn, bool forwa
         return st;
     size_t plain = mg_nvfp4_scale_bytes(n, k), swizzled = mg_nvfp4_swizzled_scale_bytes(n, k);
     mg_op_tensor t[] = {
-        {forward ? "scales" : "swizzled", in, forward ? plain : swizzled, forward ? 1 : 16, MG_OP_IN},
-        {forward ? "swizzled" : "scales", out, forward ? swizzled : plain, forward ? 16 : 1, MG_OP_OUT},
+        {forward ? "scales" : "swizzled", in, forward ? plain : swizzled, forward ? 1 : 16,
+         MG_OP_IN},
+        {forward ? "swizzled" : "scales", out, forward ? swizzled : plain, forward ? 16 : 1,
+         MG_OP_OUT},
     };
     if ((st = mg_op_check_tensors(b, fn, t, 2, -1, -1)))
         return st;

@@ -54,8 +54,8 @@ static float dequantize_value(uint8_t nibble, uint8_t scale, float global) {
     return isnan(v) ? NAN : v;
 }
 
-void mg_nvfp4_quantize_reference(const uint16_t *in, float global, uint8_t *packed,
-                                 uint8_t *scales, uint32_t n, uint32_t k, uint32_t pitch) {
+void mg_nvfp4_quantize_reference(const uint16_t *in, float global, uint8_t *packed, uint8_t *scales,
+                                 uint32_t n, uint32_t k, uint32_t pitch) {
     uint32_t blocks = k / MG_NVFP4_BLOCK;
     for (uint32_t r = 0; r < n; r++)
         for (uint32_t g = 0; g < blocks; g++) {
@@ -85,8 +85,8 @@ void mg_nvfp4_dequantize_reference(const uint8_t *packed, const uint8_t *scales,
         for (uint32_t c = 0; c < k; c++) {
             uint8_t byte = packed[(size_t)r * (k / 2) + c / 2];
             uint8_t nibble = (uint8_t)((c & 1) ? byte >> 4 : byte & 0xf);
-            float v = dequantize_value(nibble, scales[(size_t)r * blocks + c / MG_NVFP4_BLOCK],
-                                       global);
+            float v =
+                dequantize_value(nibble, scales[(size_t)r * blocks + c / MG_NVFP4_BLOCK], global);
             if (f32_out)
                 f32_out[(size_t)r * k + c] = v;
             else
@@ -118,8 +118,7 @@ static size_t round_up(size_t v, size_t m) {
 }
 
 void mg_nvfp4_swizzle_reference(const uint8_t *in, uint8_t *out, uint32_t rows, uint32_t cols) {
-    memset(out, 0,
-           round_up(rows, MG_NVFP4_SF_TILE_ROWS) * round_up(cols, MG_NVFP4_SF_TILE_COLS));
+    memset(out, 0, round_up(rows, MG_NVFP4_SF_TILE_ROWS) * round_up(cols, MG_NVFP4_SF_TILE_COLS));
     for (uint32_t r = 0; r < rows; r++)
         for (uint32_t c = 0; c < cols; c++)
             out[mg_nvfp4_swizzled_offset(r, c, cols)] = in[(size_t)r * cols + c];
@@ -143,16 +142,17 @@ static uint64_t span(uint64_t rows, uint64_t row_bytes) {
 
 static mg_status check_k(const char *name, uint32_t k) {
     if (k == 0 || k % MG_NVFP4_BLOCK)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: k=%u is not a positive multiple "
-                        "of 16", name, k);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: k=%u is not a positive multiple "
+                        "of 16",
+                        name, k);
     return MG_OK;
 }
 
 static mg_status kernel_quantize(const mg_launch *l) {
     static const char name[] = "metrale:" MG_NVFP4_KERNEL_QUANTIZE;
-    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-                                        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,
-                                        MG_ARG_U32};
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 7);
     if (st)
         return st;
@@ -215,8 +215,8 @@ static mg_status matrix(const mg_launch *l, const char *name, matrix_kernel whic
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: rows=%u and cols=%u must be even",
                         name, rows, cols);
     uint64_t plain = which == NIBBLES ? span(rows, cols / 2) : span(rows, cols);
-    uint64_t swizzled = span(round_up(rows, MG_NVFP4_SF_TILE_ROWS),
-                             round_up(cols, MG_NVFP4_SF_TILE_COLS));
+    uint64_t swizzled =
+        span(round_up(rows, MG_NVFP4_SF_TILE_ROWS), round_up(cols, MG_NVFP4_SF_TILE_COLS));
     uint64_t in_bytes = which == UNSWIZZLE ? swizzled : plain;
     uint64_t out_bytes = which == SWIZZLE ? swizzled : plain;
     void *in, *out;

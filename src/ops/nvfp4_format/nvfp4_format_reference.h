@@ -25,8 +25,8 @@
 
 /* BF16 [n, k] (row pitch `pitch`) -> packed [n, k/2] + scales [n, k/16], by the rule of
  * metrale/nvfp4.h. */
-void mg_nvfp4_quantize_reference(const uint16_t *in, float global, uint8_t *packed,
-                                 uint8_t *scales, uint32_t n, uint32_t k, uint32_t pitch);
+void mg_nvfp4_quantize_reference(const uint16_t *in, float global, uint8_t *packed, uint8_t *scales,
+                                 uint32_t n, uint32_t k, uint32_t pitch);
 
 /* packed + scales + global -> FP32 (bf16_out NULL) or BF16 (f32_out NULL) [n, k]. */
 void mg_nvfp4_dequantize_reference(const uint8_t *packed, const uint8_t *scales, float global,

@@ -35,28 +35,33 @@ static mg_status import(const char *fn, const char *const names[3],
     if (!info)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: info is null", fn);
     if (weight->dtype != MG_DTYPE_U8 || weight->rank != 2)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s must be a U8 matrix [N, K/2], not %s of "
-                        "rank %u", fn, names[0], mg_dtype_name(weight->dtype), weight->rank);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %s must be a U8 matrix [N, K/2], not %s of "
+                        "rank %u",
+                        fn, names[0], mg_dtype_name(weight->dtype), weight->rank);
     if ((scale->dtype != MG_DTYPE_FP8_E4M3 && scale->dtype != MG_DTYPE_U8) || scale->rank != 2)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s must be an F8_E4M3 matrix [N, K/16], "
-                        "not %s of rank %u", fn, names[1], mg_dtype_name(scale->dtype),
-                        scale->rank);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %s must be an F8_E4M3 matrix [N, K/16], "
+                        "not %s of rank %u",
+                        fn, names[1], mg_dtype_name(scale->dtype), scale->rank);
     if (global->dtype != MG_DTYPE_F32 || !is_scalar(global))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s must be one F32 value", fn, names[2]);
     uint64_t n = weight->shape[0], k = weight->shape[1] * 2;
     if (n == 0 || n > UINT32_MAX || k == 0 || k > UINT32_MAX || k % MG_NVFP4_BLOCK)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: %s [%llu, %llu] gives N=%llu K=%llu: need N, K in [1, 2^32) and K a "
-                        "multiple of 16", fn, names[0], (unsigned long long)weight->shape[0],
+                        "multiple of 16",
+                        fn, names[0], (unsigned long long)weight->shape[0],
                         (unsigned long long)weight->shape[1], (unsigned long long)n,
                         (unsigned long long)k);
     if (scale->shape[0] != n || scale->shape[1] != k / MG_NVFP4_BLOCK)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is [%llu, %llu], expected [%llu, %llu] "
-                        "for %s [%llu, %llu]", fn, names[1],
-                        (unsigned long long)scale->shape[0], (unsigned long long)scale->shape[1],
-                        (unsigned long long)n, (unsigned long long)(k / MG_NVFP4_BLOCK), names[0],
-                        (unsigned long long)weight->shape[0],
-                        (unsigned long long)weight->shape[1]);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %s is [%llu, %llu], expected [%llu, %llu] "
+                        "for %s [%llu, %llu]",
+                        fn, names[1], (unsigned long long)scale->shape[0],
+                        (unsigned long long)scale->shape[1], (unsigned long long)n,
+                        (unsigned long long)(k / MG_NVFP4_BLOCK), names[0],
+                        (unsigned long long)weight->shape[0], (unsigned long long)weight->shape[1]);
     float stored;
     memcpy(&stored, global->data, sizeof stored);
     if (!(stored > 0.0f) || !isfinite(stored))
@@ -64,17 +69,17 @@ static mg_status import(const char *fn, const char *const names[3],
                         names[2], (double)stored);
     float multiplier = reciprocal ? 1.0f / stored : stored;
     if (!(multiplier > 0.0f) || !isfinite(multiplier))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s=%g has no finite reciprocal", fn,
-                        names[2], (double)stored);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s=%g has no finite reciprocal", fn, names[2],
+                        (double)stored);
     size_t packed_bytes = (size_t)n * (size_t)(k / 2);
     size_t scale_bytes = (size_t)n * (size_t)(k / MG_NVFP4_BLOCK);
     if (packed || scales || packed_capacity || scales_capacity) {
         if (!packed || packed_capacity < packed_bytes)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: packed holds %zu bytes, %s needs %zu",
-                            fn, packed ? packed_capacity : 0, names[0], packed_bytes);
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: packed holds %zu bytes, %s needs %zu", fn,
+                            packed ? packed_capacity : 0, names[0], packed_bytes);
         if (!scales || scales_capacity < scale_bytes)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: scales holds %zu bytes, %s needs %zu",
-                            fn, scales ? scales_capacity : 0, names[1], scale_bytes);
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: scales holds %zu bytes, %s needs %zu", fn,
+                            scales ? scales_capacity : 0, names[1], scale_bytes);
         memcpy(packed, weight->data, packed_bytes);
         memcpy(scales, scale->data, scale_bytes);
     }
@@ -87,8 +92,8 @@ static mg_status import(const char *fn, const char *const names[3],
 mg_status mg_nvfp4_import_modelopt(const mg_nvfp4_tensor_view *weight,
                                    const mg_nvfp4_tensor_view *weight_scale,
                                    const mg_nvfp4_tensor_view *weight_scale_2, uint8_t *packed,
-                                   size_t packed_capacity, uint8_t *scales,
-                                   size_t scales_capacity, mg_nvfp4_import_info *info) {
+                                   size_t packed_capacity, uint8_t *scales, size_t scales_capacity,
+                                   mg_nvfp4_import_info *info) {
     static const char *const names[3] = {"weight", "weight_scale", "weight_scale_2"};
     return import("mg_nvfp4_import_modelopt", names, weight, weight_scale, weight_scale_2, false,
                   packed, packed_capacity, scales, scales_capacity, info);

@@ -4,10 +4,10 @@
 #include "backend_impl.h"
 #include "checked_math.h"
 #include "error.h"
+#include "fp8_quantize_reference.h"
 #include "metrale/launch.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/ops_quantize.h"
-#include "fp8_quantize_reference.h"
 #include "op_builtin.h"
 
 #define WHAT "mg_fp8_quantize"

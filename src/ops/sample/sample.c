@@ -21,8 +21,8 @@ static const mg_op_provider *const sample_providers[] = {&kernels_provider, NULL
 const mg_op_def mg_sample_op = {MG_OP_SAMPLE, "sample", sample_providers};
 
 mg_sample_params mg_sample_params_greedy(void) {
-    return (mg_sample_params){.temperature = 0.0f, .top_p = 1.0f, .min_p = 0.0f,
-                              .repetition_penalty = 1.0f};
+    return (mg_sample_params){
+        .temperature = 0.0f, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f};
 }
 
 float mg_sample_uniform(uint64_t seed, uint64_t step) {
@@ -70,8 +70,10 @@ mg_status mg_sample(mg_backend *b, mg_stream *s, const mg_sample_desc *d, mg_dev
     if (!d)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL descriptor", fn);
     if (!d->rows || !d->vocab || d->vocab > INT32_MAX)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: rows=%u vocab=%u: both must be >= 1, vocab "
-                        "< 2^31", fn, d->rows, d->vocab);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: rows=%u vocab=%u: both must be >= 1, vocab "
+                        "< 2^31",
+                        fn, d->rows, d->vocab);
     if (d->logits_dtype != MG_DTYPE_F32 && d->logits_dtype != MG_DTYPE_BF16)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: logits_dtype %s is neither F32 nor BF16", fn,
                         mg_dtype_name(d->logits_dtype));
@@ -92,8 +94,7 @@ mg_status mg_sample(mg_backend *b, mg_stream *s, const mg_sample_desc *d, mg_dev
     const uint32_t size = d->logits_dtype == MG_DTYPE_BF16 ? 2 : 4;
     size_t logit_bytes;
     if (!mg_matrix_span_bytes(d->rows, d->vocab, pitch, size, &logit_bytes))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: logits span more than the address space",
-                        fn);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: logits span more than the address space", fn);
     mg_op_tensor t[] = {
         {"logits", logits, logit_bytes, size, MG_OP_IN},
         {"params", params, (size_t)d->rows * sizeof(mg_sample_params), 8, MG_OP_IN},

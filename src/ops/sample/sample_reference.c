@@ -91,8 +91,8 @@ int32_t mg_sample_row_reference(const void *logits, bool bf16, uint32_t vocab,
         if (history[j] < 0 || (uint32_t)history[j] >= vocab)
             return MG_SAMPLE_BAD_PARAMS;
     for (uint32_t i = 0; i < vocab; i++) {
-        const float x = bf16 ? mg_bf16_to_f32(((const uint16_t *)logits)[i])
-                             : ((const float *)logits)[i];
+        const float x =
+            bf16 ? mg_bf16_to_f32(((const uint16_t *)logits)[i]) : ((const float *)logits)[i];
         if (isnan(x) || x == INFINITY)
             return MG_SAMPLE_BAD_LOGITS;
         y[i] = x;
@@ -201,10 +201,9 @@ static uint64_t bytes_of(uint64_t count, uint64_t size) {
 
 static mg_status kernel_sample(const mg_launch *l) {
     static const char name[] = "metrale:" MG_SAMPLE_KERNEL;
-    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-                                        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,
-                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-                                        MG_ARG_U32};
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+                                        MG_ARG_U32,    MG_ARG_U32};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 10);
     if (st)
         return st;
@@ -218,13 +217,13 @@ static mg_status kernel_sample(const mg_launch *l) {
                         name, rows, vocab, pitch, history_pitch);
     const uint32_t size = bf16 ? 2 : 4;
     void *logits, *params, *history = NULL, *workspace, *ids;
-    if ((st = mg_cpu_kernel_buffer(l, 0, bytes_of((uint64_t)(rows - 1) * pitch + vocab, size),
-                                   size, name, &logits)) ||
+    if ((st = mg_cpu_kernel_buffer(l, 0, bytes_of((uint64_t)(rows - 1) * pitch + vocab, size), size,
+                                   name, &logits)) ||
         (st = mg_cpu_kernel_buffer(l, 1, bytes_of(rows, sizeof(mg_sample_params)), 8, name,
                                    &params)) ||
-        (history_pitch && (st = mg_cpu_kernel_buffer(l, 2, bytes_of((uint64_t)rows, 4ull *
-                                                                    history_pitch), 4, name,
-                                                     &history))) ||
+        (history_pitch &&
+         (st = mg_cpu_kernel_buffer(l, 2, bytes_of((uint64_t)rows, 4ull * history_pitch), 4, name,
+                                    &history))) ||
         (st = mg_cpu_kernel_buffer(l, 3, bytes_of((uint64_t)rows, 4 * mg_sample_row_floats(vocab)),
                                    16, name, &workspace)) ||
         (st = mg_cpu_kernel_buffer(l, 4, bytes_of(rows, 4), 4, name, &ids)))
@@ -233,8 +232,8 @@ static mg_status kernel_sample(const mg_launch *l) {
         const mg_sample_params *p = (const mg_sample_params *)params + r;
         ((int32_t *)ids)[r] = mg_sample_row_reference(
             (const char *)logits + (size_t)r * pitch * size, bf16, vocab, p,
-            history ? (const int32_t *)history + (size_t)r * history_pitch : NULL,
-            history_pitch, (float *)workspace + (size_t)r * mg_sample_row_floats(vocab));
+            history ? (const int32_t *)history + (size_t)r * history_pitch : NULL, history_pitch,
+            (float *)workspace + (size_t)r * mg_sample_row_floats(vocab));
     }
     return MG_OK;
 }

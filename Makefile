@@ -22,13 +22,13 @@ run: build
 	./$(BUILD)/metrale-gpu info
 	./$(BUILD)/metrale-gpu run --model "$$(bash scripts/fetch_smollm2.sh)" --chat "$(QUESTION)"
 
-# Every test: the paths the tree names, the normal build, then ASan+UBSan, then ThreadSanitizer
-# on the concurrent parts.
-test: lint-paths test-main test-asan test-tsan
+# Every test: the lint, the normal build, then ASan+UBSan, then ThreadSanitizer on the
+# concurrent parts.
+test: lint test-main test-asan test-tsan
 
-# scripts/lint.sh: clang-format cleanliness and the paths the tree names; `make test` runs the
-# path check (the tree is not yet formatted as .clang-format says).
-lint:
+# scripts/lint.sh: every C, C++ and CUDA file clean against .clang-format (clang-format 14) and
+# every path the tree names existing; `lint-paths` runs the second check alone.
+lint: setup
 	bash scripts/lint.sh
 lint-paths:
 	bash scripts/lint.sh --paths

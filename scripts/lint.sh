@@ -6,7 +6,7 @@
 #      with one of the tree's top folders (src/, include/, kernels/, tests/, tools/, bench/,
 #      scripts/, cmake/, docs/, python/) and end in a file name or "/", and bare file names (name.c, name.h, name.cu, ...) in
 #      the comments of C and CUDA files, which must be some tracked file's name.
-# `lint.sh --paths` checks 2 only (what `make test` runs while the tree is not yet formatted).
+# `lint.sh --paths` checks 2 only.
 # Prints each problem as FILE: message and exits 1 when there is any. Results under
 # bench/results/ (records of past runs, naming paths as they were) and fuzz corpora are not
 # checked for paths.
@@ -14,11 +14,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
 
-FORMAT=${CLANG_FORMAT:-clang-format}
+FORMAT=${CLANG_FORMAT:-clang-format-14}
 if [ "${1:-}" = --paths ]; then
     :
 elif ! command -v "$FORMAT" >/dev/null; then
-    echo "lint: $FORMAT not found (scripts/setup.sh installs clang-format)" >&2
+    echo "lint: $FORMAT not found (scripts/setup.sh installs clang-format-14)" >&2
     exit 1
 fi
 mapfile -t sources < <(git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v '^tests/fuzz/corpus')

@@ -13,6 +13,8 @@ command -v pkg-config >/dev/null || need+=(pkg-config) # the install test's pkg-
 if ! command -v clang-14 >/dev/null || [ ! -f /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ]; then
   need+=("clang-14=1:14.0.6-12" "libclang-rt-14-dev=1:14.0.6-12")
 fi
+# clang-format: `make lint` checks every C, C++ and CUDA file against .clang-format with it.
+command -v clang-format-14 >/dev/null || need+=("clang-format-14=1:14.0.6-12")
 # python3 with venv: tests/mlx/setup.sh installs the pinned mlx wheels, MLX being the reference
 # of the MLX ops.
 command -v python3 >/dev/null || need+=(python3)

@@ -5,7 +5,7 @@
  * is what a causal prefill followed by decode steps computes), BF16 rounding where the ops
  * store BF16, fed the library's tokens: each must be the reference's best or within a near-tie
  * of it, every pass's logits (mg_fwd_logits) within the same tolerance of the reference's, and
- * the final hidden states must agree within 2% (FP8: 4%, see `tolerance`). After the prefill
+ * the final hidden states must agree within 2% (FP8: 8%, see `tolerance`). After the prefill
  * every request's token is replaced by a random one (mg_fwd_force_tokens), and the reference
  * is fed those: the next passes must have read them. Then the configuration errors the model
  * must refuse with a message.
@@ -221,10 +221,13 @@ typedef struct reference {
     float **w;         /* [layers * MG_FWD_LAYER_TENSORS] */
     float **row_scale; /* [layers * MG_FWD_LAYER_TENSORS]: FP8 matrices' row scales, else NULL */
     float *lm_scale;   /* the FP8 LM head's row scales, else NULL */
-    /* Relative tolerance of the final hidden states and of the chosen tokens' logits: 2%, FP8
-     * 4% (a one-ulp BF16 difference between the two computations may move an activation
-     * across an E4M3 rounding boundary: a whole E4M3 step, 1/8 relative, in one element; the
-     * observed extremes over many seeds are about 2%, a wrong scale or rounding is far more). */
+    /* Relative tolerance of the final hidden states and of every logit: 2%, FP8 8%. A one-ulp
+     * BF16 difference between the two computations (summation order) may move an activation
+     * across an E4M3 rounding boundary: a whole E4M3 step, 1/8 relative, in one element, which
+     * the next layers' quantizations spread. Measured over 180 seeds (tiny fp8 and tiny-moe
+     * fp8, 2026-12-03): about half agree exactly, the rest reach 0.039-0.055 of the largest
+     * logit; the quantizer rounding toward zero instead of to nearest reaches 0.13-0.18, and a
+     * wrong scale far more. BF16 and NVFP4 weights stay below 0.008. */
     float tolerance;
     double *global;   /* [layers * MG_FWD_LAYER_TENSORS]: NVFP4 matrices' global scales, else 0 */
     double lm_global; /* the NVFP4 LM head's global scale, else 0 */
@@ -254,6 +257,11 @@ static void linear(const reference *ref, uint32_t l, uint32_t slot, const float 
  * lib_logits [passes][batch][vocab] (mg_fwd_logits), must be within the tolerance of the
  * reference's (relative to the largest), and its chosen tokens near the reference's best.
  * The reference's own argmax per pass to `generated`; the number of misses returned. */
+/* The largest deviation of a library logit from the reference's, relative to the largest
+ * reference logit, over the requests and passes of one check_against_reference (printed: the
+ * margin to the tolerance). */
+static double worst_logit_deviation;
+
 static int reference_request(const reference *ref, const mg_fwd_config *c, uint32_t r,
                              const int32_t *forced, const bool *is_forced, const float *lib_logits,
                              int32_t *generated, float *final_hidden) {
@@ -360,12 +368,24 @@ static int reference_request(const reference *ref, const mg_fwd_config *c, uint3
          * tolerance (of the largest logit magnitude) of the best one. */
         int32_t chosen = forced[produced];
         if (!is_forced[produced] && (chosen < 0 || (uint32_t)chosen >= s->vocab ||
-                                     logits[chosen] < logits[best] - ref->tolerance * largest))
+                                     logits[chosen] < logits[best] - ref->tolerance * largest)) {
             far_from_best++;
+            fprintf(stderr,
+                    "request %u pass %u: token %d's logit %g, the best (%u) %g, largest %g\n", r,
+                    produced, chosen,
+                    chosen >= 0 && (uint32_t)chosen < s->vocab ? logits[chosen] : NAN, best,
+                    logits[best], largest);
+        }
         const float *lib = lib_logits + ((size_t)produced * c->batch + r) * s->vocab;
+        for (uint32_t v = 0; v < s->vocab; v++)
+            worst_logit_deviation =
+                fmax(worst_logit_deviation, fabsf(lib[v] - logits[v]) / largest);
         for (uint32_t v = 0; v < s->vocab; v++)
             if (!(fabsf(lib[v] - logits[v]) <= ref->tolerance * largest)) { /* NaN fails */
                 far_from_best++;
+                fprintf(stderr,
+                        "request %u pass %u: logit %u is %g, the reference's %g, largest %g\n", r,
+                        produced, v, lib[v], logits[v], largest);
                 break;
             }
         generated[produced++] = (int32_t)best;
@@ -443,7 +463,7 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
     ref.emb = tensor(p, c.seed, MG_FWD_TENSOR_EMBEDDING);
     ref.final_norm = tensor(p, c.seed, MG_FWD_TENSOR_FINAL_NORM);
     bool fp8 = c.weights == MG_FWD_WEIGHTS_FP8;
-    ref.tolerance = fp8 ? 0.04f : 0.02f;
+    ref.tolerance = fp8 ? 0.08f : 0.02f;
     ref.lm = c.weights == MG_FWD_WEIGHTS_NVFP4
                  ? tensor_nvfp4(be, p, c.seed, MG_FWD_TENSOR_LM_HEAD, &ref.lm_global)
              : fp8 ? tensor_fp8(p, c.seed, MG_FWD_TENSOR_LM_HEAD, &ref.lm_scale)
@@ -467,6 +487,7 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
 
     mg_stream *s = NULL;
     mg_fwd *m = NULL;
+    worst_logit_deviation = 0;
     CHECK_OK(mg_stream_create(be, &s));
     mg_status st = mg_fwd_create(be, &c, &m);
     CHECK(st == MG_OK);
@@ -529,7 +550,9 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
             differ += got[i] != want[i] && !is_forced[i];
         CHECK(far == 0);
         if (far || differ) {
-            fprintf(stderr, "request %u tokens%s:", r,
+            fprintf(stderr, "%s%s weights, seed %llu: request %u tokens%s:",
+                    c.preset->shape.experts ? "MoE, " : "", mg_fwd_weights_name(c.weights),
+                    (unsigned long long)c.seed, r,
                     far ? "" : " (near-ties: within tolerance of the best logit)");
             for (uint32_t i = 0; i < count; i++)
                 fprintf(stderr, " %d/%d", got[i], want[i]);
@@ -545,6 +568,8 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
         if (!(diff / scale < ref.tolerance))
             fprintf(stderr, "request %u final hidden: max rel err %g\n", r, diff / scale);
     }
+    printf("  worst logit deviation %.4f of the largest logit (tolerance %.2f)\n",
+           worst_logit_deviation, ref.tolerance);
     free(hidden), free(want), free(want_hidden), free(logits), free(is_forced), free(force);
     mg_fwd_destroy(m);
     mg_stream_destroy(s);

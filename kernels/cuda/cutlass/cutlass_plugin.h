@@ -1,7 +1,7 @@
 /*
  * cutlass_plugin.h - private: the C ABI of the CUTLASS plugin (libmetrale_gpu_cutlass.so, built
  * by cmake/cutlass.cmake from kernels/cuda/cutlass/cutlass_*.cu), which the GEMM providers in
- * src/ops/ load with dlopen (src/ops/cutlass_loader.h).
+ * src/ops/ load with dlopen (src/ops/common/cutlass_loader.h).
  *
  * Every entry point returns an mg_status and fills an mg_plugin_error on failure
  * (kernels/cuda/common/plugin_error.h); nothing is thrown across the boundary. They use the

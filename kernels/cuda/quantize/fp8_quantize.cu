@@ -1,7 +1,7 @@
 // fp8_quantize.cu - FP8 E4M3 activation quantizers (metrale/ops_quantize.h): BF16 rows in,
 // E4M3 codes and FP32 scales out, per tensor, per row or per 1x128 block.
 //
-// Bit-identical to the CPU reference (src/ops/fp8_quantize_host.h), because every step is
+// Bit-identical to the CPU reference (src/ops/common/fp8_quantize_host.h), because every step is
 // the same exact or correctly rounded IEEE operation:
 //  - BF16 -> FP32 moves the bits (exact);
 //  - amax is the max of the finite |x| (fmaxf of non-negative finite floats is exact and

@@ -1,7 +1,7 @@
 /* fp8_quantize_reference.c - the CPU reference of mg_fp8_quantize (fp8_quantize_reference.h):
  * the op on host memory, and the CPU kernels that run it stage by stage under the CUDA
  * kernels' names and argument lists. Both call the same stage functions below, which are
- * built on the rule of src/ops/fp8_quantize_host.h. */
+ * built on the rule of src/ops/common/fp8_quantize_host.h. */
 #include "fp8_quantize_reference.h"
 
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * (metrale/ops_quantize.h) and the kernel names every backend ships for it.
  *
  * The reference is the whole op on host memory, built on the quantization rule of
- * src/ops/fp8_quantize_host.h (the host quantizers of metrale/ops_gemm.h use the same code),
+ * src/ops/common/fp8_quantize_host.h (the host quantizers of metrale/ops_gemm.h use the same code),
  * so it is the definition of the device quantizer's result. The CPU backend runs it as CPU
  * kernels of module "metrale" with the CUDA kernels' names and argument lists
  * (kernels/cuda/quantize/fp8_quantize.cu; the lists are in metrale/ops_quantize.h).

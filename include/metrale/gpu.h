@@ -52,7 +52,14 @@
 extern "C" {
 #endif
 
+/* The version of this API: raised whenever a public struct's layout, a function's signature
+ * or a documented meaning changes incompatibly. A program or binding that loads the library at
+ * run time checks mg_api_version() == MG_API_VERSION (the headers it was written against)
+ * before any other call. */
 #define MG_API_VERSION 1
+
+/* The MG_API_VERSION the library was built with. Needs no backend and never fails. */
+MG_API uint32_t mg_api_version(void);
 
 typedef uint64_t mg_devptr; /* device address; 0 is null */
 

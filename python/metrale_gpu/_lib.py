@@ -281,6 +281,7 @@ def R(t):
 
 # name: (restype, argtypes). Statuses are checked by the callers (core.py, ops.py).
 _DECLS = {
+    "mg_api_version": (C.c_uint32, []),
     "mg_status_name": (cp, [E]),
     "mg_last_error": (cp, []),
     "mg_clear_error": (None, []),
@@ -423,7 +424,15 @@ _DECLS = {
     "mg_timing_export_chrome_trace": (S, [P, cp]),
 }
 
+# The MG_API_VERSION of the C headers this binding declares (include/metrale/gpu.h); a library
+# of another version may have other struct layouts and signatures, so it is refused at import.
+API_VERSION = 1
+
 for _name, (_res, _args) in _DECLS.items():
     _fn = getattr(lib, _name)
     _fn.restype = _res
     _fn.argtypes = _args
+
+if lib.mg_api_version() != API_VERSION:
+    raise ImportError("metrale_gpu: %s has API version %d, this binding is written for %d" %
+                      (library_path, lib.mg_api_version(), API_VERSION))

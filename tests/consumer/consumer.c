@@ -1,6 +1,7 @@
 /* consumer.c - a program built against an installed metrale-gpu (tests/install_consumer.sh):
- * opens the CPU backend, uploads two BF16 matrices, runs mg_gemm_bf16 and compares the result
- * with a naive host GEMM. Prints "ok" and exits 0, or says what differs and exits 1. */
+ * checks the library's API version against its headers', opens the CPU backend, uploads two BF16
+ * matrices, runs mg_gemm_bf16 and compares the result with a naive host GEMM. Prints "ok" and exits
+ * 0, or says what differs and exits 1. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -76,6 +77,11 @@ static int run(mg_backend *b) {
 }
 
 int main(void) {
+    if (mg_api_version() != MG_API_VERSION) { /* headers and library from different releases */
+        fprintf(stderr, "consumer: the library's API version is %u, its headers say %u\n",
+                (unsigned)mg_api_version(), (unsigned)MG_API_VERSION);
+        return 1;
+    }
     mg_backend *b = NULL;
     CHECK(mg_backend_open(MG_BACKEND_CPU, 0, &b));
     int rc = run(b);

@@ -140,3 +140,14 @@ def test_timing_and_trace(b, tmp_path):
     with pytest.raises(mg.InvalidArgument):
         t.span_end(span)  # ended twice
     t.destroy()
+
+
+def test_api_version_matches_the_headers():
+    # the binding's declarations follow include/metrale/gpu.h: its MG_API_VERSION, the
+    # library's mg_api_version() and the binding's API_VERSION are one number
+    import pathlib
+    import re
+    from metrale_gpu import _lib
+    header = pathlib.Path(__file__).resolve().parents[2] / "include" / "metrale" / "gpu.h"
+    declared = int(re.search(r"#define MG_API_VERSION (\d+)", header.read_text()).group(1))
+    assert _lib.lib.mg_api_version() == declared == _lib.API_VERSION

@@ -4,9 +4,11 @@
  * given to mg_gemm_prewarm (kinds, output types, block modes, pointer alignments), every
  * operand's alignment and range, the FP8 scale transpose's shape and overlap rules, the
  * batch-invariant switch, scale counts, and the attention plan's and run's NULL and range
- * checks. Each refused call asserts its status and message and that its output is untouched.
+ * checks, and the GEMM kind table. Each refused call asserts its status and message and that
+ * its output is untouched.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "metrale/dtype.h"
 #include "metrale/gpu.h"
@@ -379,6 +381,35 @@ static void test_output_overlap(mg_backend *b) {
     CHECK_OK(mg_free(b, buf));
 }
 
+/* mg_gemm_kind_describe: one entry per kind, in order, with distinct names, the entry point's
+ * name, the input type that the kind's operands have, and the op whose providers run it;
+ * nothing for a value that is no kind, and an unknown kind refused by mg_gemm. */
+static void test_gemm_kinds(mg_backend *b) {
+    static const char *const functions[MG_GEMM_KIND_COUNT] = {
+        "mg_gemm_bf16", "mg_gemm_fp8_tensorwise", "mg_gemm_fp8_rowwise", "mg_gemm_fp8_blockscaled"};
+    for (int k = 0; k < MG_GEMM_KIND_COUNT; k++) {
+        const mg_gemm_kind_info *info = mg_gemm_kind_describe((mg_gemm_kind)k);
+        CHECK(info != NULL);
+        if (!info)
+            continue;
+        CHECK((int)info->kind == k && !strcmp(info->function, functions[k]));
+        CHECK(info->input_type == (k == MG_GEMM_BF16 ? MG_DTYPE_BF16 : MG_DTYPE_FP8_E4M3));
+        CHECK(info->op == (k == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8));
+        for (int j = 0; j < k; j++)
+            CHECK(strcmp(info->name, mg_gemm_kind_describe((mg_gemm_kind)j)->name) != 0);
+    }
+    CHECK(mg_gemm_kind_describe((mg_gemm_kind)MG_GEMM_KIND_COUNT) == NULL);
+    CHECK(mg_gemm_kind_describe((mg_gemm_kind)-1) == NULL);
+    mg_gemm_plan plan = {.kind = (mg_gemm_kind)MG_GEMM_KIND_COUNT,
+                         .m = 1,
+                         .n = 16,
+                         .k = 16,
+                         .ldc = 16,
+                         .out_type = MG_DTYPE_BF16};
+    mg_gemm_tensors t = {0};
+    CHECK_ERROR(mg_gemm(b, NULL, &plan, &t), MG_ERR_INVALID_ARGUMENT, "unknown GEMM kind");
+}
+
 int main(void) {
     mg_backend *b = NULL;
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 2, &b));
@@ -389,6 +420,7 @@ int main(void) {
     test_scale_transpose(b);
     test_attention_arguments(b);
     test_output_overlap(b);
+    test_gemm_kinds(b);
     CHECK_OK(mg_backend_close(b));
     return test_finish();
 }

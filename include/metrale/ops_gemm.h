@@ -51,6 +51,7 @@
 #include "metrale/dtype.h"
 #include "metrale/export.h"
 #include "metrale/gpu.h"
+#include "metrale/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -159,6 +160,21 @@ typedef enum mg_gemm_kind {
     MG_GEMM_FP8_ROWWISE,
     MG_GEMM_FP8_BLOCKSCALED,
 } mg_gemm_kind;
+#define MG_GEMM_KIND_COUNT 4 /* kinds are 0 .. MG_GEMM_KIND_COUNT - 1 */
+
+/* What a kind is: the one table the library's messages, the CLI's benches and the checks
+ * take their names and operand types from. */
+typedef struct mg_gemm_kind_info {
+    mg_gemm_kind kind;
+    const char *name;     /* short, the bench case names: "bf16", "fp8_tensor", "fp8_row",
+                           * "fp8_block" */
+    const char *function; /* its entry point above: "mg_gemm_bf16", "mg_gemm_fp8_rowwise", ... */
+    mg_dtype input_type;  /* of act and weight: MG_DTYPE_BF16 or MG_DTYPE_FP8_E4M3 */
+    mg_op op;             /* the op whose providers run it (metrale/ops.h) */
+} mg_gemm_kind_info;
+
+/* The description of `kind`; NULL when `kind` is none of the kinds. */
+MG_API const mg_gemm_kind_info *mg_gemm_kind_describe(mg_gemm_kind kind);
 
 /* One GEMM shape to plan ahead of a capture. */
 typedef struct mg_gemm_plan {

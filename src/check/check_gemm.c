@@ -49,7 +49,7 @@ typedef struct gemm_inputs {
 
 static size_t input_bytes(const gemm_inputs *in, bool act) {
     size_t rows = act ? in->plan.m : in->plan.n;
-    return rows * in->plan.k * (in->plan.kind == MG_GEMM_BF16 ? 2 : 1);
+    return rows * in->plan.k * mg_dtype_bytes(mg_gemm_kind_describe(in->plan.kind)->input_type);
 }
 
 static size_t output_bytes(const mg_gemm_plan *p) {
@@ -59,20 +59,12 @@ static size_t output_bytes(const mg_gemm_plan *p) {
 static mg_status launch_gemm(mg_backend *b, mg_stream *s, const mg_gemm_plan *p, mg_devptr act,
                              mg_devptr act_scale, mg_devptr weight, mg_devptr weight_scale,
                              mg_devptr out) {
-    switch (p->kind) {
-    case MG_GEMM_BF16:
-        return mg_gemm_bf16(b, s, p->m, p->n, p->k, act, weight, out, p->out_type, p->ldc);
-    case MG_GEMM_FP8_TENSORWISE:
-        return mg_gemm_fp8_tensorwise(b, s, p->m, p->n, p->k, act, act_scale, weight, weight_scale,
-                                      out, p->ldc);
-    case MG_GEMM_FP8_ROWWISE:
-        return mg_gemm_fp8_rowwise(b, s, p->m, p->n, p->k, act, act_scale, weight, weight_scale,
-                                   out, p->ldc);
-    case MG_GEMM_FP8_BLOCKSCALED:
-        return mg_gemm_fp8_blockscaled(b, s, p->m, p->n, p->k, act, act_scale, p->act_mode, weight,
-                                       weight_scale, p->weight_mode, out, p->ldc);
-    }
-    return MG_ERR_INVALID_ARGUMENT;
+    mg_gemm_tensors t = {.act = act,
+                         .weight = weight,
+                         .out = out,
+                         .act_scale = act_scale,
+                         .weight_scale = weight_scale};
+    return mg_gemm(b, s, p, &t);
 }
 
 /* Uploads the inputs to `b`, poisons the output, runs the GEMM on stream `s` and downloads

@@ -27,41 +27,24 @@ static mg_status body_gemm(mg_bench *b, void *arg, int iteration) {
     mg_status st = MG_OK;
     for (int i = 0; !st && i < c->per_iteration; i++) {
         mg_devptr w = mg_bench_rotation_get(&c->weights, iteration * c->per_iteration + i);
-        switch (c->kind) {
-        case MG_GEMM_BF16:
-            st = mg_gemm_bf16(b->backend, b->stream, c->m, c->n, c->k, c->act, w, c->out,
-                              MG_DTYPE_BF16, c->n);
-            break;
-        case MG_GEMM_FP8_TENSORWISE:
-            st = mg_gemm_fp8_tensorwise(b->backend, b->stream, c->m, c->n, c->k, c->act,
-                                        c->act_scale, w, c->weight_scale, c->out, c->n);
-            break;
-        case MG_GEMM_FP8_ROWWISE:
-            st = mg_gemm_fp8_rowwise(b->backend, b->stream, c->m, c->n, c->k, c->act, c->act_scale,
-                                     w, c->weight_scale, c->out, c->n);
-            break;
-        case MG_GEMM_FP8_BLOCKSCALED:
-            st = mg_gemm_fp8_blockscaled(b->backend, b->stream, c->m, c->n, c->k, c->act,
-                                         c->act_scale, MG_FP8_BLOCK_1X128, w, c->weight_scale,
-                                         MG_FP8_BLOCK_128X128, c->out, c->n);
-            break;
-        }
+        mg_gemm_plan plan = {.kind = c->kind,
+                             .m = c->m,
+                             .n = c->n,
+                             .k = c->k,
+                             .ldc = c->n,
+                             .out_type = MG_DTYPE_BF16,
+                             .act_mode = MG_FP8_BLOCK_1X128, /* 0: what other kinds hold */
+                             .weight_mode = c->kind == MG_GEMM_FP8_BLOCKSCALED
+                                                ? MG_FP8_BLOCK_128X128
+                                                : MG_FP8_BLOCK_1X128};
+        mg_gemm_tensors t = {.act = c->act,
+                             .weight = w,
+                             .out = c->out,
+                             .act_scale = c->act_scale,
+                             .weight_scale = c->weight_scale};
+        st = mg_gemm(b->backend, b->stream, &plan, &t);
     }
     return st;
-}
-
-static const char *kind_case_name(mg_gemm_kind kind) {
-    switch (kind) {
-    case MG_GEMM_BF16:
-        return "bf16";
-    case MG_GEMM_FP8_TENSORWISE:
-        return "fp8_tensor";
-    case MG_GEMM_FP8_ROWWISE:
-        return "fp8_row";
-    case MG_GEMM_FP8_BLOCKSCALED:
-        return "fp8_block";
-    }
-    return "?";
 }
 
 /* Device buffer of `count` FP32 ones: scales that leave the values as they are. */
@@ -92,12 +75,13 @@ static void free_case(mg_bench *b, gemm_case *c, bool graph, mg_devptr single_we
 static int run_case(mg_bench *b, mg_gemm_kind kind, uint32_t m, uint32_t n, uint32_t k,
                     bool graph) {
     char name[48], shape[64];
-    snprintf(name, sizeof name, "%s%s", kind_case_name(kind), graph ? "_decode_graph" : "");
+    snprintf(name, sizeof name, "%s%s", mg_gemm_kind_describe(kind)->name,
+             graph ? "_decode_graph" : "");
     snprintf(shape, sizeof shape, "%ux%ux%u", m, n, k);
     /* Block scaling needs M % 4 == 0; an engine pads its tokens to that. */
     if (!mg_bench_selected(b, name) || (kind == MG_GEMM_FP8_BLOCKSCALED && m % 4))
         return 0;
-    size_t in_bytes = kind == MG_GEMM_BF16 ? 2 : 1;
+    size_t in_bytes = mg_dtype_bytes(mg_gemm_kind_describe(kind)->input_type);
     size_t weight_bytes = (size_t)n * k * in_bytes;
     gemm_case c = {.kind = kind, .m = m, .n = n, .k = k, .per_iteration = 1};
     mg_gemm_plan plan = {.kind = kind,

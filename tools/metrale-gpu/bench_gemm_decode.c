@@ -41,19 +41,15 @@ static mg_status body(mg_bench *b, void *arg, int iteration) {
     return st;
 }
 
-static const char *kind_label(mg_gemm_kind kind) {
-    return kind == MG_GEMM_BF16 ? "bf16" : kind == MG_GEMM_FP8_ROWWISE ? "fp8_row" : "fp8_tensor";
-}
-
 /* Times one provider ("auto": the automatic choice) on `c`; 1 on failure. */
 static int time_one(mg_bench *b, decode_case *c, const char *provider, double copy_gbps) {
-    mg_op op = c->kind == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8;
+    const mg_gemm_kind_info *kind = mg_gemm_kind_describe(c->kind);
     char name[48], shape[64];
-    snprintf(name, sizeof name, "%s_%s", kind_label(c->kind), provider);
+    snprintf(name, sizeof name, "%s_%s", kind->name, provider);
     snprintf(shape, sizeof shape, "%ux%ux%u", c->m, c->n, c->k);
     if (!mg_bench_selected(b, name))
         return 0;
-    mg_status st = mg_op_force_provider(b->backend, op, provider);
+    mg_status st = mg_op_force_provider(b->backend, kind->op, provider);
     if (!st)
         st = body(b, c, 0); /* plans the shape outside the capture */
     if (!st)
@@ -63,14 +59,14 @@ static int time_one(mg_bench *b, decode_case *c, const char *provider, double co
         st = mg_bench_time_graph(b, body, c, b->warmup, b->iters, &row.stats);
     mg_op_stats stats;
     if (!st)
-        st = mg_op_stats_get(b->backend, op, &stats);
-    mg_op_force_provider(b->backend, op, NULL);
+        st = mg_op_stats_get(b->backend, kind->op, &stats);
+    mg_op_force_provider(b->backend, kind->op, NULL);
     if (st) {
         char what[128];
         snprintf(what, sizeof what, "gemm_decode %s %s", name, shape);
         return mg_bench_fail(b, what);
     }
-    double weight_bytes = (double)c->n * c->k * (c->kind == MG_GEMM_BF16 ? 2 : 1);
+    double weight_bytes = (double)c->n * c->k * mg_dtype_bytes(kind->input_type);
     snprintf(row.timing, sizeof row.timing, "graph");
     row.bytes = c->weights.count * weight_bytes;
     row.flops = c->weights.count * 2.0 * c->m * c->n * c->k;
@@ -85,7 +81,7 @@ static int time_one(mg_bench *b, decode_case *c, const char *provider, double co
 
 static int run_shape(mg_bench *b, mg_gemm_kind kind, uint32_t m, uint32_t n, uint32_t k,
                      double copy_gbps) {
-    size_t in_bytes = kind == MG_GEMM_BF16 ? 2 : 1;
+    size_t in_bytes = mg_dtype_bytes(mg_gemm_kind_describe(kind)->input_type);
     decode_case c = {.kind = kind, .m = m, .n = n, .k = k};
     mg_status st;
     int failures = 0;
@@ -117,7 +113,8 @@ static int run_shape(mg_bench *b, mg_gemm_kind kind, uint32_t m, uint32_t n, uin
 done:
     if (st) {
         char what[96];
-        snprintf(what, sizeof what, "gemm_decode %s %ux%ux%u setup", kind_label(kind), m, n, k);
+        snprintf(what, sizeof what, "gemm_decode %s %ux%ux%u setup",
+                 mg_gemm_kind_describe(kind)->name, m, n, k);
         failures += mg_bench_fail(b, what);
     }
     mg_free(b->backend, c.act);

@@ -24,26 +24,31 @@ static const mg_op_provider *const gemm_providers[] = {
 const mg_op_def mg_gemm_bf16_op = {MG_OP_GEMM_BF16, "gemm_bf16", gemm_providers};
 const mg_op_def mg_gemm_fp8_op = {MG_OP_GEMM_FP8, "gemm_fp8", gemm_providers};
 
+static const mg_gemm_kind_info gemm_kinds[MG_GEMM_KIND_COUNT] = {
+    {MG_GEMM_BF16, "bf16", "mg_gemm_bf16", MG_DTYPE_BF16, MG_OP_GEMM_BF16},
+    {MG_GEMM_FP8_TENSORWISE, "fp8_tensor", "mg_gemm_fp8_tensorwise", MG_DTYPE_FP8_E4M3,
+     MG_OP_GEMM_FP8},
+    {MG_GEMM_FP8_ROWWISE, "fp8_row", "mg_gemm_fp8_rowwise", MG_DTYPE_FP8_E4M3, MG_OP_GEMM_FP8},
+    {MG_GEMM_FP8_BLOCKSCALED, "fp8_block", "mg_gemm_fp8_blockscaled", MG_DTYPE_FP8_E4M3,
+     MG_OP_GEMM_FP8},
+};
+
+const mg_gemm_kind_info *mg_gemm_kind_describe(mg_gemm_kind kind) {
+    return (unsigned)kind < MG_GEMM_KIND_COUNT ? &gemm_kinds[kind] : NULL;
+}
+
+/* The kind's op; callers have checked the kind (check_plan). */
 static mg_op op_of(mg_gemm_kind kind) {
-    return kind == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8;
+    return gemm_kinds[kind].op;
 }
 
 static const char *kind_name(mg_gemm_kind kind) {
-    switch (kind) {
-    case MG_GEMM_BF16:
-        return "mg_gemm_bf16";
-    case MG_GEMM_FP8_TENSORWISE:
-        return "mg_gemm_fp8_tensorwise";
-    case MG_GEMM_FP8_ROWWISE:
-        return "mg_gemm_fp8_rowwise";
-    case MG_GEMM_FP8_BLOCKSCALED:
-        return "mg_gemm_fp8_blockscaled";
-    }
-    return "mg_gemm";
+    const mg_gemm_kind_info *info = mg_gemm_kind_describe(kind);
+    return info ? info->function : "mg_gemm";
 }
 
 static bool is_fp8(mg_gemm_kind kind) {
-    return kind != MG_GEMM_BF16;
+    return gemm_kinds[kind].input_type == MG_DTYPE_FP8_E4M3;
 }
 
 size_t mg_gemm_scale_count(const mg_gemm_plan *p, bool act) {
@@ -64,7 +69,7 @@ size_t mg_gemm_scale_count(const mg_gemm_plan *p, bool act) {
 /* The shape, types and modes of a plan; shared by the calls and mg_gemm_prewarm. */
 static mg_status check_plan(const mg_gemm_plan *p) {
     const char *what = kind_name(p->kind);
-    if ((unsigned)p->kind > MG_GEMM_FP8_BLOCKSCALED)
+    if (!mg_gemm_kind_describe(p->kind))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm: unknown GEMM kind %d", (int)p->kind);
     if (p->m == 0 || p->n == 0 || p->k == 0)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape M=%u N=%u K=%u", what, p->m, p->n,
@@ -128,7 +133,8 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     bool fp8 = is_fp8(p->kind);
     uint32_t in_align = fp8 ? 16 : 2, out_align = fp8 ? 16 : (uint32_t)mg_dtype_bytes(p->out_type);
     uint32_t scale_align = p->kind == MG_GEMM_FP8_TENSORWISE ? 4 : 16;
-    size_t in_bytes = fp8 ? 1 : 2, out_bytes = mg_dtype_bytes(p->out_type);
+    size_t in_bytes = mg_dtype_bytes(gemm_kinds[p->kind].input_type);
+    size_t out_bytes = mg_dtype_bytes(p->out_type);
     /* The scales only for FP8; a workspace of 0 bytes is none. */
     mg_op_tensor t[6] = {
         {"act", c->t.act, mg_op_matrix_bytes(p->m, p->k, p->k, in_bytes), in_align, MG_OP_IN},

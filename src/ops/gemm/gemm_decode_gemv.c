@@ -56,8 +56,7 @@ static bool gemv_available(mg_backend *b, char *reason, size_t reason_bytes) {
 }
 
 static bool is_forced(mg_backend *b, mg_gemm_kind kind) {
-    return mg_op_forced(b, kind == MG_GEMM_BF16 ? MG_OP_GEMM_BF16 : MG_OP_GEMM_FP8) ==
-           &mg_gemm_decode_gemv_provider.base;
+    return mg_op_forced(b, mg_gemm_kind_describe(kind)->op) == &mg_gemm_decode_gemv_provider.base;
 }
 
 /* What the kernels can run at all (the forced provider's rule). */

@@ -47,13 +47,13 @@ if(TARGET fuzz_safetensors_build)
   file(GLOB gguf_fuzz_sources ${PROJECT_SOURCE_DIR}/src/model/tokenizer*.c ${PROJECT_SOURCE_DIR}/src/model/json.c)
   list(APPEND gguf_fuzz_sources ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_gguf.c
        ${PROJECT_SOURCE_DIR}/src/model/gguf.c ${PROJECT_SOURCE_DIR}/src/model/text_gguf.c
-       ${PROJECT_SOURCE_DIR}/src/model/chat.c)
+       ${PROJECT_SOURCE_DIR}/src/model/chat.c ${PROJECT_SOURCE_DIR}/src/core/error.c)
   add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/fuzz_gguf
     COMMAND ${METRALE_CLANG} -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Werror
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-            -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src/model ${gguf_fuzz_sources}
+            -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src/model -I${PROJECT_SOURCE_DIR}/src/core ${gguf_fuzz_sources}
             -o ${PROJECT_BINARY_DIR}/fuzz_gguf
-    DEPENDS ${gguf_fuzz_sources} ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_fwd_error.h
+    DEPENDS ${gguf_fuzz_sources}
     COMMENT "Building the GGUF fuzzer with clang" VERBATIM)
   add_custom_target(fuzz_gguf_build ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_gguf)
   add_test(NAME fuzz_gguf_smoke
@@ -66,13 +66,14 @@ endif()
 # corpus tests/fuzz/corpus_hf_config/ (configs written by transformers' classes and mlx-lm).
 if(TARGET fuzz_safetensors_build)
   set(hf_config_fuzz_sources ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_hf_config.c
-      ${PROJECT_SOURCE_DIR}/src/model/model_hf_config.c ${PROJECT_SOURCE_DIR}/src/model/json.c)
+      ${PROJECT_SOURCE_DIR}/src/model/model_hf_config.c ${PROJECT_SOURCE_DIR}/src/model/json.c
+      ${PROJECT_SOURCE_DIR}/src/core/error.c)
   add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/fuzz_hf_config
     COMMAND ${METRALE_CLANG} -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Werror
             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-            -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src/model
+            -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src/model -I${PROJECT_SOURCE_DIR}/src/core
             ${hf_config_fuzz_sources} -lm -o ${PROJECT_BINARY_DIR}/fuzz_hf_config
-    DEPENDS ${hf_config_fuzz_sources} ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_fwd_error.h
+    DEPENDS ${hf_config_fuzz_sources}
     COMMENT "Building the config.json fuzzer with clang" VERBATIM)
   add_custom_target(fuzz_hf_config_build ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_hf_config)
   add_test(NAME fuzz_hf_config_smoke

@@ -17,7 +17,7 @@
 #include "test_files.h"
 
 #include "chat.h"
-#include "model_mlx.h" /* mg_fwd_error */
+#include "model_mlx.h" /* mg_last_error */
 
 static int failures, checks;
 
@@ -133,7 +133,7 @@ static void against_reference(const char *dir) {
             char *text = test_read_file(path, &tlen);
             CHECK(text, "cannot read %s", path);
             have_t = text && mg_chat_template_recognise(text, tlen, &t) == MG_OK;
-            CHECK(have_t, "%s: not recognised: %s", a, mg_fwd_error());
+            CHECK(have_t, "%s: not recognised: %s", a, mg_last_error());
             if (have_t) {
                 char *bos = unhex(b), *eos = unhex(c);
                 CHECK(mg_chat_set_special_tokens(&t, bos, eos) == MG_OK, "%s: tokens", a);
@@ -166,7 +166,7 @@ static void against_reference(const char *dir) {
                 char *want = unhex(hex);
                 CHECK(got && !strcmp(got, want),
                       "%s conversation %u agp %d:\n  jinja2: [%s]\n  here:   [%s]\n  (%s)", name,
-                      id, agp, want, got ? got : "(refused)", got ? "" : mg_fwd_error());
+                      id, agp, want, got ? got : "(refused)", got ? "" : mg_last_error());
                 /* where the template writes bos_token the rendering starts with it: what a
                  * caller relies on to encode it without adding BOS again (ChatML writes none,
                  * though SmolLM2's BOS text, <|im_start|>, opens every rendering) */
@@ -214,7 +214,7 @@ static void near_misses(void) {
         if (!text)
             continue;
         mg_chat_template t;
-        CHECK(mg_chat_template_recognise(text, len, &t) == MG_OK, "%s: %s", path, mg_fwd_error());
+        CHECK(mg_chat_template_recognise(text, len, &t) == MG_OK, "%s: %s", path, mg_last_error());
         CHECK(mg_chat_template_recognise(text, len - 1, &t) == MG_ERR_UNSUPPORTED, "%s cut",
               template_files[f]);
         char *longer = malloc(len + 2);
@@ -223,8 +223,8 @@ static void near_misses(void) {
         CHECK(mg_chat_template_recognise(longer, len + 1, &t) == MG_ERR_UNSUPPORTED, "%s + ' '",
               template_files[f]);
         free(longer);
-        CHECK(strstr(mg_fwd_error(), "not one this runtime renders"), "message: %s",
-              mg_fwd_error());
+        CHECK(strstr(mg_last_error(), "not one this runtime renders"), "message: %s",
+              mg_last_error());
         for (size_t i = 0; i < len; i += 7) {
             const char was = text[i];
             text[i] = was == 'x' ? 'y' : 'x';
@@ -242,7 +242,8 @@ static void protocol(void) {
     size_t len;
     char *text = test_read_file(path, &len);
     mg_chat_template t;
-    CHECK(text && mg_chat_template_recognise(text, len, &t) == MG_OK, "llama3: %s", mg_fwd_error());
+    CHECK(text && mg_chat_template_recognise(text, len, &t) == MG_OK, "llama3: %s",
+          mg_last_error());
     free(text);
     if (t.format != MG_CHAT_LLAMA3)
         return;
@@ -250,7 +251,7 @@ static void protocol(void) {
     const mg_chat_message m = {.role = "user", .content = " \t\xff\xe3\x80 x \xc2\xa0\xe3\x80\x80"};
     char out[256];
     size_t n;
-    CHECK(mg_chat_render(&t, &m, 1, false, out, sizeof out, &n) == MG_OK, "%s", mg_fwd_error());
+    CHECK(mg_chat_render(&t, &m, 1, false, out, sizeof out, &n) == MG_OK, "%s", mg_last_error());
     /* the invalid 0xFF and the truncated U+3000 are not whitespace: trimming stops at them;
      * the trailing NBSP and U+3000 are */
     CHECK(!strcmp(out, "<|start_header_id|>user<|end_header_id|>\n\n\xff\xe3\x80 x<|eot_id|>"),

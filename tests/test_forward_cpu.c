@@ -492,7 +492,7 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
     mg_status st = mg_fwd_create(be, &c, &m);
     CHECK(st == MG_OK);
     if (st) {
-        fprintf(stderr, "mg_fwd_create: %s\n", mg_fwd_error());
+        fprintf(stderr, "mg_fwd_create: %s\n", mg_last_error());
         return;
     }
     /* Every pass's logits (poisoned first); after the prefill's, every request's token is
@@ -521,7 +521,7 @@ static void check_against_reference(mg_backend *be, mg_fwd_config c) {
         if (pass == 0 && passes > 1) {
             force[0] = (int32_t)V; /* refused: nothing replaced */
             CHECK_STATUS(mg_fwd_force_tokens(m, force), MG_ERR_INVALID_ARGUMENT);
-            CHECK(strstr(mg_fwd_error(), "outside") != NULL);
+            CHECK(strstr(mg_last_error(), "outside") != NULL);
             force[0] = 0;
             CHECK_OK(mg_fwd_force_tokens(m, force));
             is_forced[0] = true;
@@ -715,11 +715,11 @@ static void check_refused(mg_backend *be, mg_fwd_config c, mg_status want, const
     mg_status st = mg_fwd_create(be, &c, &m);
     CHECK(st == want);
     CHECK(m == NULL);
-    CHECK(strstr(mg_fwd_error(), needle) != NULL && !strchr(mg_fwd_error(), '\n'));
+    CHECK(strstr(mg_last_error(), needle) != NULL && !strchr(mg_last_error(), '\n'));
     if (st == MG_OK)
         mg_fwd_destroy(m);
-    else if (!strstr(mg_fwd_error(), needle))
-        fprintf(stderr, "message '%s' lacks '%s'\n", mg_fwd_error(), needle);
+    else if (!strstr(mg_last_error(), needle))
+        fprintf(stderr, "message '%s' lacks '%s'\n", mg_last_error(), needle);
 }
 
 int main(void) {

@@ -85,7 +85,7 @@ static bool run(mg_backend *b, const mg_fwd_config *c, outcome *o, bool time_las
                   (c->steps > 1 ? c->steps - 1 : 0) - (time_last_step && c->steps > 1));
     }
     if (!ok)
-        fprintf(stderr, "forward pass failed: %s\n", mg_fwd_error());
+        fprintf(stderr, "forward pass failed: %s\n", mg_last_error());
     mg_fwd_destroy(m);
     mg_timing_destroy(timing);
     if (s)
@@ -187,7 +187,7 @@ static bool lockstep(mg_backend *cuda, mg_backend *cpu, const mg_fwd_config *c, 
         CHECK(out->hidden_err <= hidden_bound);
     }
     if (!ok)
-        fprintf(stderr, "lockstep run failed: %s\n", mg_fwd_error());
+        fprintf(stderr, "lockstep run failed: %s\n", mg_last_error());
     mg_fwd_destroy(g);
     mg_fwd_destroy(r);
     if (sg)

@@ -45,7 +45,7 @@ static bool start(mg_backend *b, mg_fwd_weights w, bool dequantized, run *r) {
     c.mlx_dequantized = dequantized;
     mg_status st = mg_fwd_create(b, &c, &r->m);
     if (st)
-        fprintf(stderr, "FAIL create: %s\n", mg_fwd_error());
+        fprintf(stderr, "FAIL create: %s\n", mg_last_error());
     CHECK_OK(st);
     if (st)
         return false;
@@ -90,7 +90,7 @@ static void expect_refused(mg_backend *b, const char *preset, mg_fwd_weights w,
     c.use_graphs = false;
     mg_fwd *m = NULL;
     mg_status st = mg_fwd_create(b, &c, &m);
-    const char *e = mg_fwd_error();
+    const char *e = mg_last_error();
     CHECK(st != MG_OK && m == NULL);
     CHECK(strstr(e, needle) != NULL && strchr(e, '\n') == NULL);
     if (st == MG_OK || !strstr(e, needle))

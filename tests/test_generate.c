@@ -25,10 +25,10 @@
 #define CHECK_FWD_MESSAGE(needle)                                                                  \
     do {                                                                                           \
         test_checks++;                                                                             \
-        if (!strstr(mg_fwd_error(), (needle))) {                                                   \
+        if (!strstr(mg_last_error(), (needle))) {                                                  \
             test_failures++;                                                                       \
             fprintf(stderr, "FAIL %s:%d: message \"%s\" does not mention \"%s\"\n", __FILE__,      \
-                    __LINE__, mg_fwd_error(), (needle));                                           \
+                    __LINE__, mg_last_error(), (needle));                                          \
         }                                                                                          \
     } while (0)
 

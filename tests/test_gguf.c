@@ -27,14 +27,14 @@
 #include "test_files.h"
 #include "test_util.h"
 
-/* The model layer's messages (mg_fwd_error) rather than the library's. */
+/* The model layer's messages (mg_last_error) rather than the library's. */
 #define CHECK_FWD_MESSAGE(needle)                                                                  \
     do {                                                                                           \
         test_checks++;                                                                             \
-        if (!strstr(mg_fwd_error(), (needle))) {                                                   \
+        if (!strstr(mg_last_error(), (needle))) {                                                  \
             test_failures++;                                                                       \
             fprintf(stderr, "FAIL %s:%d: message \"%s\" does not mention \"%s\"\n", __FILE__,      \
-                    __LINE__, mg_fwd_error(), (needle));                                           \
+                    __LINE__, mg_last_error(), (needle));                                          \
         }                                                                                          \
     } while (0)
 
@@ -239,7 +239,7 @@ static void run_model(mg_backend *b, const char *path, bool expect_ok, const cha
     } else {
         CHECK_OK(st);
         if (st)
-            fprintf(stderr, "  %s: %s\n", path, mg_fwd_error());
+            fprintf(stderr, "  %s: %s\n", path, mg_last_error());
     }
     if (m) {
         mg_stream *s = mg_stream_default(b);
@@ -318,7 +318,7 @@ static void test_corpus(mg_backend *b) {
             if (mg_gguf_open_memory(prefix, cut, "cut", &gp) != MG_OK) {
                 refused++;
                 CHECK(gp == NULL);
-                CHECK(strstr(mg_fwd_error(), "GGUF cut") != NULL);
+                CHECK(strstr(mg_last_error(), "GGUF cut") != NULL);
             } else {
                 mg_gguf_close(gp);
             }

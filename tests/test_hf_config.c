@@ -197,15 +197,15 @@ static void create(mg_backend *b, mg_status want, const char *needle, uint32_t s
     if (st != want) {
         test_failures++;
         fprintf(stderr, "FAIL %s: mg_fwd_create returned %s, expected %s (%s)\n", what,
-                mg_status_name(st), mg_status_name(want), mg_fwd_error());
+                mg_status_name(st), mg_status_name(want), mg_last_error());
     }
     if (want != MG_OK) {
         CHECK(m == NULL);
-        CHECK(mg_fwd_error()[0] && !strchr(mg_fwd_error(), '\n')); /* one line */
-        if (needle && !strstr(mg_fwd_error(), needle)) {
+        CHECK(mg_last_error()[0] && !strchr(mg_last_error(), '\n')); /* one line */
+        if (needle && !strstr(mg_last_error(), needle)) {
             test_failures++;
             fprintf(stderr, "FAIL %s: message \"%s\" does not mention \"%s\"\n", what,
-                    mg_fwd_error(), needle);
+                    mg_last_error(), needle);
         }
         test_checks++;
     }

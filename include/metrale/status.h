@@ -47,6 +47,17 @@ MG_API const char *mg_last_error(void);
 /* Forget the message of the last failing call on this thread. */
 MG_API void mg_clear_error(void);
 
+/* Sets this thread's message (what mg_last_error returns) to the formatted text and returns
+ * `status` (MG_ERR_INTERNAL if `status` is MG_OK), so a layer built on the library reports
+ * its own failures through the same channel: `return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+ * "%s: no tensor %s", path, name);`. The arguments may include mg_last_error() itself, to
+ * wrap the message of a failed call. */
+MG_API mg_status mg_error_report(mg_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 #ifdef __cplusplus
 }
 #endif

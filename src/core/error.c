@@ -76,6 +76,16 @@ mg_status mg_error_set(mg_status status, const char *file, int line, const char 
     return status;
 }
 
+mg_status mg_error_report(mg_status status, const char *fmt, ...) {
+    char text[MG_ERROR_MESSAGE_BYTES]; /* the arguments may point into tls_message */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    snprintf(tls_message, sizeof tls_message, "%s", text);
+    return status ? status : MG_ERR_INTERNAL;
+}
+
 void mg_error_append(const char *fmt, ...) {
     size_t used = strlen(tls_message);
     if (used + 1 >= sizeof tls_message)

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "model_mlx.h" /* mg_fwd_fail */
+#include "model_mlx.h" /* mg_error_report */
 
 /* The templates as the checkpoints write them; DEFAULT_SYSTEM marks where the default system
  * text stands (a Jinja string literal: any text without a quote or a backslash). */
@@ -84,9 +84,9 @@ mg_status mg_chat_template_recognise(const char *text, size_t len, mg_chat_templ
             return MG_OK;
         }
     }
-    return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                       "the checkpoint's chat template is not one this runtime renders (ChatML "
-                       "with or without a default system message, Llama-3, Mistral-instruct)");
+    return mg_error_report(MG_ERR_UNSUPPORTED,
+                           "the checkpoint's chat template is not one this runtime renders (ChatML "
+                           "with or without a default system message, Llama-3, Mistral-instruct)");
 }
 
 typedef struct writer {
@@ -105,9 +105,9 @@ mg_status mg_chat_set_special_tokens(mg_chat_template *t, const char *bos, const
     bos = bos ? bos : "";
     eos = eos ? eos : "";
     if (strlen(bos) >= sizeof t->bos_token || strlen(eos) >= sizeof t->eos_token)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "chat template: a special token is longer than %zu bytes",
-                           sizeof t->bos_token - 1);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "chat template: a special token is longer than %zu bytes",
+                               sizeof t->bos_token - 1);
     strcpy(t->bos_token, bos);
     strcpy(t->eos_token, eos);
     return MG_OK;
@@ -183,15 +183,16 @@ static mg_status mistral_check(const mg_chat_message *m, size_t count, size_t sk
     for (size_t i = skip; i < count; i++) {
         const bool user = !strcmp(m[i].role, "user");
         if (user != ((i - skip) % 2 == 0))
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "the Mistral chat template refuses message %zu (%s): roles must "
-                               "alternate user/assistant/user/...%s",
-                               i, m[i].role, skip ? " after the optional system message" : "");
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "the Mistral chat template refuses message %zu (%s): roles must "
+                                   "alternate user/assistant/user/...%s",
+                                   i, m[i].role, skip ? " after the optional system message" : "");
         if (!user && strcmp(m[i].role, "assistant"))
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "the Mistral chat template refuses message %zu: only user and "
-                               "assistant roles are supported%s, not %s",
-                               i, skip ? " after an optional first system message" : "", m[i].role);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "the Mistral chat template refuses message %zu: only user and "
+                                   "assistant roles are supported%s, not %s",
+                                   i, skip ? " after an optional first system message" : "",
+                                   m[i].role);
     }
     return MG_OK;
 }
@@ -202,8 +203,8 @@ mg_status mg_chat_render(const mg_chat_template *t, const mg_chat_message *messa
     *len = 0;
     for (size_t i = 0; i < count; i++)
         if (!messages[i].role || !messages[i].content)
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "chat message %zu has no role or content",
-                               i);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "chat message %zu has no role or content", i);
     switch (t->format) {
     case MG_CHAT_CHATML:
         for (size_t i = 0; i < count; i++) {
@@ -256,8 +257,8 @@ mg_status mg_chat_render(const mg_chat_template *t, const mg_chat_message *messa
     }
     case MG_CHAT_MISTRAL_SYSTEM: {
         if (count == 0) /* the template reads messages[0]['role'] */
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "the Mistral chat template needs at least one message");
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "the Mistral chat template needs at least one message");
         const size_t skip = !strcmp(messages[0].role, "system");
         mg_status st = mistral_check(messages, count, skip);
         if (st)
@@ -281,12 +282,12 @@ mg_status mg_chat_render(const mg_chat_template *t, const mg_chat_message *messa
         break;
     }
     default:
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "unknown chat format %d", (int)t->format);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "unknown chat format %d", (int)t->format);
     }
     *len = w.len;
     if (w.len + 1 > cap)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "chat rendering needs %zu bytes, %zu given",
-                           w.len + 1, cap);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "chat rendering needs %zu bytes, %zu given",
+                               w.len + 1, cap);
     out[w.len] = '\0';
     return MG_OK;
 }

@@ -66,7 +66,7 @@ typedef struct mg_chat_message {
     const char *content; /* UTF-8, NUL-terminated */
 } mg_chat_message;
 
-/* Recognises `text` (len bytes); the message (mg_fwd_error) names what did not match. */
+/* Recognises `text` (len bytes); the message (mg_last_error) names what did not match. */
 mg_status mg_chat_template_recognise(const char *text, size_t len, mg_chat_template *out);
 
 /* Sets bos_token and eos_token (NULL for none, i.e. ""); MG_ERR_INVALID_ARGUMENT, leaving

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model_mlx.h" /* mg_fwd_fail */
+#include "model_mlx.h" /* mg_error_report */
 
 static double now_s(void) {
     struct timespec t;
@@ -25,22 +25,23 @@ static bool is_stop(const mg_gen_request *q, int32_t id) {
 /* What needs no model: each request's own fields. */
 static mg_status check_requests(const mg_gen_request *requests, uint32_t count) {
     if (!requests || !count)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "no requests");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no requests");
     for (uint32_t r = 0; r < count; r++) {
         const mg_gen_request *q = &requests[r];
         if (!q->prompt || !q->prompt_len)
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "request %u: an empty prompt: give at least one token", r);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "request %u: an empty prompt: give at least one token", r);
         if (!q->max_tokens)
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "request %u: max_tokens is 0", r);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT, "request %u: max_tokens is 0", r);
         if (q->stop_count && !q->stop_ids)
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "request %u: %u stop ids but stop_ids is NULL", r, q->stop_count);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "request %u: %u stop ids but stop_ids is NULL", r,
+                                   q->stop_count);
         mg_sample_params p = q->sampling;
         p.history_len = 0;
         if (mg_sample_params_check(&p, 1, 0))
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "request %u's sampling: %s", r,
-                               mg_last_error());
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT, "request %u's sampling: %s", r,
+                                   mg_last_error());
     }
     return MG_OK;
 }
@@ -61,13 +62,13 @@ mg_status mg_generate(mg_backend *b, const mg_gen_options *o, const mg_gen_reque
     if (stats)
         memset(stats, 0, sizeof *stats);
     if (!b || !o || !results)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "mg_generate: NULL %s",
-                           !b   ? "backend"
-                           : !o ? "options"
-                                : "results");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "mg_generate: NULL %s",
+                               !b   ? "backend"
+                               : !o ? "options"
+                                    : "results");
     if (!o->model_path && !o->preset)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "mg_generate: neither a model path nor a "
-                                                    "preset");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "mg_generate: neither a model path nor a "
+                                                        "preset");
     mg_status st = check_requests(requests, count);
     if (st)
         return st;
@@ -83,8 +84,8 @@ mg_status mg_generate(mg_backend *b, const mg_gen_options *o, const mg_gen_reque
                   p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
     }
     if (total > UINT32_MAX)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "the prompts hold %llu tokens",
-                           (unsigned long long)total);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "the prompts hold %llu tokens",
+                               (unsigned long long)total);
     int32_t *ids = malloc(total * sizeof *ids);
     uint32_t *lengths = malloc(count * sizeof *lengths);
     mg_sample_params *params = malloc(count * sizeof *params);
@@ -98,7 +99,7 @@ mg_status mg_generate(mg_backend *b, const mg_gen_options *o, const mg_gen_reque
         free(params);
         free(done);
         mg_gen_results_free(results, count);
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     }
     size_t n = 0;
     for (uint32_t r = 0; r < count; r++) {
@@ -125,7 +126,7 @@ mg_status mg_generate(mg_backend *b, const mg_gen_options *o, const mg_gen_reque
         st = mg_fwd_set_sampling(m, params, window);
     const double load_s = now_s() - t0;
     if (!st && (st = mg_stream_create(b, &s)))
-        st = mg_fwd_fail(st, "creating a stream: %s", mg_last_error());
+        st = mg_error_report(st, "creating a stream: %s", mg_last_error());
     for (uint32_t i = 0; !st && active && i < longest; i++) {
         t0 = now_s();
         st = i == 0 ? mg_fwd_prefill(m, s) : mg_fwd_decode(m, s);

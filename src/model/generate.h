@@ -14,7 +14,7 @@
  *   mg_gen_results_free(&res, 1);
  *
  * What a caller may rely on:
- *  - Bad requests get a status and a one-line mg_fwd_error naming the request, before any
+ *  - Bad requests get a status and a one-line mg_last_error naming the request, before any
  *    pass runs: a NULL or empty prompt, max_tokens 0, stop ids missing, sampling parameters
  *    out of range (mg_sample_params_check; these before the model is loaded), an id outside
  *    the vocabulary, a prompt plus the batch's largest max_tokens past the model's context

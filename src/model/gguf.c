@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model_mlx.h" /* mg_fwd_fail */
+#include "model_mlx.h" /* mg_error_report */
 
 /* Limits that no real file comes near; above them a count is taken for corruption before any
  * allocation is sized from it. */
@@ -92,8 +92,8 @@ typedef struct cursor {
 } cursor;
 
 static mg_status truncated(const cursor *c, const char *reading) {
-    return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: truncated at byte %zu reading %s",
-                       c->g->what, c->pos, reading);
+    return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: truncated at byte %zu reading %s",
+                           c->g->what, c->pos, reading);
 }
 
 static bool take(cursor *c, size_t n, const uint8_t **at) {
@@ -197,7 +197,7 @@ static mg_status parse_kv(cursor *c, mg_gguf_kv *kv, uint64_t index) {
         kv->strings = malloc((size_t)(kv->count ? kv->count : 1) * sizeof *kv->strings);
         kv->string_lens = malloc((size_t)(kv->count ? kv->count : 1) * sizeof *kv->string_lens);
         if (!kv->strings || !kv->string_lens)
-            return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", c->g->what);
+            return mg_error_report(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", c->g->what);
         for (uint64_t i = 0; i < kv->count; i++)
             if (!read_string(c, &kv->strings[i], &kv->string_lens[i]))
                 return truncated(c, "a string array");
@@ -209,10 +209,10 @@ static mg_status parse_kv(cursor *c, mg_gguf_kv *kv, uint64_t index) {
     return MG_OK;
 bad:
     if (bad_type)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: metadata pair %llu (%.*s) has unknown value type %u",
-                           c->g->what, (unsigned long long)index,
-                           (int)(kv->key_len > 200 ? 200 : kv->key_len), kv->key, kv->type);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: metadata pair %llu (%.*s) has unknown value type %u",
+                               c->g->what, (unsigned long long)index,
+                               (int)(kv->key_len > 200 ? 200 : kv->key_len), kv->key, kv->type);
     return truncated(c, "a metadata value");
 }
 
@@ -227,29 +227,30 @@ static mg_status parse_tensor(cursor *c, mg_gguf_tensor *t, uint64_t index) {
     if (!read_string(c, &name, &len))
         return truncated(c, "a tensor name");
     if (len == 0 || len > MAX_NAME_BYTES || memchr(name, 0, (size_t)len))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: tensor %llu has an empty, overlong or NUL-holding name",
-                           c->g->what, (unsigned long long)index);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: tensor %llu has an empty, overlong or NUL-holding name",
+                               c->g->what, (unsigned long long)index);
     char *copy = malloc((size_t)len + 1);
     if (!copy)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", c->g->what);
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", c->g->what);
     memcpy(copy, name, (size_t)len);
     copy[len] = '\0';
     t->name = copy;
     if (!read_u32(c, &t->n_dims))
         return truncated(c, "a tensor's dimension count");
     if (t->n_dims < 1 || t->n_dims > 4)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: tensor %s has %u dimensions (1..4)",
-                           c->g->what, t->name, t->n_dims);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: tensor %s has %u dimensions (1..4)", c->g->what, t->name,
+                               t->n_dims);
     t->elements = 1;
     for (uint32_t d = 0; d < 4; d++) {
         t->dims[d] = 1;
         if (d < t->n_dims && !read_u64(c, &t->dims[d]))
             return truncated(c, "a tensor's dimensions");
         if (t->dims[d] == 0 || t->dims[d] > (1ull << 40) || t->elements > (1ull << 50) / t->dims[d])
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "GGUF %s: tensor %s has an empty or absurd dimension %u (%llu)",
-                               c->g->what, t->name, d, (unsigned long long)t->dims[d]);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "GGUF %s: tensor %s has an empty or absurd dimension %u (%llu)",
+                                   c->g->what, t->name, d, (unsigned long long)t->dims[d]);
         t->elements *= t->dims[d];
     }
     uint64_t offset;
@@ -257,14 +258,14 @@ static mg_status parse_tensor(cursor *c, mg_gguf_tensor *t, uint64_t index) {
         return truncated(c, "a tensor's type and offset");
     uint32_t be, bb;
     if (!mg_gguf_type_block(t->type, &be, &bb))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: tensor %s has unknown type %u",
-                           c->g->what, t->name, t->type);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: tensor %s has unknown type %u",
+                               c->g->what, t->name, t->type);
     if (t->dims[0] % be)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: tensor %s: rows of %llu elements are not whole %s blocks of "
-                           "%u",
-                           c->g->what, t->name, (unsigned long long)t->dims[0],
-                           mg_gguf_type_name(t->type), be);
+        return mg_error_report(
+            MG_ERR_INVALID_ARGUMENT,
+            "GGUF %s: tensor %s: rows of %llu elements are not whole %s blocks of "
+            "%u",
+            c->g->what, t->name, (unsigned long long)t->dims[0], mg_gguf_type_name(t->type), be);
     t->bytes = t->elements / be * bb;
     t->data = (const uint8_t *)(uintptr_t)offset; /* relative until the data section is known */
     return MG_OK;
@@ -277,23 +278,24 @@ static mg_status parse(mg_gguf *g) {
     if (!take(&c, 4, &magic))
         return truncated(&c, "the magic");
     if (memcmp(magic, "GGUF", 4))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: not a GGUF file (bad magic)",
-                           g->what);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: not a GGUF file (bad magic)",
+                               g->what);
     if (!read_u32(&c, &g->version))
         return truncated(&c, "the version");
     if (g->version != 2 && g->version != 3)
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED, "GGUF %s: version %u (versions 2 and 3 are read)",
-                           g->what, g->version);
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "GGUF %s: version %u (versions 2 and 3 are read)", g->what,
+                               g->version);
     if (!read_u64(&c, &tensors) || !read_u64(&c, &kvs))
         return truncated(&c, "the counts");
     if (tensors > MAX_TENSORS || kvs > MAX_KVS)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: %llu tensors and %llu metadata pairs: absurd counts", g->what,
-                           (unsigned long long)tensors, (unsigned long long)kvs);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: %llu tensors and %llu metadata pairs: absurd counts",
+                               g->what, (unsigned long long)tensors, (unsigned long long)kvs);
     g->kvs = calloc(kvs ? kvs : 1, sizeof *g->kvs);
     g->tensors = calloc(tensors ? tensors : 1, sizeof *g->tensors);
     if (!g->kvs || !g->tensors)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", g->what);
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", g->what);
     mg_status st;
     for (uint64_t i = 0; i < kvs; i++, g->kv_count++)
         if ((st = parse_kv(&c, &g->kvs[i], i))) {
@@ -304,8 +306,9 @@ static mg_status parse(mg_gguf *g) {
     const mg_gguf_kv *a = mg_gguf_find(g, "general.alignment");
     if (a && (!mg_gguf_get_u64(g, "general.alignment", &alignment) || alignment == 0 ||
               alignment > 1u << 20 || (alignment & (alignment - 1))))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: general.alignment must be a power of two up to 2^20", g->what);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: general.alignment must be a power of two up to 2^20",
+                               g->what);
     for (uint64_t i = 0; i < tensors; i++, g->tensor_count++)
         if ((st = parse_tensor(&c, &g->tensors[i], i))) {
             g->tensor_count++;
@@ -316,31 +319,32 @@ static mg_status parse(mg_gguf *g) {
         mg_gguf_tensor *t = &g->tensors[i];
         uint64_t offset = (uint64_t)(uintptr_t)t->data;
         if (offset % alignment)
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "GGUF %s: tensor %s's offset %llu is not a multiple of the "
-                               "alignment %llu",
-                               g->what, t->name, (unsigned long long)offset,
-                               (unsigned long long)alignment);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "GGUF %s: tensor %s's offset %llu is not a multiple of the "
+                                   "alignment %llu",
+                                   g->what, t->name, (unsigned long long)offset,
+                                   (unsigned long long)alignment);
         if (data > g->size || offset > g->size - data || t->bytes > g->size - data - offset)
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "GGUF %s: tensor %s (%llu bytes at %llu) ends past the end of the "
-                               "file (%zu bytes)",
-                               g->what, t->name, (unsigned long long)t->bytes,
-                               (unsigned long long)(data + offset), g->size);
+            return mg_error_report(
+                MG_ERR_INVALID_ARGUMENT,
+                "GGUF %s: tensor %s (%llu bytes at %llu) ends past the end of the "
+                "file (%zu bytes)",
+                g->what, t->name, (unsigned long long)t->bytes, (unsigned long long)(data + offset),
+                g->size);
         t->data = g->base + data + offset;
     }
     /* duplicate names make lookups ambiguous: refuse them */
     if (g->tensor_count > 1) {
         const mg_gguf_tensor **order = malloc(g->tensor_count * sizeof *order);
         if (!order)
-            return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", g->what);
+            return mg_error_report(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", g->what);
         for (size_t i = 0; i < g->tensor_count; i++)
             order[i] = &g->tensors[i];
         qsort(order, g->tensor_count, sizeof *order, compare_names);
         for (size_t i = 1; i < g->tensor_count; i++)
             if (!strcmp(order[i - 1]->name, order[i]->name)) {
-                st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: tensor %s appears twice",
-                                 g->what, order[i]->name);
+                st = mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: tensor %s appears twice",
+                                     g->what, order[i]->name);
                 free(order);
                 return st;
             }
@@ -355,7 +359,7 @@ static mg_status open_over(const void *data, size_t size, void *map, const char 
     if (!g) {
         if (map)
             munmap(map, size);
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", what);
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory", what);
     }
     g->base = data;
     g->size = size;
@@ -372,33 +376,35 @@ static mg_status open_over(const void *data, size_t size, void *map, const char 
 
 mg_status mg_gguf_open_memory(const void *data, size_t size, const char *what, mg_gguf **out) {
     if (!out || (!data && size))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "mg_gguf_open_memory: NULL %s",
-                           out ? "data" : "out");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "mg_gguf_open_memory: NULL %s",
+                               out ? "data" : "out");
     *out = NULL;
     return open_over(data ? data : "", size, NULL, what ? what : "(memory)", out);
 }
 
 mg_status mg_gguf_open(const char *path, mg_gguf **out) {
     if (!path || !out)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "mg_gguf_open: NULL %s", path ? "out" : "path");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "mg_gguf_open: NULL %s",
+                               path ? "out" : "path");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return mg_fwd_fail(errno == ENOENT ? MG_ERR_NOT_FOUND : MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: %s", path, strerror(errno));
+        return mg_error_report(errno == ENOENT ? MG_ERR_NOT_FOUND : MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: not a regular file", path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: not a regular file", path);
     }
     if (sb.st_size == 0) {
         close(fd);
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: empty file", path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: empty file", path);
     }
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: mmap failed: %s", path, strerror(errno));
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "GGUF %s: mmap failed: %s", path,
+                               strerror(errno));
     return open_over(map, (size_t)sb.st_size, map, path, out);
 }
 

@@ -17,7 +17,7 @@
  * `general.alignment` (default 32) after the infos.
  *
  * What a caller may rely on: every count, length, offset and size is checked against the file
- * before it is used (MG_ERR_INVALID_ARGUMENT with a one-line message in mg_fwd_error naming the
+ * before it is used (MG_ERR_INVALID_ARGUMENT with a one-line message in mg_last_error naming the
  * file and what is wrong: truncation, an absurd count, a tensor past the end, an offset that
  * is not aligned, a duplicate tensor name, a byte size that overflows); nothing is read out of
  * bounds; a failed open leaves nothing allocated or mapped. Tensor types the reader does not

@@ -24,30 +24,8 @@
 #include "metrale/ops_quantize.h"
 #include "metrale/status.h"
 
-static _Thread_local char error_text[512];
-
-const char *mg_fwd_error(void) {
-    return error_text;
-}
-
-__attribute__((format(printf, 2, 3))) static mg_status fail(mg_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(error_text, sizeof error_text, fmt, ap);
-    va_end(ap);
-    return st ? st : MG_ERR_INTERNAL;
-}
-
-mg_status mg_fwd_fail(mg_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(error_text, sizeof error_text, fmt, ap);
-    va_end(ap);
-    return st ? st : MG_ERR_INTERNAL;
-}
-
 mg_status mg_fwd_lib_fail(mg_status st, const char *what) {
-    return fail(st, "%s: %s", what, mg_last_error());
+    return mg_error_report(st, "%s: %s", what, mg_last_error());
 }
 
 /* What a configuration's requests hold, computed once for the memory check and for creation:
@@ -229,10 +207,11 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
     if ((st = mg_arena_find(m->arena, "logits", &m->logits, &logits_bytes)))
         return mg_fwd_lib_fail(st, "arena buffer");
     if ((uint64_t)m->c.batch * m->logits_pitch * 4 > logits_bytes)
-        return fail(MG_ERR_UNSUPPORTED,
-                    "a vocabulary of %u tokens at batch %u: the planned logits (%zu bytes) do not "
-                    "hold %u rows of %u",
-                    m->sh.vocab, m->c.batch, logits_bytes, m->c.batch, m->logits_pitch);
+        return mg_error_report(
+            MG_ERR_UNSUPPORTED,
+            "a vocabulary of %u tokens at batch %u: the planned logits (%zu bytes) do not "
+            "hold %u rows of %u",
+            m->sh.vocab, m->c.batch, logits_bytes, m->c.batch, m->logits_pitch);
     if (m->c.preset->qk_norm && (st = mg_arena_find(m->arena, "k_normed", &m->k_normed, NULL)))
         return mg_fwd_lib_fail(st, "arena buffer");
     if (dense_fp4 && (st = mg_arena_find(m->arena, "mlp_act_fp4", &m->mlp_act_fp4, NULL)))
@@ -260,7 +239,7 @@ static mg_status create_kv_cache(mg_fwd *m, uint32_t num_pages) {
         return mg_fwd_lib_fail(st, "creating the page allocator");
     m->pages = calloc((size_t)m->c.batch * m->pages_per_request, sizeof *m->pages);
     if (!m->pages)
-        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the page table");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the page table");
     for (uint32_t r = 0; r < m->c.batch; r++) {
         uint32_t need = ceil_div(mg_fwd_prompt_length(&m->c, r) + m->c.steps, PAGE_SIZE);
         if ((st =
@@ -278,8 +257,9 @@ static mg_status state_bytes_estimate(const mg_fwd_config *c, double *bytes) {
     const batch_extent e = batch_extent_of(c);
     const uint64_t pages = e.pages;
     if (pages >= (1u << 31))
-        return fail(MG_ERR_INVALID_ARGUMENT, "the prompts and steps need %llu KV pages, too many",
-                    (unsigned long long)pages);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "the prompts and steps need %llu KV pages, too many",
+                               (unsigned long long)pages);
     const mg_kv_cache_desc kv = {.num_kv_heads = p->shape.kv_heads,
                                  .head_dim = p->shape.head_dim,
                                  .page_size = PAGE_SIZE,
@@ -304,36 +284,39 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
                               const mg_fwd_checkpoint *ckpt) {
     const mg_fwd_preset *p = c->preset;
     if (!p)
-        return fail(MG_ERR_INVALID_ARGUMENT, "no preset");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no preset");
     if (p->shape.experts && c->weights != MG_FWD_WEIGHTS_NVFP4 &&
         (!mg_op_supported(b, MG_OP_MOE_GEMM) || !mg_op_supported(b, MG_OP_MOE_ROUTING)))
-        return fail(MG_ERR_UNSUPPORTED,
-                    "preset %s is a mixture of experts: %s experts need the ops moe_gemm and "
-                    "moe_routing, which the %s backend cannot run (run it with NVFP4 weights)",
-                    p->name, mg_fwd_weights_name(c->weights),
-                    mg_backend_kind_name(mg_backend_get_kind(b)));
+        return mg_error_report(
+            MG_ERR_UNSUPPORTED,
+            "preset %s is a mixture of experts: %s experts need the ops moe_gemm and "
+            "moe_routing, which the %s backend cannot run (run it with NVFP4 weights)",
+            p->name, mg_fwd_weights_name(c->weights), mg_backend_kind_name(mg_backend_get_kind(b)));
     if (!c->batch || c->batch > p->max_batch_size)
-        return fail(MG_ERR_INVALID_ARGUMENT, "--batch %u: preset %s's arena holds 1..%u requests",
-                    c->batch, p->name, p->max_batch_size);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "--batch %u: preset %s's arena holds 1..%u requests", c->batch,
+                               p->name, p->max_batch_size);
     if (!c->prompt_ids && !c->prompt_len)
-        return fail(MG_ERR_INVALID_ARGUMENT, "--prompt-len must be at least 1");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "--prompt-len must be at least 1");
     uint64_t total = 0;
     for (uint32_t r = 0; r < c->batch; r++)
         total += mg_fwd_prompt_length(c, r);
     if (total > p->max_batch_tokens)
-        return fail(MG_ERR_INVALID_ARGUMENT,
-                    "the prompts hold %llu tokens: preset %s's arena holds at most %u per pass",
-                    (unsigned long long)total, p->name, p->max_batch_tokens);
+        return mg_error_report(
+            MG_ERR_INVALID_ARGUMENT,
+            "the prompts hold %llu tokens: preset %s's arena holds at most %u per pass",
+            (unsigned long long)total, p->name, p->max_batch_tokens);
     if (c->steps > 1u << 20 || c->prompt_len > 1u << 20)
-        return fail(MG_ERR_INVALID_ARGUMENT, "--steps / --prompt-len above 2^20");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "--steps / --prompt-len above 2^20");
     for (uint32_t r = 0; p->context && r < c->batch; r++) {
         const uint64_t seq = (uint64_t)mg_fwd_prompt_length(c, r) + c->steps;
         if (seq > p->context)
-            return fail(MG_ERR_INVALID_ARGUMENT,
-                        "request %u: %u prompt tokens and %u steps make %llu, past the context "
-                        "of %s (%u tokens); nothing is truncated",
-                        r, mg_fwd_prompt_length(c, r), c->steps, (unsigned long long)seq, p->name,
-                        p->context);
+            return mg_error_report(
+                MG_ERR_INVALID_ARGUMENT,
+                "request %u: %u prompt tokens and %u steps make %llu, past the context "
+                "of %s (%u tokens); nothing is truncated",
+                r, mg_fwd_prompt_length(c, r), c->steps, (unsigned long long)seq, p->name,
+                p->context);
     }
     static const mg_op needed[] = {MG_OP_GEMM_BF16,      MG_OP_GATHER_ROWS, MG_OP_RMSNORM,
                                    MG_OP_ARGMAX,         MG_OP_SILU_MUL,    MG_OP_KV_APPEND,
@@ -346,42 +329,45 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
         uint64_t sum = 0;
         for (uint32_t r = 0; r < c->batch; r++) {
             if (!c->prompt_lengths[r])
-                return fail(MG_ERR_INVALID_ARGUMENT,
-                            "request %u: an empty prompt: give at least one token", r);
+                return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                       "request %u: an empty prompt: give at least one token", r);
             sum += c->prompt_lengths[r];
         }
         if (sum != c->prompt_ids_count)
-            return fail(MG_ERR_INVALID_ARGUMENT,
-                        "the prompt lengths add up to %llu ids, prompt_ids_count is %u",
-                        (unsigned long long)sum, c->prompt_ids_count);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "the prompt lengths add up to %llu ids, prompt_ids_count is %u",
+                                   (unsigned long long)sum, c->prompt_ids_count);
     }
     if (c->prompt_ids) {
         if (!c->prompt_ids_count)
-            return fail(MG_ERR_INVALID_ARGUMENT, "an empty prompt: give at least one token");
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "an empty prompt: give at least one token");
         for (uint32_t i = 0; i < c->prompt_ids_count; i++)
             if (c->prompt_ids[i] < 0 || (uint32_t)c->prompt_ids[i] >= p->shape.vocab)
-                return fail(MG_ERR_INVALID_ARGUMENT,
-                            "prompt token %u is id %d, outside the vocabulary of %u", i,
-                            c->prompt_ids[i], p->shape.vocab);
+                return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                       "prompt token %u is id %d, outside the vocabulary of %u", i,
+                                       c->prompt_ids[i], p->shape.vocab);
     }
     if (c->weights == MG_FWD_WEIGHTS_CHECKPOINT) {
         if (!mg_op_supported(b, MG_OP_MLX_QUANT))
-            return fail(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
-                        mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(MG_OP_MLX_QUANT));
+            return mg_error_report(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
+                                   mg_backend_kind_name(mg_backend_get_kind(b)),
+                                   mg_op_name(MG_OP_MLX_QUANT));
     } else if (c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) {
         mg_status st = mg_fwd_mlx_check_config(b, c);
         if (st)
             return st;
     } else if (c->weights != MG_FWD_WEIGHTS_BF16 && !fp4 && !fp8)
-        return fail(MG_ERR_INVALID_ARGUMENT, "unknown weight format %d", (int)c->weights);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "unknown weight format %d",
+                               (int)c->weights);
     size_t extra = fp8 ? 2 : !fp4 ? 0 : p->shape.experts ? 4 : 2;
     for (size_t i = 0; i < sizeof needed / sizeof needed[0] + extra; i++) {
         mg_op op = i < sizeof needed / sizeof needed[0] ? needed[i]
                    : fp8 ? needed_fp8[i - sizeof needed / sizeof needed[0]]
                          : needed_nvfp4[i - sizeof needed / sizeof needed[0]];
         if (!mg_op_supported(b, op))
-            return fail(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
-                        mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(op));
+            return mg_error_report(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
+                                   mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(op));
     }
     uint64_t free_bytes = 0, total_bytes = 0;
     const double weights = ckpt ? mg_fwd_checkpoint_weight_bytes(ckpt, p)
@@ -391,21 +377,20 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
     if (st)
         return st;
     if (!mg_memory_free_bytes(b, &free_bytes, &total_bytes) && weights + state > (double)free_bytes)
-        return fail(MG_ERR_OUT_OF_MEMORY,
-                    "preset %s with %s weights needs about %.1f GB (%.1f GB of weights, %.1f GB of "
-                    "KV cache and activations); the %s backend has %.1f GB free",
-                    p->name, mg_fwd_weights_name(c->weights), (weights + state) / 1e9,
-                    weights / 1e9, state / 1e9, mg_backend_kind_name(mg_backend_get_kind(b)),
-                    free_bytes / 1e9);
+        return mg_error_report(
+            MG_ERR_OUT_OF_MEMORY,
+            "preset %s with %s weights needs about %.1f GB (%.1f GB of weights, %.1f GB of "
+            "KV cache and activations); the %s backend has %.1f GB free",
+            p->name, mg_fwd_weights_name(c->weights), (weights + state) / 1e9, weights / 1e9,
+            state / 1e9, mg_backend_kind_name(mg_backend_get_kind(b)), free_bytes / 1e9);
     return MG_OK;
 }
 
 mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     *out = NULL;
-    error_text[0] = '\0';
     mg_fwd *m = calloc(1, sizeof *m);
     if (!m)
-        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     m->b = b;
     m->c = *c;
     mg_status st = MG_OK;
@@ -425,7 +410,7 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
         const size_t lengths = c->prompt_lengths ? c->batch : 0;
         if (!(m->prompt = malloc((c->prompt_ids_count + lengths) * sizeof *m->prompt))) {
             mg_fwd_destroy(m);
-            return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+            return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
         }
         memcpy(m->prompt, c->prompt_ids, c->prompt_ids_count * sizeof *m->prompt);
         m->c.prompt_ids = m->prompt;
@@ -457,7 +442,7 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     m->tokens = calloc((size_t)B * (c->steps + 1), sizeof(int32_t));
     if (!m->kv_len || !m->h_qo || !m->h_kv_indptr || !m->h_kv_indices || !m->h_last ||
         !m->h_logits_indices || !m->tokens)
-        st = fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     if (!st)
         st = mg_fwd_create_weights(m);
     if (!st)
@@ -562,7 +547,6 @@ static mg_status upload_tables(mg_fwd *m, const uint32_t *qo, mg_kv_page_table *
 }
 
 mg_status mg_fwd_set_timing(mg_fwd *m, mg_timing *t) {
-    error_text[0] = '\0';
     m->timing = NULL;
     if (t) {
         TRY(mg_timing_lane(t, "prefill", &m->lane_prefill), "timing lane");
@@ -588,14 +572,13 @@ static mg_status collect_tokens(mg_fwd *m, mg_stream *s) {
 }
 
 mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
-    error_text[0] = '\0';
     if (m->token_count)
-        return fail(MG_ERR_INVALID_ARGUMENT, "the prefill already ran");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "the prefill already ran");
     uint32_t B = m->c.batch, *qo = calloc(B, sizeof *qo);
     int32_t *ids = malloc(m->prompt_tokens * sizeof *ids);
     mg_status st = MG_OK;
     if (!qo || !ids)
-        st = fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     size_t n = 0;
     for (uint32_t r = 0; !st && r < B; r++) {
         qo[r] = m->kv_len[r] = mg_fwd_prompt_length(&m->c, r);
@@ -624,14 +607,14 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
 }
 
 mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
-    error_text[0] = '\0';
     if (!m->token_count)
-        return fail(MG_ERR_INVALID_ARGUMENT, "decode before the prefill");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "decode before the prefill");
     if (m->token_count > m->c.steps)
-        return fail(MG_ERR_INVALID_ARGUMENT, "all %u planned decode steps already ran", m->c.steps);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "all %u planned decode steps already ran",
+                               m->c.steps);
     uint32_t B = m->c.batch, *qo = calloc(B, sizeof *qo);
     if (!qo)
-        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     for (uint32_t r = 0; r < B; r++) {
         qo[r] = 1;
         m->kv_len[r]++;
@@ -688,14 +671,13 @@ mg_status mg_fwd_final_hidden(mg_fwd *m, uint16_t *out) {
 }
 
 mg_status mg_fwd_logits(mg_fwd *m, float *out) {
-    error_text[0] = '\0';
     if (!m->token_count)
-        return fail(MG_ERR_INVALID_ARGUMENT, "no pass has run: no logits yet");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no pass has run: no logits yet");
     const size_t V = m->sh.vocab, P = m->logits_pitch, B = m->c.batch;
     const bool bf16 = m->fp4 || m->fp8_scales; /* BF16 logits (forward()) */
     void *rows = malloc(B * P * (bf16 ? 2 : 4));
     if (!rows)
-        return fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the logits");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the logits");
     mg_status st = mg_copy_d2h(m->b, rows, m->logits, B * P * (bf16 ? 2 : 4));
     for (size_t r = 0; !st && r < B; r++)
         for (size_t j = 0; j < V; j++)
@@ -706,13 +688,13 @@ mg_status mg_fwd_logits(mg_fwd *m, float *out) {
 }
 
 mg_status mg_fwd_force_tokens(mg_fwd *m, const int32_t *ids) {
-    error_text[0] = '\0';
     if (!m->token_count)
-        return fail(MG_ERR_INVALID_ARGUMENT, "no pass has run: no token to replace");
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no pass has run: no token to replace");
     for (uint32_t r = 0; r < m->c.batch; r++)
         if (ids[r] < 0 || (uint32_t)ids[r] >= m->sh.vocab)
-            return fail(MG_ERR_INVALID_ARGUMENT, "forced token %d of request %u outside [0, %u)",
-                        ids[r], r, m->sh.vocab);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "forced token %d of request %u outside [0, %u)", ids[r], r,
+                                   m->sh.vocab);
     TRY(mg_copy_h2d(m->b, m->step_ids, ids, m->c.batch * sizeof(int32_t)), "forcing the tokens");
     for (uint32_t r = 0; r < m->c.batch; r++)
         m->tokens[(size_t)r * (m->c.steps + 1) + m->token_count - 1] = ids[r];

@@ -198,10 +198,6 @@ mg_status mg_fwd_tensor_shape(const mg_model_shape *shape, uint32_t layers, uint
 
 typedef struct mg_fwd mg_fwd;
 
-/* The message of the latest failing mg_fwd_* call on this thread (one line; it includes the
- * library's message when a library call failed); "" when none. */
-const char *mg_fwd_error(void);
-
 /* Checks the config (a one-line message in mg_last_error for each bad value: batch beyond
  * the preset's arena, a backend without an op the model needs, MoE presets with MLX weights),
  * then generates and uploads the weights, builds the arena and the KV cache. */

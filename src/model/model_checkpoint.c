@@ -20,11 +20,11 @@ mg_status mg_fwd_checkpoint_open(const char *path, mg_fwd_preset *arch, char *na
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb))
-        return mg_fwd_fail(errno == ENOENT ? MG_ERR_NOT_FOUND : MG_ERR_INVALID_ARGUMENT,
-                           "checkpoint %s: %s", path, strerror(errno));
+        return mg_error_report(errno == ENOENT ? MG_ERR_NOT_FOUND : MG_ERR_INVALID_ARGUMENT,
+                               "checkpoint %s: %s", path, strerror(errno));
     mg_fwd_checkpoint *c = calloc(1, sizeof *c);
     if (!c)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     mg_status st;
     if (S_ISDIR(sb.st_mode))
         st = mg_fwd_hf_open(path, arch, name, name_size, &c->hf);

@@ -3,7 +3,7 @@
  * checkpoint, whatever its format. mg_fwd_checkpoint_open tells the formats apart (a GGUF file,
  * model_gguf.h; a Hugging Face or MLX directory, model_hf.h), reads the architecture into a
  * preset and checks every tensor; mg_fwd_checkpoint_load then uploads the weights. Errors are
- * one line in mg_fwd_error, naming the file and what is wrong.
+ * one line in mg_last_error, naming the file and what is wrong.
  */
 #ifndef METRALE_MODEL_CHECKPOINT_H
 #define METRALE_MODEL_CHECKPOINT_H

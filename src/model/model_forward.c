@@ -64,7 +64,7 @@ static mg_status linear(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l, uint3
         return mg_fwd_mlx_linear(m->mlx, s, l, slot, rows, act, out);
     if (m->fp8_scales) {
         if (m->act_fp8_source != act || m->act_fp8_rows != rows)
-            return mg_fwd_fail(MG_ERR_INTERNAL, "forward model: FP8 GEMM input not quantized");
+            return mg_error_report(MG_ERR_INTERNAL, "forward model: FP8 GEMM input not quantized");
         return mg_gemm_fp8_rowwise(m->b, s, rows, n, k, m->act_fp8, m->act_scales,
                                    *layer_tensor(m, l, slot),
                                    m->fp8_scales[(size_t)l * MG_FWD_LAYER_TENSORS + slot], out, n);

@@ -53,12 +53,13 @@ static mg_status need_u32(const mg_gguf *g, const char *path, const char *arch, 
     uint64_t v;
     snprintf(full, sizeof full, "%s.%s", arch, key);
     if (!mg_gguf_get_u64(g, full, &v))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: metadata %s is missing or not a non-negative integer", path,
-                           full);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: metadata %s is missing or not a non-negative integer",
+                               path, full);
     if (v == 0 || v > (1u << 24))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: metadata %s = %llu is out of range",
-                           path, full, (unsigned long long)v);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: metadata %s = %llu is out of range", path, full,
+                               (unsigned long long)v);
     *out = (uint32_t)v;
     return MG_OK;
 }
@@ -69,18 +70,20 @@ static mg_status check_tensor(const mg_gguf *g, const char *path, const char *na
                               uint64_t cols, const mg_gguf_tensor **out) {
     const mg_gguf_tensor *t = mg_gguf_tensor_find(g, name);
     if (!t)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: tensor %s is missing", path, name);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: tensor %s is missing", path,
+                               name);
     bool shape_ok = rows ? t->n_dims == 2 && t->dims[0] == cols && t->dims[1] == rows
                          : t->n_dims == 1 && t->dims[0] == cols;
     if (!shape_ok)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: tensor %s has %llu rows of %llu (rank %u, dims %llu x %llu x "
-                           "%llu x %llu), the metadata implies %llu rows of %llu",
-                           path, name, (unsigned long long)(t->elements / t->dims[0]),
-                           (unsigned long long)t->dims[0], t->n_dims,
-                           (unsigned long long)t->dims[0], (unsigned long long)t->dims[1],
-                           (unsigned long long)t->dims[2], (unsigned long long)t->dims[3],
-                           (unsigned long long)(rows ? rows : 1), (unsigned long long)cols);
+        return mg_error_report(
+            MG_ERR_INVALID_ARGUMENT,
+            "GGUF %s: tensor %s has %llu rows of %llu (rank %u, dims %llu x %llu x "
+            "%llu x %llu), the metadata implies %llu rows of %llu",
+            path, name, (unsigned long long)(t->elements / t->dims[0]),
+            (unsigned long long)t->dims[0], t->n_dims, (unsigned long long)t->dims[0],
+            (unsigned long long)t->dims[1], (unsigned long long)t->dims[2],
+            (unsigned long long)t->dims[3], (unsigned long long)(rows ? rows : 1),
+            (unsigned long long)cols);
     switch (t->type) {
     case MG_GGUF_F32:
     case MG_GGUF_F16:
@@ -90,10 +93,11 @@ static mg_status check_tensor(const mg_gguf *g, const char *path, const char *na
     case MG_GGUF_Q8_0:
         break;
     default:
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "GGUF %s: tensor %s has type %s, which this runtime does not load yet "
-                           "(F32, F16, BF16, Q4_0, Q4_1 and Q8_0 are loaded)",
-                           path, name, mg_gguf_type_name(t->type));
+        return mg_error_report(
+            MG_ERR_UNSUPPORTED,
+            "GGUF %s: tensor %s has type %s, which this runtime does not load yet "
+            "(F32, F16, BF16, Q4_0, Q4_1 and Q8_0 are loaded)",
+            path, name, mg_gguf_type_name(t->type));
     }
     if (out)
         *out = t;
@@ -109,13 +113,14 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
     char a[64] = "";
     const struct gguf_arch *ga = arch_of(g, a, sizeof a);
     if (!*a)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: general.architecture is missing or not a short string", path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: general.architecture is missing or not a short string",
+                               path);
     if (!ga)
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "GGUF %s: architecture %s is not supported (llama, qwen2 and qwen3 "
-                           "are)",
-                           path, a);
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "GGUF %s: architecture %s is not supported (llama, qwen2 and qwen3 "
+                               "are)",
+                               path, a);
     memset(arch, 0, sizeof *arch);
     arch->qkv_bias = ga->qkv_bias;
     arch->qk_norm = ga->qk_norm;
@@ -137,35 +142,37 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
         if (mg_gguf_find(g, key) &&
             ((st = need_u32(g, path, a, "attention.value_length", &v)) || v != s->head_dim))
             return st ? st
-                      : mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                                    "GGUF %s: value_length %u differs from key_length %u", path, v,
-                                    s->head_dim);
+                      : mg_error_report(MG_ERR_UNSUPPORTED,
+                                        "GGUF %s: value_length %u differs from key_length %u", path,
+                                        v, s->head_dim);
     } else {
         if (s->hidden % s->heads)
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "GGUF %s: embedding_length %u is not a multiple of head_count %u",
-                               path, s->hidden, s->heads);
+            return mg_error_report(
+                MG_ERR_INVALID_ARGUMENT,
+                "GGUF %s: embedding_length %u is not a multiple of head_count %u", path, s->hidden,
+                s->heads);
         s->head_dim = s->hidden / s->heads;
     }
     if (s->heads % s->kv_heads)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: head_count %u is not a multiple of head_count_kv %u", path,
-                           s->heads, s->kv_heads);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: head_count %u is not a multiple of head_count_kv %u", path,
+                               s->heads, s->kv_heads);
     if (s->head_dim % 2)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: odd head dimension %u", path,
-                           s->head_dim);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: odd head dimension %u", path,
+                               s->head_dim);
     snprintf(key, sizeof key, "%s.rope.dimension_count", a);
     uint64_t rope_dims = s->head_dim;
     if (mg_gguf_find(g, key) && (!mg_gguf_get_u64(g, key, &rope_dims) || rope_dims != s->head_dim))
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "GGUF %s: %s = %llu: RoPE over part of the head (%u) is not supported",
-                           path, key, (unsigned long long)rope_dims, s->head_dim);
+        return mg_error_report(
+            MG_ERR_UNSUPPORTED,
+            "GGUF %s: %s = %llu: RoPE over part of the head (%u) is not supported", path, key,
+            (unsigned long long)rope_dims, s->head_dim);
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     char scaling[32] = "none";
     if (mg_gguf_find(g, key) &&
         (!mg_gguf_get_string(g, key, scaling, sizeof scaling) || strcmp(scaling, "none")))
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED, "GGUF %s: %s = %s is not supported", path, key,
-                           scaling);
+        return mg_error_report(MG_ERR_UNSUPPORTED, "GGUF %s: %s = %s is not supported", path, key,
+                               scaling);
     static const char *const refused[] = {"expert_count", "rope.scaling.factor",
                                           "attention.sliding_window"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
@@ -175,29 +182,30 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
         const bool set = mg_gguf_find(g, key) && !(mg_gguf_get_u64(g, key, &v) && v == 0) &&
                          !(mg_gguf_get_f64(g, key, &f) && (f == 0 || f == 1));
         if (set)
-            return mg_fwd_fail(MG_ERR_UNSUPPORTED, "GGUF %s: %s is set: not supported", path, key);
+            return mg_error_report(MG_ERR_UNSUPPORTED, "GGUF %s: %s is set: not supported", path,
+                                   key);
     }
     double theta = 10000.0, eps = 0;
     snprintf(key, sizeof key, "%s.rope.freq_base", a);
     if (mg_gguf_find(g, key) && !mg_gguf_get_f64(g, key, &theta))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: %s is not a float", path, key);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: %s is not a float", path, key);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
     if (!mg_gguf_get_f64(g, key, &eps) || !(eps > 0) || !(eps < 1))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: %s is missing or not a float in (0, 1)", path, key);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: %s is missing or not a float in (0, 1)", path, key);
     if (!(theta > 0) || !isfinite(theta))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: rope.freq_base %g", path, theta);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: rope.freq_base %g", path, theta);
     arch->rope_theta = (float)theta;
     arch->norm_eps = (float)eps;
 
     /* the vocabulary is the embedding's row count */
     const mg_gguf_tensor *emb = mg_gguf_tensor_find(g, "token_embd.weight");
     if (!emb || emb->n_dims != 2)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: token_embd.weight is missing or not a matrix", path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: token_embd.weight is missing or not a matrix", path);
     if (emb->dims[1] > (1u << 24))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: vocabulary of %llu tokens", path,
-                           (unsigned long long)emb->dims[1]);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: vocabulary of %llu tokens", path,
+                               (unsigned long long)emb->dims[1]);
     s->vocab = (uint32_t)emb->dims[1];
     const uint32_t H = s->hidden, QD = s->heads * s->head_dim, KD = s->kv_heads * s->head_dim;
     const uint32_t I = s->intermediate;
@@ -229,8 +237,8 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
                     float_matrices++;
             }
             if (rows[i] && is_block_type(t->type) && cols[i] % 32)
-                return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: %s rows of %llu", path, tn,
-                                   (unsigned long long)cols[i]);
+                return mg_error_report(MG_ERR_INVALID_ARGUMENT, "GGUF %s: %s rows of %llu", path,
+                                       tn, (unsigned long long)cols[i]);
         }
     const uint64_t bias_rows[3] = {QD, KD, KD};
     for (uint32_t l = 0; l < arch->layers; l++) {
@@ -248,10 +256,10 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
         }
     }
     if (block_matrices && float_matrices)
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "GGUF %s: the layer matrices mix block-quantized and float types; "
-                           "one kind for all of them is supported",
-                           path);
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "GGUF %s: the layer matrices mix block-quantized and float types; "
+                               "one kind for all of them is supported",
+                               path);
     /* a tensor the model would not use (a bias, a rope table, experts) is refused rather than
      * ignored: ignoring it would run a different network */
     if (used != mg_gguf_tensor_count(g))
@@ -271,10 +279,10 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
             for (int k = 0; !known && off > 0 && ga->qk_norm && k < 2; k++)
                 known = !strcmp(n + off, head_norm_names[k]);
             if (!known)
-                return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                                   "GGUF %s: tensor %s is not part of the %s network this "
-                                   "runtime runs (ignoring it would run another network)",
-                                   path, n, a);
+                return mg_error_report(MG_ERR_UNSUPPORTED,
+                                       "GGUF %s: tensor %s is not part of the %s network this "
+                                       "runtime runs (ignoring it would run another network)",
+                                       path, n, a);
         }
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -357,7 +365,7 @@ static mg_status upload(mg_backend *b, const void *host, size_t bytes, mg_devptr
         *out = 0;
     }
     if (st)
-        return mg_fwd_fail(st, "uploading %s: %s", what, mg_last_error());
+        return mg_error_report(st, "uploading %s: %s", what, mg_last_error());
     *total += bytes;
     return MG_OK;
 }
@@ -415,9 +423,9 @@ static mg_status repack_rows(const mg_gguf_tensor *t, uint32_t rows, uint32_t co
             const float bias = t->type == MG_GGUF_Q4_0 ? -8.0f * d : -128.0f * d;
             bi[g] = mg_f32_to_f16(bias);
             if (mg_f16_to_f32(bi[g]) != bias)
-                return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                                   "GGUF tensor %s: block scale %g has no exact FP16 bias", t->name,
-                                   (double)d);
+                return mg_error_report(MG_ERR_UNSUPPORTED,
+                                       "GGUF tensor %s: block scale %g has no exact FP16 bias",
+                                       t->name, (double)d);
             if (t->type == MG_GGUF_Q4_0) {
                 for (int j = 0; j < 16; j++)
                     c[g * 16 + j] = 0;
@@ -442,18 +450,19 @@ static mg_status mlx_layer(mg_backend *b, const mg_gguf_tensor *const *parts, in
     const uint32_t bits = parts[0]->type == MG_GGUF_Q8_0 ? 8 : 4;
     for (int i = 1; i < count; i++)
         if ((parts[i]->type == MG_GGUF_Q8_0) != (bits == 8))
-            return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                               "GGUF tensors %s (%s) and %s (%s) are joined into one matrix and "
-                               "must share 4 or 8 bits",
-                               parts[0]->name, mg_gguf_type_name(parts[0]->type), parts[i]->name,
-                               mg_gguf_type_name(parts[i]->type));
+            return mg_error_report(
+                MG_ERR_UNSUPPORTED,
+                "GGUF tensors %s (%s) and %s (%s) are joined into one matrix and "
+                "must share 4 or 8 bits",
+                parts[0]->name, mg_gguf_type_name(parts[0]->type), parts[i]->name,
+                mg_gguf_type_name(parts[i]->type));
     const uint32_t n = rows * (uint32_t)count, groups = cols / 32;
     const size_t code_bytes = (size_t)n * cols * bits / 8, group_bytes = (size_t)n * groups * 2;
     uint8_t *codes = malloc(code_bytes);
     uint16_t *scales = malloc(group_bytes), *biases = malloc(group_bytes);
     mg_status st = MG_OK;
     if (!codes || !scales || !biases)
-        st = mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", parts[0]->name);
+        st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", parts[0]->name);
     for (int i = 0; !st && i < count; i++)
         st = repack_rows(parts[i], rows, cols, (permute >> i) & 1, head_dim, bits,
                          (uint32_t)i * rows, codes, scales, biases);
@@ -533,7 +542,7 @@ mg_status mg_fwd_gguf_load(mg_backend *b, const mg_gguf *g, const mg_fwd_preset 
     mg_mlx_linear *mlx = NULL;
     mg_status st = MG_OK;
     if (!host || !scratch)
-        st = mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+        st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
     const mg_gguf_tensor *emb = mg_gguf_tensor_find(g, "token_embd.weight");
     const mg_gguf_tensor *head = mg_gguf_tensor_find(g, "output.weight");
     if (!st)
@@ -575,7 +584,7 @@ mg_status mg_fwd_gguf_load(mg_backend *b, const mg_gguf *g, const mg_fwd_preset 
             break;
         if (is_block_type(t[T_Q]->type)) {
             if (!mlx && !(mlx = calloc((size_t)L * MX_SLOTS, sizeof *mlx))) {
-                st = mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+                st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
                 break;
             }
             /* q and k un-permuted (bit 0: the first part), v as stored */

@@ -63,8 +63,9 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
     size_t len = 0;
     char *text = read_text(path, &len);
     if (!text)
-        return mg_fwd_fail(errno == ENOENT ? MG_ERR_NOT_FOUND : MG_ERR_INVALID_ARGUMENT,
-                           "%s: cannot read it (or larger than %u bytes)", path, MAX_CONFIG_BYTES);
+        return mg_error_report(errno == ENOENT ? MG_ERR_NOT_FOUND : MG_ERR_INVALID_ARGUMENT,
+                               "%s: cannot read it (or larger than %u bytes)", path,
+                               MAX_CONFIG_BYTES);
     mg_fwd_hf_config c;
     mg_status st = mg_fwd_hf_config_parse(text, len, path, arch, &c);
     free(text);
@@ -79,21 +80,22 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
 static mg_status check_float(const mg_fwd_hf *h, const char *name, uint64_t rows, uint64_t cols) {
     mg_st_tensor t;
     if (mg_st_find(h->st, name, &t))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "checkpoint %s: tensor %s is missing", h->dir,
-                           name);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "checkpoint %s: tensor %s is missing",
+                               h->dir, name);
     if (t.dtype != MG_ST_BF16 && t.dtype != MG_ST_F16 && t.dtype != MG_ST_F32)
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "checkpoint %s: tensor %s is %s (BF16, F16 and F32 are loaded)", h->dir,
-                           name, mg_st_dtype_name(t.dtype));
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "checkpoint %s: tensor %s is %s (BF16, F16 and F32 are loaded)",
+                               h->dir, name, mg_st_dtype_name(t.dtype));
     const bool ok = rows ? t.rank == 2 && t.shape[0] == rows && t.shape[1] == cols
                          : t.rank == 1 && t.shape[0] == cols;
     if (!ok)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "checkpoint %s: tensor %s has shape [%llu, %llu] (rank %u), the config "
-                           "implies [%llu, %llu]",
-                           h->dir, name, (unsigned long long)t.shape[0],
-                           (unsigned long long)(t.rank > 1 ? t.shape[1] : 0), t.rank,
-                           (unsigned long long)rows, (unsigned long long)cols);
+        return mg_error_report(
+            MG_ERR_INVALID_ARGUMENT,
+            "checkpoint %s: tensor %s has shape [%llu, %llu] (rank %u), the config "
+            "implies [%llu, %llu]",
+            h->dir, name, (unsigned long long)t.shape[0],
+            (unsigned long long)(t.rank > 1 ? t.shape[1] : 0), t.rank, (unsigned long long)rows,
+            (unsigned long long)cols);
     return MG_OK;
 }
 
@@ -168,15 +170,15 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
     memset(arch, 0, sizeof *arch);
     mg_fwd_hf *h = calloc(1, sizeof *h);
     if (!h)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     snprintf(h->dir, sizeof h->dir, "%s", dir);
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     mg_status st = read_config(h, path, arch);
     if (!st && (st = mg_st_open(dir, &h->st)))
-        st = mg_fwd_fail(st, "checkpoint %s: %s", dir, mg_last_error());
+        st = mg_error_report(st, "checkpoint %s: %s", dir, mg_last_error());
     if (!st && h->bits && (st = mg_mlx_config_open(dir, &h->mlx)))
-        st = mg_fwd_fail(st, "checkpoint %s: %s", dir, mg_last_error());
+        st = mg_error_report(st, "checkpoint %s: %s", dir, mg_last_error());
     const mg_model_shape *s = &arch->shape;
     const uint32_t H = s->hidden, QD = s->heads * s->head_dim, KD = s->kv_heads * s->head_dim;
     const uint32_t I = s->intermediate;
@@ -188,10 +190,10 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
     char base[160];
     h->experts = s->experts;
     if (!st && h->mlx && h->experts)
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                         "checkpoint %s: MLX-quantized experts are not supported (BF16, F16 or "
-                         "F32 experts are)",
-                         dir);
+        st = mg_error_report(MG_ERR_UNSUPPORTED,
+                             "checkpoint %s: MLX-quantized experts are not supported (BF16, F16 or "
+                             "F32 experts are)",
+                             dir);
     for (uint32_t l = 0; !st && l < arch->layers; l++) {
         /* a MoE layer has a router and its experts where a dense one has its MLP */
         for (int i = 0; !st && i < (h->experts ? H_GATE : H_LAYER_COUNT); i++) {
@@ -224,10 +226,10 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
         mg_st_tensor t;
         if (!mg_st_get(h->st, i, &t) && !known_tensor(h, t.name, arch->layers) &&
             !known_addition(arch, t.name))
-            st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                             "checkpoint %s: tensor %s is not part of the %s network this "
-                             "runtime runs (ignoring it would run another network)",
-                             dir, t.name, h->arch_name);
+            st = mg_error_report(MG_ERR_UNSUPPORTED,
+                                 "checkpoint %s: tensor %s is not part of the %s network this "
+                                 "runtime runs (ignoring it would run another network)",
+                                 dir, t.name, h->arch_name);
     }
     if (st) {
         mg_fwd_hf_close(h);
@@ -293,13 +295,13 @@ static mg_status upload_float(mg_backend *b, const mg_fwd_hf *h, const char *con
                               int count, bool f32, mg_devptr *out, uint64_t *total) {
     mg_st_tensor *t = malloc((size_t)count * sizeof *t);
     if (!t)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", names[0]);
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", names[0]);
     size_t elements = 0;
     for (int i = 0; i < count; i++) {
         mg_status st = mg_st_find(h->st, names[i], &t[i]);
         if (st) {
             free(t);
-            return mg_fwd_fail(st, "checkpoint %s: %s", h->dir, mg_last_error());
+            return mg_error_report(st, "checkpoint %s: %s", h->dir, mg_last_error());
         }
         elements += (size_t)(t[i].bytes / mg_st_dtype_bytes(t[i].dtype));
     }
@@ -308,7 +310,7 @@ static mg_status upload_float(mg_backend *b, const mg_fwd_hf *h, const char *con
     float *host32 = (float *)(void *)host;
     if (!host) {
         free(t);
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", names[0]);
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for %s", names[0]);
     }
     size_t o = 0;
     for (int i = 0; i < count; i++) {
@@ -332,7 +334,7 @@ static mg_status upload_float(mg_backend *b, const mg_fwd_hf *h, const char *con
     }
     free(host);
     if (st)
-        return mg_fwd_fail(st, "uploading %s: %s", names[0], mg_last_error());
+        return mg_error_report(st, "uploading %s: %s", names[0], mg_last_error());
     *total += elements * size;
     return MG_OK;
 }
@@ -357,7 +359,7 @@ static mg_status upload_table(mg_backend *b, const mg_fwd_hf *h, const char *bas
     mg_mlx_linear q;
     mg_status st = mg_mlx_linear_load(b, h->st, h->mlx, base, &q);
     if (st)
-        return mg_fwd_fail(st, "checkpoint %s: %s", h->dir, mg_last_error());
+        return mg_error_report(st, "checkpoint %s: %s", h->dir, mg_last_error());
     const uint64_t bytes = mg_mlx_gemm_scratch_bytes(&q);
     if (!(st = mg_alloc(b, bytes, out)) && !(st = mg_mlx_dequant(b, NULL, &q, 0, *out)))
         st = mg_stream_synchronize(mg_stream_default(b));
@@ -366,7 +368,7 @@ static mg_status upload_table(mg_backend *b, const mg_fwd_hf *h, const char *bas
         if (*out)
             mg_free(b, *out);
         *out = 0;
-        return mg_fwd_fail(st, "dequantizing %s: %s", base, mg_last_error());
+        return mg_error_report(st, "dequantizing %s: %s", base, mg_last_error());
     }
     *total += bytes;
     return MG_OK;
@@ -407,7 +409,7 @@ static mg_status upload_experts(mg_backend *b, const mg_fwd_hf *h, uint32_t l, m
     const char **gu = malloc((size_t)3 * E * sizeof *gu), **down = gu + 2 * E;
     mg_status st = MG_OK;
     if (!names || !gu)
-        st = mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the experts' names");
+        st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the experts' names");
     for (uint32_t e = 0; !st && e < E; e++) {
         expert_name(names[3 * e], sizeof names[0], l, e, "gate_proj");
         expert_name(names[3 * e + 1], sizeof names[0], l, e, "up_proj");

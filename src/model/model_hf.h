@@ -50,7 +50,7 @@ typedef struct mg_fwd_hf_config {
 /* The text of a config.json (`len` bytes, no terminator needed) as the architecture above:
  * fills *arch's shape, layers, rope_theta, norm_eps, context, max_batch_tokens, qkv_bias and
  * qk_norm, and *out. Any text is accepted or refused with a status and a one-line message
- * naming `path` (mg_fwd_fail); it reads nothing else (model_hf_config.c, fuzzed by
+ * naming `path` (mg_error_report); it reads nothing else (model_hf_config.c, fuzzed by
  * tests/fuzz/fuzz_hf_config.c). */
 mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
                                  mg_fwd_preset *arch, mg_fwd_hf_config *out);

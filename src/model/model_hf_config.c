@@ -30,11 +30,11 @@ static mg_status member_u32(const mg_jdoc *d, const char *path, const char *key,
         return MG_OK;
     }
     if (!mg_jdoc_int(d, i, &v) || v <= 0)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "%s: \"%s\" is missing or not a positive integer", path, key);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "%s: \"%s\" is missing or not a positive integer", path, key);
     if (v > max)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"%s\" = %lld is out of range (1..%u)",
-                           path, key, v, max);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: \"%s\" = %lld is out of range (1..%u)",
+                               path, key, v, max);
     *out = (uint32_t)v;
     return MG_OK;
 }
@@ -62,9 +62,9 @@ static mg_status read_experts(const mg_jdoc *d, const char *path, mg_model_shape
     if ((st = member_u32(d, path, "num_experts", local, 1024, &s->experts)))
         return st;
     if (local && local != s->experts)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "%s: \"num_experts\" %u and \"num_local_experts\" %u differ", path,
-                           s->experts, local);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "%s: \"num_experts\" %u and \"num_local_experts\" %u differ", path,
+                               s->experts, local);
     if ((st = member_u32(d, path, "num_experts_per_tok", 0, s->experts, &s->experts_per_token)) ||
         (st = member_u32(d, path, "moe_intermediate_size", 0, 1u << 18, &s->intermediate)) ||
         (st = member_u32(d, path, "decoder_sparse_step", 1, 1024, &step)))
@@ -72,16 +72,16 @@ static mg_status read_experts(const mg_jdoc *d, const char *path, mg_model_shape
     const int only = mg_jdoc_get(d, 0, "mlp_only_layers");
     if (step != 1 ||
         (!mg_jdoc_null(d, only) && (!mg_jdoc_is(d, only, JSMN_ARRAY) || d->tk[only].size != 0)))
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "%s: dense layers among the MoE layers (decoder_sparse_step %u, "
-                           "mlp_only_layers) are not supported",
-                           path, step);
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "%s: dense layers among the MoE layers (decoder_sparse_step %u, "
+                               "mlp_only_layers) are not supported",
+                               path, step);
     bool bad = false;
     if (!mg_jdoc_bool(d, 0, "norm_topk_prob", false, &bad) || bad)
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "%s: \"norm_topk_prob\" is not true: top-k weights that are not "
-                           "renormalized are not supported",
-                           path);
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "%s: \"norm_topk_prob\" is not true: top-k weights that are not "
+                               "renormalized are not supported",
+                               path);
     return MG_OK;
 }
 
@@ -92,22 +92,22 @@ static mg_status read_experts(const mg_jdoc *d, const char *path, mg_model_shape
 static mg_status read_rope(const mg_jdoc *d, const char *path, double *theta) {
     const int params = mg_jdoc_get(d, 0, "rope_parameters"), top = mg_jdoc_get(d, 0, "rope_theta");
     if (!mg_jdoc_null(d, params) && !mg_jdoc_is(d, params, JSMN_OBJECT))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"rope_parameters\" is not an object",
-                           path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: \"rope_parameters\" is not an object",
+                               path);
     const int nested = mg_jdoc_null(d, params) ? -1 : mg_jdoc_get(d, params, "rope_theta");
     double t = 10000.0, other = 0;
     if (!mg_jdoc_null(d, nested) && !mg_jdoc_num(d, nested, &t))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "%s: \"rope_parameters.rope_theta\" is not a number", path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "%s: \"rope_parameters.rope_theta\" is not a number", path);
     if (!mg_jdoc_null(d, top) && !mg_jdoc_num(d, top, mg_jdoc_null(d, nested) ? &t : &other))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"rope_theta\" is not a number", path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: \"rope_theta\" is not a number", path);
     if (!mg_jdoc_null(d, top) && !mg_jdoc_null(d, nested) && other != t)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "%s: \"rope_theta\" %g and \"rope_parameters.rope_theta\" %g differ",
-                           path, other, t);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "%s: \"rope_theta\" %g and \"rope_parameters.rope_theta\" %g differ",
+                               path, other, t);
     if (!((float)t > 0) || t > 1e12) /* the model keeps it in single precision */
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: rope_theta %g is not in (0, 1e12]", path,
-                           t);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: rope_theta %g is not in (0, 1e12]",
+                               path, t);
     *theta = t;
     const char *const scaling_keys[] = {"rope_scaling", "rope_parameters"};
     for (int k = 0; k < 2; k++) {
@@ -115,21 +115,21 @@ static mg_status read_rope(const mg_jdoc *d, const char *path, double *theta) {
         if (mg_jdoc_null(d, o))
             continue;
         if (!mg_jdoc_is(d, o, JSMN_OBJECT))
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"%s\" is not an object", path,
-                               scaling_keys[k]);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: \"%s\" is not an object", path,
+                                   scaling_keys[k]);
         int ti = mg_jdoc_get(d, o, "rope_type");
         if (mg_jdoc_null(d, ti))
             ti = mg_jdoc_get(d, o, "type");
         char type[32] = "default";
         if (!mg_jdoc_null(d, ti) && !name_string(d, ti, type, sizeof type))
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                               "%s: \"%s\" has a rope type that is not a short string", path,
-                               scaling_keys[k]);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "%s: \"%s\" has a rope type that is not a short string", path,
+                                   scaling_keys[k]);
         if (strcmp(type, "default"))
-            return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                               "%s: RoPE scaling type \"%s\" (%s) is not supported: only "
-                               "unscaled RoPE (type \"default\") is",
-                               path, type, scaling_keys[k]);
+            return mg_error_report(MG_ERR_UNSUPPORTED,
+                                   "%s: RoPE scaling type \"%s\" (%s) is not supported: only "
+                                   "unscaled RoPE (type \"default\") is",
+                                   path, type, scaling_keys[k]);
     }
     return MG_OK;
 }
@@ -143,22 +143,22 @@ static mg_status read_window(const mg_jdoc *d, const char *path, bool qwen, uint
     if (qwen)
         windowed = mg_jdoc_bool(d, 0, "use_sliding_window", false, &bad);
     if (bad)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"use_sliding_window\" is not a boolean",
-                           path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "%s: \"use_sliding_window\" is not a boolean", path);
     const int lt = mg_jdoc_get(d, 0, "layer_types");
     if (!mg_jdoc_null(d, lt)) {
         if (!mg_jdoc_is(d, lt, JSMN_ARRAY))
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"layer_types\" is not an array",
-                               path);
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: \"layer_types\" is not an array",
+                                   path);
         bool sliding = false;
         for (int i = lt + 1, n = 0; n < d->tk[lt].size; n++, i = mg_jdoc_skip(d, i)) {
             char type[32] = "";
             if (!name_string(d, i, type, sizeof type) ||
                 (strcmp(type, "full_attention") && strcmp(type, "sliding_attention")))
-                return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                                   "%s: layer_types[%d] \"%s\" is not supported "
-                                   "(full_attention and sliding_attention are)",
-                                   path, n, type);
+                return mg_error_report(MG_ERR_UNSUPPORTED,
+                                       "%s: layer_types[%d] \"%s\" is not supported "
+                                       "(full_attention and sliding_attention are)",
+                                       path, n, type);
             sliding |= !strcmp(type, "sliding_attention");
         }
         windowed = sliding || (windowed && !qwen);
@@ -168,8 +168,8 @@ static mg_status read_window(const mg_jdoc *d, const char *path, bool qwen, uint
     if (!windowed || mg_jdoc_null(d, w))
         return MG_OK;
     if (!mg_jdoc_int(d, w, &v) || v <= 0)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "%s: \"sliding_window\" is not a positive integer", path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "%s: \"sliding_window\" is not a positive integer", path);
     if (!*context || (unsigned long long)v < *context)
         *context = v < (1 << 30) ? (uint32_t)v : 1u << 30;
     return MG_OK;
@@ -183,30 +183,30 @@ mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
     const int parsed = mg_jdoc_parse(text, len, &d, &pos);
     mg_status st = MG_OK;
     if (parsed)
-        st = mg_fwd_fail(parsed == 4 ? MG_ERR_OUT_OF_MEMORY : MG_ERR_INVALID_ARGUMENT,
-                         "%s: %s JSON (byte %u)", path,
-                         parsed == 1   ? "truncated"
-                         : parsed == 3 ? "empty"
-                                       : "malformed",
-                         pos);
+        st = mg_error_report(parsed == 4 ? MG_ERR_OUT_OF_MEMORY : MG_ERR_INVALID_ARGUMENT,
+                             "%s: %s JSON (byte %u)", path,
+                             parsed == 1   ? "truncated"
+                             : parsed == 3 ? "empty"
+                                           : "malformed",
+                             pos);
     else if (!mg_jdoc_is(&d, 0, JSMN_OBJECT))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: not a JSON object", path);
+        st = mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: not a JSON object", path);
     char name[96] = "";
     const int archs = st ? -1 : mg_jdoc_get(&d, 0, "architectures");
     if (!st && (!mg_jdoc_is(&d, archs, JSMN_ARRAY) || d.tk[archs].size < 1 ||
                 !name_string(&d, archs + 1, name, sizeof name)))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                         "%s: \"architectures\" is missing or not an array of names", path);
+        st = mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                             "%s: \"architectures\" is missing or not an array of names", path);
     const struct hf_arch *ha = NULL;
     for (size_t i = 0; !st && i < sizeof hf_archs / sizeof hf_archs[0]; i++)
         if (!strcmp(name, hf_archs[i].name))
             ha = &hf_archs[i];
     if (!st && !ha)
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                         "%s: architecture %s is not supported (LlamaForCausalLM, "
-                         "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and "
-                         "Qwen3MoeForCausalLM are)",
-                         path, name);
+        st = mg_error_report(MG_ERR_UNSUPPORTED,
+                             "%s: architecture %s is not supported (LlamaForCausalLM, "
+                             "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and "
+                             "Qwen3MoeForCausalLM are)",
+                             path, name);
     /* Limits well past any released model, so that products of them stay far from overflow
      * and an absurd value gets its own message before anything is sized from it. */
     mg_model_shape *s = &arch->shape;
@@ -221,20 +221,20 @@ mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
     if (!st && ha->moe)
         st = read_experts(&d, path, s);
     if (!st && (s->heads % s->kv_heads || s->head_dim % 2))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                         "%s: %u heads over %u KV heads of %u: heads must be a multiple of KV "
-                         "heads, the head dimension even",
-                         path, s->heads, s->kv_heads, s->head_dim);
+        st = mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                             "%s: %u heads over %u KV heads of %u: heads must be a multiple of KV "
+                             "heads, the head dimension even",
+                             path, s->heads, s->kv_heads, s->head_dim);
     if (!st && (uint64_t)s->heads * s->head_dim > (1u << 16))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: %u heads of %u is out of range", path,
-                         s->heads, s->head_dim);
+        st = mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: %u heads of %u is out of range", path,
+                             s->heads, s->head_dim);
     double theta = 10000.0, eps = 0, rotary = 1.0;
     if (!st)
         st = read_rope(&d, path, &theta);
     if (!st && (!mg_jdoc_num(&d, mg_jdoc_get(&d, 0, "rms_norm_eps"), &eps) || !(eps >= 1e-30) ||
                 !(eps < 1)))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                         "%s: \"rms_norm_eps\" is missing or not in [1e-30, 1)", path);
+        st = mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                             "%s: \"rms_norm_eps\" is missing or not in [1e-30, 1)", path);
     /* what this runtime does not implement is refused, never approximated; Qwen2's q, k and v
      * biases are part of its architecture, whatever attention_bias says */
     bool bad = false, attention_bias = false, mlp_bias = false;
@@ -243,35 +243,36 @@ mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
         mlp_bias = mg_jdoc_bool(&d, 0, "mlp_bias", false, &bad);
     }
     if (!st && bad)
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                         "%s: \"attention_bias\" or \"mlp_bias\" is not a boolean", path);
+        st = mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                             "%s: \"attention_bias\" or \"mlp_bias\" is not a boolean", path);
     if (!st && ((attention_bias && !ha->qkv_bias) || mlp_bias))
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                         "%s: attention or MLP biases (attention_bias, mlp_bias) are not "
-                         "supported for %s",
-                         path, name);
+        st = mg_error_report(MG_ERR_UNSUPPORTED,
+                             "%s: attention or MLP biases (attention_bias, mlp_bias) are not "
+                             "supported for %s",
+                             path, name);
     char act[32] = "silu";
     const int ai = mg_jdoc_get(&d, 0, "hidden_act");
     if (!st && !mg_jdoc_null(&d, ai) && !name_string(&d, ai, act, sizeof act))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "%s: \"hidden_act\" is not a short string", path);
+        st = mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: \"hidden_act\" is not a short string",
+                             path);
     if (!st && strcmp(act, "silu"))
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: \"hidden_act\" %s is not supported (silu is)",
-                         path, act);
+        st = mg_error_report(MG_ERR_UNSUPPORTED, "%s: \"hidden_act\" %s is not supported (silu is)",
+                             path, act);
     const int pr = mg_jdoc_get(&d, 0, "partial_rotary_factor");
     if (!st && !mg_jdoc_null(&d, pr) && (!mg_jdoc_num(&d, pr, &rotary) || rotary != 1.0))
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED, "%s: partial rotary embeddings are not supported",
-                         path);
+        st = mg_error_report(MG_ERR_UNSUPPORTED, "%s: partial rotary embeddings are not supported",
+                             path);
     if (!st) {
         out->tied = mg_jdoc_bool(&d, 0, "tie_word_embeddings", false, &bad);
         if (bad)
-            st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                             "%s: \"tie_word_embeddings\" is not a boolean", path);
+            st = mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                 "%s: \"tie_word_embeddings\" is not a boolean", path);
     }
     long long ctx = 0;
     const int ci = st ? -1 : mg_jdoc_get(&d, 0, "max_position_embeddings");
     if (!st && !mg_jdoc_null(&d, ci) && (!mg_jdoc_int(&d, ci, &ctx) || ctx <= 0))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                         "%s: \"max_position_embeddings\" is not a positive integer", path);
+        st = mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                             "%s: \"max_position_embeddings\" is not a positive integer", path);
     arch->context = ctx > 0 && ctx < (1 << 30) ? (uint32_t)ctx : 0;
     if (!st)
         st = read_window(&d, path, ha->qkv_bias || ha->qk_norm, &arch->context);
@@ -283,17 +284,17 @@ mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
     char method[32] = "";
     const int qm = !st && !mg_jdoc_null(&d, q) ? mg_jdoc_get(&d, q, "quant_method") : -1;
     if (!mg_jdoc_null(&d, qm)) /* MLX writes none: gptq, awq, fp8, ... are other formats */
-        st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                         "%s: quantization_config quant_method \"%s\" is not supported (MLX's "
-                         "affine 4 or 8 bits are)",
-                         path, name_string(&d, qm, method, sizeof method) ? method : "?");
+        st = mg_error_report(MG_ERR_UNSUPPORTED,
+                             "%s: quantization_config quant_method \"%s\" is not supported (MLX's "
+                             "affine 4 or 8 bits are)",
+                             path, name_string(&d, qm, method, sizeof method) ? method : "?");
     if (!st && !mg_jdoc_null(&d, q)) {
         long long bits = 0;
         if (!mg_jdoc_int(&d, mg_jdoc_get(&d, q, "bits"), &bits) || (bits != 4 && bits != 8))
-            st = mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                             "%s: the quantization is not MLX's affine 4 or 8 bits (another "
-                             "quantization_config method is not supported here)",
-                             path);
+            st = mg_error_report(MG_ERR_UNSUPPORTED,
+                                 "%s: the quantization is not MLX's affine 4 or 8 bits (another "
+                                 "quantization_config method is not supported here)",
+                                 path);
         out->bits = (uint32_t)bits;
     }
     if (!st) {

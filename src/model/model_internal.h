@@ -104,7 +104,7 @@ static inline mg_devptr *layer_tensor(mg_fwd *m, uint32_t layer, uint32_t slot) 
     return &m->layer_w[(size_t)layer * MG_FWD_LAYER_TENSORS + slot];
 }
 
-/* A failed library call: its status, with `what` and the library's message (mg_fwd_error). */
+/* A failed library call: its status, with `what` and the library's message (mg_last_error). */
 mg_status mg_fwd_lib_fail(mg_status st, const char *what);
 
 /* Returns from the calling function with mg_fwd_lib_fail(status, what) when `call` fails. */

@@ -74,12 +74,12 @@ static mg_status load(mg_fwd_mlx *x, const mg_st_model *m, const mg_mlx_config *
                       const char *path, uint32_t bits, uint32_t n, uint32_t k, mg_mlx_linear *out) {
     mg_status st = mg_mlx_linear_load(x->b, m, c, path, out);
     if (st)
-        return mg_fwd_fail(st, "MLX checkpoint %s: %s", dir, mg_last_error());
+        return mg_error_report(st, "MLX checkpoint %s: %s", dir, mg_last_error());
     if (out->experts != 1 || out->n != n || out->k != k || out->bits != bits) {
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                         "MLX checkpoint %s: %s is [%u, %u] %u-bit (x%u), the preset needs "
-                         "[%u, %u] %u-bit",
-                         dir, path, out->n, out->k, out->bits, out->experts, n, k, bits);
+        st = mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                             "MLX checkpoint %s: %s is [%u, %u] %u-bit (x%u), the preset needs "
+                             "[%u, %u] %u-bit",
+                             dir, path, out->n, out->k, out->bits, out->experts, n, k, bits);
         mg_mlx_linear_free(x->b, out);
     }
     return st;
@@ -95,9 +95,9 @@ static mg_status load_joined(mg_fwd_mlx *x, const mg_st_model *m, const mg_mlx_c
         st = load(x, m, c, dir, pb, bits, n, k, &p[1]);
     if (!st && (p[0].group_size != p[1].group_size || p[0].scale_type != p[1].scale_type ||
                 !p[0].bias != !p[1].bias || (p[0].bias && p[0].bias_type != p[1].bias_type)))
-        st = mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                         "MLX checkpoint %s: %s and %s differ in group size, scale or bias type",
-                         dir, pa, pb);
+        st = mg_error_report(
+            MG_ERR_INVALID_ARGUMENT,
+            "MLX checkpoint %s: %s and %s differ in group size, scale or bias type", dir, pa, pb);
     mg_mlx_linear j = p[0];
     j.n = 2 * n;
     j.weight = j.scales = j.biases = j.bias = 0;
@@ -113,7 +113,7 @@ static mg_status load_joined(mg_fwd_mlx *x, const mg_st_model *m, const mg_mlx_c
         if ((st = mg_alloc(x->b, 2 * sizes[i], dst[i])) ||
             (st = mg_copy_d2d(x->b, *dst[i], src[0][i], sizes[i])) ||
             (st = mg_copy_d2d(x->b, *dst[i] + sizes[i], src[1][i], sizes[i])))
-            st = mg_fwd_fail(st, "joining %s and %s: %s", pa, pb, mg_last_error());
+            st = mg_error_report(st, "joining %s and %s: %s", pa, pb, mg_last_error());
     }
     mg_mlx_linear_free(x->b, &p[0]);
     mg_mlx_linear_free(x->b, &p[1]);
@@ -133,14 +133,14 @@ static mg_status finish(mg_fwd_mlx *x) {
         x->bytes += mg_mlx_linear_bytes(&x->w[i]);
     }
     mg_status st = mg_alloc(x->b, largest, &x->scratch);
-    return st ? mg_fwd_fail(st, "allocating the MLX GEMM scratch: %s", mg_last_error()) : MG_OK;
+    return st ? mg_error_report(st, "allocating the MLX GEMM scratch: %s", mg_last_error()) : MG_OK;
 }
 
 static mg_fwd_mlx *new_mlx(mg_backend *b, const mg_model_shape *sh, uint32_t layers) {
     mg_fwd_mlx *x = calloc(1, sizeof *x);
     if (!x || !(x->w = calloc((size_t)layers * MX_SLOTS, sizeof *x->w))) {
         free(x);
-        mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
         return NULL;
     }
     x->b = b;
@@ -173,8 +173,9 @@ mg_status mg_fwd_mlx_create(mg_backend *b, const mg_model_shape *sh, uint32_t la
                             const char *dir, uint32_t bits, mg_fwd_mlx **out) {
     *out = NULL;
     if (sh->experts)
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED, "MLX weights: mixture-of-experts presets are not "
-                                               "supported yet");
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "MLX weights: mixture-of-experts presets are not "
+                               "supported yet");
     mg_fwd_mlx *x = new_mlx(b, sh, layers);
     if (!x)
         return MG_ERR_OUT_OF_MEMORY;
@@ -185,7 +186,7 @@ mg_status mg_fwd_mlx_create(mg_backend *b, const mg_model_shape *sh, uint32_t la
         mg_st_close(m), m = NULL;
     if (st) {
         mg_fwd_mlx_destroy(x);
-        return mg_fwd_fail(st, "MLX checkpoint %s: %s", dir, mg_last_error());
+        return mg_error_report(st, "MLX checkpoint %s: %s", dir, mg_last_error());
     }
     uint32_t H = sh->hidden, QD = sh->heads * sh->head_dim, KD = sh->kv_heads * sh->head_dim;
     uint32_t I = sh->intermediate;
@@ -244,20 +245,21 @@ static const mg_mlx_linear *matrix(const mg_fwd_mlx *x, uint32_t l, uint32_t slo
 mg_status mg_fwd_mlx_dequantize(mg_fwd_mlx *x, uint32_t l, uint32_t slot, mg_devptr *out) {
     const mg_mlx_linear *w = matrix(x, l, slot);
     if (!w)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "MLX weights: no matrix %u of layer %u", slot,
-                           l);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "MLX weights: no matrix %u of layer %u",
+                               slot, l);
     /* the BF16 path that runs dequantized matrices adds no bias: refuse rather than drop it */
     if (w->bias)
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "MLX weights: matrix %u of layer %u has a bias, which the dequantized "
-                           "(BF16) path does not apply",
-                           slot, l);
+        return mg_error_report(
+            MG_ERR_UNSUPPORTED,
+            "MLX weights: matrix %u of layer %u has a bias, which the dequantized "
+            "(BF16) path does not apply",
+            slot, l);
     mg_status st = mg_alloc(x->b, mg_mlx_gemm_scratch_bytes(w), out);
     if (!st && (st = mg_mlx_dequant(x->b, NULL, w, 0, *out))) {
         mg_free(x->b, *out);
         *out = 0;
     }
-    return st ? mg_fwd_fail(st, "dequantizing the MLX weights: %s", mg_last_error()) : MG_OK;
+    return st ? mg_error_report(st, "dequantizing the MLX weights: %s", mg_last_error()) : MG_OK;
 }
 
 static mg_status product(mg_fwd_mlx *x, mg_stream *s, const mg_mlx_linear *w, uint32_t rows,
@@ -271,8 +273,8 @@ mg_status mg_fwd_mlx_linear(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t sl
                             mg_devptr act, mg_devptr out) {
     const mg_mlx_linear *w = matrix(x, l, slot);
     if (!w)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "MLX weights: no matrix %u of layer %u", slot,
-                           l);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "MLX weights: no matrix %u of layer %u",
+                               slot, l);
     return product(x, s, w, rows, act, out);
 }
 
@@ -282,7 +284,7 @@ mg_status mg_fwd_mlx_mlp(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t rows,
     uint32_t I = x->sh.intermediate;
     mg_status st;
     if (!gu || !down)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "MLX weights: no layer %u", l);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "MLX weights: no layer %u", l);
     if (rows <= MG_FWD_MLX_GEMV_MAX_ROWS) {
         /* gate [rows, I] then up [rows, I] in gate_up; the down GEMV makes silu(g) * u */
         mg_mlx_linear gate = half(gu, 0), up = half(gu, 1);
@@ -307,23 +309,23 @@ static const char *checkpoint_of(const mg_fwd_config *c, char *buf, size_t size)
         return c->checkpoint;
     const char *dir = mg_fwd_mlx_default_checkpoint(c->preset->name, bits_of(c), buf, size);
     if (!dir)
-        mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                    "--weights %s: no committed MLX checkpoint for preset %s (there is one for "
-                    "preset micro); give one with --checkpoint DIR",
-                    mg_fwd_weights_name(c->weights), c->preset->name);
+        mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                        "--weights %s: no committed MLX checkpoint for preset %s (there is one for "
+                        "preset micro); give one with --checkpoint DIR",
+                        mg_fwd_weights_name(c->weights), c->preset->name);
     return dir;
 }
 
 mg_status mg_fwd_mlx_check_config(mg_backend *b, const mg_fwd_config *c) {
     if (c->preset->shape.experts)
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "--weights %s: preset %s is a mixture of experts; "
-                           "MLX weights run dense presets only",
-                           mg_fwd_weights_name(c->weights), c->preset->name);
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "--weights %s: preset %s is a mixture of experts; "
+                               "MLX weights run dense presets only",
+                               mg_fwd_weights_name(c->weights), c->preset->name);
     if (!mg_op_supported(b, MG_OP_MLX_QUANT))
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
-                           mg_backend_kind_name(mg_backend_get_kind(b)),
-                           mg_op_name(MG_OP_MLX_QUANT));
+        return mg_error_report(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
+                               mg_backend_kind_name(mg_backend_get_kind(b)),
+                               mg_op_name(MG_OP_MLX_QUANT));
     char buf[1024];
     return checkpoint_of(c, buf, sizeof buf) ? MG_OK : MG_ERR_INVALID_ARGUMENT;
 }
@@ -355,7 +357,7 @@ mg_status mg_fwd_mlx_attach(mg_backend *b, const mg_fwd_config *c, mg_devptr *la
         }
     mg_status sync = mg_stream_synchronize(mg_stream_default(b));
     if (!st && sync)
-        st = mg_fwd_fail(sync, "dequantizing the MLX weights: %s", mg_last_error());
+        st = mg_error_report(sync, "dequantizing the MLX weights: %s", mg_last_error());
     mg_fwd_mlx_destroy(x);
     return st;
 }

@@ -21,7 +21,7 @@ typedef struct mg_fwd_mlx mg_fwd_mlx;
 
 /* Opens checkpoint `dir` and loads every layer matrix of a model of shape `sh` with `layers`
  * layers; each must be quantized with `bits` and have the shape the preset gives it. Errors
- * (one line, through mg_fwd_error) name the checkpoint and what disagrees. */
+ * (one line, through mg_last_error) name the checkpoint and what disagrees. */
 mg_status mg_fwd_mlx_create(mg_backend *b, const mg_model_shape *sh, uint32_t layers,
                             const char *dir, uint32_t bits, mg_fwd_mlx **out);
 void mg_fwd_mlx_destroy(mg_fwd_mlx *x);
@@ -59,8 +59,5 @@ mg_status mg_fwd_mlx_check_config(mg_backend *b, const mg_fwd_config *c);
  * *out NULL. Adds the bytes of the weights kept to *weight_bytes. */
 mg_status mg_fwd_mlx_attach(mg_backend *b, const mg_fwd_config *c, mg_devptr *layer_w,
                             mg_fwd_mlx **out, uint64_t *weight_bytes);
-
-/* model.c's error path: formats the one-line message of mg_fwd_error and returns st. */
-mg_status mg_fwd_fail(mg_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -285,7 +285,7 @@ mg_status mg_fwd_tensor_shape(const mg_model_shape *s, uint32_t layers, uint32_t
         }
     }
     if (!r)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "forward model: no tensor %u", id);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "forward model: no tensor %u", id);
     *rows = r;
     *cols = c;
     *offset = norm ? 1.0f : 0.0f;

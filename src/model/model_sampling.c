@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "metrale/ops_sample.h"
-#include "model_mlx.h" /* mg_fwd_fail */
+#include "model_mlx.h" /* mg_error_report */
 
 struct mg_fwd_sampling {
     mg_sample_params *params; /* [batch]: the caller's, step and history_len set per pass */
@@ -39,14 +39,14 @@ void mg_fwd_sampling_destroy(mg_fwd *m) {
 mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params, uint32_t penalty_last_n) {
     const uint32_t B = m->c.batch, V = m->sh.vocab;
     if (params && penalty_last_n > MG_SAMPLE_MAX_HISTORY)
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "penalty_last_n=%u exceeds %u", penalty_last_n,
-                           MG_SAMPLE_MAX_HISTORY);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "penalty_last_n=%u exceeds %u",
+                               penalty_last_n, MG_SAMPLE_MAX_HISTORY);
     for (uint32_t r = 0; params && r < B; r++) {
         mg_sample_params p = params[r];
         p.history_len = 0;
         if (mg_sample_params_check(&p, V, 0))
-            return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "request %u's sampling: %s", r,
-                               mg_last_error());
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT, "request %u's sampling: %s", r,
+                                   mg_last_error());
     }
     /* a captured decode graph holds the pass as it was: sampling on or off changes it */
     if (m->graph && (params != NULL) != (m->sampling != NULL)) {
@@ -58,7 +58,7 @@ mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params, uint32_
         return MG_OK;
     struct mg_fwd_sampling *sp = calloc(1, sizeof *sp);
     if (!sp)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     m->sampling = sp;
     sp->window = penalty_last_n;
     const bool bf16 = m->fp4 || m->fp8_scales; /* BF16 logits (model_forward.c) */
@@ -77,7 +77,7 @@ mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params, uint32_
     if (st) {
         mg_fwd_sampling_destroy(m);
         return st == MG_ERR_OUT_OF_MEMORY && !mg_last_error()[0]
-                   ? mg_fwd_fail(st, "out of host memory")
+                   ? mg_error_report(st, "out of host memory")
                    : mg_fwd_lib_fail(st, "allocating the sampler's buffers");
     }
     memcpy(sp->params, params, B * sizeof *sp->params);
@@ -133,7 +133,7 @@ mg_status mg_fwd_sampling_launch(mg_fwd *m, mg_stream *s) {
 mg_status mg_fwd_sampling_check_ids(const mg_fwd *m, const int32_t *ids) {
     for (uint32_t r = 0; r < m->c.batch; r++)
         if (ids[r] < 0)
-            return mg_fwd_fail(
+            return mg_error_report(
                 MG_ERR_INVALID_ARGUMENT, "request %u, token %u: %s", r, m->token_count,
                 ids[r] == MG_SAMPLE_BAD_LOGITS ? "the logits hold NaN or +inf; nothing was sampled"
                 : ids[r] == MG_SAMPLE_NO_CANDIDATE

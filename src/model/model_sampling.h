@@ -17,7 +17,7 @@ mg_status mg_fwd_sampling_upload(mg_fwd *m);
 /* mg_sample over the pass's logits into step_ids (replacing argmax's ids) on `s`; nothing when
  * sampling is off. Capturable. */
 mg_status mg_fwd_sampling_launch(mg_fwd *m, mg_stream *s);
-/* A failing mg_fwd_fail when one of ids[0..batch) is a code of the sampler (< 0). */
+/* A failing mg_error_report when one of ids[0..batch) is a code of the sampler (< 0). */
 mg_status mg_fwd_sampling_check_ids(const mg_fwd *m, const int32_t *ids);
 void mg_fwd_sampling_destroy(mg_fwd *m);
 

@@ -138,10 +138,10 @@ static mg_status upload_fp8_tensor(mg_fwd *m, uint32_t id, uint16_t *host, mg_de
            bytes = codes_bytes + 4ull * rows;
     uint8_t *codes = malloc(bytes);
     if (!codes)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the FP8 weights");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the FP8 weights");
     fp8_job job = {host, cols, codes, (float *)(codes + codes_bytes)};
     if ((st = parallel_ranges(rows, (1u << 20) / cols + 1, fp8_rows, &job)))
-        st = mg_fwd_fail(st, "quantizing weights to FP8: %s", mg_last_error());
+        st = mg_error_report(st, "quantizing weights to FP8: %s", mg_last_error());
     else if ((st = mg_alloc(m->b, bytes, codes_out)))
         st = mg_fwd_lib_fail(st, "allocating FP8 weights");
     else if ((st = mg_copy_h2d(m->b, *codes_out, codes, bytes)))
@@ -181,7 +181,7 @@ static mg_status quantize_tensor(mg_fwd *m, uint32_t id, uint16_t *host, const f
     float global = mg_nvfp4_global_scale(host, rows, cols, 0);
     float *globals = malloc(group * sizeof *globals);
     if (!globals)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
     for (size_t i = 0; i < group; i++)
         globals[i] = global;
     mg_stream *s0 = mg_stream_default(m->b);
@@ -226,7 +226,7 @@ static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest
     uint32_t experts = m->sh.experts ? m->sh.experts : 1;
     m->fp4 = calloc(count, sizeof *m->fp4);
     if (!m->fp4)
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
     fp4_staging sg = {0};
     mg_status st = mg_alloc(m->b, 4 * (count + 1) * group, &m->fp4_globals);
     if (!st)
@@ -301,7 +301,7 @@ mg_status mg_fwd_create_weights(mg_fwd *m) {
         m->layer_w = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->layer_w);
         m->layer_extra = calloc((size_t)m->layers * MG_FWD_EXTRA_TENSORS, sizeof *m->layer_extra);
         if (!m->layer_w || !m->layer_extra)
-            return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+            return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
         mg_fwd_checkpoint_weights gw;
         mg_status st =
             mg_fwd_checkpoint_load(m->b, m->ckpt, &m->arch, m->layer_w, m->layer_extra, &gw);
@@ -318,7 +318,7 @@ mg_status mg_fwd_create_weights(mg_fwd *m) {
         m->fp8_scales = calloc((size_t)m->layers * MG_FWD_LAYER_TENSORS, sizeof *m->fp8_scales);
     if (!host || !m->layer_w || (fp8 && !m->fp8_scales)) {
         free(host);
-        return mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
     }
     mg_status st = upload_tensor(m, MG_FWD_TENSOR_EMBEDDING, host, &m->embedding);
     if (!st)

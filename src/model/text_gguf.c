@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_mlx.h" /* mg_fwd_fail */
+#include "model_mlx.h" /* mg_error_report */
 
 /* NUL-terminated copies of a string array's elements, in one allocation. */
 static char **copy_strings(const mg_gguf_kv *kv) {
@@ -45,22 +45,22 @@ mg_status mg_gguf_tokenizer(const mg_gguf *g, const char *path, mg_tok **out) {
     *out = NULL;
     char model[32], pre[64] = "";
     if (!mg_gguf_get_string(g, "tokenizer.ggml.model", model, sizeof model))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: tokenizer.ggml.model is missing: the file has no tokenizer",
-                           path);
+        return mg_error_report(
+            MG_ERR_INVALID_ARGUMENT,
+            "GGUF %s: tokenizer.ggml.model is missing: the file has no tokenizer", path);
     mg_tok_desc d = {.bos_id = -1, .eos_id = -1, .unk_id = -1, .pad_id = -1};
     if (!strcmp(model, "gpt2"))
         d.kind = MG_TOK_BYTE_BPE;
     else if (!strcmp(model, "llama"))
         d.kind = MG_TOK_SPM_BPE;
     else
-        return mg_fwd_fail(MG_ERR_UNSUPPORTED,
-                           "GGUF %s: tokenizer model %s is not supported (gpt2 and llama are)",
-                           path, model);
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "GGUF %s: tokenizer model %s is not supported (gpt2 and llama are)",
+                               path, model);
     if (mg_gguf_find(g, "tokenizer.ggml.pre") &&
         !mg_gguf_get_string(g, "tokenizer.ggml.pre", pre, sizeof pre))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT, "GGUF %s: tokenizer.ggml.pre is not a string",
-                           path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: tokenizer.ggml.pre is not a string", path);
     d.pre = *pre ? pre : NULL;
     const mg_gguf_kv *tokens = mg_gguf_find(g, "tokenizer.ggml.tokens");
     const mg_gguf_kv *merges = mg_gguf_find(g, "tokenizer.ggml.merges");
@@ -68,24 +68,26 @@ mg_status mg_gguf_tokenizer(const mg_gguf *g, const char *path, mg_tok **out) {
     const mg_gguf_kv *scores = mg_gguf_find(g, "tokenizer.ggml.scores");
     if (!tokens || tokens->type != MG_GGUF_ARRAY || tokens->elem_type != MG_GGUF_STRING ||
         !tokens->count || tokens->count > (1u << 24))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: tokenizer.ggml.tokens is missing or not a string array", path);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: tokenizer.ggml.tokens is missing or not a string array",
+                               path);
     const uint32_t n = (uint32_t)tokens->count;
     if ((merges && (merges->type != MG_GGUF_ARRAY || merges->elem_type != MG_GGUF_STRING)) ||
         (types && (types->type != MG_GGUF_ARRAY || types->count != n ||
                    (types->elem_type != MG_GGUF_I32 && types->elem_type != MG_GGUF_U32))) ||
         (scores && (scores->type != MG_GGUF_ARRAY || scores->count != n ||
                     scores->elem_type != MG_GGUF_F32V)))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: tokenizer.ggml.merges, token_type or scores has the wrong "
-                           "type or count (%u tokens)",
-                           path, n);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: tokenizer.ggml.merges, token_type or scores has the wrong "
+                               "type or count (%u tokens)",
+                               path, n);
     if (!read_id(g, "tokenizer.ggml.bos_token_id", n, &d.bos_id) ||
         !read_id(g, "tokenizer.ggml.eos_token_id", n, &d.eos_id) ||
         !read_id(g, "tokenizer.ggml.unknown_token_id", n, &d.unk_id) ||
         !read_id(g, "tokenizer.ggml.padding_token_id", n, &d.pad_id))
-        return mg_fwd_fail(MG_ERR_INVALID_ARGUMENT,
-                           "GGUF %s: a tokenizer.ggml.*_token_id is not an id below %u", path, n);
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "GGUF %s: a tokenizer.ggml.*_token_id is not an id below %u", path,
+                               n);
     bool flag;
     if (mg_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &flag))
         d.add_bos = flag;
@@ -104,8 +106,8 @@ mg_status mg_gguf_tokenizer(const mg_gguf *g, const char *path, mg_tok **out) {
     mg_status st = MG_OK;
     if (!tok_strings || (merges && !merge_strings) || (types && !type_values) ||
         (scores && !score_values))
-        st = mg_fwd_fail(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory for the tokenizer",
-                         path);
+        st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "GGUF %s: out of host memory for the tokenizer",
+                             path);
     for (uint32_t i = 0; !st && types && i < n; i++)
         type_values[i] = (int32_t)load_u32(types->value + 4ull * i);
     for (uint32_t i = 0; !st && scores && i < n; i++) {
@@ -120,7 +122,7 @@ mg_status mg_gguf_tokenizer(const mg_gguf *g, const char *path, mg_tok **out) {
         d.token_types = type_values;
         d.scores = score_values;
         if ((st = mg_tok_create(&d, out)))
-            st = mg_fwd_fail(st, "GGUF %s: tokenizer: %s", path, mg_tok_error());
+            st = mg_error_report(st, "GGUF %s: tokenizer: %s", path, mg_tok_error());
     }
     free(tok_strings);
     free(merge_strings);
@@ -153,7 +155,7 @@ mg_status mg_gguf_text_open(const char *path, mg_tok **tok, mg_chat_template *ch
                                        eos >= 0 ? mg_tok_token_text(*tok, eos) : NULL);
             *has_chat = true;
         } else
-            snprintf(chat_problem, problem_size, "%s", mg_fwd_error());
+            snprintf(chat_problem, problem_size, "%s", mg_last_error());
     }
     mg_gguf_close(g);
     return MG_OK;

@@ -7,7 +7,7 @@
  * pre-tokenizer; "llama" is SentencePiece-style BPE (scores, byte fallback). Token types,
  * merges, scores and the bos / eos / unknown / padding ids and add_bos_token /
  * add_eos_token / add_space_prefix are read where present. Any other model, a key of the wrong
- * type or a count that disagrees with the token list is a one-line error (mg_fwd_error).
+ * type or a count that disagrees with the token list is a one-line error (mg_last_error).
  */
 #ifndef METRALE_MODEL_TEXT_GGUF_H
 #define METRALE_MODEL_TEXT_GGUF_H

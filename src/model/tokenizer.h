@@ -30,7 +30,7 @@
  * Errors: every call returns an mg_status; a failing call leaves a one-line message for
  * mg_tok_error() (thread-local, kept until the next failing mg_tok_* call on the thread). The
  * public library has no call for upper layers to set mg_last_error(), hence a message of its
- * own, like mg_fwd_error().
+ * own, like mg_last_error().
  */
 #ifndef METRALE_MODEL_TOKENIZER_H
 #define METRALE_MODEL_TOKENIZER_H

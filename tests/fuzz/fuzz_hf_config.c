@@ -14,16 +14,15 @@
 
 #include "model_hf.h"
 
-#include "fuzz_fwd_error.h"
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mg_fwd_preset arch;
     mg_fwd_hf_config c;
-    error_text[0] = 0;
+    mg_clear_error();
     memset(&arch, 0xA5, sizeof arch);
     mg_status st = mg_fwd_hf_config_parse((const char *)data, size, "fuzz/config.json", &arch, &c);
     if (st != MG_OK) {
-        if (!error_text[0] || strchr(error_text, '\n') || !strstr(error_text, "fuzz/config.json"))
+        if (!mg_last_error()[0] || strchr(mg_last_error(), '\n') ||
+            !strstr(mg_last_error(), "fuzz/config.json"))
             abort();
         return 0;
     }

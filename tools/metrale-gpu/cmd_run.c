@@ -308,7 +308,7 @@ static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, bool pro
     }
     double t0 = seconds();
     if ((st = mg_fwd_create(b, c, &m))) {
-        fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+        fprintf(stderr, "metrale-gpu run: %s\n", mg_last_error());
         mg_timing_destroy(timing);
         mg_stream_destroy(s);
         return 1;
@@ -437,7 +437,7 @@ failed:
         fprintf(stderr, "metrale-gpu run: %s: %s\n", failed_what,
                 st == MG_ERR_OUT_OF_MEMORY ? "out of host memory" : mg_last_error());
     else
-        fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+        fprintf(stderr, "metrale-gpu run: %s\n", mg_last_error());
     mg_fwd_destroy(m);
     mg_timing_destroy(timing);
     span_totals_free(&before);

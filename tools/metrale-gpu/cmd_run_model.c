@@ -244,7 +244,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
         bool has_chat;
         char problem[512];
         if (mg_gguf_text_open(a.model, &tok, &chat, &has_chat, problem, sizeof problem)) {
-            fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+            fprintf(stderr, "metrale-gpu run: %s\n", mg_last_error());
             free(a.teacher);
             return 1;
         }
@@ -266,7 +266,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
             if (!(rendered = malloc(len + 1)) ||
                 mg_chat_render(&chat, &msg, 1, true, rendered, len + 1, &len)) {
                 fprintf(stderr, "metrale-gpu run: rendering the chat: %s\n",
-                        rendered ? mg_fwd_error() : "out of host memory");
+                        rendered ? mg_last_error() : "out of host memory");
                 free(rendered);
                 mg_tok_destroy(tok);
                 free(a.teacher);
@@ -347,7 +347,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
     int32_t *predicted = calloc(steps + 1, sizeof *predicted); /* teacher forcing's greedy ids */
     double t0 = mg_bench_now_us();
     if ((st = mg_fwd_create(b, &c, &m))) {
-        fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+        fprintf(stderr, "metrale-gpu run: %s\n", mg_last_error());
         rc = 1;
         goto done;
     }
@@ -370,7 +370,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
     /* sampled decoding only when asked for: greedy stays the argmax op */
     const bool sampled = a.sampling.temperature > 0 || a.sampling.repetition_penalty != 1.0f;
     if (sampled && mg_fwd_set_sampling(m, &a.sampling, (uint32_t)a.repeat_last_n)) {
-        fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+        fprintf(stderr, "metrale-gpu run: %s\n", mg_last_error());
         rc = 2;
         goto done;
     }
@@ -406,7 +406,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
             uint32_t have;
             predicted[i - 1] = mg_fwd_tokens(m, 0, &have)[have - 1];
             if ((st = mg_fwd_force_tokens(m, &a.teacher[i - 1]))) {
-                fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+                fprintf(stderr, "metrale-gpu run: %s\n", mg_last_error());
                 rc = 1;
                 goto done;
             }
@@ -415,7 +415,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
         const double dt = (mg_bench_now_us() - t0) * 1e-6;
         if (st) {
             fprintf(stderr, "metrale-gpu run: %s %u: %s\n", i ? "decode step" : "prefill", i,
-                    mg_fwd_error());
+                    mg_last_error());
             rc = 1;
             goto done;
         }
@@ -432,7 +432,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
         }
         if (k) {
             if ((st = mg_fwd_logits(m, logits))) {
-                fprintf(stderr, "metrale-gpu run: %s\n", mg_fwd_error());
+                fprintf(stderr, "metrale-gpu run: %s\n", mg_last_error());
                 rc = 1;
                 goto done;
             }

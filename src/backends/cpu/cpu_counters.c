@@ -41,7 +41,7 @@ _Static_assert(_Generic(((mg_cpu_backend *)0)->allocation_cap_bytes, uint64_t : 
  * its lock, so the allocator sees either the old or the new setting. */
 static mg_status store_test_hook(mg_backend *b, const char *call, size_t field_offset,
                                  uint64_t value) {
-    mg_cpu_backend *c;
+    mg_cpu_backend *c = NULL;
     mg_status st = mg_cpu_from_backend(b, call, &c);
     if (st)
         return st;

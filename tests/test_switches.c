@@ -30,6 +30,7 @@ static bool parse_bit(const char *text, bool *out) {
  *   hermetic=B  midchunk=B  ckpt=B          expect the reader to return B (0/1)
  *   set_hermetic(B)=R                       call the setter, expect return R
  *   set_midchunk(unset|false|true|N)=R      same; N is a raw (invalid) enum value
+ *   pdl=B  set_pdl(unset|false|true|N)=R    the programmatic-launch switch, as midchunk
  *   setenv:NAME=VALUE                       change the environment after the fact
  */
 static int child_main(int argc, char **argv) {
@@ -43,6 +44,8 @@ static int child_main(int argc, char **argv) {
             got = mg_hermetic_enabled();
         } else if (strncmp(step, "midchunk=", 9) == 0 && parse_bit(step + 9, &want)) {
             got = mg_ssm_tail_midchunk_enabled();
+        } else if (strncmp(step, "pdl=", 4) == 0 && parse_bit(step + 4, &want)) {
+            got = mg_programmatic_launch_enabled();
         } else if (strncmp(step, "ckpt=", 5) == 0 && parse_bit(step + 5, &want)) {
             got = mg_ssm_tail_ckpt_enabled();
         } else if (sscanf(step, "set_hermetic(%63[^)])=%7s", arg, result) == 2 &&
@@ -53,7 +56,8 @@ static int child_main(int argc, char **argv) {
                 return 2;
             }
             got = mg_set_hermetic(on);
-        } else if (sscanf(step, "set_midchunk(%63[^)])=%7s", arg, result) == 2 &&
+        } else if ((sscanf(step, "set_midchunk(%63[^)])=%7s", arg, result) == 2 ||
+                    sscanf(step, "set_pdl(%63[^)])=%7s", arg, result) == 2) &&
                    parse_bit(result, &want)) {
             mg_tristate v;
             if (strcmp(arg, "unset") == 0)
@@ -64,7 +68,8 @@ static int child_main(int argc, char **argv) {
                 v = MG_TRISTATE_TRUE;
             else
                 v = (mg_tristate)atoi(arg);
-            got = mg_set_ssm_tail_midchunk(v);
+            got = strncmp(step, "set_pdl", 7) == 0 ? mg_set_programmatic_launch(v)
+                                                   : mg_set_ssm_tail_midchunk(v);
         } else if (strncmp(step, "setenv:", 7) == 0) {
             char name[64];
             const char *eq = strchr(step + 7, '=');
@@ -160,6 +165,23 @@ static const scenario scenarios[] = {
     {"midchunk unset then publish",
      {0},
      {"set_midchunk(unset)=0", "set_midchunk(false)=1", "midchunk=0"},
+     0},
+
+    /* programmatic_launch_enabled: published value, else true unless env exactly "0" */
+    {"pdl default on", {0}, {"pdl=1"}, 0},
+    {"pdl env 0", {"METRALE_PROGRAMMATIC_LAUNCH=0"}, {"pdl=0", "pdl=0"}, 0},
+    {"pdl env off", {"METRALE_PROGRAMMATIC_LAUNCH=off"}, {"pdl=1"}, 0},
+    {"pdl --no-pdl", {0}, {"set_pdl(false)=1", "pdl=0"}, 0},
+    {"pdl publish true over env 0",
+     {"METRALE_PROGRAMMATIC_LAUNCH=0"},
+     {"set_pdl(true)=1", "pdl=1"},
+     0},
+    {"pdl unset leaves env 0", {"METRALE_PROGRAMMATIC_LAUNCH=0"}, {"set_pdl(unset)=0", "pdl=0"}, 0},
+    {"pdl invalid enum publishes nothing", {0}, {"set_pdl(9)=0", "pdl=1"}, 0},
+    {"pdl first read wins", {0}, {"pdl=1", "set_pdl(false)=0", "pdl=1"}, 0},
+    {"pdl cached",
+     {"METRALE_PROGRAMMATIC_LAUNCH=0"},
+     {"pdl=0", "setenv:METRALE_PROGRAMMATIC_LAUNCH=1", "pdl=0"},
      0},
 
     /* ssm_tail_ckpt_enabled: env exactly "1" */

@@ -17,6 +17,8 @@
  *   METRALE_HERMETIC=1          hermetic mode on (mg_hermetic_enabled)
  *   METRALE_SSM_TAIL_MIDCHUNK=0 mid-chunk SSM tail capture off (mg_ssm_tail_midchunk_enabled)
  *   METRALE_SSM_TAIL_CKPT=1     tail-checkpoint chunk split on (mg_ssm_tail_ckpt_enabled)
+ *   METRALE_PROGRAMMATIC_LAUNCH=0  programmatic dependent launch off
+ *                                  (mg_programmatic_launch_enabled)
  */
 #ifndef METRALE_SWITCHES_H
 #define METRALE_SWITCHES_H
@@ -56,6 +58,14 @@ MG_API bool mg_set_ssm_tail_midchunk(mg_tristate value);
 /* Mid-chunk SSM tail capture: the published value if one was published before the first
  * read; otherwise true unless METRALE_SSM_TAIL_MIDCHUNK is exactly "0". Cached. */
 MG_API bool mg_ssm_tail_midchunk_enabled(void);
+
+/* Programmatic dependent launch (metrale/launch.h, MG_LAUNCH_PROGRAMMATIC): the published value
+ * if one was published before the first read; otherwise true unless METRALE_PROGRAMMATIC_LAUNCH
+ * is exactly "0". Off, every kernel launches with plain stream order, so the effect of PDL on a
+ * run can be measured with the same binary. Read by the CUDA backend at each launch. */
+MG_API bool mg_programmatic_launch_enabled(void);
+/* Publishes it before the first read, as mg_set_ssm_tail_midchunk does for its switch. */
+MG_API bool mg_set_programmatic_launch(mg_tristate value);
 
 /* Tail-checkpoint chunk split: true only when METRALE_SSM_TAIL_CKPT is exactly "1".
  * Resolved on the first call and cached. */

@@ -20,6 +20,7 @@ typedef _Atomic int switch_cell;
 static switch_cell hermetic_cell = CELL_UNRESOLVED;
 static switch_cell midchunk_cell = CELL_UNRESOLVED;
 static switch_cell tail_ckpt_cell = CELL_UNRESOLVED;
+static switch_cell programmatic_cell = CELL_UNRESOLVED;
 
 static int cell_of(bool value) {
     return value ? CELL_TRUE : CELL_FALSE;
@@ -85,6 +86,21 @@ bool mg_set_ssm_tail_midchunk(mg_tristate value) {
 
 bool mg_ssm_tail_midchunk_enabled(void) {
     return cell_read(&midchunk_cell, midchunk_from_env);
+}
+
+static bool programmatic_from_env(void) {
+    return !env_equals("METRALE_PROGRAMMATIC_LAUNCH", "0");
+}
+
+bool mg_set_programmatic_launch(mg_tristate value) {
+    if (value != MG_TRISTATE_FALSE && value != MG_TRISTATE_TRUE)
+        return false;
+    int winner;
+    return cell_publish(&programmatic_cell, value == MG_TRISTATE_TRUE, &winner);
+}
+
+bool mg_programmatic_launch_enabled(void) {
+    return cell_read(&programmatic_cell, programmatic_from_env);
 }
 
 bool mg_ssm_tail_ckpt_enabled(void) {

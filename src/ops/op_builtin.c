@@ -54,7 +54,7 @@ mg_status mg_op_check_tensors(mg_backend *b, const char *fn, const mg_op_tensor 
 }
 
 mg_status mg_op_launch_kernels(mg_backend *b, mg_stream *s, const char *const *names,
-                               const mg_launch *launches, int count) {
+                               mg_launch *launches, int count) {
     if (count < 1 || count > 4)
         return MG_ERROR(MG_ERR_INTERNAL, "mg_op_launch_kernels: %d kernels (1 to 4)", count);
     /* Callers entered (mg_op_enter or a provider choice), so the CPU kernels are registered;
@@ -67,14 +67,16 @@ mg_status mg_op_launch_kernels(mg_backend *b, mg_stream *s, const char *const *n
     for (int i = 0; i < count; i++)
         if ((st = mg_op_cache_kernel(cache, "metrale", names[i], false, &kernels[i])))
             return st;
-    for (int i = 0; i < count; i++)
+    for (int i = 0; i < count; i++) {
+        mg_launch_set_flags(&launches[i], launches[i].flags | MG_LAUNCH_PROGRAMMATIC);
         if ((st = mg_launch_run(b, kernels[i], s, &launches[i])))
             return st;
+    }
     return MG_OK;
 }
 
 mg_status mg_op_run_builtin(mg_backend *b, mg_stream *s, mg_op op, const char *fn,
-                            const char *const *names, const mg_launch *launches, int count) {
+                            const char *const *names, mg_launch *launches, int count) {
     const mg_op_provider *provider;
     mg_status st = mg_op_choose(b, op, NULL, fn, &provider);
     if (st || (st = mg_op_launch_kernels(b, s, names, launches, count)))

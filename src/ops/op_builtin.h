@@ -70,13 +70,17 @@ bool mg_op_ranges_overlap(mg_devptr a, size_t a_bytes, mg_devptr b, size_t b_byt
 /* Resolves the `count` (1 to 4) kernels `names` of module "metrale" on `b` (memoised in the op
  * cache), then launches them in order on `s`: a missing kernel writes nothing. The caller has
  * entered (mg_op_enter or a provider choice), so CPU kernels are registered. Counts nothing:
- * for providers whose front counts the call. */
+ * for providers whose front counts the call.
+ * Every launch gets MG_LAUNCH_PROGRAMMATIC (set in `launches`): every kernel of module
+ * "metrale" waits on its grid dependency before it reads or writes anything earlier work
+ * touches (kernels/cuda/common/grid_dependency.cuh; tests/kernels_wait_check.py checks that
+ * each one calls it), so on CUDA it may be launched while the kernel before it drains. */
 mg_status mg_op_launch_kernels(mg_backend *b, mg_stream *s, const char *const *names,
-                               const mg_launch *launches, int count);
+                               mg_launch *launches, int count);
 
 /* Chooses `op`'s provider (no call description: for ops with one "kernels" provider), launches
  * the kernels as mg_op_launch_kernels does and counts the call. */
 mg_status mg_op_run_builtin(mg_backend *b, mg_stream *s, mg_op op, const char *fn,
-                            const char *const *names, const mg_launch *launches, int count);
+                            const char *const *names, mg_launch *launches, int count);
 
 #endif

@@ -14,6 +14,7 @@
 #include "bench.h"
 #include "commands.h"
 #include "metrale/dtype.h"
+#include "metrale/switches.h"
 #include "model.h"
 
 typedef struct run_args {
@@ -636,7 +637,9 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                (unsigned long long)r.info.arena.sum_bytes, (unsigned long long)live);
         for (uint32_t i = 0; i < r.token_count; i++)
             printf("%s%d", i ? ", " : "", t0[i]);
-        printf("], \"profiled_step_ms\": %.4f, \"per_op_ms\": {", r.profiled_ms);
+        printf("], \"programmatic_launch\": %s",
+               mg_programmatic_launch_enabled() ? "true" : "false");
+        printf(", \"profiled_step_ms\": %.4f, \"per_op_ms\": {", r.profiled_ms);
         for (size_t i = 0; i < r.op_count; i++)
             printf("%s\"%s\": %.4f", i ? ", " : "", r.ops[i].name, r.ops[i].ms);
         printf("}");

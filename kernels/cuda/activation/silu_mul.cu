@@ -6,10 +6,13 @@
 #include <stdint.h>
 
 #include "common/bf16.cuh"
+#include "common/grid_dependency.cuh"
 
 extern "C" __global__ void silu_mul_bf16(const uint16_t *__restrict__ in,
                                          uint16_t *__restrict__ out, uint32_t rows, uint32_t cols,
                                          uint32_t in_pitch, uint32_t out_pitch) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint64_t total = static_cast<uint64_t>(rows) * cols;
     for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {

@@ -26,6 +26,7 @@
 #include "common/bf16.cuh"
 
 #include "attention/paged_decode_merge.cuh"
+#include "common/grid_dependency.cuh"
 
 namespace {
 
@@ -329,6 +330,7 @@ template <int D, int ROWS> __device__ void decode_kernel(const mg_decode_params 
 #define MG_PAGED_DECODE_KERNEL(D, ROWS)                                                            \
     extern "C" __global__ void __launch_bounds__(kThreads, 1)                                      \
         paged_decode_fp8_d##D##_r##ROWS(const mg_decode_params p) {                                \
+        grid_dependency_wait();                                                                    \
         decode_kernel<D, ROWS>(p);                                                                 \
     }
 

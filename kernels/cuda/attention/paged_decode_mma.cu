@@ -22,6 +22,7 @@
 
 #include "attention/paged_decode_merge.cuh"
 #include "common/bf16.cuh"
+#include "common/grid_dependency.cuh"
 
 namespace {
 
@@ -314,6 +315,7 @@ template <int D> __device__ void decode_kernel_mma(const mg_decode_params &param
 #define MG_PAGED_DECODE_MMA_KERNEL(D)                                                              \
     extern "C" __global__ void __launch_bounds__(MG_DECODE_MMA_THREADS)                            \
         paged_decode_bf16_d##D(const mg_decode_params p) {                                         \
+        grid_dependency_wait();                                                                    \
         decode_kernel_mma<D>(p);                                                                   \
     }
 

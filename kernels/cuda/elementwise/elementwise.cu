@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "common/bf16.cuh"
+#include "common/grid_dependency.cuh"
 
 namespace {
 
@@ -73,6 +74,8 @@ extern "C" __global__ void gather_rows_bf16(const int32_t *__restrict__ ids,
                                             const uint16_t *__restrict__ add,
                                             uint16_t *__restrict__ out, uint32_t rows,
                                             uint32_t cols, uint32_t src_rows) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint32_t r = blockIdx.x;
     if (r >= rows)
         return;
@@ -94,6 +97,8 @@ extern "C" __global__ void gather_rows_bf16(const int32_t *__restrict__ ids,
 extern "C" __global__ void rmsnorm_bf16(uint16_t *x, const uint16_t *__restrict__ add,
                                         const uint16_t *__restrict__ weight, uint16_t *out,
                                         uint32_t rows, uint32_t cols, float eps) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint32_t r = blockIdx.x;
     if (r >= rows)
         return;
@@ -150,6 +155,8 @@ __device__ __forceinline__ void argmax_finish(float best, uint32_t best_i, int32
 
 extern "C" __global__ void argmax_f32(const float *__restrict__ in, int32_t *__restrict__ ids,
                                       uint32_t rows, uint32_t cols, uint32_t pitch) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint32_t r = blockIdx.x;
     if (r >= rows)
         return;
@@ -173,6 +180,8 @@ extern "C" __global__ void argmax_f32(const float *__restrict__ in, int32_t *__r
 // The same over BF16 rows (pitch a multiple of 8 elements: 16-byte vectors of 8 values).
 extern "C" __global__ void argmax_bf16(const uint16_t *__restrict__ in, int32_t *__restrict__ ids,
                                        uint32_t rows, uint32_t cols, uint32_t pitch) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint32_t r = blockIdx.x;
     if (r >= rows)
         return;

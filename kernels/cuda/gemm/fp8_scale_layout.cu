@@ -1,4 +1,5 @@
 // fp8_scale_layout.cu - FP8 block-scale layout kernels (metrale/ops_gemm.h).
+#include "common/grid_dependency.cuh"
 #include <stdint.h>
 
 // The activation-scale transpose: src [m, blocks] (index t * blocks + g, as a per-token
@@ -8,6 +9,8 @@
 // 1-D grid covers the tensor.
 extern "C" __global__ void fp8_act_scales_transpose(const float *src, float *dst, uint32_t m,
                                                     uint32_t m_pad, uint32_t blocks) {
+    grid_dependency_wait();
+    launch_dependents();
     uint64_t total = (uint64_t)blocks * m_pad;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (uint64_t)gridDim.x * blockDim.x) {

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "common/fp8_e4m3.cuh"
+#include "common/grid_dependency.cuh"
 
 namespace {
 
@@ -223,6 +224,8 @@ extern "C" __global__ void __launch_bounds__(128)
               uint32_t num_kv_heads, uint32_t num_qo_heads, uint32_t head_dim, uint32_t page_size,
               uint32_t num_pages, uint32_t k_stride, uint32_t v_stride, uint32_t q_stride,
               uint32_t rope, float rope_theta) {
+    grid_dependency_wait();
+    launch_dependents();
     append_rows(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
                 k_pages, v_pages, batch, num_tokens, num_kv_indices, num_kv_heads, num_qo_heads,
                 head_dim, page_size, num_pages, k_stride, v_stride, q_stride, rope, rope_theta,
@@ -238,6 +241,8 @@ extern "C" __global__ void __launch_bounds__(128)
                   uint32_t page_size, uint32_t num_pages, uint32_t k_stride, uint32_t v_stride,
                   uint32_t q_stride, uint32_t rope, float rope_theta, const float *k_scale,
                   const float *v_scale) {
+    grid_dependency_wait();
+    launch_dependents();
     append_rows(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
                 k_pages, v_pages, batch, num_tokens, num_kv_indices, num_kv_heads, num_qo_heads,
                 head_dim, page_size, num_pages, k_stride, v_stride, q_stride, rope, rope_theta,

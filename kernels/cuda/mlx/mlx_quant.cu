@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "common/bf16.cuh"
+#include "common/grid_dependency.cuh"
 #include "common/stream_load.cuh"
 
 namespace {
@@ -307,6 +308,7 @@ __device__ void gemv_dispatch_m(const Layer *layers, const uint16_t *x, const ui
 extern "C" __global__ void __launch_bounds__(256)
     mlx_dequant(const uint4 *weight, const uint16_t *scales, const uint16_t *biases, uint16_t *out,
                 uint32_t n, uint32_t k, uint32_t bits, uint32_t group_size, uint32_t scale_type) {
+    grid_dependency_wait();
     if (bits == 8)
         dequant_body<8>(weight, scales, biases, out, n, k, group_size, scale_type == 1);
     else
@@ -317,6 +319,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     mlx_gemv(const uint4 *weight, const uint16_t *scales, const uint16_t *biases, const uint16_t *x,
              const uint16_t *u, const uint16_t *resid, uint16_t *y, uint32_t m, uint32_t n,
              uint32_t k, uint32_t bits, uint32_t group_size, uint32_t scale_type, uint32_t mode) {
+    grid_dependency_wait();
     const Layer layer = {weight, scales, biases};
     uint16_t *const outs[1] = {y};
     if (bits == 8)
@@ -332,6 +335,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
                      const uint16_t *s2, const uint16_t *b2, const uint16_t *x, uint16_t *y1,
                      uint16_t *y2, uint32_t m, uint32_t n, uint32_t k, uint32_t bits,
                      uint32_t group_size, uint32_t scale_type) {
+    grid_dependency_wait();
     const Layer layers[2] = {{w1, s1, b1}, {w2, s2, b2}};
     uint16_t *const outs[2] = {y1, y2};
     if (bits == 8)
@@ -347,6 +351,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 // (bias_type 0 BF16, 1 FP16, 2 FP32). A thread per element, grid-stride.
 extern "C" __global__ void __launch_bounds__(256)
     mlx_add_bias(uint16_t *y, const void *bias, uint32_t m, uint32_t n, uint32_t bias_type) {
+    grid_dependency_wait();
     size_t total = (size_t)m * n;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "common/bf16.cuh"
+#include "common/grid_dependency.cuh"
 
 namespace {
 
@@ -39,6 +40,8 @@ extern "C" __global__ void __launch_bounds__(kTopkThreads)
     moe_topk(const void *__restrict__ logits, int32_t *__restrict__ topk_ids,
              float *__restrict__ topk_weights, uint32_t tokens, uint32_t experts, uint32_t k,
              uint32_t logits_pitch, uint32_t logits_bf16, uint32_t renormalize) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint32_t lane = threadIdx.x % 32;
     const uint32_t warps_per_block = blockDim.x / 32;
     for (uint64_t t = (uint64_t)blockIdx.x * warps_per_block + threadIdx.x / 32; t < tokens;
@@ -113,6 +116,8 @@ extern "C" __global__ void __launch_bounds__(kTopkThreads)
 extern "C" __global__ void __launch_bounds__(kSortThreads)
     moe_sort_count(const int32_t *__restrict__ topk_ids, int32_t *__restrict__ workspace,
                    uint32_t pairs, uint32_t experts) {
+    grid_dependency_wait();
+    launch_dependents();
     __shared__ int32_t counts[kMaxExperts];
     for (uint32_t e = threadIdx.x; e < experts; e += blockDim.x)
         counts[e] = 0;
@@ -135,6 +140,8 @@ extern "C" __global__ void __launch_bounds__(kSortThreads)
 extern "C" __global__ void __launch_bounds__(kSortThreads)
     moe_sort_scan(int32_t *__restrict__ workspace, int32_t *__restrict__ expert_offsets,
                   int32_t *__restrict__ sorted_token_ids, uint32_t pairs, uint32_t experts) {
+    grid_dependency_wait();
+    launch_dependents();
     __shared__ int32_t totals[kMaxExperts];
     __shared__ int32_t scan[kMaxExperts];
     const uint32_t chunks = (pairs + kSortChunk - 1) / kSortChunk;
@@ -176,6 +183,8 @@ extern "C" __global__ void __launch_bounds__(kSortThreads)
     moe_sort_scatter(const int32_t *__restrict__ topk_ids, const int32_t *__restrict__ workspace,
                      int32_t *__restrict__ sorted_token_ids, int32_t *__restrict__ pair_positions,
                      uint32_t pairs, uint32_t experts, uint32_t k) {
+    grid_dependency_wait();
+    launch_dependents();
     __shared__ int32_t running[kMaxExperts];
     __shared__ int32_t warp_counts[kSortWarps][kMaxExperts];
     const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -224,6 +233,8 @@ extern "C" __global__ void __launch_bounds__(kCombineThreads)
     moe_combine(const uint16_t *__restrict__ rows, const int32_t *__restrict__ pair_positions,
                 const float *__restrict__ topk_weights, const uint16_t *residual, uint16_t *out,
                 uint32_t tokens, uint32_t k, uint32_t hidden, uint32_t has_residual) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint32_t vector = blockIdx.x * blockDim.x + threadIdx.x;
     if (vector >= hidden / 8)
         return;

@@ -16,6 +16,7 @@
 #include "common/bf16.cuh"
 #include "common/fp4_e2m1.cuh"
 #include "common/fp8_e4m3.cuh"
+#include "common/grid_dependency.cuh"
 
 namespace {
 
@@ -56,6 +57,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     nvfp4_quantize(const uint16_t *__restrict__ in, const float *__restrict__ global_scale,
                    uint8_t *__restrict__ packed, uint8_t *__restrict__ scales, uint32_t n,
                    uint32_t k, uint32_t in_pitch) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint32_t blocks = k / kBlock;
     const uint64_t total = (uint64_t)n * blocks;
     const float global = *global_scale;
@@ -126,6 +129,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     nvfp4_dequantize_bf16(const uint8_t *__restrict__ packed, const uint8_t *__restrict__ scales,
                           const float *__restrict__ global_scale, uint16_t *__restrict__ out,
                           uint32_t n, uint32_t k) {
+    grid_dependency_wait();
+    launch_dependents();
     dequantize<false>(packed, scales, global_scale, out, n, k);
 }
 
@@ -133,6 +138,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     nvfp4_dequantize_f32(const uint8_t *__restrict__ packed, const uint8_t *__restrict__ scales,
                          const float *__restrict__ global_scale, float *__restrict__ out,
                          uint32_t n, uint32_t k) {
+    grid_dependency_wait();
+    launch_dependents();
     dequantize<true>(packed, scales, global_scale, out, n, k);
 }
 
@@ -141,6 +148,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 extern "C" __global__ void __launch_bounds__(kThreads)
     nvfp4_transpose_nibbles(const uint8_t *__restrict__ in, uint8_t *__restrict__ out,
                             uint32_t rows, uint32_t cols) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint64_t out_row_bytes = rows / 2, total = (uint64_t)cols * out_row_bytes;
     for (uint64_t item = first_item(); item < total; item += item_stride()) {
         uint64_t c = item / out_row_bytes, r = 2 * (item % out_row_bytes);
@@ -154,6 +163,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 extern "C" __global__ void __launch_bounds__(kThreads)
     nvfp4_transpose_bytes(const uint8_t *__restrict__ in, uint8_t *__restrict__ out, uint32_t rows,
                           uint32_t cols) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint64_t total = (uint64_t)rows * cols;
     for (uint64_t item = first_item(); item < total; item += item_stride())
         out[item] = in[(item % rows) * cols + item / rows];
@@ -163,6 +174,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 extern "C" __global__ void __launch_bounds__(kThreads)
     nvfp4_scales_swizzle(const uint8_t *__restrict__ in, uint8_t *__restrict__ out, uint32_t rows,
                          uint32_t cols) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint64_t col_tiles = ((uint64_t)cols + 3) / 4;
     const uint64_t total = ((uint64_t)rows + 127) / 128 * 128 * col_tiles * 4;
     for (uint64_t item = first_item(); item < total; item += item_stride()) {
@@ -178,6 +191,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 extern "C" __global__ void __launch_bounds__(kThreads)
     nvfp4_scales_unswizzle(const uint8_t *__restrict__ in, uint8_t *__restrict__ out, uint32_t rows,
                            uint32_t cols) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint64_t col_tiles = ((uint64_t)cols + 3) / 4, total = (uint64_t)rows * cols;
     for (uint64_t item = first_item(); item < total; item += item_stride()) {
         uint64_t row = item / cols, col = item % cols;

@@ -25,6 +25,7 @@
 #include "common/bf16.cuh"
 #include "common/stream_load.cuh"
 
+#include "common/grid_dependency.cuh"
 #include "nvfp4/nvfp4_hopper_layout.h"
 
 namespace {
@@ -303,6 +304,7 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
         const uint8_t *scales, uint64_t expert_value_bytes, uint64_t expert_scale_bytes,           \
         const float *global_scales, const uint8_t *up_values, const uint8_t *up_scales,            \
         const float *up_global_scales, __nv_bfloat16 *out, uint32_t ldc, uint32_t n, uint32_t k) { \
+        grid_dependency_wait();                                                                    \
         const gemm_args a = {act,                                                                  \
                              act_pitch,                                                            \
                              act_rows,                                                             \
@@ -347,6 +349,7 @@ MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t16_k4, 2, 4, true)
 extern "C" __global__ void __launch_bounds__(256)
     nvfp4_hopper_prepare(const uint8_t *packed, const uint8_t *e4m3_scales, uint8_t *values,
                          uint8_t *scales, uint32_t n, uint32_t k, uint32_t experts) {
+    grid_dependency_wait();
     const uint32_t row_blocks = mg_nvfp4_row_blocks(n), supers = mg_nvfp4_supers(k);
     const uint64_t words_per_expert = (uint64_t)row_blocks * supers * (MG_NVFP4_SUPER_BYTES / 4);
     const uint64_t total = words_per_expert * experts;
@@ -397,6 +400,7 @@ extern "C" __global__ void __launch_bounds__(256)
     nvfp4_hopper_dequant_bf16(const uint8_t *values, const uint8_t *scales,
                               const float *global_scale, __nv_bfloat16 *out, uint32_t n,
                               uint32_t k) {
+    grid_dependency_wait();
     const uint32_t supers = mg_nvfp4_supers(k), kb = k / 16;
     const float global = *global_scale * MG_NVFP4_ACC_FACTOR;
     for (uint32_t row = blockIdx.x; row < n; row += gridDim.x)

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "../common/fp8_e4m3.cuh"
+#include "../common/grid_dependency.cuh"
 
 namespace {
 
@@ -81,6 +82,8 @@ struct TensorUnits {
 
 // The scale slot holds the running amax, as FP32 bits, from reset to finish.
 extern "C" __global__ void fp8_quantize_tensor_reset(float *scale) {
+    grid_dependency_wait();
+    launch_dependents();
     if (blockIdx.x == 0 && threadIdx.x == 0)
         *reinterpret_cast<uint32_t *>(scale) = 0u;
 }
@@ -88,6 +91,8 @@ extern "C" __global__ void fp8_quantize_tensor_reset(float *scale) {
 extern "C" __global__ void __launch_bounds__(kMaxThreads)
     fp8_quantize_tensor_amax(const uint16_t *__restrict__ in, float *scale, uint32_t rows,
                              uint32_t cols, uint32_t in_pitch) {
+    grid_dependency_wait();
+    launch_dependents();
     TensorUnits units(rows, cols);
     float amax = 0.0f;
     for (uint64_t u = blockIdx.x; u < units.count; u += gridDim.x) {
@@ -110,6 +115,8 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
 extern "C" __global__ void __launch_bounds__(kMaxThreads)
     fp8_quantize_tensor_codes(const uint16_t *__restrict__ in, uint8_t *__restrict__ out,
                               const float *scale, uint32_t rows, uint32_t cols, uint32_t in_pitch) {
+    grid_dependency_wait();
+    launch_dependents();
     const float s = scale_from_amax(*scale); // the amax fp8_quantize_tensor_amax reduced
     TensorUnits units(rows, cols);
     for (uint64_t u = blockIdx.x; u < units.count; u += gridDim.x) {
@@ -131,6 +138,8 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
 }
 
 extern "C" __global__ void fp8_quantize_tensor_finish(float *scale) {
+    grid_dependency_wait();
+    launch_dependents();
     if (blockIdx.x == 0 && threadIdx.x == 0)
         *scale = scale_from_amax(*scale);
 }
@@ -142,6 +151,8 @@ extern "C" __global__ void fp8_quantize_tensor_finish(float *scale) {
 extern "C" __global__ void __launch_bounds__(kMaxThreads)
     fp8_quantize_rows(const uint16_t *__restrict__ in, uint8_t *__restrict__ out,
                       float *__restrict__ scales, uint32_t rows, uint32_t cols, uint32_t in_pitch) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint32_t vectors = cols / kBf16PerVector;
     const uint32_t kept_end = kRowVectorsKept * blockDim.x;
     for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -182,6 +193,8 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
     fp8_quantize_1x128(const uint16_t *__restrict__ in, uint8_t *__restrict__ out,
                        float *__restrict__ scales, uint32_t rows, uint32_t rows_out, uint32_t cols,
                        uint32_t in_pitch, uint32_t scale_row_stride, uint32_t scale_block_stride) {
+    grid_dependency_wait();
+    launch_dependents();
     const uint32_t vectors = cols / kBf16PerVector;
     const uint32_t blocks = (cols - 1) / kBlockColumns + 1; // L = ceil(cols / 128), cols >= 1
     const uint32_t pass = kVectorsPerThread * blockDim.x;

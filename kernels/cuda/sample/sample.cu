@@ -14,6 +14,7 @@
 // multiply-add is contracted (the reference's order of operations, rounding for rounding).
 #include <stdint.h>
 
+#include "common/grid_dependency.cuh"
 #include "common/philox.h"
 
 namespace {
@@ -128,6 +129,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
                 const int32_t *__restrict__ history, float *__restrict__ workspace,
                 int32_t *__restrict__ ids, uint32_t rows, uint32_t vocab, uint32_t pitch,
                 uint32_t logits_bf16, uint32_t history_pitch) {
+    grid_dependency_wait();
+    launch_dependents();
     __shared__ float scratch_f[kWarps];
     __shared__ uint32_t scratch_u[kWarps];
     __shared__ float chunk_sum[kThreads];

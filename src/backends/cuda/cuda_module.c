@@ -13,6 +13,7 @@
 
 #include "cuda_internal.h"
 #include "embedded_kernels.h"
+#include "metrale/switches.h"
 
 #define BUILTIN_MODULE "metrale"
 #define DEFAULT_SHARED_LIMIT_BYTES (48u << 10)
@@ -356,7 +357,8 @@ mg_status mg_cuda_launch(void *ctx, void *kernel, const char *kernel_name, void 
     for (uint32_t i = 0; i < l->arg_count; i++)
         params[i] = (void *)mg_launch_arg_data(l, i);
     CUresult r;
-    if ((l->flags & MG_LAUNCH_PROGRAMMATIC) && c->drv->LaunchKernelEx && c->info.cc_major >= 9) {
+    if ((l->flags & MG_LAUNCH_PROGRAMMATIC) && c->drv->LaunchKernelEx && c->info.cc_major >= 9 &&
+        mg_programmatic_launch_enabled()) {
         /* The kernel waits on its grid dependency itself (metrale/launch.h): it may start
          * while the work before it drains. Captured, this becomes a programmatic edge. */
         CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};

@@ -144,7 +144,7 @@ static const mg_op_provider *const mlx_providers[] = {
 
 const mg_op_def mg_mlx_quant_op = {MG_OP_MLX_QUANT, "mlx_quant", mlx_providers};
 
-static mg_status launch(mg_backend *b, mg_stream *s, const char *fn, int role, const mg_launch *l) {
+static mg_status launch(mg_backend *b, mg_stream *s, const char *fn, int role, mg_launch *l) {
     const mg_op_provider *chosen;
     mg_status st = mg_op_choose(b, MG_OP_MLX_QUANT, NULL, fn, &chosen);
     if (st)

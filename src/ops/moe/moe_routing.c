@@ -26,7 +26,7 @@ static const mg_op_provider *const routing_providers[] = {&kernels_provider, NUL
 const mg_op_def mg_moe_routing_op = {MG_OP_MOE_ROUTING, "moe_routing", routing_providers};
 
 static mg_status run_kernels(mg_backend *b, mg_stream *s, const char *fn, const char *const *names,
-                             const mg_launch *launches, int count) {
+                             mg_launch *launches, int count) {
     return mg_op_run_builtin(b, s, MG_OP_MOE_ROUTING, fn, names, launches, count);
 }
 

@@ -110,7 +110,7 @@ static void launch_init(mg_launch *l, uint64_t items) {
 }
 
 static mg_status run_kernels(mg_backend *b, mg_stream *s, const char *fn, const char *const *names,
-                             const mg_launch *launches, int count) {
+                             mg_launch *launches, int count) {
     return mg_op_run_builtin(b, s, MG_OP_NVFP4_FORMAT, fn, names, launches, count);
 }
 

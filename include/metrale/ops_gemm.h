@@ -176,6 +176,78 @@ typedef struct mg_gemm_kind_info {
 /* The description of `kind`; NULL when `kind` is none of the kinds. */
 MG_API const mg_gemm_kind_info *mg_gemm_kind_describe(mg_gemm_kind kind);
 
+/* ------------------------------------------------------------------ fusion
+ *
+ * A GEMM may fold the small op before it (a prologue) and the one after it (an epilogue) into
+ * the call. Each fusion is defined as the composition of the unfused library calls named
+ * below, on the same operands, with every intermediate rounded to BF16 exactly as those calls
+ * round it; the CPU reference computes that composition (so a fused and an unfused CPU run
+ * agree bit for bit), a device kernel must match it within the tolerance of the ops composed.
+ *
+ *   prologue MG_GEMM_PROLOGUE_RMSNORM: act is the un-normed residual stream, BF16 [M, K]
+ *       (also for the FP8 kinds), read and never written. The GEMM's input is
+ *           BF16:    x = mg_rmsnorm_bf16(act, add = 0, norm_weight, eps)      [M, K]
+ *           FP8 row: x = mg_fp8_quantize_rowwise(that x), act_scale = its row scales, so
+ *                    act_scale is computed, not passed (leave it 0)
+ *       norm_weight BF16 [K], eps > 0 and finite.
+ *   epilogue MG_GEMM_EPILOGUE_RESIDUAL_ADD: y = the GEMM's BF16 output [M, N], then
+ *       out[t, j] = bf16(y[t, j] + residual[t, j]) (the residual add of mg_rmsnorm_bf16's
+ *       `add`), residual BF16 [M, N] with row pitch ldc, sharing no byte with out.
+ *   epilogue MG_GEMM_EPILOGUE_SILU_MUL: the weight rows [0, N/2) are the gate and [N/2, N) the
+ *       up projection (the layout of a fused gate_up matrix, as the model stores it); y is the
+ *       GEMM's BF16 output [M, N] and out = mg_silu_mul_bf16(y, cols = N/2) is BF16 [M, N/2]
+ *       with row pitch ldc >= N/2. N even.
+ *   epilogue MG_GEMM_EPILOGUE_ARGMAX: the LM head; y = the GEMM's output [M, N] (BF16, or F32
+ *       when out_type is F32), and argmax_ids[t] = mg_argmax of row t (the lowest j with y
+ *       maximal; NaN never wins), int32 [M]; `out` receives y as without the epilogue.
+ *
+ * What a caller may rely on:
+ *  - The zero value (both kinds NONE, every fusion tensor 0) is the plain GEMM; a plan or
+ *    tensors struct initialised as before this field existed runs as before.
+ *  - A fusion is run whole by one provider or refused: the front chooses a provider that
+ *    declares the requested prologue and epilogue for the kind; when none does the call is
+ *    MG_ERR_UNSUPPORTED naming the fusion, the kind and the backend's providers' reasons.
+ *    Nothing is launched then: a fusion is never run partly or silently dropped. Today the
+ *    CPU reference runs every fusion of MG_GEMM_BF16 and MG_GEMM_FP8_ROWWISE; the CUDA
+ *    providers and the CPU fast BF16 providers run none.
+ *  - A fusion tensor the kinds need but missing, one given that they do not use, a bad eps,
+ *    an odd N for SILU_MUL, a fusion on another kind, or out (or argmax_ids) overlapping act,
+ *    weight, norm_weight or residual: MG_ERR_INVALID_ARGUMENT naming it, nothing launched.
+ *  - mg_gemm_prewarm takes the fusion kinds from the plans (their tensors are not read), so a
+ *    fusion no provider can run is refused there too, before a capture. */
+typedef enum mg_gemm_prologue {
+    MG_GEMM_PROLOGUE_NONE = 0,
+    MG_GEMM_PROLOGUE_RMSNORM = 1,
+} mg_gemm_prologue;
+#define MG_GEMM_PROLOGUE_COUNT 2
+
+typedef enum mg_gemm_epilogue {
+    MG_GEMM_EPILOGUE_NONE = 0,
+    MG_GEMM_EPILOGUE_RESIDUAL_ADD = 1,
+    MG_GEMM_EPILOGUE_SILU_MUL = 2,
+    MG_GEMM_EPILOGUE_ARGMAX = 3,
+} mg_gemm_epilogue;
+#define MG_GEMM_EPILOGUE_COUNT 4
+
+/* What to fuse: the kinds and their scalars. Part of the plan, because the provider choice and
+ * the planning depend on it. */
+typedef struct mg_gemm_fusion {
+    mg_gemm_prologue prologue;
+    mg_gemm_epilogue epilogue;
+    float eps; /* RMSNORM: > 0 and finite; otherwise ignored */
+} mg_gemm_fusion;
+
+/* The fusion's operands (device memory), 0 where the fusion has none. */
+typedef struct mg_gemm_fusion_tensors {
+    mg_devptr norm_weight; /* RMSNORM: BF16 [K] */
+    mg_devptr residual;    /* RESIDUAL_ADD: BF16 [M, N], row pitch ldc */
+    mg_devptr argmax_ids;  /* ARGMAX: int32 [M] */
+} mg_gemm_fusion_tensors;
+
+/* "none", "rmsnorm" / "residual_add", "silu_mul", "argmax"; NULL for a value out of range. */
+MG_API const char *mg_gemm_prologue_name(mg_gemm_prologue p);
+MG_API const char *mg_gemm_epilogue_name(mg_gemm_epilogue e);
+
 /* One GEMM shape to plan ahead of a capture. */
 typedef struct mg_gemm_plan {
     mg_gemm_kind kind;
@@ -188,6 +260,8 @@ typedef struct mg_gemm_plan {
      * (0 means 16, the alignment of allocations). A call whose pointers are less aligned is
      * a different plan. */
     uint32_t pointer_alignment;
+    /* Appended: zero is no fusion (see "fusion" above). With SILU_MUL, out has N/2 columns. */
+    mg_gemm_fusion fusion;
 } mg_gemm_plan;
 
 /* The operands of one GEMM call (mg_gemm). Scales are used by the FP8 kinds only (layouts
@@ -200,6 +274,8 @@ typedef struct mg_gemm_tensors {
     mg_devptr act_scale, weight_scale;
     mg_devptr workspace;
     size_t workspace_bytes;
+    /* Appended: the operands of plan.fusion; all 0 without a fusion. */
+    mg_gemm_fusion_tensors fusion;
 } mg_gemm_tensors;
 
 /* The one GEMM entry point: `plan` says what (kind, shape, output type, block modes; its

@@ -54,7 +54,7 @@ static void test_fusion_checks(mg_backend *b) {
     int failed = mg_check_run_all(b, "gemm/fusion_", stdout, &passed, &skipped);
     CHECK(failed == 0);
     CHECK(skipped == 0); /* the CPU reference runs every fusion */
-    CHECK(passed == 15);
+    CHECK(passed == 18);
 }
 
 /* A provider without the fusion, forced, refuses the call as a whole, naming the fusion, the
@@ -222,6 +222,7 @@ static void test_names(void) {
     CHECK(strcmp(mg_gemm_epilogue_name(MG_GEMM_EPILOGUE_RESIDUAL_ADD), "residual_add") == 0);
     CHECK(strcmp(mg_gemm_epilogue_name(MG_GEMM_EPILOGUE_SILU_MUL), "silu_mul") == 0);
     CHECK(strcmp(mg_gemm_epilogue_name(MG_GEMM_EPILOGUE_ARGMAX), "argmax") == 0);
+    CHECK(strcmp(mg_gemm_epilogue_name(MG_GEMM_EPILOGUE_KV_APPEND), "kv_append") == 0);
     CHECK(mg_gemm_prologue_name((mg_gemm_prologue)MG_GEMM_PROLOGUE_COUNT) == NULL);
     CHECK(mg_gemm_epilogue_name((mg_gemm_epilogue)-1) == NULL);
 }

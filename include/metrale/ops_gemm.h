@@ -52,6 +52,7 @@
 #include "metrale/export.h"
 #include "metrale/gpu.h"
 #include "metrale/ops.h"
+#include "metrale/ops_kv_cache.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -200,6 +201,15 @@ MG_API const mg_gemm_kind_info *mg_gemm_kind_describe(mg_gemm_kind kind);
  *   epilogue MG_GEMM_EPILOGUE_ARGMAX: the LM head; y = the GEMM's output [M, N] (BF16, or F32
  *       when out_type is F32), and argmax_ids[t] = mg_argmax of row t (the lowest j with y
  *       maximal; NaN never wins), int32 [M]; `out` receives y as without the epilogue.
+ *   epilogue MG_GEMM_EPILOGUE_KV_APPEND: the fused QKV projection of M new tokens. Each row of
+ *       y = out (BF16, row pitch ldc, a multiple of 8) is [q | k | v], Hq = kv_append->
+ *       num_qo_heads query heads then the cache's Hkv key and Hkv value heads of head_dim D, so
+ *       N = (Hq + 2 Hkv) D. Then mg_kv_append(kv_cache, args) runs with *kv_append, except
+ *       that the op sets num_tokens = M, k = out + Hq D, v = out + (Hq + Hkv) D, strides ldc,
+ *       and q = out when kv_append->rope (RoPE rotates q in place in out and k as it is
+ *       written; without rope q is left as computed): leave those fields 0. The token's page
+ *       and slot come from the page table in *kv_append, as for mg_kv_append; every check of
+ *       mg_kv_append applies before anything is launched (its messages name mg_kv_append).
  *
  * What a caller may rely on:
  *  - The zero value (both kinds NONE, every fusion tensor 0) is the plain GEMM; a plan or
@@ -226,8 +236,9 @@ typedef enum mg_gemm_epilogue {
     MG_GEMM_EPILOGUE_RESIDUAL_ADD = 1,
     MG_GEMM_EPILOGUE_SILU_MUL = 2,
     MG_GEMM_EPILOGUE_ARGMAX = 3,
+    MG_GEMM_EPILOGUE_KV_APPEND = 4,
 } mg_gemm_epilogue;
-#define MG_GEMM_EPILOGUE_COUNT 4
+#define MG_GEMM_EPILOGUE_COUNT 5
 
 /* What to fuse: the kinds and their scalars. Part of the plan, because the provider choice and
  * the planning depend on it. */
@@ -242,9 +253,13 @@ typedef struct mg_gemm_fusion_tensors {
     mg_devptr norm_weight; /* RMSNORM: BF16 [K] */
     mg_devptr residual;    /* RESIDUAL_ADD: BF16 [M, N], row pitch ldc */
     mg_devptr argmax_ids;  /* ARGMAX: int32 [M] */
+    /* KV_APPEND: host structs, read during the call only */
+    const mg_kv_cache_desc *kv_cache;
+    const mg_kv_append_args *kv_append;
 } mg_gemm_fusion_tensors;
 
-/* "none", "rmsnorm" / "residual_add", "silu_mul", "argmax"; NULL for a value out of range. */
+/* "none", "rmsnorm" / "residual_add", "silu_mul", "argmax", "kv_append"; NULL for a value out
+ * of range. */
 MG_API const char *mg_gemm_prologue_name(mg_gemm_prologue p);
 MG_API const char *mg_gemm_epilogue_name(mg_gemm_epilogue e);
 

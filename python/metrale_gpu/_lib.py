@@ -156,7 +156,10 @@ class gemm_fusion(Struct):
 
 
 class gemm_fusion_tensors(Struct):
-    _fields_ = [("norm_weight", D), ("residual", D), ("argmax_ids", D)]
+    """mg_gemm_fusion_tensors; kv_cache / kv_append: pointers to kv_cache_desc and
+    kv_append_args (ctypes.pointer), read during the call only."""
+    _fields_ = [("norm_weight", D), ("residual", D), ("argmax_ids", D),
+                ("kv_cache", C.c_void_p), ("kv_append", C.c_void_p)]
 
 
 class gemm_plan(Struct):

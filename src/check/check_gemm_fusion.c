@@ -17,6 +17,7 @@
 #include "metrale/ops_activation.h"
 #include "metrale/ops_elementwise.h"
 #include "metrale/ops_gemm.h"
+#include "metrale/ops_kv_cache.h"
 #include "metrale/status.h"
 
 /* Off the CPU a fused kernel may sum in another order than the unfused GEMM, and round the
@@ -40,7 +41,21 @@ typedef struct fusion_buffers {
     mg_devptr out, ids;                /* the fused call's */
     mg_devptr act_copy, normed, q, qs; /* the composition's input (prologue) */
     mg_devptr y, out2, ids2;           /* the composition's product and results */
+    /* KV_APPEND: the page table, and one pool per side */
+    mg_devptr qo_indptr, kv_indptr, kv_indices, last_page_len, pool, pool2;
 } fusion_buffers;
+
+/* The KV_APPEND cases' cache: 4 query heads, 2 KV heads of 32, pages of 16 tokens. */
+#define KV_QO_HEADS 4u
+static const mg_kv_cache_desc kv_cache = {
+    .num_kv_heads = 2, .head_dim = 32, .page_size = 16, .num_pages = 128, .kv_dtype = MG_KV_BF16};
+
+/* The composition's side of a KV_APPEND case: the caller's append arguments with pages of
+ * `pool2`. */
+typedef struct kv_side {
+    const mg_kv_append_args *args; /* NULL: no KV_APPEND */
+    mg_devptr k_pages2, v_pages2;
+} kv_side;
 
 static void free_buffers(mg_backend *b, fusion_buffers *d) {
     mg_devptr *all = (mg_devptr *)d;
@@ -64,10 +79,13 @@ static uint16_t *random_bf16(uint64_t *rng, size_t count, float offset, float ma
  * multiples of 16 and ldc of 8. */
 static mg_gemm_plan case_plan(const fusion_case *c, uint32_t m) {
     bool fp8 = c->kind != MG_GEMM_BF16, silu = c->epilogue == MG_GEMM_EPILOGUE_SILU_MUL;
+    bool kv = c->epilogue == MG_GEMM_EPILOGUE_KV_APPEND;
     uint32_t k = fp8 ? 80 : 40, n = fp8 ? (silu ? 96 : 48) : (silu ? 38 : 37);
+    if (kv)
+        n = (KV_QO_HEADS + 2 * kv_cache.num_kv_heads) * kv_cache.head_dim;
     uint32_t cols = silu ? n / 2 : n;
     uint32_t ldc =
-        fp8 || c->epilogue == MG_GEMM_EPILOGUE_ARGMAX ? (cols + 7) / 8 * 8 + 8 : cols + 3;
+        fp8 || kv || c->epilogue == MG_GEMM_EPILOGUE_ARGMAX ? (cols + 7) / 8 * 8 + 8 : cols + 3;
     return (mg_gemm_plan){.kind = c->kind,
                           .m = m,
                           .n = n,
@@ -84,7 +102,8 @@ static double out_value(mg_dtype t, const void *p, size_t i) {
 /* The unfused composition of `p` on `b`, into d->out2 / d->ids2 (or, for the residual add, on
  * the host into `want`, which otherwise receives out2). */
 static mg_status compose(mg_backend *b, const mg_gemm_plan *p, fusion_buffers *d,
-                         const uint16_t *residual_host, void *want, int32_t *want_ids) {
+                         const uint16_t *residual_host, void *want, int32_t *want_ids,
+                         const kv_side *kv) {
     bool fp8 = p->kind != MG_GEMM_BF16;
     size_t ob = mg_dtype_bytes(p->out_type), out_bytes = (size_t)p->m * p->ldc * ob;
     mg_gemm_plan plain = *p;
@@ -138,6 +157,20 @@ static mg_status compose(mg_backend *b, const mg_gemm_plan *p, fusion_buffers *d
         goto done;
     if (silu && (st = mg_silu_mul_bf16(b, NULL, p->m, p->n / 2, d->y, p->n, d->out2, p->ldc)))
         goto done;
+    if (kv->args) { /* the QKV rows [q | k | v] of out2, appended as mg_kv_append documents */
+        mg_kv_append_args a = *kv->args;
+        uint64_t d_bytes = kv_cache.head_dim * 2ull;
+        a.num_tokens = p->m;
+        a.q = a.rope ? d->out2 : 0;
+        a.q_stride = a.rope ? p->ldc : 0;
+        a.k = d->out2 + KV_QO_HEADS * d_bytes;
+        a.v = a.k + kv_cache.num_kv_heads * d_bytes;
+        a.k_stride = a.v_stride = p->ldc;
+        a.k_pages = kv->k_pages2;
+        a.v_pages = kv->v_pages2;
+        if ((st = mg_kv_append(b, NULL, &kv_cache, &a)))
+            goto done;
+    }
     if (p->fusion.epilogue == MG_GEMM_EPILOGUE_ARGMAX) {
         if ((st = mg_check_alloc_poisoned(b, (size_t)p->m * 4, &d->ids2)))
             goto done;
@@ -216,6 +249,55 @@ static bool run_case_m(mg_check_ctx *ctx, mg_check_result *r, const fusion_case 
                          .out = d.out,
                          .act_scale = d.act_scale,
                          .weight_scale = d.weight_scale};
+    /* KV_APPEND: M decode requests, one new token each, at random lengths 1..40 over pages
+     * handed out in a shuffled order */
+    mg_kv_append_args kv_args = {0};
+    kv_side kv = {0};
+    size_t pool_bytes = 0;
+    if (c->epilogue == MG_GEMM_EPILOGUE_KV_APPEND) {
+        int32_t qo[34], kvp[34], last[33], indices[128];
+        uint32_t used = 0;
+        qo[0] = kvp[0] = 0;
+        for (uint32_t i = 0; i < kv_cache.num_pages; i++)
+            indices[i] = (int32_t)i;
+        for (uint32_t i = kv_cache.num_pages - 1; i > 0; i--) {
+            uint32_t j = (uint32_t)(mg_check_rng_next(rng) % (i + 1));
+            int32_t x = indices[i];
+            indices[i] = indices[j];
+            indices[j] = x;
+        }
+        for (uint32_t req = 0; req < m; req++) {
+            uint32_t len = 1 + (uint32_t)(mg_check_rng_next(rng) % 40);
+            uint32_t pages = (len + 15) / 16;
+            qo[req + 1] = (int32_t)req + 1;
+            kvp[req + 1] = kvp[req] + (int32_t)pages;
+            last[req] = (int32_t)(len - (pages - 1) * 16);
+            used += pages;
+        }
+        mg_devptr k2, v2;
+        if ((st = mg_kv_cache_bytes(&kv_cache, &pool_bytes)) ||
+            (st = mg_check_upload(b, qo, (m + 1) * 4, &d.qo_indptr)) ||
+            (st = mg_check_upload(b, kvp, (m + 1) * 4, &d.kv_indptr)) ||
+            (st = mg_check_upload(b, indices, used * 4, &d.kv_indices)) ||
+            (st = mg_check_upload(b, last, m * 4, &d.last_page_len)) ||
+            (st = mg_check_alloc_poisoned(b, pool_bytes, &d.pool)) ||
+            (st = mg_check_alloc_poisoned(b, pool_bytes, &d.pool2)) ||
+            (st = mg_kv_cache_pools(&kv_cache, d.pool, &kv_args.k_pages, &kv_args.v_pages)) ||
+            (st = mg_kv_cache_pools(&kv_cache, d.pool2, &k2, &v2)))
+            goto setup_failed;
+        kv_args.batch_size = m;
+        kv_args.num_kv_indices = used;
+        kv_args.num_qo_heads = KV_QO_HEADS;
+        kv_args.rope = true;
+        kv_args.rope_theta = 10000.0f;
+        kv_args.qo_indptr = d.qo_indptr;
+        kv_args.kv_indptr = d.kv_indptr;
+        kv_args.kv_indices = d.kv_indices;
+        kv_args.kv_last_page_len = d.last_page_len;
+        t.fusion.kv_cache = &kv_cache;
+        t.fusion.kv_append = &kv_args;
+        kv = (kv_side){&kv_args, k2, v2};
+    }
     if (norm)
         t.fusion.norm_weight = d.norm_weight;
     if (c->epilogue == MG_GEMM_EPILOGUE_RESIDUAL_ADD)
@@ -241,11 +323,28 @@ static bool run_case_m(mg_check_ctx *ctx, mg_check_result *r, const fusion_case 
         MG_CHECK_FAIL(r, "M=%u: the fused call: %s: %s", m, mg_status_name(st), mg_last_error());
         goto done;
     }
-    if ((st = compose(b, &p, &d, residual, want, want_ids))) {
+    if ((st = compose(b, &p, &d, residual, want, want_ids, &kv))) {
         MG_CHECK_FAIL(r, "M=%u: the composition: %s: %s", m, mg_status_name(st), mg_last_error());
         goto done;
     }
     bool exact = mg_backend_get_kind(b) == MG_BACKEND_CPU;
+    if (kv.args) { /* the pools: the same slots written with the same values */
+        uint16_t *pool = malloc(pool_bytes), *pool2 = malloc(pool_bytes);
+        if (!pool || !pool2 || mg_copy_d2h(b, pool, d.pool, pool_bytes) ||
+            mg_copy_d2h(b, pool2, d.pool2, pool_bytes)) {
+            MG_CHECK_FAIL(r, "M=%u: reading the pools back: %s", m, mg_last_error());
+        } else {
+            for (size_t i = 0; i < pool_bytes / 2 && r->passed; i++) {
+                double gv = mg_bf16_to_f32(pool[i]), wv = mg_bf16_to_f32(pool2[i]);
+                bool same = pool[i] == pool2[i];
+                if (exact ? !same : !(same || fabs(gv - wv) <= FUSED_BOUND * fmax(1.0, fabs(wv))))
+                    MG_CHECK_FAIL(r, "M=%u: pool element %zu is %.6g, the composition's %.6g", m, i,
+                                  gv, wv);
+            }
+        }
+        free(pool);
+        free(pool2);
+    }
     for (uint32_t row = 0; row < m && r->passed; row++) {
         for (uint32_t j = 0; j < p.ldc && r->passed; j++) {
             size_t i = (size_t)row * p.ldc + j;
@@ -353,6 +452,11 @@ FUSION_CHECK(rmsnorm_silu_mul_fp8_row, MG_GEMM_FP8_ROWWISE, P_NORM, MG_GEMM_EPIL
 FUSION_CHECK(rmsnorm_residual_bf16, MG_GEMM_BF16, P_NORM, MG_GEMM_EPILOGUE_RESIDUAL_ADD,
              MG_DTYPE_BF16)
 FUSION_CHECK(rmsnorm_argmax_bf16, MG_GEMM_BF16, P_NORM, MG_GEMM_EPILOGUE_ARGMAX, MG_DTYPE_BF16)
+FUSION_CHECK(kv_append_bf16, MG_GEMM_BF16, P_NONE, MG_GEMM_EPILOGUE_KV_APPEND, MG_DTYPE_BF16)
+FUSION_CHECK(rmsnorm_kv_append_bf16, MG_GEMM_BF16, P_NORM, MG_GEMM_EPILOGUE_KV_APPEND,
+             MG_DTYPE_BF16)
+FUSION_CHECK(rmsnorm_kv_append_fp8_row, MG_GEMM_FP8_ROWWISE, P_NORM, MG_GEMM_EPILOGUE_KV_APPEND,
+             MG_DTYPE_BF16)
 
 /* ------------------------------------------------------------------ argument errors */
 
@@ -360,8 +464,8 @@ static void check_fusion_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
     r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     mg_backend *b = ctx->backend;
     const uint32_t m = 4, n = 64, k = 48;
-    size_t out_bytes = (size_t)m * n * 4;
-    mg_devptr act = 0, weight = 0, norm_w = 0, resid = 0, out = 0, ids = 0, scales = 0;
+    size_t out_bytes = 4096; /* >= M x N f32, and room for a KV pool half */
+    mg_devptr act = 0, weight = 0, norm_w = 0, resid = 0, out = 0, ids = 0, scales = 0, pool = 0;
     mg_status st;
     if ((st = mg_check_alloc_poisoned(b, (size_t)m * k * 2, &act)) ||
         (st = mg_check_alloc_poisoned(b, (size_t)n * k * 2, &weight)) ||
@@ -369,6 +473,7 @@ static void check_fusion_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
         (st = mg_check_alloc_poisoned(b, (size_t)m * n * 2, &resid)) ||
         (st = mg_check_alloc_poisoned(b, 4096, &scales)) ||
         (st = mg_check_alloc_poisoned(b, (size_t)m * 4, &ids)) ||
+        (st = mg_check_alloc_poisoned(b, 4096, &pool)) ||
         (st = mg_check_alloc_poisoned(b, out_bytes, &out))) {
         MG_CHECK_FAIL(r, "setup: %s", mg_last_error());
         goto done;
@@ -382,7 +487,26 @@ static void check_fusion_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
         mg_gemm_tensors t;
         mg_status status;
         const char *needle;
-    } cases[16];
+    } cases[24];
+    /* KV_APPEND: 2 query heads, 1 KV head of 16 (N = 64), one request of 4 new tokens; the
+     * page table's contents are not read before a call is accepted */
+    const mg_kv_cache_desc cache = {
+        .num_kv_heads = 1, .head_dim = 16, .page_size = 16, .num_pages = 4};
+    const mg_kv_append_args ka = {.batch_size = 1,
+                                  .num_kv_indices = 1,
+                                  .num_qo_heads = 2,
+                                  .rope = true,
+                                  .rope_theta = 10000.0f,
+                                  .qo_indptr = scales,
+                                  .kv_indptr = scales,
+                                  .kv_indices = scales,
+                                  .kv_last_page_len = scales,
+                                  .k_pages = pool,
+                                  .v_pages = pool + 2048};
+    mg_kv_append_args ka_k = ka, ka_theta = ka, ka_pages = ka;
+    ka_k.k = act;
+    ka_theta.rope_theta = 0.0f;
+    ka_pages.v_pages = out;
     size_t count = 0;
 #define CASE(what_, status_, needle_, ...)                                                         \
     do {                                                                                           \
@@ -426,6 +550,26 @@ static void check_fusion_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
          p.kind = MG_GEMM_FP8_ROWWISE;
          p.fusion = (mg_gemm_fusion){MG_GEMM_PROLOGUE_RMSNORM, 0, 1e-5f};
          t.fusion.norm_weight = norm_w; t.act_scale = scales; t.weight_scale = scales);
+    CASE("kv_append without kv_cache", MG_ERR_INVALID_ARGUMENT, "needs kv_cache",
+         p.fusion.epilogue = MG_GEMM_EPILOGUE_KV_APPEND;
+         t.fusion.kv_append = &ka);
+    CASE("kv_append with k given", MG_ERR_INVALID_ARGUMENT, "pass them 0",
+         p.fusion.epilogue = MG_GEMM_EPILOGUE_KV_APPEND;
+         t.fusion.kv_cache = &cache; t.fusion.kv_append = &ka_k);
+    CASE("kv_append N not the heads", MG_ERR_INVALID_ARGUMENT, "num_qo_heads + 2 num_kv_heads",
+         p.fusion.epilogue = MG_GEMM_EPILOGUE_KV_APPEND;
+         p.n = 48; t.fusion.kv_cache = &cache; t.fusion.kv_append = &ka);
+    CASE("kv_append rope_theta 0", MG_ERR_INVALID_ARGUMENT, "mg_kv_append: rope_theta",
+         p.fusion.epilogue = MG_GEMM_EPILOGUE_KV_APPEND;
+         t.fusion.kv_cache = &cache; t.fusion.kv_append = &ka_theta);
+    CASE("kv_append pages overlapping out", MG_ERR_INVALID_ARGUMENT, "overlap",
+         p.fusion.epilogue = MG_GEMM_EPILOGUE_KV_APPEND;
+         t.fusion.kv_cache = &cache; t.fusion.kv_append = &ka_pages);
+    CASE("kv_append into f32", MG_ERR_INVALID_ARGUMENT, "bf16 output rows",
+         p.fusion.epilogue = MG_GEMM_EPILOGUE_KV_APPEND;
+         p.out_type = MG_DTYPE_F32; t.fusion.kv_cache = &cache; t.fusion.kv_append = &ka);
+    CASE("kv_cache without the epilogue", MG_ERR_INVALID_ARGUMENT, "kv_cache is given",
+         t.fusion.kv_cache = &cache);
 #undef CASE
     for (size_t i = 0; i < count && r->passed; i++) {
         mg_status got = mg_gemm(b, NULL, &cases[i].p, &cases[i].t);
@@ -462,6 +606,7 @@ done:
     mg_free(b, out);
     mg_free(b, ids);
     mg_free(b, scales);
+    mg_free(b, pool);
 }
 
 const mg_check_case mg_checks_gemm_fusion[] = {
@@ -479,6 +624,9 @@ const mg_check_case mg_checks_gemm_fusion[] = {
     {"gemm", "fusion_rmsnorm_silu_mul_fp8_row", rmsnorm_silu_mul_fp8_row},
     {"gemm", "fusion_rmsnorm_residual_bf16", rmsnorm_residual_bf16},
     {"gemm", "fusion_rmsnorm_argmax_bf16", rmsnorm_argmax_bf16},
+    {"gemm", "fusion_kv_append_bf16", kv_append_bf16},
+    {"gemm", "fusion_rmsnorm_kv_append_bf16", rmsnorm_kv_append_bf16},
+    {"gemm", "fusion_rmsnorm_kv_append_fp8_row", rmsnorm_kv_append_fp8_row},
     {"gemm", "fusion_bad_arguments", check_fusion_bad_arguments},
     {NULL, NULL, NULL},
 };

@@ -7,6 +7,7 @@
 #include "error.h"
 #include "gemm_provider.h"
 #include "gemm_reference.h"
+#include "kv_cache_internal.h"
 #include "metrale/launch.h"
 #include "op_builtin.h"
 
@@ -51,8 +52,8 @@ static const char *kind_name(mg_gemm_kind kind) {
 }
 
 static const char *const prologue_names[MG_GEMM_PROLOGUE_COUNT] = {"none", "rmsnorm"};
-static const char *const epilogue_names[MG_GEMM_EPILOGUE_COUNT] = {"none", "residual_add",
-                                                                   "silu_mul", "argmax"};
+static const char *const epilogue_names[MG_GEMM_EPILOGUE_COUNT] = {
+    "none", "residual_add", "silu_mul", "argmax", "kv_append"};
 
 const char *mg_gemm_prologue_name(mg_gemm_prologue p) {
     return (unsigned)p < MG_GEMM_PROLOGUE_COUNT ? prologue_names[p] : NULL;
@@ -140,6 +141,11 @@ static mg_status check_fusion(const mg_gemm_plan *p, const char *what) {
     if (f->epilogue == MG_GEMM_EPILOGUE_SILU_MUL && p->out_type != MG_DTYPE_BF16)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: fusion %s writes bf16, not %s", what, text,
                         mg_dtype_name(p->out_type));
+    if (f->epilogue == MG_GEMM_EPILOGUE_KV_APPEND && (p->out_type != MG_DTYPE_BF16 || p->ldc % 8))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: fusion %s needs bf16 output rows of a multiple of 8 elements (got "
+                        "%s, ldc=%u)",
+                        what, text, mg_dtype_name(p->out_type), p->ldc);
     if (f->epilogue == MG_GEMM_EPILOGUE_RESIDUAL_ADD && p->out_type != MG_DTYPE_BF16)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: fusion %s writes bf16, not %s", what, text,
                         mg_dtype_name(p->out_type));
@@ -218,6 +224,8 @@ static mg_status check_fusion_tensors(const mg_gemm_call *c, const char *what) {
         unused = "residual";
     else if (t->argmax_ids && f->epilogue != MG_GEMM_EPILOGUE_ARGMAX)
         unused = "argmax_ids";
+    else if ((t->kv_cache || t->kv_append) && f->epilogue != MG_GEMM_EPILOGUE_KV_APPEND)
+        unused = t->kv_cache ? "kv_cache" : "kv_append";
     else if (c->t.act_scale && f->prologue == MG_GEMM_PROLOGUE_RMSNORM)
         unused = "act_scale";
     if (!unused)
@@ -227,6 +235,46 @@ static mg_status check_fusion_tensors(const mg_gemm_call *c, const char *what) {
         fusion_text(&c->plan, text, sizeof text);
     return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is given but %s does not read it (pass 0)",
                     what, unused, text);
+}
+
+bool mg_gemm_kv_append_args(const mg_gemm_call *c, mg_kv_append_args *out) {
+    const mg_gemm_fusion_tensors *t = &c->t.fusion;
+    if (c->plan.fusion.epilogue != MG_GEMM_EPILOGUE_KV_APPEND || !t->kv_cache || !t->kv_append)
+        return false;
+    const uint64_t d = t->kv_cache->head_dim, hq = t->kv_append->num_qo_heads;
+    *out = *t->kv_append;
+    out->num_tokens = c->plan.m;
+    out->k = c->t.out + hq * d * 2;
+    out->v = out->k + (uint64_t)t->kv_cache->num_kv_heads * d * 2;
+    out->k_stride = out->v_stride = c->plan.ldc;
+    out->q = out->rope ? c->t.out : 0;
+    out->q_stride = out->rope ? c->plan.ldc : 0;
+    return true;
+}
+
+/* The KV-append epilogue: its structs, the fields the op sets left 0, N matching the heads,
+ * and every check of mg_kv_append on the arguments the op will pass. */
+static mg_status check_kv_append(mg_backend *b, const mg_gemm_call *c, const char *what) {
+    const mg_gemm_fusion_tensors *t = &c->t.fusion;
+    if (!t->kv_cache || !t->kv_append)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: epilogue kv_append needs %s", what,
+                        t->kv_cache ? "kv_append (the append's arguments)" : "kv_cache");
+    const mg_kv_append_args *a = t->kv_append;
+    if (a->k || a->v || a->q || a->k_stride || a->v_stride || a->q_stride || a->num_tokens)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: epilogue kv_append sets k, v, q, their strides and num_tokens from "
+                        "out; pass them 0",
+                        what);
+    uint64_t heads = (uint64_t)a->num_qo_heads + 2ull * t->kv_cache->num_kv_heads;
+    if (heads * t->kv_cache->head_dim != c->plan.n)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: epilogue kv_append needs N = (num_qo_heads + 2 num_kv_heads) "
+                        "head_dim = (%u + 2 x %u) x %u, got N=%u",
+                        what, a->num_qo_heads, t->kv_cache->num_kv_heads, t->kv_cache->head_dim,
+                        c->plan.n);
+    mg_kv_append_args args;
+    mg_gemm_kv_append_args(c, &args);
+    return mg_kv_append_check(b, t->kv_cache, &args);
 }
 
 /* The operands, each inside its buffer (nothing is read or written out of bounds), and the
@@ -247,8 +295,10 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     size_t act_bytes = norm ? 2 : in_bytes, out_bytes = mg_dtype_bytes(p->out_type);
     if ((st = check_fusion_tensors(c, what)))
         return st;
+    if (p->fusion.epilogue == MG_GEMM_EPILOGUE_KV_APPEND && (st = check_kv_append(b, c, what)))
+        return st;
     /* The scales only for FP8; a workspace of 0 bytes is none. */
-    mg_op_tensor t[9] = {
+    mg_op_tensor t[11] = {
         {"act", c->t.act, mg_op_matrix_bytes(p->m, p->k, p->k, act_bytes), norm ? 2 : in_align,
          MG_OP_IN},
         {"weight", c->t.weight, mg_op_matrix_bytes(p->n, p->k, p->k, in_bytes), in_align, MG_OP_IN},
@@ -271,6 +321,15 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     if (p->fusion.epilogue == MG_GEMM_EPILOGUE_ARGMAX)
         t[count++] =
             (mg_op_tensor){"argmax_ids", c->t.fusion.argmax_ids, (size_t)p->m * 4, 4, MG_OP_OUT};
+    size_t pool_bytes;
+    if (p->fusion.epilogue == MG_GEMM_EPILOGUE_KV_APPEND &&
+        mg_kv_cache_bytes(c->t.fusion.kv_cache, &pool_bytes) == MG_OK) { /* checked above */
+        /* the pages are written too: they overlap none of the GEMM's operands */
+        t[count++] = (mg_op_tensor){"k_pages", c->t.fusion.kv_append->k_pages, pool_bytes / 2, 16,
+                                    MG_OP_OUT};
+        t[count++] = (mg_op_tensor){"v_pages", c->t.fusion.kv_append->v_pages, pool_bytes / 2, 16,
+                                    MG_OP_OUT};
+    }
     if (c->t.workspace_bytes)
         t[count++] =
             (mg_op_tensor){"workspace", c->t.workspace, c->t.workspace_bytes, 16, MG_OP_OUT};

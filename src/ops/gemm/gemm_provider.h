@@ -37,6 +37,10 @@ typedef struct mg_gemm_provider {
 #define MG_GEMM_FUSES_PROLOGUE(p) (1u << (unsigned)(p))
 #define MG_GEMM_FUSES_EPILOGUE(e) (1u << (8u + (unsigned)(e)))
 
+/* The mg_kv_append arguments of a call with the KV_APPEND epilogue (metrale/ops_gemm.h): the
+ * caller's, with the token rows taken from out. False (nothing written) for another call. */
+bool mg_gemm_kv_append_args(const mg_gemm_call *c, mg_kv_append_args *out);
+
 /* Whether provider `g` declares the plan's fusion (no fusion: always); on false writes the
  * reason, naming the fusion. For the supports hooks (cheap; sets no error). */
 bool mg_gemm_fusion_declared(const mg_gemm_provider *g, const mg_gemm_plan *p, char *reason,

@@ -526,6 +526,15 @@ static mg_status fused_run(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {
 
 static mg_status gemm_reference_run(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {
     const mg_gemm_plan *p = &c->plan;
+    mg_kv_append_args append;
+    if (mg_gemm_kv_append_args(c, &append)) {
+        /* the GEMM (with its prologue), then the append op itself on its rows: the front ran
+         * the append's checks, so it is not refused after the GEMM was enqueued */
+        mg_gemm_call product = *c;
+        product.plan.fusion.epilogue = MG_GEMM_EPILOGUE_NONE;
+        mg_status st = gemm_reference_run(b, s, &product);
+        return st ? st : mg_kv_append(b, s, c->t.fusion.kv_cache, &append);
+    }
     if (p->fusion.prologue != MG_GEMM_PROLOGUE_NONE || p->fusion.epilogue != MG_GEMM_EPILOGUE_NONE)
         return fused_run(b, s, c);
     if (p->kind == MG_GEMM_BF16)
@@ -564,5 +573,6 @@ const mg_gemm_provider mg_gemm_reference_provider = {
     .fusions = MG_GEMM_FUSES_PROLOGUE(MG_GEMM_PROLOGUE_RMSNORM) |
                MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_RESIDUAL_ADD) |
                MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_SILU_MUL) |
-               MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_ARGMAX),
+               MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_ARGMAX) |
+               MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_KV_APPEND),
 };

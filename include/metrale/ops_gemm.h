@@ -18,6 +18,13 @@
  *   mg_graph_begin_capture(s);
  *   mg_gemm_bf16(b, s, 1, 4096, 4096, x, w, y, MG_DTYPE_BF16, 4096);
  *   ...
+ *   // fused: RMSNorm of the residual stream, then SiLU(gate) * up of the gate_up projection
+ *   mg_gemm_plan p = {.kind = MG_GEMM_BF16, .m = 1, .n = 2 * inter, .k = hidden, .ldc = inter,
+ *                     .out_type = MG_DTYPE_BF16,
+ *                     .fusion = {MG_GEMM_PROLOGUE_RMSNORM, MG_GEMM_EPILOGUE_SILU_MUL, 1e-5f}};
+ *   mg_gemm_tensors t = {.act = residual, .weight = w_gate_up, .out = h,
+ *                        .fusion = {.norm_weight = ffn_norm}};
+ *   mg_gemm(b, s, &p, &t);     // MG_ERR_UNSUPPORTED where no provider runs the fusion
  *
  * What a caller may rely on:
  *  - Arguments are checked before anything is launched: a bad shape, pitch, dtype, pointer
@@ -218,8 +225,12 @@ MG_API const mg_gemm_kind_info *mg_gemm_kind_describe(mg_gemm_kind kind);
  *    declares the requested prologue and epilogue for the kind; when none does the call is
  *    MG_ERR_UNSUPPORTED naming the fusion, the kind and the backend's providers' reasons.
  *    Nothing is launched then: a fusion is never run partly or silently dropped. Today the
- *    CPU reference runs every fusion of MG_GEMM_BF16 and MG_GEMM_FP8_ROWWISE; the CUDA
- *    providers and the CPU fast BF16 providers run none.
+ *    CPU reference runs every fusion (any prologue with any epilogue) of MG_GEMM_BF16 and
+ *    MG_GEMM_FP8_ROWWISE; the CUDA providers and the CPU fast BF16 providers run none, and
+ *    the other kinds have no fusion (MG_ERR_UNSUPPORTED).
+ *  - On the CPU backend a fused call's outputs equal the composition's bit for bit; a device
+ *    kernel will match it within the tolerance of the ops composed (its sums may run in
+ *    another order), and argmax may then pick the other side of a near-tie.
  *  - A fusion tensor the kinds need but missing, one given that they do not use, a bad eps,
  *    an odd N for SILU_MUL, a fusion on another kind, or out (or argmax_ids) overlapping act,
  *    weight, norm_weight or residual: MG_ERR_INVALID_ARGUMENT naming it, nothing launched.

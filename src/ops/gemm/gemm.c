@@ -230,11 +230,13 @@ static mg_status check_fusion_tensors(const mg_gemm_call *c, const char *what) {
         unused = "act_scale";
     if (!unused)
         return MG_OK;
-    char text[96] = "no fusion";
-    if (has_fusion(&c->plan))
-        fusion_text(&c->plan, text, sizeof text);
-    return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is given but %s does not read it (pass 0)",
-                    what, unused, text);
+    if (!has_fusion(&c->plan))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %s is given but the plan has no fusion (pass 0)", what, unused);
+    char text[96];
+    fusion_text(&c->plan, text, sizeof text);
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                    "%s: %s is given but fusion %s does not read it (pass 0)", what, unused, text);
 }
 
 bool mg_gemm_kv_append_args(const mg_gemm_call *c, mg_kv_append_args *out) {

@@ -439,7 +439,7 @@ _DECLS = {
 
 # The MG_API_VERSION of the C headers this binding declares (include/metrale/gpu.h); a library
 # of another version may have other struct layouts and signatures, so it is refused at import.
-API_VERSION = 1
+API_VERSION = 2
 
 for _name, (_res, _args) in _DECLS.items():
     _fn = getattr(lib, _name)

@@ -56,7 +56,7 @@ extern "C" {
  * or a documented meaning changes incompatibly. A program or binding that loads the library at
  * run time checks mg_api_version() == MG_API_VERSION (the headers it was written against)
  * before any other call. */
-#define MG_API_VERSION 1
+#define MG_API_VERSION 2 /* 2: mg_gemm_plan and mg_gemm_tensors grew their fusion fields */
 
 /* The MG_API_VERSION the library was built with. Needs no backend and never fails. */
 MG_API uint32_t mg_api_version(void);

@@ -18,6 +18,13 @@
  *   mg_graph_begin_capture(s);
  *   mg_gemm_bf16(b, s, 1, 4096, 4096, x, w, y, MG_DTYPE_BF16, 4096);
  *   ...
+ *   // fused: RMSNorm of the residual stream, then SiLU(gate) * up of the gate_up projection
+ *   mg_gemm_plan p = {.kind = MG_GEMM_BF16, .m = 1, .n = 2 * inter, .k = hidden, .ldc = inter,
+ *                     .out_type = MG_DTYPE_BF16,
+ *                     .fusion = {MG_GEMM_PROLOGUE_RMSNORM, MG_GEMM_EPILOGUE_SILU_MUL, 1e-5f}};
+ *   mg_gemm_tensors t = {.act = residual, .weight = w_gate_up, .out = h,
+ *                        .fusion = {.norm_weight = ffn_norm}};
+ *   mg_gemm(b, s, &p, &t);     // MG_ERR_UNSUPPORTED where no provider runs the fusion
  *
  * What a caller may rely on:
  *  - Arguments are checked before anything is launched: a bad shape, pitch, dtype, pointer
@@ -52,6 +59,7 @@
 #include "metrale/export.h"
 #include "metrale/gpu.h"
 #include "metrale/ops.h"
+#include "metrale/ops_kv_cache.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -176,6 +184,96 @@ typedef struct mg_gemm_kind_info {
 /* The description of `kind`; NULL when `kind` is none of the kinds. */
 MG_API const mg_gemm_kind_info *mg_gemm_kind_describe(mg_gemm_kind kind);
 
+/* ------------------------------------------------------------------ fusion
+ *
+ * A GEMM may fold the small op before it (a prologue) and the one after it (an epilogue) into
+ * the call. Each fusion is defined as the composition of the unfused library calls named
+ * below, on the same operands, with every intermediate rounded to BF16 exactly as those calls
+ * round it; the CPU reference computes that composition (so a fused and an unfused CPU run
+ * agree bit for bit), a device kernel must match it within the tolerance of the ops composed.
+ *
+ *   prologue MG_GEMM_PROLOGUE_RMSNORM: act is the un-normed residual stream, BF16 [M, K]
+ *       (also for the FP8 kinds), read and never written. The GEMM's input is
+ *           BF16:    x = mg_rmsnorm_bf16(act, add = 0, norm_weight, eps)      [M, K]
+ *           FP8 row: x = mg_fp8_quantize_rowwise(that x), act_scale = its row scales, so
+ *                    act_scale is computed, not passed (leave it 0)
+ *       norm_weight BF16 [K], eps > 0 and finite.
+ *   epilogue MG_GEMM_EPILOGUE_RESIDUAL_ADD: y = the GEMM's BF16 output [M, N], then
+ *       out[t, j] = bf16(y[t, j] + residual[t, j]) (the residual add of mg_rmsnorm_bf16's
+ *       `add`), residual BF16 [M, N] with row pitch ldc, sharing no byte with out.
+ *   epilogue MG_GEMM_EPILOGUE_SILU_MUL: the weight rows [0, N/2) are the gate and [N/2, N) the
+ *       up projection (the layout of a fused gate_up matrix, as the model stores it); y is the
+ *       GEMM's BF16 output [M, N] and out = mg_silu_mul_bf16(y, cols = N/2) is BF16 [M, N/2]
+ *       with row pitch ldc >= N/2. N even.
+ *   epilogue MG_GEMM_EPILOGUE_ARGMAX: the LM head; y = the GEMM's output [M, N] (BF16, or F32
+ *       when out_type is F32), and argmax_ids[t] = mg_argmax of row t (the lowest j with y
+ *       maximal; NaN never wins), int32 [M]; `out` receives y as without the epilogue.
+ *   epilogue MG_GEMM_EPILOGUE_KV_APPEND: the fused QKV projection of M new tokens. Each row of
+ *       y = out (BF16, row pitch ldc, a multiple of 8) is [q | k | v], Hq = kv_append->
+ *       num_qo_heads query heads then the cache's Hkv key and Hkv value heads of head_dim D, so
+ *       N = (Hq + 2 Hkv) D. Then mg_kv_append(kv_cache, args) runs with *kv_append, except
+ *       that the op sets num_tokens = M, k = out + Hq D, v = out + (Hq + Hkv) D, strides ldc,
+ *       and q = out when kv_append->rope (RoPE rotates q in place in out and k as it is
+ *       written; without rope q is left as computed): leave those fields 0. The token's page
+ *       and slot come from the page table in *kv_append, as for mg_kv_append; every check of
+ *       mg_kv_append applies before anything is launched (its messages name mg_kv_append).
+ *
+ * What a caller may rely on:
+ *  - The zero value (both kinds NONE, every fusion tensor 0) is the plain GEMM; a plan or
+ *    tensors struct initialised as before this field existed runs as before.
+ *  - A fusion is run whole by one provider or refused: the front chooses a provider that
+ *    declares the requested prologue and epilogue for the kind; when none does the call is
+ *    MG_ERR_UNSUPPORTED naming the fusion, the kind and the backend's providers' reasons.
+ *    Nothing is launched then: a fusion is never run partly or silently dropped. Today the
+ *    CPU reference runs every fusion (any prologue with any epilogue) of MG_GEMM_BF16 and
+ *    MG_GEMM_FP8_ROWWISE; the CUDA providers and the CPU fast BF16 providers run none, and
+ *    the other kinds have no fusion (MG_ERR_UNSUPPORTED).
+ *  - On the CPU backend a fused call's outputs equal the composition's bit for bit; a device
+ *    kernel will match it within the tolerance of the ops composed (its sums may run in
+ *    another order), and argmax may then pick the other side of a near-tie.
+ *  - A fusion tensor the kinds need but missing, one given that they do not use, a bad eps,
+ *    an odd N for SILU_MUL, a fusion on another kind, or out (or argmax_ids) overlapping act,
+ *    weight, norm_weight or residual: MG_ERR_INVALID_ARGUMENT naming it, nothing launched.
+ *  - mg_gemm_prewarm takes the fusion kinds from the plans (their tensors are not read), so a
+ *    fusion no provider can run is refused there too, before a capture. */
+typedef enum mg_gemm_prologue {
+    MG_GEMM_PROLOGUE_NONE = 0,
+    MG_GEMM_PROLOGUE_RMSNORM = 1,
+} mg_gemm_prologue;
+#define MG_GEMM_PROLOGUE_COUNT 2
+
+typedef enum mg_gemm_epilogue {
+    MG_GEMM_EPILOGUE_NONE = 0,
+    MG_GEMM_EPILOGUE_RESIDUAL_ADD = 1,
+    MG_GEMM_EPILOGUE_SILU_MUL = 2,
+    MG_GEMM_EPILOGUE_ARGMAX = 3,
+    MG_GEMM_EPILOGUE_KV_APPEND = 4,
+} mg_gemm_epilogue;
+#define MG_GEMM_EPILOGUE_COUNT 5
+
+/* What to fuse: the kinds and their scalars. Part of the plan, because the provider choice and
+ * the planning depend on it. */
+typedef struct mg_gemm_fusion {
+    mg_gemm_prologue prologue;
+    mg_gemm_epilogue epilogue;
+    float eps; /* RMSNORM: > 0 and finite; otherwise ignored */
+} mg_gemm_fusion;
+
+/* The fusion's operands (device memory), 0 where the fusion has none. */
+typedef struct mg_gemm_fusion_tensors {
+    mg_devptr norm_weight; /* RMSNORM: BF16 [K] */
+    mg_devptr residual;    /* RESIDUAL_ADD: BF16 [M, N], row pitch ldc */
+    mg_devptr argmax_ids;  /* ARGMAX: int32 [M] */
+    /* KV_APPEND: host structs, read during the call only */
+    const mg_kv_cache_desc *kv_cache;
+    const mg_kv_append_args *kv_append;
+} mg_gemm_fusion_tensors;
+
+/* "none", "rmsnorm" / "residual_add", "silu_mul", "argmax", "kv_append"; NULL for a value out
+ * of range. */
+MG_API const char *mg_gemm_prologue_name(mg_gemm_prologue p);
+MG_API const char *mg_gemm_epilogue_name(mg_gemm_epilogue e);
+
 /* One GEMM shape to plan ahead of a capture. */
 typedef struct mg_gemm_plan {
     mg_gemm_kind kind;
@@ -188,6 +286,8 @@ typedef struct mg_gemm_plan {
      * (0 means 16, the alignment of allocations). A call whose pointers are less aligned is
      * a different plan. */
     uint32_t pointer_alignment;
+    /* Appended: zero is no fusion (see "fusion" above). With SILU_MUL, out has N/2 columns. */
+    mg_gemm_fusion fusion;
 } mg_gemm_plan;
 
 /* The operands of one GEMM call (mg_gemm). Scales are used by the FP8 kinds only (layouts
@@ -200,6 +300,8 @@ typedef struct mg_gemm_tensors {
     mg_devptr act_scale, weight_scale;
     mg_devptr workspace;
     size_t workspace_bytes;
+    /* Appended: the operands of plan.fusion; all 0 without a fusion. */
+    mg_gemm_fusion_tensors fusion;
 } mg_gemm_tensors;
 
 /* The one GEMM entry point: `plan` says what (kind, shape, output type, block modes; its

@@ -12,7 +12,8 @@ message = mg_last_error()).
 """
 from ._lib import (Capturing, DeviceError, Error, InvalidArgument, OutOfMemory, Unavailable,
                    Unsupported, library_path)
-from ._lib import (attention_desc, attention_tensors, fp8_quant_desc, gemm_plan, gemm_tensors,
+from ._lib import (attention_desc, attention_tensors, fp8_quant_desc, gemm_fusion,
+                   gemm_fusion_tensors, gemm_plan, gemm_tensors,
                    kv_append_args, kv_cache_desc, mlx_linear, moe_combine_desc, moe_gemm_desc,
                    moe_gemm_tensors, moe_sort_desc, moe_topk_desc, nvfp4_moe_desc,
                    nvfp4_moe_tensors, nvfp4_weight, paged_attention_desc,

@@ -150,17 +150,30 @@ class op_stats(C.Structure):
                 ("forced", C.c_char * 32)]
 
 
+class gemm_fusion(Struct):
+    """mg_gemm_fusion: prologue (GEMM_PROLOGUE_*), epilogue (GEMM_EPILOGUE_*), eps."""
+    _fields_ = [("prologue", E), ("epilogue", E), ("eps", f32)]
+
+
+class gemm_fusion_tensors(Struct):
+    """mg_gemm_fusion_tensors; kv_cache / kv_append: pointers to kv_cache_desc and
+    kv_append_args (ctypes.pointer), read during the call only."""
+    _fields_ = [("norm_weight", D), ("residual", D), ("argmax_ids", D),
+                ("kv_cache", C.c_void_p), ("kv_append", C.c_void_p)]
+
+
 class gemm_plan(Struct):
     """mg_gemm_plan: kind (GEMM_*), m, n, k, ldc, out_type (DTYPE_*), act_mode and
-    weight_mode (FP8_BLOCK_*, block-scaled kind only), pointer_alignment (0: 16)."""
+    weight_mode (FP8_BLOCK_*, block-scaled kind only), pointer_alignment (0: 16), fusion
+    (gemm_fusion; zero: none)."""
     _fields_ = [("kind", E), ("m", u32), ("n", u32), ("k", u32), ("ldc", u32),
                 ("out_type", E), ("act_mode", E), ("weight_mode", E),
-                ("pointer_alignment", u32)]
+                ("pointer_alignment", u32), ("fusion", gemm_fusion)]
 
 
 class gemm_tensors(Struct):
     _fields_ = [("act", D), ("weight", D), ("out", D), ("act_scale", D), ("weight_scale", D),
-                ("workspace", D), ("workspace_bytes", sz)]
+                ("workspace", D), ("workspace_bytes", sz), ("fusion", gemm_fusion_tensors)]
 
 
 class fp8_quant_desc(Struct):
@@ -426,7 +439,7 @@ _DECLS = {
 
 # The MG_API_VERSION of the C headers this binding declares (include/metrale/gpu.h); a library
 # of another version may have other struct layouts and signatures, so it is refused at import.
-API_VERSION = 1
+API_VERSION = 2
 
 for _name, (_res, _args) in _DECLS.items():
     _fn = getattr(lib, _name)

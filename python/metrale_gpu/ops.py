@@ -13,8 +13,9 @@ import ctypes as C
 
 from . import _lib
 from ._lib import (I32P, InvalidArgument, check, lib, op_stats, raise_status)
-from ._lib import (attention_desc, attention_tensors, fp8_quant_desc, gemm_plan, gemm_tensors,
-                   kv_append_args, kv_cache_desc, mlx_linear, moe_combine_desc, moe_gemm_desc,
+from ._lib import (attention_desc, attention_tensors, fp8_quant_desc, gemm_fusion,
+                   gemm_fusion_tensors, gemm_plan, gemm_tensors, kv_append_args, kv_cache_desc,
+                   mlx_linear, moe_combine_desc, moe_gemm_desc,
                    moe_gemm_tensors, moe_sort_desc, moe_topk_desc, nvfp4_moe_desc,
                    nvfp4_moe_tensors, nvfp4_weight, paged_attention_desc,
                    paged_attention_tensors)
@@ -26,6 +27,9 @@ from .core import Buffer, from_dlpack
  OP_ATTENTION_PAGED, OP_GATHER_ROWS, OP_RMSNORM, OP_ARGMAX, OP_MOE_GEMM) = range(16)
 GEMM_BF16, GEMM_FP8_TENSORWISE, GEMM_FP8_ROWWISE, GEMM_FP8_BLOCKSCALED = range(4)
 FP8_BLOCK_1X128, FP8_BLOCK_128X128 = 0, 1
+GEMM_PROLOGUE_NONE, GEMM_PROLOGUE_RMSNORM = range(2)
+(GEMM_EPILOGUE_NONE, GEMM_EPILOGUE_RESIDUAL_ADD, GEMM_EPILOGUE_SILU_MUL, GEMM_EPILOGUE_ARGMAX,
+ GEMM_EPILOGUE_KV_APPEND) = range(5)
 FP8_QUANT_TENSOR, FP8_QUANT_ROW, FP8_QUANT_1X128, FP8_QUANT_1X128_GEMM_LAYOUT = range(4)
 ATTENTION_IMPL_AUTO, ATTENTION_IMPL_FA2, ATTENTION_IMPL_FA3 = range(3)
 KV_BF16, KV_FP8_E4M3 = 0, 1

@@ -3,6 +3,7 @@
 
 extern const mg_check_case mg_checks_conformance[];
 extern const mg_check_case mg_checks_gemm[];
+extern const mg_check_case mg_checks_gemm_fusion[];
 extern const mg_check_case mg_checks_quantize[];
 extern const mg_check_case mg_checks_attention[];
 extern const mg_check_case mg_checks_activation[];
@@ -17,6 +18,7 @@ extern const mg_check_case mg_checks_moe_gemm[];
 const mg_check_case *const mg_check_groups[] = {
     mg_checks_conformance,
     mg_checks_gemm,
+    mg_checks_gemm_fusion, /* group "gemm" too: the fused GEMMs */
     mg_checks_quantize,
     mg_checks_attention,
     mg_checks_activation,

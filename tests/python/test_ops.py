@@ -52,6 +52,32 @@ def test_gemm_with_prebuilt_descriptors(b, rng):
                                       out_type=mg.DTYPE_F32), t)
 
 
+def test_gemm_fusion_residual_add(b, rng):
+    """The appended fusion fields of the plan and tensors mirrors: a residual-add epilogue
+    equals the GEMM rounded to BF16 plus the residual, rounded again; a fusion tensor the
+    fusion does not read is refused by name."""
+    m, n, k = 3, 37, 24
+    a_bits, a = bf16_random(rng, (m, k))
+    w_bits, w = bf16_random(rng, (n, k))
+    r_bits, r = bf16_random(rng, (m, n))
+    act, weight = b.asbuffer(a_bits, "bf16"), b.asbuffer(w_bits, "bf16")
+    residual = b.asbuffer(r_bits, "bf16")
+    out = poisoned(b, (m, n), "bf16")
+    plan = mg.gemm_plan(kind=mg.GEMM_BF16, m=m, n=n, k=k, ldc=n, out_type=mg.DTYPE_BF16,
+                        fusion=mg.gemm_fusion(epilogue=mg.GEMM_EPILOGUE_RESIDUAL_ADD))
+    t = mg.gemm_tensors(act=act, weight=weight, out=out,
+                        fusion=mg.gemm_fusion_tensors(residual=residual.ptr))
+    mg.gemm(b, None, plan, t)
+    nm = mg.numerics
+    y = nm.bf16_to_f32(nm.bf16_from_f32((a @ w.T).astype(np.float32)))  # the GEMM's BF16 out
+    want = nm.bf16_to_f32(nm.bf16_from_f32((y + r).astype(np.float32)))
+    np.testing.assert_allclose(nm.bf16_to_f32(out.numpy()), want, rtol=1e-2, atol=1e-2)
+    assert mg.op_stats_get(b, mg.OP_GEMM_BF16)["provider"] == "reference"
+    plain = mg.gemm_plan(kind=mg.GEMM_BF16, m=m, n=n, k=k, ldc=n, out_type=mg.DTYPE_BF16)
+    with pytest.raises(mg.InvalidArgument, match="residual is given"):
+        mg.gemm(b, None, plain, t)
+
+
 def _fp8_operand(rng, rows, cols, quantizer):
     bits, _ = bf16_random(rng, (rows, cols), scale=3.0)
     codes, scales = quantizer(bits)

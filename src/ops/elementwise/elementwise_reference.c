@@ -83,8 +83,12 @@ static mg_status kernel_rmsnorm(const mg_launch *l) {
         (st = mg_cpu_kernel_buffer(l, 2, (uint64_t)cols * 2, 2, name, &w_v)) ||
         (st = mg_cpu_kernel_buffer(l, 3, bytes, 2, name, &out_v)))
         return st;
-    uint16_t *x = x_v, *out = out_v;
-    const uint16_t *add = add_v, *w = w_v;
+    mg_rmsnorm_bf16_host(rows, cols, eps, x_v, add_v, w_v, out_v);
+    return MG_OK;
+}
+
+void mg_rmsnorm_bf16_host(uint32_t rows, uint32_t cols, float eps, uint16_t *x, const uint16_t *add,
+                          const uint16_t *w, uint16_t *out) {
     for (uint32_t r = 0; r < rows; r++) {
         uint16_t *xr = x + (size_t)r * cols, *o = out + (size_t)r * cols;
         float sum = 0;
@@ -99,7 +103,6 @@ static mg_status kernel_rmsnorm(const mg_launch *l) {
         for (uint32_t c = 0; c < cols; c++)
             o[c] = mg_f32_to_bf16((mg_bf16_to_f32(xr[c]) * inv) * mg_bf16_to_f32(w[c]));
     }
-    return MG_OK;
 }
 
 /* argmax_f32 / argmax_bf16 (in, ids, rows, cols, pitch): elements of `element_bytes`. */
@@ -118,7 +121,12 @@ static mg_status argmax_rows(const mg_launch *l, const char *name, unsigned elem
                                    element_bytes, name, &in_v)) ||
         (st = mg_cpu_kernel_buffer(l, 1, (uint64_t)rows * 4, 4, name, &ids_v)))
         return st;
-    int32_t *ids = ids_v;
+    mg_argmax_host(rows, cols, in_v, pitch, element_bytes, ids_v);
+    return MG_OK;
+}
+
+void mg_argmax_host(uint32_t rows, uint32_t cols, const void *in_v, uint32_t pitch,
+                    unsigned element_bytes, int32_t *ids) {
     for (uint32_t r = 0; r < rows; r++) {
         uint32_t best = 0;
         float best_value = -INFINITY;
@@ -135,7 +143,6 @@ static mg_status argmax_rows(const mg_launch *l, const char *name, unsigned elem
         }
         ids[r] = (int32_t)best;
     }
-    return MG_OK;
 }
 
 static mg_status kernel_argmax(const mg_launch *l) {

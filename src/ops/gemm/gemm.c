@@ -1,9 +1,13 @@
 /* gemm.c - the front of the GEMM ops (metrale/ops_gemm.h): every argument checked once, then
  * the provider the op registry chooses (gemm_provider.h). */
+#include <math.h>
+#include <stdio.h>
+
 #include "backend_impl.h"
 #include "error.h"
 #include "gemm_provider.h"
 #include "gemm_reference.h"
+#include "kv_cache_internal.h"
 #include "metrale/launch.h"
 #include "op_builtin.h"
 
@@ -47,6 +51,48 @@ static const char *kind_name(mg_gemm_kind kind) {
     return info ? info->function : "mg_gemm";
 }
 
+static const char *const prologue_names[MG_GEMM_PROLOGUE_COUNT] = {"none", "rmsnorm"};
+static const char *const epilogue_names[MG_GEMM_EPILOGUE_COUNT] = {
+    "none", "residual_add", "silu_mul", "argmax", "kv_append"};
+
+const char *mg_gemm_prologue_name(mg_gemm_prologue p) {
+    return (unsigned)p < MG_GEMM_PROLOGUE_COUNT ? prologue_names[p] : NULL;
+}
+
+const char *mg_gemm_epilogue_name(mg_gemm_epilogue e) {
+    return (unsigned)e < MG_GEMM_EPILOGUE_COUNT ? epilogue_names[e] : NULL;
+}
+
+static bool has_fusion(const mg_gemm_plan *p) {
+    return p->fusion.prologue != MG_GEMM_PROLOGUE_NONE ||
+           p->fusion.epilogue != MG_GEMM_EPILOGUE_NONE;
+}
+
+/* "prologue rmsnorm + epilogue silu_mul", for messages; the kinds are checked. */
+static void fusion_text(const mg_gemm_plan *p, char *buf, size_t bytes) {
+    bool pro = p->fusion.prologue != MG_GEMM_PROLOGUE_NONE;
+    bool epi = p->fusion.epilogue != MG_GEMM_EPILOGUE_NONE;
+    snprintf(buf, bytes, "%s%s%s%s%s", pro ? "prologue " : "",
+             pro ? prologue_names[p->fusion.prologue] : "", pro && epi ? " + " : "",
+             epi ? "epilogue " : "", epi ? epilogue_names[p->fusion.epilogue] : "");
+}
+
+bool mg_gemm_fusion_declared(const mg_gemm_provider *g, const mg_gemm_plan *p, char *reason,
+                             size_t reason_bytes) {
+    if (!has_fusion(p))
+        return true;
+    unsigned want =
+        MG_GEMM_FUSES_PROLOGUE(p->fusion.prologue) | MG_GEMM_FUSES_EPILOGUE(p->fusion.epilogue);
+    want &= ~(MG_GEMM_FUSES_PROLOGUE(MG_GEMM_PROLOGUE_NONE) |
+              MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_NONE));
+    if ((g->fusions & want) == want)
+        return true;
+    char text[96];
+    fusion_text(p, text, sizeof text);
+    snprintf(reason, reason_bytes, "runs no fusion %s", text);
+    return false;
+}
+
 static bool is_fp8(mg_gemm_kind kind) {
     return gemm_kinds[kind].input_type == MG_DTYPE_FP8_E4M3;
 }
@@ -66,6 +112,46 @@ size_t mg_gemm_scale_count(const mg_gemm_plan *p, bool act) {
     return 0;
 }
 
+/* The columns of out: N, or N/2 after SiLU(gate) * up. */
+static uint32_t out_cols(const mg_gemm_plan *p) {
+    return p->fusion.epilogue == MG_GEMM_EPILOGUE_SILU_MUL ? p->n / 2 : p->n;
+}
+
+/* The fusion's kinds and scalars (metrale/ops_gemm.h, "fusion"); the shape is checked. */
+static mg_status check_fusion(const mg_gemm_plan *p, const char *what) {
+    const mg_gemm_fusion *f = &p->fusion;
+    if (!mg_gemm_prologue_name(f->prologue) || !mg_gemm_epilogue_name(f->epilogue))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown fusion (prologue %d, epilogue %d)",
+                        what, (int)f->prologue, (int)f->epilogue);
+    if (!has_fusion(p))
+        return MG_OK;
+    char text[96];
+    fusion_text(p, text, sizeof text);
+    if (p->kind != MG_GEMM_BF16 && p->kind != MG_GEMM_FP8_ROWWISE)
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "%s: fusion %s is defined for mg_gemm_bf16 and mg_gemm_fp8_rowwise only",
+                        what, text);
+    if (f->prologue == MG_GEMM_PROLOGUE_RMSNORM && !(f->eps > 0.0f && f->eps < INFINITY))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: fusion %s needs eps > 0 and finite, got %g",
+                        what, text, (double)f->eps);
+    if (f->epilogue == MG_GEMM_EPILOGUE_SILU_MUL && p->n % 2)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: fusion %s needs an even N (gate and up halves), got N=%u", what, text,
+                        p->n);
+    if (f->epilogue == MG_GEMM_EPILOGUE_SILU_MUL && p->out_type != MG_DTYPE_BF16)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: fusion %s writes bf16, not %s", what, text,
+                        mg_dtype_name(p->out_type));
+    if (f->epilogue == MG_GEMM_EPILOGUE_KV_APPEND && (p->out_type != MG_DTYPE_BF16 || p->ldc % 8))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: fusion %s needs bf16 output rows of a multiple of 8 elements (got "
+                        "%s, ldc=%u)",
+                        what, text, mg_dtype_name(p->out_type), p->ldc);
+    if (f->epilogue == MG_GEMM_EPILOGUE_RESIDUAL_ADD && p->out_type != MG_DTYPE_BF16)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: fusion %s writes bf16, not %s", what, text,
+                        mg_dtype_name(p->out_type));
+    return MG_OK;
+}
+
 /* The shape, types and modes of a plan; shared by the calls and mg_gemm_prewarm. */
 static mg_status check_plan(const mg_gemm_plan *p) {
     const char *what = kind_name(p->kind);
@@ -74,9 +160,12 @@ static mg_status check_plan(const mg_gemm_plan *p) {
     if (p->m == 0 || p->n == 0 || p->k == 0)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: empty shape M=%u N=%u K=%u", what, p->m, p->n,
                         p->k);
-    if (p->ldc < p->n)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: ldc=%u is less than N=%u", what, p->ldc,
-                        p->n);
+    mg_status st = check_fusion(p, what);
+    if (st)
+        return st;
+    if (p->ldc < out_cols(p))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: ldc=%u is less than the %u output columns",
+                        what, p->ldc, out_cols(p));
     if (p->kind == MG_GEMM_BF16) {
         if (p->out_type != MG_DTYPE_BF16 && p->out_type != MG_DTYPE_F32)
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: output type %s, expected bf16 or f32",
@@ -122,6 +211,74 @@ static uint32_t pointer_alignment(mg_devptr p) {
     return a;
 }
 
+/* No fusion operand the plan's fusion does not read (a caller who sets one expects it used),
+ * and no act_scale with the RMSNorm prologue (the op computes it). The needed ones are checked
+ * with the other tensors. */
+static mg_status check_fusion_tensors(const mg_gemm_call *c, const char *what) {
+    const mg_gemm_fusion *f = &c->plan.fusion;
+    const mg_gemm_fusion_tensors *t = &c->t.fusion;
+    const char *unused = NULL;
+    if (t->norm_weight && f->prologue != MG_GEMM_PROLOGUE_RMSNORM)
+        unused = "norm_weight";
+    else if (t->residual && f->epilogue != MG_GEMM_EPILOGUE_RESIDUAL_ADD)
+        unused = "residual";
+    else if (t->argmax_ids && f->epilogue != MG_GEMM_EPILOGUE_ARGMAX)
+        unused = "argmax_ids";
+    else if ((t->kv_cache || t->kv_append) && f->epilogue != MG_GEMM_EPILOGUE_KV_APPEND)
+        unused = t->kv_cache ? "kv_cache" : "kv_append";
+    else if (c->t.act_scale && f->prologue == MG_GEMM_PROLOGUE_RMSNORM)
+        unused = "act_scale";
+    if (!unused)
+        return MG_OK;
+    if (!has_fusion(&c->plan))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %s is given but the plan has no fusion (pass 0)", what, unused);
+    char text[96];
+    fusion_text(&c->plan, text, sizeof text);
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                    "%s: %s is given but fusion %s does not read it (pass 0)", what, unused, text);
+}
+
+bool mg_gemm_kv_append_args(const mg_gemm_call *c, mg_kv_append_args *out) {
+    const mg_gemm_fusion_tensors *t = &c->t.fusion;
+    if (c->plan.fusion.epilogue != MG_GEMM_EPILOGUE_KV_APPEND || !t->kv_cache || !t->kv_append)
+        return false;
+    const uint64_t d = t->kv_cache->head_dim, hq = t->kv_append->num_qo_heads;
+    *out = *t->kv_append;
+    out->num_tokens = c->plan.m;
+    out->k = c->t.out + hq * d * 2;
+    out->v = out->k + (uint64_t)t->kv_cache->num_kv_heads * d * 2;
+    out->k_stride = out->v_stride = c->plan.ldc;
+    out->q = out->rope ? c->t.out : 0;
+    out->q_stride = out->rope ? c->plan.ldc : 0;
+    return true;
+}
+
+/* The KV-append epilogue: its structs, the fields the op sets left 0, N matching the heads,
+ * and every check of mg_kv_append on the arguments the op will pass. */
+static mg_status check_kv_append(mg_backend *b, const mg_gemm_call *c, const char *what) {
+    const mg_gemm_fusion_tensors *t = &c->t.fusion;
+    if (!t->kv_cache || !t->kv_append)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: epilogue kv_append needs %s", what,
+                        t->kv_cache ? "kv_append (the append's arguments)" : "kv_cache");
+    const mg_kv_append_args *a = t->kv_append;
+    if (a->k || a->v || a->q || a->k_stride || a->v_stride || a->q_stride || a->num_tokens)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: epilogue kv_append sets k, v, q, their strides and num_tokens from "
+                        "out; pass them 0",
+                        what);
+    uint64_t heads = (uint64_t)a->num_qo_heads + 2ull * t->kv_cache->num_kv_heads;
+    if (heads * t->kv_cache->head_dim != c->plan.n)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: epilogue kv_append needs N = (num_qo_heads + 2 num_kv_heads) "
+                        "head_dim = (%u + 2 x %u) x %u, got N=%u",
+                        what, a->num_qo_heads, t->kv_cache->num_kv_heads, t->kv_cache->head_dim,
+                        c->plan.n);
+    mg_kv_append_args args;
+    mg_gemm_kv_append_args(c, &args);
+    return mg_kv_append_check(b, t->kv_cache, &args);
+}
+
 /* The operands, each inside its buffer (nothing is read or written out of bounds), and the
  * output overlapping no operand: GEMM reads act and weight while it writes out. */
 static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
@@ -131,22 +288,49 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     if (st || (st = check_plan(p)))
         return st;
     bool fp8 = is_fp8(p->kind);
+    /* The RMSNorm prologue reads the un-normed BF16 rows whatever the kind; FP8's act_scale is
+     * then the op's own. */
+    bool norm = p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM;
     uint32_t in_align = fp8 ? 16 : 2, out_align = fp8 ? 16 : (uint32_t)mg_dtype_bytes(p->out_type);
     uint32_t scale_align = p->kind == MG_GEMM_FP8_TENSORWISE ? 4 : 16;
     size_t in_bytes = mg_dtype_bytes(gemm_kinds[p->kind].input_type);
-    size_t out_bytes = mg_dtype_bytes(p->out_type);
+    size_t act_bytes = norm ? 2 : in_bytes, out_bytes = mg_dtype_bytes(p->out_type);
+    if ((st = check_fusion_tensors(c, what)))
+        return st;
+    if (p->fusion.epilogue == MG_GEMM_EPILOGUE_KV_APPEND && (st = check_kv_append(b, c, what)))
+        return st;
     /* The scales only for FP8; a workspace of 0 bytes is none. */
-    mg_op_tensor t[6] = {
-        {"act", c->t.act, mg_op_matrix_bytes(p->m, p->k, p->k, in_bytes), in_align, MG_OP_IN},
+    mg_op_tensor t[11] = {
+        {"act", c->t.act, mg_op_matrix_bytes(p->m, p->k, p->k, act_bytes), norm ? 2 : in_align,
+         MG_OP_IN},
         {"weight", c->t.weight, mg_op_matrix_bytes(p->n, p->k, p->k, in_bytes), in_align, MG_OP_IN},
-        {"out", c->t.out, mg_op_matrix_bytes(p->m, p->n, p->ldc, out_bytes), out_align, MG_OP_OUT},
+        {"out", c->t.out, mg_op_matrix_bytes(p->m, out_cols(p), p->ldc, out_bytes), out_align,
+         MG_OP_OUT},
     };
     int count = 3;
-    if (fp8) {
+    if (fp8 && !norm)
         t[count++] = (mg_op_tensor){"act_scale", c->t.act_scale, mg_gemm_scale_count(p, true) * 4,
                                     scale_align, MG_OP_IN};
+    if (fp8)
         t[count++] = (mg_op_tensor){"weight_scale", c->t.weight_scale,
                                     mg_gemm_scale_count(p, false) * 4, scale_align, MG_OP_IN};
+    if (norm)
+        t[count++] =
+            (mg_op_tensor){"norm_weight", c->t.fusion.norm_weight, (size_t)p->k * 2, 2, MG_OP_IN};
+    if (p->fusion.epilogue == MG_GEMM_EPILOGUE_RESIDUAL_ADD)
+        t[count++] = (mg_op_tensor){"residual", c->t.fusion.residual,
+                                    mg_op_matrix_bytes(p->m, p->n, p->ldc, 2), 2, MG_OP_IN};
+    if (p->fusion.epilogue == MG_GEMM_EPILOGUE_ARGMAX)
+        t[count++] =
+            (mg_op_tensor){"argmax_ids", c->t.fusion.argmax_ids, (size_t)p->m * 4, 4, MG_OP_OUT};
+    size_t pool_bytes;
+    if (p->fusion.epilogue == MG_GEMM_EPILOGUE_KV_APPEND &&
+        mg_kv_cache_bytes(c->t.fusion.kv_cache, &pool_bytes) == MG_OK) { /* checked above */
+        /* the pages are written too: they overlap none of the GEMM's operands */
+        t[count++] = (mg_op_tensor){"k_pages", c->t.fusion.kv_append->k_pages, pool_bytes / 2, 16,
+                                    MG_OP_OUT};
+        t[count++] = (mg_op_tensor){"v_pages", c->t.fusion.kv_append->v_pages, pool_bytes / 2, 16,
+                                    MG_OP_OUT};
     }
     if (c->t.workspace_bytes)
         t[count++] =
@@ -159,6 +343,30 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
 
 /* ------------------------------------------------------------------ dispatch */
 
+/* The provider of `plan`: the registry's choice, which for a fusion must be a provider that
+ * declares it (its supports hook asks mg_gemm_fusion_declared; checked again here, so a hook
+ * that forgot cannot run a fusion partly). `fn` names the entry point in messages; with a
+ * fusion it is followed by the fusion's name. */
+static mg_status choose(mg_backend *b, const mg_gemm_plan *plan, const char *fn,
+                        const mg_op_provider **out) {
+    char what[160];
+    if (has_fusion(plan)) {
+        char text[96];
+        fusion_text(plan, text, sizeof text);
+        snprintf(what, sizeof what, "%s with fusion %s", fn, text);
+    } else {
+        snprintf(what, sizeof what, "%s", fn);
+    }
+    mg_status st = mg_op_choose(b, op_of(plan->kind), plan, what, out);
+    if (st)
+        return st;
+    char reason[160];
+    if (!mg_gemm_fusion_declared((const mg_gemm_provider *)*out, plan, reason, sizeof reason))
+        return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: provider %s on the %s backend %s", what,
+                        (*out)->name, mg_backend_kind_name(mg_backend_get_kind(b)), reason);
+    return MG_OK;
+}
+
 /* The workspace a caller must supply to `p` on `b` (0: none). */
 static size_t workspace_need(mg_backend *b, const mg_op_provider *p) {
     const mg_gemm_provider *g = (const mg_gemm_provider *)p;
@@ -169,10 +377,10 @@ static mg_status run_call(mg_backend *b, mg_stream *s, mg_gemm_call *c) {
     mg_status st = check_call(b, c);
     if (st)
         return st;
-    const char *what = kind_name(c->plan.kind);
     const mg_op_provider *p;
-    if ((st = mg_op_choose(b, op_of(c->plan.kind), &c->plan, what, &p)))
+    if ((st = choose(b, &c->plan, kind_name(c->plan.kind), &p)))
         return st;
+    const char *what = kind_name(c->plan.kind);
     bool caller_workspace = c->t.workspace != 0;
     size_t need = workspace_need(b, p);
     if (caller_workspace && c->t.workspace_bytes < need) {
@@ -207,7 +415,7 @@ mg_status mg_gemm_workspace_bytes(mg_backend *b, const mg_gemm_plan *plan, size_
     if ((st = check_plan(plan)))
         return st;
     const mg_op_provider *p;
-    if ((st = mg_op_choose(b, op_of(plan->kind), plan, fn, &p)))
+    if ((st = choose(b, plan, fn, &p)))
         return st;
     *bytes = workspace_need(b, p);
     return MG_OK;
@@ -328,7 +536,7 @@ mg_status mg_gemm_prewarm(mg_backend *b, mg_stream *s, const mg_gemm_plan *plans
     /* Each plan goes to the provider its calls will use. */
     for (size_t i = 0; i < count; i++) {
         const mg_op_provider *p;
-        if ((st = mg_op_choose(b, op_of(plans[i].kind), &plans[i], fn, &p))) {
+        if ((st = choose(b, &plans[i], fn, &p))) {
             mg_error_append(" (plan %zu)", i);
             return st;
         }

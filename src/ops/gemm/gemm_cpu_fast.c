@@ -269,6 +269,9 @@ static void kernels_register(void) {
 
 static bool supports_bf16(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
     (void)b;
+    /* Both fast providers declare no fusion (their fusions field is 0). */
+    if (!mg_gemm_fusion_declared(&mg_gemm_cpu_portable_provider, call, reason, reason_bytes))
+        return false;
     if (((const mg_gemm_plan *)call)->kind == MG_GEMM_BF16)
         return true;
     snprintf(reason, reason_bytes, "BF16 only (FP8 GEMMs run on the reference)");

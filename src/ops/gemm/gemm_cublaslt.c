@@ -722,6 +722,9 @@ static bool cublaslt_available(mg_backend *b, char *reason, size_t reason_bytes)
 /* FP8 E4M3 matmuls need Hopper (compute capability 9.0) or newer. */
 static bool cublaslt_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
     const mg_gemm_plan *plan = call;
+    /* No fusion yet: the epilogues of cuBLASLt do not compose ours. */
+    if (!mg_gemm_fusion_declared(&mg_gemm_cublaslt_provider, plan, reason, reason_bytes))
+        return false;
     if (plan->kind == MG_GEMM_BF16)
         return true;
     lt_state *st = mg_op_state_peek(b, &lt_state_type);

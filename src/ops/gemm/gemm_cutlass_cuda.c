@@ -140,6 +140,8 @@ static bool kernels_fit(const mg_gemm_plan *p, char *reason, size_t reason_bytes
 
 static bool cutlass_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
     const mg_gemm_plan *p = call;
+    if (!mg_gemm_fusion_declared(&mg_gemm_cutlass_provider, p, reason, reason_bytes))
+        return false; /* no fused kernels yet */
     if (p->kind != MG_GEMM_BF16) {
         snprintf(reason, reason_bytes, "the CUTLASS provider runs BF16 GEMMs only");
         return false;

@@ -108,6 +108,8 @@ static bool decode_gemv_wins(const mg_gemm_plan *p) {
 
 static bool gemv_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
     const mg_gemm_plan *p = call;
+    if (!mg_gemm_fusion_declared(&mg_gemm_decode_gemv_provider, p, reason, reason_bytes))
+        return false; /* no fused kernels yet */
     if (!kernels_fit(b, p, reason, reason_bytes))
         return false;
     if (is_forced(b, p->kind))

@@ -28,7 +28,23 @@ typedef struct mg_gemm_provider {
     /* Optional (NULL: always batch-invariant): mg_gemm_set_batch_invariant and its query. */
     mg_status (*set_batch_invariant)(mg_backend *b, bool enabled);
     bool (*batch_invariant)(mg_backend *b);
+    /* The fusions it runs whole (metrale/ops_gemm.h), MG_GEMM_FUSES_* bits: 0 (the default)
+     * runs none. Its supports hook calls mg_gemm_fusion_declared first, so the registry passes
+     * it over for any other fusion; the front checks the chosen one again. */
+    unsigned fusions;
 } mg_gemm_provider;
+
+#define MG_GEMM_FUSES_PROLOGUE(p) (1u << (unsigned)(p))
+#define MG_GEMM_FUSES_EPILOGUE(e) (1u << (8u + (unsigned)(e)))
+
+/* The mg_kv_append arguments of a call with the KV_APPEND epilogue (metrale/ops_gemm.h): the
+ * caller's, with the token rows taken from out. False (nothing written) for another call. */
+bool mg_gemm_kv_append_args(const mg_gemm_call *c, mg_kv_append_args *out);
+
+/* Whether provider `g` declares the plan's fusion (no fusion: always); on false writes the
+ * reason, naming the fusion. For the supports hooks (cheap; sets no error). */
+bool mg_gemm_fusion_declared(const mg_gemm_provider *g, const mg_gemm_plan *p, char *reason,
+                             size_t reason_bytes);
 
 /* The providers, in gemm_reference.c, gemm_cpu_fast.c, gemm_cublaslt.c, gemm_cutlass_cuda.c and
  * gemm_decode_gemv.c. */

@@ -61,6 +61,10 @@ void mg_fp8_act_scales_transpose_cpu(uint32_t m, uint32_t m_pad, uint32_t k, con
  *   gemm_fp8_ref(act, act_scale, weight, weight_scale, out; u32 m, n, k, ldc, act_scaling,
  *                weight_scaling)                                     (mg_fp8_scaling values)
  *   fp8_act_scales_transpose(src, dst; u32 m, m_pad, blocks)         (as the CUDA kernel)
+ *   gemm_fused_ref(act, act_scale_or_0, weight, weight_scale_or_0, out, norm_weight_or_0,
+ *                  residual_or_0, argmax_ids_or_0; u32 kind, m, n, k, ldc, out_type, prologue,
+ *                  epilogue; f32 eps)        (BF16 or row-wise FP8 with a fusion: the composition
+ *                                             of the reference ops, metrale/ops_gemm.h)
  * Registers them once per process; later calls do nothing. */
 void mg_gemm_reference_kernels_register(void);
 

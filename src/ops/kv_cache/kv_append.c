@@ -40,8 +40,8 @@ static const mg_op_provider *const append_providers[] = {&kernels_provider, NULL
 
 const mg_op_def mg_kv_append_op = {MG_OP_KV_APPEND, "kv_append", append_providers};
 
-mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cache,
-                       const mg_kv_append_args *a) {
+mg_status mg_kv_append_check(mg_backend *b, const mg_kv_cache_desc *cache,
+                             const mg_kv_append_args *a) {
     mg_status st = mg_op_enter(b, WHAT);
     if (st || (st = mg_kv_cache_desc_check(cache, WHAT)))
         return st;
@@ -105,10 +105,23 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
     if ((st = mg_op_check_tensors(b, WHAT, t, 12, -1, -1)))
         return st;
     const mg_op_provider *provider;
+    return mg_op_choose(b, MG_OP_KV_APPEND, cache, WHAT, &provider);
+}
+
+mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cache,
+                       const mg_kv_append_args *a) {
+    mg_status st = mg_kv_append_check(b, cache, a);
+    if (st || !a->num_tokens)
+        return st;
+    const mg_op_provider *provider;
     if ((st = mg_op_choose(b, MG_OP_KV_APPEND, cache, WHAT, &provider)))
         return st;
-    if (!tokens)
-        return MG_OK;
+    /* the checked values again (the checks above passed for them) */
+    const bool fp8 = cache->kv_dtype == MG_KV_FP8_E4M3;
+    const uint32_t row = cache->num_kv_heads * cache->head_dim;
+    const uint32_t qo_heads = a->q ? a->num_qo_heads : 0;
+    uint32_t k_stride = a->k_stride ? a->k_stride : row, v_stride = a->v_stride ? a->v_stride : row;
+    uint32_t q_stride = a->q_stride ? a->q_stride : qo_heads * cache->head_dim;
     mg_launch l;
     /* Grid: tokens in x, slices of a token's items (8-element pairs of a head: K, V and q heads)
      * in y; see kv_append.cu. */

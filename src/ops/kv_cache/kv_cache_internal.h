@@ -27,6 +27,11 @@ uint32_t mg_kv_page_size(uint32_t page_size);
 /* Tokens request `request` holds (indptrs already checked). */
 int64_t mg_kv_len(const int32_t *kv_indptr, const int32_t *last_page_len, uint32_t page_size,
                   uint32_t request);
+/* Every check of mg_kv_append (status and message as it gives them), launching nothing: for a
+ * fused op that appends after its own kernels (the GEMM's KV-append epilogue, src/ops/gemm/)
+ * and must refuse before it launches anything. */
+mg_status mg_kv_append_check(mg_backend *b, const mg_kv_cache_desc *cache,
+                             const mg_kv_append_args *a);
 /* Registers the CPU kernels of the append op once per process. */
 void mg_kv_append_cpu_kernels_register(void);
 

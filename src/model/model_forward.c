@@ -21,13 +21,20 @@
 #include "metrale/ops_quantize.h"
 #include "metrale/status.h"
 
-mg_paged_attention_desc mg_fwd_attention_desc(const mg_fwd *m) {
-    return (mg_paged_attention_desc){.num_qo_heads = m->sh.heads,
-                                     .num_kv_heads = m->sh.kv_heads,
-                                     .head_dim = m->sh.head_dim,
+mg_paged_attention_desc mg_fwd_attention_desc_of(const mg_model_shape *sh) {
+    return (mg_paged_attention_desc){.num_qo_heads = sh->heads,
+                                     .num_kv_heads = sh->kv_heads,
+                                     .head_dim = sh->head_dim,
                                      .page_size = PAGE_SIZE,
                                      .window_left = -1,
-                                     .sm_scale = 1.0f / sqrtf((float)m->sh.head_dim)};
+                                     .sm_scale = 1.0f / sqrtf((float)sh->head_dim)};
+}
+
+mg_paged_attention_desc mg_fwd_attention_desc(const mg_fwd *m) {
+    mg_paged_attention_desc d = mg_fwd_attention_desc_of(&m->sh);
+    d.workspace = m->attention_workspace;
+    d.workspace_bytes = m->attention_workspace_bytes;
+    return d;
 }
 
 /* A span named `op` (model.h's names) around the statements that follow, when a timing object
@@ -118,7 +125,7 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
     } else { /* BF16 or FP8 (row-wise) experts: metrale/ops_moe_gemm.h */
         size_t gu = (size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_GATE_UP;
         size_t dn = (size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_DOWN;
-        mg_moe_gemm_desc gd = mg_fwd_moe_gemm_desc(m, true, rows);
+        mg_moe_gemm_desc gd = mg_fwd_moe_gemm_desc(sh, m->c.weights, true, rows);
         mg_moe_gemm_tensors gt = {.act = m->norm_out,
                                   .sorted_token_ids = m->sorted_token_ids,
                                   .expert_offsets = m->expert_offsets,
@@ -128,7 +135,7 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
                                   .workspace = m->moe_gemm_workspace,
                                   .workspace_bytes = m->moe_gemm_workspace_bytes};
         OP("moe_gate_up", TRY(mg_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul"));
-        mg_moe_gemm_desc dd = mg_fwd_moe_gemm_desc(m, false, rows);
+        mg_moe_gemm_desc dd = mg_fwd_moe_gemm_desc(sh, m->c.weights, false, rows);
         mg_moe_gemm_tensors dt = {.act = m->moe_act,
                                   .expert_offsets = m->expert_offsets,
                                   .weight = m->layer_w[dn],
@@ -250,7 +257,7 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         if (m->fp4) {
             const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
             OP("gate_up", TRY(mg_nvfp4_gemm_gate_up(b, s, rows, I, H, m->norm_out, H, &fw[FP4_GATE],
-                                                    &fw[FP4_UP], m->mlp_act_fp4, I),
+                                                    &fw[FP4_UP], m->mlp_act, I),
                               "gate_up projection with SiLU-mul"));
         } else {
             if (fp8)
@@ -263,8 +270,8 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
             if (fp8)
                 OP("fp8_quant", TRY(quantize_act(m, s, rows, I, m->mlp_act), "quantizing to FP8"));
         }
-        OP("down", TRY(linear(m, s, prefill, l, MG_FWD_W_DOWN, FP4_DOWN, rows, H, I,
-                              m->fp4 ? m->mlp_act_fp4 : m->mlp_act, m->proj_out),
+        OP("down", TRY(linear(m, s, prefill, l, MG_FWD_W_DOWN, FP4_DOWN, rows, H, I, m->mlp_act,
+                              m->proj_out),
                        "down projection"));
     }
     OP("last_rows", TRY(mg_gather_rows_bf16(b, s, B, H, m->logits_indices, rows, m->residual,

@@ -230,6 +230,8 @@ static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest
     fp4_staging sg = {0};
     mg_status st = mg_alloc(m->b, 4 * (count + 1) * group, &m->fp4_globals);
     if (!st)
+        m->weight_bytes += 4 * (count + 1) * group;
+    if (!st)
         st = mg_alloc(m->b, largest_matrix * 2, &sg.bf16);
     if (!st)
         st = mg_alloc(m->b, largest_matrix / 2, &sg.codes);
@@ -263,22 +265,7 @@ static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest
     for (size_t i = 0; i < 3; i++)
         if (staging[i])
             mg_free(m->b, staging[i]);
-    if (st || m->prompt_tokens < MG_NVFP4_BF16_PATH_MIN_M)
-        return st;
-    /* The prefill's workspace: the largest BF16 expansion of a dense layer matrix. */
-    const mg_model_shape *s = &m->sh;
-    uint32_t M = (uint32_t)m->prompt_tokens, H = s->hidden, QD = s->heads * s->head_dim;
-    uint32_t shapes[4][2] = {
-        {QD, H}, {2 * s->kv_heads * s->head_dim, H}, {H, QD}, {H, s->intermediate}};
-    for (size_t i = 0; i < (s->experts ? 3u : 4u); i++) {
-        size_t w = mg_nvfp4_gemm_workspace_bytes(M, shapes[i][0], shapes[i][1]);
-        m->prefill_workspace_bytes =
-            w > m->prefill_workspace_bytes ? w : m->prefill_workspace_bytes;
-    }
-    if (m->prefill_workspace_bytes &&
-        (st = mg_alloc(m->b, m->prefill_workspace_bytes, &m->prefill_workspace)))
-        return mg_fwd_lib_fail(st, "allocating the prefill workspace");
-    return MG_OK;
+    return st;
 }
 
 bool mg_fwd_is_quantized_matrix(uint32_t slot) {

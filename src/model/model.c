@@ -1,5 +1,6 @@
 /* model.c - the decoder stack of model.h over the public ops: weights, arena, KV cache,
  * prefill and decode passes. */
+#include "model_format.h"
 #include "model_internal.h"
 #include "model_plan.h"
 #include "model_sampling.h"
@@ -159,13 +160,35 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
     const mg_fwd_preset *p = c->preset;
     if (!p)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no preset");
-    if (p->shape.experts && c->weights != MG_FWD_WEIGHTS_NVFP4 &&
-        (!mg_op_supported(b, MG_OP_MOE_GEMM) || !mg_op_supported(b, MG_OP_MOE_ROUTING)))
-        return mg_error_report(
-            MG_ERR_UNSUPPORTED,
-            "preset %s is a mixture of experts: %s experts need the ops moe_gemm and "
-            "moe_routing, which the %s backend cannot run (run it with NVFP4 weights)",
-            p->name, mg_fwd_weights_name(c->weights), mg_backend_kind_name(mg_backend_get_kind(b)));
+    const mg_fwd_format *f = mg_fwd_format_of_config(c);
+    if (!f)
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "unknown weight format %d",
+                               (int)c->weights);
+    mg_status st = f->check ? f->check(b, c) : MG_OK;
+    if (st)
+        return st;
+    if (p->shape.experts && !f->moe_op_count)
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "preset %s is a mixture of experts: %s weights run dense models "
+                               "only",
+                               p->name, mg_fwd_weights_name(c->weights));
+    /* The pass's own ops, then the format's (its experts' for a MoE model): a backend without
+     * one is refused here, never mid-pass. */
+    static const mg_op pass_ops[] = {MG_OP_GATHER_ROWS, MG_OP_RMSNORM, MG_OP_ARGMAX,
+                                     MG_OP_KV_APPEND, MG_OP_ATTENTION_PAGED};
+    const struct {
+        const mg_op *ops;
+        size_t count;
+    } lists[] = {{pass_ops, sizeof pass_ops / sizeof pass_ops[0]},
+                 {f->ops, f->op_count},
+                 {f->moe_ops, p->shape.experts ? f->moe_op_count : 0}};
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        for (size_t j = 0; j < lists[i].count; j++)
+            if (!mg_op_supported(b, lists[i].ops[j]))
+                return mg_error_report(
+                    MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s (%s%s weights%s)",
+                    mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(lists[i].ops[j]),
+                    i ? "" : "every model; ", f->name, i == 2 ? ", mixture of experts" : "");
     if (!c->batch || c->batch > p->max_batch_size)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT,
                                "--batch %u: preset %s's arena holds 1..%u requests", c->batch,
@@ -192,13 +215,6 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
                 r, mg_fwd_prompt_length(c, r), c->steps, (unsigned long long)seq, p->name,
                 p->context);
     }
-    static const mg_op needed[] = {MG_OP_GEMM_BF16,      MG_OP_GATHER_ROWS, MG_OP_RMSNORM,
-                                   MG_OP_ARGMAX,         MG_OP_SILU_MUL,    MG_OP_KV_APPEND,
-                                   MG_OP_ATTENTION_PAGED};
-    static const mg_op needed_nvfp4[] = {MG_OP_NVFP4_FORMAT, MG_OP_NVFP4_GEMM, MG_OP_MOE_ROUTING,
-                                         MG_OP_NVFP4_MOE_GEMM};
-    static const mg_op needed_fp8[] = {MG_OP_GEMM_FP8, MG_OP_FP8_QUANTIZE};
-    bool fp4 = c->weights == MG_FWD_WEIGHTS_NVFP4, fp8 = c->weights == MG_FWD_WEIGHTS_FP8;
     if (c->prompt_ids && c->prompt_lengths) {
         uint64_t sum = 0;
         for (uint32_t r = 0; r < c->batch; r++) {
@@ -222,32 +238,11 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
                                        "prompt token %u is id %d, outside the vocabulary of %u", i,
                                        c->prompt_ids[i], p->shape.vocab);
     }
-    if (c->weights == MG_FWD_WEIGHTS_CHECKPOINT) {
-        if (!mg_op_supported(b, MG_OP_MLX_QUANT))
-            return mg_error_report(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
-                                   mg_backend_kind_name(mg_backend_get_kind(b)),
-                                   mg_op_name(MG_OP_MLX_QUANT));
-    } else if (c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) {
-        mg_status st = mg_fwd_mlx_check_config(b, c);
-        if (st)
-            return st;
-    } else if (c->weights != MG_FWD_WEIGHTS_BF16 && !fp4 && !fp8)
-        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "unknown weight format %d",
-                               (int)c->weights);
-    size_t extra = fp8 ? 2 : !fp4 ? 0 : p->shape.experts ? 4 : 2;
-    for (size_t i = 0; i < sizeof needed / sizeof needed[0] + extra; i++) {
-        mg_op op = i < sizeof needed / sizeof needed[0] ? needed[i]
-                   : fp8 ? needed_fp8[i - sizeof needed / sizeof needed[0]]
-                         : needed_nvfp4[i - sizeof needed / sizeof needed[0]];
-        if (!mg_op_supported(b, op))
-            return mg_error_report(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
-                                   mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(op));
-    }
     uint64_t free_bytes = 0, total_bytes = 0;
-    const double weights = ckpt ? mg_fwd_checkpoint_weight_bytes(ckpt, p)
-                                : mg_fwd_weight_bytes_estimate(p, c->weights);
+    const double weights =
+        ckpt ? mg_fwd_checkpoint_weight_bytes(ckpt, p) : f->weight_bytes(p, c->weights);
     double state = 0.0;
-    mg_status st = state_bytes_estimate(b, c, &state);
+    st = state_bytes_estimate(b, c, &state);
     if (st)
         return st;
     if (!mg_memory_free_bytes(b, &free_bytes, &total_bytes) && weights + state > (double)free_bytes)
@@ -319,8 +314,10 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
         st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     if (!st)
         st = mg_fwd_create_weights(m);
-    if (!st)
+    if (!st) {
+        m->format = mg_fwd_format_of_model(m);
         st = create_arena(m, &extent);
+    }
     if (!st)
         st = create_kv_cache(m, num_pages);
     if (st) {
@@ -546,7 +543,7 @@ mg_status mg_fwd_logits(mg_fwd *m, float *out) {
     if (!m->token_count)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no pass has run: no logits yet");
     const size_t V = m->sh.vocab, P = m->logits_pitch, B = m->c.batch;
-    const bool bf16 = m->fp4 || m->fp8_scales; /* BF16 logits (forward()) */
+    const bool bf16 = m->format->bf16_logits;
     void *rows = malloc(B * P * (bf16 ? 2 : 4));
     if (!rows)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the logits");

@@ -20,8 +20,12 @@
 /* The NVFP4 matrices of a layer: w_gate_up becomes two weights (gate rows, up rows). */
 enum { FP4_Q, FP4_KV, FP4_O, FP4_GATE, FP4_UP, FP4_DOWN, FP4_SLOTS };
 
+/* A weight format's table of functions (model_format.h). */
+typedef struct mg_fwd_format mg_fwd_format;
+
 struct mg_fwd {
     mg_backend *b;
+    const mg_fwd_format *format; /* the loaded weights' (mg_fwd_format_of_model) */
     mg_fwd_config c;
     /* a checkpoint's architecture (c.preset points here) and the open checkpoint */
     mg_fwd_checkpoint *ckpt;
@@ -114,15 +118,27 @@ mg_status mg_fwd_lib_fail(mg_status st, const char *what);
             return mg_fwd_lib_fail(st_, what);                                                     \
     } while (0)
 
+/* A span named `op` (model.h's names) around the statements that follow, when a timing object
+ * is attached (mg_fwd_set_timing); nothing otherwise. Needs `m` and the stream `s` in scope.
+ * The span is kept in m->open_span while the statements run, so that a failing statement's
+ * early return leaves it for timed_forward to close. */
+#define OP(op, ...)                                                                                \
+    do {                                                                                           \
+        if (m->timing)                                                                             \
+            TRY(mg_timing_kernel_begin(m->timing, op, s, &m->open_span), "timing span");           \
+        __VA_ARGS__;                                                                               \
+        const mg_timing_span span_ = m->open_span;                                                 \
+        m->open_span = 0;                                                                          \
+        TRY(span_ ? mg_timing_span_end(m->timing, span_, s) : MG_OK, "timing span");               \
+    } while (0)
+
 /* model_plan.c: the grouped expert GEMM of a model of shape `sh` with weights `w` (BF16 or FP8
  * experts) over `tokens` tokens: gate_up (fused SiLU-mul) or down. */
 mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_model_shape *sh, mg_fwd_weights w, bool gate_up,
                                       uint32_t tokens);
 
-/* model_weights.c: every weight of m's config (generated, quantized, or from its checkpoint);
- * the device bytes of a preset's weights in format w, an estimate for the memory check. */
+/* model_weights.c: every weight of m's config (generated, quantized, or from its checkpoint). */
 mg_status mg_fwd_create_weights(mg_fwd *m);
-double mg_fwd_weight_bytes_estimate(const mg_fwd_preset *p, mg_fwd_weights w);
 /* Whether layer slot `slot` is one of the matrices NVFP4 / FP8 / MLX weights replace. */
 bool mg_fwd_is_quantized_matrix(uint32_t slot);
 

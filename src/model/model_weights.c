@@ -337,29 +337,3 @@ mg_status mg_fwd_create_weights(mg_fwd *m) {
     free(host);
     return st;
 }
-
-/* The device bytes of the preset's weights in format `w`, from the tensor shapes: BF16 2 bytes
- * per element, FP8 1 (+ a row scale), NVFP4 and MLX about what their packing takes. An
- * estimate for refusing a model that cannot fit, not the allocation itself. */
-double mg_fwd_weight_bytes_estimate(const mg_fwd_preset *p, mg_fwd_weights w) {
-    double per_element = w == MG_FWD_WEIGHTS_FP8     ? 1.0
-                         : w == MG_FWD_WEIGHTS_NVFP4 ? 0.5625
-                         : w == MG_FWD_WEIGHTS_MLX8  ? 1.0625
-                         : w == MG_FWD_WEIGHTS_MLX4  ? 0.5625
-                                                     : 2.0;
-    double total = 2.0 * p->shape.vocab * p->shape.hidden; /* the BF16 embedding table */
-    for (uint32_t l = 0; l < p->layers; l++)
-        for (uint32_t slot = 0; slot < MG_FWD_LAYER_TENSORS; slot++) {
-            uint32_t rows = 0, cols = 0;
-            float offset, scale;
-            if ((slot == MG_FWD_ROUTER && !p->shape.experts) ||
-                mg_fwd_tensor_shape(&p->shape, p->layers, mg_fwd_layer_tensor(l, slot), &rows,
-                                    &cols, &offset, &scale))
-                continue;
-            total += (double)rows * cols * (mg_fwd_is_quantized_matrix(slot) ? per_element : 2.0);
-            if (w == MG_FWD_WEIGHTS_FP8 && mg_fwd_is_quantized_matrix(slot))
-                total += 4.0 * rows; /* the FP32 row scales */
-        }
-    total += w == MG_FWD_WEIGHTS_FP8 ? 4.0 * p->shape.vocab : 0.0;
-    return total + (double)p->shape.vocab * p->shape.hidden * per_element; /* LM head */
-}

@@ -92,6 +92,15 @@ static void run_case(mg_backend *be, const char *preset, mg_fwd_weights weights,
     const ledger_view created = ledger_now(be);
     CHECK(created.bytes == info.weight_bytes + info.arena.device_bytes + info.kv_pool_bytes);
     check_sites(be, &info, what);
+    /* The plan printed before anything loads (mg_fwd_plan_for_config) is the one created. */
+    mg_arena_plan *plan = NULL;
+    mg_arena_summary planned = {0};
+    CHECK_OK(mg_fwd_plan_for_config(be, &c, &plan));
+    if (plan)
+        CHECK_OK(mg_arena_plan_summary(plan, &planned));
+    mg_arena_plan_destroy(plan);
+    CHECK(planned.device_bytes == info.arena.device_bytes);
+    CHECK(planned.buffer_count == info.arena.buffer_count);
     /* Any allocation from here on would fail (and fail the pass that made it). */
     CHECK_OK(mg_cpu_set_allocation_cap(be, created.bytes));
     mg_stream *s = mg_stream_default(be);

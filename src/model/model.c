@@ -32,29 +32,23 @@ mg_status mg_fwd_lib_fail(mg_status st, const char *what) {
 
 /* What a configuration's requests hold, computed once for the memory check and for creation:
  * prompt tokens, KV pages for the prompts and the steps (in all, and the most of one request),
- * and the engine limits the arena is planned for. */
+ * and the tokens of the largest pass. */
 typedef struct batch_extent {
     uint64_t prompt_tokens, pages;
     uint32_t max_pages;
-    mg_engine_limits limits;
+    uint32_t tokens; /* per pass: the prompts' total, at least one row per request */
 } batch_extent;
 
 static batch_extent batch_extent_of(const mg_fwd_config *c) {
     batch_extent e = {0};
-    uint32_t max_seq = 0;
     for (uint32_t r = 0; r < c->batch; r++) {
         const uint32_t len = mg_fwd_prompt_length(c, r), seq = len + c->steps;
         const uint32_t need = ceil_div(seq, PAGE_SIZE);
         e.prompt_tokens += len;
         e.pages += need;
         e.max_pages = need > e.max_pages ? need : e.max_pages;
-        max_seq = seq > max_seq ? seq : max_seq;
     }
-    e.limits = (mg_engine_limits){
-        .max_batch_tokens = (uint32_t)(e.prompt_tokens > c->batch ? e.prompt_tokens : c->batch),
-        .max_seq_len = max_seq,
-        .kv_block_size = PAGE_SIZE,
-        .max_batch_size = c->batch};
+    e.tokens = (uint32_t)(e.prompt_tokens > c->batch ? e.prompt_tokens : c->batch);
     return e;
 }
 
@@ -71,7 +65,7 @@ static mg_fwd_plan_input plan_input_of(mg_backend *b, const mg_fwd_config *c, co
                                .weights = c->weights,
                                .mlx = mlx,
                                .qk_norm = c->preset->qk_norm,
-                               .tokens = e->limits.max_batch_tokens,
+                               .tokens = e->tokens,
                                .batch = c->batch,
                                .pages = (uint32_t)e->pages,
                                .prompt_tokens = e->prompt_tokens,
@@ -82,7 +76,7 @@ static mg_fwd_plan_input plan_input_of(mg_backend *b, const mg_fwd_config *c, co
 }
 
 static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
-    m->tokens_cap = e->limits.max_batch_tokens;
+    m->tokens_cap = e->tokens;
     uint32_t *seq = malloc(m->c.batch * sizeof *seq);
     if (!seq)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -119,6 +113,35 @@ static mg_status create_kv_cache(mg_fwd *m, uint32_t num_pages) {
     return MG_OK;
 }
 
+/* The plan of config `c` before anything loads (into *plan when not NULL, else only its device
+ * bytes into *bytes): a checkpoint counted as if its matrices ran the MLX ops, the larger. */
+static mg_status plan_config(mg_backend *b, const mg_fwd_config *c, mg_arena_plan **plan,
+                             uint64_t *bytes) {
+    const batch_extent e = batch_extent_of(c);
+    uint32_t *seq = malloc(c->batch * sizeof *seq);
+    if (!seq)
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+    const bool mlx = c->weights == MG_FWD_WEIGHTS_CHECKPOINT ||
+                     ((c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) &&
+                      !c->mlx_dequantized);
+    const mg_paged_attention_desc attention = mg_fwd_attention_desc_of(&c->preset->shape);
+    const mg_fwd_plan_input in = plan_input_of(b, c, &e, seq, mlx, &attention);
+    mg_status st = plan ? mg_fwd_plan_build(&in, plan) : mg_fwd_plan_bytes(&in, bytes);
+    free(seq);
+    return st;
+}
+
+mg_status mg_fwd_plan_for_config(mg_backend *b, const mg_fwd_config *c, mg_arena_plan **out) {
+    *out = NULL;
+    if (!c->preset || !mg_fwd_format_of_config(c))
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no preset, or an unknown weight format");
+    if (!c->batch || c->batch > c->preset->max_batch_size || (!c->prompt_ids && !c->prompt_len))
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "--batch %u (1..%u) and --prompt-len %u (at least 1)", c->batch,
+                               c->preset->max_batch_size, c->prompt_len);
+    return plan_config(b, c, out, NULL);
+}
+
 /* The device bytes beyond the weights: the KV pool (every layer's pages for the prompts and the
  * steps) and the arena, as mg_fwd_create plans them (a checkpoint counted as if its matrices
  * ran the MLX ops, the larger plan). */
@@ -138,18 +161,8 @@ static mg_status state_bytes_estimate(mg_backend *b, const mg_fwd_config *c, dou
     mg_status st = mg_kv_cache_bytes(&kv, &kv_layer_bytes);
     if (st)
         return mg_fwd_lib_fail(st, "sizing the KV cache");
-    uint32_t *seq = malloc(c->batch * sizeof *seq);
-    if (!seq)
-        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
-    const bool mlx = c->weights == MG_FWD_WEIGHTS_CHECKPOINT ||
-                     ((c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) &&
-                      !c->mlx_dequantized);
-    const mg_paged_attention_desc attention = mg_fwd_attention_desc_of(&p->shape);
-    const mg_fwd_plan_input in = plan_input_of(b, c, &e, seq, mlx, &attention);
     uint64_t arena = 0;
-    st = mg_fwd_plan_bytes(&in, &arena);
-    free(seq);
-    if (st)
+    if ((st = plan_config(b, c, NULL, &arena)))
         return st;
     *bytes = (double)kv_layer_bytes * p->layers + (double)arena;
     return MG_OK;

@@ -274,7 +274,7 @@ static plan_dims dims_of(const mg_fwd_plan_input *in) {
 }
 
 /* Builds the plan; the sizes per row in sizes[ROW_COUNT]. */
-static mg_status build(const mg_fwd_plan_input *in, mg_arena_plan **out, uint64_t *sizes) {
+static mg_status build_sized(const mg_fwd_plan_input *in, mg_arena_plan **out, uint64_t *sizes) {
     *out = NULL;
     const plan_dims d = dims_of(in);
     mg_arena_plan *plan = NULL;
@@ -302,11 +302,30 @@ static mg_status build(const mg_fwd_plan_input *in, mg_arena_plan **out, uint64_
     return MG_OK;
 }
 
+mg_status mg_fwd_plan_build(const mg_fwd_plan_input *in, mg_arena_plan **out) {
+    uint64_t sizes[ROW_COUNT];
+    return build_sized(in, out, sizes);
+}
+
+const char *mg_fwd_plan_step_name(uint32_t step, bool moe) {
+    static const char *const dense[] = {
+        "embed",    "attn_norm",   "qkv_proj",      "rope",       "kv_write", "attention", "o_proj",
+        "mlp_norm", "mlp_gate_up", "mlp_act",       "mlp_down",   NULL,       NULL,        NULL,
+        NULL,       NULL,          "logits_gather", "final_norm", "lm_head",  "sample"};
+    static const char *const experts[] = {"moe_router",  "moe_topk", "moe_align", "moe_permute",
+                                          "moe_gate_up", "moe_act",  "moe_down",  "moe_combine"};
+    if (step >= sizeof dense / sizeof dense[0])
+        return NULL;
+    if (moe && step >= MG_STEP_MOE_ROUTER && step <= MG_STEP_MOE_COMBINE)
+        return experts[step - MG_STEP_MOE_ROUTER];
+    return dense[step];
+}
+
 mg_status mg_fwd_plan_bytes(const mg_fwd_plan_input *in, uint64_t *device_bytes) {
     uint64_t sizes[ROW_COUNT];
     mg_arena_plan *plan;
     mg_arena_summary sum = {0};
-    mg_status st = build(in, &plan, sizes);
+    mg_status st = build_sized(in, &plan, sizes);
     if (st)
         return st;
     if ((st = mg_arena_plan_summary(plan, &sum)))
@@ -319,7 +338,7 @@ mg_status mg_fwd_plan_bytes(const mg_fwd_plan_input *in, uint64_t *device_bytes)
 mg_status mg_fwd_plan_create(mg_fwd *m, const mg_fwd_plan_input *in) {
     uint64_t sizes[ROW_COUNT];
     mg_arena_plan *plan;
-    mg_status st = build(in, &plan, sizes);
+    mg_status st = build_sized(in, &plan, sizes);
     if (st)
         return st;
     st = mg_arena_create(m->b, plan, &m->arena);

@@ -6,7 +6,7 @@
  * (the CPU backend's allocation counter, the ledger's live count and bytes all unchanged; an
  * allocation cap at the bytes after create makes any attempt fail the pass). Every weight
  * format and both MLP kinds, eager and graph-replayed decode, prompts long enough for the
- * NVFP4 prefill's BF16 path.
+ * NVFP4 prefill's BF16 path, and two GGUF checkpoints (Q4_1 on the MLX kernels, F16 as BF16).
  */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -64,23 +64,11 @@ static void check_sites(mg_backend *be, const mg_fwd_info *info, const char *wha
     CHECK(other == info->weight_bytes);
 }
 
-static void run_case(mg_backend *be, const char *preset, mg_fwd_weights weights, bool graphs,
-                     uint32_t batch, uint32_t prompt_len, uint32_t steps) {
-    const mg_fwd_preset *p = mg_fwd_preset_find(preset);
-    CHECK(p != NULL);
-    if (!p)
-        return;
-    char what[96];
-    snprintf(what, sizeof what, "%s %s, %s decode, batch %u, prompt_len %u, %u steps", preset,
-             mg_fwd_weights_name(weights), graphs ? "graph" : "eager", batch, prompt_len, steps);
+/* Creates the model of `c`, checks its ledger, runs a prefill and c.steps decode steps. */
+static void run_config(mg_backend *be, const mg_fwd_config c, const char *what) {
     printf("%s\n", what);
-    mg_fwd_config c = mg_fwd_config_default(p);
-    c.weights = weights;
-    c.batch = batch;
-    c.prompt_len = prompt_len;
-    c.steps = steps;
-    c.seed = test_rand();
-    c.use_graphs = graphs;
+    const uint32_t steps = c.steps;
+    const bool graphs = c.use_graphs;
     const ledger_view before = ledger_now(be);
     CHECK(before.count == 0 && before.bytes == 0);
     mg_fwd *m = NULL;
@@ -92,15 +80,18 @@ static void run_case(mg_backend *be, const char *preset, mg_fwd_weights weights,
     const ledger_view created = ledger_now(be);
     CHECK(created.bytes == info.weight_bytes + info.arena.device_bytes + info.kv_pool_bytes);
     check_sites(be, &info, what);
-    /* The plan printed before anything loads (mg_fwd_plan_for_config) is the one created. */
-    mg_arena_plan *plan = NULL;
-    mg_arena_summary planned = {0};
-    CHECK_OK(mg_fwd_plan_for_config(be, &c, &plan));
-    if (plan)
-        CHECK_OK(mg_arena_plan_summary(plan, &planned));
-    mg_arena_plan_destroy(plan);
-    CHECK(planned.device_bytes == info.arena.device_bytes);
-    CHECK(planned.buffer_count == info.arena.buffer_count);
+    /* The plan printed before anything loads (mg_fwd_plan_for_config) is the one created
+     * (a preset's: a checkpoint's architecture is known once it is open). */
+    if (!c.model_path) {
+        mg_arena_plan *plan = NULL;
+        mg_arena_summary planned = {0};
+        CHECK_OK(mg_fwd_plan_for_config(be, &c, &plan));
+        if (plan)
+            CHECK_OK(mg_arena_plan_summary(plan, &planned));
+        mg_arena_plan_destroy(plan);
+        CHECK(planned.device_bytes == info.arena.device_bytes);
+        CHECK(planned.buffer_count == info.arena.buffer_count);
+    }
     /* Any allocation from here on would fail (and fail the pass that made it). */
     CHECK_OK(mg_cpu_set_allocation_cap(be, created.bytes));
     mg_stream *s = mg_stream_default(be);
@@ -126,6 +117,46 @@ static void run_case(mg_backend *be, const char *preset, mg_fwd_weights weights,
     CHECK(freed.count == 0 && freed.bytes == 0);
 }
 
+static void run_case(mg_backend *be, const char *preset, mg_fwd_weights weights, bool graphs,
+                     uint32_t batch, uint32_t prompt_len, uint32_t steps) {
+    const mg_fwd_preset *p = mg_fwd_preset_find(preset);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    char what[96];
+    snprintf(what, sizeof what, "%s %s, %s decode, batch %u, prompt_len %u, %u steps", preset,
+             mg_fwd_weights_name(weights), graphs ? "graph" : "eager", batch, prompt_len, steps);
+    mg_fwd_config c = mg_fwd_config_default(p);
+    c.weights = weights;
+    c.batch = batch;
+    c.prompt_len = prompt_len;
+    c.steps = steps;
+    c.seed = test_rand();
+    c.use_graphs = graphs;
+    run_config(be, c, what);
+}
+
+/* A checkpoint of the committed GGUF corpus (tests/fuzz/corpus_gguf/): its loaders' staging
+ * must be gone once the model is created. */
+static void run_checkpoint(mg_backend *be, const char *file, bool graphs, uint32_t steps) {
+    char path[1024], what[160];
+    snprintf(path, sizeof path, "%s/%s", METRALE_GGUF_CORPUS, file);
+    snprintf(what, sizeof what, "checkpoint %s, %s decode, %u steps", file,
+             graphs ? "graph" : "eager", steps);
+    int32_t prompt[37];
+    const uint32_t n = (uint32_t)test_rand_range(5, 37);
+    for (uint32_t i = 0; i < n; i++)
+        prompt[i] = (int32_t)test_rand_range(0, 99);
+    const mg_fwd_config c = {.batch = 1,
+                             .steps = steps,
+                             .seed = test_rand(),
+                             .use_graphs = graphs,
+                             .model_path = path,
+                             .prompt_ids = prompt,
+                             .prompt_ids_count = n};
+    run_config(be, c, what);
+}
+
 int main(void) {
     test_seed();
     mg_backend *be = NULL;
@@ -144,6 +175,8 @@ int main(void) {
     run_case(be, "tiny-moe", MG_FWD_WEIGHTS_BF16, true, b, len, SHORT_STEPS);
     run_case(be, "tiny-moe", MG_FWD_WEIGHTS_FP8, false, b + 1, len - 3, SHORT_STEPS);
     run_case(be, "tiny-moe", MG_FWD_WEIGHTS_NVFP4, true, b, len, DECODE_STEPS);
+    run_checkpoint(be, "tiny_q4_1.gguf", true, SHORT_STEPS);
+    run_checkpoint(be, "tiny_f16.gguf", false, SHORT_STEPS);
     CHECK_OK(mg_backend_close(be));
     return test_finish();
 }

@@ -133,8 +133,10 @@ static mg_status plan_config(mg_backend *b, const mg_fwd_config *c, mg_arena_pla
 
 mg_status mg_fwd_plan_for_config(mg_backend *b, const mg_fwd_config *c, mg_arena_plan **out) {
     *out = NULL;
-    if (!c->preset || !mg_fwd_format_of_config(c))
-        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no preset, or an unknown weight format");
+    if (c->model_path || !c->preset || !mg_fwd_format_of_config(c))
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "planning needs a preset and a known weight format (a checkpoint "
+                               "is planned when mg_fwd_create opens it)");
     if (!c->batch || c->batch > c->preset->max_batch_size || (!c->prompt_ids && !c->prompt_len))
         return mg_error_report(MG_ERR_INVALID_ARGUMENT,
                                "--batch %u (1..%u) and --prompt-len %u (at least 1)", c->batch,

@@ -295,8 +295,9 @@ void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out);
 
 /* The arena plan mg_fwd_create would build for `c` on `b` (model_plan.c's table: every buffer
  * of a pass, its size, its lifetime in steps of the pass), without loading anything, for
- * printing (`metrale-gpu arena`) and checks. A checkpoint config (model_path) is planned as
- * if its matrices ran the MLX ops. The caller destroys *out. */
+ * printing (`metrale-gpu arena`) and checks. Presets only (a config with model_path has no
+ * architecture before mg_fwd_create opens it: MG_ERR_INVALID_ARGUMENT). The caller destroys
+ * *out. */
 mg_status mg_fwd_plan_for_config(mg_backend *b, const mg_fwd_config *c, mg_arena_plan **out);
 /* The name of step `step` of the pass that plan lifetimes count in (model_plan.h), or NULL
  * past the last; `moe` picks the MoE layer's steps. */

@@ -1,8 +1,9 @@
 /*
  * model_internal.h - private to src/model: what the files of the forward model share (model.c
  * creation and passes, model_presets.c the presets and the random weights, model_weights.c
- * the weights of a preset or checkpoint, model_forward.c one pass). Nothing here is an
- * interface for other layers.
+ * the weights of a preset or checkpoint, model_plan.c the memory plan, model_format*.c the
+ * weight formats' tables, model_forward.c one pass). Nothing here is an interface for other
+ * layers.
  */
 #ifndef METRALE_MODEL_INTERNAL_H
 #define METRALE_MODEL_INTERNAL_H

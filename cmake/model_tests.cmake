@@ -36,10 +36,12 @@ set_tests_properties(random_models_vs_reference PROPERTIES
                      FIXTURES_REQUIRED random_models_reference SKIP_RETURN_CODE 77 TIMEOUT 600)
 
 # The GGUF reader and loader on the committed tiny checkpoints (tests/test_gguf.c).
-if(TARGET test_gguf)
-  target_compile_definitions(test_gguf PRIVATE
-    METRALE_GGUF_CORPUS="${PROJECT_SOURCE_DIR}/tests/fuzz/corpus_gguf")
-endif()
+foreach(t test_gguf test_model_ledger)
+  if(TARGET ${t})
+    target_compile_definitions(${t} PRIVATE
+      METRALE_GGUF_CORPUS="${PROJECT_SOURCE_DIR}/tests/fuzz/corpus_gguf")
+  endif()
+endforeach()
 
 # libFuzzer on the GGUF reader, its tokenizer description and chat template (the safetensors
 # fuzzer's conditions: cmake/mlx_tests.cmake), from the committed corpus tests/fuzz/corpus_gguf/.

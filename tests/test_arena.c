@@ -4,16 +4,17 @@
  * Plans: argument checks, sharing rules on small hand-made cases, and a property test over
  * many random plans (sizes, alignments, lifetimes, chunk limits) proving that no two
  * simultaneously live buffers overlap, every buffer is aligned and inside its chunk, and the
- * reported totals are consistent. Model sizing: both presets and awkward shapes checked
- * against sizes computed by hand here. Arenas on the CPU backend: real addresses, a memory
- * test that writes every buffer over its lifetime and checks no live neighbour was clobbered,
- * lookups, idempotent release, and out-of-memory injected at each allocation with the ledger
- * back to zero afterwards.
+ * reported totals are consistent. The forward model's plan (src/model/model_plan.c) of a
+ * preset checked against sizes computed by hand here. Arenas on the CPU backend: real addresses, a
+ * memory test that writes every buffer over its lifetime and checks no live neighbour was
+ * clobbered, lookups, idempotent release, and out-of-memory injected at each allocation with the
+ * ledger back to zero afterwards.
  */
 #include <inttypes.h>
 
 #include "metrale/arena.h"
 #include "metrale/cpu.h"
+#include "model.h"
 #include "utils_test_support.h"
 
 /* ------------------------------------------------------------------ plan checks */
@@ -342,269 +343,86 @@ typedef struct expected_buffer {
     int first_step, last_step; /* -1, -1: whole pass */
 } expected_buffer;
 
-static void check_model_plan(const char *label, const mg_model_shape *shape,
-                             const mg_engine_limits *limits, const expected_buffer *want,
-                             size_t want_count) {
+/* The forward model's plan (mg_fwd_plan_for_config, src/model/model_plan.c) for preset tiny
+ * with BF16 weights: exactly these buffers, sizes written out here from the shapes (hidden 256,
+ * 4 q / 2 kv heads of 128, intermediate 512, vocab 1024; M tokens, Mp = ceil16(M), B requests,
+ * Bp = ceil16(B), P KV pages of 16), and lifetimes in the pass's steps. */
+static void test_model_plan(mg_backend *b) {
+    const mg_fwd_preset *p = mg_fwd_preset_find("tiny");
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    mg_fwd_config c = mg_fwd_config_default(p);
+    c.batch = (uint32_t)test_rand_range(2, 7);
+    c.prompt_len = (uint32_t)test_rand_range(5, 40);
+    c.steps = (uint32_t)test_rand_range(1, 50);
+    uint64_t M = 0, P = 0;
+    for (uint32_t r = 0; r < c.batch; r++) {
+        const uint32_t len = mg_fwd_prompt_length(&c, r);
+        M += len;
+        P += (len + c.steps + 15) / 16;
+    }
+    const uint64_t B = c.batch, Mp = (M + 15) / 16 * 16, Bp = (B + 15) / 16 * 16;
+    const uint64_t H = 256, QD = 512, KD = 256, I = 512, pitch = 1024;
+    /* CPU paged attention: its four page-table arrays, carved to 16 bytes */
+    const uint64_t attention = (16 * (B + 1) + 15) / 16 * 16;
+    const expected_buffer want[] = {
+        {"step_ids", 4 * M, -1, -1},
+        {"page_qo_indptr", 4 * (B + 1), -1, -1},
+        {"page_kv_indptr", 4 * (B + 1), -1, -1},
+        {"page_kv_indices", 4 * P, -1, -1},
+        {"page_last_len", 4 * B, -1, -1},
+        {"last_token_rows", 4 * B, -1, -1},
+        {"attention_workspace", attention, -1, -1},
+        {"residual", 2 * M * H, -1, -1},
+        {"proj_out", 2 * Mp * H, -1, -1},
+        {"norm_out", 2 * Mp * H, 1, 8},
+        {"qkv", 2 * Mp * (QD + 2 * KD), 2, 5},
+        {"attn_out", 2 * Mp * QD, 5, 6},
+        {"gate_up", 4 * Mp * I, 8, 10},
+        {"mlp_act", 2 * Mp * I, 8, 10},
+        {"logits_hidden", 2 * Bp * H, 16, 18},
+        {"logits", 4 * Bp * pitch, 18, 19},
+    };
     mg_arena_plan *plan = NULL;
-    CHECK_OK(mg_arena_plan_for_model(shape, limits, &plan));
+    CHECK_OK(mg_fwd_plan_for_config(b, &c, &plan));
     if (!plan)
         return;
-    CHECKF(mg_arena_plan_count(plan) == want_count, "%s: %zu buffers, want %zu", label,
+    const size_t want_count = sizeof want / sizeof want[0];
+    CHECKF(mg_arena_plan_count(plan) == want_count, "tiny: %zu buffers, want %zu",
            mg_arena_plan_count(plan), want_count);
     uint64_t sum = 0;
     for (size_t i = 0; i < want_count; i++) {
         size_t index;
         sum += want[i].bytes;
         if (mg_arena_plan_find(plan, want[i].name, &index) != MG_OK) {
-            CHECKF(false, "%s: no buffer '%s'", label, want[i].name);
+            CHECKF(false, "tiny: no buffer '%s'", want[i].name);
             continue;
         }
         mg_arena_buffer_info info = info_of(plan, index);
-        CHECKF(info.bytes == want[i].bytes, "%s: %s is %" PRIu64 " bytes, want %" PRIu64, label,
+        CHECKF(info.bytes == want[i].bytes, "tiny: %s is %" PRIu64 " bytes, want %" PRIu64,
                want[i].name, info.bytes, want[i].bytes);
         if (want[i].first_step < 0)
-            CHECKF(!info.has_lifetime, "%s: %s should live the whole pass", label, want[i].name);
+            CHECKF(!info.has_lifetime, "tiny: %s should live the whole pass", want[i].name);
         else
             CHECKF(info.has_lifetime && info.lifetime.first_step == (uint32_t)want[i].first_step &&
                        info.lifetime.last_step == (uint32_t)want[i].last_step,
-                   "%s: %s lifetime [%u, %u], want [%d, %d]", label, want[i].name,
+                   "tiny: %s lifetime [%u, %u], want [%d, %d]", want[i].name,
                    info.lifetime.first_step, info.lifetime.last_step, want[i].first_step,
                    want[i].last_step);
     }
     mg_arena_summary s = summary_of(plan);
-    CHECKF(s.sum_bytes == sum, "%s: sum %" PRIu64 " want %" PRIu64, label, s.sum_bytes, sum);
+    CHECKF(s.sum_bytes == sum, "tiny: sum %" PRIu64 " want %" PRIu64, s.sum_bytes, sum);
     CHECK(s.arena_bytes >= s.peak_live_bytes && s.arena_bytes < s.sum_bytes);
-    printf("%s: unpacked %" PRIu64 " bytes, packed %" PRIu64 " bytes, ratio %.4f, "
-           "peak live %" PRIu64 "\n",
-           label, s.sum_bytes, s.arena_bytes, (double)s.arena_bytes / (double)s.sum_bytes,
-           s.peak_live_bytes);
+    printf("tiny, batch %u, prompt_len %u: unpacked %" PRIu64 " bytes, packed %" PRIu64
+           " bytes, peak live %" PRIu64 "\n",
+           c.batch, c.prompt_len, s.sum_bytes, s.arena_bytes, s.peak_live_bytes);
     mg_arena_plan_destroy(plan);
-}
-
-#define MIB (1ull << 20)
-
-static void test_preset_dense(void) {
-    const mg_model_preset *p = mg_model_preset_find("llama-3-8b");
-    CHECK(p != NULL);
-    if (!p)
-        return;
-    /* M = 8192 (already a multiple of 16), B = 256, 32768 / 16 = 2048 blocks per sequence,
-     * logits rows min(8192, max(160, 257)) = 257 -> 272 padded, split rows max(8192, 4096). */
-    mg_model_rows r;
-    CHECK_OK(mg_model_rows_compute(&p->shape, &p->limits, &r));
-    CHECK(r.tokens == 8192 && r.tokens_padded == 8192 && r.decode_rows == 256);
-    CHECK(r.logits_rows == 257 && r.logits_rows_padded == 272 && r.expert_rows == 0);
-    CHECK(r.kv_blocks_per_seq == 2048 && r.attn_split_rows == 8192);
-    const expected_buffer want[] = {
-        {"input_ids", 8192 * 4, 0, 0},
-        {"positions", 8192 * 4, 0, 10},
-        {"slot_mapping", 8192 * 8, 0, 10},
-        {"seq_lens", 256 * 4, 0, 10},
-        {"qo_indptr", 257 * 4, 0, 10},
-        {"kv_indptr", 257 * 4, 0, 10},
-        {"block_tables", 256 * 2048 * 4, 0, 10},
-        {"attn_plan", 8193 * 8 * 4, 0, 10},
-        {"logits_indices", 257 * 4, 0, 16},
-        {"residual", 8192ull * 4096 * 2, -1, -1},
-        {"proj_out", 8192ull * 4096 * 2, -1, -1},
-        {"cublaslt_workspace", 32 * MIB, -1, -1},
-        {"norm_out", 8192ull * 4096 * 2, 1, 8},
-        {"qkv", 8192ull * (32 + 16) * 128 * 2, 2, 5},
-        {"attn_out", 8192ull * 32 * 128 * 2, 5, 6},
-        {"attn_partial", 8192ull * 32 * 129 * 4, 5, 5},
-        {"gate_up", 8192ull * 28672 * 2, 8, 9},
-        {"mlp_act", 8192ull * 14336 * 2, 9, 10},
-        {"logits_hidden", 272ull * 4096 * 2, 16, 18},
-        {"logits", 272ull * 128256 * 4, 18, 19},
-        {"sampled_ids", 256 * 4, 19, 19},
-    };
-    check_model_plan("llama-3-8b", &p->shape, &p->limits, want, sizeof want / sizeof want[0]);
-}
-
-static void test_preset_moe(void) {
-    const mg_model_preset *p = mg_model_preset_find("qwen3-30b-a3b");
-    CHECK(p != NULL);
-    if (!p)
-        return;
-    /* expert rows ceil16(8192 * 8 + 128 * 15) = ceil16(67456) = 67456 */
-    mg_model_rows r;
-    CHECK_OK(mg_model_rows_compute(&p->shape, &p->limits, &r));
-    CHECK(r.expert_rows == 67456 && r.logits_rows_padded == 272);
-    const expected_buffer want[] = {
-        {"input_ids", 8192 * 4, 0, 0},
-        {"positions", 8192 * 4, 0, 15},
-        {"slot_mapping", 8192 * 8, 0, 15},
-        {"seq_lens", 256 * 4, 0, 15},
-        {"qo_indptr", 257 * 4, 0, 15},
-        {"kv_indptr", 257 * 4, 0, 15},
-        {"block_tables", 256 * 2048 * 4, 0, 15},
-        {"attn_plan", 8193 * 8 * 4, 0, 15},
-        {"logits_indices", 257 * 4, 0, 16},
-        {"residual", 8192ull * 2048 * 2, -1, -1},
-        {"proj_out", 8192ull * 2048 * 2, -1, -1},
-        {"cublaslt_workspace", 32 * MIB, -1, -1},
-        {"norm_out", 8192ull * 2048 * 2, 1, 11},
-        {"qkv", 8192ull * (32 + 8) * 128 * 2, 2, 5},
-        {"attn_out", 8192ull * 32 * 128 * 2, 5, 6},
-        {"attn_partial", 8192ull * 32 * 129 * 4, 5, 5},
-        {"router_logits", 8192ull * 128 * 4, 8, 9},
-        {"topk_ids", 8192 * 8 * 4, 9, 15},
-        {"topk_weights", 8192 * 8 * 4, 9, 15},
-        {"sorted_token_ids", 67456 * 4, 10, 15},
-        {"expert_offsets", 129 * 4, 10, 14},
-        {"moe_group_args", 128 * 128, 10, 14},
-        {"moe_permuted", 67456ull * 2048 * 2, 11, 12},
-        {"moe_gate_up", 67456ull * 1536 * 2, 12, 13},
-        {"moe_act", 67456ull * 768 * 2, 13, 14},
-        {"moe_down", 67456ull * 2048 * 2, 14, 15},
-        {"logits_hidden", 272ull * 2048 * 2, 16, 18},
-        {"logits", 272ull * 151936 * 4, 18, 19},
-        {"sampled_ids", 256 * 4, 19, 19},
-    };
-    check_model_plan("qwen3-30b-a3b", &p->shape, &p->limits, want, sizeof want / sizeof want[0]);
-}
-
-/* Awkward limits: M not a multiple of 16, few sequences, FP8 scratch on. */
-static void test_awkward_model(void) {
-    mg_model_shape shape = {.hidden = 1000,
-                            .heads = 6,
-                            .kv_heads = 2,
-                            .head_dim = 96,
-                            .intermediate = 2750,
-                            .vocab = 32003};
-    mg_engine_limits limits = {.max_batch_tokens = 1001,
-                               .max_seq_len = 4097,
-                               .kv_block_size = 32,
-                               .max_batch_size = 7,
-                               .fp8_activations = true};
-    /* Mp = 1008; logits rows min(1001, max(160, 8)) = 160 (already a multiple of 16);
-     * blocks ceil(4097 / 32) = 129; split rows max(1008, 112) = 1008.
-     * FP8: largest input max(1008 * 1000, 1008 * 576, 1008 * 2750) = 1008 * 2750 bytes;
-     * scales max(1008 * 8, 1008 * 5, 1008 * 22) = 1008 * 22. */
-    mg_model_rows r;
-    CHECK_OK(mg_model_rows_compute(&shape, &limits, &r));
-    CHECK(r.tokens_padded == 1008 && r.logits_rows == 160 && r.logits_rows_padded == 160);
-    CHECK(r.kv_blocks_per_seq == 129 && r.attn_split_rows == 1008);
-    const expected_buffer want[] = {
-        {"input_ids", 1001 * 4, 0, 0},
-        {"positions", 1001 * 4, 0, 10},
-        {"slot_mapping", 1001 * 8, 0, 10},
-        {"seq_lens", 7 * 4, 0, 10},
-        {"qo_indptr", 8 * 4, 0, 10},
-        {"kv_indptr", 8 * 4, 0, 10},
-        {"block_tables", 7 * 129 * 4, 0, 10},
-        {"attn_plan", 1009 * 8 * 4, 0, 10},
-        {"logits_indices", 160 * 4, 0, 16},
-        {"residual", 1001 * 1000 * 2, -1, -1},
-        {"proj_out", 1008 * 1000 * 2, -1, -1},
-        {"cublaslt_workspace", 32 * MIB, -1, -1},
-        {"norm_out", 1008 * 1000 * 2, 1, 8},
-        {"qkv", 1008 * 10 * 96 * 2, 2, 5},
-        {"attn_out", 1008 * 6 * 96 * 2, 5, 6},
-        {"attn_partial", 1008 * 6 * 97 * 4, 5, 5},
-        {"gate_up", 1008 * 5500 * 2, 8, 9},
-        {"mlp_act", 1008 * 2750 * 2, 9, 10},
-        {"act_fp8", 1008 * 2750, 2, 10},
-        {"act_scales", 1008 * 22 * 4, 2, 10},
-        {"logits_hidden", 160 * 1000 * 2, 16, 18},
-        {"logits", 160 * 32003 * 4, 18, 19},
-        {"sampled_ids", 7 * 4, 19, 19},
-    };
-    check_model_plan("awkward dense", &shape, &limits, want, sizeof want / sizeof want[0]);
-
-    /* few tokens: logits rows are capped by M, then padded */
-    limits.max_batch_tokens = 100;
-    limits.fp8_activations = false;
-    CHECK_OK(mg_model_rows_compute(&shape, &limits, &r));
-    CHECK(r.tokens_padded == 112 && r.logits_rows == 100 && r.logits_rows_padded == 112);
-    /* many sequences: decode rows + 1 wins over 160 */
-    limits.max_batch_tokens = 8000;
-    limits.max_batch_size = 300;
-    CHECK_OK(mg_model_rows_compute(&shape, &limits, &r));
-    CHECK(r.logits_rows == 301 && r.logits_rows_padded == 304 && r.attn_split_rows == 8000);
-    limits.max_batch_size = 600; /* 16 splits per sequence exceed the token rows */
-    CHECK_OK(mg_model_rows_compute(&shape, &limits, &r));
-    CHECK(r.attn_split_rows == 9600);
-
-    /* MoE with awkward sizes: expert rows ceil16(37 * 3 + 5 * 15) = ceil16(186) = 192 */
-    mg_model_shape moe = {.hidden = 72,
-                          .heads = 4,
-                          .kv_heads = 4,
-                          .head_dim = 16,
-                          .intermediate = 40,
-                          .experts = 5,
-                          .experts_per_token = 3,
-                          .vocab = 999};
-    mg_engine_limits small = {.max_batch_tokens = 37,
-                              .max_seq_len = 64,
-                              .kv_block_size = 16,
-                              .max_batch_size = 3,
-                              .fp8_activations = true};
-    CHECK_OK(mg_model_rows_compute(&moe, &small, &r));
-    CHECK(r.expert_rows == 192 && r.tokens_padded == 48 && r.logits_rows == 37);
-    mg_arena_plan *plan = NULL;
-    CHECK_OK(mg_arena_plan_for_model(&moe, &small, &plan));
-    size_t i;
-    CHECK_OK(mg_arena_plan_find(plan, "act_fp8", &i));
-    /* max(48 * 72, 48 * 64, 192 * 72, 192 * 40) = 192 * 72 */
-    CHECK(info_of(plan, i).bytes == 192 * 72);
-    CHECK_OK(mg_arena_plan_find(plan, "act_scales", &i));
-    CHECK(info_of(plan, i).bytes == 192 * 1 * 4);
-    CHECK_OK(mg_arena_plan_find(plan, "moe_gate_up", &i));
-    CHECK(info_of(plan, i).bytes == 192 * 80 * 2);
-    mg_arena_plan_destroy(plan);
-}
-
-static void test_model_arguments(void) {
-    const mg_model_preset *p = mg_model_preset_find("llama-3-8b");
-    CHECK(mg_model_preset_find("nope") == NULL && mg_model_preset_find(NULL) == NULL);
-    size_t count = 0;
-    CHECK(mg_model_presets(&count) != NULL && count == 2);
-    mg_arena_plan *plan = (mg_arena_plan *)1;
-    mg_model_shape s = p->shape;
-    mg_engine_limits l = p->limits;
-
-    s.kv_heads = 5;
-    CHECK_STATUS(mg_arena_plan_for_model(&s, &l, &plan), MG_ERR_INVALID_ARGUMENT);
-    CHECK(plan == NULL);
-    CHECK_MESSAGE("heads 32 is not a multiple of kv_heads 5");
-    s = p->shape;
-    s.hidden = 0;
-    CHECK_STATUS(mg_arena_plan_for_model(&s, &l, &plan), MG_ERR_INVALID_ARGUMENT);
-    CHECK_MESSAGE("hidden is 0");
-    s = p->shape;
-    s.experts_per_token = 2;
-    CHECK_STATUS(mg_arena_plan_for_model(&s, &l, &plan), MG_ERR_INVALID_ARGUMENT);
-    CHECK_MESSAGE("experts_per_token 2 on a dense model");
-    s.experts = 1;
-    CHECK_STATUS(mg_arena_plan_for_model(&s, &l, &plan), MG_ERR_INVALID_ARGUMENT);
-    CHECK_MESSAGE("experts is 1");
-    s.experts = 4;
-    s.experts_per_token = 5;
-    CHECK_STATUS(mg_arena_plan_for_model(&s, &l, &plan), MG_ERR_INVALID_ARGUMENT);
-    CHECK_MESSAGE("experts_per_token 5 not in [1, experts 4]");
-    s = p->shape;
-    l.kv_block_size = 0;
-    CHECK_STATUS(mg_arena_plan_for_model(&s, &l, &plan), MG_ERR_INVALID_ARGUMENT);
-    CHECK_MESSAGE("kv_block_size is 0");
-    l = p->limits;
-    l.max_batch_tokens = 0x80000000u;
-    CHECK_STATUS(mg_arena_plan_for_model(&s, &l, &plan), MG_ERR_INVALID_ARGUMENT);
-    CHECK_MESSAGE("max_batch_tokens");
-    CHECK_STATUS(mg_arena_plan_for_model(NULL, &l, &plan), MG_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(mg_arena_plan_for_model(&s, NULL, &plan), MG_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(mg_arena_plan_for_model(&s, &l, NULL), MG_ERR_INVALID_ARGUMENT);
-
-    /* the largest valid shape: sizes overflow 64 bits and the buffer is named */
-    mg_model_shape big = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
-                          0x7fffffff, 0,          0,          0x7fffffff};
-    mg_engine_limits big_l = {0x7fffffff, 0x7fffffff, 1, 0x7fffffff, false};
-    CHECK_STATUS(mg_arena_plan_for_model(&big, &big_l, &plan), MG_ERR_INVALID_ARGUMENT);
-    CHECK_MESSAGE("overflows 64 bits");
+    c.batch = 0;
+    CHECK_STATUS(mg_fwd_plan_for_config(b, &c, &plan), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("--batch");
     CHECK(plan == NULL);
 }
-
-/* ------------------------------------------------------------------ arenas on a backend */
 
 static void ledger_now(mg_backend *b, uint64_t *bytes, uint64_t *count) {
     *bytes = *count = UINT64_MAX;
@@ -841,23 +659,15 @@ static void test_arena_out_of_memory(mg_backend *b) {
     mg_arena_plan_destroy(plan);
 }
 
-/* A model plan on the device: every buffer reachable, the lifetime memory test passes. */
+/* The forward model's plan of a MoE preset with FP8 weights on the device: every buffer
+ * reachable, the lifetime memory test passes. */
 static void test_model_arena(mg_backend *b) {
-    mg_model_shape moe = {.hidden = 72,
-                          .heads = 4,
-                          .kv_heads = 2,
-                          .head_dim = 16,
-                          .intermediate = 40,
-                          .experts = 5,
-                          .experts_per_token = 3,
-                          .vocab = 999};
-    mg_engine_limits limits = {.max_batch_tokens = 37,
-                               .max_seq_len = 100,
-                               .kv_block_size = 16,
-                               .max_batch_size = 3,
-                               .fp8_activations = true};
+    mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find("tiny-moe"));
+    c.weights = MG_FWD_WEIGHTS_FP8;
+    c.batch = 3;
+    c.prompt_len = 13;
     mg_arena_plan *plan = NULL;
-    CHECK_OK(mg_arena_plan_for_model(&moe, &limits, &plan));
+    CHECK_OK(mg_fwd_plan_for_config(b, &c, &plan));
     mg_arena *arena = NULL;
     CHECK_OK(mg_arena_create(b, plan, &arena));
     if (arena) {
@@ -891,10 +701,6 @@ int main(int argc, char **argv) {
     test_plan_arguments();
     test_sharing_rules();
     test_random_plans();
-    test_preset_dense();
-    test_preset_moe();
-    test_awkward_model();
-    test_model_arguments();
 
     mg_backend *b = NULL;
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &b));
@@ -902,6 +708,7 @@ int main(int argc, char **argv) {
         test_random_arenas(b);
         test_arena_lifecycle(b);
         test_arena_out_of_memory(b);
+        test_model_plan(b);
         test_model_arena(b);
         uint64_t bytes, count;
         ledger_now(b, &bytes, &count);

@@ -586,7 +586,6 @@ static void test_kernels_and_ledger(void) {
 typedef struct arena_ctx {
     mg_backend *b;
     mg_arena_plan *plan;
-    mg_arena_plan *model_plan;
     mg_arena *arena;
     size_t added;
     bool limit_toggle;
@@ -663,30 +662,10 @@ static void settle_arena(void *ctx, mg_status st) {
     c->arena = NULL;
 }
 
-static mg_status plan_model(void *ctx) {
-    arena_ctx *c = ctx;
-    const mg_model_preset *moe = mg_model_preset_find("qwen3-30b-a3b");
-    return moe ? mg_arena_plan_for_model(&moe->shape, &moe->limits, &c->model_plan)
-               : MG_ERR_NOT_FOUND;
-}
-
-static void settle_model_plan(void *ctx, mg_status st) {
-    arena_ctx *c = ctx;
-    if (st) {
-        CHECK(c->model_plan == NULL);
-        return;
-    }
-    size_t index = 0;
-    CHECK_OK(mg_arena_plan_find(c->model_plan, "moe_down", &index));
-    mg_arena_plan_destroy(c->model_plan);
-    c->model_plan = NULL;
-}
-
 static void test_arenas(void) {
     int64_t start = atomic_load(&live_blocks);
     arena_ctx c = {0};
     sweep(&(attempt){"mg_arena_plan_create", create_plan, settle_plan, &c, false});
-    sweep(&(attempt){"mg_arena_plan_for_model", plan_model, settle_model_plan, &c, false});
     CHECK_OK(mg_arena_plan_create(&c.plan));
     for (int i = 0; i < 40; i++) /* the plan's buffer table grows at 32 */
         sweep(&(attempt){"mg_arena_plan_add", add_buffer, settle_add, &c, false});

@@ -228,6 +228,102 @@ static void test_fp8_arguments(mg_backend *be) {
     mg_kv_page_allocator_destroy(a);
 }
 
+/* A caller's workspace for paged plans: sized by mg_paged_attention_workspace_bytes (the four
+ * page-table arrays of the CPU reference), carved by create and update with no allocation of
+ * the plan's own (CPU allocation counter and ledger unchanged), results checked against float64
+ * and equal to a library-owned plan's; too small, misaligned or half-given workspaces refused. */
+static void test_caller_workspace(mg_backend *be) {
+    kv_shape sh = {.hq = 6, .hkv = 3, .d = 48, .page_size = 5, .window_left = -1, .rope = true};
+    const uint32_t B = (uint32_t)test_rand_range(2, 6);
+    uint32_t add[2][8];
+    for (uint32_t i = 0; i < B; i++)
+        add[0][i] = (uint32_t)test_rand_range(1, 13), add[1][i] = 1;
+    sh.num_pages = 40;
+    mg_kv_page_allocator *a = kv_shuffled_allocator(sh.num_pages);
+    kv_requests r;
+    kv_requests_init(&r, B, sh.num_pages);
+    kv_step st;
+    kv_step_build(&st, &sh, &r, a, add[0]);
+    kv_device dv;
+    kv_device_alloc(be, &sh, &dv, st.tokens, st.kv_stride, B);
+    void *pool = kv_random_pool(&sh);
+    mg_attention_plan *own = NULL;
+    kv_check_eager_step(be, &sh, &dv, &st, pool, &own, "library-owned workspace");
+    uint16_t *want = malloc(2ull * st.tokens * sh.hq * sh.d);
+    CHECK_OK(mg_copy_d2h(be, want, dv.o, 2ull * st.tokens * sh.hq * sh.d));
+
+    mg_paged_attention_desc d = kv_attention_desc(&sh);
+    mg_kv_page_table table = kv_table_of(&st);
+    size_t need = 0;
+    CHECK_OK(mg_paged_attention_workspace_bytes(be, &d, &table, &need));
+    CHECK(need == (4ull * 4 * (B + 1) + 15) / 16 * 16);
+    mg_devptr ws = 0;
+    CHECK_OK(mg_alloc(be, need + 64, &ws));
+    CHECK_OK(mg_memset(be, ws, 0xC3, need + 64));
+    d.workspace = ws;
+    d.workspace_bytes = need - 1;
+    mg_attention_plan *p = NULL;
+    CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("mg_paged_attention_workspace_bytes");
+    CHECK(p == NULL);
+    d.workspace = ws + 8;
+    d.workspace_bytes = need;
+    CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("aligned");
+    d.workspace = 0;
+    CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("without a workspace");
+
+    /* The same step again, now through the caller's workspace. */
+    d.workspace = ws;
+    d.workspace_bytes = need;
+    CHECK_OK(mg_copy_h2d(be, dv.pool, pool, kv_pool_bytes(&sh))); /* the pool after the append */
+    CHECK_OK(mg_memset(be, dv.o, 0xFF, 2ull * dv.token_capacity * sh.hq * sh.d));
+    mg_cpu_counters before, after;
+    uint64_t live_bytes[2], live_count[2];
+    CHECK_OK(mg_cpu_get_counters(be, &before));
+    CHECK_OK(mg_ledger_live(be, &live_bytes[0], &live_count[0]));
+    CHECK_OK(mg_paged_attention_plan_create(be, &d, &table, NULL, &p));
+    mg_paged_attention_tensors t = kv_attention_tensors(&sh, &dv, st.tokens);
+    if (p)
+        CHECK_OK(mg_paged_attention_run(p, &t, NULL));
+    CHECK_OK(mg_stream_synchronize(mg_stream_default(be)));
+    uint16_t *got = malloc(2ull * st.tokens * sh.hq * sh.d);
+    CHECK_OK(mg_copy_d2h(be, got, dv.o, 2ull * st.tokens * sh.hq * sh.d));
+    CHECK(memcmp(got, want, 2ull * st.tokens * sh.hq * sh.d) == 0);
+    mg_attention_plan_info info;
+    if (p) {
+        CHECK_OK(mg_attention_plan_get_info(p, &info));
+        CHECK(info.workspace_bytes == need);
+    }
+    /* A decode step (one token each) updates the plan inside the same workspace, checked
+     * against float64 by the scenario. */
+    kv_step_free(&st);
+    kv_step_build(&st, &sh, &r, a, add[1]);
+    kv_check_eager_step(be, &sh, &dv, &st, pool, &p, "caller's workspace, decode update");
+    CHECK_OK(mg_cpu_get_counters(be, &after));
+    CHECK_OK(mg_ledger_live(be, &live_bytes[1], &live_count[1]));
+    CHECK(after.alloc == before.alloc);
+    CHECK(live_bytes[1] == live_bytes[0] && live_count[1] == live_count[0]);
+    /* Past the bytes the plan carved, the workspace is untouched. */
+    uint8_t tail[64];
+    CHECK_OK(mg_copy_d2h(be, tail, ws + need, sizeof tail));
+    size_t touched = 0;
+    for (size_t i = 0; i < sizeof tail; i++)
+        touched += tail[i] != 0xC3;
+    CHECK(touched == 0);
+    mg_attention_plan_destroy(p);
+    mg_attention_plan_destroy(own);
+    CHECK_OK(mg_free(be, ws)); /* the plan left it to its owner */
+    free(got);
+    free(want);
+    free(pool);
+    kv_step_free(&st);
+    kv_device_free(be, &dv);
+    kv_requests_free(&r);
+    mg_kv_page_allocator_destroy(a);
+}
+
 int main(void) {
     test_seed();
     mg_backend *be = NULL;
@@ -239,6 +335,7 @@ int main(void) {
     test_table_checks();
     test_bad_tables(be);
     test_fp8_arguments(be);
+    test_caller_workspace(be);
     const kv_shape shapes[] = {
         {.hq = 8, .hkv = 2, .d = 64, .page_size = 16, .window_left = -1, .rope = true},
         {.hq = 4, .hkv = 4, .d = 32, .page_size = 1, .window_left = -1, .rope = false},

@@ -174,7 +174,16 @@ MG_API mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_des
  * run reads only kv_indices from the caller's device memory. Fixed-grid plans (graph_qo_rows >
  * 0, graph_kv_tokens > 0): runs are capturable, and after an update with the same batch_size
  * (pages and lengths may change, totals within the capacities) a replay computes the new batch.
- * A caller's workspace (desc.workspace) is not supported for paged plans.
+ * Caller-owned workspace, as for ragged plans (metrale/ops_attention.h): set desc.workspace /
+ * desc.workspace_bytes to device memory of the plan's backend (16-byte aligned, at least
+ * mg_paged_attention_workspace_bytes for the page table it is created with: else
+ * MG_ERR_INVALID_ARGUMENT naming both sizes), and a provider that takes one carves every
+ * device buffer of the plan out of it and allocates no device memory of its own (create,
+ * update and run leave the allocation ledger unchanged; the plan writes the range from create
+ * until destroy, never grows it, never frees it). The CPU reference takes one (its device copy
+ * of the four page-table indptr arrays). CUDA's providers do not yet: for them
+ * mg_paged_attention_workspace_bytes reports 0 and the plan keeps its own workspaces, exactly
+ * as with desc.workspace 0, so a caller sizing an arena from that answer stays correct.
  *
  * FlashInfer's paths on CUDA (desc.impl; mg_attention_plan_get_info says which one a plan took,
  * AUTO for a "split_kv_decode" plan): FA2 serves every shape FlashInfer is built for. FA3
@@ -197,6 +206,10 @@ typedef struct mg_paged_attention_desc {
     uint32_t graph_kv_tokens; /* fixed-grid: bound on the planned kv tokens */
     mg_kv_dtype kv_dtype;     /* as the cache */
     mg_attention_impl impl;   /* 0 (AUTO): see above; FA2 or FA3 demands that path (CUDA) */
+    /* Caller-owned device workspace (see above), or 0 (and workspace_bytes 0): the plan
+     * allocates its own. Not owned by the plan: never grown, never freed by it. */
+    mg_devptr workspace;
+    size_t workspace_bytes;
 } mg_paged_attention_desc;
 
 typedef struct mg_paged_attention_tensors {
@@ -210,6 +223,13 @@ typedef struct mg_paged_attention_tensors {
     mg_devptr k_scale, v_scale; /* FP8 plans: FP32 [num_kv_heads] (as append); else 0 */
 } mg_paged_attention_tensors;
 
+/* The device workspace bytes a paged plan of `d` created with `table` carves out of a caller's
+ * workspace (pass at least that as d->workspace_bytes): 0 when the provider chosen for `d`
+ * takes no caller workspace (it then allocates its own). For a fixed-grid plan it is all the
+ * plan ever uses; an eager plan's later tables of more requests may need more. Validates like
+ * mg_paged_attention_plan_create; d->workspace and workspace_bytes are ignored; host-only. */
+MG_API mg_status mg_paged_attention_workspace_bytes(mg_backend *b, const mg_paged_attention_desc *d,
+                                                    const mg_kv_page_table *table, size_t *bytes);
 MG_API mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention_desc *d,
                                                 const mg_kv_page_table *table, mg_stream *s,
                                                 mg_attention_plan **out);

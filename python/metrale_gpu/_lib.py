@@ -219,7 +219,7 @@ class paged_attention_desc(Struct):
     _fields_ = [("num_qo_heads", u32), ("num_kv_heads", u32), ("head_dim", u32),
                 ("page_size", u32), ("window_left", i32), ("sm_scale", f32),
                 ("logits_soft_cap", f32), ("graph_qo_rows", u32), ("graph_kv_tokens", u32),
-                ("kv_dtype", E), ("impl", E)]
+                ("kv_dtype", E), ("impl", E), ("workspace", D), ("workspace_bytes", sz)]
 
 
 class paged_attention_tensors(Struct):
@@ -389,6 +389,8 @@ _DECLS = {
     "mg_kv_page_free_count": (u32, [P]),
     "mg_kv_page_table_check": (S, [R(kv_cache_desc), R(kv_page_table), cp]),
     "mg_kv_append": (S, [P, P, R(kv_cache_desc), R(kv_append_args)]),
+    "mg_paged_attention_workspace_bytes": (S, [P, R(paged_attention_desc), R(kv_page_table),
+                                               R(sz)]),
     "mg_paged_attention_plan_create": (S, [P, R(paged_attention_desc), R(kv_page_table), P,
                                            R(P)]),
     "mg_paged_attention_plan_update": (S, [P, R(kv_page_table), P]),

@@ -411,6 +411,15 @@ def kv_page_table_check(desc, table, fn="python"):
     check(lib.mg_kv_page_table_check(desc, table.struct, fn.encode()), "mg_kv_page_table_check")
 
 
+def paged_attention_workspace_bytes(b, desc, table):
+    """The caller's workspace a paged plan of `desc` and `table` carves (0: the provider takes
+    none and allocates its own)."""
+    n = C.c_size_t()
+    check(lib.mg_paged_attention_workspace_bytes(b.handle, desc, table.struct, C.byref(n)),
+          "mg_paged_attention_workspace_bytes")
+    return n.value
+
+
 def paged_attention_plan_create(b, desc, table, stream=None):
     """Decode / prefill attention over the paged KV cache (ops_kv_cache.h)."""
     h = C.c_void_p()

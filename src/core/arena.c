@@ -1,6 +1,6 @@
 /*
  * arena.c - buffer arena plans and arenas (metrale/arena.h). The packing itself is in
- * arena_pack.c; sizing from a model shape in arena_model.c.
+ * arena_pack.c. No model is sized here: a model's table of buffers is the model's own.
  */
 #include "metrale/arena.h"
 

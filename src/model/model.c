@@ -1,6 +1,8 @@
 /* model.c - the decoder stack of model.h over the public ops: weights, arena, KV cache,
  * prefill and decode passes. */
+#include "model_format.h"
 #include "model_internal.h"
+#include "model_plan.h"
 #include "model_sampling.h"
 
 #include <math.h>
@@ -30,199 +32,61 @@ mg_status mg_fwd_lib_fail(mg_status st, const char *what) {
 
 /* What a configuration's requests hold, computed once for the memory check and for creation:
  * prompt tokens, KV pages for the prompts and the steps (in all, and the most of one request),
- * and the engine limits the arena is planned for. */
+ * and the tokens of the largest pass. */
 typedef struct batch_extent {
     uint64_t prompt_tokens, pages;
     uint32_t max_pages;
-    mg_engine_limits limits;
+    uint32_t tokens; /* per pass: the prompts' total, at least one row per request */
 } batch_extent;
 
 static batch_extent batch_extent_of(const mg_fwd_config *c) {
     batch_extent e = {0};
-    uint32_t max_seq = 0;
     for (uint32_t r = 0; r < c->batch; r++) {
         const uint32_t len = mg_fwd_prompt_length(c, r), seq = len + c->steps;
         const uint32_t need = ceil_div(seq, PAGE_SIZE);
         e.prompt_tokens += len;
         e.pages += need;
         e.max_pages = need > e.max_pages ? need : e.max_pages;
-        max_seq = seq > max_seq ? seq : max_seq;
     }
-    e.limits = (mg_engine_limits){
-        .max_batch_tokens = (uint32_t)(e.prompt_tokens > c->batch ? e.prompt_tokens : c->batch),
-        .max_seq_len = max_seq,
-        .kv_block_size = PAGE_SIZE,
-        .max_batch_size = c->batch};
+    e.tokens = (uint32_t)(e.prompt_tokens > c->batch ? e.prompt_tokens : c->batch);
     return e;
 }
 
-/* The arena: the library's plan for the model's shape and this run's limits, plus the
- * run's own always-live buffers (ids, page table, logits row indices). */
-/* The BF16 / FP8 experts' grouped GEMMs (metrale/ops_moe_gemm.h) of a pass of up to
- * `expert_rows` routed rows: gate_up (fused SiLU-mul) and down share one workspace, sized for
- * the larger. */
-mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_fwd *m, bool gate_up, uint32_t tokens) {
-    uint32_t K = m->sh.experts_per_token;
-    return (mg_moe_gemm_desc){.kind = m->c.weights == MG_FWD_WEIGHTS_FP8 ? MG_MOE_GEMM_FP8_ROWWISE
-                                                                         : MG_MOE_GEMM_BF16,
-                              .experts = m->sh.experts,
-                              .rows = tokens * K,
-                              .act_rows = gate_up ? tokens : tokens * K,
-                              .n = gate_up ? m->sh.intermediate : m->sh.hidden,
-                              .k = gate_up ? m->sh.hidden : m->sh.intermediate,
-                              .gate_up = gate_up};
-}
-
-static mg_status moe_gemm_workspace(mg_fwd *m, uint64_t expert_rows, mg_arena_plan *plan) {
-    uint32_t tokens = (uint32_t)(expert_rows / m->sh.experts_per_token);
-    size_t need = 256;
-    for (int gate_up = 0; gate_up < 2; gate_up++) {
-        mg_moe_gemm_desc d = mg_fwd_moe_gemm_desc(m, gate_up, tokens);
-        size_t bytes = 0;
-        mg_status st = mg_moe_gemm_workspace_bytes(m->b, &d, &bytes);
-        if (st)
-            return mg_fwd_lib_fail(st, "sizing the experts' GEMM workspace");
-        need = bytes > need ? bytes : need;
-    }
-    m->moe_gemm_workspace_bytes = need;
-    mg_status st = mg_arena_plan_add(plan, "moe_gemm_workspace", need, 0, NULL, NULL);
-    return st ? mg_fwd_lib_fail(st, "creating the arena") : MG_OK;
+/* The plan's input for `c` on `b` (model_plan.h): `seq` holds each request's prompt + steps
+ * (batch entries, the caller's), `mlx` whether the layer matrices run the MLX ops, `attention`
+ * the passes' paged attention descriptor. */
+static mg_fwd_plan_input plan_input_of(mg_backend *b, const mg_fwd_config *c, const batch_extent *e,
+                                       uint32_t *seq, bool mlx,
+                                       const mg_paged_attention_desc *attention) {
+    for (uint32_t r = 0; r < c->batch; r++)
+        seq[r] = mg_fwd_prompt_length(c, r) + c->steps;
+    return (mg_fwd_plan_input){.b = b,
+                               .shape = &c->preset->shape,
+                               .weights = c->weights,
+                               .mlx = mlx,
+                               .qk_norm = c->preset->qk_norm,
+                               .tokens = e->tokens,
+                               .batch = c->batch,
+                               .pages = (uint32_t)e->pages,
+                               .prompt_tokens = e->prompt_tokens,
+                               .steps = c->steps,
+                               .seq_len = seq,
+                               .page_size = PAGE_SIZE,
+                               .attention = attention};
 }
 
 static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
-    const uint32_t num_pages = (uint32_t)e->pages;
-    m->tokens_cap = e->limits.max_batch_tokens;
-    const mg_engine_limits limits = e->limits;
-    mg_model_shape dense = m->sh;
-    mg_arena_plan *plan = NULL;
-    mg_model_rows rows;
-    mg_status st = mg_model_rows_compute(&dense, &limits, &rows);
-    if (st || (st = mg_arena_plan_for_model(&dense, &limits, &plan)))
-        return mg_fwd_lib_fail(st, "planning the arena");
-    m->tokens_padded = (uint32_t)rows.tokens_padded;
-    uint64_t b1 = 4ull * (m->c.batch + 1);
-    if ((st = mg_arena_plan_add(plan, "step_ids", 4ull * m->tokens_cap, 0, NULL, NULL)) ||
-        (st = mg_arena_plan_add(plan, "page_qo_indptr", b1, 0, NULL, NULL)) ||
-        (st = mg_arena_plan_add(plan, "page_kv_indptr", b1, 0, NULL, NULL)) ||
-        (st = mg_arena_plan_add(plan, "page_kv_indices", 4ull * num_pages, 0, NULL, NULL)) ||
-        (st = mg_arena_plan_add(plan, "page_last_len", 4ull * m->c.batch, 0, NULL, NULL)) ||
-        (st = mg_arena_plan_add(plan, "last_token_rows", 4ull * m->c.batch, 0, NULL, NULL))) {
-        mg_arena_plan_destroy(plan);
-        return mg_fwd_lib_fail(st, "creating the arena");
-    }
-    /* Qwen3's k head norm reads packed keys (model_forward.c): live throughout, small */
-    if (m->c.preset->qk_norm &&
-        (st = mg_arena_plan_add(plan, "k_normed",
-                                2ull * m->tokens_cap * m->sh.kv_heads * m->sh.head_dim, 0, NULL,
-                                NULL))) {
-        mg_arena_plan_destroy(plan);
-        return mg_fwd_lib_fail(st, "creating the arena");
-    }
-    uint32_t E = m->sh.experts, K = m->sh.experts_per_token;
-    bool dense_fp4 = m->c.weights == MG_FWD_WEIGHTS_NVFP4 && !E;
-    if (dense_fp4 &&
-        (st = mg_arena_plan_add(plan, "mlp_act_fp4", 2ull * m->tokens_cap * m->sh.intermediate, 0,
-                                NULL, NULL))) {
-        mg_arena_plan_destroy(plan);
-        return mg_fwd_lib_fail(st, "creating the arena");
-    }
-    /* FP8: the quantized input of the next GEMM (the widest of hidden, q heads, intermediate)
-     * and its per-token scales, live throughout (each is rewritten before every GEMM group). */
-    bool fp8 = m->c.weights == MG_FWD_WEIGHTS_FP8;
-    uint32_t widest = m->sh.hidden, qd = m->sh.heads * m->sh.head_dim;
-    widest = qd > widest ? qd : widest;
-    widest = m->sh.intermediate > widest ? m->sh.intermediate : widest;
-    if (fp8 &&
-        ((st = mg_arena_plan_add(plan, "fp8_act", (uint64_t)m->tokens_cap * widest, 0, NULL,
-                                 NULL)) ||
-         (st = mg_arena_plan_add(plan, "fp8_act_scales", 4ull * m->tokens_cap, 0, NULL, NULL)))) {
-        mg_arena_plan_destroy(plan);
-        return mg_fwd_lib_fail(st, "creating the arena");
-    }
-    if (E) {
-        mg_moe_sort_desc sd = {.tokens = m->tokens_cap, .experts = E, .k = K};
-        m->sort_workspace_bytes = mg_moe_sort_workspace_bytes(&sd);
-        /* The fused expert gate_up reads norm_out, which the plan lets die at the permute step
-         * (a gather this model skips): its output gets a buffer of its own, live throughout. */
-        if ((st = mg_arena_plan_add(plan, "moe_pair_positions", 4ull * m->tokens_cap * K, 0, NULL,
-                                    NULL)) ||
-            (st = mg_arena_plan_add(plan, "moe_expert_act",
-                                    2ull * rows.expert_rows * m->sh.intermediate, 0, NULL, NULL)) ||
-            (st = mg_arena_plan_add(plan, "moe_sort_workspace", m->sort_workspace_bytes, 0, NULL,
-                                    NULL))) {
-            mg_arena_plan_destroy(plan);
-            return mg_fwd_lib_fail(st, "creating the arena");
-        }
-        if (!m->fp4 && (st = moe_gemm_workspace(m, rows.expert_rows, plan))) {
-            mg_arena_plan_destroy(plan);
-            return st;
-        }
-    }
-    if ((st = mg_arena_create(m->b, plan, &m->arena))) {
-        mg_arena_plan_destroy(plan);
-        return mg_fwd_lib_fail(st, "creating the arena");
-    }
-    mg_arena_plan_destroy(plan);
-    /* the first 13 in every model; then the dense MLP's two, or the MoE's nine */
-    static const char *const names[] = {"residual",
-                                        "proj_out",
-                                        "norm_out",
-                                        "qkv",
-                                        "attn_out",
-                                        "logits_hidden",
-                                        "logits",
-                                        "step_ids",
-                                        "page_qo_indptr",
-                                        "page_kv_indptr",
-                                        "page_kv_indices",
-                                        "page_last_len",
-                                        "last_token_rows",
-                                        "gate_up",
-                                        "mlp_act",
-                                        "router_logits",
-                                        "topk_ids",
-                                        "topk_weights",
-                                        "sorted_token_ids",
-                                        "expert_offsets",
-                                        "moe_expert_act",
-                                        "moe_down",
-                                        "moe_pair_positions",
-                                        "moe_sort_workspace"};
-    mg_devptr *ptrs[] = {
-        &m->residual,       &m->proj_out,      &m->norm_out,         &m->qkv,
-        &m->attn_out,       &m->logits_hidden, &m->logits,           &m->step_ids,
-        &m->qo_indptr,      &m->kv_indptr,     &m->kv_indices,       &m->last_page_len,
-        &m->logits_indices, &m->gate_up,       &m->mlp_act,          &m->router_logits,
-        &m->topk_ids,       &m->topk_weights,  &m->sorted_token_ids, &m->expert_offsets,
-        &m->moe_act,        &m->moe_down,      &m->pair_positions,   &m->sort_workspace};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        bool moe_only = i >= 15, dense_only = i == 13 || i == 14;
-        if ((E && dense_only) || (!E && moe_only))
-            continue;
-        if ((st = mg_arena_find(m->arena, names[i], ptrs[i], NULL)))
-            return mg_fwd_lib_fail(st, "arena buffer");
-    }
-    m->logits_pitch = (m->sh.vocab + 7) / 8 * 8;
-    size_t logits_bytes = 0;
-    if ((st = mg_arena_find(m->arena, "logits", &m->logits, &logits_bytes)))
-        return mg_fwd_lib_fail(st, "arena buffer");
-    if ((uint64_t)m->c.batch * m->logits_pitch * 4 > logits_bytes)
-        return mg_error_report(
-            MG_ERR_UNSUPPORTED,
-            "a vocabulary of %u tokens at batch %u: the planned logits (%zu bytes) do not "
-            "hold %u rows of %u",
-            m->sh.vocab, m->c.batch, logits_bytes, m->c.batch, m->logits_pitch);
-    if (m->c.preset->qk_norm && (st = mg_arena_find(m->arena, "k_normed", &m->k_normed, NULL)))
-        return mg_fwd_lib_fail(st, "arena buffer");
-    if (dense_fp4 && (st = mg_arena_find(m->arena, "mlp_act_fp4", &m->mlp_act_fp4, NULL)))
-        return mg_fwd_lib_fail(st, "arena buffer");
-    if (fp8 && ((st = mg_arena_find(m->arena, "fp8_act", &m->act_fp8, NULL)) ||
-                (st = mg_arena_find(m->arena, "fp8_act_scales", &m->act_scales, NULL))))
-        return mg_fwd_lib_fail(st, "arena buffer");
-    if (E && !m->fp4 &&
-        (st = mg_arena_find(m->arena, "moe_gemm_workspace", &m->moe_gemm_workspace, NULL)))
-        return mg_fwd_lib_fail(st, "arena buffer");
-    return MG_OK;
+    m->tokens_cap = e->tokens;
+    uint32_t *seq = malloc(m->c.batch * sizeof *seq);
+    if (!seq)
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+    const mg_paged_attention_desc attention = mg_fwd_attention_desc_of(&m->sh);
+    const mg_fwd_plan_input in = plan_input_of(m->b, &m->c, e, seq, m->mlx != NULL, &attention);
+    mg_status st = mg_fwd_plan_create(m, &in);
+    free(seq);
+    if (!st && m->mlx)
+        st = mg_fwd_mlx_set_scratch(m->mlx, m->mlx_scratch, m->mlx_scratch_bytes);
+    return st;
 }
 
 static mg_status create_kv_cache(mg_fwd *m, uint32_t num_pages) {
@@ -249,10 +113,41 @@ static mg_status create_kv_cache(mg_fwd *m, uint32_t num_pages) {
     return MG_OK;
 }
 
+/* The plan of config `c` before anything loads (into *plan when not NULL, else only its device
+ * bytes into *bytes): a checkpoint counted as if its matrices ran the MLX ops, the larger. */
+static mg_status plan_config(mg_backend *b, const mg_fwd_config *c, mg_arena_plan **plan,
+                             uint64_t *bytes) {
+    const batch_extent e = batch_extent_of(c);
+    uint32_t *seq = malloc(c->batch * sizeof *seq);
+    if (!seq)
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
+    const bool mlx = c->weights == MG_FWD_WEIGHTS_CHECKPOINT ||
+                     ((c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) &&
+                      !c->mlx_dequantized);
+    const mg_paged_attention_desc attention = mg_fwd_attention_desc_of(&c->preset->shape);
+    const mg_fwd_plan_input in = plan_input_of(b, c, &e, seq, mlx, &attention);
+    mg_status st = plan ? mg_fwd_plan_build(&in, plan) : mg_fwd_plan_bytes(&in, bytes);
+    free(seq);
+    return st;
+}
+
+mg_status mg_fwd_plan_for_config(mg_backend *b, const mg_fwd_config *c, mg_arena_plan **out) {
+    *out = NULL;
+    if (c->model_path || !c->preset || !mg_fwd_format_of_config(c))
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "planning needs a preset and a known weight format (a checkpoint "
+                               "is planned when mg_fwd_create opens it)");
+    if (!c->batch || c->batch > c->preset->max_batch_size || (!c->prompt_ids && !c->prompt_len))
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "--batch %u (1..%u) and --prompt-len %u (at least 1)", c->batch,
+                               c->preset->max_batch_size, c->prompt_len);
+    return plan_config(b, c, out, NULL);
+}
+
 /* The device bytes beyond the weights: the KV pool (every layer's pages for the prompts and the
- * steps) and the arena of the model's intermediates as mg_arena_plan_for_model plans it (the
- * forward pass adds a few small buffers to it: page tables, step ids, FP8 staging). */
-static mg_status state_bytes_estimate(const mg_fwd_config *c, double *bytes) {
+ * steps) and the arena, as mg_fwd_create plans them (a checkpoint counted as if its matrices
+ * ran the MLX ops, the larger plan). */
+static mg_status state_bytes_estimate(mg_backend *b, const mg_fwd_config *c, double *bytes) {
     const mg_fwd_preset *p = c->preset;
     const batch_extent e = batch_extent_of(c);
     const uint64_t pages = e.pages;
@@ -268,15 +163,10 @@ static mg_status state_bytes_estimate(const mg_fwd_config *c, double *bytes) {
     mg_status st = mg_kv_cache_bytes(&kv, &kv_layer_bytes);
     if (st)
         return mg_fwd_lib_fail(st, "sizing the KV cache");
-    mg_arena_plan *plan = NULL;
-    mg_arena_summary summary = {0};
-    if (!(st = mg_arena_plan_for_model(&p->shape, &e.limits, &plan)) &&
-        !(st = mg_arena_plan_pack(plan)))
-        st = mg_arena_plan_summary(plan, &summary);
-    mg_arena_plan_destroy(plan);
-    if (st)
-        return mg_fwd_lib_fail(st, "planning the arena");
-    *bytes = (double)kv_layer_bytes * p->layers + (double)summary.device_bytes;
+    uint64_t arena = 0;
+    if ((st = plan_config(b, c, NULL, &arena)))
+        return st;
+    *bytes = (double)kv_layer_bytes * p->layers + (double)arena;
     return MG_OK;
 }
 
@@ -285,13 +175,35 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
     const mg_fwd_preset *p = c->preset;
     if (!p)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no preset");
-    if (p->shape.experts && c->weights != MG_FWD_WEIGHTS_NVFP4 &&
-        (!mg_op_supported(b, MG_OP_MOE_GEMM) || !mg_op_supported(b, MG_OP_MOE_ROUTING)))
-        return mg_error_report(
-            MG_ERR_UNSUPPORTED,
-            "preset %s is a mixture of experts: %s experts need the ops moe_gemm and "
-            "moe_routing, which the %s backend cannot run (run it with NVFP4 weights)",
-            p->name, mg_fwd_weights_name(c->weights), mg_backend_kind_name(mg_backend_get_kind(b)));
+    const mg_fwd_format *f = mg_fwd_format_of_config(c);
+    if (!f)
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "unknown weight format %d",
+                               (int)c->weights);
+    mg_status st = f->check ? f->check(b, c) : MG_OK;
+    if (st)
+        return st;
+    if (p->shape.experts && !f->moe_op_count)
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "preset %s is a mixture of experts: %s weights run dense models "
+                               "only",
+                               p->name, mg_fwd_weights_name(c->weights));
+    /* The pass's own ops, then the format's (its experts' for a MoE model): a backend without
+     * one is refused here, never mid-pass. */
+    static const mg_op pass_ops[] = {MG_OP_GATHER_ROWS, MG_OP_RMSNORM, MG_OP_ARGMAX,
+                                     MG_OP_KV_APPEND, MG_OP_ATTENTION_PAGED};
+    const struct {
+        const mg_op *ops;
+        size_t count;
+    } lists[] = {{pass_ops, sizeof pass_ops / sizeof pass_ops[0]},
+                 {f->ops, f->op_count},
+                 {f->moe_ops, p->shape.experts ? f->moe_op_count : 0}};
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        for (size_t j = 0; j < lists[i].count; j++)
+            if (!mg_op_supported(b, lists[i].ops[j]))
+                return mg_error_report(
+                    MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s (%s%s weights%s)",
+                    mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(lists[i].ops[j]),
+                    i ? "" : "every model; ", f->name, i == 2 ? ", mixture of experts" : "");
     if (!c->batch || c->batch > p->max_batch_size)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT,
                                "--batch %u: preset %s's arena holds 1..%u requests", c->batch,
@@ -318,13 +230,6 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
                 r, mg_fwd_prompt_length(c, r), c->steps, (unsigned long long)seq, p->name,
                 p->context);
     }
-    static const mg_op needed[] = {MG_OP_GEMM_BF16,      MG_OP_GATHER_ROWS, MG_OP_RMSNORM,
-                                   MG_OP_ARGMAX,         MG_OP_SILU_MUL,    MG_OP_KV_APPEND,
-                                   MG_OP_ATTENTION_PAGED};
-    static const mg_op needed_nvfp4[] = {MG_OP_NVFP4_FORMAT, MG_OP_NVFP4_GEMM, MG_OP_MOE_ROUTING,
-                                         MG_OP_NVFP4_MOE_GEMM};
-    static const mg_op needed_fp8[] = {MG_OP_GEMM_FP8, MG_OP_FP8_QUANTIZE};
-    bool fp4 = c->weights == MG_FWD_WEIGHTS_NVFP4, fp8 = c->weights == MG_FWD_WEIGHTS_FP8;
     if (c->prompt_ids && c->prompt_lengths) {
         uint64_t sum = 0;
         for (uint32_t r = 0; r < c->batch; r++) {
@@ -348,32 +253,11 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
                                        "prompt token %u is id %d, outside the vocabulary of %u", i,
                                        c->prompt_ids[i], p->shape.vocab);
     }
-    if (c->weights == MG_FWD_WEIGHTS_CHECKPOINT) {
-        if (!mg_op_supported(b, MG_OP_MLX_QUANT))
-            return mg_error_report(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
-                                   mg_backend_kind_name(mg_backend_get_kind(b)),
-                                   mg_op_name(MG_OP_MLX_QUANT));
-    } else if (c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) {
-        mg_status st = mg_fwd_mlx_check_config(b, c);
-        if (st)
-            return st;
-    } else if (c->weights != MG_FWD_WEIGHTS_BF16 && !fp4 && !fp8)
-        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "unknown weight format %d",
-                               (int)c->weights);
-    size_t extra = fp8 ? 2 : !fp4 ? 0 : p->shape.experts ? 4 : 2;
-    for (size_t i = 0; i < sizeof needed / sizeof needed[0] + extra; i++) {
-        mg_op op = i < sizeof needed / sizeof needed[0] ? needed[i]
-                   : fp8 ? needed_fp8[i - sizeof needed / sizeof needed[0]]
-                         : needed_nvfp4[i - sizeof needed / sizeof needed[0]];
-        if (!mg_op_supported(b, op))
-            return mg_error_report(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
-                                   mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(op));
-    }
     uint64_t free_bytes = 0, total_bytes = 0;
-    const double weights = ckpt ? mg_fwd_checkpoint_weight_bytes(ckpt, p)
-                                : mg_fwd_weight_bytes_estimate(p, c->weights);
+    const double weights =
+        ckpt ? mg_fwd_checkpoint_weight_bytes(ckpt, p) : f->weight_bytes(p, c->weights);
     double state = 0.0;
-    mg_status st = state_bytes_estimate(c, &state);
+    st = state_bytes_estimate(b, c, &state);
     if (st)
         return st;
     if (!mg_memory_free_bytes(b, &free_bytes, &total_bytes) && weights + state > (double)free_bytes)
@@ -445,8 +329,10 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
         st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     if (!st)
         st = mg_fwd_create_weights(m);
-    if (!st)
+    if (!st) {
+        m->format = mg_fwd_format_of_model(m);
         st = create_arena(m, &extent);
+    }
     if (!st)
         st = create_kv_cache(m, num_pages);
     if (st) {
@@ -493,8 +379,6 @@ void mg_fwd_destroy(mg_fwd *m) {
         mg_free(m->b, m->lm_head_fp4.values);
     if (m->fp4_globals)
         mg_free(m->b, m->fp4_globals);
-    if (m->prefill_workspace)
-        mg_free(m->b, m->prefill_workspace);
     free(m->fp4);
     free(m->fp8_scales);
     free(m->layer_w);
@@ -674,7 +558,7 @@ mg_status mg_fwd_logits(mg_fwd *m, float *out) {
     if (!m->token_count)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no pass has run: no logits yet");
     const size_t V = m->sh.vocab, P = m->logits_pitch, B = m->c.batch;
-    const bool bf16 = m->fp4 || m->fp8_scales; /* BF16 logits (forward()) */
+    const bool bf16 = m->format->bf16_logits;
     void *rows = malloc(B * P * (bf16 ? 2 : 4));
     if (!rows)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the logits");

@@ -94,6 +94,19 @@
 #include "metrale/ops_sample.h"
 #include "metrale/timing.h"
 
+/* A decoder-only transformer's shape. Dense when experts == 0; MoE when experts >= 2, with
+ * `experts_per_token` (top-k) routed experts of `intermediate` each. */
+typedef struct mg_model_shape {
+    uint32_t hidden;   /* d_model */
+    uint32_t heads;    /* query heads */
+    uint32_t kv_heads; /* divides heads (GQA) */
+    uint32_t head_dim;
+    uint32_t intermediate;      /* MLP intermediate size (per expert for MoE) */
+    uint32_t experts;           /* 0: dense */
+    uint32_t experts_per_token; /* top-k; 0 when dense */
+    uint32_t vocab;
+} mg_model_shape;
+
 typedef struct mg_fwd_preset {
     const char *name;
     const char *description;
@@ -279,5 +292,15 @@ typedef struct mg_fwd_info {
 } mg_fwd_info;
 
 void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out);
+
+/* The arena plan mg_fwd_create would build for `c` on `b` (model_plan.c's table: every buffer
+ * of a pass, its size, its lifetime in steps of the pass), without loading anything, for
+ * printing (`metrale-gpu arena`) and checks. Presets only (a config with model_path has no
+ * architecture before mg_fwd_create opens it: MG_ERR_INVALID_ARGUMENT). The caller destroys
+ * *out. */
+mg_status mg_fwd_plan_for_config(mg_backend *b, const mg_fwd_config *c, mg_arena_plan **out);
+/* The name of step `step` of the pass that plan lifetimes count in (model_plan.h), or NULL
+ * past the last; `moe` picks the MoE layer's steps. */
+const char *mg_fwd_plan_step_name(uint32_t step, bool moe);
 
 #endif

@@ -1,5 +1,5 @@
 /* model_forward.c - one pass of the forward model (model.h's layers) over the public ops. */
-#include "model_internal.h"
+#include "model_format.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -21,70 +21,33 @@
 #include "metrale/ops_quantize.h"
 #include "metrale/status.h"
 
-mg_paged_attention_desc mg_fwd_attention_desc(const mg_fwd *m) {
-    return (mg_paged_attention_desc){.num_qo_heads = m->sh.heads,
-                                     .num_kv_heads = m->sh.kv_heads,
-                                     .head_dim = m->sh.head_dim,
+mg_paged_attention_desc mg_fwd_attention_desc_of(const mg_model_shape *sh) {
+    return (mg_paged_attention_desc){.num_qo_heads = sh->heads,
+                                     .num_kv_heads = sh->kv_heads,
+                                     .head_dim = sh->head_dim,
                                      .page_size = PAGE_SIZE,
                                      .window_left = -1,
-                                     .sm_scale = 1.0f / sqrtf((float)m->sh.head_dim)};
+                                     .sm_scale = 1.0f / sqrtf((float)sh->head_dim)};
 }
 
-/* A span named `op` (model.h's names) around the statements that follow, when a timing object
- * is attached (mg_fwd_set_timing); nothing otherwise. Needs `m` and the stream `s` in scope.
- * The span is kept in m->open_span while the statements run, so that a failing statement's
- * early return leaves it for timed_forward to close. */
-#define OP(op, ...)                                                                                \
-    do {                                                                                           \
-        if (m->timing)                                                                             \
-            TRY(mg_timing_kernel_begin(m->timing, op, s, &m->open_span), "timing span");           \
-        __VA_ARGS__;                                                                               \
-        const mg_timing_span span_ = m->open_span;                                                 \
-        m->open_span = 0;                                                                          \
-        TRY(span_ ? mg_timing_span_end(m->timing, span_, s) : MG_OK, "timing span");               \
-    } while (0)
-
-/* FP8 weights: quantizes act[rows, k] (BF16) per token into act_fp8 and act_scales, the input
- * of the next GEMM(s) (model.h). */
-static mg_status quantize_act(mg_fwd *m, mg_stream *s, uint32_t rows, uint32_t k, mg_devptr act) {
-    mg_fp8_quant_desc d = {.mode = MG_FP8_QUANT_ROW, .rows = rows, .cols = k};
-    m->act_fp8_source = act;
-    m->act_fp8_rows = rows;
-    return mg_fp8_quantize(m->b, s, &d, act, m->act_fp8, m->act_scales);
+mg_paged_attention_desc mg_fwd_attention_desc(const mg_fwd *m) {
+    mg_paged_attention_desc d = mg_fwd_attention_desc_of(&m->sh);
+    d.workspace = m->attention_workspace;
+    d.workspace_bytes = m->attention_workspace_bytes;
+    return d;
 }
 
-/* out[rows, n] = act[rows, k] times layer l's matrix (BF16 or FP8 `slot`, or NVFP4
- * `fp4_slot`). FP8: act must have been quantized by quantize_act just before. The prefill's
- * NVFP4 GEMMs expand the weight to BF16 in the workspace (mg_nvfp4_gemm_with_workspace);
- * decode steps decode it in the GEMM tiles. */
-static mg_status linear(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l, uint32_t slot,
-                        uint32_t fp4_slot, uint32_t rows, uint32_t n, uint32_t k, mg_devptr act,
-                        mg_devptr out) {
-    if (m->mlx)
-        return mg_fwd_mlx_linear(m->mlx, s, l, slot, rows, act, out);
-    if (m->fp8_scales) {
-        if (m->act_fp8_source != act || m->act_fp8_rows != rows)
-            return mg_error_report(MG_ERR_INTERNAL, "forward model: FP8 GEMM input not quantized");
-        return mg_gemm_fp8_rowwise(m->b, s, rows, n, k, m->act_fp8, m->act_scales,
-                                   *layer_tensor(m, l, slot),
-                                   m->fp8_scales[(size_t)l * MG_FWD_LAYER_TENSORS + slot], out, n);
-    }
-    if (!m->fp4)
-        return mg_gemm_bf16(m->b, s, rows, n, k, act, *layer_tensor(m, l, slot), out, MG_DTYPE_BF16,
-                            n);
-    const mg_nvfp4_weight *w = &m->fp4[(size_t)l * FP4_SLOTS + fp4_slot];
-    if (prefill && m->prefill_workspace)
-        return mg_nvfp4_gemm_with_workspace(m->b, s, rows, n, k, act, k, w, out, n,
-                                            m->prefill_workspace, m->prefill_workspace_bytes);
-    return mg_nvfp4_gemm(m->b, s, rows, n, k, act, k, w, out, n);
+/* Readies act[rows, k] as the next GEMM group's input, for a format that needs it (FP8). */
+static mg_status prepare(mg_fwd *m, mg_stream *s, uint32_t rows, uint32_t k, mg_devptr act) {
+    return m->format->prepare_input ? m->format->prepare_input(m, s, rows, k, act) : MG_OK;
 }
 
 /* The MoE MLP of layer l over norm_out[rows] into proj_out (model.h): router, top-k, sort, the
- * grouped NVFP4 GEMMs (gate_up fused with SiLU, then down), the weighted combine. */
+ * format's experts (gate_up fused with SiLU, then down), the weighted combine. */
 static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
     mg_backend *b = m->b;
     const mg_model_shape *sh = &m->sh;
-    uint32_t E = sh->experts, K = sh->experts_per_token, H = sh->hidden, I = sh->intermediate;
+    uint32_t E = sh->experts, K = sh->experts_per_token, H = sh->hidden;
     OP("moe_router",
        TRY(mg_gemm_bf16(b, s, rows, E, H, m->norm_out, *layer_tensor(m, l, MG_FWD_ROUTER),
                         m->router_logits, MG_DTYPE_F32, E),
@@ -98,46 +61,9 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
        TRY(mg_moe_sort(b, s, &sd, m->topk_ids, m->sort_workspace, m->sort_workspace_bytes,
                        m->expert_offsets, m->sorted_token_ids, m->pair_positions),
            "expert sort"));
-    if (m->fp4) {
-        const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
-        mg_nvfp4_moe_desc gd = {.experts = E, .rows = rows * K, .act_rows = rows, .n = I, .k = H};
-        mg_nvfp4_moe_tensors gt = {.act = m->norm_out,
-                                   .sorted_token_ids = m->sorted_token_ids,
-                                   .expert_offsets = m->expert_offsets,
-                                   .w = fw[FP4_GATE],
-                                   .up = &fw[FP4_UP],
-                                   .out = m->moe_act};
-        OP("moe_gate_up", TRY(mg_nvfp4_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul"));
-        mg_nvfp4_moe_desc dd = {
-            .experts = E, .rows = rows * K, .act_rows = rows * K, .n = H, .k = I};
-        mg_nvfp4_moe_tensors dt = {.act = m->moe_act,
-                                   .expert_offsets = m->expert_offsets,
-                                   .w = fw[FP4_DOWN],
-                                   .out = m->moe_down};
-        OP("moe_down", TRY(mg_nvfp4_moe_gemm(b, s, &dd, &dt), "experts' down"));
-    } else { /* BF16 or FP8 (row-wise) experts: metrale/ops_moe_gemm.h */
-        size_t gu = (size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_GATE_UP;
-        size_t dn = (size_t)l * MG_FWD_LAYER_TENSORS + MG_FWD_W_DOWN;
-        mg_moe_gemm_desc gd = mg_fwd_moe_gemm_desc(m, true, rows);
-        mg_moe_gemm_tensors gt = {.act = m->norm_out,
-                                  .sorted_token_ids = m->sorted_token_ids,
-                                  .expert_offsets = m->expert_offsets,
-                                  .weight = m->layer_w[gu],
-                                  .weight_scale = m->fp8_scales ? m->fp8_scales[gu] : 0,
-                                  .out = m->moe_act,
-                                  .workspace = m->moe_gemm_workspace,
-                                  .workspace_bytes = m->moe_gemm_workspace_bytes};
-        OP("moe_gate_up", TRY(mg_moe_gemm(b, s, &gd, &gt), "experts' gate_up with SiLU-mul"));
-        mg_moe_gemm_desc dd = mg_fwd_moe_gemm_desc(m, false, rows);
-        mg_moe_gemm_tensors dt = {.act = m->moe_act,
-                                  .expert_offsets = m->expert_offsets,
-                                  .weight = m->layer_w[dn],
-                                  .weight_scale = m->fp8_scales ? m->fp8_scales[dn] : 0,
-                                  .out = m->moe_down,
-                                  .workspace = m->moe_gemm_workspace,
-                                  .workspace_bytes = m->moe_gemm_workspace_bytes};
-        OP("moe_down", TRY(mg_moe_gemm(b, s, &dd, &dt), "experts' down"));
-    }
+    mg_status st = m->format->experts(m, s, l, rows);
+    if (st)
+        return st;
     mg_moe_combine_desc cd = {.tokens = rows, .k = K, .hidden = H};
     OP("moe_combine", TRY(mg_moe_combine(b, s, &cd, m->moe_down, m->pair_positions, m->topk_weights,
                                          0, m->proj_out),
@@ -155,7 +81,8 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
     uint32_t I = sh->intermediate, B = m->c.batch;
     float eps = m->c.preset->norm_eps;
     mg_devptr q = m->qkv, kv = m->qkv + (uint64_t)m->tokens_padded * QD * 2;
-    bool fp8 = m->fp8_scales != NULL;
+    const mg_fwd_format *f = m->format;
+    mg_status st;
     OP("embedding",
        TRY(mg_gather_rows_bf16(b, s, rows, H, m->step_ids, sh->vocab, m->embedding, 0, m->residual),
            "embedding"));
@@ -168,11 +95,11 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, l ? m->proj_out : 0,
                                           w[MG_FWD_ATTN_NORM], m->norm_out),
                           "attention norm"));
-        if (fp8)
-            OP("fp8_quant", TRY(quantize_act(m, s, rows, H, m->norm_out), "quantizing to FP8"));
-        OP("qkv_gemm", TRY(linear(m, s, prefill, l, MG_FWD_WQ, FP4_Q, rows, QD, H, m->norm_out, q),
-                           "q projection");
-           TRY(linear(m, s, prefill, l, MG_FWD_WKV, FP4_KV, rows, KVD, H, m->norm_out, kv),
+        if ((st = prepare(m, s, rows, H, m->norm_out)))
+            return st;
+        OP("qkv_gemm",
+           TRY(f->linear(m, s, prefill, l, MG_FWD_WQ, rows, QD, H, m->norm_out, q), "q projection");
+           TRY(f->linear(m, s, prefill, l, MG_FWD_WKV, rows, KVD, H, m->norm_out, kv),
                "kv projection"));
         mg_devptr k = kv;
         uint32_t k_stride = KVD;
@@ -227,45 +154,30 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                                         .kv_indices = m->kv_indices,
                                         .num_kv_indices = m->kv.num_pages};
         OP("attention", TRY(mg_paged_attention_run(plan, &t, s), "attention"));
-        if (fp8)
-            OP("fp8_quant", TRY(quantize_act(m, s, rows, QD, m->attn_out), "quantizing to FP8"));
+        if ((st = prepare(m, s, rows, QD, m->attn_out)))
+            return st;
         OP("o_gemm",
-           TRY(linear(m, s, prefill, l, MG_FWD_WO, FP4_O, rows, H, QD, m->attn_out, m->proj_out),
+           TRY(f->linear(m, s, prefill, l, MG_FWD_WO, rows, H, QD, m->attn_out, m->proj_out),
                "output projection"));
         OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, m->proj_out,
                                           w[MG_FWD_MLP_NORM], m->norm_out),
                           "MLP norm"));
         if (sh->experts) {
-            mg_status st = moe_mlp(m, s, l, rows);
-            if (st)
+            if ((st = moe_mlp(m, s, l, rows)))
                 return st;
             continue;
         }
-        if (m->mlx) {
-            OP("mlp", TRY(mg_fwd_mlx_mlp(m->mlx, s, l, rows, m->norm_out, m->gate_up, m->mlp_act,
-                                         m->proj_out),
-                          "MLP"));
+        if (f->mlp) {
+            if ((st = f->mlp(m, s, l, rows)))
+                return st;
             continue;
         }
-        if (m->fp4) {
-            const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
-            OP("gate_up", TRY(mg_nvfp4_gemm_gate_up(b, s, rows, I, H, m->norm_out, H, &fw[FP4_GATE],
-                                                    &fw[FP4_UP], m->mlp_act_fp4, I),
-                              "gate_up projection with SiLU-mul"));
-        } else {
-            if (fp8)
-                OP("fp8_quant", TRY(quantize_act(m, s, rows, H, m->norm_out), "quantizing to FP8"));
-            OP("gate_up", TRY(linear(m, s, prefill, l, MG_FWD_W_GATE_UP, 0, rows, 2 * I, H,
-                                     m->norm_out, m->gate_up),
-                              "gate_up projection"));
-            OP("silu_mul",
-               TRY(mg_silu_mul_bf16(b, s, rows, I, m->gate_up, 2 * I, m->mlp_act, I), "SiLU-mul"));
-            if (fp8)
-                OP("fp8_quant", TRY(quantize_act(m, s, rows, I, m->mlp_act), "quantizing to FP8"));
-        }
-        OP("down", TRY(linear(m, s, prefill, l, MG_FWD_W_DOWN, FP4_DOWN, rows, H, I,
-                              m->fp4 ? m->mlp_act_fp4 : m->mlp_act, m->proj_out),
-                       "down projection"));
+        if ((st = prepare(m, s, rows, H, m->norm_out)) ||
+            (st = f->gate_up(m, s, prefill, l, rows)) || (st = prepare(m, s, rows, I, m->mlp_act)))
+            return st;
+        OP("down",
+           TRY(f->linear(m, s, prefill, l, MG_FWD_W_DOWN, rows, H, I, m->mlp_act, m->proj_out),
+               "down projection"));
     }
     OP("last_rows", TRY(mg_gather_rows_bf16(b, s, B, H, m->logits_indices, rows, m->residual,
                                             m->proj_out, m->logits_hidden),
@@ -273,26 +185,7 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
     OP("rmsnorm",
        TRY(mg_rmsnorm_bf16(b, s, B, H, eps, m->logits_hidden, 0, m->final_norm, m->logits_hidden),
            "final norm"));
-    if (m->fp4 || fp8) { /* BF16 logits (in the FP32 logits buffer) */
-        if (fp8)
-            OP("fp8_quant", TRY(quantize_act(m, s, B, H, m->logits_hidden), "quantizing to FP8"));
-        OP("lm_head",
-           TRY(fp8 ? mg_gemm_fp8_rowwise(b, s, B, sh->vocab, H, m->act_fp8, m->act_scales,
-                                         m->lm_head, m->lm_head_scales, m->logits, m->logits_pitch)
-                   : mg_nvfp4_gemm(b, s, B, sh->vocab, H, m->logits_hidden, H, &m->lm_head_fp4,
-                                   m->logits, m->logits_pitch),
-               "LM head"));
-        OP("argmax",
-           TRY(mg_argmax_bf16(b, s, B, sh->vocab, m->logits, m->logits_pitch, m->step_ids),
-               "argmax"));
-    } else {
-        OP("lm_head", TRY(mg_gemm_bf16(b, s, B, sh->vocab, H, m->logits_hidden, m->lm_head,
-                                       m->logits, MG_DTYPE_F32, m->logits_pitch),
-                          "LM head"));
-        OP("argmax", TRY(mg_argmax_f32(b, s, B, sh->vocab, m->logits, m->logits_pitch, m->step_ids),
-                         "argmax"));
-    }
-    return MG_OK;
+    return f->lm_head(m, s, B);
 }
 
 /* forward() inside a lane span ("prefill" or "decode", step = the pass's index) when a timing

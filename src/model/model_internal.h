@@ -1,8 +1,9 @@
 /*
  * model_internal.h - private to src/model: what the files of the forward model share (model.c
  * creation and passes, model_presets.c the presets and the random weights, model_weights.c
- * the weights of a preset or checkpoint, model_forward.c one pass). Nothing here is an
- * interface for other layers.
+ * the weights of a preset or checkpoint, model_plan.c the memory plan, model_format*.c the
+ * weight formats' tables, model_forward.c one pass). Nothing here is an interface for other
+ * layers.
  */
 #ifndef METRALE_MODEL_INTERNAL_H
 #define METRALE_MODEL_INTERNAL_H
@@ -20,8 +21,12 @@
 /* The NVFP4 matrices of a layer: w_gate_up becomes two weights (gate rows, up rows). */
 enum { FP4_Q, FP4_KV, FP4_O, FP4_GATE, FP4_UP, FP4_DOWN, FP4_SLOTS };
 
+/* A weight format's table of functions (model_format.h). */
+typedef struct mg_fwd_format mg_fwd_format;
+
 struct mg_fwd {
     mg_backend *b;
+    const mg_fwd_format *format; /* the loaded weights' (mg_fwd_format_of_model) */
     mg_fwd_config c;
     /* a checkpoint's architecture (c.preset points here) and the open checkpoint */
     mg_fwd_checkpoint *ckpt;
@@ -42,9 +47,7 @@ struct mg_fwd {
      * LM head's; the device-quantized activation of the next GEMM(s) and its per-token scales,
      * and which BF16 buffer (of how many rows) they were quantized from. */
     mg_devptr *fp8_scales; /* [layers][MG_FWD_LAYER_TENSORS] */
-    /* the logits' row pitch in elements: the vocabulary rounded up to 8, as the argmax ops
-     * need a pitch that is a multiple of 4 (FP32) or 8 (BF16) whatever the vocabulary */
-    uint32_t logits_pitch;
+    uint32_t logits_pitch; /* mg_fwd_logits_pitch (model_plan.h) */
     mg_devptr lm_head_scales, act_fp8, act_scales, act_fp8_source;
     uint32_t act_fp8_rows;
     uint64_t weight_bytes;
@@ -55,16 +58,17 @@ struct mg_fwd {
     mg_nvfp4_weight *fp4; /* [layers][FP4_SLOTS] */
     mg_fwd_mlx *mlx;      /* MLX weights (model_mlx.h), unless dequantized to BF16 at load */
     mg_nvfp4_weight lm_head_fp4;
-    mg_devptr fp4_globals, prefill_workspace;
-    size_t prefill_workspace_bytes;
+    mg_devptr fp4_globals;
 
+    /* The arena (model_plan.c fills every field below that it names) */
     mg_arena *arena;
+    /* the ops' workspaces: NVFP4 prefill's BF16 expansion (0 when the prompts have fewer than
+     * MG_NVFP4_BF16_PATH_MIN_M tokens), the MLX GEMM's dequantized matrix, the paged
+     * attention plans' (0 where the backend's provider takes none) */
+    mg_devptr prefill_workspace, mlx_scratch, attention_workspace;
+    size_t prefill_workspace_bytes, mlx_scratch_bytes, attention_workspace_bytes;
     mg_devptr residual, proj_out, norm_out, qkv, attn_out, gate_up, mlp_act, logits_hidden, logits;
     mg_devptr step_ids, qo_indptr, kv_indptr, kv_indices, last_page_len, logits_indices;
-    /* Dense NVFP4 only: silu(gate) * up of the fused gate_up GEMM. Live for the whole run: the
-     * arena's plan lets the BF16 path's mlp_act reuse norm_out's memory (norm_out is dead once
-     * the gate_up GEMM has read it), but the fused GEMM reads norm_out while it writes. */
-    mg_devptr mlp_act_fp4;
     /* MoE only (arena) */
     mg_devptr router_logits, topk_ids, topk_weights, sorted_token_ids, expert_offsets, moe_act,
         moe_down, pair_positions, sort_workspace;
@@ -115,18 +119,34 @@ mg_status mg_fwd_lib_fail(mg_status st, const char *what);
             return mg_fwd_lib_fail(st_, what);                                                     \
     } while (0)
 
-/* The grouped expert GEMMs of m (BF16 or FP8 experts) over `tokens` tokens: gate_up or down. */
-mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_fwd *m, bool gate_up, uint32_t tokens);
+/* A span named `op` (model.h's names) around the statements that follow, when a timing object
+ * is attached (mg_fwd_set_timing); nothing otherwise. Needs `m` and the stream `s` in scope.
+ * The span is kept in m->open_span while the statements run, so that a failing statement's
+ * early return leaves it for timed_forward to close. */
+#define OP(op, ...)                                                                                \
+    do {                                                                                           \
+        if (m->timing)                                                                             \
+            TRY(mg_timing_kernel_begin(m->timing, op, s, &m->open_span), "timing span");           \
+        __VA_ARGS__;                                                                               \
+        const mg_timing_span span_ = m->open_span;                                                 \
+        m->open_span = 0;                                                                          \
+        TRY(span_ ? mg_timing_span_end(m->timing, span_, s) : MG_OK, "timing span");               \
+    } while (0)
 
-/* model_weights.c: every weight of m's config (generated, quantized, or from its checkpoint);
- * the device bytes of a preset's weights in format w, an estimate for the memory check. */
+/* model_plan.c: the grouped expert GEMM of a model of shape `sh` with weights `w` (BF16 or FP8
+ * experts) over `tokens` tokens: gate_up (fused SiLU-mul) or down. */
+mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_model_shape *sh, mg_fwd_weights w, bool gate_up,
+                                      uint32_t tokens);
+
+/* model_weights.c: every weight of m's config (generated, quantized, or from its checkpoint). */
 mg_status mg_fwd_create_weights(mg_fwd *m);
-double mg_fwd_weight_bytes_estimate(const mg_fwd_preset *p, mg_fwd_weights w);
 /* Whether layer slot `slot` is one of the matrices NVFP4 / FP8 / MLX weights replace. */
 bool mg_fwd_is_quantized_matrix(uint32_t slot);
 
-/* model_forward.c: the paged attention description of m, and one pass over `rows` new tokens
- * (their ids in step_ids), inside the timing lanes when a timing object is attached. */
+/* model_forward.c: the paged attention description of a model of shape `sh`, and of m (with
+ * its arena's attention workspace); one pass over `rows` new tokens (their ids in step_ids),
+ * inside the timing lanes when a timing object is attached. */
+mg_paged_attention_desc mg_fwd_attention_desc_of(const mg_model_shape *sh);
 mg_paged_attention_desc mg_fwd_attention_desc(const mg_fwd *m);
 mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                          mg_attention_plan *plan);

@@ -17,8 +17,10 @@ struct mg_fwd_mlx {
     mg_backend *b;
     mg_model_shape sh;
     uint32_t layers;
-    mg_mlx_linear *w;  /* [layers][MX_SLOTS] */
-    mg_devptr scratch; /* the GEMM's BF16 expansion of the largest matrix */
+    mg_mlx_linear *w; /* [layers][MX_SLOTS] */
+    /* the GEMM's BF16 expansion of the largest matrix: the model's arena (set_scratch) */
+    mg_devptr scratch;
+    uint64_t scratch_need;
     uint64_t bytes;
 };
 
@@ -124,16 +126,24 @@ static mg_status load_joined(mg_fwd_mlx *x, const mg_st_model *m, const mg_mlx_c
     return st;
 }
 
-/* The GEMM scratch for the largest matrix of x, and the bytes of all of them. */
+/* The GEMM scratch the largest matrix of x needs, and the bytes of all of them. */
 static mg_status finish(mg_fwd_mlx *x) {
-    uint64_t largest = 0;
     for (size_t i = 0; i < (size_t)x->layers * MX_SLOTS; i++) {
         uint64_t s = mg_mlx_gemm_scratch_bytes(&x->w[i]);
-        largest = s > largest ? s : largest;
+        x->scratch_need = s > x->scratch_need ? s : x->scratch_need;
         x->bytes += mg_mlx_linear_bytes(&x->w[i]);
     }
-    mg_status st = mg_alloc(x->b, largest, &x->scratch);
-    return st ? mg_error_report(st, "allocating the MLX GEMM scratch: %s", mg_last_error()) : MG_OK;
+    return MG_OK;
+}
+
+mg_status mg_fwd_mlx_set_scratch(mg_fwd_mlx *x, mg_devptr scratch, uint64_t bytes) {
+    if (bytes < x->scratch_need)
+        return mg_error_report(MG_ERR_INTERNAL,
+                               "MLX weights: the GEMM scratch planned holds %llu bytes, the "
+                               "largest matrix needs %llu",
+                               (unsigned long long)bytes, (unsigned long long)x->scratch_need);
+    x->scratch = scratch;
+    return MG_OK;
 }
 
 static mg_fwd_mlx *new_mlx(mg_backend *b, const mg_model_shape *sh, uint32_t layers) {
@@ -227,8 +237,6 @@ void mg_fwd_mlx_destroy(mg_fwd_mlx *x) {
         return;
     for (size_t i = 0; x->w && i < (size_t)x->layers * MX_SLOTS; i++)
         mg_mlx_linear_free(x->b, &x->w[i]);
-    if (x->scratch)
-        mg_free(x->b, x->scratch);
     free(x->w);
     free(x);
 }

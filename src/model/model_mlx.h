@@ -36,6 +36,11 @@ mg_status mg_fwd_mlx_adopt(mg_backend *b, const mg_model_shape *sh, uint32_t lay
 const char *mg_fwd_mlx_default_checkpoint(const char *preset, uint32_t bits, char *buf,
                                           size_t size);
 
+/* The prefill GEMMs' scratch (the model's arena: model_plan.c sizes it as the largest
+ * layer matrix's n * k * 2): MG_ERR_INTERNAL when `bytes` is less than x's largest matrix
+ * needs. Not owned by x. */
+mg_status mg_fwd_mlx_set_scratch(mg_fwd_mlx *x, mg_devptr scratch, uint64_t bytes);
+
 /* Bytes of all the packed weights, scales and biases. */
 uint64_t mg_fwd_mlx_bytes(const mg_fwd_mlx *x);
 

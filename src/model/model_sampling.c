@@ -2,6 +2,7 @@
  * model_sampling.h): the requests' parameters, their steps and penalty histories uploaded
  * before each pass, and mg_sample launched over the logits after it. */
 #include "model_sampling.h"
+#include "model_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,7 @@ mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params, uint32_
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     m->sampling = sp;
     sp->window = penalty_last_n;
-    const bool bf16 = m->fp4 || m->fp8_scales; /* BF16 logits (model_forward.c) */
+    const bool bf16 = m->format->bf16_logits; /* model_format.h */
     sp->desc = (mg_sample_desc){.rows = B,
                                 .vocab = V,
                                 .logits_dtype = bf16 ? MG_DTYPE_BF16 : MG_DTYPE_F32,

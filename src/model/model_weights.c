@@ -230,6 +230,8 @@ static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest
     fp4_staging sg = {0};
     mg_status st = mg_alloc(m->b, 4 * (count + 1) * group, &m->fp4_globals);
     if (!st)
+        m->weight_bytes += 4 * (count + 1) * group;
+    if (!st)
         st = mg_alloc(m->b, largest_matrix * 2, &sg.bf16);
     if (!st)
         st = mg_alloc(m->b, largest_matrix / 2, &sg.codes);
@@ -263,22 +265,7 @@ static mg_status create_nvfp4_matrices(mg_fwd *m, uint16_t *host, size_t largest
     for (size_t i = 0; i < 3; i++)
         if (staging[i])
             mg_free(m->b, staging[i]);
-    if (st || m->prompt_tokens < MG_NVFP4_BF16_PATH_MIN_M)
-        return st;
-    /* The prefill's workspace: the largest BF16 expansion of a dense layer matrix. */
-    const mg_model_shape *s = &m->sh;
-    uint32_t M = (uint32_t)m->prompt_tokens, H = s->hidden, QD = s->heads * s->head_dim;
-    uint32_t shapes[4][2] = {
-        {QD, H}, {2 * s->kv_heads * s->head_dim, H}, {H, QD}, {H, s->intermediate}};
-    for (size_t i = 0; i < (s->experts ? 3u : 4u); i++) {
-        size_t w = mg_nvfp4_gemm_workspace_bytes(M, shapes[i][0], shapes[i][1]);
-        m->prefill_workspace_bytes =
-            w > m->prefill_workspace_bytes ? w : m->prefill_workspace_bytes;
-    }
-    if (m->prefill_workspace_bytes &&
-        (st = mg_alloc(m->b, m->prefill_workspace_bytes, &m->prefill_workspace)))
-        return mg_fwd_lib_fail(st, "allocating the prefill workspace");
-    return MG_OK;
+    return st;
 }
 
 bool mg_fwd_is_quantized_matrix(uint32_t slot) {
@@ -349,30 +336,4 @@ mg_status mg_fwd_create_weights(mg_fwd *m) {
         st = mg_fwd_mlx_attach(m->b, &m->c, m->layer_w, &m->mlx, &m->weight_bytes);
     free(host);
     return st;
-}
-
-/* The device bytes of the preset's weights in format `w`, from the tensor shapes: BF16 2 bytes
- * per element, FP8 1 (+ a row scale), NVFP4 and MLX about what their packing takes. An
- * estimate for refusing a model that cannot fit, not the allocation itself. */
-double mg_fwd_weight_bytes_estimate(const mg_fwd_preset *p, mg_fwd_weights w) {
-    double per_element = w == MG_FWD_WEIGHTS_FP8     ? 1.0
-                         : w == MG_FWD_WEIGHTS_NVFP4 ? 0.5625
-                         : w == MG_FWD_WEIGHTS_MLX8  ? 1.0625
-                         : w == MG_FWD_WEIGHTS_MLX4  ? 0.5625
-                                                     : 2.0;
-    double total = 2.0 * p->shape.vocab * p->shape.hidden; /* the BF16 embedding table */
-    for (uint32_t l = 0; l < p->layers; l++)
-        for (uint32_t slot = 0; slot < MG_FWD_LAYER_TENSORS; slot++) {
-            uint32_t rows = 0, cols = 0;
-            float offset, scale;
-            if ((slot == MG_FWD_ROUTER && !p->shape.experts) ||
-                mg_fwd_tensor_shape(&p->shape, p->layers, mg_fwd_layer_tensor(l, slot), &rows,
-                                    &cols, &offset, &scale))
-                continue;
-            total += (double)rows * cols * (mg_fwd_is_quantized_matrix(slot) ? per_element : 2.0);
-            if (w == MG_FWD_WEIGHTS_FP8 && mg_fwd_is_quantized_matrix(slot))
-                total += 4.0 * rows; /* the FP32 row scales */
-        }
-    total += w == MG_FWD_WEIGHTS_FP8 ? 4.0 * p->shape.vocab : 0.0;
-    return total + (double)p->shape.vocab * p->shape.hidden * per_element; /* LM head */
 }

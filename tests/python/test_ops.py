@@ -273,6 +273,12 @@ def test_kv_append_then_paged_decode(b, rng):
     desc = mg.paged_attention_desc(num_qo_heads=hq, num_kv_heads=hkv, head_dim=d,
                                    page_size=page, window_left=-1, sm_scale=1 / np.sqrt(d),
                                    kv_dtype=mg.KV_BF16)
+    # half the runs through a caller's workspace (the CPU reference carves its page table there)
+    need = mg.paged_attention_workspace_bytes(b, desc, table)
+    assert need == (16 * (batch + 1) + 15) // 16 * 16
+    if rng.integers(0, 2):
+        ws = b.alloc(need, "u8")
+        desc.workspace, desc.workspace_bytes = ws.ptr, need
     plan = mg.paged_attention_plan_create(b, desc, table)
     o = poisoned(b, (batch, hq, d), "bf16")
     plan.run(mg.paged_attention_tensors(q=b.asbuffer(q_bits, "bf16"), o=o, qo_rows=batch,

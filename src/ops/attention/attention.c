@@ -547,6 +547,62 @@ static mg_status plan_paged_batch(mg_attention_plan *p, const mg_kv_page_table *
     return st;
 }
 
+/* The caller's workspace bytes `provider` carves for a paged plan of `call` and this batch
+ * (validated): 0 for a provider that takes none. */
+static mg_status paged_workspace_need(mg_backend *b, const mg_attention_provider *provider,
+                                      const mg_paged_attention_call *call, const int32_t *qo_indptr,
+                                      const int32_t *kv_tokens, uint32_t batch_size,
+                                      size_t *bytes) {
+    *bytes = 0;
+    if (!provider->paged_workspace_bytes)
+        return MG_OK;
+    return provider->paged_workspace_bytes(b, call, qo_indptr, kv_tokens, batch_size, bytes);
+}
+
+/* What paged planning needs of every call: a live backend without a sticky fault, a valid
+ * descriptor (its ragged form in *d) and page table (its token indptr in *kv_tokens, which the
+ * caller frees), and the provider the registry chooses for them. */
+static mg_status paged_plan_inputs(mg_backend *b, const mg_paged_attention_desc *pd,
+                                   const mg_kv_page_table *table, mg_attention_desc *d,
+                                   int32_t **kv_tokens, const mg_op_provider **chosen,
+                                   const char *fn) {
+    *kv_tokens = NULL;
+    mg_status st = mg_op_enter(b, fn);
+    if (!st)
+        st = mg_backend_check_fault(b);
+    if (!st)
+        st = paged_desc(pd, d, fn);
+    if (!st)
+        st = paged_batch(d, mg_kv_page_size(pd->page_size), table, kv_tokens, fn);
+    if (st)
+        return st;
+    const mg_paged_attention_call call = {*d, pd->logits_soft_cap, pd->kv_dtype};
+    if ((st = mg_op_choose(b, MG_OP_ATTENTION_PAGED, &call, fn, chosen))) {
+        free(*kv_tokens);
+        *kv_tokens = NULL;
+    }
+    return st;
+}
+
+mg_status mg_paged_attention_workspace_bytes(mg_backend *b, const mg_paged_attention_desc *pd,
+                                             const mg_kv_page_table *table, size_t *bytes) {
+    const char *fn = "mg_paged_attention_workspace_bytes";
+    if (!bytes)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
+    *bytes = 0;
+    mg_attention_desc d;
+    int32_t *kv_tokens;
+    const mg_op_provider *chosen;
+    mg_status st = paged_plan_inputs(b, pd, table, &d, &kv_tokens, &chosen, fn);
+    if (st)
+        return st;
+    const mg_paged_attention_call call = {d, pd->logits_soft_cap, pd->kv_dtype};
+    st = paged_workspace_need(b, (const mg_attention_provider *)chosen, &call, table->qo_indptr,
+                              kv_tokens, table->batch_size, bytes);
+    free(kv_tokens);
+    return st;
+}
+
 mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention_desc *pd,
                                          const mg_kv_page_table *table, mg_stream *s,
                                          mg_attention_plan **out) {
@@ -555,31 +611,41 @@ mg_status mg_paged_attention_plan_create(mg_backend *b, const mg_paged_attention
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL output pointer", fn);
     *out = NULL;
     mg_attention_desc d;
-    mg_status st = mg_op_enter(b, fn);
-    if (!st)
-        st = mg_backend_check_fault(b);
-    if (!st)
-        st = paged_desc(pd, &d, fn);
+    int32_t *kv_tokens = NULL;
+    const mg_op_provider *chosen;
+    mg_status st = paged_plan_inputs(b, pd, table, &d, &kv_tokens, &chosen, fn);
+    if (!st) {
+        d.workspace = pd->workspace;
+        d.workspace_bytes = pd->workspace_bytes;
+        st = check_workspace(b, &d, fn);
+    }
     if (!st)
         st = check_stream(b, s, fn);
     if (!st)
         st = mg_stream_check_not_capturing(b, s, fn);
-    if (st)
-        return st;
-    const uint32_t page_size = mg_kv_page_size(pd->page_size);
-    int32_t *kv_tokens;
-    if ((st = paged_batch(&d, page_size, table, &kv_tokens, fn)))
-        return st;
-    const mg_op_provider *chosen;
+    const mg_attention_provider *provider = st ? NULL : (const mg_attention_provider *)chosen;
+    if (!st && d.workspace) {
+        const mg_paged_attention_call call = {d, pd->logits_soft_cap, pd->kv_dtype};
+        size_t need;
+        if (!(st = paged_workspace_need(b, provider, &call, table->qo_indptr, kv_tokens,
+                                        table->batch_size, &need)) &&
+            d.workspace_bytes < need)
+            st = MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                          "%s: the caller's workspace has %zu bytes, provider %s needs %zu for "
+                          "this page table (mg_paged_attention_workspace_bytes)",
+                          fn, d.workspace_bytes, chosen->name, need);
+        /* A provider that takes no caller workspace never sees one: it allocates its own. */
+        if (!provider->paged_workspace_bytes)
+            d.workspace = 0, d.workspace_bytes = 0;
+    }
+    const uint32_t page_size = st ? 0 : mg_kv_page_size(pd->page_size);
     mg_attention_plan *p = NULL;
-    const mg_paged_attention_call call = {d, pd->logits_soft_cap, pd->kv_dtype};
-    if (!(st = mg_op_choose(b, MG_OP_ATTENTION_PAGED, &call, fn, &chosen)) &&
-        !(p = calloc(1, sizeof *p)))
+    if (!st && !(p = calloc(1, sizeof *p)))
         st = MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     if (!st) {
         p->backend = b;
         p->backend_ctx = mg_backend_context(b);
-        p->provider = (const mg_attention_provider *)chosen;
+        p->provider = provider;
         p->desc = d;
         p->page_size = page_size;
         p->logits_soft_cap = pd->logits_soft_cap;

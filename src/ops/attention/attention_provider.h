@@ -75,6 +75,13 @@ struct mg_attention_provider {
     mg_status (*workspace_bytes)(mg_backend *b, const mg_attention_desc *d,
                                  const int32_t *qo_indptr, const int32_t *kv_indptr,
                                  uint32_t batch_size, size_t *bytes);
+    /* Optional (NULL: the provider takes no caller workspace for paged plans; it is then
+     * never given one, p->desc.workspace stays 0, and it allocates its own). The same for a
+     * paged plan of the validated `call` and page table (qo_indptr and the derived token
+     * kv_indptr, batch_size + 1 entries). Host-only. */
+    mg_status (*paged_workspace_bytes)(mg_backend *b, const mg_paged_attention_call *call,
+                                       const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                       uint32_t batch_size, size_t *bytes);
 };
 
 /* A caller's workspace (desc.workspace) is carved into consecutive sub-ranges, each starting

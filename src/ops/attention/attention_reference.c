@@ -439,9 +439,10 @@ static size_t indptr_arrays(const mg_attention_plan *p) {
     return p->page_size ? 4 : 2;
 }
 
-/* The device bytes of a plan's indptr buffer (carved size: a caller's workspace). */
-static size_t indptrs_bytes(uint32_t batch_size) {
-    return mg_attention_carve_size(2 * sizeof(int32_t) * ((size_t)batch_size + 1));
+/* The device bytes of an indptr buffer of `arrays` arrays (carved size: a caller's
+ * workspace). */
+static size_t indptrs_bytes(size_t arrays, uint32_t batch_size) {
+    return mg_attention_carve_size(arrays * sizeof(int32_t) * ((size_t)batch_size + 1));
 }
 
 static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const int32_t *kv_indptr,
@@ -463,7 +464,7 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
     }
     const size_t entries = (size_t)batch_size + 1;
     if (p->desc.workspace) {
-        const size_t need = indptrs_bytes(batch_size);
+        const size_t need = indptrs_bytes(indptr_arrays(p), batch_size);
         if (need > p->desc.workspace_bytes)
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                             "%s: this batch of %u requests needs %zu workspace bytes, the "
@@ -575,7 +576,7 @@ static void cpu_info(const mg_attention_plan *p, mg_attention_plan_info *out) {
     out->impl = MG_ATTENTION_IMPL_AUTO;
     out->workspace_bytes = !c ? 0
                            : p->desc.workspace
-                               ? indptrs_bytes(p->batch_size)
+                               ? indptrs_bytes(indptr_arrays(p), p->batch_size)
                                : indptr_arrays(p) * sizeof(int32_t) * c->indptrs_capacity;
 }
 
@@ -583,7 +584,16 @@ static mg_status cpu_workspace_bytes(mg_backend *b, const mg_attention_desc *d,
                                      const int32_t *qo_indptr, const int32_t *kv_indptr,
                                      uint32_t batch_size, size_t *bytes) {
     (void)b, (void)d, (void)qo_indptr, (void)kv_indptr;
-    *bytes = indptrs_bytes(batch_size);
+    *bytes = indptrs_bytes(2, batch_size);
+    return MG_OK;
+}
+
+/* Paged plans keep the page table's indptr and last-page lengths beside the two indptrs. */
+static mg_status cpu_paged_workspace_bytes(mg_backend *b, const mg_paged_attention_call *call,
+                                           const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                           uint32_t batch_size, size_t *bytes) {
+    (void)b, (void)call, (void)qo_indptr, (void)kv_indptr;
+    *bytes = indptrs_bytes(4, batch_size);
     return MG_OK;
 }
 
@@ -595,4 +605,5 @@ const mg_attention_provider mg_attention_reference_provider = {
     .release = cpu_release,
     .info = cpu_info,
     .workspace_bytes = cpu_workspace_bytes,
+    .paged_workspace_bytes = cpu_paged_workspace_bytes,
 };

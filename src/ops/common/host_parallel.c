@@ -44,7 +44,8 @@ static size_t online_cores(void) {
  * atomic for up to SPIN_NS, and only then sleeps; an idle pool costs no CPU after that. */
 #define SPIN_NS_DEFAULT 200000
 
-/* METRALE_HOST_SPIN_US overrides the poll time (0: sleep at once), read at pool start. */
+/* METRALE_HOST_SPIN_US overrides the poll time in microseconds (0: sleep at once), read at pool
+ * start; a value that is not a decimal number up to 1000000 is ignored. */
 static uint64_t spin_ns = SPIN_NS_DEFAULT;
 
 typedef struct slot {
@@ -133,8 +134,12 @@ static void *worker(void *arg) {
 
 static void pool_start(void) {
     const char *env = getenv("METRALE_HOST_SPIN_US");
-    if (env && *env)
-        spin_ns = strtoull(env, NULL, 10) * 1000u;
+    if (env && *env >= '0' && *env <= '9') {
+        char *end = NULL;
+        const unsigned long long us = strtoull(env, &end, 10);
+        if (!*end && us <= 1000000u)
+            spin_ns = (uint64_t)us * 1000u;
+    }
     const size_t want = online_cores() - 1;
     for (size_t i = 0; i < want; i++) {
         pthread_t tid;

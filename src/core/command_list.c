@@ -9,7 +9,7 @@
 void mg_command_release(mg_command *cmd, const mg_command_hooks *hooks) {
     free(cmd->owned);
     cmd->owned = NULL;
-    if (cmd->event && cmd->kind == MG_CMD_EVENT_RECORD)
+    if (cmd->event)
         hooks->event_release(cmd->event);
     cmd->event = NULL;
 }
@@ -33,7 +33,7 @@ mg_status mg_command_take_ownership(mg_command *cmd, const mg_command_hooks *hoo
         cmd->owned = copy;
         cmd->launch = copy;
     }
-    if (cmd->kind == MG_CMD_EVENT_RECORD)
+    if (cmd->event)
         hooks->event_retain(cmd->event);
     return MG_OK;
 }

@@ -43,9 +43,9 @@ typedef struct mg_command {
     void *event; /* the backend's event object */
 } mg_command;
 
-/* What the list needs of the backend's objects. A recorded MG_CMD_EVENT_RECORD holds one
+/* What the list needs of the backend's objects. A recorded event record or wait holds one
  * reference on its event (retained on recording, released with the command), so an event
- * destroyed while a graph still records into it stays valid; a wait holds none. */
+ * destroyed while a graph still names it stays valid until the graph goes. */
 typedef struct mg_command_hooks {
     void (*event_retain)(void *event);
     void (*event_release)(void *event);

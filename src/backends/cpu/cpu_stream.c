@@ -28,8 +28,8 @@ struct mg_cpu_stream {
 struct mg_cpu_event {
     mg_cpu_event *prev, *next;
     mg_cpu_backend *owner;
-    /* The handle holds one reference and every recorded command naming the event one more,
-     * so destroying an event that a graph still records into is safe. */
+    /* The handle holds one reference and every recorded command naming the event one more
+     * (command_list.h), so destroying an event that a graph still names is safe. */
     _Atomic int refs;
     /* CLOCK_MONOTONIC time at which the recorded work completed; 0 while never recorded. */
     _Atomic uint64_t completed_ns;
@@ -378,7 +378,6 @@ mg_status mg_cpu_event_record(void *ctx, void *event, void *stream) {
 mg_status mg_cpu_stream_wait_event(void *ctx, void *stream, void *event) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_event_wait);
-    /* The wait holds no reference: it never touches the event when it runs. */
     return stream_submit(
         c, stream,
         (mg_command){.kind = MG_CMD_WAIT_EVENT, .call = "stream_wait_event", .event = event});

@@ -31,6 +31,9 @@ static mg_status metal_device_info(void *ctx, mg_device_info *out) {
     snprintf(out->name, sizeof out->name, "%s", utf8 ? utf8 : "Metal device");
     mg_metal_pool_pop(rt, pool);
     out->total_bytes = c->working_set_bytes;
+    /* Metal does not report the GPU's core count; 1 keeps the field's contract (> 0) without
+     * inventing a figure. */
+    out->multiprocessors = 1;
     out->integrated = c->unified_memory;
     out->max_shared_per_block_optin = c->max_threadgroup_memory;
     snprintf(out->driver, sizeof out->driver, "Metal (UNVERIFIED ON HARDWARE)");

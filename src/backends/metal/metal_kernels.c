@@ -185,14 +185,14 @@ mg_status mg_metal_encode_launch(mg_metal_backend *c, mg_id encoder, const mg_me
         const mg_launch_arg *a = &l->args[i];
         if (a->kind == MG_ARG_BUFFER)
             MG_MSG(rt, void, (mg_id, mg_sel, mg_id, mg_nsuint, mg_nsuint))
-            (encoder, rt->sel.setBuffer, buffers[i], offsets[i], i);
+        (encoder, rt->sel.setBuffer, buffers[i], offsets[i], i);
         else if (a->bytes) /* an empty byte argument keeps its index and binds nothing */
-            MG_MSG(rt, void, (mg_id, mg_sel, const void *, mg_nsuint, mg_nsuint))
-            (encoder, rt->sel.setBytes, mg_launch_arg_data(l, i), a->bytes, i);
+            MG_MSG(rt, void, (mg_id, mg_sel, const void *, mg_nsuint, mg_nsuint))(
+                encoder, rt->sel.setBytes, mg_launch_arg_data(l, i), a->bytes, i);
     }
     if (l->shared_bytes) /* Metal wants a multiple of 16 bytes */
         MG_MSG(rt, void, (mg_id, mg_sel, mg_nsuint, mg_nsuint))
-        (encoder, rt->sel.setThreadgroupMemoryLength, (l->shared_bytes + 15u) & ~15u, 0);
+    (encoder, rt->sel.setThreadgroupMemoryLength, (l->shared_bytes + 15u) & ~15u, 0);
     MG_MSG(rt, void, (mg_id, mg_sel, mg_mtl_size, mg_mtl_size))
     (encoder, rt->sel.dispatchThreadgroups, (mg_mtl_size){l->grid.x, l->grid.y, l->grid.z},
      (mg_mtl_size){l->block.x, l->block.y, l->block.z});

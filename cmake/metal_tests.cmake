@@ -44,9 +44,10 @@ add_test(NAME conformance_metal COMMAND test_conformance)
 # backend has no kernel; see README "Metal").
 add_test(NAME cli_check_metal_conformance COMMAND metrale-gpu --backend metal check conformance/)
 add_test(NAME cli_check_metal_activation COMMAND metrale-gpu --backend metal check activation/)
+add_test(NAME cli_check_metal_elementwise COMMAND metrale-gpu --backend metal check elementwise/)
 add_test(NAME cli_info_metal COMMAND metrale-gpu info)
 set_tests_properties(metal_sequence conformance_metal cli_check_metal_conformance
-  cli_check_metal_activation cli_info_metal PROPERTIES
+  cli_check_metal_activation cli_check_metal_elementwise cli_info_metal PROPERTIES
   ENVIRONMENT "${METRALE_METAL_DOUBLE_ENV}" LABELS metal)
 set_tests_properties(metal_unavailable_nolib PROPERTIES LABELS metal
   ENVIRONMENT "METRALE_METAL_OBJC_LIBRARY=${PROJECT_BINARY_DIR}/no-such-dir/libobjc.A.dylib")

@@ -45,9 +45,16 @@ add_test(NAME conformance_metal COMMAND test_conformance)
 add_test(NAME cli_check_metal_conformance COMMAND metrale-gpu --backend metal check conformance/)
 add_test(NAME cli_check_metal_activation COMMAND metrale-gpu --backend metal check activation/)
 add_test(NAME cli_check_metal_elementwise COMMAND metrale-gpu --backend metal check elementwise/)
+set(METRALE_METAL_CHECK_TESTS cli_check_metal_conformance cli_check_metal_activation
+    cli_check_metal_elementwise)
+# Every MLX check but mlx/gemm, whose BF16 GEMM has no Metal provider.
+foreach(check dequant gemv silu_gate gate_up graph_replay checkpoint)
+  add_test(NAME cli_check_metal_mlx_${check} COMMAND metrale-gpu --backend metal check mlx/${check})
+  list(APPEND METRALE_METAL_CHECK_TESTS cli_check_metal_mlx_${check})
+endforeach()
 add_test(NAME cli_info_metal COMMAND metrale-gpu info)
-set_tests_properties(metal_sequence conformance_metal cli_check_metal_conformance
-  cli_check_metal_activation cli_check_metal_elementwise cli_info_metal PROPERTIES
+set_tests_properties(metal_sequence conformance_metal ${METRALE_METAL_CHECK_TESTS} cli_info_metal
+  PROPERTIES
   ENVIRONMENT "${METRALE_METAL_DOUBLE_ENV}" LABELS metal)
 set_tests_properties(metal_unavailable_nolib PROPERTIES LABELS metal
   ENVIRONMENT "METRALE_METAL_OBJC_LIBRARY=${PROJECT_BINARY_DIR}/no-such-dir/libobjc.A.dylib")

@@ -47,6 +47,8 @@ add_test(NAME cli_check_metal_activation COMMAND metrale-gpu --backend metal che
 add_test(NAME cli_check_metal_elementwise COMMAND metrale-gpu --backend metal check elementwise/)
 set(METRALE_METAL_CHECK_TESTS cli_check_metal_conformance cli_check_metal_activation
     cli_check_metal_elementwise)
+add_test(NAME cli_check_metal_quantize COMMAND metrale-gpu --backend metal check quantize/)
+list(APPEND METRALE_METAL_CHECK_TESTS cli_check_metal_quantize)
 # Every MLX check but mlx/gemm, whose BF16 GEMM has no Metal provider.
 foreach(check dequant gemv silu_gate gate_up graph_replay checkpoint)
   add_test(NAME cli_check_metal_mlx_${check} COMMAND metrale-gpu --backend metal check mlx/${check})

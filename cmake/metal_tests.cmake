@@ -31,12 +31,13 @@ set(METRALE_METAL_DOUBLE_ENV
     "METRALE_METAL_OBJC_LIBRARY=$<TARGET_FILE:metal_double>"
     "METRALE_METAL_FRAMEWORK=$<TARGET_FILE:metal_double>")
 
-foreach(t test_metal_sequence test_metal_unavailable)
+foreach(t test_metal_sequence test_metal_unavailable test_metal_kv_append)
   add_executable(${t} tests/metal/${t}.c)
   target_link_libraries(${t} PRIVATE metrale_gpu_static m)
   add_dependencies(${t} metal_double)
 endforeach()
 add_test(NAME metal_sequence COMMAND test_metal_sequence)
+add_test(NAME metal_kv_append COMMAND test_metal_kv_append)
 add_test(NAME metal_unavailable_nolib COMMAND test_metal_unavailable nolib)
 add_test(NAME metal_unavailable_nodevice COMMAND test_metal_unavailable nodevice)
 add_test(NAME conformance_metal COMMAND test_conformance)
@@ -63,7 +64,7 @@ foreach(check dequant gemv silu_gate gate_up graph_replay checkpoint)
   list(APPEND METRALE_METAL_CHECK_TESTS cli_check_metal_mlx_${check})
 endforeach()
 add_test(NAME cli_info_metal COMMAND metrale-gpu info)
-set_tests_properties(metal_sequence conformance_metal ${METRALE_METAL_CHECK_TESTS} cli_info_metal
+set_tests_properties(metal_sequence metal_kv_append conformance_metal ${METRALE_METAL_CHECK_TESTS} cli_info_metal
   PROPERTIES
   ENVIRONMENT "${METRALE_METAL_DOUBLE_ENV}" LABELS metal)
 set_tests_properties(metal_unavailable_nolib PROPERTIES LABELS metal

@@ -48,8 +48,10 @@ add_test(NAME cli_check_metal_activation COMMAND metrale-gpu --backend metal che
 add_test(NAME cli_check_metal_elementwise COMMAND metrale-gpu --backend metal check elementwise/)
 set(METRALE_METAL_CHECK_TESTS cli_check_metal_conformance cli_check_metal_activation
     cli_check_metal_elementwise)
-add_test(NAME cli_check_metal_quantize COMMAND metrale-gpu --backend metal check quantize/)
-list(APPEND METRALE_METAL_CHECK_TESTS cli_check_metal_quantize)
+foreach(group quantize nvfp4_format)
+  add_test(NAME cli_check_metal_${group} COMMAND metrale-gpu --backend metal check ${group}/)
+  list(APPEND METRALE_METAL_CHECK_TESTS cli_check_metal_${group})
+endforeach()
 # MoE routing: moe_routing/sort and sort_bad_ids are left out because a filter naming the first
 # also selects the second, which the double cannot pass: its CPU reference kernel refuses the
 # bad ids that a device backend (Metal too) drops. graph_replay runs the sort's three stages.

@@ -21,8 +21,7 @@ kernel void silu_mul_bf16(device const ushort *in [[buffer(0)]], device ushort *
                           constant uint &rows [[buffer(2)]], constant uint &cols [[buffer(3)]],
                           constant uint &in_pitch [[buffer(4)]],
                           constant uint &out_pitch [[buffer(5)]],
-                          uint tid [[thread_position_in_grid]],
-                          uint threads [[threads_per_grid]]) {
+                          uint tid [[thread_position_in_grid]], uint threads [[threads_per_grid]]) {
     ulong total = ulong(rows) * cols;
     for (ulong i = tid; i < total; i += threads) {
         uint r = uint(i / cols), c = uint(i % cols);

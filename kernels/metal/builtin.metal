@@ -8,8 +8,7 @@ using namespace metal;
 // out[i] = a[i] + b[i] for i < n; any grid covers n (a grid-stride loop, as on CUDA).
 kernel void vector_add(device const float *a [[buffer(0)]], device const float *b [[buffer(1)]],
                        device float *out [[buffer(2)]], constant uint &n [[buffer(3)]],
-                       uint tid [[thread_position_in_grid]],
-                       uint threads [[threads_per_grid]]) {
+                       uint tid [[thread_position_in_grid]], uint threads [[threads_per_grid]]) {
     for (uint i = tid; i < n; i += threads)
         out[i] = a[i] + b[i];
 }

@@ -22,15 +22,13 @@ static inline ushort float_to_bf16(float f) {
 }
 
 // out[r] = src[ids[r]] (+ add[ids[r]] when add is bound), zero for an id outside [0, src_rows).
-kernel void gather_rows_bf16(device const int *ids [[buffer(0)]],
-                             device const ushort *src [[buffer(1)]],
-                             device const ushort *add [[buffer(2)]],
-                             device ushort *out [[buffer(3)]], constant uint &rows [[buffer(4)]],
-                             constant uint &cols [[buffer(5)]],
-                             constant uint &src_rows [[buffer(6)]],
-                             uint r [[threadgroup_position_in_grid]],
-                             uint t [[thread_position_in_threadgroup]],
-                             uint threads [[threads_per_threadgroup]]) {
+kernel void
+gather_rows_bf16(device const int *ids [[buffer(0)]], device const ushort *src [[buffer(1)]],
+                 device const ushort *add [[buffer(2)]], device ushort *out [[buffer(3)]],
+                 constant uint &rows [[buffer(4)]], constant uint &cols [[buffer(5)]],
+                 constant uint &src_rows [[buffer(6)]], uint r [[threadgroup_position_in_grid]],
+                 uint t [[thread_position_in_threadgroup]],
+                 uint threads [[threads_per_threadgroup]]) {
     if (r >= rows)
         return;
     int id = ids[r];
@@ -41,8 +39,7 @@ kernel void gather_rows_bf16(device const int *ids [[buffer(0)]],
             continue;
         }
         ushort a = src[ulong(id) * cols + c];
-        o[c] = add ? float_to_bf16(bf16_to_float(a) + bf16_to_float(add[ulong(id) * cols + c]))
-                   : a;
+        o[c] = add ? float_to_bf16(bf16_to_float(a) + bf16_to_float(add[ulong(id) * cols + c])) : a;
     }
 }
 
@@ -50,8 +47,7 @@ kernel void gather_rows_bf16(device const int *ids [[buffer(0)]],
 kernel void rmsnorm_bf16(device ushort *x [[buffer(0)]], device const ushort *add [[buffer(1)]],
                          device const ushort *w [[buffer(2)]], device ushort *out [[buffer(3)]],
                          constant uint &rows [[buffer(4)]], constant uint &cols [[buffer(5)]],
-                         constant float &eps [[buffer(6)]],
-                         uint r [[threadgroup_position_in_grid]],
+                         constant float &eps [[buffer(6)]], uint r [[threadgroup_position_in_grid]],
                          uint t [[thread_position_in_threadgroup]],
                          uint threads [[threads_per_threadgroup]]) {
     threadgroup float partial[ROW_THREADS_MAX];
@@ -83,8 +79,8 @@ kernel void rmsnorm_bf16(device ushort *x [[buffer(0)]], device const ushort *ad
 
 // The first index of the largest non-NaN value of each row (0 when every value is NaN).
 static inline void argmax_finish(threadgroup float *best_value, threadgroup uint *best_index,
-                                 threadgroup bool *found, uint t, uint threads,
-                                 device int *ids, uint r) {
+                                 threadgroup bool *found, uint t, uint threads, device int *ids,
+                                 uint r) {
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (t != 0)
         return;
@@ -105,8 +101,7 @@ static inline void argmax_finish(threadgroup float *best_value, threadgroup uint
 
 kernel void argmax_f32(device const float *in [[buffer(0)]], device int *ids [[buffer(1)]],
                        constant uint &rows [[buffer(2)]], constant uint &cols [[buffer(3)]],
-                       constant uint &pitch [[buffer(4)]],
-                       uint r [[threadgroup_position_in_grid]],
+                       constant uint &pitch [[buffer(4)]], uint r [[threadgroup_position_in_grid]],
                        uint t [[thread_position_in_threadgroup]],
                        uint threads [[threads_per_threadgroup]]) {
     threadgroup float best_value[ROW_THREADS_MAX];
@@ -128,8 +123,7 @@ kernel void argmax_f32(device const float *in [[buffer(0)]], device int *ids [[b
 
 kernel void argmax_bf16(device const ushort *in [[buffer(0)]], device int *ids [[buffer(1)]],
                         constant uint &rows [[buffer(2)]], constant uint &cols [[buffer(3)]],
-                        constant uint &pitch [[buffer(4)]],
-                        uint r [[threadgroup_position_in_grid]],
+                        constant uint &pitch [[buffer(4)]], uint r [[threadgroup_position_in_grid]],
                         uint t [[thread_position_in_threadgroup]],
                         uint threads [[threads_per_threadgroup]]) {
     threadgroup float best_value[ROW_THREADS_MAX];

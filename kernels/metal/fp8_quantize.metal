@@ -58,13 +58,11 @@ kernel void fp8_quantize_tensor_reset(device float *slot [[buffer(0)]]) {
 
 // The running amax lives in the scale slot as FP32 bits: for non-negative floats the bits
 // order as the values do, so an integer max is the float max.
-kernel void fp8_quantize_tensor_amax(device const ushort *in [[buffer(0)]],
-                                     device atomic_uint *slot [[buffer(1)]],
-                                     constant uint &rows [[buffer(2)]],
-                                     constant uint &cols [[buffer(3)]],
-                                     constant uint &in_pitch [[buffer(4)]],
-                                     uint tid [[thread_position_in_grid]],
-                                     uint threads [[threads_per_grid]]) {
+kernel void
+fp8_quantize_tensor_amax(device const ushort *in [[buffer(0)]],
+                         device atomic_uint *slot [[buffer(1)]], constant uint &rows [[buffer(2)]],
+                         constant uint &cols [[buffer(3)]], constant uint &in_pitch [[buffer(4)]],
+                         uint tid [[thread_position_in_grid]], uint threads [[threads_per_grid]]) {
     float amax = 0.0f;
     ulong total = ulong(rows) * cols;
     for (ulong i = tid; i < total; i += threads)
@@ -72,14 +70,11 @@ kernel void fp8_quantize_tensor_amax(device const ushort *in [[buffer(0)]],
     atomic_fetch_max_explicit(slot, as_type<uint>(amax), memory_order_relaxed);
 }
 
-kernel void fp8_quantize_tensor_codes(device const ushort *in [[buffer(0)]],
-                                      device uchar *out [[buffer(1)]],
-                                      device const float *slot [[buffer(2)]],
-                                      constant uint &rows [[buffer(3)]],
-                                      constant uint &cols [[buffer(4)]],
-                                      constant uint &in_pitch [[buffer(5)]],
-                                      uint tid [[thread_position_in_grid]],
-                                      uint threads [[threads_per_grid]]) {
+kernel void
+fp8_quantize_tensor_codes(device const ushort *in [[buffer(0)]], device uchar *out [[buffer(1)]],
+                          device const float *slot [[buffer(2)]], constant uint &rows [[buffer(3)]],
+                          constant uint &cols [[buffer(4)]], constant uint &in_pitch [[buffer(5)]],
+                          uint tid [[thread_position_in_grid]], uint threads [[threads_per_grid]]) {
     float scale = scale_from_amax(slot[0]);
     ulong total = ulong(rows) * cols;
     for (ulong i = tid; i < total; i += threads)
@@ -91,9 +86,9 @@ kernel void fp8_quantize_tensor_finish(device float *slot [[buffer(0)]]) {
 }
 
 // One scale per row; threadgroups grid-stride over rows, threads share a row's amax.
-kernel void fp8_quantize_rows(device const ushort *in [[buffer(0)]], device uchar *out [[buffer(1)]],
-                              device float *scales [[buffer(2)]], constant uint &rows [[buffer(3)]],
-                              constant uint &cols [[buffer(4)]],
+kernel void fp8_quantize_rows(device const ushort *in [[buffer(0)]],
+                              device uchar *out [[buffer(1)]], device float *scales [[buffer(2)]],
+                              constant uint &rows [[buffer(3)]], constant uint &cols [[buffer(4)]],
                               constant uint &in_pitch [[buffer(5)]],
                               uint group [[threadgroup_position_in_grid]],
                               uint groups [[threadgroups_per_grid]],
@@ -124,18 +119,15 @@ kernel void fp8_quantize_rows(device const ushort *in [[buffer(0)]], device ucha
 // One scale per 1x128 block, at scales[r * row_stride + g * block_stride]; rows in
 // [rows, rows_out) are the GEMM layout's padding (zero codes, zero scales). Each thread owns
 // whole blocks of a row.
-kernel void fp8_quantize_1x128(device const ushort *in [[buffer(0)]],
-                               device uchar *out [[buffer(1)]], device float *scales [[buffer(2)]],
-                               constant uint &rows [[buffer(3)]],
-                               constant uint &rows_out [[buffer(4)]],
-                               constant uint &cols [[buffer(5)]],
-                               constant uint &in_pitch [[buffer(6)]],
-                               constant uint &row_stride [[buffer(7)]],
-                               constant uint &block_stride [[buffer(8)]],
-                               uint group [[threadgroup_position_in_grid]],
-                               uint groups [[threadgroups_per_grid]],
-                               uint t [[thread_position_in_threadgroup]],
-                               uint threads [[threads_per_threadgroup]]) {
+kernel void
+fp8_quantize_1x128(device const ushort *in [[buffer(0)]], device uchar *out [[buffer(1)]],
+                   device float *scales [[buffer(2)]], constant uint &rows [[buffer(3)]],
+                   constant uint &rows_out [[buffer(4)]], constant uint &cols [[buffer(5)]],
+                   constant uint &in_pitch [[buffer(6)]], constant uint &row_stride [[buffer(7)]],
+                   constant uint &block_stride [[buffer(8)]],
+                   uint group [[threadgroup_position_in_grid]],
+                   uint groups [[threadgroups_per_grid]], uint t [[thread_position_in_threadgroup]],
+                   uint threads [[threads_per_threadgroup]]) {
     uint blocks = (cols + FP8_SCALE_BLOCK - 1) / FP8_SCALE_BLOCK;
     for (uint r = group; r < rows_out; r += groups) {
         for (uint g = t; g < blocks; g += threads) {

@@ -70,15 +70,15 @@ static inline void move_head(device const ushort *src, device uchar *dst, uint d
     }
 }
 
-static inline void append(device const ushort *k_src, device const ushort *v_src,
-                          device ushort *q, device const int *positions,
-                          device const int *qo_indptr, device const int *kv_indptr,
-                          device const int *kv_indices, device const int *last_page_len,
-                          device uchar *k_pages, device uchar *v_pages, uint batch, uint tokens,
-                          uint num_indices, uint kv_heads, uint qo_heads, uint d, uint page_size,
-                          uint num_pages, uint k_stride, uint v_stride, uint q_stride, bool rope,
-                          float theta, device const float *k_scale, device const float *v_scale,
-                          bool fp8, uint2 group, uint2 groups, uint t, uint threads) {
+static inline void append(device const ushort *k_src, device const ushort *v_src, device ushort *q,
+                          device const int *positions, device const int *qo_indptr,
+                          device const int *kv_indptr, device const int *kv_indices,
+                          device const int *last_page_len, device uchar *k_pages,
+                          device uchar *v_pages, uint batch, uint tokens, uint num_indices,
+                          uint kv_heads, uint qo_heads, uint d, uint page_size, uint num_pages,
+                          uint k_stride, uint v_stride, uint q_stride, bool rope, float theta,
+                          device const float *k_scale, device const float *v_scale, bool fp8,
+                          uint2 group, uint2 groups, uint t, uint threads) {
     if (d > KV_MAX_HEAD_DIM || page_size == 0)
         return;
     uint slots = 2 * kv_heads + (q ? qo_heads : 0), elem_bytes = fp8 ? 1 : 2;
@@ -119,62 +119,46 @@ static inline void append(device const ushort *k_src, device const ushort *v_src
     }
 }
 
-kernel void kv_append(device const ushort *k_src [[buffer(0)]],
-                      device const ushort *v_src [[buffer(1)]], device ushort *q [[buffer(2)]],
-                      device const int *positions [[buffer(3)]],
-                      device const int *qo_indptr [[buffer(4)]],
-                      device const int *kv_indptr [[buffer(5)]],
-                      device const int *kv_indices [[buffer(6)]],
-                      device const int *last_page_len [[buffer(7)]],
-                      device uchar *k_pages [[buffer(8)]], device uchar *v_pages [[buffer(9)]],
-                      constant uint &batch [[buffer(10)]], constant uint &tokens [[buffer(11)]],
-                      constant uint &num_indices [[buffer(12)]],
-                      constant uint &kv_heads [[buffer(13)]],
-                      constant uint &qo_heads [[buffer(14)]],
-                      constant uint &head_dim [[buffer(15)]],
-                      constant uint &page_size [[buffer(16)]],
-                      constant uint &num_pages [[buffer(17)]],
-                      constant uint &k_stride [[buffer(18)]],
-                      constant uint &v_stride [[buffer(19)]],
-                      constant uint &q_stride [[buffer(20)]], constant uint &rope [[buffer(21)]],
-                      constant float &theta [[buffer(22)]],
-                      uint2 group [[threadgroup_position_in_grid]],
-                      uint2 groups [[threadgroups_per_grid]],
-                      uint t [[thread_position_in_threadgroup]],
-                      uint threads [[threads_per_threadgroup]]) {
+kernel void
+kv_append(device const ushort *k_src [[buffer(0)]], device const ushort *v_src [[buffer(1)]],
+          device ushort *q [[buffer(2)]], device const int *positions [[buffer(3)]],
+          device const int *qo_indptr [[buffer(4)]], device const int *kv_indptr [[buffer(5)]],
+          device const int *kv_indices [[buffer(6)]], device const int *last_page_len [[buffer(7)]],
+          device uchar *k_pages [[buffer(8)]], device uchar *v_pages [[buffer(9)]],
+          constant uint &batch [[buffer(10)]], constant uint &tokens [[buffer(11)]],
+          constant uint &num_indices [[buffer(12)]], constant uint &kv_heads [[buffer(13)]],
+          constant uint &qo_heads [[buffer(14)]], constant uint &head_dim [[buffer(15)]],
+          constant uint &page_size [[buffer(16)]], constant uint &num_pages [[buffer(17)]],
+          constant uint &k_stride [[buffer(18)]], constant uint &v_stride [[buffer(19)]],
+          constant uint &q_stride [[buffer(20)]], constant uint &rope [[buffer(21)]],
+          constant float &theta [[buffer(22)]], uint2 group [[threadgroup_position_in_grid]],
+          uint2 groups [[threadgroups_per_grid]], uint t [[thread_position_in_threadgroup]],
+          uint threads [[threads_per_threadgroup]]) {
     append(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, last_page_len, k_pages,
            v_pages, batch, tokens, num_indices, kv_heads, qo_heads, head_dim, page_size, num_pages,
            k_stride, v_stride, q_stride, rope != 0, theta, nullptr, nullptr, false, group, groups,
            t, threads);
 }
 
-kernel void kv_append_fp8(device const ushort *k_src [[buffer(0)]],
-                          device const ushort *v_src [[buffer(1)]], device ushort *q [[buffer(2)]],
-                          device const int *positions [[buffer(3)]],
-                          device const int *qo_indptr [[buffer(4)]],
-                          device const int *kv_indptr [[buffer(5)]],
-                          device const int *kv_indices [[buffer(6)]],
-                          device const int *last_page_len [[buffer(7)]],
-                          device uchar *k_pages [[buffer(8)]], device uchar *v_pages [[buffer(9)]],
-                          constant uint &batch [[buffer(10)]], constant uint &tokens [[buffer(11)]],
-                          constant uint &num_indices [[buffer(12)]],
-                          constant uint &kv_heads [[buffer(13)]],
-                          constant uint &qo_heads [[buffer(14)]],
-                          constant uint &head_dim [[buffer(15)]],
-                          constant uint &page_size [[buffer(16)]],
-                          constant uint &num_pages [[buffer(17)]],
-                          constant uint &k_stride [[buffer(18)]],
-                          constant uint &v_stride [[buffer(19)]],
-                          constant uint &q_stride [[buffer(20)]],
-                          constant uint &rope [[buffer(21)]], constant float &theta [[buffer(22)]],
-                          device const float *k_scale [[buffer(23)]],
-                          device const float *v_scale [[buffer(24)]],
-                          uint2 group [[threadgroup_position_in_grid]],
-                          uint2 groups [[threadgroups_per_grid]],
-                          uint t [[thread_position_in_threadgroup]],
-                          uint threads [[threads_per_threadgroup]]) {
+kernel void
+kv_append_fp8(device const ushort *k_src [[buffer(0)]], device const ushort *v_src [[buffer(1)]],
+              device ushort *q [[buffer(2)]], device const int *positions [[buffer(3)]],
+              device const int *qo_indptr [[buffer(4)]], device const int *kv_indptr [[buffer(5)]],
+              device const int *kv_indices [[buffer(6)]],
+              device const int *last_page_len [[buffer(7)]], device uchar *k_pages [[buffer(8)]],
+              device uchar *v_pages [[buffer(9)]], constant uint &batch [[buffer(10)]],
+              constant uint &tokens [[buffer(11)]], constant uint &num_indices [[buffer(12)]],
+              constant uint &kv_heads [[buffer(13)]], constant uint &qo_heads [[buffer(14)]],
+              constant uint &head_dim [[buffer(15)]], constant uint &page_size [[buffer(16)]],
+              constant uint &num_pages [[buffer(17)]], constant uint &k_stride [[buffer(18)]],
+              constant uint &v_stride [[buffer(19)]], constant uint &q_stride [[buffer(20)]],
+              constant uint &rope [[buffer(21)]], constant float &theta [[buffer(22)]],
+              device const float *k_scale [[buffer(23)]],
+              device const float *v_scale [[buffer(24)]],
+              uint2 group [[threadgroup_position_in_grid]], uint2 groups [[threadgroups_per_grid]],
+              uint t [[thread_position_in_threadgroup]], uint threads [[threads_per_threadgroup]]) {
     append(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, last_page_len, k_pages,
            v_pages, batch, tokens, num_indices, kv_heads, qo_heads, head_dim, page_size, num_pages,
-           k_stride, v_stride, q_stride, rope != 0, theta, k_scale, v_scale, true, group, groups,
-           t, threads);
+           k_stride, v_stride, q_stride, rope != 0, theta, k_scale, v_scale, true, group, groups, t,
+           threads);
 }

@@ -43,16 +43,14 @@ static inline uint code_at(device const uint *row_words, uint j, uint bits) {
 }
 
 // out[n, k] = BF16 of round(round(scale * code) + bias), rows grid-strided over threadgroups.
-kernel void mlx_dequant(device const uint *weight [[buffer(0)]],
-                        device const ushort *scales [[buffer(1)]],
-                        device const ushort *biases [[buffer(2)]], device ushort *out [[buffer(3)]],
-                        constant uint &n [[buffer(4)]], constant uint &k [[buffer(5)]],
-                        constant uint &bits [[buffer(6)]], constant uint &group_size [[buffer(7)]],
-                        constant uint &scale_type [[buffer(8)]],
-                        uint group [[threadgroup_position_in_grid]],
-                        uint groups [[threadgroups_per_grid]],
-                        uint t [[thread_position_in_threadgroup]],
-                        uint threads [[threads_per_threadgroup]]) {
+kernel void
+mlx_dequant(device const uint *weight [[buffer(0)]], device const ushort *scales [[buffer(1)]],
+            device const ushort *biases [[buffer(2)]], device ushort *out [[buffer(3)]],
+            constant uint &n [[buffer(4)]], constant uint &k [[buffer(5)]],
+            constant uint &bits [[buffer(6)]], constant uint &group_size [[buffer(7)]],
+            constant uint &scale_type [[buffer(8)]], uint group [[threadgroup_position_in_grid]],
+            uint groups [[threadgroups_per_grid]], uint t [[thread_position_in_threadgroup]],
+            uint threads [[threads_per_threadgroup]]) {
     uint words_per_row = k / (32 / bits), groups_per_row = k / group_size;
     for (uint r = group; r < n; r += groups) {
         device const uint *row = weight + ulong(r) * words_per_row;
@@ -79,8 +77,8 @@ static inline float activation(device const ushort *x, device const ushort *u, u
 static inline void gemv_partials(device const uint *weight, device const ushort *scales,
                                  device const ushort *biases, device const ushort *x,
                                  device const ushort *u, bool gated, uint m, uint r, uint k,
-                                 uint bits, uint group_size, uint scale_type, uint lane,
-                                 uint lanes, thread float *acc) {
+                                 uint bits, uint group_size, uint scale_type, uint lane, uint lanes,
+                                 thread float *acc) {
     uint words_per_row = k / (32 / bits), groups_per_row = k / group_size;
     device const uint *row = weight + ulong(r) * words_per_row;
     for (uint grp = lane; grp < groups_per_row; grp += lanes) {
@@ -115,17 +113,16 @@ static inline void gemv_reduce(threadgroup float *partial, thread float *acc, ui
 }
 
 // y[m, n] = act · Wᵀ (+ resid in mode 2), MLX_GEMV_ROWS output rows per threadgroup.
-kernel void mlx_gemv(device const uint *weight [[buffer(0)]],
-                     device const ushort *scales [[buffer(1)]],
-                     device const ushort *biases [[buffer(2)]], device const ushort *x [[buffer(3)]],
-                     device const ushort *u [[buffer(4)]], device const ushort *resid [[buffer(5)]],
-                     device ushort *y [[buffer(6)]], constant uint &m [[buffer(7)]],
-                     constant uint &n [[buffer(8)]], constant uint &k [[buffer(9)]],
-                     constant uint &bits [[buffer(10)]], constant uint &group_size [[buffer(11)]],
-                     constant uint &scale_type [[buffer(12)]], constant uint &mode [[buffer(13)]],
-                     uint group [[threadgroup_position_in_grid]],
-                     uint t [[thread_position_in_threadgroup]],
-                     uint threads [[threads_per_threadgroup]]) {
+kernel void
+mlx_gemv(device const uint *weight [[buffer(0)]], device const ushort *scales [[buffer(1)]],
+         device const ushort *biases [[buffer(2)]], device const ushort *x [[buffer(3)]],
+         device const ushort *u [[buffer(4)]], device const ushort *resid [[buffer(5)]],
+         device ushort *y [[buffer(6)]], constant uint &m [[buffer(7)]],
+         constant uint &n [[buffer(8)]], constant uint &k [[buffer(9)]],
+         constant uint &bits [[buffer(10)]], constant uint &group_size [[buffer(11)]],
+         constant uint &scale_type [[buffer(12)]], constant uint &mode [[buffer(13)]],
+         uint group [[threadgroup_position_in_grid]], uint t [[thread_position_in_threadgroup]],
+         uint threads [[threads_per_threadgroup]]) {
     threadgroup float partial[MLX_GEMV_THREADS_MAX * MLX_GEMV_MAX_M];
     if (threads > MLX_GEMV_THREADS_MAX || threads % MLX_GEMV_ROWS || m > MLX_GEMV_MAX_M)
         return;
@@ -148,21 +145,16 @@ kernel void mlx_gemv(device const uint *weight [[buffer(0)]],
 }
 
 // y1 = x · W1ᵀ and y2 = x · W2ᵀ for two layers of one shape (a gate and an up projection).
-kernel void mlx_gemv_gate_up(device const uint *w1 [[buffer(0)]],
-                             device const ushort *s1 [[buffer(1)]],
-                             device const ushort *b1 [[buffer(2)]],
-                             device const uint *w2 [[buffer(3)]],
-                             device const ushort *s2 [[buffer(4)]],
-                             device const ushort *b2 [[buffer(5)]],
-                             device const ushort *x [[buffer(6)]], device ushort *y1 [[buffer(7)]],
-                             device ushort *y2 [[buffer(8)]], constant uint &m [[buffer(9)]],
-                             constant uint &n [[buffer(10)]], constant uint &k [[buffer(11)]],
-                             constant uint &bits [[buffer(12)]],
-                             constant uint &group_size [[buffer(13)]],
-                             constant uint &scale_type [[buffer(14)]],
-                             uint group [[threadgroup_position_in_grid]],
-                             uint t [[thread_position_in_threadgroup]],
-                             uint threads [[threads_per_threadgroup]]) {
+kernel void mlx_gemv_gate_up(
+    device const uint *w1 [[buffer(0)]], device const ushort *s1 [[buffer(1)]],
+    device const ushort *b1 [[buffer(2)]], device const uint *w2 [[buffer(3)]],
+    device const ushort *s2 [[buffer(4)]], device const ushort *b2 [[buffer(5)]],
+    device const ushort *x [[buffer(6)]], device ushort *y1 [[buffer(7)]],
+    device ushort *y2 [[buffer(8)]], constant uint &m [[buffer(9)]],
+    constant uint &n [[buffer(10)]], constant uint &k [[buffer(11)]],
+    constant uint &bits [[buffer(12)]], constant uint &group_size [[buffer(13)]],
+    constant uint &scale_type [[buffer(14)]], uint group [[threadgroup_position_in_grid]],
+    uint t [[thread_position_in_threadgroup]], uint threads [[threads_per_threadgroup]]) {
     threadgroup float partial[MLX_GEMV_THREADS_MAX * MLX_GEMV_MAX_M];
     if (threads > MLX_GEMV_THREADS_MAX || threads % MLX_GEMV_ROWS || m > MLX_GEMV_MAX_M)
         return;
@@ -171,8 +163,8 @@ kernel void mlx_gemv_gate_up(device const uint *w1 [[buffer(0)]],
     for (uint which = 0; which < 2; which++) {
         float acc[MLX_GEMV_MAX_M] = {0};
         if (r < n)
-            gemv_partials(which ? w2 : w1, which ? s2 : s1, which ? b2 : b1, x, x, false, m, r,
-                          k, bits, group_size, scale_type, lane, lanes, acc);
+            gemv_partials(which ? w2 : w1, which ? s2 : s1, which ? b2 : b1, x, x, false, m, r, k,
+                          bits, group_size, scale_type, lane, lanes, acc);
         gemv_reduce(partial, acc, m, t, lane, lanes);
         if (lane == 0 && r < n)
             for (uint tok = 0; tok < m; tok++)
@@ -185,15 +177,13 @@ kernel void mlx_gemv_gate_up(device const uint *w1 [[buffer(0)]],
 kernel void mlx_add_bias(device ushort *y [[buffer(0)]], device const void *bias [[buffer(1)]],
                          constant uint &m [[buffer(2)]], constant uint &n [[buffer(3)]],
                          constant uint &bias_type [[buffer(4)]],
-                         uint tid [[thread_position_in_grid]],
-                         uint threads [[threads_per_grid]]) {
+                         uint tid [[thread_position_in_grid]], uint threads [[threads_per_grid]]) {
     ulong total = ulong(m) * n;
     for (ulong i = tid; i < total; i += threads) {
         uint r = uint(i % n);
-        float b = bias_type == MLX_BIAS_F32 ? ((device const float *)bias)[r]
-                  : bias_type == MLX_BIAS_F16
-                      ? float(((device const half *)bias)[r])
-                      : bf16_to_float(((device const ushort *)bias)[r]);
+        float b = bias_type == MLX_BIAS_F32   ? ((device const float *)bias)[r]
+                  : bias_type == MLX_BIAS_F16 ? float(((device const half *)bias)[r])
+                                              : bf16_to_float(((device const ushort *)bias)[r]);
         y[i] = float_to_bf16(bf16_to_float(y[i]) + b);
     }
 }

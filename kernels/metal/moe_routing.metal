@@ -29,8 +29,7 @@ kernel void moe_topk(device const void *logits [[buffer(0)]], device int *ids [[
                      device float *weights [[buffer(2)]], constant uint &tokens [[buffer(3)]],
                      constant uint &experts [[buffer(4)]], constant uint &k [[buffer(5)]],
                      constant uint &pitch [[buffer(6)]], constant uint &is_bf16 [[buffer(7)]],
-                     constant uint &renormalize [[buffer(8)]],
-                     uint tid [[thread_position_in_grid]],
+                     constant uint &renormalize [[buffer(8)]], uint tid [[thread_position_in_grid]],
                      uint threads [[threads_per_grid]]) {
     if (experts > MOE_MAX_EXPERTS || k > MOE_MAX_TOPK || k > experts)
         return;
@@ -115,13 +114,12 @@ kernel void moe_sort_scan(device int *workspace [[buffer(0)]], device int *offse
 }
 
 // Each valid pair to its row, in pair order within the chunk (stable); dropped pairs get -1.
-kernel void moe_sort_scatter(device const int *ids [[buffer(0)]],
-                             device int *workspace [[buffer(1)]],
-                             device int *sorted_tokens [[buffer(2)]],
-                             device int *positions [[buffer(3)]], constant uint &pairs [[buffer(4)]],
-                             constant uint &experts [[buffer(5)]], constant uint &k [[buffer(6)]],
-                             uint c [[threadgroup_position_in_grid]],
-                             uint t [[thread_position_in_threadgroup]]) {
+kernel void
+moe_sort_scatter(device const int *ids [[buffer(0)]], device int *workspace [[buffer(1)]],
+                 device int *sorted_tokens [[buffer(2)]], device int *positions [[buffer(3)]],
+                 constant uint &pairs [[buffer(4)]], constant uint &experts [[buffer(5)]],
+                 constant uint &k [[buffer(6)]], uint c [[threadgroup_position_in_grid]],
+                 uint t [[thread_position_in_threadgroup]]) {
     if (t != 0 || k == 0)
         return;
     device int *next = workspace + ulong(c) * experts;
@@ -140,17 +138,14 @@ kernel void moe_sort_scatter(device const int *ids [[buffer(0)]],
 
 // out[t] = residual[t] (when has_residual) + sum over j of weight * rows[position], in FP32
 // with fused multiply-adds in j order, then BF16. A thread per 8 elements of a token.
-kernel void moe_combine(device const ushort *rows [[buffer(0)]],
-                        device const int *positions [[buffer(1)]],
-                        device const float *weights [[buffer(2)]],
-                        device const ushort *residual [[buffer(3)]], device ushort *out [[buffer(4)]],
-                        constant uint &tokens [[buffer(5)]], constant uint &k [[buffer(6)]],
-                        constant uint &hidden [[buffer(7)]],
-                        constant uint &has_residual [[buffer(8)]],
-                        uint2 group [[threadgroup_position_in_grid]],
-                        uint2 groups [[threadgroups_per_grid]],
-                        uint t [[thread_position_in_threadgroup]],
-                        uint threads [[threads_per_threadgroup]]) {
+kernel void
+moe_combine(device const ushort *rows [[buffer(0)]], device const int *positions [[buffer(1)]],
+            device const float *weights [[buffer(2)]], device const ushort *residual [[buffer(3)]],
+            device ushort *out [[buffer(4)]], constant uint &tokens [[buffer(5)]],
+            constant uint &k [[buffer(6)]], constant uint &hidden [[buffer(7)]],
+            constant uint &has_residual [[buffer(8)]], uint2 group [[threadgroup_position_in_grid]],
+            uint2 groups [[threadgroups_per_grid]], uint t [[thread_position_in_threadgroup]],
+            uint threads [[threads_per_threadgroup]]) {
     uint vector = group.x * threads + t;
     if (vector * 8 >= hidden)
         return;

@@ -128,8 +128,9 @@ static inline float dequantize_at(device const uchar *packed, device const uchar
     ulong r = i / k, c = i % k;
     uchar byte = packed[r * (k / 2) + c / 2];
     uint nibble = (c & 1) ? byte >> 4 : byte & 0xfu;
-    float v = (e2m1_to_float(nibble) * e4m3_to_float(scales[r * (k / NVFP4_BLOCK) + c / NVFP4_BLOCK])) *
-              global;
+    float v =
+        (e2m1_to_float(nibble) * e4m3_to_float(scales[r * (k / NVFP4_BLOCK) + c / NVFP4_BLOCK])) *
+        global;
     return isnan(v) ? NAN : v;
 }
 
@@ -156,12 +157,10 @@ kernel void nvfp4_dequantize_f32(device const uchar *packed [[buffer(0)]],
 }
 
 // [rows, cols] nibbles -> [cols, rows] nibbles; one thread per output byte (two rows).
-kernel void nvfp4_transpose_nibbles(device const uchar *in [[buffer(0)]],
-                                    device uchar *out [[buffer(1)]],
-                                    constant uint &rows [[buffer(2)]],
-                                    constant uint &cols [[buffer(3)]],
-                                    uint tid [[thread_position_in_grid]],
-                                    uint threads [[threads_per_grid]]) {
+kernel void
+nvfp4_transpose_nibbles(device const uchar *in [[buffer(0)]], device uchar *out [[buffer(1)]],
+                        constant uint &rows [[buffer(2)]], constant uint &cols [[buffer(3)]],
+                        uint tid [[thread_position_in_grid]], uint threads [[threads_per_grid]]) {
     ulong per_col = rows / 2;
     for (ulong i = tid; i < ulong(cols) * per_col; i += threads) {
         ulong c = i / per_col, r = (i % per_col) * 2;
@@ -171,11 +170,10 @@ kernel void nvfp4_transpose_nibbles(device const uchar *in [[buffer(0)]],
     }
 }
 
-kernel void nvfp4_transpose_bytes(device const uchar *in [[buffer(0)]],
-                                  device uchar *out [[buffer(1)]], constant uint &rows [[buffer(2)]],
-                                  constant uint &cols [[buffer(3)]],
-                                  uint tid [[thread_position_in_grid]],
-                                  uint threads [[threads_per_grid]]) {
+kernel void
+nvfp4_transpose_bytes(device const uchar *in [[buffer(0)]], device uchar *out [[buffer(1)]],
+                      constant uint &rows [[buffer(2)]], constant uint &cols [[buffer(3)]],
+                      uint tid [[thread_position_in_grid]], uint threads [[threads_per_grid]]) {
     for (ulong i = tid; i < ulong(rows) * cols; i += threads) {
         ulong c = i / rows, r = i % rows;
         out[i] = in[r * cols + c];
@@ -191,10 +189,11 @@ static inline ulong swizzled_offset(uint row, uint col, uint cols) {
 }
 
 // Every byte of the padded layout is written: the scale it holds, or 0 for padding.
-kernel void nvfp4_scales_swizzle(device const uchar *in [[buffer(0)]], device uchar *out [[buffer(1)]],
-                          constant uint &rows [[buffer(2)]], constant uint &cols [[buffer(3)]],
-                          uint tid [[thread_position_in_grid]],
-                          uint threads [[threads_per_grid]]) {
+kernel void nvfp4_scales_swizzle(device const uchar *in [[buffer(0)]],
+                                 device uchar *out [[buffer(1)]], constant uint &rows [[buffer(2)]],
+                                 constant uint &cols [[buffer(3)]],
+                                 uint tid [[thread_position_in_grid]],
+                                 uint threads [[threads_per_grid]]) {
     uint rows_padded = (rows + SF_TILE_ROWS - 1) / SF_TILE_ROWS * SF_TILE_ROWS;
     uint cols_padded = (cols + SF_TILE_COLS - 1) / SF_TILE_COLS * SF_TILE_COLS;
     for (ulong i = tid; i < ulong(rows_padded) * cols_padded; i += threads) {
@@ -203,10 +202,10 @@ kernel void nvfp4_scales_swizzle(device const uchar *in [[buffer(0)]], device uc
     }
 }
 
-kernel void nvfp4_scales_unswizzle(device const uchar *in [[buffer(0)]], device uchar *out [[buffer(1)]],
-                            constant uint &rows [[buffer(2)]], constant uint &cols [[buffer(3)]],
-                            uint tid [[thread_position_in_grid]],
-                            uint threads [[threads_per_grid]]) {
+kernel void
+nvfp4_scales_unswizzle(device const uchar *in [[buffer(0)]], device uchar *out [[buffer(1)]],
+                       constant uint &rows [[buffer(2)]], constant uint &cols [[buffer(3)]],
+                       uint tid [[thread_position_in_grid]], uint threads [[threads_per_grid]]) {
     for (ulong i = tid; i < ulong(rows) * cols; i += threads)
         out[i] = in[swizzled_offset(uint(i / cols), uint(i % cols), cols)];
 }

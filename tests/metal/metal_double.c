@@ -371,14 +371,46 @@ static param_kind scalar_kind(const char *param) {
     return P_BYTES;
 }
 
+static bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Whether `word` ends right before `end` (spaces skipped) as a whole token; *start gets where
+ * it begins. */
+static bool word_before(const char *source, const char *end, const char *word, const char **start) {
+    while (end > source && is_space(end[-1]))
+        end--;
+    size_t n = strlen(word);
+    if ((size_t)(end - source) < n || strncmp(end - n, word, n) != 0)
+        return false;
+    const char *begin = end - n;
+    if (begin > source && !is_space(begin[-1]) && begin[-1] != ';' && begin[-1] != '}')
+        return false;
+    *start = begin;
+    return true;
+}
+
+/* The first character after "(" of `kernel void NAME (` in source (any spacing between the
+ * tokens, as a formatter leaves them), or NULL. */
+static const char *find_kernel(const char *source, const char *name) {
+    size_t n = strlen(name);
+    for (const char *at = strstr(source, name); at; at = strstr(at + 1, name)) {
+        const char *after = at + n, *v, *k;
+        while (is_space(*after))
+            after++;
+        bool token = at == source || is_space(at[-1]);
+        if (token && *after == '(' && word_before(source, at, "void", &v) &&
+            word_before(source, v, "kernel", &k))
+            return after + 1;
+    }
+    return NULL;
+}
+
 /* Fills fn's parameter kinds from `kernel void NAME(...)` in source; false when absent. */
 static bool parse_signature(const char *source, function_obj *fn) {
-    char pattern[160];
-    snprintf(pattern, sizeof pattern, "kernel void %s(", fn->name);
-    const char *at = strstr(source, pattern);
-    if (!at)
+    const char *p = find_kernel(source, fn->name);
+    if (!p)
         return false;
-    const char *p = at + strlen(pattern);
     int depth = 0;
     char param[512];
     size_t len = 0;

@@ -118,21 +118,24 @@ static void test_capture_rule_is_backend_wide(mg_backend *b) {
     CHECK_OK(mg_stream_destroy(other));
 }
 
-/* MG_BACKEND_METAL is only declared in this tree: the probe says so, opening it fails. */
-static void test_metal_not_built(void) {
+/* The Metal backend is compiled in everywhere; without libobjc and Metal (this machine, unless
+ * the test double is named) the probe says why and opening fails with that reason. */
+static void test_metal_unavailable(void) {
     mg_backend_probe probe;
     CHECK_OK(mg_backend_probe_kind(MG_BACKEND_METAL, &probe));
-    CHECK(!probe.compiled_in && !probe.usable && probe.device_count == 0);
-    CHECK(strstr(probe.reason, "no Metal backend") != NULL);
+    CHECK(probe.compiled_in);
+    if (probe.usable)
+        return; /* a Metal runtime (or the test double) is present: nothing to refuse */
+    CHECK(probe.device_count == 0 && probe.reason[0]);
     mg_backend *m = (mg_backend *)1;
     CHECK_STATUS(mg_backend_open(MG_BACKEND_METAL, 0, &m), MG_ERR_UNAVAILABLE);
-    CHECK_MESSAGE("not compiled in");
+    CHECK_MESSAGE("metal backend");
     CHECK(m == NULL);
 }
 
 int main(void) {
     test_seed();
-    test_metal_not_built();
+    test_metal_unavailable();
     mg_backend *b = NULL;
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 3, &b));
     if (!b)

@@ -1,10 +1,11 @@
 /*
  * metrale/gpu.h - the backend interface: one device, its memory, streams, events, graphs
  * and kernels. Every backend implements the same calls; this tree builds the CPU backend
- * (always) and the CUDA backend (where nvcc is found). MG_BACKEND_METAL is declared for a
- * Metal backend but none is built here: probing it reports it not compiled in and opening it
- * fails with MG_ERR_UNAVAILABLE. The CPU backend really computes and is the reference the
- * others are checked against.
+ * (always), the CUDA backend (where nvcc is found) and the Metal backend (every OS; libobjc and
+ * Metal.framework are opened at run time, so without them probing reports it unusable and
+ * opening it fails with MG_ERR_UNAVAILABLE and the reason). The Metal backend is UNVERIFIED ON
+ * HARDWARE: it has only run against a test double (tests/metal/), never on a Mac. The CPU
+ * backend really computes and is the reference the others are checked against.
  *
  * Typical call sequence of an inference engine:
  *
@@ -80,7 +81,7 @@ typedef enum mg_backend_kind {
     MG_BACKEND_CPU = 0,
     MG_BACKEND_CUDA = 1,
     MG_BACKEND_METAL = 2,
-    MG_BACKEND_AUTO = 3, /* mg_backend_open only: CUDA, then Metal (not built), then CPU */
+    MG_BACKEND_AUTO = 3, /* mg_backend_open only: CUDA, then Metal, then CPU */
 } mg_backend_kind;
 
 /* "cpu", "cuda", "metal", "auto". */
@@ -99,8 +100,8 @@ typedef struct mg_backend_probe {
 /* Never fails for a valid kind (not AUTO): unusable is reported through the struct. */
 MG_API mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out);
 
-/* Opens device `device` of `kind`. AUTO picks the first usable kind (CUDA, then CPU; Metal
- * would come between them but is not built in this tree).
+/* Opens device `device` of `kind`. AUTO picks the first usable kind: CUDA, then Metal (device
+ * 0 is the system default Metal device, the only one), then CPU.
  * One backend per (kind, device) at a time within a process: opening it again while open
  * is MG_ERR_BUSY. Backends of different devices coexist. */
 MG_API mg_status mg_backend_open(mg_backend_kind kind, int device, mg_backend **out);

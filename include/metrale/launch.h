@@ -11,9 +11,10 @@
  * ceil(size / 8) slots, at least one (an empty byte argument still has a slot, so argument
  * indices never shift). A 128-byte tensor map takes exactly 16 slots and the next argument
  * starts right after them. On CUDA each argument is passed as one kernel parameter (a pointer
- * to its first slot); the CPU backend's C kernels receive the same list. (A Metal backend,
- * which this tree declares but does not build, would bind buffers as buffers and scalars as
- * bytes.)
+ * to its first slot); the CPU backend's C kernels receive the same list. The Metal backend
+ * binds argument i at index i: buffers with setBuffer:offset:atIndex:, every other kind with
+ * setBytes:length:atIndex: (an empty byte argument binds nothing); tensor maps, more than 31
+ * arguments and scalars over 4 KiB are MG_ERR_UNSUPPORTED there.
  *
  * The builder does not allocate. Errors while adding arguments (too many, too large) are
  * remembered and returned by mg_launch_run, so a caller may add arguments without checking

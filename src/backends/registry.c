@@ -45,7 +45,7 @@ mg_status mg_backend_probe_kind(mg_backend_kind kind, mg_backend_probe *out) {
     if (!d) {
         snprintf(out->reason, sizeof out->reason, "%s",
                  kind == MG_BACKEND_METAL
-                     ? "not compiled in (this tree has no Metal backend; the kind is only declared)"
+                     ? "not compiled in (built with -DMETRALE_METAL=OFF)"
                      : "not compiled in (built without nvcc or with -DMETRALE_CUDA=OFF)");
         return MG_OK;
     }

@@ -138,9 +138,11 @@ int mg_cmd_info(int argc, char **argv, const mg_cli_options *opts) {
         printf(")\n");
         for (size_t k = 0; k < KIND_COUNT; k++) {
             const char *name = mg_backend_kind_name(all_kinds[k]);
+            /* The Metal backend has only run against tests/metal's test double. */
+            const char *note = all_kinds[k] == MG_BACKEND_METAL ? " (UNVERIFIED ON HARDWARE)" : "";
             if (probes[k].usable)
-                printf("  %s: usable, %d device%s\n", name, probes[k].device_count,
-                       probes[k].device_count == 1 ? "" : "s");
+                printf("  %s: usable, %d device%s%s\n", name, probes[k].device_count,
+                       probes[k].device_count == 1 ? "" : "s", note);
             else
                 printf("  %s: %s\n", name, probes[k].reason[0] ? probes[k].reason : "not usable");
         }

@@ -5,61 +5,31 @@
  * order and complete when the enqueueing call returns; events are therefore complete as
  * soon as they are recorded. On a capturing stream the command is recorded instead (taking
  * its own copy of anything the caller may drop on return) and runs each time the graph is
- * launched. Commands check their device ranges when they run, not when they are recorded.
+ * launched (the list is src/core/command_list.h, shared with the Metal backend). Commands
+ * check their device ranges when they run, not when they are recorded.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "command_list.h"
 #include "cpu_backend.h"
 #include "error.h"
-
-typedef enum cpu_command_kind {
-    CMD_COPY_H2D,
-    CMD_COPY_D2H,
-    CMD_COPY_D2D,
-    CMD_COPY_2D,
-    CMD_MEMSET,
-    CMD_LAUNCH,
-    CMD_EVENT_RECORD,
-    CMD_WAIT_EVENT,
-} cpu_command_kind;
-
-typedef struct cpu_command {
-    cpu_command_kind kind;
-    const char *call; /* the backend call that issued it, for messages */
-    mg_devptr dst, src;
-    void *host_dst;
-    const void *host_src;
-    bool retained; /* h2d: the caller keeps host_src valid until the stream syncs */
-    void *owned;   /* what the command owns: a snapshot of host_src or a launch copy */
-    size_t bytes;  /* copies, memsets; the row width of a 2-D copy */
-    size_t dst_pitch, src_pitch, height;
-    uint8_t value;
-    mg_cpu_kernel *kernel;
-    const mg_launch *launch;
-    mg_cpu_event *event;
-} cpu_command;
-
-typedef struct cpu_command_list {
-    cpu_command *items;
-    size_t count, capacity;
-} cpu_command_list;
 
 struct mg_cpu_stream {
     mg_cpu_stream *prev, *next; /* the backend's list of live streams */
     pthread_mutex_t lock;       /* orders the stream's work and guards the capture */
     bool is_default;
     bool capturing;
-    cpu_command_list capture;
+    mg_command_list capture;
 };
 
 struct mg_cpu_event {
     mg_cpu_event *prev, *next;
     mg_cpu_backend *owner;
-    /* The handle holds one reference and every recorded command naming the event one more,
-     * so destroying an event that a graph still records into is safe. */
+    /* The handle holds one reference and every recorded command naming the event one more
+     * (command_list.h), so destroying an event that a graph still names is safe. */
     _Atomic int refs;
     /* CLOCK_MONOTONIC time at which the recorded work completed; 0 while never recorded. */
     _Atomic uint64_t completed_ns;
@@ -68,7 +38,7 @@ struct mg_cpu_event {
 struct mg_cpu_graph {
     mg_cpu_graph *prev, *next;
     pthread_mutex_t lock; /* a launch and an update of the same graph do not interleave */
-    cpu_command_list commands;
+    mg_command_list commands;
 };
 
 /* ------------------------------------------------------------------ object lists */
@@ -110,90 +80,41 @@ static void event_release(mg_cpu_event *e) {
 
 /* ------------------------------------------------------------------ commands */
 
-static void command_release(cpu_command *cmd) {
-    free(cmd->owned);
-    cmd->owned = NULL;
-    if (cmd->event && cmd->kind == CMD_EVENT_RECORD)
-        event_release(cmd->event);
-    cmd->event = NULL;
+static void event_retain_hook(void *event) {
+    atomic_fetch_add(&((mg_cpu_event *)event)->refs, 1);
 }
 
-/* Makes a command independent of its caller before it is stored in a capture or a graph:
- * copies a pageable h2d source (the caller may drop it on return), the launch arguments,
- * and takes a reference on a recorded event. */
-static mg_status command_take_ownership(cpu_command *cmd) {
-    if (cmd->kind == CMD_COPY_H2D && !cmd->retained && cmd->bytes) {
-        void *copy = malloc(cmd->bytes);
-        if (!copy)
-            return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
-                            "%s: out of host memory staging %zu bytes for the capture", cmd->call,
-                            cmd->bytes);
-        memcpy(copy, cmd->host_src, cmd->bytes);
-        cmd->owned = copy;
-        cmd->host_src = copy;
-    } else if (cmd->kind == CMD_LAUNCH) {
-        mg_launch *copy = malloc(sizeof *copy);
-        if (!copy)
-            return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory recording a launch of %s",
-                            cmd->call, mg_cpu_kernel_full_name(cmd->kernel));
-        memcpy(copy, cmd->launch, sizeof *copy);
-        cmd->owned = copy;
-        cmd->launch = copy;
-    }
-    if (cmd->kind == CMD_EVENT_RECORD)
-        atomic_fetch_add(&cmd->event->refs, 1);
-    return MG_OK;
+static void event_release_hook(void *event) {
+    event_release(event);
 }
 
-/* A stored command duplicated for another list (a graph launched into a capture). */
-static mg_status command_clone(const cpu_command *from, cpu_command *to) {
-    *to = *from; /* host_src and launch point at `from`'s own copies: copied again here */
-    to->owned = NULL;
-    return command_take_ownership(to);
+static const char *kernel_name_hook(const void *kernel) {
+    return mg_cpu_kernel_full_name(kernel);
 }
 
-static mg_status list_append(cpu_command_list *list, const cpu_command *cmd) {
-    if (list->count == list->capacity) {
-        size_t cap = list->capacity ? list->capacity * 2 : 16;
-        cpu_command *grown = realloc(list->items, cap * sizeof *grown);
-        if (!grown)
-            return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: out of host memory recording node %zu",
-                            cmd->call, list->count);
-        list->items = grown;
-        list->capacity = cap;
-    }
-    list->items[list->count++] = *cmd;
-    return MG_OK;
-}
-
-static void list_clear(cpu_command_list *list) {
-    for (size_t i = 0; i < list->count; i++)
-        command_release(&list->items[i]);
-    free(list->items);
-    *list = (cpu_command_list){0};
-}
+static const mg_command_hooks hooks = {event_retain_hook, event_release_hook, kernel_name_hook};
 
 /* Runs one command now. Device ranges are checked here, so a graph replayed after one of
  * its buffers was freed fails with a message instead of touching freed memory. */
-static mg_status command_execute(mg_cpu_backend *c, const cpu_command *cmd) {
+static mg_status command_execute(mg_cpu_backend *c, const mg_command *cmd) {
     void *dst, *src;
     mg_status st = MG_OK;
     switch (cmd->kind) {
-    case CMD_COPY_H2D:
+    case MG_CMD_COPY_H2D:
         if (cmd->bytes == 0)
             return MG_OK;
         if ((st = mg_cpu_resolve(c, cmd->dst, cmd->bytes, cmd->call, "dst", &dst)))
             return st;
         memmove(dst, cmd->host_src, cmd->bytes);
         return MG_OK;
-    case CMD_COPY_D2H:
+    case MG_CMD_COPY_D2H:
         if (cmd->bytes == 0)
             return MG_OK;
         if ((st = mg_cpu_resolve(c, cmd->src, cmd->bytes, cmd->call, "src", &src)))
             return st;
         memmove(cmd->host_dst, src, cmd->bytes);
         return MG_OK;
-    case CMD_COPY_D2D:
+    case MG_CMD_COPY_D2D:
         if (cmd->bytes == 0)
             return MG_OK;
         if ((st = mg_cpu_resolve(c, cmd->dst, cmd->bytes, cmd->call, "dst", &dst)) ||
@@ -201,7 +122,7 @@ static mg_status command_execute(mg_cpu_backend *c, const cpu_command *cmd) {
             return st;
         memmove(dst, src, cmd->bytes);
         return MG_OK;
-    case CMD_COPY_2D: {
+    case MG_CMD_COPY_2D: {
         if (cmd->bytes == 0 || cmd->height == 0)
             return MG_OK;
         if (cmd->dst_pitch < cmd->bytes || cmd->src_pitch < cmd->bytes)
@@ -224,34 +145,30 @@ static mg_status command_execute(mg_cpu_backend *c, const cpu_command *cmd) {
                     cmd->bytes);
         return MG_OK;
     }
-    case CMD_MEMSET:
+    case MG_CMD_MEMSET:
         if (cmd->bytes == 0)
             return MG_OK;
         if ((st = mg_cpu_resolve(c, cmd->dst, cmd->bytes, cmd->call, "dst", &dst)))
             return st;
         memset(dst, cmd->value, cmd->bytes);
         return MG_OK;
-    case CMD_LAUNCH:
+    case MG_CMD_LAUNCH:
         return mg_cpu_kernel_execute(c, cmd->kernel, cmd->launch);
-    case CMD_EVENT_RECORD:
-        atomic_store(&cmd->event->completed_ns, monotonic_ns());
+    case MG_CMD_EVENT_RECORD:
+        atomic_store(&((mg_cpu_event *)cmd->event)->completed_ns, monotonic_ns());
         return MG_OK;
-    case CMD_WAIT_EVENT:
+    case MG_CMD_WAIT_EVENT:
         return MG_OK; /* the event's work completed when it was recorded */
     }
     return MG_ERROR(MG_ERR_INTERNAL, "cpu backend: unknown command kind %d", (int)cmd->kind);
 }
 
 /* Runs `cmd` on `s` now, or records it when `s` is capturing. */
-static mg_status stream_submit(mg_cpu_backend *c, mg_cpu_stream *s, cpu_command cmd) {
+static mg_status stream_submit(mg_cpu_backend *c, mg_cpu_stream *s, mg_command cmd) {
     mg_status st;
     pthread_mutex_lock(&s->lock);
     if (s->capturing) {
-        st = command_take_ownership(&cmd);
-        if (!st)
-            st = list_append(&s->capture, &cmd);
-        if (st)
-            command_release(&cmd);
+        st = mg_command_list_record(&s->capture, cmd, &hooks);
     } else {
         st = command_execute(c, &cmd);
     }
@@ -264,27 +181,30 @@ static mg_status stream_submit(mg_cpu_backend *c, mg_cpu_stream *s, cpu_command 
 mg_status mg_cpu_copy_h2d(void *ctx, mg_devptr dst, const void *src, size_t bytes) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_h2d);
-    return command_execute(
-        c,
-        &(cpu_command){
-            .kind = CMD_COPY_H2D, .call = "copy_h2d", .dst = dst, .host_src = src, .bytes = bytes});
+    return command_execute(c, &(mg_command){.kind = MG_CMD_COPY_H2D,
+                                            .call = "copy_h2d",
+                                            .dst = dst,
+                                            .host_src = src,
+                                            .bytes = bytes});
 }
 
 mg_status mg_cpu_copy_d2h(void *ctx, void *dst, mg_devptr src, size_t bytes) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_d2h);
-    return command_execute(
-        c,
-        &(cpu_command){
-            .kind = CMD_COPY_D2H, .call = "copy_d2h", .host_dst = dst, .src = src, .bytes = bytes});
+    return command_execute(c, &(mg_command){.kind = MG_CMD_COPY_D2H,
+                                            .call = "copy_d2h",
+                                            .host_dst = dst,
+                                            .src = src,
+                                            .bytes = bytes});
 }
 
 mg_status mg_cpu_copy_d2d(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_d2d);
     return command_execute(
-        c, &(cpu_command){
-               .kind = CMD_COPY_D2D, .call = "copy_d2d", .dst = dst, .src = src, .bytes = bytes});
+        c,
+        &(mg_command){
+            .kind = MG_CMD_COPY_D2D, .call = "copy_d2d", .dst = dst, .src = src, .bytes = bytes});
 }
 
 mg_status mg_cpu_copy_h2d_async(void *ctx, mg_devptr dst, const void *src, size_t bytes,
@@ -293,23 +213,23 @@ mg_status mg_cpu_copy_h2d_async(void *ctx, mg_devptr dst, const void *src, size_
     mg_cpu_count(c, MG_CPU_COUNT_copy_h2d_async);
     return stream_submit(
         c, stream,
-        (cpu_command){.kind = CMD_COPY_H2D,
-                      .call = retained ? "copy_h2d_async_retained" : "copy_h2d_async",
-                      .dst = dst,
-                      .host_src = src,
-                      .bytes = bytes,
-                      .retained = retained});
+        (mg_command){.kind = MG_CMD_COPY_H2D,
+                     .call = retained ? "copy_h2d_async_retained" : "copy_h2d_async",
+                     .dst = dst,
+                     .host_src = src,
+                     .bytes = bytes,
+                     .retained = retained});
 }
 
 mg_status mg_cpu_copy_d2h_async(void *ctx, void *dst, mg_devptr src, size_t bytes, void *stream) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_d2h_async);
     return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_COPY_D2H,
-                                       .call = "copy_d2h_async",
-                                       .host_dst = dst,
-                                       .src = src,
-                                       .bytes = bytes});
+                         (mg_command){.kind = MG_CMD_COPY_D2H,
+                                      .call = "copy_d2h_async",
+                                      .host_dst = dst,
+                                      .src = src,
+                                      .bytes = bytes});
 }
 
 mg_status mg_cpu_copy_d2d_async(void *ctx, mg_devptr dst, mg_devptr src, size_t bytes,
@@ -317,11 +237,11 @@ mg_status mg_cpu_copy_d2d_async(void *ctx, mg_devptr dst, mg_devptr src, size_t 
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_d2d_async);
     return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_COPY_D2D,
-                                       .call = "copy_d2d_async",
-                                       .dst = dst,
-                                       .src = src,
-                                       .bytes = bytes});
+                         (mg_command){.kind = MG_CMD_COPY_D2D,
+                                      .call = "copy_d2d_async",
+                                      .dst = dst,
+                                      .src = src,
+                                      .bytes = bytes});
 }
 
 mg_status mg_cpu_copy_2d_d2d_async(void *ctx, mg_devptr dst, size_t dst_pitch, mg_devptr src,
@@ -330,39 +250,40 @@ mg_status mg_cpu_copy_2d_d2d_async(void *ctx, mg_devptr dst, size_t dst_pitch, m
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_copy_2d);
     return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_COPY_2D,
-                                       .call = "copy_2d_d2d_async",
-                                       .dst = dst,
-                                       .src = src,
-                                       .bytes = width_bytes,
-                                       .dst_pitch = dst_pitch,
-                                       .src_pitch = src_pitch,
-                                       .height = height});
+                         (mg_command){.kind = MG_CMD_COPY_2D,
+                                      .call = "copy_2d_d2d_async",
+                                      .dst = dst,
+                                      .src = src,
+                                      .bytes = width_bytes,
+                                      .dst_pitch = dst_pitch,
+                                      .src_pitch = src_pitch,
+                                      .height = height});
 }
 
 mg_status mg_cpu_memset(void *ctx, mg_devptr dst, uint8_t value, size_t bytes) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_memset);
     return command_execute(
-        c, &(cpu_command){
-               .kind = CMD_MEMSET, .call = "memset", .dst = dst, .value = value, .bytes = bytes});
+        c,
+        &(mg_command){
+            .kind = MG_CMD_MEMSET, .call = "memset", .dst = dst, .value = value, .bytes = bytes});
 }
 
 mg_status mg_cpu_memset_async(void *ctx, mg_devptr dst, uint8_t value, size_t bytes, void *stream) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_memset_async);
     return stream_submit(c, stream,
-                         (cpu_command){.kind = CMD_MEMSET,
-                                       .call = "memset_async",
-                                       .dst = dst,
-                                       .value = value,
-                                       .bytes = bytes});
+                         (mg_command){.kind = MG_CMD_MEMSET,
+                                      .call = "memset_async",
+                                      .dst = dst,
+                                      .value = value,
+                                      .bytes = bytes});
 }
 
 mg_status mg_cpu_stream_launch(mg_cpu_backend *c, mg_cpu_stream *s, mg_cpu_kernel *k,
                                const mg_launch *launch) {
     return stream_submit(
-        c, s, (cpu_command){.kind = CMD_LAUNCH, .call = "launch", .kernel = k, .launch = launch});
+        c, s, (mg_command){.kind = MG_CMD_LAUNCH, .call = "launch", .kernel = k, .launch = launch});
 }
 
 /* ------------------------------------------------------------------ streams */
@@ -386,7 +307,7 @@ static void stream_free(mg_cpu_backend *c, mg_cpu_stream *s) {
     pthread_mutex_lock(&c->lock);
     LIST_UNLINK(c->streams, s);
     pthread_mutex_unlock(&c->lock);
-    list_clear(&s->capture);
+    mg_command_list_clear(&s->capture, &hooks);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -450,16 +371,16 @@ mg_status mg_cpu_event_record(void *ctx, void *event, void *stream) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_event_record);
     return stream_submit(
-        c, stream, (cpu_command){.kind = CMD_EVENT_RECORD, .call = "event_record", .event = event});
+        c, stream,
+        (mg_command){.kind = MG_CMD_EVENT_RECORD, .call = "event_record", .event = event});
 }
 
 mg_status mg_cpu_stream_wait_event(void *ctx, void *stream, void *event) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_event_wait);
-    /* The wait holds no reference: it never touches the event when it runs. */
     return stream_submit(
         c, stream,
-        (cpu_command){.kind = CMD_WAIT_EVENT, .call = "stream_wait_event", .event = event});
+        (mg_command){.kind = MG_CMD_WAIT_EVENT, .call = "stream_wait_event", .event = event});
 }
 
 /* An event recorded on a stream is complete when the recording call returns; one that was
@@ -515,11 +436,11 @@ mg_status mg_cpu_graph_begin_capture(void *ctx, void *stream) {
 }
 
 /* Ends the capture of `s`, moving the recorded commands to `out`. */
-static mg_status capture_take(mg_cpu_stream *s, const char *call, cpu_command_list *out) {
+static mg_status capture_take(mg_cpu_stream *s, const char *call, mg_command_list *out) {
     pthread_mutex_lock(&s->lock);
     bool was = s->capturing;
     *out = s->capture;
-    s->capture = (cpu_command_list){0};
+    s->capture = (mg_command_list){0};
     s->capturing = false;
     pthread_mutex_unlock(&s->lock);
     if (!was)
@@ -530,13 +451,13 @@ static mg_status capture_take(mg_cpu_stream *s, const char *call, cpu_command_li
 mg_status mg_cpu_graph_end_capture(void *ctx, void *stream, void **graph_out) {
     mg_cpu_backend *c = ctx;
     mg_cpu_count(c, MG_CPU_COUNT_graph_capture);
-    cpu_command_list recorded;
+    mg_command_list recorded;
     mg_status st = capture_take(stream, "graph_end_capture", &recorded);
     if (st)
         return st;
     mg_cpu_graph *g = calloc(1, sizeof *g);
     if (!g) {
-        list_clear(&recorded);
+        mg_command_list_clear(&recorded, &hooks);
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu graph_end_capture: out of host memory");
     }
     pthread_mutex_init(&g->lock, NULL);
@@ -548,42 +469,29 @@ mg_status mg_cpu_graph_end_capture(void *ctx, void *stream, void **graph_out) {
     return MG_OK;
 }
 
-/* True when `next` has the same nodes as `current` in the same order, so only parameters
- * changed: what cudaGraphExecUpdate accepts. */
-static bool same_topology(const cpu_command_list *current, const cpu_command_list *next) {
-    if (current->count != next->count)
-        return false;
-    for (size_t i = 0; i < current->count; i++) {
-        const cpu_command *a = &current->items[i], *b = &next->items[i];
-        if (a->kind != b->kind || a->kernel != b->kernel)
-            return false;
-    }
-    return true;
-}
-
 mg_status mg_cpu_graph_end_capture_update(void *ctx, void *stream, void *graph,
                                           bool *updated_in_place) {
     mg_cpu_backend *c = ctx;
     mg_cpu_graph *g = graph;
     mg_cpu_count(c, MG_CPU_COUNT_graph_capture);
-    cpu_command_list recorded;
+    mg_command_list recorded;
     mg_status st = capture_take(stream, "graph_end_capture_update", &recorded);
     if (st)
         return st;
     pthread_mutex_lock(&g->lock);
-    *updated_in_place = same_topology(&g->commands, &recorded);
-    cpu_command_list old = g->commands;
+    *updated_in_place = mg_command_list_same_topology(&g->commands, &recorded);
+    mg_command_list old = g->commands;
     g->commands = recorded;
     pthread_mutex_unlock(&g->lock);
-    list_clear(&old);
+    mg_command_list_clear(&old, &hooks);
     return MG_OK;
 }
 
 mg_status mg_cpu_graph_abort_capture(void *ctx, void *stream) {
     mg_cpu_count(ctx, MG_CPU_COUNT_graph_abort_capture);
-    cpu_command_list recorded;
+    mg_command_list recorded;
     mg_status st = capture_take(stream, "graph_abort_capture", &recorded);
-    list_clear(&recorded);
+    mg_command_list_clear(&recorded, &hooks);
     return st;
 }
 
@@ -595,15 +503,15 @@ mg_status mg_cpu_graph_launch(void *ctx, void *graph, void *stream) {
     mg_status st = MG_OK;
     pthread_mutex_lock(&s->lock);
     pthread_mutex_lock(&g->lock);
-    const cpu_command_list *nodes = &g->commands;
+    const mg_command_list *nodes = &g->commands;
     for (size_t i = 0; i < nodes->count && !st; i++) {
         if (s->capturing) {
             /* Launching a graph into a capture records a copy of its nodes, as CUDA
              * records a child graph. */
-            cpu_command copy;
-            st = command_clone(&nodes->items[i], &copy);
-            if (!st && (st = list_append(&s->capture, &copy)))
-                command_release(&copy);
+            mg_command copy;
+            st = mg_command_clone(&nodes->items[i], &copy, &hooks);
+            if (!st && (st = mg_command_list_append(&s->capture, &copy)))
+                mg_command_release(&copy, &hooks);
         } else if ((st = command_execute(c, &nodes->items[i]))) {
             mg_error_append(" (graph node %zu of %zu)", i + 1, nodes->count);
         }
@@ -617,7 +525,7 @@ static void graph_free(mg_cpu_backend *c, mg_cpu_graph *g) {
     pthread_mutex_lock(&c->lock);
     LIST_UNLINK(c->graphs, g);
     pthread_mutex_unlock(&c->lock);
-    list_clear(&g->commands);
+    mg_command_list_clear(&g->commands, &hooks);
     pthread_mutex_destroy(&g->lock);
     free(g);
 }
@@ -626,10 +534,7 @@ mg_status mg_cpu_graph_count_nodes(void *ctx, void *graph, size_t *kernels, size
     (void)ctx;
     mg_cpu_graph *g = graph;
     pthread_mutex_lock(&g->lock); /* not while an update replaces the commands */
-    size_t launches = 0;
-    for (size_t i = 0; i < g->commands.count; i++)
-        launches += g->commands.items[i].kind == CMD_LAUNCH;
-    *kernels = launches;
+    *kernels = mg_command_list_launches(&g->commands);
     *nodes = g->commands.count;
     pthread_mutex_unlock(&g->lock);
     return MG_OK;

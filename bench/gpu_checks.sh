@@ -16,17 +16,9 @@
 set -uo pipefail
 G=${G:-.gpu-all}
 OUT=${OUT:-/tmp/metrale-gpu-checks}
-L=/tmp/metrale-checks-logs
-W=/tmp/metrale-checks
-mkdir -p "$OUT" "$L" "$W"
-tar xJf "$G/pack.tar.xz" -C "$W"
-BIN=$W/bin
-export METRALE_CUDA_PLUGIN_DIR=$BIN PYTHONUNBUFFERED=1
-S="$OUT/summary.txt"
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader;
-  python3 --version; python3 -c 'import torch; print("torch", torch.__version__)'; } | tee "$S"
-TAIL=4
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_steps.sh"
+gpu_start checks
+TAIL=4
 step check timeout 400 "$BIN/metrale-gpu" --backend cuda check
 grep -E " (FAIL|fail) " "$L/check.txt" >> "$S"
 tail -n 1 "$L/check.txt" >> "$S"

@@ -14,17 +14,9 @@ set -uo pipefail
 G=${G:-.gpu-pdl}
 MODE=${MODE:-checks}
 OUT=${OUT:-/tmp/metrale-gpu-pdl}
-L=/tmp/metrale-pdl-logs
-W=/tmp/metrale-pdl
-mkdir -p "$OUT" "$L" "$W"
-tar xJf "$G/pack.tar.xz" -C "$W"
-BIN=$W/bin
-export METRALE_CUDA_PLUGIN_DIR=$BIN PYTHONUNBUFFERED=1
-S="$OUT/summary.txt"
-{ date -u; echo "mode $MODE"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader;
-  python3 -c 'import torch; print("torch", torch.__version__)'; } | tee "$S"
-TAIL=4
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_steps.sh"
+gpu_start pdl "mode $MODE"
+TAIL=4
 CS="compute-sanitizer --report-api-errors no --error-exitcode 9"
 if [ "$MODE" = checks ]; then
   step check timeout 300 "$BIN/metrale-gpu" --backend cuda check

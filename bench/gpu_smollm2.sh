@@ -14,15 +14,8 @@ set -uo pipefail
 G=${G:-.gpu-pdl}
 M=${M:-.gpu-model}
 OUT=${OUT:-/tmp/metrale-gpu-smollm2}
-L=/tmp/metrale-smollm2-logs
-W=/tmp/metrale-smollm2
-mkdir -p "$OUT" "$L" "$W"
-tar xJf "$G/pack.tar.xz" -C "$W"
-BIN=$W/bin
-export METRALE_CUDA_PLUGIN_DIR=$BIN PYTHONUNBUFFERED=1
-S="$OUT/summary.txt"
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } | tee -a "$S"
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_steps.sh"
+gpu_start smollm2
 MODEL=$W/SmolLM2-135M-Instruct.Q4_1.gguf
 cat "$M"/smollm2.gguf.part* > "$MODEL" 2>/dev/null
 want=$(sed -n 's/^gguf_sha256=//p' scripts/fetch_smollm2.sh)

@@ -1,6 +1,23 @@
-# gpu_steps.sh - sourced by the one-call GPU scripts (gpu_checks.sh, gpu_decode_gemv.sh): their
-# step runner and the collection of `run --json` outputs. The caller sets L (the log folder), S
-# (the summary file) and optionally TAIL (lines of each log to echo, default 6).
+# gpu_steps.sh - sourced by the one-call GPU scripts (gpu_checks.sh, gpu_decode_gemv.sh,
+# gpu_pdl.sh, gpu_smollm2.sh): their start, their step runner and the collection of `run --json`
+# outputs. The caller sets L (the log folder) and S (the summary file), or has gpu_start set
+# them, and optionally TAIL (lines of each log to echo, default 6).
+
+# gpu_start NAME [LINE]: the start of a script on binaries built elsewhere: bin/ of
+# $G/pack.tar.xz (bench/pack.sh) unpacked into W=/tmp/metrale-NAME (BIN=$W/bin, also the CUDA
+# plugin folder), logs in L=/tmp/metrale-NAME-logs, and S=$OUT/summary.txt begun with the date,
+# LINE if given, the GPU and its driver, and the Python and torch versions.
+gpu_start() {
+    L=/tmp/metrale-$1-logs W=/tmp/metrale-$1
+    mkdir -p "$OUT" "$L" "$W"
+    tar xJf "$G/pack.tar.xz" -C "$W"
+    BIN=$W/bin
+    export METRALE_CUDA_PLUGIN_DIR=$BIN PYTHONUNBUFFERED=1
+    S="$OUT/summary.txt"
+    { date -u; [ -n "${2:-}" ] && echo "$2";
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader;
+      python3 --version; python3 -c 'import torch; print("torch", torch.__version__)'; } | tee "$S"
+}
 
 # step NAME COMMAND...: runs COMMAND, log in $L/NAME.txt, exit status and time in the summary.
 step() {

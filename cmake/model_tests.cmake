@@ -95,4 +95,7 @@ endif()
 if(METRALE_SANITIZE OR METRALE_COVERAGE)
   set_tests_properties(test_generate_long PROPERTIES
                        ENVIRONMENT "METRALE_LONG_RUNS=3;METRALE_LONG_STEPS=200")
+  # The same for the ledger test's 1000-step runs (its 100-step cases: 20 steps).
+  set_tests_properties(test_model_ledger PROPERTIES
+                       ENVIRONMENT "METRALE_LEDGER_LONG_STEPS=150;METRALE_LEDGER_SHORT_STEPS=20")
 endif()

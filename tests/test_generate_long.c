@@ -86,15 +86,10 @@ static bool on_token(void *user, uint32_t r, uint32_t index, int32_t token) {
     return true;
 }
 
-static uint32_t env_u32(const char *name, uint32_t fallback) {
-    const char *v = getenv(name);
-    return v && *v ? (uint32_t)strtoul(v, NULL, 10) : fallback;
-}
-
 int main(void) {
     test_seed();
-    const uint32_t runs = env_u32("METRALE_LONG_RUNS", 10);
-    const uint32_t steps = env_u32("METRALE_LONG_STEPS", 1000);
+    const uint32_t runs = test_env_u32("METRALE_LONG_RUNS", 10);
+    const uint32_t steps = test_env_u32("METRALE_LONG_STEPS", 1000);
     const mg_fwd_preset *micro = mg_fwd_preset_find("micro");
     mg_backend *b = NULL;
     CHECK(micro != NULL && runs >= 1 && steps >= 200);

@@ -15,9 +15,11 @@
 #include "model.h"
 #include "test_util.h"
 
-/* the long runs; the other cases' 100 steps cover their formats more cheaply */
-#define DECODE_STEPS 1000
-#define SHORT_STEPS 100
+/* The long runs' and the other cases' decode steps (the short ones cover their formats more
+ * cheaply); METRALE_LEDGER_LONG_STEPS and METRALE_LEDGER_SHORT_STEPS shorten them in
+ * instrumented builds (cmake/model_tests.cmake). */
+#define DECODE_STEPS_DEFAULT 1000
+#define SHORT_STEPS_DEFAULT 100
 #define MAX_SITES 64
 
 typedef struct ledger_view {
@@ -166,17 +168,20 @@ int main(void) {
     /* Awkward batches; the NVFP4 prompts sum past MG_NVFP4_BF16_PATH_MIN_M tokens so the
      * prefill's BF16-expansion workspace is planned. */
     const uint32_t b = (uint32_t)test_rand_range(2, 4), len = (uint32_t)test_rand_range(45, 70);
-    run_case(be, "tiny", MG_FWD_WEIGHTS_BF16, false, b, len, SHORT_STEPS);
-    run_case(be, "tiny", MG_FWD_WEIGHTS_BF16, true, b + 1, len - 7, DECODE_STEPS);
-    run_case(be, "tiny", MG_FWD_WEIGHTS_FP8, true, b, len, SHORT_STEPS);
-    run_case(be, "tiny", MG_FWD_WEIGHTS_NVFP4, false, b + 1, len, SHORT_STEPS);
-    run_case(be, "micro", MG_FWD_WEIGHTS_MLX8, true, b, len - 5, SHORT_STEPS);
-    run_case(be, "micro", MG_FWD_WEIGHTS_MLX4, false, b, len + 3, DECODE_STEPS);
-    run_case(be, "tiny-moe", MG_FWD_WEIGHTS_BF16, true, b, len, SHORT_STEPS);
-    run_case(be, "tiny-moe", MG_FWD_WEIGHTS_FP8, false, b + 1, len - 3, SHORT_STEPS);
-    run_case(be, "tiny-moe", MG_FWD_WEIGHTS_NVFP4, true, b, len, DECODE_STEPS);
-    run_checkpoint(be, "tiny_q4_1.gguf", true, SHORT_STEPS);
-    run_checkpoint(be, "tiny_f16.gguf", false, SHORT_STEPS);
+    const uint32_t long_steps = test_env_u32("METRALE_LEDGER_LONG_STEPS", DECODE_STEPS_DEFAULT);
+    const uint32_t short_steps = test_env_u32("METRALE_LEDGER_SHORT_STEPS", SHORT_STEPS_DEFAULT);
+    CHECK(long_steps >= 1 && short_steps >= 1);
+    run_case(be, "tiny", MG_FWD_WEIGHTS_BF16, false, b, len, short_steps);
+    run_case(be, "tiny", MG_FWD_WEIGHTS_BF16, true, b + 1, len - 7, long_steps);
+    run_case(be, "tiny", MG_FWD_WEIGHTS_FP8, true, b, len, short_steps);
+    run_case(be, "tiny", MG_FWD_WEIGHTS_NVFP4, false, b + 1, len, short_steps);
+    run_case(be, "micro", MG_FWD_WEIGHTS_MLX8, true, b, len - 5, short_steps);
+    run_case(be, "micro", MG_FWD_WEIGHTS_MLX4, false, b, len + 3, long_steps);
+    run_case(be, "tiny-moe", MG_FWD_WEIGHTS_BF16, true, b, len, short_steps);
+    run_case(be, "tiny-moe", MG_FWD_WEIGHTS_FP8, false, b + 1, len - 3, short_steps);
+    run_case(be, "tiny-moe", MG_FWD_WEIGHTS_NVFP4, true, b, len, long_steps);
+    run_checkpoint(be, "tiny_q4_1.gguf", true, short_steps);
+    run_checkpoint(be, "tiny_f16.gguf", false, short_steps);
     CHECK_OK(mg_backend_close(be));
     return test_finish();
 }

@@ -351,6 +351,10 @@ static void bad_inputs(const char *dir) {
                       MG_ERR_INVALID_ARGUMENT, "truncated", "unclosed object");
     expect_json_error("{\"model\": @}", MG_ERR_INVALID_ARGUMENT, "malformed", "malformed JSON");
     expect_json_error("[1, 2]", MG_ERR_INVALID_ARGUMENT, "not an object", "top-level array");
+    /* a sparse id would size the id-indexed tables by it (the fuzzer's 4.9 GB allocation) */
+    expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1000000000}, "
+                      "\"merges\": []}}",
+                      MG_ERR_INVALID_ARGUMENT, "far past", "sparse token id");
     expect_json_error("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}",
                       MG_ERR_UNSUPPORTED, "WordPiece", "WordPiece model");
     expect_json_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "

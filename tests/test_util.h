@@ -88,6 +88,14 @@ static inline void test_fill_random(void *p, size_t bytes) {
 }
 
 /* The CPU backend's call counters now (zeros, with a failed check, when they cannot be read). */
+/* A test's size knob from the environment (a decimal number), or `fallback` when unset: how
+ * instrumented builds run a long test shorter (cmake sets it; the claim stays the normal
+ * build's). */
+static inline uint32_t test_env_u32(const char *name, uint32_t fallback) {
+    const char *v = getenv(name);
+    return v && *v ? (uint32_t)strtoul(v, NULL, 10) : fallback;
+}
+
 static inline mg_cpu_counters test_cpu_counters(mg_backend *b) {
     mg_cpu_counters c;
     memset(&c, 0, sizeof c);

@@ -172,6 +172,16 @@ static mg_status max_id(reader *r, int model, int added, long long *mx) {
     }
     if (*mx < 0)
         return bad("the vocabulary is empty");
+    /* The tables are indexed by id, so an id far past the number of tokens would make a few
+     * bytes of JSON allocate gigabytes. Real vocabularies are dense (ids 0..n-1); this allows
+     * gaps up to as many ids again, plus 256. */
+    const long long entries =
+        (long long)d->tk[vocab].size + (mg_jdoc_is(d, added, JSMN_ARRAY) ? d->tk[added].size : 0);
+    if (*mx >= 2 * entries + 256)
+        return mg_tok_fail(MG_ERR_INVALID_ARGUMENT,
+                           "tokenizer.json: token id %lld is far past the %lld tokens listed "
+                           "(ids must be nearly dense)",
+                           *mx, entries);
     return MG_OK;
 }
 

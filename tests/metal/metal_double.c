@@ -71,6 +71,7 @@ typedef struct obj {
     int id;
     int refs;
     bool dead;
+    struct obj *made_before; /* every object ever made, newest first (made_last) */
 } obj;
 
 typedef struct string_obj {
@@ -154,6 +155,9 @@ typedef struct encoder_obj {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int next_id = 1;
+/* Objects are kept for the life of the process (see release); the list keeps them reachable,
+ * so LeakSanitizer does not report them as leaks of the code under test. */
+static obj *made_last;
 static int live[K_KIND_COUNT];
 
 /* ------------------------------------------------------------------ the record */
@@ -239,6 +243,8 @@ static void *make(kind k, size_t bytes) {
     o->refs = 1;
     pthread_mutex_lock(&lock);
     o->id = next_id++;
+    o->made_before = made_last;
+    made_last = o;
     live[k]++;
     pthread_mutex_unlock(&lock);
     return o;
@@ -999,10 +1005,32 @@ imp metal_double_lookup(obj *receiver, const char *sel) {
 
 /* ------------------------------------------------------------------ C entry points */
 
-static obj nsstring_class = {K_CLASS_NSSTRING, 0, 1 << 30, false};
+static obj nsstring_class = {.k = K_CLASS_NSSTRING, .refs = 1 << 30};
+
+/* Interned, as Apple's runtime does: one copy per name for the life of the process, kept
+ * reachable from this list (lookup still compares by name). */
+typedef struct selector_name {
+    struct selector_name *next;
+    char name[];
+} selector_name;
+static selector_name *selectors;
 
 const char *sel_registerName(const char *name) {
-    return strdup(name); /* compared by name in lookup: no interning needed */
+    pthread_mutex_lock(&lock);
+    selector_name *s = selectors;
+    while (s && strcmp(s->name, name) != 0)
+        s = s->next;
+    if (!s) {
+        const size_t len = strlen(name);
+        s = malloc(sizeof *s + len + 1);
+        if (!s)
+            abort(); /* a test double out of memory has nothing sensible to report */
+        memcpy(s->name, name, len + 1);
+        s->next = selectors;
+        selectors = s;
+    }
+    pthread_mutex_unlock(&lock);
+    return s->name;
 }
 
 obj *objc_getClass(const char *name) {

@@ -42,6 +42,11 @@ foreach(t test_gguf test_model_ledger)
       METRALE_GGUF_CORPUS="${PROJECT_SOURCE_DIR}/tests/fuzz/corpus_gguf")
   endif()
 endforeach()
+# The K-quant decoders against gguf.quants' references (tests/model/make_kquant_reference.py).
+if(TARGET test_gguf_blocks)
+  target_compile_definitions(test_gguf_blocks PRIVATE
+    METRALE_KQUANT_DIR="${PROJECT_SOURCE_DIR}/tests/model/kquants")
+endif()
 
 # libFuzzer on the GGUF reader, its tokenizer description and chat template (the safetensors
 # fuzzer's conditions: cmake/mlx_tests.cmake), from the committed corpus tests/fuzz/corpus_gguf/.

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf_blocks.h"
 #include "metrale/dtype.h"
 #include "metrale/ops.h"
 
@@ -91,12 +92,15 @@ static mg_status check_tensor(const mg_gguf *g, const char *path, const char *na
     case MG_GGUF_Q4_0:
     case MG_GGUF_Q4_1:
     case MG_GGUF_Q8_0:
+    case MG_GGUF_Q4_K: /* K-quants become BF16 (gguf_blocks.h) */
+    case MG_GGUF_Q5_K:
+    case MG_GGUF_Q6_K:
         break;
     default:
         return mg_error_report(
             MG_ERR_UNSUPPORTED,
             "GGUF %s: tensor %s has type %s, which this runtime does not load yet "
-            "(F32, F16, BF16, Q4_0, Q4_1 and Q8_0 are loaded)",
+            "(F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K are loaded)",
             path, name, mg_gguf_type_name(t->type));
     }
     if (out)
@@ -336,6 +340,8 @@ static void row_to_f32(const mg_gguf_tensor *t, uint64_t row, uint32_t cols, flo
             out[j] = mg_bf16_to_f32(load_u16(p + 2 * j));
         return;
     }
+    if (mg_gguf_k_blocks_to_f32(t->type, p, cols / be, out))
+        return;
     for (uint32_t blk = 0; blk < cols / 32; blk++, p += bb) {
         const float d = mg_f16_to_f32(load_u16(p));
         float *o = out + 32 * blk;

@@ -25,6 +25,11 @@
  * scale = row amax / 448), and so is every GEMM input, per token, before its products:
  * bf16((sum of the decoded codes' products) * act scale * weight scale); logits in BF16.
  *
+ * The BF16 decode steps run the fused GEMMs (norms, residual adds and SiLU-mul folded in,
+ * mg_fwd_config.unfused); on the CPU a fused call is the composition of the unfused ones, so
+ * a fused and an unfused run of the same config give the same logits at every pass, bit for
+ * bit (check_fusion_exact), and mg_fwd_info says which ran.
+ *
  * Then the per-op timing spans (mg_fwd_set_timing): a prefill and an eager decode step recorded
  * (after graph-replayed steps where the backend captures), one span per op per layer, none for
  * steps without timing, and the Chrome trace written with every op's name, structurally valid
@@ -613,7 +618,8 @@ static bool json_balanced(const char *text) {
 
 /* The per-op spans (mg_fwd_set_timing) and their Chrome trace: the prefill and one decode step
  * recorded, decode steps without timing record nothing, every op of the pass has one span per
- * layer and pass, the lanes one span each, and the trace file names them all. */
+ * layer and pass, the lanes one span each, and the trace file names them all. A fused decode
+ * step has no norm span but the final one and no silu_mul span (folded into the GEMMs). */
 static void check_trace(mg_backend *be, mg_fwd_config c) {
     static const char *const per_layer[] = {"qkv_gemm", "rope_append", "attention", "o_gemm",
                                             "gate_up",  "silu_mul",    "down"};
@@ -653,11 +659,13 @@ static void check_trace(mg_backend *be, mg_fwd_config c) {
         if (sum.kind == MG_TIMING_LANE)
             want = 1; /* "prefill", "decode" */
         else if (!strcmp(sum.name, "rmsnorm"))
-            want = 2 * (2 * p->layers + 1);
+            want = 2 * p->layers + 1 + (info.fused_decode ? 1 : 2 * p->layers + 1);
         else if (!strcmp(sum.name, "fp8_quant"))
             want = c.weights == MG_FWD_WEIGHTS_FP8 ? 2 * (4 * p->layers + 1) : 0;
         for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0]; k++)
-            want = strcmp(sum.name, per_layer[k]) ? want : 2 * p->layers;
+            want = strcmp(sum.name, per_layer[k])                              ? want
+                   : info.fused_decode && !strcmp(sum.name, "silu_mul") ? p->layers
+                                                                        : 2 * p->layers;
         for (size_t k = 0; k < sizeof per_pass / sizeof per_pass[0]; k++)
             want = strcmp(sum.name, per_pass[k]) ? want : 2;
         found += want > 0;
@@ -710,6 +718,46 @@ static void check_trace(mg_backend *be, mg_fwd_config c) {
 }
 
 /* A refusal: the status and a one-line message naming `needle`. */
+/* Every pass's logits of config c (poisoned first), and whether its decode steps ran fused. */
+static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused) {
+    const size_t row = (size_t)c->batch * c->preset->shape.vocab, passes = c->steps + 1;
+    float *logits = malloc(passes * row * sizeof(float));
+    for (size_t i = 0; logits && i < passes * row; i++)
+        logits[i] = NAN;
+    mg_stream *s = NULL;
+    mg_fwd *m = NULL;
+    bool ok = logits && mg_stream_create(be, &s) == MG_OK && mg_fwd_create(be, c, &m) == MG_OK;
+    for (size_t pass = 0; ok && pass < passes; pass++)
+        ok = (pass ? mg_fwd_decode(m, s) : mg_fwd_prefill(m, s)) == MG_OK &&
+             mg_fwd_logits(m, logits + pass * row) == MG_OK;
+    CHECK(ok);
+    if (!ok)
+        fprintf(stderr, "run_logits: %s\n", mg_last_error());
+    mg_fwd_info info = {0};
+    if (m)
+        mg_fwd_get_info(m, &info);
+    *fused = info.fused_decode;
+    mg_fwd_destroy(m);
+    if (s)
+        mg_stream_destroy(s);
+    return logits;
+}
+
+static void check_fusion_exact(mg_backend *be, mg_fwd_config c) {
+    mg_fwd_config plain = c;
+    plain.unfused = true;
+    bool fused = false, plain_fused = true;
+    float *a = run_logits(be, &c, &fused), *b = run_logits(be, &plain, &plain_fused);
+    const size_t n = (size_t)(c.steps + 1) * c.batch * c.preset->shape.vocab;
+    CHECK(fused && !plain_fused);
+    CHECK(a && b && !memcmp(a, b, n * sizeof(float)));
+    printf("%s: batch %u, %u decode steps fused and unfused: every pass's logits equal bit for "
+           "bit\n",
+           c.preset->name, c.batch, c.steps);
+    free(a);
+    free(b);
+}
+
 static void check_refused(mg_backend *be, mg_fwd_config c, mg_status want, const char *needle) {
     mg_fwd *m = (mg_fwd *)1;
     mg_status st = mg_fwd_create(be, &c, &m);
@@ -738,6 +786,7 @@ int main(void) {
     printf("tiny: batch %u, prompt_len %u, steps %u, seed %llu\n", c.batch, c.prompt_len, c.steps,
            (unsigned long long)c.seed);
     check_against_reference(be, c);
+    check_fusion_exact(be, c);
     /* NVFP4 and FP8 weights: each another ragged batch and seed */
     for (int w = 0; w < 2; w++) {
         mg_fwd_config f = c;

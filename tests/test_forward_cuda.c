@@ -24,7 +24,10 @@
  * difference may move an activation across an E4M3 rounding boundary. Every case also runs
  * with its last decode step timed per op (mg_fwd_set_timing): that step runs eagerly after the
  * graph replays, records one span per op and layer, and its tokens and hidden states equal the
- * graph run's bit for bit.
+ * graph run's bit for bit. Dense BF16 cases decode with the fused GEMMs (the decode GEMV's
+ * RMSNorm prologue, residual-add and SiLU-mul epilogues; mg_fwd_info.fused_decode must say
+ * so), the CPU side with its composition of the unfused ops; one BF16 case runs unfused
+ * (mg_fwd_config.unfused) to keep that step covered on CUDA.
  */
 #include <math.h>
 
@@ -36,6 +39,7 @@
 typedef struct outcome {
     int32_t *tokens;  /* [batch][steps + 1] */
     uint16_t *hidden; /* [batch][hidden] */
+    bool fused;       /* the decode steps ran the fused GEMMs */
 } outcome;
 
 /* The whole pass; with `time_last_step`, the last decode step runs with per-op spans, which
@@ -80,6 +84,7 @@ static bool run(mg_backend *b, const mg_fwd_config *c, outcome *o, bool time_las
         memcpy(o->tokens + (size_t)r * width, t, count * sizeof(int32_t));
         mg_fwd_info info;
         mg_fwd_get_info(m, &info);
+        o->fused = info.fused_decode;
         if (c->use_graphs)
             CHECK(info.graph_steps ==
                   (c->steps > 1 ? c->steps - 1 : 0) - (time_last_step && c->steps > 1));
@@ -209,24 +214,27 @@ int main(void) {
         mg_fwd_weights weights;
         bool all_experts, compare_cpu;
         uint32_t batch, prompt_len;
-    } cases[] = {{"tiny", MG_FWD_WEIGHTS_NVFP4, false, true, 4, 16},
-                 {"tiny", MG_FWD_WEIGHTS_NVFP4, false, true, 1, 200},
-                 {"tiny", MG_FWD_WEIGHTS_FP8, false, true, 4, 16},
-                 {"tiny", MG_FWD_WEIGHTS_FP8, false, true, 1, 200},
-                 {"tiny", MG_FWD_WEIGHTS_BF16, false, true, 0, 0},
-                 {"small", MG_FWD_WEIGHTS_BF16, false, true, 0, 0},
-                 {"tiny", MG_FWD_WEIGHTS_NVFP4, false, true, 0, 0},
-                 {"tiny", MG_FWD_WEIGHTS_FP8, false, true, 0, 0},
-                 {"tiny-moe", MG_FWD_WEIGHTS_NVFP4, false, false, 0, 0},
-                 {"tiny-moe", MG_FWD_WEIGHTS_NVFP4, true, true, 0, 0},
-                 {"tiny-moe", MG_FWD_WEIGHTS_BF16, true, true, 0, 0},
-                 {"tiny-moe", MG_FWD_WEIGHTS_FP8, true, true, 0, 0}};
+        bool unfused;
+    } cases[] = {{"tiny", MG_FWD_WEIGHTS_NVFP4, false, true, 4, 16, false},
+                 {"tiny", MG_FWD_WEIGHTS_NVFP4, false, true, 1, 200, false},
+                 {"tiny", MG_FWD_WEIGHTS_FP8, false, true, 4, 16, false},
+                 {"tiny", MG_FWD_WEIGHTS_FP8, false, true, 1, 200, false},
+                 {"tiny", MG_FWD_WEIGHTS_BF16, false, true, 0, 0, false},
+                 {"small", MG_FWD_WEIGHTS_BF16, false, true, 0, 0, false},
+                 {"small", MG_FWD_WEIGHTS_BF16, false, true, 0, 0, true},
+                 {"tiny", MG_FWD_WEIGHTS_NVFP4, false, true, 0, 0, false},
+                 {"tiny", MG_FWD_WEIGHTS_FP8, false, true, 0, 0, false},
+                 {"tiny-moe", MG_FWD_WEIGHTS_NVFP4, false, false, 0, 0, false},
+                 {"tiny-moe", MG_FWD_WEIGHTS_NVFP4, true, true, 0, 0, false},
+                 {"tiny-moe", MG_FWD_WEIGHTS_BF16, true, true, 0, 0, false},
+                 {"tiny-moe", MG_FWD_WEIGHTS_FP8, true, true, 0, 0, false}};
     for (size_t p = 0; p < sizeof cases / sizeof cases[0]; p++) {
         mg_fwd_preset preset = *mg_fwd_preset_find(cases[p].name);
         if (cases[p].all_experts)
             preset.shape.experts_per_token = preset.shape.experts;
         mg_fwd_config c = mg_fwd_config_default(&preset);
         c.weights = cases[p].weights;
+        c.unfused = cases[p].unfused;
         c.batch = (uint32_t)test_rand_range(2, 7);
         c.prompt_len = (uint32_t)test_rand_range(9, 40);
         if (c.weights == MG_FWD_WEIGHTS_NVFP4) {
@@ -254,6 +262,9 @@ int main(void) {
         CHECK(!memcmp(graph.hidden, eager.hidden, hidden_n * 2));
         CHECK(!memcmp(graph.tokens, timed.tokens, tokens_bytes));
         CHECK(!memcmp(graph.hidden, timed.hidden, hidden_n * 2));
+        const bool want_fused = c.weights == MG_FWD_WEIGHTS_BF16 && !preset.shape.experts &&
+                                !c.unfused && c.batch <= 16;
+        CHECK(graph.fused == want_fused && eager.fused == want_fused);
         outcome_free(&graph);
         outcome_free(&eager);
         outcome_free(&timed);
@@ -270,12 +281,14 @@ int main(void) {
         lockstep_result ls;
         CHECK(lockstep(cuda, cpu, &c, logits_bound, hidden_bound, &ls));
         CHECK(ls.passes == c.steps + 1);
-        printf("%s (%s weights, top-%u): batch %u, prompts ~%u, seed %llu: graph = eager over %u "
+        printf("%s (%s weights%s, top-%u): batch %u, prompts ~%u, seed %llu: graph = eager over %u "
                "steps; CUDA vs CPU on the same inputs over %u passes: logits max rel err %.3g "
                "(bound %.3g), final hidden %.3g (bound %.3g), %u near-tie%s where the CPU chose "
                "another token (widest margin %.3g)\n",
-               cases[p].name, mg_fwd_weights_name(c.weights), preset.shape.experts_per_token,
-               c.batch, c.prompt_len, (unsigned long long)c.seed, c.steps, ls.passes, ls.logits_err,
+               cases[p].name, mg_fwd_weights_name(c.weights),
+               want_fused ? ", fused decode" : c.unfused ? ", unfused decode" : "",
+               preset.shape.experts_per_token, c.batch, c.prompt_len,
+               (unsigned long long)c.seed, c.steps, ls.passes, ls.logits_err,
                logits_bound, ls.hidden_err, hidden_bound, ls.near_ties,
                ls.near_ties == 1 ? "" : "s", ls.widest_tie);
     }

@@ -200,7 +200,8 @@ MG_API const mg_gemm_kind_info *mg_gemm_kind_describe(mg_gemm_kind kind);
  *       norm_weight BF16 [K], eps > 0 and finite.
  *   epilogue MG_GEMM_EPILOGUE_RESIDUAL_ADD: y = the GEMM's BF16 output [M, N], then
  *       out[t, j] = bf16(y[t, j] + residual[t, j]) (the residual add of mg_rmsnorm_bf16's
- *       `add`), residual BF16 [M, N] with row pitch ldc, sharing no byte with out.
+ *       `add`), residual BF16 [M, N] with row pitch ldc: either exactly out (the residual
+ *       stream updated in place) or sharing no byte with it.
  *   epilogue MG_GEMM_EPILOGUE_SILU_MUL: the weight rows [0, N/2) are the gate and [N/2, N) the
  *       up projection (the layout of a fused gate_up matrix, as the model stores it); y is the
  *       GEMM's BF16 output [M, N] and out = mg_silu_mul_bf16(y, cols = N/2) is BF16 [M, N/2]
@@ -226,14 +227,18 @@ MG_API const mg_gemm_kind_info *mg_gemm_kind_describe(mg_gemm_kind kind);
  *    MG_ERR_UNSUPPORTED naming the fusion, the kind and the backend's providers' reasons.
  *    Nothing is launched then: a fusion is never run partly or silently dropped. Today the
  *    CPU reference runs every fusion (any prologue with any epilogue) of MG_GEMM_BF16 and
- *    MG_GEMM_FP8_ROWWISE; the CUDA providers and the CPU fast BF16 providers run none, and
- *    the other kinds have no fusion (MG_ERR_UNSUPPORTED).
+ *    MG_GEMM_FP8_ROWWISE; on CUDA the decode GEMV runs the RMSNorm prologue with no
+ *    epilogue, residual add or SiLU-mul, for MG_GEMM_BF16 with M <= 16, K % 8 == 0, act,
+ *    weight, out and norm_weight 16-byte aligned, outside batch-invariant mode (the argmax and
+ *    KV-append epilogues and the FP8 fusions are refused there); the CPU fast BF16 providers
+ *    run none, and the other kinds have no fusion (MG_ERR_UNSUPPORTED).
  *  - On the CPU backend a fused call's outputs equal the composition's bit for bit; a device
  *    kernel will match it within the tolerance of the ops composed (its sums may run in
  *    another order), and argmax may then pick the other side of a near-tie.
  *  - A fusion tensor the kinds need but missing, one given that they do not use, a bad eps,
  *    an odd N for SILU_MUL, a fusion on another kind, or out (or argmax_ids) overlapping act,
- *    weight, norm_weight or residual: MG_ERR_INVALID_ARGUMENT naming it, nothing launched.
+ *    weight, norm_weight or residual (other than a residual that is exactly out):
+ *    MG_ERR_INVALID_ARGUMENT naming it, nothing launched.
  *  - mg_gemm_prewarm takes the fusion kinds from the plans (their tensors are not read), so a
  *    fusion no provider can run is refused there too, before a capture. */
 typedef enum mg_gemm_prologue {
@@ -283,8 +288,8 @@ typedef struct mg_gemm_plan {
     mg_fp8_block_scale act_mode; /* MG_GEMM_FP8_BLOCKSCALED only */
     mg_fp8_block_scale weight_mode;
     /* The least alignment, in bytes, of the act, weight and out pointers the calls will pass
-     * (0 means 16, the alignment of allocations). A call whose pointers are less aligned is
-     * a different plan. */
+     * (and norm_weight's with the RMSNorm prologue; 0 means 16, the alignment of
+     * allocations). A call whose pointers are less aligned is a different plan. */
     uint32_t pointer_alignment;
     /* Appended: zero is no fusion (see "fusion" above). With SILU_MUL, out has N/2 columns. */
     mg_gemm_fusion fusion;

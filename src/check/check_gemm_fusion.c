@@ -20,19 +20,34 @@
 #include "metrale/ops_kv_cache.h"
 #include "metrale/status.h"
 
-/* Off the CPU a fused kernel may sum in another order than the unfused GEMM, and round the
- * intermediates once less: the BF16 bound of check_gemm.c, element-wise relative to max(1,
- * |ref|). */
+/* Off the CPU a fused kernel may sum in another order than the unfused GEMM and round its
+ * intermediates elsewhere (the decode GEMV applies the norm's scale after the dot product), so
+ * an intermediate may differ by a BF16 spacing of its own size; the epilogue then carries that
+ * into an output that may be much smaller (a residual add that cancels, SiLU-mul near zero).
+ * The bound is the BF16 one of check_gemm.c, relative to max(1, the largest |ref| of the
+ * output row), the scale of the row's intermediates. */
 #define FUSED_BOUND 2e-2
 
-static const uint32_t fusion_m[] = {1, 2, 3, 5, 16, 17, 33};
-#define FUSION_M_COUNT (sizeof fusion_m / sizeof fusion_m[0])
+/* The sizes of each case: small shapes at every M; a mid one (K over several of a kernel's K
+ * steps) and a large one (that K, and N past a device's resident blocks, so that blocks walk
+ * several tiles). */
+enum { SHAPE_SMALL, SHAPE_MID, SHAPE_LARGE };
+typedef struct fusion_size {
+    uint32_t m;
+    int shape;
+} fusion_size;
+static const fusion_size fusion_sizes[] = {
+    {1, SHAPE_SMALL},  {2, SHAPE_SMALL},  {3, SHAPE_SMALL}, {5, SHAPE_SMALL},
+    {16, SHAPE_SMALL}, {17, SHAPE_SMALL}, {33, SHAPE_SMALL}, {16, SHAPE_MID},
+    {1, SHAPE_LARGE},  {16, SHAPE_LARGE}};
+#define FUSION_SIZE_COUNT (sizeof fusion_sizes / sizeof fusion_sizes[0])
 
 typedef struct fusion_case {
     mg_gemm_kind kind; /* MG_GEMM_BF16 or MG_GEMM_FP8_ROWWISE */
     mg_gemm_prologue prologue;
     mg_gemm_epilogue epilogue;
     mg_dtype out_type;
+    bool in_place; /* RESIDUAL_ADD: the residual is out itself */
 } fusion_case;
 
 /* Device buffers of one M; 0 where unused. */
@@ -76,11 +91,18 @@ static uint16_t *random_bf16(uint64_t *rng, size_t count, float offset, float ma
 /* The shape of a case at M: K never a multiple of 16 for BF16 (a multiple of 8, which
  * mg_rmsnorm_bf16 needs for the composition), N odd where the fusion allows it, ldc past the
  * output columns (a multiple of 8 where the composition's argmax needs it). FP8 needs K and N
- * multiples of 16 and ldc of 8. */
-static mg_gemm_plan case_plan(const fusion_case *c, uint32_t m) {
+ * multiples of 16 and ldc of 8. Mid and large: K 1544 (3088 bytes of BF16 a row); N about 1200,
+ * or about 4500 (more 8-row tiles than 132 SMs hold blocks). */
+static mg_gemm_plan case_plan(const fusion_case *c, uint32_t m, int shape) {
     bool fp8 = c->kind != MG_GEMM_BF16, silu = c->epilogue == MG_GEMM_EPILOGUE_SILU_MUL;
     bool kv = c->epilogue == MG_GEMM_EPILOGUE_KV_APPEND;
     uint32_t k = fp8 ? 80 : 40, n = fp8 ? (silu ? 96 : 48) : (silu ? 38 : 37);
+    if (shape != SHAPE_SMALL)
+        k = fp8 ? 1552 : 1544;
+    if (shape == SHAPE_MID)
+        n = fp8 ? (silu ? 2416 : 1200) : (silu ? 2402 : 1201);
+    if (shape == SHAPE_LARGE)
+        n = fp8 ? (silu ? 9024 : 4512) : (silu ? 9002 : 4501);
     if (kv)
         n = (KV_QO_HEADS + 2 * kv_cache.num_kv_heads) * kv_cache.head_dim;
     uint32_t cols = silu ? n / 2 : n;
@@ -202,9 +224,9 @@ done:
 /* One M of a case: uploads random inputs, runs the fused call and the composition, compares.
  * Returns false when the backend refused the fusion (r->detail then says how). */
 static bool run_case_m(mg_check_ctx *ctx, mg_check_result *r, const fusion_case *c, uint32_t m,
-                       uint64_t *rng, double *worst) {
+                       int shape, uint64_t *rng, double *worst) {
     mg_backend *b = ctx->backend;
-    mg_gemm_plan p = case_plan(c, m);
+    mg_gemm_plan p = case_plan(c, m, shape);
     bool fp8 = c->kind != MG_GEMM_BF16, norm = c->prologue == MG_GEMM_PROLOGUE_RMSNORM;
     bool silu = c->epilogue == MG_GEMM_EPILOGUE_SILU_MUL;
     uint32_t cols = silu ? p.n / 2 : p.n;
@@ -241,7 +263,8 @@ static bool run_case_m(mg_check_ctx *ctx, mg_check_result *r, const fusion_case 
     }
     if (st || (st = mg_check_upload(b, norm_w, (size_t)p.k * 2, &d.norm_weight)) ||
         (st = mg_check_upload(b, residual, (size_t)m * p.ldc * 2, &d.residual)) ||
-        (st = mg_check_alloc_poisoned(b, out_bytes, &d.out)) ||
+        (st = c->in_place ? mg_check_upload(b, residual, out_bytes, &d.out)
+                          : mg_check_alloc_poisoned(b, out_bytes, &d.out)) ||
         (st = mg_check_alloc_poisoned(b, (size_t)m * 4, &d.ids)))
         goto setup_failed;
     mg_gemm_tensors t = {.act = d.act,
@@ -301,12 +324,12 @@ static bool run_case_m(mg_check_ctx *ctx, mg_check_result *r, const fusion_case 
     if (norm)
         t.fusion.norm_weight = d.norm_weight;
     if (c->epilogue == MG_GEMM_EPILOGUE_RESIDUAL_ADD)
-        t.fusion.residual = d.residual;
+        t.fusion.residual = c->in_place ? d.out : d.residual;
     if (c->epilogue == MG_GEMM_EPILOGUE_ARGMAX)
         t.fusion.argmax_ids = d.ids;
     st = mg_gemm(b, NULL, &p, &t);
     if (st == MG_ERR_UNSUPPORTED && mg_backend_get_kind(b) != MG_BACKEND_CPU) {
-        /* Allowed off the CPU until the fused kernels exist, but only as a whole refusal
+        /* Allowed off the CPU (for some shapes or all of them), but only as a whole refusal
          * naming the fusion. */
         const char *name =
             norm ? mg_gemm_prologue_name(c->prologue) : mg_gemm_epilogue_name(c->epilogue);
@@ -346,18 +369,22 @@ static bool run_case_m(mg_check_ctx *ctx, mg_check_result *r, const fusion_case 
         free(pool2);
     }
     for (uint32_t row = 0; row < m && r->passed; row++) {
+        double row_scale = 1.0;
+        for (uint32_t j = 0; j < cols; j++)
+            row_scale = fmax(row_scale, fabs(out_value(p.out_type, want, (size_t)row * p.ldc + j)));
         for (uint32_t j = 0; j < p.ldc && r->passed; j++) {
             size_t i = (size_t)row * p.ldc + j;
             const unsigned char *g = (const unsigned char *)got + i * ob;
-            if (j >= cols) { /* padding columns: never written */
+            if (j >= cols) { /* padding columns: never written (in place: still the residual) */
                 for (size_t byte = 0; byte < ob; byte++)
-                    if (g[byte] != MG_CHECK_POISON)
+                    if (c->in_place ? g[byte] != ((const unsigned char *)residual)[i * ob + byte]
+                                    : g[byte] != MG_CHECK_POISON)
                         MG_CHECK_FAIL(r, "M=%u: padding column %u of row %u was written", m, j,
                                       row);
                 continue;
             }
             double gv = out_value(p.out_type, got, i), wv = out_value(p.out_type, want, i);
-            double err = fabs(gv - wv) / fmax(1.0, fabs(wv));
+            double err = fabs(gv - wv) / row_scale;
             if (!isfinite(gv) || (exact && memcmp(g, (const char *)want + i * ob, ob)) ||
                 !(err <= FUSED_BOUND))
                 MG_CHECK_FAIL(r, "M=%u N=%u K=%u: out[%u, %u] = %.6g, the composition %.6g", m, p.n,
@@ -409,35 +436,54 @@ static void check_case(mg_check_ctx *ctx, mg_check_result *r, const fusion_case 
     r->passed = true; /* until MG_CHECK_FAIL says otherwise */
     uint64_t rng = mg_check_rng_seed(ctx, name);
     double worst = 0;
-    for (size_t i = 0; i < FUSION_M_COUNT && r->passed; i++) {
-        if (!run_case_m(ctx, r, c, fusion_m[i], &rng, &worst)) {
-            r->skipped = r->passed;
-            r->passed = false;
-            return;
+    /* the sizes a device refused as a whole (e.g. a decode kernel's M <= 16), and why */
+    char refused[96] = "", why[sizeof r->detail] = "";
+    size_t ran = 0;
+    for (size_t i = 0; i < FUSION_SIZE_COUNT && r->passed; i++) {
+        const fusion_size *z = &fusion_sizes[i];
+        if (run_case_m(ctx, r, c, z->m, z->shape, &rng, &worst)) {
+            ran++;
+            continue;
         }
+        if (!r->passed)
+            return;
+        size_t used = strlen(refused);
+        snprintf(refused + used, sizeof refused - used, "%s%u%s", used ? "," : "", z->m,
+                 z->shape == SHAPE_LARGE ? "L" : z->shape == SHAPE_MID ? "M" : "");
+        snprintf(why, sizeof why, "%s", r->detail);
+    }
+    if (!ran) {
+        r->skipped = r->passed;
+        r->passed = false;
+        return;
     }
     r->error = worst;
     if (r->passed) {
-        mg_gemm_plan p = case_plan(c, 1);
+        mg_gemm_plan p = case_plan(c, 1, SHAPE_SMALL), o = case_plan(c, 1, SHAPE_MID),
+                     q = case_plan(c, 1, SHAPE_LARGE);
         snprintf(r->detail, sizeof r->detail,
-                 "M in {1,2,3,5,16,17,33}, N=%u K=%u: worst element error %.2e against the "
-                 "unfused calls%s",
-                 p.n, p.k, worst,
-                 mg_backend_get_kind(ctx->backend) == MG_BACKEND_CPU ? " (bit for bit)" : "");
+                 "M in {1,2,3,5,16,17,33} at N=%u K=%u, 16 at N=%u K=%u, {1,16} at N=%u K=%u: "
+                 "worst error %.2e (of the row's largest) against the unfused calls%s%s%s%s%.160s",
+                 p.n, p.k, o.n, o.k, q.n, q.k, worst,
+                 mg_backend_get_kind(ctx->backend) == MG_BACKEND_CPU ? " (bit for bit)" : "",
+                 refused[0] ? "; refused at M=" : "", refused, refused[0] ? ": " : "", why);
     }
 }
 
-#define FUSION_CHECK(fn, kind, pro, epi, out)                                                      \
+#define FUSION_CHECK_WITH(fn, kind, pro, epi, out, in_place)                                       \
     static void fn(mg_check_ctx *ctx, mg_check_result *r) {                                        \
-        static const fusion_case c = {kind, pro, epi, out};                                        \
+        static const fusion_case c = {kind, pro, epi, out, in_place};                              \
         check_case(ctx, r, &c, #fn);                                                               \
     }
+#define FUSION_CHECK(fn, kind, pro, epi, out) FUSION_CHECK_WITH(fn, kind, pro, epi, out, false)
 #define P_NORM MG_GEMM_PROLOGUE_RMSNORM
 #define P_NONE MG_GEMM_PROLOGUE_NONE
 FUSION_CHECK(rmsnorm_bf16, MG_GEMM_BF16, P_NORM, MG_GEMM_EPILOGUE_NONE, MG_DTYPE_BF16)
 FUSION_CHECK(rmsnorm_bf16_f32, MG_GEMM_BF16, P_NORM, MG_GEMM_EPILOGUE_NONE, MG_DTYPE_F32)
 FUSION_CHECK(rmsnorm_fp8_row, MG_GEMM_FP8_ROWWISE, P_NORM, MG_GEMM_EPILOGUE_NONE, MG_DTYPE_BF16)
 FUSION_CHECK(residual_bf16, MG_GEMM_BF16, P_NONE, MG_GEMM_EPILOGUE_RESIDUAL_ADD, MG_DTYPE_BF16)
+FUSION_CHECK_WITH(residual_in_place_bf16, MG_GEMM_BF16, P_NONE, MG_GEMM_EPILOGUE_RESIDUAL_ADD,
+                  MG_DTYPE_BF16, true)
 FUSION_CHECK(residual_fp8_row, MG_GEMM_FP8_ROWWISE, P_NONE, MG_GEMM_EPILOGUE_RESIDUAL_ADD,
              MG_DTYPE_BF16)
 FUSION_CHECK(silu_mul_bf16, MG_GEMM_BF16, P_NONE, MG_GEMM_EPILOGUE_SILU_MUL, MG_DTYPE_BF16)
@@ -526,9 +572,9 @@ static void check_fusion_bad_arguments(mg_check_ctx *ctx, mg_check_result *r) {
          t.fusion.norm_weight = norm_w);
     CASE("residual add without residual", MG_ERR_INVALID_ARGUMENT, "residual",
          p.fusion.epilogue = MG_GEMM_EPILOGUE_RESIDUAL_ADD);
-    CASE("residual overlapping out", MG_ERR_INVALID_ARGUMENT, "overlap",
+    CASE("residual overlapping out (not exactly out)", MG_ERR_INVALID_ARGUMENT, "overlap",
          p.fusion.epilogue = MG_GEMM_EPILOGUE_RESIDUAL_ADD;
-         t.fusion.residual = out);
+         t.fusion.residual = out + 2);
     CASE("residual add into f32", MG_ERR_INVALID_ARGUMENT, "writes bf16",
          p.fusion.epilogue = MG_GEMM_EPILOGUE_RESIDUAL_ADD;
          p.out_type = MG_DTYPE_F32; t.fusion.residual = resid);
@@ -614,6 +660,7 @@ const mg_check_case mg_checks_gemm_fusion[] = {
     {"gemm", "fusion_rmsnorm_bf16_f32", rmsnorm_bf16_f32},
     {"gemm", "fusion_rmsnorm_fp8_row", rmsnorm_fp8_row},
     {"gemm", "fusion_residual_bf16", residual_bf16},
+    {"gemm", "fusion_residual_in_place_bf16", residual_in_place_bf16},
     {"gemm", "fusion_residual_fp8_row", residual_fp8_row},
     {"gemm", "fusion_silu_mul_bf16", silu_mul_bf16},
     {"gemm", "fusion_silu_mul_fp8_row", silu_mul_fp8_row},

@@ -516,6 +516,8 @@ mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
     } else {
         TRY(mg_paged_attention_plan_update(m->decode_plan, &table, s), "decode plan update");
     }
+    if (!m->fusion_decided && (st = mg_fwd_decide_fusion(m, s)))
+        return st;
     bool replay = m->c.use_graphs && m->decode_calls > 0 && !m->timing;
     m->decode_calls++;
     if (!replay) {
@@ -605,4 +607,5 @@ void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {
     out->graph_steps = m->graph_steps;
     out->graph_kernels = m->graph_kernels;
     out->graph_nodes = m->graph_nodes;
+    out->fused_decode = m->fused_decode;
 }

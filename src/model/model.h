@@ -172,6 +172,12 @@ typedef struct mg_fwd_config {
      * prompt_lengths[r] (>= 1) ids of prompt_ids after request r - 1's, and prompt_ids_count
      * is their sum (copied at create); NULL: every request's prompt is all of prompt_ids. */
     const uint32_t *prompt_lengths;
+    /* Decode without the GEMM fusions (metrale/ops_gemm.h), as the prefill runs: the
+     * comparison with the fused step. By default a dense model whose weights are BF16 decodes
+     * with the norms, residual adds and SiLU-mul folded into its GEMMs wherever the backend
+     * runs those fusions at the batch's size (decided at the first decode step, see
+     * mg_fwd_info.fused_decode); on the CPU the two steps agree bit for bit. */
+    bool unfused;
 } mg_fwd_config;
 
 mg_fwd_config mg_fwd_config_default(const mg_fwd_preset *p);
@@ -289,6 +295,8 @@ typedef struct mg_fwd_info {
     /* the captured decode step: kernel launches (library kernels included) and all work
      * items of one replay; 0 before the capture or where the backend cannot count them */
     uint32_t graph_kernels, graph_nodes;
+    /* the decode steps run the fused GEMMs (mg_fwd_config.unfused); false before the first */
+    bool fused_decode;
 } mg_fwd_info;
 
 void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out);

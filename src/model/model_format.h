@@ -52,6 +52,9 @@ struct mg_fwd_format {
     mg_status (*lm_head)(mg_fwd *m, mg_stream *s, uint32_t rows);
     /* The logits lm_head writes are BF16 (else FP32). */
     bool bf16_logits;
+    /* Its dense matrices are BF16 GEMM weights (layer_tensor), so the decode step may run them
+     * as fused mg_gemm calls (model_forward.c) instead of linear / gate_up. */
+    bool bf16_matrices;
 };
 
 extern const mg_fwd_format mg_fwd_format_bf16, mg_fwd_format_fp8, mg_fwd_format_nvfp4,

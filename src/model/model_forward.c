@@ -71,8 +71,108 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
     return MG_OK;
 }
 
+/* ------------------------------------------------------------------ the fused decode step
+ *
+ * A dense BF16 layer's decode step in 7 kernels instead of 10: the attention norm folded into
+ * the q and kv projections (each reads the un-normed residual stream), the output
+ * projection's residual add and the down projection's made in place in the residual stream
+ * (so the next norm has no add of its own), the MLP norm and SiLU-mul folded into gate_up.
+ * On the CPU each fused call is the composition of the unfused ones (metrale/ops_gemm.h), so
+ * the fused and the unfused step agree bit for bit; on a device within the GEMM's tolerance. */
+enum { FUSED_Q, FUSED_KV, FUSED_O, FUSED_GATE_UP, FUSED_DOWN, FUSED_GEMMS };
+
+/* GEMM `which` of layer l's fused step over `rows` tokens: its plan (BF16, the fusion) and
+ * its tensors. */
+static void fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which, mg_gemm_plan *p,
+                       mg_gemm_tensors *t) {
+    const mg_model_shape *sh = &m->sh;
+    const uint32_t H = sh->hidden, QD = sh->heads * sh->head_dim, I = sh->intermediate;
+    const uint32_t KVD = 2 * sh->kv_heads * sh->head_dim;
+    const mg_devptr *w = &m->layer_w[(size_t)l * MG_FWD_LAYER_TENSORS];
+    const mg_gemm_fusion norm = {MG_GEMM_PROLOGUE_RMSNORM, MG_GEMM_EPILOGUE_NONE,
+                                 m->c.preset->norm_eps};
+    const mg_gemm_fusion add = {MG_GEMM_PROLOGUE_NONE, MG_GEMM_EPILOGUE_RESIDUAL_ADD, 0.0f};
+    *p = (mg_gemm_plan){.kind = MG_GEMM_BF16, .m = rows, .out_type = MG_DTYPE_BF16};
+    *t = (mg_gemm_tensors){0};
+    switch (which) {
+    case FUSED_Q:
+    case FUSED_KV: {
+        const bool q = which == FUSED_Q;
+        p->n = p->ldc = q ? QD : KVD;
+        p->k = H;
+        p->fusion = norm;
+        *t = (mg_gemm_tensors){.act = m->residual,
+                               .weight = w[q ? MG_FWD_WQ : MG_FWD_WKV],
+                               .out = q ? m->qkv : m->qkv + (uint64_t)m->tokens_padded * QD * 2,
+                               .fusion = {.norm_weight = w[MG_FWD_ATTN_NORM]}};
+        break;
+    }
+    case FUSED_O:
+    case FUSED_DOWN: {
+        const bool o = which == FUSED_O;
+        p->n = p->ldc = H;
+        p->k = o ? QD : I;
+        p->fusion = add;
+        *t = (mg_gemm_tensors){.act = o ? m->attn_out : m->mlp_act,
+                               .weight = w[o ? MG_FWD_WO : MG_FWD_W_DOWN],
+                               .out = m->residual,
+                               .fusion = {.residual = m->residual}};
+        break;
+    }
+    default: /* FUSED_GATE_UP */
+        p->n = 2 * I;
+        p->ldc = I;
+        p->k = H;
+        p->fusion = (mg_gemm_fusion){MG_GEMM_PROLOGUE_RMSNORM, MG_GEMM_EPILOGUE_SILU_MUL,
+                                     m->c.preset->norm_eps};
+        *t = (mg_gemm_tensors){.act = m->residual,
+                               .weight = w[MG_FWD_W_GATE_UP],
+                               .out = m->mlp_act,
+                               .fusion = {.norm_weight = w[MG_FWD_MLP_NORM]}};
+        break;
+    }
+}
+
+static mg_status run_fused_gemm(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows, int which) {
+    mg_gemm_plan p;
+    mg_gemm_tensors t;
+    fused_gemm(m, l, rows, which, &p, &t);
+    return mg_gemm(m->b, s, &p, &t);
+}
+
+mg_status mg_fwd_decide_fusion(mg_fwd *m, mg_stream *s) {
+    m->fusion_decided = true;
+    m->fused_decode = false;
+    if (m->c.unfused || m->sh.experts || !m->format->bf16_matrices || m->format->mlp)
+        return MG_OK;
+    /* Every layer's pointers are planned: the least aligned of each GEMM's over the layers. */
+    mg_gemm_plan plans[FUSED_GEMMS];
+    for (int which = 0; which < FUSED_GEMMS; which++) {
+        mg_devptr bits = 0;
+        for (uint32_t l = 0; l < m->layers; l++) {
+            mg_gemm_tensors t;
+            fused_gemm(m, l, m->c.batch, which, &plans[which], &t);
+            bits |= t.act | t.weight | t.out | t.fusion.norm_weight;
+        }
+        uint32_t align = 16;
+        while (align > 1 && bits % align)
+            align /= 2;
+        plans[which].pointer_alignment = align;
+    }
+    mg_status st = mg_gemm_prewarm(m->b, s, plans, FUSED_GEMMS);
+    if (st == MG_ERR_UNSUPPORTED) { /* no provider fuses at this size: the unfused step */
+        mg_clear_error();
+        return MG_OK;
+    }
+    if (st)
+        return mg_fwd_lib_fail(st, "planning the fused decode GEMMs");
+    m->fused_decode = true;
+    return MG_OK;
+}
+
 /* One pass over `rows` new tokens (their ids in step_ids), launched on `s`: every layer, the
- * last token rows of each request, the LM head and the argmax into step_ids[0..batch). */
+ * last token rows of each request, the LM head and the argmax into step_ids[0..batch). A
+ * decode pass of a model with m->fused_decode runs the fused GEMMs above. */
 mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                          mg_attention_plan *plan) {
     mg_backend *b = m->b;
@@ -82,6 +182,7 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
     float eps = m->c.preset->norm_eps;
     mg_devptr q = m->qkv, kv = m->qkv + (uint64_t)m->tokens_padded * QD * 2;
     const mg_fwd_format *f = m->format;
+    const bool fused = !prefill && m->fused_decode;
     mg_status st;
     OP("embedding",
        TRY(mg_gather_rows_bf16(b, s, rows, H, m->step_ids, sh->vocab, m->embedding, 0, m->residual),
@@ -92,15 +193,22 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         TRY(mg_kv_cache_pools(&m->kv, m->kv_pool + (uint64_t)l * m->kv_layer_bytes, &k_pages,
                               &v_pages),
             "KV pools");
-        OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, l ? m->proj_out : 0,
-                                          w[MG_FWD_ATTN_NORM], m->norm_out),
-                          "attention norm"));
-        if ((st = prepare(m, s, rows, H, m->norm_out)))
-            return st;
-        OP("qkv_gemm",
-           TRY(f->linear(m, s, prefill, l, MG_FWD_WQ, rows, QD, H, m->norm_out, q), "q projection");
-           TRY(f->linear(m, s, prefill, l, MG_FWD_WKV, rows, KVD, H, m->norm_out, kv),
-               "kv projection"));
+        if (fused) {
+            OP("qkv_gemm", TRY(run_fused_gemm(m, s, l, rows, FUSED_Q), "normed q projection");
+               TRY(run_fused_gemm(m, s, l, rows, FUSED_KV), "normed kv projection"));
+        } else {
+            OP("rmsnorm",
+               TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, l ? m->proj_out : 0,
+                                   w[MG_FWD_ATTN_NORM], m->norm_out),
+                   "attention norm"));
+            if ((st = prepare(m, s, rows, H, m->norm_out)))
+                return st;
+            OP("qkv_gemm",
+               TRY(f->linear(m, s, prefill, l, MG_FWD_WQ, rows, QD, H, m->norm_out, q),
+                   "q projection");
+               TRY(f->linear(m, s, prefill, l, MG_FWD_WKV, rows, KVD, H, m->norm_out, kv),
+                   "kv projection"));
+        }
         mg_devptr k = kv;
         uint32_t k_stride = KVD;
         const mg_devptr *x =
@@ -154,6 +262,13 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                                         .kv_indices = m->kv_indices,
                                         .num_kv_indices = m->kv.num_pages};
         OP("attention", TRY(mg_paged_attention_run(plan, &t, s), "attention"));
+        if (fused) { /* the residual stream updated in place twice; proj_out is not used */
+            OP("o_gemm", TRY(run_fused_gemm(m, s, l, rows, FUSED_O), "output projection + residual"));
+            OP("gate_up", TRY(run_fused_gemm(m, s, l, rows, FUSED_GATE_UP),
+                              "normed gate_up projection with SiLU-mul"));
+            OP("down", TRY(run_fused_gemm(m, s, l, rows, FUSED_DOWN), "down projection + residual"));
+            continue;
+        }
         if ((st = prepare(m, s, rows, QD, m->attn_out)))
             return st;
         OP("o_gemm",
@@ -180,7 +295,7 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                "down projection"));
     }
     OP("last_rows", TRY(mg_gather_rows_bf16(b, s, B, H, m->logits_indices, rows, m->residual,
-                                            m->proj_out, m->logits_hidden),
+                                            fused ? 0 : m->proj_out, m->logits_hidden),
                         "last-token rows"));
     OP("rmsnorm",
        TRY(mg_rmsnorm_bf16(b, s, B, H, eps, m->logits_hidden, 0, m->final_norm, m->logits_hidden),

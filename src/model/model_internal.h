@@ -93,6 +93,9 @@ struct mg_fwd {
     mg_timing_span open_span; /* the op span begun and not yet ended (OP), 0 when none */
     uint32_t lane_prefill, lane_decode;
     uint32_t decode_calls, graph_steps;
+    /* model_forward.c: whether the decode passes run the fused GEMMs (mg_fwd_decide_fusion,
+     * at the first decode step) */
+    bool fused_decode, fusion_decided;
     uint32_t graph_kernels, graph_nodes; /* of the captured decode step (0: none captured) */
     int32_t *tokens;                     /* [batch][steps + 1] */
     struct mg_fwd_sampling *sampling;    /* model_sampling.c; NULL: greedy argmax */
@@ -152,5 +155,10 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                          mg_attention_plan *plan);
 mg_status mg_fwd_timed_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                                mg_attention_plan *plan);
+/* Sets m->fused_decode once, before the first decode pass (outside any capture): true when the
+ * config allows it, the model is dense, its format runs BF16 matrices and the backend plans
+ * every fused GEMM of a decode step at its batch (mg_gemm_prewarm); a refusal is not an error,
+ * the steps then run unfused. */
+mg_status mg_fwd_decide_fusion(mg_fwd *m, mg_stream *s);
 
 #endif

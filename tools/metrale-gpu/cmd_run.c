@@ -23,6 +23,7 @@ typedef struct run_args {
     long batch, prompt_len, steps;
     unsigned long long seed;
     bool compare;
+    bool unfused; /* --no-fusion */
 } run_args;
 
 static void run_usage(FILE *f) {
@@ -32,7 +33,9 @@ static void run_usage(FILE *f) {
         f,
         "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] "
         "[--weights bf16|fp8|nvfp4|mlx8|mlx4] [--batch N] [--prompt-len L] [--steps S] [--seed N] "
-        "[--trace FILE] [--compare]\n"
+        "[--trace FILE] [--compare] [--no-fusion]\n"
+        "--no-fusion: decode with the norms, residual adds and SiLU-mul as ops of their own "
+        "(by default BF16 weights fold them into the GEMMs where the backend can)\n"
         "nvfp4: the layer matrices and the LM head quantized to NVFP4 at load "
         "(embedding, norms and MoE router stay BF16)\n"
         "mlx8, mlx4 [--checkpoint DIR]: the layer matrices from an MLX checkpoint "
@@ -91,6 +94,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
             accepted = "an unsigned 64-bit integer";
         } else if (!strcmp(arg, "--compare"))
             a->compare = true, takes = false;
+        else if (!strcmp(arg, "--no-fusion"))
+            a->unfused = true, takes = false;
         else if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             run_usage(stdout);
             return -1;
@@ -521,6 +526,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     c.use_graphs = !on_cpu;
     c.weights = (mg_fwd_weights)weights;
     c.checkpoint = a.checkpoint;
+    c.unfused = a.unfused;
     const char *wname = mg_fwd_weights_name(c.weights);
     const char *kind = mg_backend_kind_name(mg_backend_get_kind(b));
     compare_trace cmp = {.batch = c.batch, .vocab = p->shape.vocab, .passes = c.steps + 1};
@@ -621,7 +627,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     if (opts->json) {
         printf("{\"preset\": \"%s\", \"backend\": \"%s\", \"weights\": \"%s\", \"batch\": %u, "
                "\"prompt_tokens\": %llu, \"steps\": %u, \"graph_steps\": %u, "
-               "\"kernels_per_step\": %u, \"graph_nodes_per_step\": %u, "
+               "\"kernels_per_step\": %u, \"graph_nodes_per_step\": %u, \"fused_decode\": %s, "
                "\"setup_s\": %.4f, \"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.2f, "
                "\"decode_ms_per_step\": %.4f, \"decode_tokens_per_s\": %.2f, "
                "\"first_step_ms\": %.4f, \"decode_bytes_per_step\": %.0f, "
@@ -630,7 +636,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                "\"arena_unpacked_bytes\": %llu, \"device_bytes_live\": %llu, \"tokens\": [",
                p->name, kind, wname, c.batch, (unsigned long long)r.info.prompt_tokens,
                c.steps - profile, r.graph_steps, r.info.graph_kernels, r.info.graph_nodes,
-               r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps, r.first_step_ms,
+               r.info.fused_decode ? "true" : "false", r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps, r.first_step_ms,
                step_bytes, gbps, limit_ms, r.step_ms > 0 ? limit_ms / r.step_ms : 0,
                (unsigned long long)r.info.weight_bytes, (unsigned long long)r.info.kv_pool_bytes,
                (unsigned long long)r.info.arena.arena_bytes,
@@ -670,6 +676,9 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                "step %.3f ms)\n",
                r.step_ms, decode_tps, c.batch, r.graph_steps ? "graph replays" : "eager steps",
                r.first_step_ms);
+        printf("  decode GEMMs    %s\n",
+               r.info.fused_decode ? "fused (norms, residual adds and SiLU-mul folded in)"
+                                   : "unfused (--no-fusion, or no fusing provider at this batch)");
         if (r.info.graph_kernels)
             printf("  decode graph    %u kernels, %u nodes per step (%.1f kernels per layer on "
                    "average, the LM head and sampling included)\n",

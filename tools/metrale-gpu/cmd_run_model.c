@@ -26,6 +26,7 @@ typedef struct model_args {
     /* --temperature --top-k --top-p --min-p --seed --repeat-penalty --repeat-last-n */
     mg_sample_params sampling;
     long repeat_last_n;
+    bool unfused; /* --no-fusion */
 } model_args;
 
 static void model_usage(FILE *f) {
@@ -33,7 +34,7 @@ static void model_usage(FILE *f) {
         f, "usage: metrale-gpu [--backend B] [--json] run --model FILE.gguf (--chat TEXT | "
            "--prompt TEXT | --prompt-ids IDS) [--max-tokens N | --steps N | --teacher-force "
            "IDS] [--top-logits K] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
-           "[--repeat-penalty R] [--repeat-last-n N]\n"
+           "[--repeat-penalty R] [--repeat-last-n N] [--no-fusion]\n"
            "Runs the checkpoint's network (GGUF: llama architecture; Q4_0/Q4_1/Q8_0 matrices on "
            "the MLX kernels, F16/BF16/F32 as BF16) with greedy decoding:\n"
            "--chat TEXT: one user message in the checkpoint's chat template; --prompt TEXT: the "
@@ -48,7 +49,9 @@ static void model_usage(FILE *f) {
            "Sampling (metrale/ops_sample.h; default greedy): --temperature T (0: greedy), "
            "--top-k K (0: off), --top-p P (1: off), --min-p P (0: off), --seed S (default 0; the "
            "same seed gives the same text), --repeat-penalty R (1: off) over the last "
-           "--repeat-last-n N tokens (default 64, the prompt included).\n");
+           "--repeat-last-n N tokens (default 64, the prompt included).\n"
+           "--no-fusion: decode with the norms, residual adds and SiLU-mul as ops of their own "
+           "(by default BF16 models fold them into the GEMMs where the backend can).\n");
 }
 
 /* "1,2,3" into a new array; false (message printed) for anything else. */
@@ -159,6 +162,9 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
             ok = v && *v && *v != '-' && !*end && !errno;
             if (!ok)
                 fprintf(stderr, "metrale-gpu run: --seed needs an integer from 0 to 2^64 - 1\n");
+        } else if (!strcmp(arg, "--no-fusion")) {
+            a->unfused = true;
+            continue; /* takes no value */
         } else if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             model_usage(stdout);
             return -1;
@@ -338,7 +344,8 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
                        .use_graphs = !on_cpu,
                        .model_path = a.model,
                        .prompt_ids = a.prompt,
-                       .prompt_ids_count = a.prompt_count};
+                       .prompt_ids_count = a.prompt_count,
+                       .unfused = a.unfused};
     mg_fwd *m = NULL;
     mg_stream *s = NULL;
     const uint32_t k = (uint32_t)a.top_logits;
@@ -470,13 +477,15 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
         printf("{\"model\": \"%s\", \"backend\": \"%s\", \"weights\": \"%s\", \"layers\": %u, "
                "\"hidden\": %u, \"vocab\": %u, \"weight_bytes\": %llu, \"load_s\": %.4f, "
                "\"graph_steps\": %u, \"kernels_per_step\": %u, \"graph_nodes_per_step\": %u, "
+               "\"fused_decode\": %s, "
                "\"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.2f, "
                "\"time_to_first_token_s\": %.6f, \"decode_ms_per_step\": %.4f, "
                "\"decode_tokens_per_s\": %.2f, \"copy_gbps\": %.2f, \"memory_bound_ms\": %.4f, "
                "\"fraction_of_limit\": %.4f, \"prompt_ids\": [",
                p->name, mg_backend_kind_name(mg_backend_get_kind(b)), mg_fwd_weights_name(w),
                p->layers, p->shape.hidden, vocab, (unsigned long long)info.weight_bytes, load_s,
-               info.graph_steps, info.graph_kernels, info.graph_nodes, prefill_s,
+               info.graph_steps, info.graph_kernels, info.graph_nodes,
+               info.fused_decode ? "true" : "false", prefill_s,
                prefill_s > 0 ? a.prompt_count / prefill_s : 0.0, prefill_s, step_ms,
                step_ms > 0 ? 1e3 / step_ms : 0.0, gbps, limit_ms,
                step_ms > 0 ? limit_ms / step_ms : 0.0);

@@ -1,12 +1,12 @@
 // silu_mul.cu - out[r, c] = bf16(silu(g) * u), g = in[r, c], u = in[r, cols + c]
-// (metrale/ops_activation.h). The arithmetic is the CPU reference's, operation for operation,
-// in IEEE single precision (this file is built without fast math, so `/` is the correctly
-// rounded division and expf the accurate one); BF16 rounding is to nearest even.
+// (metrale/ops_activation.h). The arithmetic is the CPU reference's (common/silu.cuh); BF16
+// rounding is to nearest even.
 // Grid-stride over rows * cols elements.
 #include <stdint.h>
 
 #include "common/bf16.cuh"
 #include "common/grid_dependency.cuh"
+#include "common/silu.cuh"
 
 extern "C" __global__ void silu_mul_bf16(const uint16_t *__restrict__ in,
                                          uint16_t *__restrict__ out, uint32_t rows, uint32_t cols,
@@ -19,7 +19,6 @@ extern "C" __global__ void silu_mul_bf16(const uint16_t *__restrict__ in,
         const uint64_t r = i / cols, c = i % cols;
         const float g = mg_num_bf16_to_f32(in[r * in_pitch + c]);
         const float u = mg_num_bf16_to_f32(in[r * in_pitch + cols + c]);
-        const float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-        out[r * out_pitch + c] = (uint16_t)mg_num_f32_to_bf16(__fmul_rn(silu, u));
+        out[r * out_pitch + c] = (uint16_t)mg_num_f32_to_bf16(mg_silu_mul_f32(g, u));
     }
 }

@@ -26,10 +26,25 @@
 // stream serialization), so under PDL the weight stream starts while the previous kernel
 // drains (the provider launches it with MG_LAUNCH_PROGRAMMATIC); it lets its dependents launch
 // once its last loads are issued.
+//
+// Fusions (metrale/ops_gemm.h, "fusion"; BF16 weights only). The RMSNorm prologue makes the
+// normed rows on the fly, with no pass of its own over act: a lane multiplies each activation
+// it loads by the norm weight at the same K position (rounded to BF16, the mma's operand) and
+// sums the squares of the raw values; the first tile a block walks covers all of K, so at its
+// end the block has each row's sum of squares (reduced in a fixed order), and every output is
+// scaled by inv = 1 / sqrtf(sum / K + eps). That is RMSNorm with the scale applied after the
+// dot product instead of before the rounding: each operand is still one BF16 rounding from
+// the exact product, so the result is within the tolerance of the composed ops, not bit-equal
+// to the CPU composition. The SiLU-mul epilogue walks tiles of 4 gate rows and the 4 up rows
+// of the same outputs (gate row j and up row N/2 + j in one mma), so a block finishes both
+// halves of each output it writes; the residual epilogue adds in the same thread that stores,
+// so out may be the residual itself.
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "common/bf16.cuh"
 #include "common/grid_dependency.cuh"
+#include "common/silu.cuh"
 #include "common/stream_load.cuh"
 
 namespace {
@@ -40,6 +55,15 @@ constexpr int kChunk = 128; // bytes of one row per lane quad per step group
 constexpr int kUnroll = 2;  // chunks in flight per lane
 
 enum { kBf16 = 0, kFp8Tensorwise = 1, kFp8Rowwise = 2 };
+// The epilogues this kernel runs, numbered as mg_gemm_epilogue.
+enum { kEpiNone = 0, kEpiResidual = 1, kEpiSiluMul = 2 };
+
+// The fusion's operands (unused ones null).
+struct Fusion {
+    const uint8_t *norm_weight; // RMSNorm: BF16 [k]
+    const uint16_t *residual;   // residual add: BF16 [m, n], row pitch ldc
+    float eps;
+};
 
 __device__ __forceinline__ uint4 load_cached(const void *p) {
     return __ldg(reinterpret_cast<const uint4 *>(p));
@@ -119,20 +143,69 @@ __device__ __forceinline__ void load_weights(Span (&w)[kUnroll], const uint8_t *
     }
 }
 
-template <int Mode>
+// The output columns a tile covers, and the weight row lane g streams in tile `tile` (false in
+// *live past the matrix). SiLU-mul: 4 outputs j, gate rows j (g < 4) then up rows N/2 + j.
+template <int Epi> __device__ __forceinline__ uint32_t tile_outputs() {
+    return Epi == kEpiSiluMul ? kRows / 2 : kRows;
+}
+
+template <int Epi>
+__device__ __forceinline__ uint32_t tile_row(uint32_t tile, int g, uint32_t n, bool *live) {
+    if (Epi == kEpiSiluMul) {
+        const uint32_t half = n / 2, j = tile * (kRows / 2) + (g % (kRows / 2));
+        *live = j < half;
+        return g < kRows / 2 ? j : half + j;
+    }
+    const uint32_t row = tile * kRows + g;
+    *live = row < n;
+    return row;
+}
+
+// The RMSNorm prologue on one loaded activation word (two BF16): bf16(a * norm_weight) per
+// value, one packed multiply (a product of two BF16 values is exact in FP32, so this is the
+// product rounded once); during the block's first tile the squares of the raw values are summed
+// into *sum_sq too (FP32, a fixed order per lane).
+__device__ __forceinline__ uint32_t norm_word(uint32_t a, uint32_t w, bool count, float *sum_sq) {
+    if (count) {
+        const float lo = mg_num_bf16_low(a), hi = mg_num_bf16_high(a);
+        *sum_sq = fmaf(hi, hi, fmaf(lo, lo, *sum_sq));
+    }
+    __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162 *>(&a);
+    const __nv_bfloat162 y = __hmul2(x, *reinterpret_cast<const __nv_bfloat162 *>(&w));
+    return *reinterpret_cast<const uint32_t *>(&y);
+}
+
+__device__ __forceinline__ void norm_span(Span *a, const Span &w, bool count, float *sum_sq) {
+    a->lo = make_uint4(
+        norm_word(a->lo.x, w.lo.x, count, sum_sq), norm_word(a->lo.y, w.lo.y, count, sum_sq),
+        norm_word(a->lo.z, w.lo.z, count, sum_sq), norm_word(a->lo.w, w.lo.w, count, sum_sq));
+    a->hi = make_uint4(
+        norm_word(a->hi.x, w.hi.x, count, sum_sq), norm_word(a->hi.y, w.hi.y, count, sum_sq),
+        norm_word(a->hi.z, w.hi.z, count, sum_sq), norm_word(a->hi.w, w.hi.w, count, sum_sq));
+}
+
+// The sum of a value over the 4 lanes of a quad, in the same order on every lane.
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+template <int Mode, bool Norm = false, int Epi = kEpiNone>
 __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const float *act_scale,
                             const float *weight_scale, void *out, uint32_t m, uint32_t n,
-                            uint32_t k, uint32_t ldc, bool out_f32) {
+                            uint32_t k, uint32_t ldc, bool out_f32, Fusion fusion) {
     constexpr bool kFp8 = Mode != kBf16;
     constexpr uint32_t kElem = kFp8 ? 1 : 2;
     __shared__ float partial[kWarps][16][kRows];
+    __shared__ float sum_sq_part[kWarps][16]; // RMSNorm: each warp's share of each row
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int g = lane / 4, q = lane % 4;
     const uint32_t row_bytes = k * kElem;
     const uint32_t chunks = (row_bytes + kChunk - 1) / kChunk;
     const uint32_t groups = (chunks + kWarps * kUnroll - 1) / (kWarps * kUnroll); // per tile
-    const uint32_t tiles = (n + kRows - 1) / kRows;
+    const uint32_t outputs = Epi == kEpiSiluMul ? n / 2 : n;                      // columns of out
+    const uint32_t tiles = (outputs + tile_outputs<Epi>() - 1) / tile_outputs<Epi>();
     const bool a_live_lo = (uint32_t)g < m, a_live_hi = (uint32_t)g + 8 < m;
     const uint8_t *a_row_lo = act + (size_t)(a_live_lo ? g : 0) * row_bytes;
     const uint8_t *a_row_hi = act + (size_t)(a_live_hi ? g + 8 : 0) * row_bytes;
@@ -144,9 +217,14 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
     if (tile >= tiles)
         return;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float sum_sq_lo = 0.0f, sum_sq_hi = 0.0f; // RMSNorm: rows g and g + 8, the first tile
+    float inv = 1.0f; // RMSNorm: 1 / rms of this thread's output row, once the first tile ends
+    bool first_tile = true;
     Span w[kUnroll];
+    bool live;
+    uint32_t row = tile_row<Epi>(tile, g, n, &live);
     // The first weights do not depend on the previous kernel: load them before waiting.
-    load_weights(w, weight, tile * kRows + g, tile * kRows + g < n, row_bytes, chunks, 0, warp, q);
+    load_weights(w, weight, row, live, row_bytes, chunks, 0, warp, q);
     grid_dependency_wait();
     for (;;) {
         Span a_lo[kUnroll], a_hi[kUnroll];
@@ -156,14 +234,23 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
             const uint32_t at = chunk * kChunk + q * 32;
             a_lo[u] = load_span<false>(a_row_lo, at, row_bytes, chunk < chunks && a_live_lo);
             a_hi[u] = load_span<false>(a_row_hi, at, row_bytes, chunk < chunks && a_live_hi);
+            if (Norm) {
+                const Span nw = load_span<false>(fusion.norm_weight, at, row_bytes, chunk < chunks);
+                if (a_live_lo)
+                    norm_span(&a_lo[u], nw, first_tile, &sum_sq_lo);
+                if (a_live_hi)
+                    norm_span(&a_hi[u], nw, first_tile, &sum_sq_hi);
+            }
         }
         const bool tile_done = group + 1 == groups;
         const uint32_t next_tile = tile_done ? tile + gridDim.x : tile;
         const uint32_t next_group = tile_done ? 0 : group + 1;
         const bool more = next_tile < tiles;
         Span w_next[kUnroll];
-        load_weights(w_next, weight, next_tile * kRows + g, more && next_tile * kRows + g < n,
-                     row_bytes, chunks, next_group, warp, q);
+        bool next_live;
+        const uint32_t next_row = tile_row<Epi>(next_tile, g, n, &next_live);
+        load_weights(w_next, weight, next_row, more && next_live, row_bytes, chunks, next_group,
+                     warp, q);
 #pragma unroll
         for (int u = 0; u < kUnroll; u++)
             mma_chunk<kFp8>(c, w[u], a_lo[u], a_hi[u]);
@@ -176,10 +263,25 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
             partial[warp][g + 8][2 * q] = c[2];
             partial[warp][g + 8][2 * q + 1] = c[3];
             c[0] = c[1] = c[2] = c[3] = 0.0f;
+            if (Norm && first_tile) { // all of K has passed: each row's sum of squares
+                const float lo = quad_sum(sum_sq_lo), hi = quad_sum(sum_sq_hi);
+                if (q == 0) {
+                    sum_sq_part[warp][g] = lo;
+                    sum_sq_part[warp][g + 8] = hi;
+                }
+            }
             __syncthreads();
             const uint32_t t = threadIdx.x / kRows, col = threadIdx.x % kRows;
-            const uint32_t j = tile * kRows + col;
-            if (threadIdx.x < 16 * kRows && t < m && j < n) {
+            if (Norm && first_tile && t < 16) {
+                float sum_sq = 0.0f;
+#pragma unroll
+                for (int v = 0; v < kWarps; v++)
+                    sum_sq += sum_sq_part[v][t];
+                inv = 1.0f / sqrtf(sum_sq / (float)k + fusion.eps);
+            }
+            first_tile = false;
+            const uint32_t j = tile * tile_outputs<Epi>() + col;
+            if (threadIdx.x < 16 * kRows && t < m && col < tile_outputs<Epi>() && j < outputs) {
                 float sum = 0.0f;
 #pragma unroll
                 for (int v = 0; v < kWarps; v++)
@@ -188,11 +290,29 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
                     sum = sum * act_scale[0] * weight_scale[0];
                 else if (Mode == kFp8Rowwise)
                     sum = sum * act_scale[t] * weight_scale[j];
-                if (out_f32)
+                if (Norm)
+                    sum *= inv;
+                uint16_t *out_bf16 = static_cast<uint16_t *>(out) + (size_t)t * ldc + j;
+                if (Epi == kEpiSiluMul) {
+                    float up = 0.0f;
+#pragma unroll
+                    for (int v = 0; v < kWarps; v++)
+                        up += partial[v][t][col + kRows / 2];
+                    if (Norm)
+                        up *= inv;
+                    *out_bf16 = (uint16_t)mg_num_f32_to_bf16(
+                        mg_silu_mul_f32(mg_num_bf16_to_f32(mg_num_f32_to_bf16(sum)),
+                                        mg_num_bf16_to_f32(mg_num_f32_to_bf16(up))));
+                } else if (Epi == kEpiResidual) {
+                    // read before the store: out may be the residual itself
+                    const float r = mg_num_bf16_to_f32(fusion.residual[(size_t)t * ldc + j]);
+                    *out_bf16 = (uint16_t)mg_num_f32_to_bf16(
+                        mg_num_bf16_to_f32(mg_num_f32_to_bf16(sum)) + r);
+                } else if (out_f32) {
                     static_cast<float *>(out)[(size_t)t * ldc + j] = sum;
-                else
-                    static_cast<__nv_bfloat16 *>(out)[(size_t)t * ldc + j] =
-                        __float2bfloat16_rn(sum);
+                } else {
+                    *out_bf16 = (uint16_t)mg_num_f32_to_bf16(sum);
+                }
             }
             __syncthreads(); // the partials are read before the next tile writes them
         }
@@ -213,7 +333,59 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     mg_decode_gemv_bf16(const uint8_t *act, const uint8_t *weight, void *out, uint32_t m,
                         uint32_t n, uint32_t k, uint32_t ldc, uint32_t out_f32) {
-    decode_gemv<kBf16>(act, weight, nullptr, nullptr, out, m, n, k, ldc, out_f32 != 0);
+    decode_gemv<kBf16>(act, weight, nullptr, nullptr, out, m, n, k, ldc, out_f32 != 0, Fusion());
+}
+
+// The BF16 GEMV with a fusion (see the top of the file), one kernel per fusion, named
+// mg_decode_gemv_bf16_<prologue>_<epilogue> after mg_gemm_prologue_name / _epilogue_name
+// (each its own registers: 3 blocks per SM for the RMSNorm ones, at most 80 registers with no
+// spill, and 4 for the others, as the provider sizes their grids). Prologue rmsnorm: act is the
+// un-normed rows, norm_weight BF16 [k], eps. Epilogue residual_add: out = bf16(y + residual),
+// residual BF16 [m, n] at pitch ldc (out itself allowed); silu_mul: out BF16 [m, n / 2], n
+// even. out_f32 only without an epilogue.
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 3)
+    mg_decode_gemv_bf16_rmsnorm_none(const uint8_t *act, const uint8_t *weight, void *out,
+                                     const uint8_t *norm_weight, const uint16_t *residual,
+                                     uint32_t m, uint32_t n, uint32_t k, uint32_t ldc,
+                                     uint32_t out_f32, float eps) {
+    decode_gemv<kBf16, true, kEpiNone>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
+                                       out_f32 != 0, Fusion{norm_weight, residual, eps});
+}
+
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 3)
+    mg_decode_gemv_bf16_rmsnorm_residual_add(const uint8_t *act, const uint8_t *weight, void *out,
+                                             const uint8_t *norm_weight, const uint16_t *residual,
+                                             uint32_t m, uint32_t n, uint32_t k, uint32_t ldc,
+                                             uint32_t out_f32, float eps) {
+    decode_gemv<kBf16, true, kEpiResidual>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
+                                           out_f32 != 0, Fusion{norm_weight, residual, eps});
+}
+
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 3)
+    mg_decode_gemv_bf16_rmsnorm_silu_mul(const uint8_t *act, const uint8_t *weight, void *out,
+                                         const uint8_t *norm_weight, const uint16_t *residual,
+                                         uint32_t m, uint32_t n, uint32_t k, uint32_t ldc,
+                                         uint32_t out_f32, float eps) {
+    decode_gemv<kBf16, true, kEpiSiluMul>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
+                                          out_f32 != 0, Fusion{norm_weight, residual, eps});
+}
+
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)
+    mg_decode_gemv_bf16_none_residual_add(const uint8_t *act, const uint8_t *weight, void *out,
+                                          const uint8_t *norm_weight, const uint16_t *residual,
+                                          uint32_t m, uint32_t n, uint32_t k, uint32_t ldc,
+                                          uint32_t out_f32, float eps) {
+    decode_gemv<kBf16, false, kEpiResidual>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
+                                            out_f32 != 0, Fusion{norm_weight, residual, eps});
+}
+
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)
+    mg_decode_gemv_bf16_none_silu_mul(const uint8_t *act, const uint8_t *weight, void *out,
+                                      const uint8_t *norm_weight, const uint16_t *residual,
+                                      uint32_t m, uint32_t n, uint32_t k, uint32_t ldc,
+                                      uint32_t out_f32, float eps) {
+    decode_gemv<kBf16, false, kEpiSiluMul>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
+                                           out_f32 != 0, Fusion{norm_weight, residual, eps});
 }
 
 // As above with E4M3 codes, times act_scale[0] * weight_scale[0] (rowwise == 0) or
@@ -223,7 +395,9 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
                        const float *weight_scale, void *out, uint32_t m, uint32_t n, uint32_t k,
                        uint32_t ldc, uint32_t rowwise) {
     if (rowwise)
-        decode_gemv<kFp8Rowwise>(act, weight, act_scale, weight_scale, out, m, n, k, ldc, false);
+        decode_gemv<kFp8Rowwise>(act, weight, act_scale, weight_scale, out, m, n, k, ldc, false,
+                                 Fusion());
     else
-        decode_gemv<kFp8Tensorwise>(act, weight, act_scale, weight_scale, out, m, n, k, ldc, false);
+        decode_gemv<kFp8Tensorwise>(act, weight, act_scale, weight_scale, out, m, n, k, ldc, false,
+                                    Fusion());
 }

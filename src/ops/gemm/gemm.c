@@ -317,9 +317,12 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     if (norm)
         t[count++] =
             (mg_op_tensor){"norm_weight", c->t.fusion.norm_weight, (size_t)p->k * 2, 2, MG_OP_IN};
-    if (p->fusion.epilogue == MG_GEMM_EPILOGUE_RESIDUAL_ADD)
+    int residual_index = -1; /* the residual may be out itself, exactly (an in-place add) */
+    if (p->fusion.epilogue == MG_GEMM_EPILOGUE_RESIDUAL_ADD) {
+        residual_index = count;
         t[count++] = (mg_op_tensor){"residual", c->t.fusion.residual,
                                     mg_op_matrix_bytes(p->m, p->n, p->ldc, 2), 2, MG_OP_IN};
+    }
     if (p->fusion.epilogue == MG_GEMM_EPILOGUE_ARGMAX)
         t[count++] =
             (mg_op_tensor){"argmax_ids", c->t.fusion.argmax_ids, (size_t)p->m * 4, 4, MG_OP_OUT};
@@ -335,9 +338,12 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     if (c->t.workspace_bytes)
         t[count++] =
             (mg_op_tensor){"workspace", c->t.workspace, c->t.workspace_bytes, 16, MG_OP_OUT};
-    if ((st = mg_op_check_tensors(b, what, t, count, -1, -1)))
+    if ((st = mg_op_check_tensors(b, what, t, count, residual_index < 0 ? -1 : 2,
+                                  residual_index)))
         return st;
-    c->plan.pointer_alignment = pointer_alignment(c->t.act | c->t.weight | c->t.out);
+    /* the kernels that read the norm weight read it as they read act */
+    c->plan.pointer_alignment =
+        pointer_alignment(c->t.act | c->t.weight | c->t.out | (norm ? c->t.fusion.norm_weight : 0));
     return MG_OK;
 }
 

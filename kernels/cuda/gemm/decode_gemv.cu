@@ -190,7 +190,9 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int Mode, bool Norm = false, int Epi = kEpiNone>
+// Hi: rows 8..15 of the mma may be live (m > 8); without them a lane holds no second
+// activation row, which leaves the RMSNorm kernels room for 4 blocks per SM.
+template <int Mode, bool Norm = false, int Epi = kEpiNone, bool Hi = true>
 __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const float *act_scale,
                             const float *weight_scale, void *out, uint32_t m, uint32_t n,
                             uint32_t k, uint32_t ldc, bool out_f32, Fusion fusion) {
@@ -206,7 +208,7 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
     const uint32_t groups = (chunks + kWarps * kUnroll - 1) / (kWarps * kUnroll); // per tile
     const uint32_t outputs = Epi == kEpiSiluMul ? n / 2 : n;                      // columns of out
     const uint32_t tiles = (outputs + tile_outputs<Epi>() - 1) / tile_outputs<Epi>();
-    const bool a_live_lo = (uint32_t)g < m, a_live_hi = (uint32_t)g + 8 < m;
+    const bool a_live_lo = (uint32_t)g < m, a_live_hi = Hi && (uint32_t)g + 8 < m;
     const uint8_t *a_row_lo = act + (size_t)(a_live_lo ? g : 0) * row_bytes;
     const uint8_t *a_row_hi = act + (size_t)(a_live_hi ? g + 8 : 0) * row_bytes;
 
@@ -339,7 +341,8 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
 // The BF16 GEMV with a fusion (see the top of the file), one kernel per fusion, named
 // mg_decode_gemv_bf16_<prologue>_<epilogue> after mg_gemm_prologue_name / _epilogue_name
 // (each its own registers: 3 blocks per SM for the RMSNorm ones, at most 80 registers with no
-// spill, and 4 for the others, as the provider sizes their grids). Prologue rmsnorm: act is the
+// spill, and 4 for the others, as the provider sizes their grids). The RMSNorm ones also come
+// as <name>_m8, for m <= 8, at 4 blocks per SM (64 registers). Prologue rmsnorm: act is the
 // un-normed rows, norm_weight BF16 [k], eps. Epilogue residual_add: out = bf16(y + residual),
 // residual BF16 [m, n] at pitch ldc (out itself allowed); silu_mul: out BF16 [m, n / 2], n
 // even. out_f32 only without an epilogue.
@@ -352,6 +355,15 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32, 3)
                                        out_f32 != 0, Fusion{norm_weight, residual, eps});
 }
 
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)
+    mg_decode_gemv_bf16_rmsnorm_none_m8(const uint8_t *act, const uint8_t *weight, void *out,
+                                        const uint8_t *norm_weight, const uint16_t *residual,
+                                        uint32_t m, uint32_t n, uint32_t k, uint32_t ldc,
+                                        uint32_t out_f32, float eps) {
+    decode_gemv<kBf16, true, kEpiNone, false>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
+                                              out_f32 != 0, Fusion{norm_weight, residual, eps});
+}
+
 extern "C" __global__ void __launch_bounds__(kWarps * 32, 3)
     mg_decode_gemv_bf16_rmsnorm_residual_add(const uint8_t *act, const uint8_t *weight, void *out,
                                              const uint8_t *norm_weight, const uint16_t *residual,
@@ -361,6 +373,16 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32, 3)
                                            out_f32 != 0, Fusion{norm_weight, residual, eps});
 }
 
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)
+    mg_decode_gemv_bf16_rmsnorm_residual_add_m8(const uint8_t *act, const uint8_t *weight,
+                                                void *out, const uint8_t *norm_weight,
+                                                const uint16_t *residual, uint32_t m, uint32_t n,
+                                                uint32_t k, uint32_t ldc, uint32_t out_f32,
+                                                float eps) {
+    decode_gemv<kBf16, true, kEpiResidual, false>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
+                                                  out_f32 != 0, Fusion{norm_weight, residual, eps});
+}
+
 extern "C" __global__ void __launch_bounds__(kWarps * 32, 3)
     mg_decode_gemv_bf16_rmsnorm_silu_mul(const uint8_t *act, const uint8_t *weight, void *out,
                                          const uint8_t *norm_weight, const uint16_t *residual,
@@ -368,6 +390,15 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32, 3)
                                          uint32_t out_f32, float eps) {
     decode_gemv<kBf16, true, kEpiSiluMul>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
                                           out_f32 != 0, Fusion{norm_weight, residual, eps});
+}
+
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)
+    mg_decode_gemv_bf16_rmsnorm_silu_mul_m8(const uint8_t *act, const uint8_t *weight, void *out,
+                                            const uint8_t *norm_weight, const uint16_t *residual,
+                                            uint32_t m, uint32_t n, uint32_t k, uint32_t ldc,
+                                            uint32_t out_f32, float eps) {
+    decode_gemv<kBf16, true, kEpiSiluMul, false>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
+                                                 out_f32 != 0, Fusion{norm_weight, residual, eps});
 }
 
 extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)

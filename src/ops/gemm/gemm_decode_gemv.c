@@ -38,8 +38,10 @@
 /* Blocks resident per SM at the kernels' 64 registers per thread: the grid, which walks the
  * row tiles grid-stride, is this many per SM at most. */
 #define DECODE_GEMV_BLOCKS_PER_SM 4
-/* ... and at the RMSNorm kernels' 80 (their launch bounds in decode_gemv.cu) */
+/* ... and at the RMSNorm kernels' 80 (their launch bounds in decode_gemv.cu), except their
+ * "_m8" forms for M <= 8, which keep 64 */
 #define DECODE_GEMV_NORM_BLOCKS_PER_SM 3
+#define DECODE_GEMV_NORM_M8_MAX_M 8
 #define KERNEL_BF16 "mg_decode_gemv_bf16"
 #define KERNEL_FP8 "mg_decode_gemv_fp8"
 #define KERNEL_FUSED_PREFIX KERNEL_BF16 "_" /* then "<prologue>_<epilogue>" */
@@ -157,6 +159,11 @@ static bool gemv_supports(mg_backend *b, const void *call, char *reason, size_t 
     return true;
 }
 
+/* The RMSNorm kernel of at most 8 rows (4 blocks per SM). */
+static bool norm_m8(const mg_gemm_plan *p) {
+    return p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM && p->m <= DECODE_GEMV_NORM_M8_MAX_M;
+}
+
 /* The fused BF16 kernel: (act, weight, out, norm_weight, residual; u32 m, n, k, ldc, out_f32;
  * f32 eps), named after the fusion. */
 static mg_status fused_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call, mg_launch *l) {
@@ -173,8 +180,9 @@ static mg_status fused_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call
     mg_launch_arg_u32(l, p->out_type == MG_DTYPE_F32);
     mg_launch_arg_f32(l, p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM ? p->fusion.eps : 0.0f);
     char kernel[96];
-    snprintf(kernel, sizeof kernel, KERNEL_FUSED_PREFIX "%s_%s",
-             mg_gemm_prologue_name(p->fusion.prologue), mg_gemm_epilogue_name(p->fusion.epilogue));
+    snprintf(kernel, sizeof kernel, KERNEL_FUSED_PREFIX "%s_%s%s",
+             mg_gemm_prologue_name(p->fusion.prologue), mg_gemm_epilogue_name(p->fusion.epilogue),
+             norm_m8(p) ? "_m8" : "");
     const char *name = kernel;
     return mg_op_launch_kernels(b, s, &name, l, 1);
 }
@@ -190,7 +198,7 @@ static mg_status gemv_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call)
     mg_status st = mg_device_get_info(b, &info);
     if (st)
         return st;
-    const uint32_t per_sm = p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM
+    const uint32_t per_sm = p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM && !norm_m8(p)
                                 ? DECODE_GEMV_NORM_BLOCKS_PER_SM
                                 : DECODE_GEMV_BLOCKS_PER_SM;
     uint32_t resident = (uint32_t)(info.multiprocessors > 0 ? info.multiprocessors : 1) * per_sm;
@@ -228,6 +236,9 @@ const mg_gemm_provider mg_gemm_decode_gemv_provider = {
                                            KERNEL_FUSED_PREFIX "rmsnorm_none",
                                            KERNEL_FUSED_PREFIX "rmsnorm_residual_add",
                                            KERNEL_FUSED_PREFIX "rmsnorm_silu_mul",
+                                           KERNEL_FUSED_PREFIX "rmsnorm_none_m8",
+                                           KERNEL_FUSED_PREFIX "rmsnorm_residual_add_m8",
+                                           KERNEL_FUSED_PREFIX "rmsnorm_silu_mul_m8",
                                            KERNEL_FUSED_PREFIX "none_residual_add",
                                            KERNEL_FUSED_PREFIX "none_silu_mul")},
     .run = gemv_run,

@@ -663,7 +663,7 @@ static void check_trace(mg_backend *be, mg_fwd_config c) {
         else if (!strcmp(sum.name, "fp8_quant"))
             want = c.weights == MG_FWD_WEIGHTS_FP8 ? 2 * (4 * p->layers + 1) : 0;
         for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0]; k++)
-            want = strcmp(sum.name, per_layer[k])                              ? want
+            want = strcmp(sum.name, per_layer[k])                       ? want
                    : info.fused_decode && !strcmp(sum.name, "silu_mul") ? p->layers
                                                                         : 2 * p->layers;
         for (size_t k = 0; k < sizeof per_pass / sizeof per_pass[0]; k++)

@@ -286,11 +286,12 @@ int main(void) {
                "(bound %.3g), final hidden %.3g (bound %.3g), %u near-tie%s where the CPU chose "
                "another token (widest margin %.3g)\n",
                cases[p].name, mg_fwd_weights_name(c.weights),
-               want_fused ? ", fused decode" : c.unfused ? ", unfused decode" : "",
-               preset.shape.experts_per_token, c.batch, c.prompt_len,
-               (unsigned long long)c.seed, c.steps, ls.passes, ls.logits_err,
-               logits_bound, ls.hidden_err, hidden_bound, ls.near_ties,
-               ls.near_ties == 1 ? "" : "s", ls.widest_tie);
+               want_fused  ? ", fused decode"
+               : c.unfused ? ", unfused decode"
+                           : "",
+               preset.shape.experts_per_token, c.batch, c.prompt_len, (unsigned long long)c.seed,
+               c.steps, ls.passes, ls.logits_err, logits_bound, ls.hidden_err, hidden_bound,
+               ls.near_ties, ls.near_ties == 1 ? "" : "s", ls.widest_tie);
     }
     CHECK_OK(mg_backend_close(cpu));
     CHECK_OK(mg_backend_close(cuda));

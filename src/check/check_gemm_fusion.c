@@ -37,9 +37,8 @@ typedef struct fusion_size {
     int shape;
 } fusion_size;
 static const fusion_size fusion_sizes[] = {
-    {1, SHAPE_SMALL},  {2, SHAPE_SMALL},  {3, SHAPE_SMALL}, {5, SHAPE_SMALL},
-    {16, SHAPE_SMALL}, {17, SHAPE_SMALL}, {33, SHAPE_SMALL}, {16, SHAPE_MID},
-    {1, SHAPE_LARGE},  {16, SHAPE_LARGE}};
+    {1, SHAPE_SMALL},  {2, SHAPE_SMALL},  {3, SHAPE_SMALL}, {5, SHAPE_SMALL}, {16, SHAPE_SMALL},
+    {17, SHAPE_SMALL}, {33, SHAPE_SMALL}, {16, SHAPE_MID},  {1, SHAPE_LARGE}, {16, SHAPE_LARGE}};
 #define FUSION_SIZE_COUNT (sizeof fusion_sizes / sizeof fusion_sizes[0])
 
 typedef struct fusion_case {
@@ -449,7 +448,9 @@ static void check_case(mg_check_ctx *ctx, mg_check_result *r, const fusion_case 
             return;
         size_t used = strlen(refused);
         snprintf(refused + used, sizeof refused - used, "%s%u%s", used ? "," : "", z->m,
-                 z->shape == SHAPE_LARGE ? "L" : z->shape == SHAPE_MID ? "M" : "");
+                 z->shape == SHAPE_LARGE ? "L"
+                 : z->shape == SHAPE_MID ? "M"
+                                         : "");
         snprintf(why, sizeof why, "%s", r->detail);
     }
     if (!ran) {

@@ -197,15 +197,13 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
             OP("qkv_gemm", TRY(run_fused_gemm(m, s, l, rows, FUSED_Q), "normed q projection");
                TRY(run_fused_gemm(m, s, l, rows, FUSED_KV), "normed kv projection"));
         } else {
-            OP("rmsnorm",
-               TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, l ? m->proj_out : 0,
-                                   w[MG_FWD_ATTN_NORM], m->norm_out),
-                   "attention norm"));
+            OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, l ? m->proj_out : 0,
+                                              w[MG_FWD_ATTN_NORM], m->norm_out),
+                              "attention norm"));
             if ((st = prepare(m, s, rows, H, m->norm_out)))
                 return st;
-            OP("qkv_gemm",
-               TRY(f->linear(m, s, prefill, l, MG_FWD_WQ, rows, QD, H, m->norm_out, q),
-                   "q projection");
+            OP("qkv_gemm", TRY(f->linear(m, s, prefill, l, MG_FWD_WQ, rows, QD, H, m->norm_out, q),
+                               "q projection");
                TRY(f->linear(m, s, prefill, l, MG_FWD_WKV, rows, KVD, H, m->norm_out, kv),
                    "kv projection"));
         }
@@ -263,10 +261,12 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                                         .num_kv_indices = m->kv.num_pages};
         OP("attention", TRY(mg_paged_attention_run(plan, &t, s), "attention"));
         if (fused) { /* the residual stream updated in place twice; proj_out is not used */
-            OP("o_gemm", TRY(run_fused_gemm(m, s, l, rows, FUSED_O), "output projection + residual"));
+            OP("o_gemm",
+               TRY(run_fused_gemm(m, s, l, rows, FUSED_O), "output projection + residual"));
             OP("gate_up", TRY(run_fused_gemm(m, s, l, rows, FUSED_GATE_UP),
                               "normed gate_up projection with SiLU-mul"));
-            OP("down", TRY(run_fused_gemm(m, s, l, rows, FUSED_DOWN), "down projection + residual"));
+            OP("down",
+               TRY(run_fused_gemm(m, s, l, rows, FUSED_DOWN), "down projection + residual"));
             continue;
         }
         if ((st = prepare(m, s, rows, QD, m->attn_out)))

@@ -636,9 +636,10 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                "\"arena_unpacked_bytes\": %llu, \"device_bytes_live\": %llu, \"tokens\": [",
                p->name, kind, wname, c.batch, (unsigned long long)r.info.prompt_tokens,
                c.steps - profile, r.graph_steps, r.info.graph_kernels, r.info.graph_nodes,
-               r.info.fused_decode ? "true" : "false", r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps, r.first_step_ms,
-               step_bytes, gbps, limit_ms, r.step_ms > 0 ? limit_ms / r.step_ms : 0,
-               (unsigned long long)r.info.weight_bytes, (unsigned long long)r.info.kv_pool_bytes,
+               r.info.fused_decode ? "true" : "false", r.setup_s, r.prefill_s, prefill_tps,
+               r.step_ms, decode_tps, r.first_step_ms, step_bytes, gbps, limit_ms,
+               r.step_ms > 0 ? limit_ms / r.step_ms : 0, (unsigned long long)r.info.weight_bytes,
+               (unsigned long long)r.info.kv_pool_bytes,
                (unsigned long long)r.info.arena.arena_bytes,
                (unsigned long long)r.info.arena.sum_bytes, (unsigned long long)live);
         for (uint32_t i = 0; i < r.token_count; i++)

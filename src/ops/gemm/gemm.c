@@ -338,8 +338,7 @@ static mg_status check_call(mg_backend *b, mg_gemm_call *c) {
     if (c->t.workspace_bytes)
         t[count++] =
             (mg_op_tensor){"workspace", c->t.workspace, c->t.workspace_bytes, 16, MG_OP_OUT};
-    if ((st = mg_op_check_tensors(b, what, t, count, residual_index < 0 ? -1 : 2,
-                                  residual_index)))
+    if ((st = mg_op_check_tensors(b, what, t, count, residual_index < 0 ? -1 : 2, residual_index)))
         return st;
     /* the kernels that read the norm weight read it as they read act */
     c->plan.pointer_alignment =

@@ -7,7 +7,8 @@
 #   --compare` of the tiny preset fused at batch 1, 4, 8 and 16 and unfused;
 #   speed: `run --json` of llama-3.2-1b and llama-3-8b (BF16) fused and --no-fusion, and the
 #   torch.compile peer (the project's h200_compile_decode.py, carried as
-#   $G/h200_compile_decode.py; PEER_SHAPES, default "1,512 8,512": batch,context pairs) in the
+#   $G/h200_compile_decode.py; PEER_SHAPES, default "1,512 8,512": batch,context pairs, or
+#   "none") in the
 #   same call;
 #   compute-sanitizer memcheck and racecheck on the fusion checks and on a fused tiny run.
 # $OUT gets summary.txt, runs.json, peers_compile.json and logs.tgz.
@@ -51,7 +52,7 @@ step racecheck_fusion timeout 120 $CS --tool racecheck "$BIN/metrale-gpu" --back
 step memcheck_run timeout 90 $CS --tool memcheck "$BIN/metrale-gpu" --backend cuda run --preset tiny --batch 3 --steps 4
 step racecheck_run timeout 90 $CS --tool racecheck "$BIN/metrale-gpu" --backend cuda run --preset tiny --batch 3 --steps 2
 grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" "$L"/memcheck_*.txt "$L"/racecheck_*.txt >> "$S"
-if [ -f "$G/h200_compile_decode.py" ]; then
+if [ -f "$G/h200_compile_decode.py" ] && [ "${PEER_SHAPES:-}" != none ]; then
   step peers_compile timeout 230 python3 "$G/h200_compile_decode.py" ${PEER_SHAPES:-1,512 8,512}
   tail -n 6 "$L/peers_compile.txt" >> "$S"
   cp "$L/peers_compile.txt" "$OUT/peers_compile.txt"

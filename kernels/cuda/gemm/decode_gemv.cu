@@ -237,7 +237,8 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
             a_lo[u] = load_span<false>(a_row_lo, at, row_bytes, chunk < chunks && a_live_lo);
             a_hi[u] = load_span<false>(a_row_hi, at, row_bytes, chunk < chunks && a_live_hi);
             if (Norm) {
-                const Span nw = load_span<false>(fusion.norm_weight, at, row_bytes, chunk < chunks);
+                const Span nw = load_span<false>(fusion.norm_weight, at, row_bytes,
+                                                 chunk < chunks && (a_live_lo || a_live_hi));
                 if (a_live_lo)
                     norm_span(&a_lo[u], nw, first_tile, &sum_sq_lo);
                 if (a_live_hi)

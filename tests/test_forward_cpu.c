@@ -719,7 +719,7 @@ static void check_trace(mg_backend *be, mg_fwd_config c) {
 
 /* A refusal: the status and a one-line message naming `needle`. */
 /* Every pass's logits of config c (poisoned first), and whether its decode steps ran fused. */
-static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused) {
+static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused, bool *fused_qkv) {
     const size_t row = (size_t)c->batch * c->preset->shape.vocab, passes = c->steps + 1;
     float *logits = malloc(passes * row * sizeof(float));
     for (size_t i = 0; logits && i < passes * row; i++)
@@ -737,6 +737,7 @@ static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused) {
     if (m)
         mg_fwd_get_info(m, &info);
     *fused = info.fused_decode;
+    *fused_qkv = info.fused_qkv;
     mg_fwd_destroy(m);
     if (s)
         mg_stream_destroy(s);
@@ -746,14 +747,17 @@ static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused) {
 static void check_fusion_exact(mg_backend *be, mg_fwd_config c) {
     mg_fwd_config plain = c;
     plain.unfused = true;
-    bool fused = false, plain_fused = true;
-    float *a = run_logits(be, &c, &fused), *b = run_logits(be, &plain, &plain_fused);
+    bool fused = false, plain_fused = true, qkv = false, plain_qkv = true;
+    float *a = run_logits(be, &c, &fused, &qkv),
+          *b = run_logits(be, &plain, &plain_fused, &plain_qkv);
     const size_t n = (size_t)(c.steps + 1) * c.batch * c.preset->shape.vocab;
     CHECK(fused && !plain_fused);
+    /* one token row: the q and kv projections are one GEMV over the joined matrices */
+    CHECK(qkv == (c.batch == 1) && !plain_qkv);
     CHECK(a && b && !memcmp(a, b, n * sizeof(float)));
-    printf("%s: batch %u, %u decode steps fused and unfused: every pass's logits equal bit for "
-           "bit\n",
-           c.preset->name, c.batch, c.steps);
+    printf("%s: batch %u, %u decode steps fused%s and unfused: every pass's logits equal bit "
+           "for bit\n",
+           c.preset->name, c.batch, c.steps, qkv ? " (q and kv in one GEMV)" : "");
     free(a);
     free(b);
 }
@@ -787,6 +791,10 @@ int main(void) {
            (unsigned long long)c.seed);
     check_against_reference(be, c);
     check_fusion_exact(be, c);
+    mg_fwd_config one = c;
+    one.batch = 1;
+    one.prompt_len = (uint32_t)test_rand_range(9, 40);
+    check_fusion_exact(be, one);
     /* NVFP4 and FP8 weights: each another ragged batch and seed */
     for (int w = 0; w < 2; w++) {
         mg_fwd_config f = c;

@@ -27,7 +27,8 @@
  * graph run's bit for bit. Dense BF16 cases decode with the fused GEMMs (the decode GEMV's
  * RMSNorm prologue, residual-add and SiLU-mul epilogues; mg_fwd_info.fused_decode must say
  * so), the CPU side with its composition of the unfused ops; one BF16 case runs unfused
- * (mg_fwd_config.unfused) to keep that step covered on CUDA.
+ * (mg_fwd_config.unfused) to keep that step covered on CUDA, and two run at batch 1, where
+ * the q and kv projections are one GEMV over the joined matrices (mg_fwd_info.fused_qkv).
  */
 #include <math.h>
 
@@ -40,6 +41,7 @@ typedef struct outcome {
     int32_t *tokens;  /* [batch][steps + 1] */
     uint16_t *hidden; /* [batch][hidden] */
     bool fused;       /* the decode steps ran the fused GEMMs */
+    bool fused_qkv;   /* ... with q and kv in one GEMV (batch 1) */
 } outcome;
 
 /* The whole pass; with `time_last_step`, the last decode step runs with per-op spans, which
@@ -85,6 +87,7 @@ static bool run(mg_backend *b, const mg_fwd_config *c, outcome *o, bool time_las
         mg_fwd_info info;
         mg_fwd_get_info(m, &info);
         o->fused = info.fused_decode;
+        o->fused_qkv = info.fused_qkv;
         if (c->use_graphs)
             CHECK(info.graph_steps ==
                   (c->steps > 1 ? c->steps - 1 : 0) - (time_last_step && c->steps > 1));
@@ -222,6 +225,8 @@ int main(void) {
                  {"tiny", MG_FWD_WEIGHTS_BF16, false, true, 0, 0, false},
                  {"small", MG_FWD_WEIGHTS_BF16, false, true, 0, 0, false},
                  {"small", MG_FWD_WEIGHTS_BF16, false, true, 0, 0, true},
+                 {"tiny", MG_FWD_WEIGHTS_BF16, false, true, 1, 37, false},
+                 {"small", MG_FWD_WEIGHTS_BF16, false, true, 1, 113, false},
                  {"tiny", MG_FWD_WEIGHTS_NVFP4, false, true, 0, 0, false},
                  {"tiny", MG_FWD_WEIGHTS_FP8, false, true, 0, 0, false},
                  {"tiny-moe", MG_FWD_WEIGHTS_NVFP4, false, false, 0, 0, false},
@@ -265,6 +270,8 @@ int main(void) {
         const bool want_fused = c.weights == MG_FWD_WEIGHTS_BF16 && !preset.shape.experts &&
                                 !c.unfused && c.batch <= 16;
         CHECK(graph.fused == want_fused && eager.fused == want_fused);
+        const bool want_qkv = want_fused && c.batch == 1;
+        CHECK(graph.fused_qkv == want_qkv && eager.fused_qkv == want_qkv);
         outcome_free(&graph);
         outcome_free(&eager);
         outcome_free(&timed);
@@ -286,9 +293,10 @@ int main(void) {
                "(bound %.3g), final hidden %.3g (bound %.3g), %u near-tie%s where the CPU chose "
                "another token (widest margin %.3g)\n",
                cases[p].name, mg_fwd_weights_name(c.weights),
-               want_fused  ? ", fused decode"
-               : c.unfused ? ", unfused decode"
-                           : "",
+               want_fused && c.batch == 1 ? ", fused decode, q and kv in one GEMV"
+               : want_fused               ? ", fused decode"
+               : c.unfused                ? ", unfused decode"
+                                          : "",
                preset.shape.experts_per_token, c.batch, c.prompt_len, (unsigned long long)c.seed,
                c.steps, ls.passes, ls.logits_err, logits_bound, ls.hidden_err, hidden_bound,
                ls.near_ties, ls.near_ties == 1 ? "" : "s", ls.widest_tie);

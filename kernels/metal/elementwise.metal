@@ -1,13 +1,14 @@
 // elementwise.metal - gather_rows_bf16, rmsnorm_bf16, argmax_f32 and argmax_bf16
 // (metrale/ops_elementwise.h defines their results; the references are
 // src/ops/elementwise/elementwise_reference.c). The front launches one threadgroup per row
-// (grid = rows) of up to 256 threads. UNVERIFIED ON HARDWARE; in particular that an optional
+// (grid = rows) of up to 256 threads, 1024 for the argmax kernels. UNVERIFIED ON HARDWARE; in particular that an optional
 // buffer bound as nil reads as a null pointer here is Apple silicon's documented behaviour for
 // Metal 3 argument tables, not something checked on a GPU.
 #include <metal_stdlib>
 using namespace metal;
 
 #define ROW_THREADS_MAX 256
+#define ARGMAX_THREADS_MAX 1024
 
 static inline float bf16_to_float(ushort v) {
     return as_type<float>(uint(v) << 16);
@@ -104,10 +105,10 @@ kernel void argmax_f32(device const float *in [[buffer(0)]], device int *ids [[b
                        constant uint &pitch [[buffer(4)]], uint r [[threadgroup_position_in_grid]],
                        uint t [[thread_position_in_threadgroup]],
                        uint threads [[threads_per_threadgroup]]) {
-    threadgroup float best_value[ROW_THREADS_MAX];
-    threadgroup uint best_index[ROW_THREADS_MAX];
-    threadgroup bool found[ROW_THREADS_MAX];
-    if (r >= rows || threads > ROW_THREADS_MAX)
+    threadgroup float best_value[ARGMAX_THREADS_MAX];
+    threadgroup uint best_index[ARGMAX_THREADS_MAX];
+    threadgroup bool found[ARGMAX_THREADS_MAX];
+    if (r >= rows || threads > ARGMAX_THREADS_MAX)
         return;
     found[t] = false;
     for (uint c = t; c < cols; c += threads) {
@@ -126,10 +127,10 @@ kernel void argmax_bf16(device const ushort *in [[buffer(0)]], device int *ids [
                         constant uint &pitch [[buffer(4)]], uint r [[threadgroup_position_in_grid]],
                         uint t [[thread_position_in_threadgroup]],
                         uint threads [[threads_per_threadgroup]]) {
-    threadgroup float best_value[ROW_THREADS_MAX];
-    threadgroup uint best_index[ROW_THREADS_MAX];
-    threadgroup bool found[ROW_THREADS_MAX];
-    if (r >= rows || threads > ROW_THREADS_MAX)
+    threadgroup float best_value[ARGMAX_THREADS_MAX];
+    threadgroup uint best_index[ARGMAX_THREADS_MAX];
+    threadgroup bool found[ARGMAX_THREADS_MAX];
+    if (r >= rows || threads > ARGMAX_THREADS_MAX)
         return;
     found[t] = false;
     for (uint c = t; c < cols; c += threads) {

@@ -331,6 +331,11 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
         st = mg_fwd_create_weights(m);
     if (!st) {
         m->format = mg_fwd_format_of_model(m);
+        /* one token row per decode step: its q and kv projections can be one GEMV */
+        if (B == 1 && !c->unfused && m->format->bf16_matrices && !m->format->mlp && !m->sh.experts)
+            st = mg_fwd_join_qkv(m);
+    }
+    if (!st) {
         st = create_arena(m, &extent);
     }
     if (!st)
@@ -362,7 +367,7 @@ void mg_fwd_destroy(mg_fwd *m) {
     mg_arena_destroy(m->arena);
     mg_fwd_mlx_destroy(m->mlx);
     for (size_t i = 0; m->layer_w && i < (size_t)m->layers * MG_FWD_LAYER_TENSORS; i++)
-        if (m->layer_w[i])
+        if (m->layer_w[i] && !(m->qkv_joined && i % MG_FWD_LAYER_TENSORS == MG_FWD_WKV))
             mg_free(m->b, m->layer_w[i]);
     for (size_t i = 0; m->layer_extra && i < (size_t)m->layers * MG_FWD_EXTRA_TENSORS; i++)
         if (m->layer_extra[i])
@@ -608,4 +613,5 @@ void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {
     out->graph_kernels = m->graph_kernels;
     out->graph_nodes = m->graph_nodes;
     out->fused_decode = m->fused_decode;
+    out->fused_qkv = m->fused_decode && m->fused_qkv;
 }

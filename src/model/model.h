@@ -297,6 +297,8 @@ typedef struct mg_fwd_info {
     uint32_t graph_kernels, graph_nodes;
     /* the decode steps run the fused GEMMs (mg_fwd_config.unfused); false before the first */
     bool fused_decode;
+    /* ... and at batch 1 the q and kv projections are one GEMV (their matrices joined) */
+    bool fused_qkv;
 } mg_fwd_info;
 
 void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out);

@@ -77,9 +77,12 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
  * the q and kv projections (each reads the un-normed residual stream), the output
  * projection's residual add and the down projection's made in place in the residual stream
  * (so the next norm has no add of its own), the MLP norm and SiLU-mul folded into gate_up.
- * On the CPU each fused call is the composition of the unfused ones (metrale/ops_gemm.h), so
- * the fused and the unfused step agree bit for bit; on a device within the GEMM's tolerance. */
-enum { FUSED_Q, FUSED_KV, FUSED_O, FUSED_GATE_UP, FUSED_DOWN, FUSED_GEMMS };
+ * At batch 1 (one token row) the q and kv projections are one GEMV over the joined matrix
+ * (mg_fwd_join_qkv): its output row is q's row then kv's, which is where the pass puts kv
+ * for that step (6 kernels). On the CPU each fused call is the composition of the unfused
+ * ones (metrale/ops_gemm.h), so the fused and the unfused step agree bit for bit; on a device
+ * within the GEMM's tolerance. */
+enum { FUSED_Q, FUSED_KV, FUSED_O, FUSED_GATE_UP, FUSED_DOWN, FUSED_QKV, FUSED_GEMMS };
 
 /* GEMM `which` of layer l's fused step over `rows` tokens: its plan (BF16, the fusion) and
  * its tensors. */
@@ -95,6 +98,15 @@ static void fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which, mg
     *p = (mg_gemm_plan){.kind = MG_GEMM_BF16, .m = rows, .out_type = MG_DTYPE_BF16};
     *t = (mg_gemm_tensors){0};
     switch (which) {
+    case FUSED_QKV:
+        p->n = p->ldc = QD + KVD;
+        p->k = H;
+        p->fusion = norm;
+        *t = (mg_gemm_tensors){.act = m->residual,
+                               .weight = w[MG_FWD_WQ], /* q's rows, then kv's */
+                               .out = m->qkv,
+                               .fusion = {.norm_weight = w[MG_FWD_ATTN_NORM]}};
+        break;
     case FUSED_Q:
     case FUSED_KV: {
         const bool q = which == FUSED_Q;
@@ -140,14 +152,11 @@ static mg_status run_fused_gemm(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t ro
     return mg_gemm(m->b, s, &p, &t);
 }
 
-mg_status mg_fwd_decide_fusion(mg_fwd *m, mg_stream *s) {
-    m->fusion_decided = true;
-    m->fused_decode = false;
-    if (m->c.unfused || m->sh.experts || !m->format->bf16_matrices || m->format->mlp)
-        return MG_OK;
+/* Plans the first `count` fused GEMMs of a step at the model's batch (mg_gemm_prewarm). */
+static mg_status prewarm_fused(mg_fwd *m, mg_stream *s, int count) {
     /* Every layer's pointers are planned: the least aligned of each GEMM's over the layers. */
     mg_gemm_plan plans[FUSED_GEMMS];
-    for (int which = 0; which < FUSED_GEMMS; which++) {
+    for (int which = 0; which < count; which++) {
         mg_devptr bits = 0;
         for (uint32_t l = 0; l < m->layers; l++) {
             mg_gemm_tensors t;
@@ -159,7 +168,23 @@ mg_status mg_fwd_decide_fusion(mg_fwd *m, mg_stream *s) {
             align /= 2;
         plans[which].pointer_alignment = align;
     }
-    mg_status st = mg_gemm_prewarm(m->b, s, plans, FUSED_GEMMS);
+    return mg_gemm_prewarm(m->b, s, plans, (size_t)count);
+}
+
+mg_status mg_fwd_decide_fusion(mg_fwd *m, mg_stream *s) {
+    m->fusion_decided = true;
+    m->fused_decode = m->fused_qkv = false;
+    if (m->c.unfused || m->sh.experts || !m->format->bf16_matrices || m->format->mlp)
+        return MG_OK;
+    /* the joined q and kv GEMV where the matrices are joined (batch 1), else the two */
+    const bool joined = m->qkv_joined && m->c.batch == 1;
+    mg_status st = prewarm_fused(m, s, joined ? FUSED_GEMMS : FUSED_QKV);
+    if (st == MG_ERR_UNSUPPORTED && joined) {
+        mg_clear_error();
+        st = prewarm_fused(m, s, FUSED_QKV);
+    } else {
+        m->fused_qkv = joined && !st;
+    }
     if (st == MG_ERR_UNSUPPORTED) { /* no provider fuses at this size: the unfused step */
         mg_clear_error();
         return MG_OK;
@@ -183,6 +208,9 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
     mg_devptr q = m->qkv, kv = m->qkv + (uint64_t)m->tokens_padded * QD * 2;
     const mg_fwd_format *f = m->format;
     const bool fused = !prefill && m->fused_decode;
+    const bool fused_qkv = fused && m->fused_qkv && rows == 1;
+    if (fused_qkv) /* the joined GEMV's row: q, then kv */
+        kv = q + (uint64_t)QD * 2;
     mg_status st;
     OP("embedding",
        TRY(mg_gather_rows_bf16(b, s, rows, H, m->step_ids, sh->vocab, m->embedding, 0, m->residual),
@@ -193,7 +221,10 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         TRY(mg_kv_cache_pools(&m->kv, m->kv_pool + (uint64_t)l * m->kv_layer_bytes, &k_pages,
                               &v_pages),
             "KV pools");
-        if (fused) {
+        if (fused_qkv) {
+            OP("qkv_gemm",
+               TRY(run_fused_gemm(m, s, l, rows, FUSED_QKV), "normed q and kv projection"));
+        } else if (fused) {
             OP("qkv_gemm", TRY(run_fused_gemm(m, s, l, rows, FUSED_Q), "normed q projection");
                TRY(run_fused_gemm(m, s, l, rows, FUSED_KV), "normed kv projection"));
         } else {

@@ -273,6 +273,36 @@ bool mg_fwd_is_quantized_matrix(uint32_t slot) {
            slot == MG_FWD_W_GATE_UP || slot == MG_FWD_W_DOWN;
 }
 
+mg_status mg_fwd_join_qkv(mg_fwd *m) {
+    const mg_model_shape *sh = &m->sh;
+    const size_t q_bytes = (size_t)sh->heads * sh->head_dim * sh->hidden * 2;
+    const size_t kv_bytes = (size_t)2 * sh->kv_heads * sh->head_dim * sh->hidden * 2;
+    for (uint32_t l = 0; l < m->layers; l++) {
+        mg_devptr *w = &m->layer_w[(size_t)l * MG_FWD_LAYER_TENSORS];
+        mg_devptr joined = 0;
+        mg_status st = mg_alloc(m->b, q_bytes + kv_bytes, &joined);
+        if (st)
+            return mg_fwd_lib_fail(st, "allocating the joined q and kv matrices");
+        if ((st = mg_copy_d2d(m->b, joined, w[MG_FWD_WQ], q_bytes)) ||
+            (st = mg_copy_d2d(m->b, joined + q_bytes, w[MG_FWD_WKV], kv_bytes))) {
+            mg_free(m->b, joined);
+            return mg_fwd_lib_fail(st, "joining the q and kv matrices");
+        }
+        /* Until every layer is joined a joined layer's kv slot is 0, so that mg_fwd_destroy
+         * frees each allocation once whichever layer failed. */
+        mg_free(m->b, w[MG_FWD_WQ]);
+        mg_free(m->b, w[MG_FWD_WKV]);
+        w[MG_FWD_WQ] = joined;
+        w[MG_FWD_WKV] = 0;
+    }
+    for (uint32_t l = 0; l < m->layers; l++) {
+        mg_devptr *w = &m->layer_w[(size_t)l * MG_FWD_LAYER_TENSORS];
+        w[MG_FWD_WKV] = w[MG_FWD_WQ] + q_bytes;
+    }
+    m->qkv_joined = true;
+    return MG_OK;
+}
+
 mg_status mg_fwd_create_weights(mg_fwd *m) {
     const mg_model_shape *s = &m->sh;
     size_t largest = (size_t)s->vocab * s->hidden;

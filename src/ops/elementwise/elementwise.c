@@ -13,8 +13,10 @@
 #include "metrale/ops_elementwise.h"
 #include "op_builtin.h"
 
-/* Threads per block: one block per row for all three kernels. */
+/* Threads per block: one block per row for all three kernels; the argmax reads rows of a
+ * vocabulary's logits with one block each, so it takes the most threads a block may have. */
 #define ROW_THREADS 256u
+#define ARGMAX_THREADS 1024u
 
 static const mg_op_provider kernels_provider =
     MG_OP_KERNELS_PROVIDER(mg_elementwise_cpu_kernels_register, MG_GATHER_ROWS_KERNEL,
@@ -133,7 +135,7 @@ static mg_status argmax(mg_backend *b, mg_stream *s, const char *fn, const char 
     if ((st = mg_op_check_tensors(b, fn, t, 2, -1, -1)))
         return st;
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){rows, 1, 1}, (mg_dim3){ROW_THREADS, 1, 1}, 0);
+    mg_launch_init(&l, (mg_dim3){rows, 1, 1}, (mg_dim3){ARGMAX_THREADS, 1, 1}, 0);
     mg_launch_arg_ptr(&l, in);
     mg_launch_arg_ptr(&l, ids);
     mg_launch_arg_u32(&l, rows);

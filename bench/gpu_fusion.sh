@@ -11,6 +11,7 @@
 #   "none") in the
 #   same call;
 #   compute-sanitizer memcheck and racecheck on the fusion checks and on a fused tiny run.
+# ONLY=speed runs the speed steps alone (the runs and the peer), for a second sample.
 # $OUT gets summary.txt, runs.json, peers_compile.json and logs.tgz.
 set -uo pipefail
 G=${G:-.gpu-fusion}
@@ -19,6 +20,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/gpu_steps.sh"
 gpu_start fusion "fused decode step"
 TAIL=3
 CS="compute-sanitizer --report-api-errors no --error-exitcode 9"
+if [ "${ONLY:-}" != speed ]; then
 step check timeout 150 "$BIN/metrale-gpu" --backend cuda check
 grep -E " (FAIL|fail) |fusion_" "$L/check.txt" | cut -c1-400 >> "$S"
 tail -n 1 "$L/check.txt" >> "$S"
@@ -30,6 +32,7 @@ for b in 1 4 8 16; do
 done
 step compare_tiny_unfused timeout 60 "$BIN/metrale-gpu" --backend cuda run --preset tiny --steps 8 --compare --no-fusion
 grep -h -E "AGREE|DISAGREE|decode GEMMs" "$L"/compare_tiny_*.txt >> "$S"
+fi
 runs=()
 for spec in "llama-3.2-1b 1" "llama-3-8b 1" "llama-3-8b 8" "llama-3-8b 16"; do
   set -- $spec
@@ -47,11 +50,13 @@ for k, r in json.load(open(sys.argv[1])).items():
     print(k, r.get("decode_ms_per_step"), "ms", r.get("fraction_of_limit"), "of limit,",
           r.get("kernels_per_step"), "kernels, fused", r.get("fused_decode"), r.get("error", "")[:80])
 PY
+if [ "${ONLY:-}" != speed ]; then
 step memcheck_fusion timeout 120 $CS --tool memcheck "$BIN/metrale-gpu" --backend cuda check gemm/fusion
 step racecheck_fusion timeout 120 $CS --tool racecheck "$BIN/metrale-gpu" --backend cuda check gemm/fusion
 step memcheck_run timeout 90 $CS --tool memcheck "$BIN/metrale-gpu" --backend cuda run --preset tiny --batch 3 --steps 4
 step racecheck_run timeout 90 $CS --tool racecheck "$BIN/metrale-gpu" --backend cuda run --preset tiny --batch 3 --steps 2
 grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" "$L"/memcheck_*.txt "$L"/racecheck_*.txt >> "$S"
+fi
 if [ -f "$G/h200_compile_decode.py" ] && [ "${PEER_SHAPES:-}" != none ]; then
   step peers_compile timeout 230 python3 "$G/h200_compile_decode.py" ${PEER_SHAPES:-1,512 8,512}
   tail -n 6 "$L/peers_compile.txt" >> "$S"

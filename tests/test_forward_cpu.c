@@ -719,7 +719,8 @@ static void check_trace(mg_backend *be, mg_fwd_config c) {
 
 /* A refusal: the status and a one-line message naming `needle`. */
 /* Every pass's logits of config c (poisoned first), and whether its decode steps ran fused. */
-static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused, bool *fused_qkv) {
+static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused, bool *fused_qkv,
+                         bool *fused_append) {
     const size_t row = (size_t)c->batch * c->preset->shape.vocab, passes = c->steps + 1;
     float *logits = malloc(passes * row * sizeof(float));
     for (size_t i = 0; logits && i < passes * row; i++)
@@ -738,6 +739,7 @@ static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused, bo
         mg_fwd_get_info(m, &info);
     *fused = info.fused_decode;
     *fused_qkv = info.fused_qkv;
+    *fused_append = info.fused_kv_append;
     mg_fwd_destroy(m);
     if (s)
         mg_stream_destroy(s);
@@ -747,17 +749,21 @@ static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused, bo
 static void check_fusion_exact(mg_backend *be, mg_fwd_config c) {
     mg_fwd_config plain = c;
     plain.unfused = true;
-    bool fused = false, plain_fused = true, qkv = false, plain_qkv = true;
-    float *a = run_logits(be, &c, &fused, &qkv),
-          *b = run_logits(be, &plain, &plain_fused, &plain_qkv);
+    bool fused = false, plain_fused = true, qkv = false, plain_qkv = true, append = false,
+         plain_append = true;
+    float *a = run_logits(be, &c, &fused, &qkv, &append);
+    float *b = run_logits(be, &plain, &plain_fused, &plain_qkv, &plain_append);
     const size_t n = (size_t)(c.steps + 1) * c.batch * c.preset->shape.vocab;
     CHECK(fused && !plain_fused);
     /* one token row: the q and kv projections are one GEMV over the joined matrices */
     CHECK(qkv == (c.batch == 1) && !plain_qkv);
+    /* ... with RoPE and the KV append in it (the presets have no q/k norm or bias) */
+    CHECK(append == (c.batch == 1) && !plain_append);
     CHECK(a && b && !memcmp(a, b, n * sizeof(float)));
     printf("%s: batch %u, %u decode steps fused%s and unfused: every pass's logits equal bit "
            "for bit\n",
-           c.preset->name, c.batch, c.steps, qkv ? " (q and kv in one GEMV)" : "");
+           c.preset->name, c.batch, c.steps,
+           append ? " (q and kv in one GEMV with RoPE and the KV append)" : "");
     free(a);
     free(b);
 }

@@ -28,7 +28,8 @@
  * RMSNorm prologue, residual-add and SiLU-mul epilogues; mg_fwd_info.fused_decode must say
  * so), the CPU side with its composition of the unfused ops; one BF16 case runs unfused
  * (mg_fwd_config.unfused) to keep that step covered on CUDA, and two run at batch 1, where
- * the q and kv projections are one GEMV over the joined matrices (mg_fwd_info.fused_qkv).
+ * the q and kv projections are one GEMV over the joined matrices that also applies RoPE and
+ * appends to the cache (mg_fwd_info.fused_qkv, fused_kv_append).
  */
 #include <math.h>
 
@@ -38,10 +39,11 @@
 #include "test_util.h"
 
 typedef struct outcome {
-    int32_t *tokens;  /* [batch][steps + 1] */
-    uint16_t *hidden; /* [batch][hidden] */
-    bool fused;       /* the decode steps ran the fused GEMMs */
-    bool fused_qkv;   /* ... with q and kv in one GEMV (batch 1) */
+    int32_t *tokens;   /* [batch][steps + 1] */
+    uint16_t *hidden;  /* [batch][hidden] */
+    bool fused;        /* the decode steps ran the fused GEMMs */
+    bool fused_qkv;    /* ... with q and kv in one GEMV (batch 1) */
+    bool fused_append; /* ... which also ran RoPE and the KV append */
 } outcome;
 
 /* The whole pass; with `time_last_step`, the last decode step runs with per-op spans, which
@@ -88,6 +90,7 @@ static bool run(mg_backend *b, const mg_fwd_config *c, outcome *o, bool time_las
         mg_fwd_get_info(m, &info);
         o->fused = info.fused_decode;
         o->fused_qkv = info.fused_qkv;
+        o->fused_append = info.fused_kv_append;
         if (c->use_graphs)
             CHECK(info.graph_steps ==
                   (c->steps > 1 ? c->steps - 1 : 0) - (time_last_step && c->steps > 1));
@@ -272,6 +275,7 @@ int main(void) {
         CHECK(graph.fused == want_fused && eager.fused == want_fused);
         const bool want_qkv = want_fused && c.batch == 1;
         CHECK(graph.fused_qkv == want_qkv && eager.fused_qkv == want_qkv);
+        CHECK(graph.fused_append == want_qkv && eager.fused_append == want_qkv);
         outcome_free(&graph);
         outcome_free(&eager);
         outcome_free(&timed);
@@ -293,10 +297,11 @@ int main(void) {
                "(bound %.3g), final hidden %.3g (bound %.3g), %u near-tie%s where the CPU chose "
                "another token (widest margin %.3g)\n",
                cases[p].name, mg_fwd_weights_name(c.weights),
-               want_fused && c.batch == 1 ? ", fused decode, q and kv in one GEMV"
-               : want_fused               ? ", fused decode"
-               : c.unfused                ? ", unfused decode"
-                                          : "",
+               want_fused && c.batch == 1
+                   ? ", fused decode, q and kv in one GEMV with RoPE and the KV append"
+               : want_fused ? ", fused decode"
+               : c.unfused  ? ", unfused decode"
+                            : "",
                preset.shape.experts_per_token, c.batch, c.prompt_len, (unsigned long long)c.seed,
                c.steps, ls.passes, ls.logits_err, logits_bound, ls.hidden_err, hidden_bound,
                ls.near_ties, ls.near_ties == 1 ? "" : "s", ls.widest_tie);

@@ -613,5 +613,6 @@ void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {
     out->graph_kernels = m->graph_kernels;
     out->graph_nodes = m->graph_nodes;
     out->fused_decode = m->fused_decode;
-    out->fused_qkv = m->fused_decode && m->fused_qkv;
+    out->fused_qkv = m->fused_decode && m->qkv_mode != MG_FWD_QKV_APART;
+    out->fused_kv_append = m->fused_decode && m->qkv_mode == MG_FWD_QKV_JOINED_APPEND;
 }

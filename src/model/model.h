@@ -299,6 +299,8 @@ typedef struct mg_fwd_info {
     bool fused_decode;
     /* ... and at batch 1 the q and kv projections are one GEMV (their matrices joined) */
     bool fused_qkv;
+    /* ... and that GEMV also applies RoPE and appends the key and value to the cache */
+    bool fused_kv_append;
 } mg_fwd_info;
 
 void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out);

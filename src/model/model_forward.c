@@ -79,15 +79,26 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
  * (so the next norm has no add of its own), the MLP norm and SiLU-mul folded into gate_up.
  * At batch 1 (one token row) the q and kv projections are one GEMV over the joined matrix
  * (mg_fwd_join_qkv): its output row is q's row then kv's, which is where the pass puts kv
- * for that step (6 kernels). On the CPU each fused call is the composition of the unfused
+ * for that step (6 kernels), and where the layers have no q/k norm or bias and the cache is
+ * BF16 that GEMV also applies RoPE and writes the new key and value into the cache (the
+ * KV-append epilogue, 5 kernels). On the CPU each fused call is the composition of the unfused
  * ones (metrale/ops_gemm.h), so the fused and the unfused step agree bit for bit; on a device
  * within the GEMM's tolerance. */
-enum { FUSED_Q, FUSED_KV, FUSED_O, FUSED_GATE_UP, FUSED_DOWN, FUSED_QKV, FUSED_GEMMS };
+enum {
+    FUSED_Q,
+    FUSED_KV,
+    FUSED_O,
+    FUSED_GATE_UP,
+    FUSED_DOWN,
+    FUSED_QKV,
+    FUSED_QKV_APPEND, /* FUSED_QKV with the KV-append epilogue */
+    FUSED_GEMMS
+};
 
 /* GEMM `which` of layer l's fused step over `rows` tokens: its plan (BF16, the fusion) and
- * its tensors. */
-static void fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which, mg_gemm_plan *p,
-                       mg_gemm_tensors *t) {
+ * its tensors; FUSED_QKV_APPEND's append arguments are *append (NULL when only planning). */
+static void fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which,
+                       const mg_kv_append_args *append, mg_gemm_plan *p, mg_gemm_tensors *t) {
     const mg_model_shape *sh = &m->sh;
     const uint32_t H = sh->hidden, QD = sh->heads * sh->head_dim, I = sh->intermediate;
     const uint32_t KVD = 2 * sh->kv_heads * sh->head_dim;
@@ -99,6 +110,7 @@ static void fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which, mg
     *t = (mg_gemm_tensors){0};
     switch (which) {
     case FUSED_QKV:
+    case FUSED_QKV_APPEND:
         p->n = p->ldc = QD + KVD;
         p->k = H;
         p->fusion = norm;
@@ -106,6 +118,11 @@ static void fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which, mg
                                .weight = w[MG_FWD_WQ], /* q's rows, then kv's */
                                .out = m->qkv,
                                .fusion = {.norm_weight = w[MG_FWD_ATTN_NORM]}};
+        if (which == FUSED_QKV_APPEND) {
+            p->fusion.epilogue = MG_GEMM_EPILOGUE_KV_APPEND;
+            t->fusion.kv_cache = &m->kv;
+            t->fusion.kv_append = append;
+        }
         break;
     case FUSED_Q:
     case FUSED_KV: {
@@ -145,45 +162,66 @@ static void fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which, mg
     }
 }
 
-static mg_status run_fused_gemm(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows, int which) {
+static mg_status run_fused_gemm(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows, int which,
+                                const mg_kv_append_args *append) {
     mg_gemm_plan p;
     mg_gemm_tensors t;
-    fused_gemm(m, l, rows, which, &p, &t);
+    fused_gemm(m, l, rows, which, append, &p, &t);
     return mg_gemm(m->b, s, &p, &t);
 }
 
-/* Plans the first `count` fused GEMMs of a step at the model's batch (mg_gemm_prewarm). */
-static mg_status prewarm_fused(mg_fwd *m, mg_stream *s, int count) {
+/* Plans the fused GEMMs `which[0..count)` of a step at the model's batch (mg_gemm_prewarm). */
+static mg_status prewarm_fused(mg_fwd *m, mg_stream *s, const int *which, int count) {
     /* Every layer's pointers are planned: the least aligned of each GEMM's over the layers. */
     mg_gemm_plan plans[FUSED_GEMMS];
-    for (int which = 0; which < count; which++) {
+    for (int i = 0; i < count; i++) {
         mg_devptr bits = 0;
         for (uint32_t l = 0; l < m->layers; l++) {
             mg_gemm_tensors t;
-            fused_gemm(m, l, m->c.batch, which, &plans[which], &t);
+            fused_gemm(m, l, m->c.batch, which[i], NULL, &plans[i], &t);
             bits |= t.act | t.weight | t.out | t.fusion.norm_weight;
         }
         uint32_t align = 16;
         while (align > 1 && bits % align)
             align /= 2;
-        plans[which].pointer_alignment = align;
+        plans[i].pointer_alignment = align;
     }
     return mg_gemm_prewarm(m->b, s, plans, (size_t)count);
 }
 
+/* Whether some layer has a q/k head norm or a q/kv bias (between the projection and RoPE). */
+static bool has_qkv_extras(const mg_fwd *m) {
+    for (uint32_t l = 0; m->layer_extra && l < m->layers; l++) {
+        const mg_devptr *x = m->layer_extra + (size_t)l * MG_FWD_EXTRA_TENSORS;
+        if (x[MG_FWD_Q_BIAS] || x[MG_FWD_KV_BIAS] || x[MG_FWD_Q_NORM] || x[MG_FWD_K_NORM])
+            return true;
+    }
+    return false;
+}
+
 mg_status mg_fwd_decide_fusion(mg_fwd *m, mg_stream *s) {
     m->fusion_decided = true;
-    m->fused_decode = m->fused_qkv = false;
+    m->fused_decode = false;
+    m->qkv_mode = MG_FWD_QKV_APART;
     if (m->c.unfused || m->sh.experts || !m->format->bf16_matrices || m->format->mlp)
         return MG_OK;
-    /* the joined q and kv GEMV where the matrices are joined (batch 1), else the two */
+    /* The q and kv projections' forms, most fused first: with the KV append (joined
+     * matrices, no extras, a BF16 cache), joined, apart. The first the backend plans wins. */
     const bool joined = m->qkv_joined && m->c.batch == 1;
-    mg_status st = prewarm_fused(m, s, joined ? FUSED_GEMMS : FUSED_QKV);
-    if (st == MG_ERR_UNSUPPORTED && joined) {
+    const bool append = joined && !has_qkv_extras(m) && m->kv.kv_dtype == MG_KV_BF16;
+    static const struct {
+        mg_fwd_qkv_mode mode;
+        int gemms[2];
+    } forms[] = {{MG_FWD_QKV_JOINED_APPEND, {FUSED_QKV_APPEND, -1}},
+                 {MG_FWD_QKV_JOINED, {FUSED_QKV, -1}},
+                 {MG_FWD_QKV_APART, {FUSED_Q, FUSED_KV}}};
+    mg_status st = MG_ERR_UNSUPPORTED;
+    for (size_t f = append ? 0 : joined ? 1 : 2; f < 3 && st == MG_ERR_UNSUPPORTED; f++) {
+        int which[5] = {FUSED_O, FUSED_GATE_UP, FUSED_DOWN, forms[f].gemms[0], forms[f].gemms[1]};
         mg_clear_error();
-        st = prewarm_fused(m, s, FUSED_QKV);
-    } else {
-        m->fused_qkv = joined && !st;
+        st = prewarm_fused(m, s, which, forms[f].gemms[1] < 0 ? 4 : 5);
+        if (!st)
+            m->qkv_mode = forms[f].mode;
     }
     if (st == MG_ERR_UNSUPPORTED) { /* no provider fuses at this size: the unfused step */
         mg_clear_error();
@@ -208,8 +246,8 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
     mg_devptr q = m->qkv, kv = m->qkv + (uint64_t)m->tokens_padded * QD * 2;
     const mg_fwd_format *f = m->format;
     const bool fused = !prefill && m->fused_decode;
-    const bool fused_qkv = fused && m->fused_qkv && rows == 1;
-    if (fused_qkv) /* the joined GEMV's row: q, then kv */
+    const mg_fwd_qkv_mode qkv_mode = fused && rows == 1 ? m->qkv_mode : MG_FWD_QKV_APART;
+    if (qkv_mode != MG_FWD_QKV_APART) /* the joined GEMV's row: q, then kv */
         kv = q + (uint64_t)QD * 2;
     mg_status st;
     OP("embedding",
@@ -221,12 +259,27 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         TRY(mg_kv_cache_pools(&m->kv, m->kv_pool + (uint64_t)l * m->kv_layer_bytes, &k_pages,
                               &v_pages),
             "KV pools");
-        if (fused_qkv) {
+        if (qkv_mode == MG_FWD_QKV_JOINED_APPEND) {
+            /* RoPE and the append in the GEMV; it sets k, v, q, their strides, num_tokens */
+            const mg_kv_append_args a = {.batch_size = B,
+                                         .num_kv_indices = m->kv.num_pages,
+                                         .num_qo_heads = sh->heads,
+                                         .rope = true,
+                                         .rope_theta = m->c.preset->rope_theta,
+                                         .qo_indptr = m->qo_indptr,
+                                         .kv_indptr = m->kv_indptr,
+                                         .kv_indices = m->kv_indices,
+                                         .kv_last_page_len = m->last_page_len,
+                                         .k_pages = k_pages,
+                                         .v_pages = v_pages};
+            OP("qkv_gemm", TRY(run_fused_gemm(m, s, l, rows, FUSED_QKV_APPEND, &a),
+                               "normed q and kv projection with RoPE and KV append"));
+        } else if (qkv_mode == MG_FWD_QKV_JOINED) {
             OP("qkv_gemm",
-               TRY(run_fused_gemm(m, s, l, rows, FUSED_QKV), "normed q and kv projection"));
+               TRY(run_fused_gemm(m, s, l, rows, FUSED_QKV, NULL), "normed q and kv projection"));
         } else if (fused) {
-            OP("qkv_gemm", TRY(run_fused_gemm(m, s, l, rows, FUSED_Q), "normed q projection");
-               TRY(run_fused_gemm(m, s, l, rows, FUSED_KV), "normed kv projection"));
+            OP("qkv_gemm", TRY(run_fused_gemm(m, s, l, rows, FUSED_Q, NULL), "normed q projection");
+               TRY(run_fused_gemm(m, s, l, rows, FUSED_KV, NULL), "normed kv projection"));
         } else {
             OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, l ? m->proj_out : 0,
                                               w[MG_FWD_ATTN_NORM], m->norm_out),
@@ -281,7 +334,8 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
                                .kv_last_page_len = m->last_page_len,
                                .k_pages = k_pages,
                                .v_pages = v_pages};
-        OP("rope_append", TRY(mg_kv_append(b, s, &m->kv, &a), "RoPE and KV append"));
+        if (qkv_mode != MG_FWD_QKV_JOINED_APPEND)
+            OP("rope_append", TRY(mg_kv_append(b, s, &m->kv, &a), "RoPE and KV append"));
         mg_paged_attention_tensors t = {.q = q,
                                         .o = m->attn_out,
                                         .qo_rows = rows,
@@ -293,11 +347,11 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         OP("attention", TRY(mg_paged_attention_run(plan, &t, s), "attention"));
         if (fused) { /* the residual stream updated in place twice; proj_out is not used */
             OP("o_gemm",
-               TRY(run_fused_gemm(m, s, l, rows, FUSED_O), "output projection + residual"));
-            OP("gate_up", TRY(run_fused_gemm(m, s, l, rows, FUSED_GATE_UP),
+               TRY(run_fused_gemm(m, s, l, rows, FUSED_O, NULL), "output projection + residual"));
+            OP("gate_up", TRY(run_fused_gemm(m, s, l, rows, FUSED_GATE_UP, NULL),
                               "normed gate_up projection with SiLU-mul"));
             OP("down",
-               TRY(run_fused_gemm(m, s, l, rows, FUSED_DOWN), "down projection + residual"));
+               TRY(run_fused_gemm(m, s, l, rows, FUSED_DOWN, NULL), "down projection + residual"));
             continue;
         }
         if ((st = prepare(m, s, rows, QD, m->attn_out)))

@@ -24,6 +24,15 @@ enum { FP4_Q, FP4_KV, FP4_O, FP4_GATE, FP4_UP, FP4_DOWN, FP4_SLOTS };
 /* A weight format's table of functions (model_format.h). */
 typedef struct mg_fwd_format mg_fwd_format;
 
+/* How a fused decode step computes the q and kv projections: two GEMVs; one over the joined
+ * matrices (batch 1, mg_fwd_join_qkv); that one with the KV-append epilogue (RoPE and the
+ * cache write in the GEMV, so no append kernel). */
+typedef enum mg_fwd_qkv_mode {
+    MG_FWD_QKV_APART,
+    MG_FWD_QKV_JOINED,
+    MG_FWD_QKV_JOINED_APPEND,
+} mg_fwd_qkv_mode;
+
 struct mg_fwd {
     mg_backend *b;
     const mg_fwd_format *format; /* the loaded weights' (mg_fwd_format_of_model) */
@@ -99,7 +108,7 @@ struct mg_fwd {
     /* model_forward.c: whether the decode passes run the fused GEMMs (mg_fwd_decide_fusion,
      * at the first decode step) */
     bool fused_decode, fusion_decided;
-    bool fused_qkv; /* the joined q and kv projection at batch 1 (mg_fwd_join_qkv) */
+    mg_fwd_qkv_mode qkv_mode; /* the fused step's q and kv projections (model_forward.c) */
     uint32_t graph_kernels, graph_nodes; /* of the captured decode step (0: none captured) */
     int32_t *tokens;                     /* [batch][steps + 1] */
     struct mg_fwd_sampling *sampling;    /* model_sampling.c; NULL: greedy argmax */

@@ -628,7 +628,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         printf("{\"preset\": \"%s\", \"backend\": \"%s\", \"weights\": \"%s\", \"batch\": %u, "
                "\"prompt_tokens\": %llu, \"steps\": %u, \"graph_steps\": %u, "
                "\"kernels_per_step\": %u, \"graph_nodes_per_step\": %u, \"fused_decode\": %s, "
-               "\"fused_qkv\": %s, "
+               "\"fused_qkv\": %s, \"fused_kv_append\": %s, "
                "\"setup_s\": %.4f, \"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.2f, "
                "\"decode_ms_per_step\": %.4f, \"decode_tokens_per_s\": %.2f, "
                "\"first_step_ms\": %.4f, \"decode_bytes_per_step\": %.0f, "
@@ -638,9 +638,10 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                p->name, kind, wname, c.batch, (unsigned long long)r.info.prompt_tokens,
                c.steps - profile, r.graph_steps, r.info.graph_kernels, r.info.graph_nodes,
                r.info.fused_decode ? "true" : "false", r.info.fused_qkv ? "true" : "false",
-               r.setup_s, r.prefill_s, prefill_tps, r.step_ms, decode_tps, r.first_step_ms,
-               step_bytes, gbps, limit_ms, r.step_ms > 0 ? limit_ms / r.step_ms : 0,
-               (unsigned long long)r.info.weight_bytes, (unsigned long long)r.info.kv_pool_bytes,
+               r.info.fused_kv_append ? "true" : "false", r.setup_s, r.prefill_s, prefill_tps,
+               r.step_ms, decode_tps, r.first_step_ms, step_bytes, gbps, limit_ms,
+               r.step_ms > 0 ? limit_ms / r.step_ms : 0, (unsigned long long)r.info.weight_bytes,
+               (unsigned long long)r.info.kv_pool_bytes,
                (unsigned long long)r.info.arena.arena_bytes,
                (unsigned long long)r.info.arena.sum_bytes, (unsigned long long)live);
         for (uint32_t i = 0; i < r.token_count; i++)
@@ -680,6 +681,9 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                r.first_step_ms);
         printf("  decode GEMMs    %s\n",
                !r.info.fused_decode ? "unfused (--no-fusion, or no fusing provider at this batch)"
+               : r.info.fused_kv_append
+                   ? "fused (norms, residual adds and SiLU-mul folded in; q and kv in one GEMV "
+                     "with RoPE and the KV append)"
                : r.info.fused_qkv
                    ? "fused (norms, residual adds and SiLU-mul folded in; q and kv in one GEMV)"
                    : "fused (norms, residual adds and SiLU-mul folded in)");

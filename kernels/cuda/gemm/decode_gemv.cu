@@ -44,6 +44,7 @@
 
 #include "common/bf16.cuh"
 #include "common/grid_dependency.cuh"
+#include "common/kv_slot.cuh"
 #include "common/silu.cuh"
 #include "common/stream_load.cuh"
 
@@ -56,13 +57,24 @@ constexpr int kUnroll = 2;  // chunks in flight per lane
 
 enum { kBf16 = 0, kFp8Tensorwise = 1, kFp8Rowwise = 2 };
 // The epilogues this kernel runs, numbered as mg_gemm_epilogue.
-enum { kEpiNone = 0, kEpiResidual = 1, kEpiSiluMul = 2 };
+enum { kEpiNone = 0, kEpiResidual = 1, kEpiSiluMul = 2, kEpiKvAppend = 4 };
+
+// The KV-append epilogue's operands: mg_kv_append's page table and BF16 pools, and the shape
+// of out's rows, [q heads | k heads | v heads] of head_dim each.
+struct KvAppend {
+    const int32_t *qo_indptr, *kv_indptr, *kv_indices, *kv_last_page_len, *positions;
+    uint16_t *k_pages, *v_pages;
+    uint32_t batch, num_kv_indices, num_pages, page_size;
+    uint32_t qo_heads, kv_heads, head_dim, rope;
+    float rope_theta;
+};
 
 // The fusion's operands (unused ones null).
 struct Fusion {
     const uint8_t *norm_weight; // RMSNorm: BF16 [k]
     const uint16_t *residual;   // residual add: BF16 [m, n], row pitch ldc
     float eps;
+    KvAppend kv;
 };
 
 __device__ __forceinline__ uint4 load_cached(const void *p) {
@@ -149,8 +161,21 @@ template <int Epi> __device__ __forceinline__ uint32_t tile_outputs() {
     return Epi == kEpiSiluMul ? kRows / 2 : kRows;
 }
 
+// KV append: the tiles of the q and k heads pair RoPE's rows, 4 rows j of a head's first half
+// (g < 4) and the 4 rows j + head_dim / 2 (g >= 4); the v heads' tiles are 8 rows in order.
+__device__ __forceinline__ bool kv_rope_tile(uint32_t tile, const KvAppend &kv) {
+    return tile < (kv.qo_heads + kv.kv_heads) * (kv.head_dim / kRows);
+}
+
 template <int Epi>
-__device__ __forceinline__ uint32_t tile_row(uint32_t tile, int g, uint32_t n, bool *live) {
+__device__ __forceinline__ uint32_t tile_row(uint32_t tile, int g, uint32_t n, bool *live,
+                                             const KvAppend &kv) {
+    if (Epi == kEpiKvAppend && kv_rope_tile(tile, kv)) {
+        const uint32_t per_head = kv.head_dim / kRows, head = tile / per_head;
+        const uint32_t j = (tile % per_head) * (kRows / 2) + (g % (kRows / 2));
+        *live = true;
+        return head * kv.head_dim + (g < kRows / 2 ? j : kv.head_dim / 2 + j);
+    }
     if (Epi == kEpiSiluMul) {
         const uint32_t half = n / 2, j = tile * (kRows / 2) + (g % (kRows / 2));
         *live = j < half;
@@ -190,6 +215,57 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// The KV-append epilogue's stores of output row t, column `col` of a finished tile (its sums
+// over the warps in `partial`, times inv): out receives y with the q heads rotated, the pools
+// the rotated k heads and the v heads at the token's page row (when kv_ok), as mg_kv_append
+// does after the plain GEMM (y rounded to BF16 first, RoPE in FP32, rounded again).
+__device__ __forceinline__ void kv_append_store(const KvAppend &kv, uint32_t tile, uint32_t col,
+                                                const float (*partial)[16][kRows], uint32_t t,
+                                                float inv, uint32_t ldc, uint32_t n, uint16_t *out,
+                                                bool kv_ok, size_t kv_row, float position) {
+    auto y_of = [&](uint32_t c) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int v = 0; v < kWarps; v++)
+            sum += partial[v][t][c];
+        return mg_num_bf16_to_f32(mg_num_f32_to_bf16(sum * inv));
+    };
+    uint16_t *out_row = out + (size_t)t * ldc;
+    const uint32_t D = kv.head_dim;
+    if (!kv_rope_tile(tile, kv)) { // a v head's 8 rows
+        const uint32_t row = tile * kRows + col;
+        if (row >= n)
+            return;
+        const uint16_t y = (uint16_t)mg_num_f32_to_bf16(y_of(col));
+        out_row[row] = y;
+        if (kv_ok)
+            kv.v_pages[kv_row + (row - (kv.qo_heads + kv.kv_heads) * D)] = y;
+        return;
+    }
+    if (col >= kRows / 2) // the second half's rows: stored by the thread of their pair
+        return;
+    const uint32_t per_head = D / kRows, head = tile / per_head;
+    const uint32_t i = (tile % per_head) * (kRows / 2) + col; // frequency index, < D / 2
+    const uint32_t row0 = head * D + i, row1 = row0 + D / 2;
+    const float x0 = y_of(col), x1 = y_of(col + kRows / 2);
+    float r0 = x0, r1 = x1;
+    if (kv.rope && kv_ok) {
+        float c, s;
+        kv_rope_angle(position, i, D, kv.rope_theta, &c, &s);
+        r0 = x0 * c - x1 * s;
+        r1 = x1 * c + x0 * s;
+    }
+    const bool is_q = head < kv.qo_heads;
+    // q is rotated in out; k stays in out as computed and goes rotated into the pool
+    out_row[row0] = (uint16_t)mg_num_f32_to_bf16(is_q ? r0 : x0);
+    out_row[row1] = (uint16_t)mg_num_f32_to_bf16(is_q ? r1 : x1);
+    if (!is_q && kv_ok) {
+        const size_t at = kv_row + (size_t)(head - kv.qo_heads) * D + i;
+        kv.k_pages[at] = (uint16_t)mg_num_f32_to_bf16(r0);
+        kv.k_pages[at + D / 2] = (uint16_t)mg_num_f32_to_bf16(r1);
+    }
+}
+
 // Hi: rows 8..15 of the mma may be live (m > 8); without them a lane holds no second
 // activation row, which leaves the RMSNorm kernels room for 4 blocks per SM.
 template <int Mode, bool Norm = false, int Epi = kEpiNone, bool Hi = true>
@@ -224,10 +300,26 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
     bool first_tile = true;
     Span w[kUnroll];
     bool live;
-    uint32_t row = tile_row<Epi>(tile, g, n, &live);
+    uint32_t row = tile_row<Epi>(tile, g, n, &live, fusion.kv);
     // The first weights do not depend on the previous kernel: load them before waiting.
     load_weights(w, weight, row, live, row_bytes, chunks, 0, warp, q);
     grid_dependency_wait();
+    // KV append: the page row and position of this thread's output row t (threadIdx.x / 8),
+    // looked up once (the table is the previous work's output, so after the wait).
+    size_t kv_row = 0;
+    int64_t kv_pos = 0;
+    bool kv_ok = false;
+    if (Epi == kEpiKvAppend && threadIdx.x < 16 * kRows && threadIdx.x / kRows < m) {
+        const KvAppend &kv = fusion.kv;
+        const uint32_t t = threadIdx.x / kRows;
+        const int32_t planned = kv.qo_indptr[kv.batch];
+        if (planned > 0 && t < (uint32_t)planned)
+            kv_ok = kv_token_slot(t, kv.batch, kv.qo_indptr, kv.kv_indptr, kv.kv_indices,
+                                  kv.kv_last_page_len, kv.num_kv_indices, kv.num_pages,
+                                  kv.page_size, kv.kv_heads * kv.head_dim, &kv_row, &kv_pos);
+        if (kv_ok && kv.positions)
+            kv_pos = kv.positions[t];
+    }
     for (;;) {
         Span a_lo[kUnroll], a_hi[kUnroll];
 #pragma unroll
@@ -251,7 +343,7 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
         const bool more = next_tile < tiles;
         Span w_next[kUnroll];
         bool next_live;
-        const uint32_t next_row = tile_row<Epi>(next_tile, g, n, &next_live);
+        const uint32_t next_row = tile_row<Epi>(next_tile, g, n, &next_live, fusion.kv);
         load_weights(w_next, weight, next_row, more && next_live, row_bytes, chunks, next_group,
                      warp, q);
 #pragma unroll
@@ -284,7 +376,12 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
             }
             first_tile = false;
             const uint32_t j = tile * tile_outputs<Epi>() + col;
-            if (threadIdx.x < 16 * kRows && t < m && col < tile_outputs<Epi>() && j < outputs) {
+            if (Epi == kEpiKvAppend) {
+                if (threadIdx.x < 16 * kRows && t < m)
+                    kv_append_store(fusion.kv, tile, col, partial, t, inv, ldc, n,
+                                    static_cast<uint16_t *>(out), kv_ok, kv_row, (float)kv_pos);
+            } else if (threadIdx.x < 16 * kRows && t < m && col < tile_outputs<Epi>() &&
+                       j < outputs) {
                 float sum = 0.0f;
 #pragma unroll
                 for (int v = 0; v < kWarps; v++)
@@ -400,6 +497,42 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)
                                             uint32_t out_f32, float eps) {
     decode_gemv<kBf16, true, kEpiSiluMul, false>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
                                                  out_f32 != 0, Fusion{norm_weight, residual, eps});
+}
+
+// KV append (metrale/ops_gemm.h): out's rows are [q | k | v] heads; the page table and
+// pools as mg_kv_append's, BF16 pools only.
+#define MG_DECODE_GEMV_KV_APPEND_PARAMS                                                            \
+    const uint8_t *act, const uint8_t *weight, void *out, const uint8_t *norm_weight, uint32_t m,  \
+        uint32_t n, uint32_t k, uint32_t ldc, float eps, const int32_t *qo_indptr,                 \
+        const int32_t *kv_indptr, const int32_t *kv_indices, const int32_t *kv_last_page_len,      \
+        const int32_t *positions, uint16_t *k_pages, uint16_t *v_pages, uint32_t batch,            \
+        uint32_t num_kv_indices, uint32_t num_pages, uint32_t page_size, uint32_t qo_heads,        \
+        uint32_t kv_heads, uint32_t head_dim, uint32_t rope, float rope_theta
+#define MG_DECODE_GEMV_KV_APPEND_FUSION                                                            \
+    Fusion {                                                                                       \
+        norm_weight, nullptr, eps, KvAppend {                                                      \
+            qo_indptr, kv_indptr, kv_indices, kv_last_page_len, positions, k_pages, v_pages,       \
+                batch, num_kv_indices, num_pages, page_size, qo_heads, kv_heads, head_dim, rope,   \
+                rope_theta                                                                         \
+        }                                                                                          \
+    }
+
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 3)
+    mg_decode_gemv_bf16_rmsnorm_kv_append(MG_DECODE_GEMV_KV_APPEND_PARAMS) {
+    decode_gemv<kBf16, true, kEpiKvAppend>(act, weight, nullptr, nullptr, out, m, n, k, ldc, false,
+                                           MG_DECODE_GEMV_KV_APPEND_FUSION);
+}
+
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)
+    mg_decode_gemv_bf16_rmsnorm_kv_append_m8(MG_DECODE_GEMV_KV_APPEND_PARAMS) {
+    decode_gemv<kBf16, true, kEpiKvAppend, false>(act, weight, nullptr, nullptr, out, m, n, k, ldc,
+                                                  false, MG_DECODE_GEMV_KV_APPEND_FUSION);
+}
+
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)
+    mg_decode_gemv_bf16_none_kv_append(MG_DECODE_GEMV_KV_APPEND_PARAMS) {
+    decode_gemv<kBf16, false, kEpiKvAppend>(act, weight, nullptr, nullptr, out, m, n, k, ldc, false,
+                                            MG_DECODE_GEMV_KV_APPEND_FUSION);
 }
 
 extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)

@@ -31,6 +31,7 @@
 
 #include "common/fp8_e4m3.cuh"
 #include "common/grid_dependency.cuh"
+#include "common/kv_slot.cuh"
 
 namespace {
 
@@ -131,42 +132,19 @@ append_rows(const __nv_bfloat16 *k_src, const __nv_bfloat16 *v_src, __nv_bfloat1
                 hi[u] = *reinterpret_cast<const uint4 *>(src + half);
             }
             // 2. The token's request, position and page (the same for the whole block).
-            uint32_t lo_r = 0, hi_r = batch;
-            while (hi_r - lo_r > 1) {
-                const uint32_t mid = (lo_r + hi_r) / 2;
-                if ((uint32_t)qo_indptr[mid] <= t)
-                    lo_r = mid;
-                else
-                    hi_r = mid;
-            }
-            const uint32_t r = lo_r;
-            const int64_t qo_len = qo_indptr[r + 1] - qo_indptr[r];
-            const int64_t num_req_pages = kv_indptr[r + 1] - kv_indptr[r];
-            const int64_t kv_len =
-                num_req_pages > 0 ? (num_req_pages - 1) * page_size + kv_last_page_len[r] : 0;
-            const int64_t pos = kv_len - qo_len + ((int64_t)t - qo_indptr[r]);
-            if (pos < 0 || pos >= kv_len || (uint32_t)t >= (uint32_t)qo_indptr[r + 1])
+            size_t dst;
+            int64_t pos;
+            if (!kv_token_slot(t, batch, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                               num_kv_indices, num_pages, page_size, num_kv_heads * head_dim, &dst,
+                               &pos))
                 break; // uniform: every thread of the block skips this token
-            const int64_t entry = kv_indptr[r] + pos / page_size;
-            if (entry < 0 || entry >= (int64_t)num_kv_indices)
-                break;
-            const int32_t page = kv_indices[entry];
-            if (page < 0 || (uint32_t)page >= num_pages)
-                break;
-            const size_t dst =
-                ((size_t)page * page_size + (size_t)(pos % page_size)) * num_kv_heads * head_dim;
             // 3. RoPE's table for this token's position, once per block. The first barrier
             // keeps it from overwriting the table while a previous round still reads it.
             if (rope) {
                 const float position = positions ? (float)positions[t] : (float)pos;
                 __syncthreads();
-                for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
-                    const float inv_freq = powf(rope_theta, -(float)(2 * i) / (float)head_dim);
-                    float s, c;
-                    sincosf(position * inv_freq, &s, &c);
-                    cos_t[i] = c;
-                    sin_t[i] = s;
-                }
+                for (uint32_t i = threadIdx.x; i < half; i += blockDim.x)
+                    kv_rope_angle(position, i, head_dim, rope_theta, &cos_t[i], &sin_t[i]);
                 __syncthreads();
             }
             // 4. Rotate (K and q heads) and store.

@@ -14,17 +14,17 @@
  * sm_90a image: the portable PTX image has no FP8 MMA).
  *
  * Fusions (metrale/ops_gemm.h): for BF16 weights it runs the RMSNorm prologue and the
- * residual-add and SiLU-mul epilogues, alone or together (one kernel per pair,
- * mg_decode_gemv_bf16_<prologue>_<epilogue>). No other CUDA provider fuses, so a fusion it
- * passes over is refused (MG_ERR_UNSUPPORTED, and a caller such as the forward model then runs
- * the ops apart): in the automatic choice it takes the fused calls where its plain GEMV wins
- * (decode_gemv_wins) and every call of one token row, where it is 0.87-1.06x cuBLASLt on the
- * Llama-3-8B shapes and the fusion saves a launch (about 4-5 us) and a round trip of the
- * intermediate; at 4 to 16 rows of the large shapes it is 0.67-0.86x cuBLASLt, more than the
+ * residual-add, SiLU-mul and KV-append epilogues (the last into BF16 pools only), alone or
+ * together (one kernel per pair, mg_decode_gemv_bf16_<prologue>_<epilogue>). No other CUDA provider
+ * fuses, so a fusion it passes over is refused (MG_ERR_UNSUPPORTED, and a caller such as the
+ * forward model then runs the ops apart): in the automatic choice it takes the fused calls where
+ * its plain GEMV wins (decode_gemv_wins) and every call of one token row, where it is 0.87-1.06x
+ * cuBLASLt on the Llama-3-8B shapes and the fusion saves a launch (about 4-5 us) and a round trip
+ * of the intermediate; at 4 to 16 rows of the large shapes it is 0.67-0.86x cuBLASLt, more than the
  * fusion saves. Forced by name it takes every fused call its kernels can run. Outside
  * batch-invariant mode only (there cuBLASLt runs every shape), with the norm weight 16-byte
- * aligned too. The argmax and KV-append epilogues and the FP8 fusions are not implemented here
- * (refused, so the front reports the fusion as unsupported). */
+ * aligned too. The argmax epilogue and the FP8 fusions are not implemented here (refused, so
+ * the front reports the fusion as unsupported). */
 #include <stdio.h>
 
 #include "error.h"
@@ -48,7 +48,8 @@
 #define FUSIONS                                                                                    \
     (MG_GEMM_FUSES_PROLOGUE(MG_GEMM_PROLOGUE_RMSNORM) |                                            \
      MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_RESIDUAL_ADD) |                                       \
-     MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_SILU_MUL))
+     MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_SILU_MUL) |                                           \
+     MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_KV_APPEND))
 
 /* The device's facts (the backend holds them: a copy, no driver call); false, with the caller's
  * error state untouched, when the backend cannot tell them. */
@@ -164,21 +165,60 @@ static bool norm_m8(const mg_gemm_plan *p) {
     return p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM && p->m <= DECODE_GEMV_NORM_M8_MAX_M;
 }
 
+/* The KV-append kernel's arguments after (act, weight, out, norm_weight; u32 m, n, k, ldc; f32
+ * eps): the append's page table, positions and pools, u32 batch, num_kv_indices, num_pages,
+ * page_size, qo_heads, kv_heads, head_dim, rope; f32 rope_theta. BF16 pools only: an FP8 pool
+ * is refused here, before anything is launched (the plan, which the choice of provider sees,
+ * does not name the pool's type). */
+static mg_status kv_append_arguments(const mg_gemm_call *call, mg_launch *l) {
+    const mg_kv_cache_desc *cache = call->t.fusion.kv_cache;
+    if (cache->kv_dtype != MG_KV_BF16)
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "mg_gemm_bf16 with fusion epilogue kv_append: the decode GEMV appends "
+                        "to BF16 pools only (this cache is FP8): run the GEMM and mg_kv_append "
+                        "apart");
+    mg_kv_append_args a;
+    mg_gemm_kv_append_args(call, &a);
+    mg_launch_arg_ptr(l, a.qo_indptr);
+    mg_launch_arg_ptr(l, a.kv_indptr);
+    mg_launch_arg_ptr(l, a.kv_indices);
+    mg_launch_arg_ptr(l, a.kv_last_page_len);
+    mg_launch_arg_ptr(l, a.positions);
+    mg_launch_arg_ptr(l, a.k_pages);
+    mg_launch_arg_ptr(l, a.v_pages);
+    mg_launch_arg_u32(l, a.batch_size);
+    mg_launch_arg_u32(l, a.num_kv_indices);
+    mg_launch_arg_u32(l, cache->num_pages);
+    mg_launch_arg_u32(l, cache->page_size ? cache->page_size : MG_KV_PAGE_SIZE_DEFAULT);
+    mg_launch_arg_u32(l, a.num_qo_heads);
+    mg_launch_arg_u32(l, cache->num_kv_heads);
+    mg_launch_arg_u32(l, cache->head_dim);
+    mg_launch_arg_u32(l, a.rope);
+    mg_launch_arg_f32(l, a.rope_theta);
+    return MG_OK;
+}
+
 /* The fused BF16 kernel: (act, weight, out, norm_weight, residual; u32 m, n, k, ldc, out_f32;
- * f32 eps), named after the fusion. */
+ * f32 eps), or the KV-append one's arguments (kv_append_arguments), named after the fusion. */
 static mg_status fused_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call, mg_launch *l) {
     const mg_gemm_plan *p = &call->plan;
+    const bool kv_append = p->fusion.epilogue == MG_GEMM_EPILOGUE_KV_APPEND;
     mg_launch_arg_ptr(l, call->t.act);
     mg_launch_arg_ptr(l, call->t.weight);
     mg_launch_arg_ptr(l, call->t.out);
     mg_launch_arg_ptr(l, call->t.fusion.norm_weight);
-    mg_launch_arg_ptr(l, call->t.fusion.residual);
+    if (!kv_append)
+        mg_launch_arg_ptr(l, call->t.fusion.residual);
     mg_launch_arg_u32(l, p->m);
     mg_launch_arg_u32(l, p->n);
     mg_launch_arg_u32(l, p->k);
     mg_launch_arg_u32(l, p->ldc);
-    mg_launch_arg_u32(l, p->out_type == MG_DTYPE_F32);
+    if (!kv_append)
+        mg_launch_arg_u32(l, p->out_type == MG_DTYPE_F32);
     mg_launch_arg_f32(l, p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM ? p->fusion.eps : 0.0f);
+    mg_status st = kv_append ? kv_append_arguments(call, l) : MG_OK;
+    if (st)
+        return st;
     char kernel[96];
     snprintf(kernel, sizeof kernel, KERNEL_FUSED_PREFIX "%s_%s%s",
              mg_gemm_prologue_name(p->fusion.prologue), mg_gemm_epilogue_name(p->fusion.epilogue),
@@ -238,7 +278,8 @@ const mg_gemm_provider mg_gemm_decode_gemv_provider = {
                  KERNEL_FUSED_PREFIX "rmsnorm_none_m8",
                  KERNEL_FUSED_PREFIX "rmsnorm_residual_add_m8",
                  KERNEL_FUSED_PREFIX "rmsnorm_silu_mul_m8", KERNEL_FUSED_PREFIX "none_residual_add",
-                 KERNEL_FUSED_PREFIX "none_silu_mul")},
+                 KERNEL_FUSED_PREFIX "none_silu_mul", KERNEL_FUSED_PREFIX "rmsnorm_kv_append",
+                 KERNEL_FUSED_PREFIX "rmsnorm_kv_append_m8", KERNEL_FUSED_PREFIX "none_kv_append")},
     .run = gemv_run,
     .fusions = FUSIONS,
 };

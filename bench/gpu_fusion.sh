@@ -5,7 +5,7 @@
 #   correctness: `check` (the gemm/fusion_* checks now run on CUDA), test_forward_cuda (the
 #   fused step against the CPU in lockstep, graph = eager), tests/run_compare_cuda.sh, `run
 #   --compare` of the tiny preset fused at batch 1, 4, 8 and 16 and unfused;
-#   speed: `run --json` of llama-3.2-1b and llama-3-8b (BF16) fused and --no-fusion, and the
+#   speed: `run --json` of llama-3.2-1b and llama-3-8b (BF16 and FP8) fused and --no-fusion, and the
 #   torch.compile peer (the project's h200_compile_decode.py, carried as
 #   $G/h200_compile_decode.py; PEER_SHAPES, default "1,512 8,512": batch,context pairs, or
 #   "none") in the
@@ -34,12 +34,13 @@ step compare_tiny_unfused timeout 60 "$BIN/metrale-gpu" --backend cuda run --pre
 grep -h -E "AGREE|DISAGREE|decode GEMMs" "$L"/compare_tiny_*.txt >> "$S"
 fi
 runs=()
-for spec in "llama-3.2-1b 1" "llama-3-8b 1" "llama-3-8b 8" "llama-3-8b 16"; do
+for spec in "llama-3.2-1b 1 bf16" "llama-3-8b 1 bf16" "llama-3-8b 8 bf16" "llama-3-8b 16 bf16" \
+            "llama-3.2-1b 1 fp8" "llama-3-8b 1 fp8" "llama-3-8b 8 fp8"; do
   set -- $spec
   for fusion in fused unfused; do
-    name="run_${1}_b${2}_${fusion}"
+    name="run_${1}_b${2}_${3}_${fusion}"
     flag=(); [ "$fusion" = unfused ] && flag=(--no-fusion)
-    step "$name" timeout 90 "$BIN/metrale-gpu" --backend cuda --json run --preset "$1" --batch "$2" --steps 64 "${flag[@]}"
+    step "$name" timeout 120 "$BIN/metrale-gpu" --backend cuda --json run --preset "$1" --batch "$2" --weights "$3" --steps 64 "${flag[@]}"
     runs+=("$name")
   done
 done
@@ -48,12 +49,15 @@ python3 - "$OUT/runs.json" <<'PY' | tee -a "$S"
 import json, sys
 for k, r in json.load(open(sys.argv[1])).items():
     print(k, r.get("decode_ms_per_step"), "ms", r.get("fraction_of_limit"), "of limit,",
-          r.get("kernels_per_step"), "kernels, fused", r.get("fused_decode"), r.get("error", "")[:80])
+          r.get("kernels_per_step"), "kernels, fused", r.get("fused_decode"), "qkv",
+          r.get("fused_qkv"), "append", r.get("fused_kv_append"), r.get("error", "")[:80])
 PY
 if [ "${ONLY:-}" != speed ]; then
 step memcheck_fusion timeout 120 $CS --tool memcheck "$BIN/metrale-gpu" --backend cuda check gemm/fusion
 step racecheck_fusion timeout 120 $CS --tool racecheck "$BIN/metrale-gpu" --backend cuda check gemm/fusion
 step memcheck_run timeout 90 $CS --tool memcheck "$BIN/metrale-gpu" --backend cuda run --preset tiny --batch 3 --steps 4
+step memcheck_run_fp8 timeout 90 $CS --tool memcheck "$BIN/metrale-gpu" --backend cuda run --preset tiny --weights fp8 --batch 1 --steps 4
+step racecheck_run_fp8 timeout 90 $CS --tool racecheck "$BIN/metrale-gpu" --backend cuda run --preset tiny --weights fp8 --batch 2 --steps 2
 step racecheck_run timeout 90 $CS --tool racecheck "$BIN/metrale-gpu" --backend cuda run --preset tiny --batch 3 --steps 2
 grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" "$L"/memcheck_*.txt "$L"/racecheck_*.txt >> "$S"
 fi

@@ -661,7 +661,11 @@ static void check_trace(mg_backend *be, mg_fwd_config c) {
         else if (!strcmp(sum.name, "rmsnorm"))
             want = 2 * p->layers + 1 + (info.fused_decode ? 1 : 2 * p->layers + 1);
         else if (!strcmp(sum.name, "fp8_quant"))
-            want = c.weights == MG_FWD_WEIGHTS_FP8 ? 2 * (4 * p->layers + 1) : 0;
+            /* the prefill's 4 per layer and the LM head's; a fused decode step quantizes only
+             * the output and down projections' inputs */
+            want = c.weights == MG_FWD_WEIGHTS_FP8
+                       ? 4 * p->layers + 1 + (info.fused_decode ? 2 : 4) * p->layers + 1
+                       : 0;
         for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0]; k++)
             want = strcmp(sum.name, per_layer[k])                       ? want
                    : info.fused_decode && !strcmp(sum.name, "silu_mul") ? p->layers
@@ -812,6 +816,12 @@ int main(void) {
                mg_fwd_weights_name(f.weights), f.batch, f.prompt_len, f.steps,
                (unsigned long long)f.seed);
         check_against_reference(be, f);
+        if (f.weights == MG_FWD_WEIGHTS_FP8) { /* the fused FP8 step, and at one token row */
+            check_fusion_exact(be, f);
+            mg_fwd_config f1 = f;
+            f1.batch = 1;
+            check_fusion_exact(be, f1);
+        }
     }
     /* the spans and the trace (FP8, then BF16 weights), with graph replays before the timed
      * step where the CPU backend captures them */

@@ -332,7 +332,7 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     if (!st) {
         m->format = mg_fwd_format_of_model(m);
         /* one token row per decode step: its q and kv projections can be one GEMV */
-        if (B == 1 && !c->unfused && m->format->bf16_matrices && !m->format->mlp && !m->sh.experts)
+        if (B == 1 && !c->unfused && m->format->fused_gemms && !m->format->mlp && !m->sh.experts)
             st = mg_fwd_join_qkv(m);
     }
     if (!st) {

@@ -15,6 +15,7 @@
 #include "model_internal.h"
 
 #include "metrale/ops.h"
+#include "metrale/ops_gemm.h"
 
 struct mg_fwd_format {
     const char *name;
@@ -52,9 +53,11 @@ struct mg_fwd_format {
     mg_status (*lm_head)(mg_fwd *m, mg_stream *s, uint32_t rows);
     /* The logits lm_head writes are BF16 (else FP32). */
     bool bf16_logits;
-    /* Its dense matrices are BF16 GEMM weights (layer_tensor), so the decode step may run them
-     * as fused mg_gemm calls (model_forward.c) instead of linear / gate_up. */
-    bool bf16_matrices;
+    /* Its dense matrices are mg_gemm weights of kind gemm_kind (layer_tensor; row-wise FP8: with
+     * their row scales in fp8_scales, the GEMM inputs quantized by prepare_input), so the decode
+     * step may run them as fused mg_gemm calls (model_forward.c) instead of linear / gate_up. */
+    bool fused_gemms;
+    mg_gemm_kind gemm_kind;
 };
 
 extern const mg_fwd_format mg_fwd_format_bf16, mg_fwd_format_fp8, mg_fwd_format_nvfp4,

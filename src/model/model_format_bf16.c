@@ -29,5 +29,6 @@ const mg_fwd_format mg_fwd_format_bf16 = {
     .gate_up = mg_fwd_gate_up_unfused,
     .experts = mg_fwd_experts_grouped,
     .lm_head = mg_fwd_lm_head_bf16,
-    .bf16_matrices = true,
+    .fused_gemms = true,
+    .gemm_kind = MG_GEMM_BF16,
 };

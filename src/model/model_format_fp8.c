@@ -64,4 +64,6 @@ const mg_fwd_format mg_fwd_format_fp8 = {
     .experts = mg_fwd_experts_grouped,
     .lm_head = fp8_lm_head,
     .bf16_logits = true,
+    .fused_gemms = true,
+    .gemm_kind = MG_GEMM_FP8_ROWWISE,
 };

@@ -47,8 +47,8 @@ struct mg_fwd {
     mg_devptr embedding, final_norm, lm_head;
     mg_devptr *layer_w; /* [layers][MG_FWD_LAYER_TENSORS]; NVFP4: the matrices' are 0; FP8:
                            the matrices' E4M3 codes (their allocation also holds the scales) */
-    /* mg_fwd_join_qkv: each layer's BF16 q and kv matrices lie back to back in one allocation
-     * (MG_FWD_WKV points into MG_FWD_WQ's, and is not freed on its own) */
+    /* mg_fwd_join_qkv: each layer's q and kv matrices lie back to back in one allocation
+     * (MG_FWD_WKV points into MG_FWD_WQ's, and is not freed on its own; FP8: so do the scales) */
     bool qkv_joined;
     /* checkpoints: the biases and head norms of model_checkpoint.h, [layers][MG_FWD_EXTRA_TENSORS]
      * (NULL for the presets); qk_norm models: the normed keys of a pass, packed [rows, kv_heads
@@ -156,9 +156,10 @@ mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_model_shape *sh, mg_fwd_weights w
 
 /* model_weights.c: every weight of m's config (generated, quantized, or from its checkpoint). */
 mg_status mg_fwd_create_weights(mg_fwd *m);
-/* Moves each layer's BF16 q and kv matrices into one allocation, q's rows then kv's (the same
- * bytes; one layer's pair of extra memory while it moves), so that a decode step of one token
- * row computes both in one normed GEMV (model_forward.c). Sets m->qkv_joined. */
+/* Moves each layer's BF16 or FP8 q and kv matrices into one allocation, q's rows then kv's
+ * (the same bytes; FP8: then q's row scales, kv's; one layer's pair of extra memory while it
+ * moves), so that a decode step of one token row computes both in one normed GEMV
+ * (model_forward.c). Sets m->qkv_joined. */
 mg_status mg_fwd_join_qkv(mg_fwd *m);
 /* Whether layer slot `slot` is one of the matrices NVFP4 / FP8 / MLX weights replace. */
 bool mg_fwd_is_quantized_matrix(uint32_t slot);

@@ -275,16 +275,28 @@ bool mg_fwd_is_quantized_matrix(uint32_t slot) {
 
 mg_status mg_fwd_join_qkv(mg_fwd *m) {
     const mg_model_shape *sh = &m->sh;
-    const size_t q_bytes = (size_t)sh->heads * sh->head_dim * sh->hidden * 2;
-    const size_t kv_bytes = (size_t)2 * sh->kv_heads * sh->head_dim * sh->hidden * 2;
+    /* FP8: codes of one byte, each matrix's allocation holding its row scales after the codes
+     * (upload_fp8_tensor); the joined one holds q's codes, kv's, then q's scales, kv's */
+    const bool fp8 = m->fp8_scales != NULL;
+    const size_t q_rows = (size_t)sh->heads * sh->head_dim,
+                 kv_rows = (size_t)2 * sh->kv_heads * sh->head_dim;
+    const size_t q_bytes = q_rows * sh->hidden * (fp8 ? 1 : 2),
+                 kv_bytes = kv_rows * sh->hidden * (fp8 ? 1 : 2);
+    const size_t codes_bytes = fp8 ? (q_bytes + kv_bytes + 15) & ~(size_t)15 : q_bytes + kv_bytes;
+    const size_t bytes = codes_bytes + (fp8 ? 4 * (q_rows + kv_rows) : 0);
     for (uint32_t l = 0; l < m->layers; l++) {
         mg_devptr *w = &m->layer_w[(size_t)l * MG_FWD_LAYER_TENSORS];
+        mg_devptr *scales = fp8 ? &m->fp8_scales[(size_t)l * MG_FWD_LAYER_TENSORS] : NULL;
         mg_devptr joined = 0;
-        mg_status st = mg_alloc(m->b, q_bytes + kv_bytes, &joined);
+        mg_status st = mg_alloc(m->b, bytes, &joined);
         if (st)
             return mg_fwd_lib_fail(st, "allocating the joined q and kv matrices");
         if ((st = mg_copy_d2d(m->b, joined, w[MG_FWD_WQ], q_bytes)) ||
-            (st = mg_copy_d2d(m->b, joined + q_bytes, w[MG_FWD_WKV], kv_bytes))) {
+            (st = mg_copy_d2d(m->b, joined + q_bytes, w[MG_FWD_WKV], kv_bytes)) ||
+            (fp8 &&
+             ((st = mg_copy_d2d(m->b, joined + codes_bytes, scales[MG_FWD_WQ], 4 * q_rows)) ||
+              (st = mg_copy_d2d(m->b, joined + codes_bytes + 4 * q_rows, scales[MG_FWD_WKV],
+                                4 * kv_rows))))) {
             mg_free(m->b, joined);
             return mg_fwd_lib_fail(st, "joining the q and kv matrices");
         }
@@ -294,10 +306,18 @@ mg_status mg_fwd_join_qkv(mg_fwd *m) {
         mg_free(m->b, w[MG_FWD_WKV]);
         w[MG_FWD_WQ] = joined;
         w[MG_FWD_WKV] = 0;
+        if (fp8) {
+            scales[MG_FWD_WQ] = joined + codes_bytes;
+            scales[MG_FWD_WKV] = 0;
+        }
     }
     for (uint32_t l = 0; l < m->layers; l++) {
         mg_devptr *w = &m->layer_w[(size_t)l * MG_FWD_LAYER_TENSORS];
         w[MG_FWD_WKV] = w[MG_FWD_WQ] + q_bytes;
+        if (fp8) {
+            mg_devptr *scales = &m->fp8_scales[(size_t)l * MG_FWD_LAYER_TENSORS];
+            scales[MG_FWD_WKV] = scales[MG_FWD_WQ] + 4 * q_rows;
+        }
     }
     m->qkv_joined = true;
     return MG_OK;

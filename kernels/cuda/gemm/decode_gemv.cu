@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "common/bf16.cuh"
+#include "common/fp8_e4m3.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/kv_slot.cuh"
 #include "common/silu.cuh"
@@ -107,16 +108,26 @@ struct Span {
     uint4 lo, hi;
 };
 
-template <bool Stream>
+// Where a span is read from: the weight stream (past L1), an L1-cached global row, or the
+// FP8 prologue's codes in shared memory.
+enum { kFromStream = 0, kFromCache = 1, kFromShared = 2 };
+
+template <int From> __device__ __forceinline__ uint4 load_vector(const uint8_t *p) {
+    if (From == kFromStream)
+        return load_stream(reinterpret_cast<const uint4 *>(p));
+    if (From == kFromCache)
+        return load_cached(p);
+    return *reinterpret_cast<const uint4 *>(p);
+}
+
+template <int From>
 __device__ __forceinline__ Span load_span(const uint8_t *row, uint32_t at, uint32_t row_bytes,
                                           bool live) {
     Span s = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
     if (live && at < row_bytes)
-        s.lo =
-            Stream ? load_stream(reinterpret_cast<const uint4 *>(row + at)) : load_cached(row + at);
+        s.lo = load_vector<From>(row + at);
     if (live && at + 16 < row_bytes)
-        s.hi = Stream ? load_stream(reinterpret_cast<const uint4 *>(row + at + 16))
-                      : load_cached(row + at + 16);
+        s.hi = load_vector<From>(row + at + 16);
     return s;
 }
 
@@ -151,7 +162,8 @@ __device__ __forceinline__ void load_weights(Span (&w)[kUnroll], const uint8_t *
 #pragma unroll
     for (int u = 0; u < kUnroll; u++) {
         const uint32_t chunk = warp + (group * kUnroll + u) * kWarps;
-        w[u] = load_span<true>(p, chunk * kChunk + q * 32, row_bytes, live && chunk < chunks);
+        w[u] = load_span<kFromStream>(p, chunk * kChunk + q * 32, row_bytes,
+                                      live && chunk < chunks);
     }
 }
 
@@ -215,20 +227,112 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// The FP8 RMSNorm prologue's row pitch in shared memory: K codes and 16 bytes, so that the 8
+// rows a warp's lanes read at the same offset fall in different banks.
+__device__ __forceinline__ uint32_t staged_pitch(uint32_t k) {
+    return (k + 15) / 16 * 16 + 16;
+}
+
+// bf16((x * inv) * w) for the 8 values of a vector, mg_rmsnorm_bf16's rounding.
+__device__ __forceinline__ uint4 norm_vector(uint4 x, uint4 w, float inv) {
+    auto pair = [inv](uint32_t a, uint32_t b) {
+        const float lo = mg_num_bf16_low(a) * inv * mg_num_bf16_low(b);
+        const float hi = mg_num_bf16_high(a) * inv * mg_num_bf16_high(b);
+        return mg_num_f32_to_bf16(lo) | mg_num_f32_to_bf16(hi) << 16;
+    };
+    return make_uint4(pair(x.x, w.x), pair(x.y, w.y), pair(x.z, w.z), pair(x.w, w.w));
+}
+
+__device__ __forceinline__ float sum_squares(uint4 v, float sum) {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float lo = mg_num_bf16_low(words[i]), hi = mg_num_bf16_high(words[i]);
+        sum = fmaf(hi, hi, fmaf(lo, lo, sum));
+    }
+    return sum;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// The FP8 RMSNorm prologue, once per block before its first MMA: each of the m rows of act
+// (BF16, un-normed) normed as mg_rmsnorm_bf16 does, then quantized as mg_fp8_quantize_rowwise
+// does (amax of the normed row, scale = amax / 448, codes rounded to nearest even), into
+// `codes` (shared, m rows at staged_pitch) and row_scale[t]. Given the row's 1 / rms, every
+// value, the scale and the codes are bit-identical to the CPU composition; the sum of squares
+// runs in another order (a fixed one: per thread, then lanes, then warps 0..7). `sum_part` and
+// `amax_part` are shared scratch of [kWarps][16].
+__device__ void stage_fp8_rows(const uint8_t *act, const uint8_t *norm_weight, uint32_t m,
+                               uint32_t k, float eps, uint8_t *codes, float *row_scale,
+                               float (*sum_part)[16], float (*amax_part)[16]) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const uint32_t vectors = k / 8, pitch = staged_pitch(k);
+    const uint4 *w = reinterpret_cast<const uint4 *>(norm_weight);
+    auto row_of = [&](uint32_t t) { return reinterpret_cast<const uint4 *>(act) + t * vectors; };
+    for (uint32_t t = 0; t < m; t++) {
+        float sum = 0.0f;
+        for (uint32_t v = threadIdx.x; v < vectors; v += kWarps * 32)
+            sum = sum_squares(load_cached(row_of(t) + v), sum);
+        sum = warp_sum(sum);
+        if (lane == 0)
+            sum_part[warp][t] = sum;
+    }
+    __syncthreads();
+    auto inv_of = [&](uint32_t t) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int v = 0; v < kWarps; v++)
+            sum += sum_part[v][t];
+        return 1.0f / sqrtf(sum / (float)k + eps);
+    };
+    for (uint32_t t = 0; t < m; t++) {
+        const float inv = inv_of(t);
+        float amax = 0.0f;
+        for (uint32_t v = threadIdx.x; v < vectors; v += kWarps * 32)
+            amax = mg_fp8::vector_amax(norm_vector(load_cached(row_of(t) + v), load_cached(w + v), inv),
+                                       amax);
+        amax = mg_fp8::lanes_max(amax, 32);
+        if (lane == 0)
+            amax_part[warp][t] = amax;
+    }
+    __syncthreads();
+    for (uint32_t t = 0; t < m; t++) {
+        const float inv = inv_of(t);
+        float amax = 0.0f;
+#pragma unroll
+        for (int v = 0; v < kWarps; v++)
+            amax = fmaxf(amax, amax_part[v][t]);
+        const float scale = mg_fp8::scale_from_amax(amax);
+        if (threadIdx.x == 0)
+            row_scale[t] = scale;
+        for (uint32_t v = threadIdx.x; v < vectors; v += kWarps * 32)
+            *reinterpret_cast<uint2 *>(codes + t * pitch + v * 8) = mg_fp8::quantize_vector(
+                norm_vector(load_cached(row_of(t) + v), load_cached(w + v), inv), scale);
+    }
+    __syncthreads();
+}
+
 // The KV-append epilogue's stores of output row t, column `col` of a finished tile (its sums
-// over the warps in `partial`, times inv): out receives y with the q heads rotated, the pools
+// over the warps in `partial`, times scale_lo for column col and scale_hi for col + 4, the
+// RMSNorm's 1 / rms or the FP8 scales): out receives y with the q heads rotated, the pools
 // the rotated k heads and the v heads at the token's page row (when kv_ok), as mg_kv_append
 // does after the plain GEMM (y rounded to BF16 first, RoPE in FP32, rounded again).
 __device__ __forceinline__ void kv_append_store(const KvAppend &kv, uint32_t tile, uint32_t col,
                                                 const float (*partial)[16][kRows], uint32_t t,
-                                                float inv, uint32_t ldc, uint32_t n, uint16_t *out,
-                                                bool kv_ok, size_t kv_row, float position) {
-    auto y_of = [&](uint32_t c) {
+                                                float scale_lo, float scale_hi, uint32_t ldc,
+                                                uint32_t n, uint16_t *out, bool kv_ok,
+                                                size_t kv_row, float position) {
+    auto y_of = [&](uint32_t c, float scale) {
         float sum = 0.0f;
 #pragma unroll
         for (int v = 0; v < kWarps; v++)
             sum += partial[v][t][c];
-        return mg_num_bf16_to_f32(mg_num_f32_to_bf16(sum * inv));
+        return mg_num_bf16_to_f32(mg_num_f32_to_bf16(sum * scale));
     };
     uint16_t *out_row = out + (size_t)t * ldc;
     const uint32_t D = kv.head_dim;
@@ -236,7 +340,7 @@ __device__ __forceinline__ void kv_append_store(const KvAppend &kv, uint32_t til
         const uint32_t row = tile * kRows + col;
         if (row >= n)
             return;
-        const uint16_t y = (uint16_t)mg_num_f32_to_bf16(y_of(col));
+        const uint16_t y = (uint16_t)mg_num_f32_to_bf16(y_of(col, scale_lo));
         out_row[row] = y;
         if (kv_ok)
             kv.v_pages[kv_row + (row - (kv.qo_heads + kv.kv_heads) * D)] = y;
@@ -247,7 +351,7 @@ __device__ __forceinline__ void kv_append_store(const KvAppend &kv, uint32_t til
     const uint32_t per_head = D / kRows, head = tile / per_head;
     const uint32_t i = (tile % per_head) * (kRows / 2) + col; // frequency index, < D / 2
     const uint32_t row0 = head * D + i, row1 = row0 + D / 2;
-    const float x0 = y_of(col), x1 = y_of(col + kRows / 2);
+    const float x0 = y_of(col, scale_lo), x1 = y_of(col + kRows / 2, scale_hi);
     float r0 = x0, r1 = x1;
     if (kv.rope && kv_ok) {
         float c, s;
@@ -274,8 +378,13 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
                             uint32_t k, uint32_t ldc, bool out_f32, Fusion fusion) {
     constexpr bool kFp8 = Mode != kBf16;
     constexpr uint32_t kElem = kFp8 ? 1 : 2;
+    // The FP8 RMSNorm prologue's codes come from shared memory, made once per block.
+    constexpr bool kStaged = kFp8 && Norm;
+    static_assert(!Norm || Mode != kFp8Tensorwise, "the FP8 prologue quantizes by rows");
     __shared__ float partial[kWarps][16][kRows];
     __shared__ float sum_sq_part[kWarps][16]; // RMSNorm: each warp's share of each row
+    __shared__ float staged_scale[16];        // FP8 RMSNorm: each row's quantization scale
+    extern __shared__ __align__(16) uint8_t staged[]; // FP8 RMSNorm: m x staged_pitch(k) codes
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int g = lane / 4, q = lane % 4;
@@ -285,8 +394,10 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
     const uint32_t outputs = Epi == kEpiSiluMul ? n / 2 : n;                      // columns of out
     const uint32_t tiles = (outputs + tile_outputs<Epi>() - 1) / tile_outputs<Epi>();
     const bool a_live_lo = (uint32_t)g < m, a_live_hi = Hi && (uint32_t)g + 8 < m;
-    const uint8_t *a_row_lo = act + (size_t)(a_live_lo ? g : 0) * row_bytes;
-    const uint8_t *a_row_hi = act + (size_t)(a_live_hi ? g + 8 : 0) * row_bytes;
+    const uint8_t *a_rows = kStaged ? staged : act;
+    const uint32_t a_pitch = kStaged ? staged_pitch(k) : row_bytes;
+    const uint8_t *a_row_lo = a_rows + (size_t)(a_live_lo ? g : 0) * a_pitch;
+    const uint8_t *a_row_hi = a_rows + (size_t)(a_live_hi ? g + 8 : 0) * a_pitch;
 
     // The block walks tiles blockIdx.x, + gridDim.x, ... and each warp its chunk groups of a
     // tile; the weights of the next (tile, group) are in flight while the current one is
@@ -304,6 +415,9 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
     // The first weights do not depend on the previous kernel: load them before waiting.
     load_weights(w, weight, row, live, row_bytes, chunks, 0, warp, q);
     grid_dependency_wait();
+    if (kStaged) // the rows are the previous work's output: after the wait
+        stage_fp8_rows(act, fusion.norm_weight, m, k, fusion.eps, staged, staged_scale,
+                       sum_sq_part, reinterpret_cast<float (*)[16]>(&partial[0][0][0]));
     // KV append: the page row and position of this thread's output row t (threadIdx.x / 8),
     // looked up once (the table is the previous work's output, so after the wait).
     size_t kv_row = 0;
@@ -326,10 +440,11 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
         for (int u = 0; u < kUnroll; u++) {
             const uint32_t chunk = warp + (group * kUnroll + u) * kWarps;
             const uint32_t at = chunk * kChunk + q * 32;
-            a_lo[u] = load_span<false>(a_row_lo, at, row_bytes, chunk < chunks && a_live_lo);
-            a_hi[u] = load_span<false>(a_row_hi, at, row_bytes, chunk < chunks && a_live_hi);
-            if (Norm) {
-                const Span nw = load_span<false>(fusion.norm_weight, at, row_bytes,
+            constexpr int kFrom = kStaged ? kFromShared : kFromCache;
+            a_lo[u] = load_span<kFrom>(a_row_lo, at, row_bytes, chunk < chunks && a_live_lo);
+            a_hi[u] = load_span<kFrom>(a_row_hi, at, row_bytes, chunk < chunks && a_live_hi);
+            if (Norm && !kStaged) {
+                const Span nw = load_span<kFromCache>(fusion.norm_weight, at, row_bytes,
                                                  chunk < chunks && (a_live_lo || a_live_hi));
                 if (a_live_lo)
                     norm_span(&a_lo[u], nw, first_tile, &sum_sq_lo);
@@ -358,7 +473,7 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
             partial[warp][g + 8][2 * q] = c[2];
             partial[warp][g + 8][2 * q + 1] = c[3];
             c[0] = c[1] = c[2] = c[3] = 0.0f;
-            if (Norm && first_tile) { // all of K has passed: each row's sum of squares
+            if (Norm && !kStaged && first_tile) { // all of K has passed: each row's sum of squares
                 const float lo = quad_sum(sum_sq_lo), hi = quad_sum(sum_sq_hi);
                 if (q == 0) {
                     sum_sq_part[warp][g] = lo;
@@ -367,7 +482,7 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
             }
             __syncthreads();
             const uint32_t t = threadIdx.x / kRows, col = threadIdx.x % kRows;
-            if (Norm && first_tile && t < 16) {
+            if (Norm && !kStaged && first_tile && t < 16) {
                 float sum_sq = 0.0f;
 #pragma unroll
                 for (int v = 0; v < kWarps; v++)
@@ -376,9 +491,23 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
             }
             first_tile = false;
             const uint32_t j = tile * tile_outputs<Epi>() + col;
+            // What column c of the tile's sums is multiplied by: 1 / rms (BF16 RMSNorm), the
+            // FP8 scales of the row's activation and of the column's weight row.
+            auto scale_of = [&](uint32_t c) {
+                if (Mode == kFp8Tensorwise)
+                    return act_scale[0] * weight_scale[0];
+                if (Mode == kFp8Rowwise) {
+                    bool row_live;
+                    const uint32_t r = tile_row<Epi>(tile, (int)c, n, &row_live, fusion.kv);
+                    const float a = kStaged ? staged_scale[t] : act_scale[t];
+                    return row_live ? a * weight_scale[r] : 0.0f;
+                }
+                return Norm ? inv : 1.0f;
+            };
             if (Epi == kEpiKvAppend) {
                 if (threadIdx.x < 16 * kRows && t < m)
-                    kv_append_store(fusion.kv, tile, col, partial, t, inv, ldc, n,
+                    kv_append_store(fusion.kv, tile, col, partial, t, scale_of(col),
+                                    col < kRows / 2 ? scale_of(col + kRows / 2) : 0.0f, ldc, n,
                                     static_cast<uint16_t *>(out), kv_ok, kv_row, (float)kv_pos);
             } else if (threadIdx.x < 16 * kRows && t < m && col < tile_outputs<Epi>() &&
                        j < outputs) {
@@ -386,20 +515,14 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
 #pragma unroll
                 for (int v = 0; v < kWarps; v++)
                     sum += partial[v][t][col];
-                if (Mode == kFp8Tensorwise)
-                    sum = sum * act_scale[0] * weight_scale[0];
-                else if (Mode == kFp8Rowwise)
-                    sum = sum * act_scale[t] * weight_scale[j];
-                if (Norm)
-                    sum *= inv;
+                sum *= scale_of(col);
                 uint16_t *out_bf16 = static_cast<uint16_t *>(out) + (size_t)t * ldc + j;
                 if (Epi == kEpiSiluMul) {
                     float up = 0.0f;
 #pragma unroll
                     for (int v = 0; v < kWarps; v++)
                         up += partial[v][t][col + kRows / 2];
-                    if (Norm)
-                        up *= inv;
+                    up *= scale_of(col + kRows / 2);
                     *out_bf16 = (uint16_t)mg_num_f32_to_bf16(
                         mg_silu_mul_f32(mg_num_bf16_to_f32(mg_num_f32_to_bf16(sum)),
                                         mg_num_bf16_to_f32(mg_num_f32_to_bf16(up))));
@@ -566,3 +689,35 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
         decode_gemv<kFp8Tensorwise>(act, weight, act_scale, weight_scale, out, m, n, k, ldc, false,
                                     Fusion());
 }
+
+// The row-wise FP8 GEMV with a fusion, mg_decode_gemv_fp8_row_<prologue>_<epilogue>: the fused
+// BF16 kernels' operands after act_scale and weight_scale (the KV-append one: after them, its
+// operands above). Prologue rmsnorm: act is the BF16 un-normed rows and act_scale is not read
+// (the kernel makes the codes and the row scales in shared memory: the launch gives m *
+// staged_pitch(k) bytes of dynamic shared memory); prologue none: act is E4M3 codes with
+// act_scale[t]. Out BF16; 4 blocks per SM (64 registers).
+#define MG_DECODE_GEMV_FP8_FUSED(NAME, NORM, EPI)                                                  \
+    extern "C" __global__ void __launch_bounds__(kWarps * 32, 4) mg_decode_gemv_fp8_row_##NAME(    \
+        const float *act_scale, const float *weight_scale, const uint8_t *act,                     \
+        const uint8_t *weight, void *out, const uint8_t *norm_weight, const uint16_t *residual,    \
+        uint32_t m, uint32_t n, uint32_t k, uint32_t ldc, uint32_t out_f32, float eps) {           \
+        (void)out_f32;                                                                             \
+        decode_gemv<kFp8Rowwise, NORM, EPI>(act, weight, act_scale, weight_scale, out, m, n, k,    \
+                                            ldc, false, Fusion{norm_weight, residual, eps});       \
+    }
+MG_DECODE_GEMV_FP8_FUSED(rmsnorm_none, true, kEpiNone)
+MG_DECODE_GEMV_FP8_FUSED(rmsnorm_residual_add, true, kEpiResidual)
+MG_DECODE_GEMV_FP8_FUSED(rmsnorm_silu_mul, true, kEpiSiluMul)
+MG_DECODE_GEMV_FP8_FUSED(none_residual_add, false, kEpiResidual)
+MG_DECODE_GEMV_FP8_FUSED(none_silu_mul, false, kEpiSiluMul)
+
+// The KV-append ones run 3 blocks per SM (80 registers): at 64 the page lookup spills.
+#define MG_DECODE_GEMV_FP8_KV_APPEND(NAME, NORM)                                                   \
+    extern "C" __global__ void __launch_bounds__(kWarps * 32, 3) mg_decode_gemv_fp8_row_##NAME(    \
+        const float *act_scale, const float *weight_scale, MG_DECODE_GEMV_KV_APPEND_PARAMS) {      \
+        decode_gemv<kFp8Rowwise, NORM, kEpiKvAppend>(act, weight, act_scale, weight_scale, out, m, \
+                                                     n, k, ldc, false,                             \
+                                                     MG_DECODE_GEMV_KV_APPEND_FUSION);             \
+    }
+MG_DECODE_GEMV_FP8_KV_APPEND(rmsnorm_kv_append, true)
+MG_DECODE_GEMV_FP8_KV_APPEND(none_kv_append, false)

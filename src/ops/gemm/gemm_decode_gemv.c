@@ -13,9 +13,12 @@
  * asks K % 16 == 0); act, weight and out 16-byte aligned; FP8 on compute capability 9.0 (the
  * sm_90a image: the portable PTX image has no FP8 MMA).
  *
- * Fusions (metrale/ops_gemm.h): for BF16 weights it runs the RMSNorm prologue and the
- * residual-add, SiLU-mul and KV-append epilogues (the last into BF16 pools only), alone or
- * together (one kernel per pair, mg_decode_gemv_bf16_<prologue>_<epilogue>). No other CUDA provider
+ * Fusions (metrale/ops_gemm.h): for BF16 and row-wise FP8 weights it runs the RMSNorm prologue
+ * and the residual-add, SiLU-mul and KV-append epilogues (the last into BF16 pools only), alone
+ * or together (one kernel per pair, mg_decode_gemv_bf16_<prologue>_<epilogue> and
+ * mg_decode_gemv_fp8_row_<prologue>_<epilogue>). The FP8 RMSNorm prologue quantizes the normed
+ * rows once per block into shared memory, so it takes M x (K + 16) <= 40 KiB of codes (M <= 9
+ * at K = 4096); larger ones are refused. No other CUDA provider
  * fuses, so a fusion it passes over is refused (MG_ERR_UNSUPPORTED, and a caller such as the
  * forward model then runs the ops apart): in the automatic choice it takes the fused calls where
  * its plain GEMV wins (decode_gemv_wins) and every call of one token row, where it is 0.87-1.06x
@@ -23,8 +26,8 @@
  * of the intermediate; at 4 to 16 rows of the large shapes it is 0.67-0.86x cuBLASLt, more than the
  * fusion saves. Forced by name it takes every fused call its kernels can run. Outside
  * batch-invariant mode only (there cuBLASLt runs every shape), with the norm weight 16-byte
- * aligned too. The argmax epilogue and the FP8 fusions are not implemented here (refused, so
- * the front reports the fusion as unsupported). */
+ * aligned too. The argmax epilogue and the per-tensor FP8 fusions are not implemented here
+ * (refused, so the front reports the fusion as unsupported). */
 #include <stdio.h>
 
 #include "error.h"
@@ -45,6 +48,13 @@
 #define KERNEL_BF16 "mg_decode_gemv_bf16"
 #define KERNEL_FP8 "mg_decode_gemv_fp8"
 #define KERNEL_FUSED_PREFIX KERNEL_BF16 "_" /* then "<prologue>_<epilogue>" */
+#define KERNEL_FP8_FUSED_PREFIX KERNEL_FP8 "_row_"
+/* The FP8 RMSNorm kernels' dynamic shared memory: M rows of K codes at a pitch of K + 16
+ * (decode_gemv.cu, staged_pitch), under the 48 KiB a launch gets without an attribute with the
+ * kernels' static 4.6 KiB; at 4 blocks per SM it leaves the SM's shared memory to spare. */
+#define DECODE_GEMV_FP8_STAGE_MAX_BYTES (40u << 10)
+/* The FP8 KV-append kernels' blocks per SM (80 registers) */
+#define DECODE_GEMV_FP8_KV_APPEND_BLOCKS_PER_SM 3
 #define FUSIONS                                                                                    \
     (MG_GEMM_FUSES_PROLOGUE(MG_GEMM_PROLOGUE_RMSNORM) |                                            \
      MG_GEMM_FUSES_EPILOGUE(MG_GEMM_EPILOGUE_RESIDUAL_ADD) |                                       \
@@ -134,12 +144,26 @@ static bool is_fused(const mg_gemm_plan *p) {
            p->fusion.epilogue != MG_GEMM_EPILOGUE_NONE;
 }
 
+/* The FP8 RMSNorm kernels' dynamic shared memory for `p` (decode_gemv.cu, staged_pitch). */
+static uint64_t fp8_stage_bytes(const mg_gemm_plan *p) {
+    return (uint64_t)p->m * ((p->k + 15u) / 16u * 16u + 16u);
+}
+
 static bool gemv_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
     const mg_gemm_plan *p = call;
     if (!mg_gemm_fusion_declared(&mg_gemm_decode_gemv_provider, p, reason, reason_bytes))
         return false;
-    if (is_fused(p) && p->kind != MG_GEMM_BF16) {
-        snprintf(reason, reason_bytes, "the decode GEMV fuses BF16 weights only");
+    if (is_fused(p) && p->kind != MG_GEMM_BF16 && p->kind != MG_GEMM_FP8_ROWWISE) {
+        snprintf(reason, reason_bytes, "the decode GEMV fuses BF16 and row-wise FP8 weights only");
+        return false;
+    }
+    if (p->kind == MG_GEMM_FP8_ROWWISE && p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM &&
+        fp8_stage_bytes(p) > DECODE_GEMV_FP8_STAGE_MAX_BYTES) {
+        snprintf(reason, reason_bytes,
+                 "the decode GEMV's FP8 RMSNorm prologue stages M x (K + 16) codes in at most "
+                 "%u bytes of shared memory, M=%u K=%u needs %llu",
+                 DECODE_GEMV_FP8_STAGE_MAX_BYTES, p->m, p->k,
+                 (unsigned long long)fp8_stage_bytes(p));
         return false;
     }
     if (!kernels_fit(b, p, reason, reason_bytes))
@@ -174,9 +198,10 @@ static mg_status kv_append_arguments(const mg_gemm_call *call, mg_launch *l) {
     const mg_kv_cache_desc *cache = call->t.fusion.kv_cache;
     if (cache->kv_dtype != MG_KV_BF16)
         return MG_ERROR(MG_ERR_UNSUPPORTED,
-                        "mg_gemm_bf16 with fusion epilogue kv_append: the decode GEMV appends "
+                        "%s with fusion epilogue kv_append: the decode GEMV appends "
                         "to BF16 pools only (this cache is FP8): run the GEMM and mg_kv_append "
-                        "apart");
+                        "apart",
+                        mg_gemm_kind_describe(call->plan.kind)->function);
     mg_kv_append_args a;
     mg_gemm_kv_append_args(call, &a);
     mg_launch_arg_ptr(l, a.qo_indptr);
@@ -199,10 +224,16 @@ static mg_status kv_append_arguments(const mg_gemm_call *call, mg_launch *l) {
 }
 
 /* The fused BF16 kernel: (act, weight, out, norm_weight, residual; u32 m, n, k, ldc, out_f32;
- * f32 eps), or the KV-append one's arguments (kv_append_arguments), named after the fusion. */
+ * f32 eps), or the KV-append one's arguments (kv_append_arguments), named after the fusion;
+ * the FP8 ones take act_scale and weight_scale first. */
 static mg_status fused_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call, mg_launch *l) {
     const mg_gemm_plan *p = &call->plan;
     const bool kv_append = p->fusion.epilogue == MG_GEMM_EPILOGUE_KV_APPEND;
+    const bool fp8 = p->kind == MG_GEMM_FP8_ROWWISE;
+    if (fp8) {
+        mg_launch_arg_ptr(l, call->t.act_scale);
+        mg_launch_arg_ptr(l, call->t.weight_scale);
+    }
     mg_launch_arg_ptr(l, call->t.act);
     mg_launch_arg_ptr(l, call->t.weight);
     mg_launch_arg_ptr(l, call->t.out);
@@ -220,9 +251,9 @@ static mg_status fused_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call
     if (st)
         return st;
     char kernel[96];
-    snprintf(kernel, sizeof kernel, KERNEL_FUSED_PREFIX "%s_%s%s",
+    snprintf(kernel, sizeof kernel, "%s%s_%s%s", fp8 ? KERNEL_FP8_FUSED_PREFIX : KERNEL_FUSED_PREFIX,
              mg_gemm_prologue_name(p->fusion.prologue), mg_gemm_epilogue_name(p->fusion.epilogue),
-             norm_m8(p) ? "_m8" : "");
+             !fp8 && norm_m8(p) ? "_m8" : "");
     const char *name = kernel;
     return mg_op_launch_kernels(b, s, &name, l, 1);
 }
@@ -238,14 +269,20 @@ static mg_status gemv_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call)
     mg_status st = mg_device_get_info(b, &info);
     if (st)
         return st;
-    const uint32_t per_sm = p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM && !norm_m8(p)
-                                ? DECODE_GEMV_NORM_BLOCKS_PER_SM
-                                : DECODE_GEMV_BLOCKS_PER_SM;
+    const bool fp8_fused = p->kind == MG_GEMM_FP8_ROWWISE && is_fused(p);
+    const bool norm = p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM;
+    uint32_t per_sm = DECODE_GEMV_BLOCKS_PER_SM;
+    if (fp8_fused && p->fusion.epilogue == MG_GEMM_EPILOGUE_KV_APPEND)
+        per_sm = DECODE_GEMV_FP8_KV_APPEND_BLOCKS_PER_SM;
+    else if (!fp8_fused && norm && !norm_m8(p))
+        per_sm = DECODE_GEMV_NORM_BLOCKS_PER_SM;
     uint32_t resident = (uint32_t)(info.multiprocessors > 0 ? info.multiprocessors : 1) * per_sm;
     if (blocks > resident)
         blocks = resident;
+    /* gemv_supports bounded it */
+    const uint32_t shared = fp8_fused && norm ? (uint32_t)fp8_stage_bytes(p) : 0;
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){blocks, 1, 1}, (mg_dim3){DECODE_GEMV_THREADS, 1, 1}, 0);
+    mg_launch_init(&l, (mg_dim3){blocks, 1, 1}, (mg_dim3){DECODE_GEMV_THREADS, 1, 1}, shared);
     /* The kernel loads its first weights, then waits on the grid dependency (decode_gemv.cu). */
     mg_launch_set_flags(&l, MG_LAUNCH_PROGRAMMATIC);
     if (is_fused(p))
@@ -279,7 +316,11 @@ const mg_gemm_provider mg_gemm_decode_gemv_provider = {
                  KERNEL_FUSED_PREFIX "rmsnorm_residual_add_m8",
                  KERNEL_FUSED_PREFIX "rmsnorm_silu_mul_m8", KERNEL_FUSED_PREFIX "none_residual_add",
                  KERNEL_FUSED_PREFIX "none_silu_mul", KERNEL_FUSED_PREFIX "rmsnorm_kv_append",
-                 KERNEL_FUSED_PREFIX "rmsnorm_kv_append_m8", KERNEL_FUSED_PREFIX "none_kv_append")},
+                 KERNEL_FUSED_PREFIX "rmsnorm_kv_append_m8", KERNEL_FUSED_PREFIX "none_kv_append",
+                 KERNEL_FP8_FUSED_PREFIX "rmsnorm_none", KERNEL_FP8_FUSED_PREFIX "rmsnorm_residual_add",
+                 KERNEL_FP8_FUSED_PREFIX "rmsnorm_silu_mul", KERNEL_FP8_FUSED_PREFIX "none_residual_add",
+                 KERNEL_FP8_FUSED_PREFIX "none_silu_mul", KERNEL_FP8_FUSED_PREFIX "rmsnorm_kv_append",
+                 KERNEL_FP8_FUSED_PREFIX "none_kv_append")},
     .run = gemv_run,
     .fusions = FUSIONS,
 };

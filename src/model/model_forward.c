@@ -150,7 +150,9 @@ static void fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which,
         p->n = p->ldc = H;
         p->k = o ? QD : I;
         p->fusion = add;
-        *t = (mg_gemm_tensors){.act = fp8 ? m->act_fp8 : o ? m->attn_out : m->mlp_act,
+        *t = (mg_gemm_tensors){.act = fp8 ? m->act_fp8
+                                      : o ? m->attn_out
+                                          : m->mlp_act,
                                .act_scale = fp8 ? m->act_scales : 0,
                                .weight = w[o ? MG_FWD_WO : MG_FWD_W_DOWN],
                                .out = m->residual,

@@ -162,8 +162,8 @@ __device__ __forceinline__ void load_weights(Span (&w)[kUnroll], const uint8_t *
 #pragma unroll
     for (int u = 0; u < kUnroll; u++) {
         const uint32_t chunk = warp + (group * kUnroll + u) * kWarps;
-        w[u] = load_span<kFromStream>(p, chunk * kChunk + q * 32, row_bytes,
-                                      live && chunk < chunks);
+        w[u] =
+            load_span<kFromStream>(p, chunk * kChunk + q * 32, row_bytes, live && chunk < chunks);
     }
 }
 
@@ -294,8 +294,8 @@ __device__ void stage_fp8_rows(const uint8_t *act, const uint8_t *norm_weight, u
         const float inv = inv_of(t);
         float amax = 0.0f;
         for (uint32_t v = threadIdx.x; v < vectors; v += kWarps * 32)
-            amax = mg_fp8::vector_amax(norm_vector(load_cached(row_of(t) + v), load_cached(w + v), inv),
-                                       amax);
+            amax = mg_fp8::vector_amax(
+                norm_vector(load_cached(row_of(t) + v), load_cached(w + v), inv), amax);
         amax = mg_fp8::lanes_max(amax, 32);
         if (lane == 0)
             amax_part[warp][t] = amax;
@@ -382,8 +382,8 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
     constexpr bool kStaged = kFp8 && Norm;
     static_assert(!Norm || Mode != kFp8Tensorwise, "the FP8 prologue quantizes by rows");
     __shared__ float partial[kWarps][16][kRows];
-    __shared__ float sum_sq_part[kWarps][16]; // RMSNorm: each warp's share of each row
-    __shared__ float staged_scale[16];        // FP8 RMSNorm: each row's quantization scale
+    __shared__ float sum_sq_part[kWarps][16];         // RMSNorm: each warp's share of each row
+    __shared__ float staged_scale[16];                // FP8 RMSNorm: each row's quantization scale
     extern __shared__ __align__(16) uint8_t staged[]; // FP8 RMSNorm: m x staged_pitch(k) codes
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -416,8 +416,8 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
     load_weights(w, weight, row, live, row_bytes, chunks, 0, warp, q);
     grid_dependency_wait();
     if (kStaged) // the rows are the previous work's output: after the wait
-        stage_fp8_rows(act, fusion.norm_weight, m, k, fusion.eps, staged, staged_scale,
-                       sum_sq_part, reinterpret_cast<float (*)[16]>(&partial[0][0][0]));
+        stage_fp8_rows(act, fusion.norm_weight, m, k, fusion.eps, staged, staged_scale, sum_sq_part,
+                       reinterpret_cast<float(*)[16]>(&partial[0][0][0]));
     // KV append: the page row and position of this thread's output row t (threadIdx.x / 8),
     // looked up once (the table is the previous work's output, so after the wait).
     size_t kv_row = 0;
@@ -445,7 +445,7 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
             a_hi[u] = load_span<kFrom>(a_row_hi, at, row_bytes, chunk < chunks && a_live_hi);
             if (Norm && !kStaged) {
                 const Span nw = load_span<kFromCache>(fusion.norm_weight, at, row_bytes,
-                                                 chunk < chunks && (a_live_lo || a_live_hi));
+                                                      chunk < chunks && (a_live_lo || a_live_hi));
                 if (a_live_lo)
                     norm_span(&a_lo[u], nw, first_tile, &sum_sq_lo);
                 if (a_live_hi)

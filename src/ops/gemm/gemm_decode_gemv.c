@@ -174,6 +174,18 @@ static bool gemv_supports(mg_backend *b, const void *call, char *reason, size_t 
         snprintf(reason, reason_bytes, "batch-invariant mode keeps every shape on cuBLASLt");
         return false;
     }
+    /* The FP8 RMSNorm prologue makes every row's codes in each block: at one row that costs
+     * less than the norm and quantizer kernels it replaces (8B batch 1: 3.86 against 3.92 ms
+     * a step), at 8 rows it doubled the step (8.18 against 4.35 ms; bench/results/
+     * 2026-12-04-h200-fp8-fusion.md), so the automatic choice takes it at M = 1 only. */
+    if (p->kind == MG_GEMM_FP8_ROWWISE && p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM &&
+        p->m > 1) {
+        snprintf(reason, reason_bytes,
+                 "the FP8 RMSNorm prologue is chosen at M=1 only (measured slower than the "
+                 "unfused ops at M=8), got M=%u",
+                 p->m);
+        return false;
+    }
     if (is_fused(p) && p->m == 1)
         return true;
     if (!decode_gemv_wins(p)) {
@@ -251,7 +263,8 @@ static mg_status fused_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call
     if (st)
         return st;
     char kernel[96];
-    snprintf(kernel, sizeof kernel, "%s%s_%s%s", fp8 ? KERNEL_FP8_FUSED_PREFIX : KERNEL_FUSED_PREFIX,
+    snprintf(kernel, sizeof kernel, "%s%s_%s%s",
+             fp8 ? KERNEL_FP8_FUSED_PREFIX : KERNEL_FUSED_PREFIX,
              mg_gemm_prologue_name(p->fusion.prologue), mg_gemm_epilogue_name(p->fusion.epilogue),
              !fp8 && norm_m8(p) ? "_m8" : "");
     const char *name = kernel;
@@ -305,22 +318,23 @@ static mg_status gemv_run(mg_backend *b, mg_stream *s, const mg_gemm_call *call)
 }
 
 const mg_gemm_provider mg_gemm_decode_gemv_provider = {
-    .base = {.name = "decode_gemv",
-             .backend = MG_BACKEND_CUDA,
-             .available = gemv_available,
-             .supports = gemv_supports,
-             .kernels = MG_OP_KERNEL_NAMES(
-                 KERNEL_BF16, KERNEL_FP8, KERNEL_FUSED_PREFIX "rmsnorm_none",
-                 KERNEL_FUSED_PREFIX "rmsnorm_residual_add", KERNEL_FUSED_PREFIX "rmsnorm_silu_mul",
-                 KERNEL_FUSED_PREFIX "rmsnorm_none_m8",
-                 KERNEL_FUSED_PREFIX "rmsnorm_residual_add_m8",
-                 KERNEL_FUSED_PREFIX "rmsnorm_silu_mul_m8", KERNEL_FUSED_PREFIX "none_residual_add",
-                 KERNEL_FUSED_PREFIX "none_silu_mul", KERNEL_FUSED_PREFIX "rmsnorm_kv_append",
-                 KERNEL_FUSED_PREFIX "rmsnorm_kv_append_m8", KERNEL_FUSED_PREFIX "none_kv_append",
-                 KERNEL_FP8_FUSED_PREFIX "rmsnorm_none", KERNEL_FP8_FUSED_PREFIX "rmsnorm_residual_add",
-                 KERNEL_FP8_FUSED_PREFIX "rmsnorm_silu_mul", KERNEL_FP8_FUSED_PREFIX "none_residual_add",
-                 KERNEL_FP8_FUSED_PREFIX "none_silu_mul", KERNEL_FP8_FUSED_PREFIX "rmsnorm_kv_append",
-                 KERNEL_FP8_FUSED_PREFIX "none_kv_append")},
+    .base =
+        {.name = "decode_gemv",
+         .backend = MG_BACKEND_CUDA,
+         .available = gemv_available,
+         .supports = gemv_supports,
+         .kernels = MG_OP_KERNEL_NAMES(
+             KERNEL_BF16, KERNEL_FP8, KERNEL_FUSED_PREFIX "rmsnorm_none",
+             KERNEL_FUSED_PREFIX "rmsnorm_residual_add", KERNEL_FUSED_PREFIX "rmsnorm_silu_mul",
+             KERNEL_FUSED_PREFIX "rmsnorm_none_m8", KERNEL_FUSED_PREFIX "rmsnorm_residual_add_m8",
+             KERNEL_FUSED_PREFIX "rmsnorm_silu_mul_m8", KERNEL_FUSED_PREFIX "none_residual_add",
+             KERNEL_FUSED_PREFIX "none_silu_mul", KERNEL_FUSED_PREFIX "rmsnorm_kv_append",
+             KERNEL_FUSED_PREFIX "rmsnorm_kv_append_m8", KERNEL_FUSED_PREFIX "none_kv_append",
+             KERNEL_FP8_FUSED_PREFIX "rmsnorm_none", KERNEL_FP8_FUSED_PREFIX "rmsnorm_residual_add",
+             KERNEL_FP8_FUSED_PREFIX "rmsnorm_silu_mul",
+             KERNEL_FP8_FUSED_PREFIX "none_residual_add", KERNEL_FP8_FUSED_PREFIX "none_silu_mul",
+             KERNEL_FP8_FUSED_PREFIX "rmsnorm_kv_append",
+             KERNEL_FP8_FUSED_PREFIX "none_kv_append")},
     .run = gemv_run,
     .fusions = FUSIONS,
 };

@@ -229,9 +229,11 @@ MG_API const mg_gemm_kind_info *mg_gemm_kind_describe(mg_gemm_kind kind);
  *    CPU reference runs every fusion (any prologue with any epilogue) of MG_GEMM_BF16 and
  *    MG_GEMM_FP8_ROWWISE; on CUDA the decode GEMV runs the RMSNorm prologue with no
  *    epilogue, residual add, SiLU-mul or KV append (into BF16 pools: an FP8 pool is refused
- *    at the call), for MG_GEMM_BF16 with M <= 16, K % 8 == 0, act, weight, out and
- *    norm_weight 16-byte aligned, outside batch-invariant mode (the argmax epilogue and the
- *    FP8 fusions are refused there); the CPU fast BF16 providers
+ *    at the call), for MG_GEMM_BF16 with M <= 16, K % 8 == 0, and for MG_GEMM_FP8_ROWWISE
+ *    (its RMSNorm prologue at M = 1 in the automatic choice, up to M x (K + 16) <= 40 KiB when
+ *    the provider is forced), act, weight, out and norm_weight 16-byte aligned, outside
+ *    batch-invariant mode (the argmax epilogue and per-tensor FP8 fusions are refused
+ *    there); the CPU fast BF16 providers
  *    run none, and the other kinds have no fusion (MG_ERR_UNSUPPORTED).
  *  - On the CPU backend a fused call's outputs equal the composition's bit for bit; a device
  *    kernel will match it within the tolerance of the ops composed (its sums may run in

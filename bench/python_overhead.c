@@ -1,9 +1,12 @@
 /* python_overhead.c - the C side of bench/python_overhead.py: the host time of one mg_gemm call
- * with prebuilt descriptors (a small BF16 GEMM on the CPU backend, whose reference runs at
- * enqueue), so the Python figure can be read against it. Prints the median ns per call of
- * `rounds` rounds of `iters` calls. Usage: python_overhead M N K ITERS ROUNDS */
+ * with prebuilt descriptors (a small BF16 GEMM; on the CPU backend its reference runs at
+ * enqueue, on CUDA the launch is what is timed, the stream drained after each round outside the
+ * timer), so the Python figure can be read against it. Prints the median ns per call of
+ * `rounds` rounds of `iters` calls. Usage: python_overhead M N K ITERS ROUNDS [cpu|cuda] */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "metrale/gpu.h"
@@ -21,12 +24,13 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6)
+    if (argc != 6 && argc != 7)
         return 2;
+    const bool cuda = argc == 7 && !strcmp(argv[6], "cuda");
     uint32_t m = atoi(argv[1]), n = atoi(argv[2]), k = atoi(argv[3]);
     int iters = atoi(argv[4]), rounds = atoi(argv[5]);
     mg_backend *b;
-    if (mg_backend_open(MG_BACKEND_CPU, 2, &b))
+    if (mg_backend_open(cuda ? MG_BACKEND_CUDA : MG_BACKEND_CPU, cuda ? 0 : 2, &b))
         return fprintf(stderr, "%s\n", mg_last_error()), 1;
     mg_gemm_plan plan = {
         .kind = MG_GEMM_BF16, .m = m, .n = n, .k = k, .ldc = n, .out_type = MG_DTYPE_F32};
@@ -42,6 +46,8 @@ int main(int argc, char **argv) {
             if (mg_gemm(b, NULL, &plan, &t))
                 return fprintf(stderr, "%s\n", mg_last_error()), 1;
         per[r] = (now_ns() - t0) / iters;
+        if (mg_stream_synchronize(mg_stream_default(b)))
+            return fprintf(stderr, "%s\n", mg_last_error()), 1;
     }
     qsort(per, rounds, sizeof *per, cmp);
     printf("%.1f\n", per[rounds / 2]);

@@ -6,6 +6,8 @@
 #   P/LIBDIR/libmetrale_gpu_cutlass.so         (and the CUTLASS GEMM plugin, when it is built):
 #                                              the CUDA backend dlopens it from the directory of
 #                                              libmetrale_gpu.so (src/backends/cuda/cuda_plugin.c)
+#   P/LIBDIR/libmetrale_model.so               the model layer (src/model/exports.map), for the
+#                                              Python binding
 #   P/LIBDIR/cmake/metrale_gpu/                find_package(metrale_gpu): the imported targets
 #                                              metrale_gpu::metrale_gpu (shared) and
 #                                              metrale_gpu::metrale_gpu_static, and a version file
@@ -78,6 +80,9 @@ endif()
 if(TARGET metrale_gpu_cutlass)
   install(PROGRAMS ${METRALE_CUTLASS_PLUGIN} DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
+# The model layer's shared library (the Python binding's model.py loads it from there; its
+# RUNPATH $ORIGIN finds libmetrale_gpu.so beside it).
+install(TARGETS metrale_model_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
 # ---------------------------------------------------------------- CMake package
 install(EXPORT metrale_gpuTargets
@@ -181,6 +186,9 @@ if(NOT METRALE_COVERAGE)
   add_test(NAME exported_symbols
            COMMAND bash ${PROJECT_SOURCE_DIR}/tests/check_exports.sh ${CMAKE_NM}
                    $<TARGET_FILE:metrale_gpu> ${PROJECT_SOURCE_DIR}/include)
+  add_test(NAME exported_model_symbols
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/check_model_exports.sh ${CMAKE_NM}
+                   $<TARGET_FILE:metrale_model_shared> ${PROJECT_SOURCE_DIR})
   add_test(NAME install_consumer
            COMMAND bash ${PROJECT_SOURCE_DIR}/tests/install_consumer.sh
                    "--build=${PROJECT_BINARY_DIR}"

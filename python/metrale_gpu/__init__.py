@@ -5,7 +5,9 @@
     x = mg.from_dlpack(np.ones((4, 8), np.float32), backend=b)   # no copy
     y = np.from_dlpack(b.alloc((4, 8), "f32"))                   # no copy either
 
-Names follow the C API without the mg_ prefix (mg_gemm_bf16 -> gemm_bf16, mg_kv_append ->
+The model layer (metrale_gpu.model: Model, Tokenizer, ChatTemplate, generate, generate_text)
+loads checkpoints and generates text through libmetrale_model.so. Names follow the C API
+without the mg_ prefix (mg_gemm_bf16 -> gemm_bf16, mg_kv_append ->
 kv_append); handles are objects (Backend, Stream, Event, Graph, Buffer, AttentionPlan,
 Timing) whose methods are the C calls on them. Failures raise Error (status, status_name,
 message = mg_last_error()).
@@ -24,6 +26,9 @@ from .core import (Backend, Buffer, Event, Graph, Stream, backend_probe_kind, dt
 from .ops import *  # noqa: F401,F403
 from .timing import *  # noqa: F401,F403
 from . import numerics  # noqa: F401
+from .model import (ChatTemplate, GenResult, GenResults, Model, Tokenizer, TokenStream,
+                    generate, generate_text, model_library_path, presets, prompt_ids,
+                    sampling_params, sampling_params_check)
 
 __version__ = "0.1.0"
 

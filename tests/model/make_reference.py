@@ -10,7 +10,9 @@ Usage: make_reference.py GGUF OUT_DIR [CASES]
    the `tokenizers` package), a greedy continuation of mlx-lm's own, then one forward pass over
    prompt + continuation; writes OUT_DIR/case<i>.txt with the prompt ids, the continuation ids
    and the logits of every position from the last prompt token on (the ones that predict the
-   continuation and one more), float32 little-endian in OUT_DIR/case<i>.f32.
+   continuation and one more), float32 little-endian in OUT_DIR/case<i>.f32, and the prompt's
+   text with the continuation's (decoded by the same `tokenizers` tokenizer) in
+   OUT_DIR/case<i>.text.json.
 4. The other two forms of the same network for the runtime's other readers: OUT_DIR/hf_bf16 (the
    Hugging Face directory in BF16, written by mlx) and OUT_DIR/mlx4/model (mlx-lm's own 4-bit
    quantization of it, group 32), with mlx-lm's teacher-forced logits of that quantized model
@@ -170,6 +172,9 @@ def main():
             seq.append(int(mx.argmax(logits).item()))
         logits = np.array(model(mx.array([seq]))[0].astype(mx.float32))
         write_case(out, c, prompt, seq, logits)
+        # the texts, for the tokenizer checks of the Python binding (tests/python/test_model.py)
+        (out / f"case{c}.text.json").write_text(json.dumps(
+            {"prompt": text, "continuation": tok.decode(seq[len(prompt):])}))
         done.append((prompt, seq))
         print(f"case {c}: {len(prompt)} prompt tokens, continuation "
               f"{tok.decode(seq[len(prompt):])!r}")

@@ -21,11 +21,27 @@ def rng(request):
     return np.random.default_rng([SEED, abs(hash(request.node.name)) % 2**32])
 
 
+# The backend the op and model tests run on: "cpu" (the default, CI), or "cuda" on a GPU
+# machine (bench/gpu_python.sh), where the same tests compare CUDA with NumPy float64.
+BACKEND = os.environ.get("METRALE_PY_BACKEND", "cpu")
+
+
 @pytest.fixture
 def b():
-    backend = mg.Backend("cpu", 1)  # device 0 is from_dlpack's default backend
+    # CPU device 0 is from_dlpack's default backend, so the tests take device 1
+    backend = mg.Backend("cpu", 1) if BACKEND == "cpu" else mg.Backend(BACKEND, 0)
     yield backend
     backend.close()
+
+
+@pytest.fixture
+def put(b):
+    """A host NumPy input as an op takes it on `b`: as it is on the CPU backend (DLPack, no
+    copy), copied into a new buffer of the backend elsewhere (an op refuses host memory
+    there)."""
+    if b.kind_name == "cpu":
+        return lambda x: x
+    return lambda x, dtype=None: b.asbuffer(x, dtype)
 
 
 def bf16_random(rng, shape, scale=1.0):

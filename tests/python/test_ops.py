@@ -1,5 +1,6 @@
-"""Every op family on the CPU backend against NumPy float64 references (not the library's own
-reference ops), on random inputs of awkward sizes, outputs poisoned first."""
+"""Every op family on the tests' backend (conftest.BACKEND: the CPU, or CUDA on a GPU
+machine) against NumPy float64 references (not the library's own reference ops), on random
+inputs of awkward sizes, outputs poisoned first."""
 import numpy as np
 import pytest
 
@@ -15,14 +16,14 @@ def silu(x):
 
 # ------------------------------------------------------------------ GEMM
 @pytest.mark.parametrize("out_type", ["bf16", "f32"])
-def test_gemm_bf16(b, rng, out_type):
+def test_gemm_bf16(b, put, rng, out_type):
     m, n, k = (int(v) for v in rng.integers(1, 70, 3))
     ldc = n + int(rng.integers(0, 5))
     a_bits, a = bf16_random(rng, (m, k))
     w_bits, w = bf16_random(rng, (n, k))
     out = poisoned(b, (m, ldc), out_type)
-    # NumPy arrays go straight in (DLPack, no copy)
-    mg.gemm_bf16(b, None, m, n, k, a_bits, w_bits, out, mg.dtype_of(out_type), ldc)
+    # NumPy arrays go straight in on the CPU backend (DLPack, no copy)
+    mg.gemm_bf16(b, None, m, n, k, put(a_bits), put(w_bits), out, mg.dtype_of(out_type), ldc)
     want = a @ w.T
     got = (bf16_values(out) if out_type == "bf16" else out.numpy().astype(np.float64))[:, :n]
     if out_type == "bf16":
@@ -84,37 +85,37 @@ def _fp8_operand(rng, rows, cols, quantizer):
     return bits, codes, scales
 
 
-def test_gemm_fp8_rowwise_and_tensorwise(b, rng):
+def test_gemm_fp8_rowwise_and_tensorwise(b, put, rng):
     m = int(rng.integers(1, 40))
     n, k = 16 * int(rng.integers(1, 5)), 16 * int(rng.integers(1, 6))
     _, ac, as_ = _fp8_operand(rng, m, k, mg.fp8_quantize_rowwise)
     _, wc, ws = _fp8_operand(rng, n, k, mg.fp8_quantize_rowwise)
     out = poisoned(b, (m, n), "bf16")
-    mg.gemm_fp8_rowwise(b, None, m, n, k, ac, as_, wc, ws, out, n)
+    mg.gemm_fp8_rowwise(b, None, m, n, k, put(ac), put(as_), put(wc), put(ws), out, n)
     want = (E4M3(ac) @ E4M3(wc).T) * as_[:, None].astype(np.float64) * ws[None, :]
     assert_close_bf16(bf16_values(out), want, abs_=1e-4)
     _, ac, as_ = _fp8_operand(rng, m, k, mg.fp8_quantize_tensorwise)
     _, wc, ws = _fp8_operand(rng, n, k, mg.fp8_quantize_tensorwise)
     out.fill_bytes(0xFF)
-    mg.gemm_fp8_tensorwise(b, None, m, n, k, ac, as_, wc, ws, out, n)
+    mg.gemm_fp8_tensorwise(b, None, m, n, k, put(ac), put(as_), put(wc), put(ws), out, n)
     want = (E4M3(ac) @ E4M3(wc).T) * float(as_[0]) * float(ws[0])
     assert_close_bf16(bf16_values(out), want, abs_=1e-4)
 
 
-def test_gemm_fp8_blockscaled_with_device_quantizer(b, rng):
+def test_gemm_fp8_blockscaled_with_device_quantizer(b, put, rng):
     m, n, k = 4 * int(rng.integers(1, 6)), 16 * int(rng.integers(1, 4)), 16 * int(rng.integers(5, 20))
     L = mg.fp8_k_blocks(k)
     a_bits, a = bf16_random(rng, (m, k), scale=2.0)
     d = mg.fp8_quant_desc(mode=mg.FP8_QUANT_1X128_GEMM_LAYOUT, rows=m, cols=k, rows_pad=m)
     codes = poisoned(b, (m, k), "u8")
     scales = poisoned(b, mg.fp8_quant_scale_count(d), "f32")
-    mg.fp8_quantize(b, None, d, a_bits, codes, scales)
+    mg.fp8_quantize(b, None, d, put(a_bits), codes, scales)
     ac, asc = codes.numpy(), scales.numpy().reshape(L, m)
     _, wc, wsc = _fp8_operand(rng, n, k, mg.fp8_quantize_1x128)
     wsc_gemm = np.ascontiguousarray(wsc.reshape(n, L).T)  # [L, n], the layout the GEMM reads
     out = poisoned(b, (m, n), "bf16")
-    mg.gemm_fp8_blockscaled(b, None, m, n, k, codes, scales, mg.FP8_BLOCK_1X128, wc, wsc_gemm,
-                            mg.FP8_BLOCK_1X128, out, n)
+    mg.gemm_fp8_blockscaled(b, None, m, n, k, codes, scales, mg.FP8_BLOCK_1X128, put(wc),
+                            put(wsc_gemm), mg.FP8_BLOCK_1X128, out, n)
     want = np.zeros((m, n))
     for g in range(L):
         sl = slice(128 * g, min(k, 128 * (g + 1)))
@@ -136,26 +137,26 @@ def _check_nearest(x, decoded):
     assert (np.abs(decoded - x) <= best + 2e-7 * np.abs(x) + 1e-12).all()
 
 
-def test_fp8_quantize_rows_on_the_device(b, rng):
+def test_fp8_quantize_rows_on_the_device(b, put, rng):
     rows, cols = int(rng.integers(1, 30)), 8 * int(rng.integers(1, 40))
     bits, x = bf16_random(rng, (rows, cols), scale=10.0)
     d = mg.fp8_quant_desc(mode=mg.FP8_QUANT_ROW, rows=rows, cols=cols)
     codes, scales = poisoned(b, (rows, cols), "u8"), poisoned(b, rows, "f32")
-    mg.fp8_quantize(b, None, d, bits, codes, scales)
+    mg.fp8_quantize(b, None, d, put(bits), codes, scales)
     amax = np.abs(x).max(axis=1).astype(np.float32)
     np.testing.assert_array_equal(scales.numpy(), amax / np.float32(448))
     _check_nearest(x / scales.numpy()[:, None].astype(np.float64), E4M3(codes.numpy()))
 
 
 # ------------------------------------------------------------------ elementwise
-def test_rmsnorm_with_residual(b, rng):
+def test_rmsnorm_with_residual(b, put, rng):
     rows, cols = int(rng.integers(1, 20)), 8 * int(rng.integers(1, 40))
     x_bits, x = bf16_random(rng, (rows, cols))
     add_bits, add = bf16_random(rng, (rows, cols))
     w_bits, w = bf16_random(rng, cols)
     xb = b.asbuffer(x_bits, "bf16")
     out = poisoned(b, (rows, cols), "bf16")
-    mg.rmsnorm_bf16(b, None, rows, cols, 1e-5, xb, add_bits, w_bits, out)
+    mg.rmsnorm_bf16(b, None, rows, cols, 1e-5, xb, put(add_bits), put(w_bits), out)
     summed = x + add
     assert_close_bf16(bf16_values(xb), summed)
     h = bf16_values(xb)
@@ -163,11 +164,11 @@ def test_rmsnorm_with_residual(b, rng):
     assert_close_bf16(bf16_values(out), want)
 
 
-def test_silu_mul_gather_argmax(b, rng):
+def test_silu_mul_gather_argmax(b, put, rng):
     rows, cols = int(rng.integers(1, 20)), 8 * int(rng.integers(1, 20))
     gu_bits, gu = bf16_random(rng, (rows, 2 * cols), scale=2.0)
     out = poisoned(b, (rows, cols), "bf16")
-    mg.silu_mul_bf16(b, None, rows, cols, gu_bits, 2 * cols, out, cols)
+    mg.silu_mul_bf16(b, None, rows, cols, put(gu_bits), 2 * cols, out, cols)
     assert_close_bf16(bf16_values(out), silu(gu[:, :cols]) * gu[:, cols:])
 
     src_rows = int(rng.integers(2, 30))
@@ -175,7 +176,7 @@ def test_silu_mul_gather_argmax(b, rng):
     ids = rng.integers(0, src_rows, rows).astype(np.int32)
     ids[0] = src_rows + 3  # outside: a row of zeros
     got = poisoned(b, (rows, cols), "bf16")
-    mg.gather_rows_bf16(b, None, rows, cols, ids, src_rows, table_bits, None, got)
+    mg.gather_rows_bf16(b, None, rows, cols, put(ids), src_rows, put(table_bits), None, got)
     want = np.where((ids < src_rows)[:, None], table[np.minimum(ids, src_rows - 1)], 0.0)
     np.testing.assert_array_equal(bf16_values(got), want)
 
@@ -186,7 +187,7 @@ def test_silu_mul_gather_argmax(b, rng):
     padded = np.full((rows, pitch), np.nan, np.float32)
     padded[:, :vocab] = logits
     ids_out = poisoned(b, rows, "i32")
-    mg.argmax_f32(b, None, rows, vocab, padded, pitch, ids_out)
+    mg.argmax_f32(b, None, rows, vocab, put(padded), pitch, ids_out)
     np.testing.assert_array_equal(ids_out.numpy(), logits.astype(np.float64).argmax(axis=1))
 
 
@@ -294,14 +295,14 @@ def test_kv_append_then_paged_decode(b, rng):
 
 
 # ------------------------------------------------------------------ MoE
-def test_moe_routing_and_grouped_gemm(b, rng):
+def test_moe_routing_and_grouped_gemm(b, put, rng):
     tokens, experts, k = int(rng.integers(1, 20)), int(rng.integers(2, 9)), 2
     hidden, n = 8 * int(rng.integers(1, 6)), 8 * int(rng.integers(1, 5))
     logits = rng.standard_normal((tokens, experts)).astype(np.float32)
     ids, weights = poisoned(b, (tokens, k), "i32"), poisoned(b, (tokens, k), "f32")
     mg.moe_topk(b, None, mg.moe_topk_desc(tokens=tokens, experts=experts, k=k,
                                           logits_dtype=mg.DTYPE_F32, renormalize=True),
-                logits, ids, weights)
+                put(logits), ids, weights)
     l64 = logits.astype(np.float64)
     order = np.argsort(-l64, axis=1, kind="stable")[:, :k]
     np.testing.assert_array_equal(ids.numpy(), order)
@@ -357,20 +358,20 @@ def nvfp4_ref(packed, scales, global_scale, n, k):
     return E2M1[nib] * np.repeat(E4M3(scales), 16, axis=1) * float(global_scale)
 
 
-def test_nvfp4_quantize_dequantize_gemm(b, rng):
+def test_nvfp4_quantize_dequantize_gemm(b, put, rng):
     n, k = 2 * int(rng.integers(1, 20)), 16 * int(rng.integers(1, 6))
     w_bits, w = bf16_random(rng, (n, k))
     glob = np.array([mg.nvfp4_global_scale_from_amax(float(np.abs(w).max()))], np.float32)
     packed = poisoned(b, mg.nvfp4_packed_bytes(n, k), "u8")
     scales = poisoned(b, mg.nvfp4_scale_bytes(n, k), "u8")
-    mg.nvfp4_quantize(b, None, n, k, k, w_bits, glob, packed, scales)
+    mg.nvfp4_quantize(b, None, n, k, k, put(w_bits), put(glob), packed, scales)
     ref = nvfp4_ref(packed.numpy().reshape(n, k // 2), scales.numpy().reshape(n, k // 16),
                     glob[0], n, k)
     # each value the nearest of its block's 16 levels, so the error is at most half a step
     step = np.repeat(E4M3(scales.numpy().reshape(n, k // 16)), 16, axis=1) * float(glob[0])
     assert (np.abs(ref - w) <= 2.0 * step + 1e-6).all()
     deq = poisoned(b, (n, k), "f32")
-    mg.nvfp4_dequantize(b, None, n, k, packed, scales, glob, mg.DTYPE_F32, deq)
+    mg.nvfp4_dequantize(b, None, n, k, packed, scales, put(glob), mg.DTYPE_F32, deq)
     np.testing.assert_allclose(deq.numpy(), ref, rtol=1e-6, atol=1e-7)
 
     m = int(rng.integers(1, 12))
@@ -380,12 +381,12 @@ def test_nvfp4_quantize_dequantize_gemm(b, rng):
     gbuf = b.asbuffer(glob)
     a_bits, a = bf16_random(rng, (m, k))
     out = poisoned(b, (m, n), "bf16")
-    mg.nvfp4_gemm(b, None, m, n, k, a_bits, k,
+    mg.nvfp4_gemm(b, None, m, n, k, put(a_bits), k,
                   mg.nvfp4_weight(values=values, scales=pscales, global_scale=gbuf), out, n)
     assert_close_bf16(bf16_values(out), a @ ref.T, abs_=1e-3)
 
 
-def test_mlx_affine_dequant_and_gemv(b, rng):
+def test_mlx_affine_dequant_and_gemv(b, put, rng):
     bits, group = 4, 32
     n, k = int(rng.integers(1, 20)), group * int(rng.integers(1, 5))
     q = rng.integers(0, 2**bits, (n, k)).astype(np.uint32)
@@ -410,5 +411,5 @@ def test_mlx_affine_dequant_and_gemv(b, rng):
     m = int(rng.integers(1, 9))
     x_bits, x = bf16_random(rng, (m, k))
     y = poisoned(b, (m, n), "bf16")
-    mg.mlx_gemv(b, None, lin, 0, m, x_bits, y)
+    mg.mlx_gemv(b, None, lin, 0, m, put(x_bits), y)
     assert_close_bf16(bf16_values(y), x @ want_w.T, abs_=1e-2)

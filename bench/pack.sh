@@ -18,5 +18,9 @@ for t in "${tests[@]}"; do
     [ -x "$BUILD/$t" ] && cp "$BUILD/$t" "$stage/bin/"
 done
 strip --strip-debug "$stage"/bin/*
+# A program linked here against libmetrale_gpu.so (bench/python_overhead.py's) needs it by its
+# SONAME: a link of that name beside the copy.
+soname=$(readelf -d "$stage/bin/libmetrale_gpu.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ -z "$soname" ] || ln -s libmetrale_gpu.so "$stage/bin/$soname"
 tar cJf "$DEST/pack.tar.xz" -C "$stage" bin
 du -h "$DEST/pack.tar.xz"

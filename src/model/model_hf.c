@@ -104,10 +104,15 @@ static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t row
                               bool may_be_quantized) {
     char name[160];
     mg_st_tensor t;
-    snprintf(name, sizeof name, "%s.scales", base);
+    /* ".scales" and ".weight" are equally long: one check covers both names */
+    if (snprintf(name, sizeof name, "%s.scales", base) >= (int)sizeof name)
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "checkpoint %s: tensor name %s.weight is longer than %zu bytes",
+                               h->dir, base, sizeof name - 1);
     if (may_be_quantized && h->mlx && mg_st_find(h->st, name, &t) == MG_OK)
         return MG_OK; /* an MLX layer: mg_mlx_linear_load checks its three tensors */
-    snprintf(name, sizeof name, "%s.weight", base);
+    if (snprintf(name, sizeof name, "%s.weight", base) >= (int)sizeof name)
+        return MG_ERR_INTERNAL; /* unreachable: the same length as above */
     return check_float(h, name, rows, cols);
 }
 

@@ -32,16 +32,34 @@ static void directory_of(const char *path, char *dir, size_t dir_bytes) {
     dir[n] = '\0';
 }
 
+/* Appends `text` to the NUL-terminated `buf` of `cap` bytes, after "; " when buf is not empty;
+ * what does not fit is cut (the list of tried paths is a message, not data). */
+static void append_cut(char *buf, size_t cap, const char *text) {
+    size_t used = strlen(buf);
+    const char *parts[2] = {used ? "; " : "", text};
+    for (int i = 0; i < 2; i++) {
+        size_t n = strlen(parts[i]);
+        if (n > cap - 1 - used)
+            n = cap - 1 - used;
+        memcpy(buf + used, parts[i], n);
+        used += n;
+        buf[used] = '\0';
+    }
+}
+
 /* Tries dir/file_name; appends what happened to `tried`. */
 static void *try_open(const char *dir, const char *file_name, char *tried, size_t tried_bytes) {
     char path[PATH_MAX];
-    if (!*dir || snprintf(path, sizeof path, "%s/%s", dir, file_name) >= (int)sizeof path)
+    const size_t dir_len = strlen(dir), name_len = strlen(file_name);
+    if (!dir_len || dir_len + 1 + name_len >= sizeof path)
         return NULL;
+    memcpy(path, dir, dir_len);
+    path[dir_len] = '/';
+    memcpy(path + dir_len + 1, file_name, name_len + 1);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
-        size_t used = strlen(tried);
-        snprintf(tried + used, tried_bytes - used, "%s%s", used ? "; " : "", why ? why : path);
+        append_cut(tried, tried_bytes, why ? why : path);
     }
     return h;
 }

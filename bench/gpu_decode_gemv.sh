@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_decode_gemv.sh - the decode GEMV (src/ops/gemm/gemm_decode_gemv.c) on the GPU machine, in
+# gpu_decode_gemv.sh - the decode GEMV (src/ops/gemm/gemm_decode_gemv_cuda.c) on the GPU machine, in
 # one call, on binaries built elsewhere:
 #   1. the GEMM checks against the CPU reference (`check gemm`: the forced decode GEMV on
 #      awkward shapes, graph replay and rows alone bit-equal, and every other GEMM check with the

@@ -1,6 +1,6 @@
 /* bench_gemm_decode.c - `metrale-gpu bench gemm_decode`: the GEMM providers at decode sizes side
- * by side, to set the decode GEMV's automatic choice (src/ops/gemm/gemm_decode_gemv.c). For each
- * kind (BF16, FP8 row-wise, FP8 per-tensor), shape and M it times every GPU provider forced by
+ * by side, to set the decode GEMV's automatic choice (src/ops/gemm/gemm_decode_gemv_cuda.c). For
+ * each kind (BF16, FP8 row-wise, FP8 per-tensor), shape and M it times every GPU provider forced by
  * name ("decode_gemv", "cublaslt") and the automatic choice ("auto"), under graph replay of one
  * GEMM per weight of a rotation larger than L2, as a model's decode step streams its layers.
  * GB/s count weight bytes; the note gives them as a fraction of the device-to-device copy

@@ -1,7 +1,7 @@
 // decode_gemv.cu - the decode GEMV of metrale/ops_gemm.h for M <= 16 token rows: BF16 weights
 // (BF16 or F32 out) and FP8 E4M3 weights with per-tensor or row-wise scales (BF16 out), on the
-// tensor cores. Launched by src/ops/gemm/gemm_decode_gemv.c, which checks what the kernels rely
-// on: 1 <= m <= 16; rows of act and weight 16-byte aligned (K * element bytes % 16 == 0,
+// tensor cores. Launched by src/ops/gemm/gemm_decode_gemv_cuda.c, which checks what the kernels
+// rely on: 1 <= m <= 16; rows of act and weight 16-byte aligned (K * element bytes % 16 == 0,
 // pointers 16-byte aligned); FP8 only on the sm_90a image.
 //
 // Shape of the work. A block of 8 warps owns a tile of 8 weight rows at a time (the n8 of one

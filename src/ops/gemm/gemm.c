@@ -13,7 +13,7 @@
 
 /* The providers of both GEMM ops, in order of preference. The decode GEMV and CUTLASS come first
  * but take, in the automatic choice, only the shapes measured faster on them (decode GEMV: small
- * M, gemm_decode_gemv.c; CUTLASS: the BF16 shapes of gemm_cutlass_table.c).
+ * M, gemm_decode_gemv_cuda.c; CUTLASS: the BF16 shapes of gemm_cutlass_table.c).
  * On the CPU backend the fast BF16 providers come before the reference, which stays last: it
  * defines the results and is reached by forcing "reference" (and runs every FP8 GEMM). */
 static const mg_op_provider *const gemm_providers[] = {

@@ -47,14 +47,14 @@ bool mg_gemm_fusion_declared(const mg_gemm_provider *g, const mg_gemm_plan *p, c
                              size_t reason_bytes);
 
 /* The providers, in gemm_reference.c, gemm_cpu_fast.c, gemm_cublaslt.c, gemm_cutlass_cuda.c and
- * gemm_decode_gemv.c. */
+ * gemm_decode_gemv_cuda.c. */
 extern const mg_gemm_provider mg_gemm_reference_provider;
 extern const mg_gemm_provider mg_gemm_cpu_avx2_provider;     /* BF16 only; where the CPU has AVX2 */
 extern const mg_gemm_provider mg_gemm_cpu_portable_provider; /* BF16 only; any CPU */
 #ifdef METRALE_HAVE_CUDA
 extern const mg_gemm_provider mg_gemm_cublaslt_provider;
 extern const mg_gemm_provider mg_gemm_cutlass_provider;     /* gemm_cutlass_cuda.c */
-extern const mg_gemm_provider mg_gemm_decode_gemv_provider; /* gemm_decode_gemv.c */
+extern const mg_gemm_provider mg_gemm_decode_gemv_provider; /* gemm_decode_gemv_cuda.c */
 #endif
 
 /* Launches the BF16 GEMM CPU kernel `kernel` (module "metrale") with the argument list of

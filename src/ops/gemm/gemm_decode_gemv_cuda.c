@@ -1,4 +1,4 @@
-/* gemm_decode_gemv.c - the "decode_gemv" provider of the GEMM ops: our tensor-core GEMV for
+/* gemm_decode_gemv_cuda.c - the "decode_gemv" provider of the GEMM ops: our tensor-core GEMV for
  * decode batches of at most 16 token rows (kernels/cuda/gemm/decode_gemv.cu), BF16 weights
  * (BF16 or F32 out) and FP8 E4M3 weights with per-tensor or row-wise scales.
  *

@@ -23,15 +23,12 @@ TAIL=8
 export PYTHONPATH=$PWD/python METRALE_GPU_LIBRARY=$BIN/libmetrale_gpu.so
 pytest=(python3 -m pytest -q -rs -p no:cacheprovider)
 if ls "$M"/smollm2.gguf.part* > /dev/null 2>&1; then
-  model=$W/SmolLM2-135M-Instruct.Q4_1.gguf
-  cat "$M"/smollm2.gguf.part* > "$model"
-  want=$(sed -n 's/^gguf_sha256=//p' scripts/fetch_smollm2.sh)
-  if [ "$(sha256sum "$model" | cut -d' ' -f1)" = "$want" ] && [ -f "$M/ref/case0.text.json" ]; then
+  if gpu_smollm2_model "$M" && [ -f "$M/ref/case0.text.json" ]; then
     mkdir -p "$W/smollm2_ref"
     cp "$M"/ref/case* "$W/smollm2_ref/"
-    echo "$model" > "$W/smollm2_ref/model_path"
+    echo "$MODEL" > "$W/smollm2_ref/model_path"
     export METRALE_SMOLLM2_REFERENCE=$W/smollm2_ref
-    echo "SmolLM2: sha256 $want, reference of $(cat "$M/ref/cases") cases" | tee -a "$S"
+    echo "SmolLM2: sha256 $MODEL_SHA256, reference of $(cat "$M/ref/cases") cases" | tee -a "$S"
   else
     echo "SmolLM2: pieces or reference incomplete; its tests skip" | tee -a "$S"
   fi

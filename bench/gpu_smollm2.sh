@@ -16,14 +16,11 @@ M=${M:-.gpu-model}
 OUT=${OUT:-/tmp/metrale-gpu-smollm2}
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_steps.sh"
 gpu_start smollm2
-MODEL=$W/SmolLM2-135M-Instruct.Q4_1.gguf
-cat "$M"/smollm2.gguf.part* > "$MODEL" 2>/dev/null
-want=$(sed -n 's/^gguf_sha256=//p' scripts/fetch_smollm2.sh)
-if [ "$(sha256sum "$MODEL" | cut -d' ' -f1)" != "$want" ]; then
+if ! gpu_smollm2_model "$M"; then
   echo "the model's pieces are missing or incomplete ($(ls "$M" 2>&1 | tr '\n' ' '))" | tee -a "$S"
   exit 3
 fi
-echo "model: sha256 $want" | tee -a "$S"
+echo "model: sha256 $MODEL_SHA256" | tee -a "$S"
 step compare_mlx_lm timeout 300 python3 tests/model/compare.py "$BIN/metrale-gpu" "$MODEL" "$M/ref" --backend cuda
 tail -n 3 "$L/compare_mlx_lm.txt" >> "$S"
 step chat timeout 120 "$BIN/metrale-gpu" --backend cuda run --model "$MODEL" --chat "What is the capital of France?"

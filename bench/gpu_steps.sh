@@ -19,6 +19,17 @@ gpu_start() {
       python3 --version; python3 -c 'import torch; print("torch", torch.__version__)'; } | tee "$S"
 }
 
+# gpu_smollm2_model DIR: SmolLM2-135M-Instruct put together from the pieces DIR/smollm2.gguf.part*
+# (carried over several warm calls: the file is larger than one call's carry) into
+# MODEL=$W/SmolLM2-135M-Instruct.Q4_1.gguf; status 1 unless it has scripts/fetch_smollm2.sh's
+# sha256 (MODEL_SHA256).
+gpu_smollm2_model() {
+    MODEL=$W/SmolLM2-135M-Instruct.Q4_1.gguf
+    MODEL_SHA256=$(sed -n 's/^gguf_sha256=//p' scripts/fetch_smollm2.sh)
+    cat "$1"/smollm2.gguf.part* > "$MODEL" 2>/dev/null
+    [ "$(sha256sum "$MODEL" | cut -d' ' -f1)" = "$MODEL_SHA256" ]
+}
+
 # step NAME COMMAND...: runs COMMAND, log in $L/NAME.txt, exit status and time in the summary.
 step() {
     local name=$1; shift

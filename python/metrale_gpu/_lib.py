@@ -288,6 +288,14 @@ class timing_summary(C.Structure):
                 ("p99_us", C.c_double)]
 
 
+class sample_params(C.Structure):
+    """mg_sample_params (metrale/ops_sample.h): 48 bytes; step and history_len are the
+    generator's."""
+    _fields_ = [("seed", u64), ("step", u64), ("temperature", f32), ("top_p", f32),
+                ("min_p", f32), ("repetition_penalty", f32), ("presence_penalty", f32),
+                ("frequency_penalty", f32), ("top_k", u32), ("history_len", u32)]
+
+
 def R(t):
     return C.POINTER(t)
 
@@ -437,6 +445,8 @@ _DECLS = {
     "mg_timing_summary_count": (sz, [P]),
     "mg_timing_summary_get": (S, [P, sz, R(timing_summary)]),
     "mg_timing_export_chrome_trace": (S, [P, cp]),
+    "mg_sample_params_greedy": (sample_params, []),
+    "mg_sample_params_check": (S, [R(sample_params), u32, u32]),
 }
 
 # The MG_API_VERSION of the C headers this binding declares (include/metrale/gpu.h); a library

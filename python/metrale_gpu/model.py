@@ -29,25 +29,15 @@ import os
 import pathlib
 
 from . import _lib
-from ._lib import Error, InvalidArgument, P, b_, cp, f32, i32, sz, u32, u64
+from ._lib import (E, I32P, S, Error, InvalidArgument, P, b_, cp, f32, i32, sample_params, sz,
+                   u32, u64)
 
-E = C.c_int
-S = C.c_int
-I32P = C.POINTER(C.c_int32)
 U32P = C.POINTER(C.c_uint32)
 
 _MODEL_NAME = "libmetrale_model.so"
 
 
 # ------------------------------------------------------------------ structs (C mirrors)
-class sample_params(C.Structure):
-    """mg_sample_params (metrale/ops_sample.h): 48 bytes; step and history_len are the
-    generator's."""
-    _fields_ = [("seed", u64), ("step", u64), ("temperature", f32), ("top_p", f32),
-                ("min_p", f32), ("repetition_penalty", f32), ("presence_penalty", f32),
-                ("frequency_penalty", f32), ("top_k", u32), ("history_len", u32)]
-
-
 class model_shape(C.Structure):
     _fields_ = [(n, u32) for n in ("hidden", "heads", "kv_heads", "head_dim", "intermediate",
                                    "experts", "experts_per_token", "vocab")]
@@ -157,10 +147,6 @@ _DECLS = {
     "mg_chat_render": (S, [C.POINTER(chat_template_struct), C.POINTER(chat_message), sz, b_,
                            C.c_void_p, sz, C.POINTER(sz)]),
 }
-_sample_decls = {
-    "mg_sample_params_greedy": (sample_params, []),
-    "mg_sample_params_check": (S, [C.POINTER(sample_params), u32, u32]),
-}
 
 _model_lib = None
 
@@ -187,9 +173,6 @@ def _m():
         for name, (res, args) in _DECLS.items():
             fn = getattr(m, name)
             fn.restype, fn.argtypes = res, args
-        for name, (res, args) in _sample_decls.items():
-            fn = getattr(_lib.lib, name)
-            fn.restype, fn.argtypes = res, args
         _model_lib = m
     return _model_lib
 
@@ -206,12 +189,14 @@ def _check_tok(status, call):
         raise _lib._CLASSES.get(status, Error)(status, text, call)
 
 
-def _ids(values, what):
+def _ids(values):
+    """An int32 array of `values` (at least one element, so that it is never NULL) and their
+    count."""
     values = [int(v) for v in values]
     return (C.c_int32 * max(len(values), 1))(*values), len(values)
 
 
-def _grow(call, what):
+def _grow(call):
     """Calls call(buf, cap, len_ptr) with a buffer large enough (the C size-query rule: *len is
     always the full length; MG_ERR_INVALID_ARGUMENT when it did not fit)."""
     n = sz(0)
@@ -263,7 +248,6 @@ def _weights(name):
 def sampling_params(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
                     presence_penalty=0.0, frequency_penalty=0.0, seed=0):
     """An mg_sample_params (metrale/ops_sample.h); the defaults change nothing (greedy)."""
-    _m()
     p = _lib.lib.mg_sample_params_greedy()
     p.temperature, p.top_k, p.top_p, p.min_p = temperature, top_k, top_p, min_p
     p.repetition_penalty, p.presence_penalty = repetition_penalty, presence_penalty
@@ -273,7 +257,6 @@ def sampling_params(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_p
 
 def sampling_params_check(params, vocab, history_pitch=0):
     """mg_sample_params_check: InvalidArgument naming the first parameter out of range."""
-    _m()
     _check(_lib.lib.mg_sample_params_check(C.byref(params), vocab, history_pitch),
            "mg_sample_params_check")
 
@@ -297,7 +280,7 @@ class Model:
         self._h = None
         self.backend = backend
         base = _find_preset(preset or "tiny")
-        c = m.mg_fwd_config_default(base)
+        c = m.mg_fwd_config_default(base)  # a checkpoint's config replaces base's architecture
         if model_path is not None:
             self._path = str(model_path).encode()
             c.model_path = self._path
@@ -311,7 +294,7 @@ class Model:
             if not prompts:
                 raise InvalidArgument(1, "Model: prompts is empty")
             flat = [t for p in prompts for t in p]
-            self._ids, n = _ids(flat, "prompts")
+            self._ids, n = _ids(flat)
             self._lengths = (C.c_uint32 * len(prompts))(*[len(p) for p in prompts])
             c.prompt_ids, c.prompt_ids_count = self._ids, n
             c.prompt_lengths, c.batch = self._lengths, len(prompts)
@@ -384,7 +367,7 @@ class Model:
         if len(ids) != self.batch:
             raise InvalidArgument(1, "force_tokens: %d ids for a batch of %d" % (
                 len(ids), self.batch))
-        arr, _ = _ids(ids, "ids")
+        arr, _ = _ids(ids)
         _check(_m().mg_fwd_force_tokens(self.handle, arr), "mg_fwd_force_tokens")
 
     def set_sampling(self, params=None, penalty_last_n=0):
@@ -452,10 +435,10 @@ def generate(backend, prompts, *, model_path=None, preset=None, weights="bf16", 
     if len(seeds) != count:
         raise InvalidArgument(1, "generate: %d seeds for %d prompts" % (len(seeds), count))
     keep = []
-    stops, n_stops = _ids(stop_ids, "stop_ids")
+    stops, n_stops = _ids(stop_ids)
     requests = (gen_request * count)()
     for r, p in enumerate(prompts):
-        arr, n = _ids(p, "prompt")
+        arr, n = _ids(p)
         keep.append(arr)
         requests[r].prompt, requests[r].prompt_len = arr if n else None, n
         requests[r].max_tokens = max_tokens
@@ -514,7 +497,6 @@ class ChatTemplate:
     def recognise(cls, text, bos_token=None, eos_token=None):
         """From a template string (tokenizer.chat_template); Unsupported for any other
         template."""
-        _m()
         t = chat_template_struct()
         raw = text.encode()
         _check(_m().mg_chat_template_recognise(raw, len(raw), C.byref(t)),
@@ -540,18 +522,43 @@ class ChatTemplate:
         raw = [(r.encode(), c.encode()) for r, c in pairs]
         arr = (chat_message * max(len(raw), 1))(*[chat_message(r, c) for r, c in raw])
         st, text = _grow(lambda buf, cap, n: _m().mg_chat_render(
-            C.byref(self._t), arr, len(raw), add_generation_prompt, buf, cap, n), "render")
+            C.byref(self._t), arr, len(raw), add_generation_prompt, buf, cap, n))
         _check(st, "mg_chat_render")
         return text.decode("utf-8")
 
 
-class Tokenizer:
+class _Owned:
+    """A handle of the model library that this object frees: `_destroy` names the C function;
+    close() (or garbage collection) calls it once."""
+    _destroy = None
+    _what = "object"
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise InvalidArgument(1, "the %s was closed" % self._what)
+        return self._h
+
+    def close(self):
+        if self._h:
+            getattr(_m(), self._destroy)(self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Tokenizer(_Owned):
     """tokenizer.h's mg_tok: byte-level or SentencePiece-style BPE from a GGUF file's metadata
     or a Hugging Face tokenizer.json, with the checkpoint's chat template where it has one.
 
     Tokenizer.open(path): a GGUF file, a tokenizer.json, or a directory holding tokenizer.json
     (and tokenizer_config.json's chat_template). chat_template is None when the checkpoint
     has none or one chat.h does not recognise; chat_problem then says which."""
+    _destroy, _what = "mg_tok_destroy", "Tokenizer"
 
     def __init__(self, handle, chat_template=None, chat_problem=""):
         self._h = handle
@@ -598,23 +605,6 @@ class Tokenizer:
             self.chat_problem = e.message
 
     @property
-    def handle(self):
-        if not self._h:
-            raise InvalidArgument(1, "the Tokenizer was closed")
-        return self._h
-
-    def close(self):
-        if self._h:
-            _m().mg_tok_destroy(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    @property
     def vocab_size(self):
         return _m().mg_tok_vocab_size(self.handle)
 
@@ -659,9 +649,9 @@ class Tokenizer:
             return list(ids[:n.value])
 
     def decode(self, ids, skip_special=False):
-        arr, count = _ids(ids, "ids")
+        arr, count = _ids(ids)
         st, text = _grow(lambda buf, cap, n: _m().mg_tok_decode(
-            self.handle, arr, count, skip_special, buf, cap, n), "decode")
+            self.handle, arr, count, skip_special, buf, cap, n))
         _check_tok(st, "mg_tok_decode")
         return text.decode("utf-8", "replace")
 
@@ -671,7 +661,10 @@ class Tokenizer:
         return TokenStream(self, skip_special)
 
 
-class TokenStream:
+class TokenStream(_Owned):
+    """Tokenizer.stream()'s decoder (mg_tok_stream)."""
+    _destroy, _what = "mg_tok_stream_destroy", "TokenStream"
+
     def __init__(self, tokenizer, skip_special):
         self.tokenizer = tokenizer
         h = P()
@@ -680,27 +673,15 @@ class TokenStream:
         self._h = h.value
 
     def put(self, token):
-        st, text = _grow(lambda buf, cap, n: _m().mg_tok_stream_put(self._h, token, buf, cap, n),
-                         "put")
+        st, text = _grow(lambda buf, cap, n: _m().mg_tok_stream_put(self.handle, token, buf,
+                                                                     cap, n))
         _check_tok(st, "mg_tok_stream_put")
         return text.decode("utf-8")
 
     def finish(self):
-        st, text = _grow(lambda buf, cap, n: _m().mg_tok_stream_finish(self._h, buf, cap, n),
-                         "finish")
+        st, text = _grow(lambda buf, cap, n: _m().mg_tok_stream_finish(self.handle, buf, cap, n))
         _check_tok(st, "mg_tok_stream_finish")
         return text.decode("utf-8")
-
-    def close(self):
-        if self._h:
-            _m().mg_tok_stream_destroy(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def prompt_ids(tokenizer, prompt=None, chat=None, messages=None):

@@ -216,6 +216,27 @@ static void test_dense(mg_backend *b, const char *backend, uint32_t m, uint32_t 
     CHECK_OK(mg_copy_d2h(b, out, d_out, (size_t)m * ldc * 2));
     compare(what, out, m, n, ldc, act, pitch, NULL, NULL, &g, gate_up ? &u : NULL,
             workspace && is_cuda_backend(b));
+    /* Captured and replayed into a poisoned output: equal to the eager call, bit for bit. */
+    if (is_cuda_backend(b) && !workspace) {
+        mg_stream *s = NULL;
+        mg_graph *graph = NULL;
+        CHECK_OK(mg_stream_create(b, &s));
+        CHECK_OK(mg_graph_begin_capture(s));
+        if (gate_up)
+            CHECK_OK(mg_nvfp4_gemm_gate_up(b, s, m, n, k, d_act, pitch, &wg, &wu, d_out, ldc));
+        else
+            CHECK_OK(mg_nvfp4_gemm(b, s, m, n, k, d_act, pitch, &wg, d_out, ldc));
+        CHECK_OK(mg_graph_end_capture(s, &graph));
+        CHECK_OK(mg_memset(b, d_out, 0xff, (size_t)m * ldc * 2));
+        CHECK_OK(mg_graph_launch(graph, s));
+        CHECK_OK(mg_stream_synchronize(s));
+        uint16_t *replayed = malloc((size_t)m * ldc * 2);
+        CHECK_OK(mg_copy_d2h(b, replayed, d_out, (size_t)m * ldc * 2));
+        CHECK(memcmp(replayed, out, (size_t)m * ldc * 2) == 0);
+        free(replayed);
+        mg_graph_destroy(graph);
+        mg_stream_destroy(s);
+    }
     mg_free(b, d_act);
     mg_free(b, d_out);
     free(act);
@@ -379,12 +400,29 @@ static void run_backend(mg_backend *b, const char *name, bool is_cuda) {
         test_dense(b, name, 16, 1024, 14336, false, false);
         test_dense(b, name, 1000, 136, 1040, false, false);
         test_dense(b, name, 1000, 136, 1040, false, true);
+        /* Both kernel families (the tile family where its grid is large: N of 4100 and more
+         * here), its tiles of 32 and 64 tokens, with one and two K groups: K not a multiple of
+         * 256, N not one of 16. */
+        static const uint32_t tile_ms[] = {2, 5, 16, 17, 33, 64, 100, 256, 257};
+        for (size_t i = 0; i < sizeof tile_ms / sizeof tile_ms[0]; i++)
+            test_dense(b, name, tile_ms[i], 1000, 1040, i % 2 == 1, false);
+        test_dense(b, name, 257, 4100, 1040, false, false); /* 64 tokens, one K group */
+        test_dense(b, name, 100, 8200, 528, false, false);  /* 64, two groups */
+        test_dense(b, name, 24, 16400, 272, false, false);  /* 32, two groups */
+        test_dense(b, name, 100, 4100, 528, true, false);   /* gate_up, 64, two groups */
+        test_dense(b, name, 257, 4100, 528, true, false);   /* gate_up, 64, one group */
+        test_dense(b, name, 20, 8200, 528, true, false);    /* gate_up, 32, two groups */
     }
     test_moe(b, name, is_cuda, 6, 7, 2, 40, 96, false);
     test_moe(b, name, is_cuda, 5, 33, 3, 24, 272, true);
     test_moe(b, name, is_cuda, 16, 1, 4, 64, 512, false);
-    if (is_cuda)
+    if (is_cuda) {
         test_moe(b, name, is_cuda, 64, 100, 8, 768, 2048, true);
+        /* the tile family: 50 and 30 rows per expert on average */
+        test_moe(b, name, is_cuda, 8, 100, 4, 1000, 528, false);
+        test_moe(b, name, is_cuda, 8, 100, 4, 1000, 1040, true);
+        test_moe(b, name, is_cuda, 6, 60, 3, 1400, 272, false);
+    }
     test_bad_input(b, !is_cuda);
 }
 

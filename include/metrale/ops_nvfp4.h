@@ -82,9 +82,11 @@ typedef struct mg_nvfp4_weight {
 } mg_nvfp4_weight;
 
 /* Dense: out[m, n] (row pitch ldc >= n) = act[m, k] (row pitch act_pitch >= k, in elements)
- * times the weight. Any M >= 1, N >= 1; K a multiple of 16. Tokens are processed in tiles of
- * 8 (M <= 8) or 16; a row's output bits depend only on its own activation row as long as the
- * tile size chosen is the same (it changes at M = 9). */
+ * times the weight. Any M >= 1, N >= 1; K a multiple of 16. On CUDA, tokens are processed in
+ * tiles of 8 (M <= 8) or 16, and from M = 17, where a grid of token tiles x 128-row CTAs
+ * covers at least 3/4 of the multiprocessors (N >= 12,545 with one tile on an H200), in tiles
+ * of 32 or 64 that decode each weight once per tile; a row's output bits depend only on its own
+ * activation row as long as the kernel chosen is the same (it may change at M = 9, 17 and 33). */
 MG_API mg_status mg_nvfp4_gemm(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
                                mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *w,
                                mg_devptr out, uint32_t ldc);

@@ -4,6 +4,8 @@
  *    larger than L2 (M <= 256), events on one weight at M = 4096. GB/s counts the prepared
  *    weight bytes (codes + scales) and the note gives them as a fraction of the copy
  *    bandwidth measured in the same run.
+ *  - "dense_kernels": from MG_NVFP4_BF16_PATH_MIN_M rows, where the automatic choice may expand
+ *    the weight to BF16, our kernels forced (provider "kernels") on the same shapes.
  *  - "bf16": our BF16 GEMM (cuBLASLt) on the same shapes and timing, the in-run yardstick.
  *  - "moe8": 8 experts of N=14336, K=4096 with 1, 8, 64 and 512 rows each (identity gather).
  *  - "moe128": 128 experts of a 30B-A3B layer (hidden 2048, intermediate 768): the fused
@@ -81,9 +83,13 @@ static void free_case(mg_bench *b, nvfp4_case *c) {
     mg_free(b->backend, c->workspace);
 }
 
-static int run_dense(mg_bench *b, uint32_t m, uint32_t n, uint32_t k, bool bf16, double copy_gbps) {
-    char shape[64];
-    const char *name = bf16 ? "bf16" : "dense";
+/* `force`: a provider of the NVFP4 GEMM forced for the row (named "dense_<provider>"), or NULL
+ * for the automatic choice. */
+static int run_dense(mg_bench *b, uint32_t m, uint32_t n, uint32_t k, bool bf16, const char *force,
+                     double copy_gbps) {
+    char shape[64], forced_name[48];
+    snprintf(forced_name, sizeof forced_name, "dense_%s", force ? force : "");
+    const char *name = bf16 ? "bf16" : force ? forced_name : "dense";
     snprintf(shape, sizeof shape, "%ux%ux%u", m, n, k);
     if (!mg_bench_selected(b, name))
         return 0;
@@ -105,7 +111,8 @@ static int run_dense(mg_bench *b, uint32_t m, uint32_t n, uint32_t k, bool bf16,
     if (c.workspace_bytes && (st = mg_alloc(b->backend, c.workspace_bytes, &c.workspace)))
         goto fail;
     c.per_iteration = graph ? c.weights.count : 1;
-    if ((st = body_dense(b, &c, 0)) || (st = mg_stream_synchronize(b->stream)))
+    if ((force && (st = mg_op_force_provider(b->backend, MG_OP_NVFP4_GEMM, force))) ||
+        (st = body_dense(b, &c, 0)) || (st = mg_stream_synchronize(b->stream)))
         goto fail;
     mg_bench_row row = mg_bench_row_make("nvfp4", name, shape);
     st = graph ? mg_bench_time_graph(b, body_dense, &c, b->warmup, b->iters, &row.stats)
@@ -125,9 +132,13 @@ static int run_dense(mg_bench *b, uint32_t m, uint32_t n, uint32_t k, bool bf16,
              copy_gbps > 0 ? gbps / copy_gbps : 0, graph ? "; rotated" : "", bf16 ? "" : "; ",
              bf16 ? "" : stats.provider);
     mg_bench_add(b, &row);
+    if (force)
+        mg_op_force_provider(b->backend, MG_OP_NVFP4_GEMM, NULL);
     free_case(b, &c);
     return 0;
 fail:;
+    if (force)
+        mg_op_force_provider(b->backend, MG_OP_NVFP4_GEMM, NULL);
     char what[128];
     snprintf(what, sizeof what, "%s %s", name, shape);
     int failed = mg_bench_fail(b, what);
@@ -387,15 +398,18 @@ static int bench_nvfp4(mg_bench *b, int argc, char **argv) {
         copy_gbps = 0;
     int failures = 0;
     if (b->quick) { /* a smoke run: one small shape of each kind */
-        failures += run_dense(b, 3, 256, 512, false, copy_gbps);
+        failures += run_dense(b, 3, 256, 512, false, NULL, copy_gbps);
         failures += run_moe(b, 4, 2, 128, 256, true, copy_gbps);
         return failures + run_step(b, 1, copy_gbps);
     }
     size_t shapes = sizeof nk / sizeof nk[0];
     for (size_t s = 0; s < shapes; s++)
         for (size_t i = 0; i < m_count; i++) {
-            failures += run_dense(b, ms[i], nk[s][0], nk[s][1], false, copy_gbps);
-            failures += run_dense(b, ms[i], nk[s][0], nk[s][1], true, copy_gbps);
+            failures += run_dense(b, ms[i], nk[s][0], nk[s][1], false, NULL, copy_gbps);
+            failures += run_dense(b, ms[i], nk[s][0], nk[s][1], true, NULL, copy_gbps);
+            /* where the automatic choice may expand the weight, our kernels as well */
+            if (ms[i] >= MG_NVFP4_BF16_PATH_MIN_M)
+                failures += run_dense(b, ms[i], nk[s][0], nk[s][1], false, "kernels", copy_gbps);
         }
     static const uint32_t per_expert[] = {1, 8, 64, 512};
     for (size_t i = 0; i < 4; i++) {

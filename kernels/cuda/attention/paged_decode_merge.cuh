@@ -1,6 +1,6 @@
 // paged_decode_merge.cuh - what the split-KV decode kernels share (paged_decode_mma.cu for BF16
 // pools, paged_decode.cu for FP8 pools): the parameter block with typed pointers, the schedule
-// and its items, cp.async helpers, and the end of an item: merging the CTA's warps, then writing
+// and its items, and the end of an item: merging the CTA's warps, then writing
 // the output, or a partial result that the last CTA of the item's merge group combines.
 //
 // Merging split chunks in the launch: each chunk of a group of more than one writes its
@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "common/copy_async.cuh"
 #include "common/paged_decode_abi.h"
 
 namespace mg_decode {
@@ -29,28 +30,6 @@ __device__ __forceinline__ float fast_tanh(float x) {
 // n / d for n < 2^31 with the host's magic numbers for d (attention_paged_decode.c).
 __device__ __forceinline__ uint32_t fast_div(uint32_t n, uint32_t mul, uint32_t shift) {
     return (__umulhi(n, mul) + n) >> shift;
-}
-
-// cp.async of BYTES (8 or 16) from global to shared memory; an invalid source copies zeros
-// (source size 0: nothing is read).
-template <int BYTES>
-__device__ __forceinline__ void copy_async(char *dst, const char *src, bool valid) {
-    const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    const int src_bytes = valid ? BYTES : 0;
-    if constexpr (BYTES == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
-                     "r"(src_bytes));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(to), "l"(src),
-                     "r"(src_bytes));
-}
-
-__device__ __forceinline__ void copy_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int PENDING> __device__ __forceinline__ void copy_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
 }
 
 // The parameter block with typed pointers.

@@ -17,11 +17,17 @@
 #include "nvfp4_hopper_layout.h"
 #include "op_builtin.h"
 
-/* Warps the GEMM grid aims at per multiprocessor: enough 16-byte loads in flight to cover the
- * memory latency at decode sizes, where there are few row blocks. METRALE_NVFP4_WARPS_PER_SM
- * overrides it, and METRALE_NVFP4_TILE=8 keeps 8-token tiles at any M (tuning knobs for
- * benchmarks). */
+/* Warps the small-tile GEMM grid aims at per multiprocessor: enough 16-byte loads in flight to
+ * cover the memory latency at decode sizes, where there are few row blocks.
+ * METRALE_NVFP4_WARPS_PER_SM overrides it; METRALE_NVFP4_TILE=8 or 16 keeps the small-tile
+ * family with at most that tile at any M, 32 or 64 sets the tile family's tile above
+ * SMALL_TILE_MAX_ROWS rows per group (tuning knobs for benchmarks). */
 #define TARGET_WARPS_PER_SM 16u
+/* The most rows per group the small-tile family takes (measured on the H200, bench/results/). */
+#define SMALL_TILE_MAX_ROWS 16u
+/* Warps per multiprocessor the tile family's K groups aim at. METRALE_NVFP4_TILE_SHAPE="R,G"
+ * forces R output rows per CTA and G K groups where such a kernel exists (a tuning knob). */
+#define TILE_WARPS_PER_SM 4u
 /* The most row blocks a grid's second dimension holds. */
 #define MAX_ROW_BLOCKS 65535u
 
@@ -265,28 +271,26 @@ static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
 
 /* The tuning knobs, read from the environment once per process (not on every call). */
 static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
-static uint32_t tuning_max_tile, tuning_target_warps;
+static uint32_t tuning_tile, tuning_target_warps, tuning_rows, tuning_groups;
 
 static void read_tuning(void) {
     const char *w = getenv("METRALE_NVFP4_WARPS_PER_SM"), *t = getenv("METRALE_NVFP4_TILE");
-    tuning_max_tile = t && atoi(t) == 8 ? 8 : 16;
+    const char *shape = getenv("METRALE_NVFP4_TILE_SHAPE");
+    int tile = t ? atoi(t) : 0;
+    tuning_tile = tile == 8 || tile == 16 || tile == 32 || tile == 64 ? (uint32_t)tile : 0;
     tuning_target_warps = w && atoi(w) > 0 ? (uint32_t)atoi(w) : TARGET_WARPS_PER_SM;
+    unsigned rows = 0, groups = 0;
+    if (shape && sscanf(shape, "%u,%u", &rows, &groups) == 2)
+        tuning_rows = rows, tuning_groups = groups;
 }
 
-/* The variant for a problem: tokens per tile (8 when tiles are mostly small), and the warps
- * splitting K so the grid has about TARGET_WARPS_PER_SM warps per multiprocessor, each with at
- * least two super-chunks of K. */
-static void choose_variant(mg_backend *b, const gemm_problem *p, uint32_t *tile, uint32_t *k_warps,
-                           uint64_t *tiles) {
-    pthread_once(&tuning_once, read_tuning);
-    uint32_t max_tile = tuning_max_tile, target_warps = tuning_target_warps;
-    uint32_t per_group =
-        p->op == MG_OP_NVFP4_MOE_GEMM ? (p->rows + p->experts - 1) / p->experts : p->rows;
-    *tile = per_group <= 8 || max_tile == 8 ? 8 : 16;
-    if (p->op == MG_OP_NVFP4_MOE_GEMM) /* a bound on the non-empty tiles of any routing */
-        *tiles = p->rows / *tile + (p->experts < p->rows ? p->experts : p->rows);
-    else
-        *tiles = (p->rows + *tile - 1) / *tile;
+/* A launch of the kernels provider: the kernel, its grid and block. */
+typedef struct gemm_variant {
+    char name[48];
+    uint32_t tiles, row_tiles, threads, shared_bytes;
+} gemm_variant;
+
+static uint32_t multiprocessors(mg_backend *b) {
     mg_device_info info;
     mg_error_state saved;
     mg_error_save(&saved);
@@ -294,12 +298,85 @@ static void choose_variant(mg_backend *b, const gemm_problem *p, uint32_t *tile,
                        ? (uint32_t)info.multiprocessors
                        : 132;
     mg_error_restore(&saved);
-    uint64_t rbs = mg_nvfp4_row_blocks(p->n) * (p->up ? 2u : 1u);
-    uint32_t supers = mg_nvfp4_supers(p->k), max_warps = p->up ? 4 : 8;
-    *k_warps = 1;
-    while (*k_warps < max_warps && *tiles * rbs * *k_warps * 2 <= (uint64_t)sms * target_warps &&
-           supers >= *k_warps * 4)
-        *k_warps *= 2;
+    return sms;
+}
+
+static uint64_t row_tiles(uint32_t n, uint32_t rows_per_cta) {
+    return ((uint64_t)n + rows_per_cta - 1) / rows_per_cta;
+}
+
+/* Token tiles of `tile` tokens a problem needs; grouped: a bound on the non-empty tiles of any
+ * routing. */
+static uint64_t token_tiles(const gemm_problem *p, uint32_t tile) {
+    if (p->op == MG_OP_NVFP4_MOE_GEMM)
+        return p->rows / tile + (p->experts < p->rows ? p->experts : p->rows);
+    return ((uint64_t)p->rows + tile - 1) / tile;
+}
+
+/* The tile family's variant: 4 row warps (128 output rows, 64 gate_up: each CTA reads its
+ * tile's activations once for that many rows), split in two K groups when the grid has fewer
+ * than TILE_WARPS_PER_SM warps per multiprocessor; or the shape METRALE_NVFP4_TILE_SHAPE forces. */
+static void choose_tile_shape(const gemm_problem *p, uint32_t tile, uint64_t tiles, uint32_t sms,
+                              gemm_variant *v) {
+    const bool gate_up = p->up != NULL;
+    const uint32_t warp_rows = gate_up ? 16 : 32;
+    uint32_t wr = 4, kw = 1;
+    if (tuning_rows % warp_rows == 0 &&
+        mg_nvfp4_tile_variant_exists(tile, tuning_rows / warp_rows, tuning_groups)) {
+        wr = tuning_rows / warp_rows, kw = tuning_groups;
+    } else if (tiles * row_tiles(p->n, wr * warp_rows) * wr < (uint64_t)TILE_WARPS_PER_SM * sms &&
+               mg_nvfp4_supers(p->k) >= 4) {
+        kw = 2;
+    }
+    v->tiles = (uint32_t)tiles;
+    v->row_tiles = (uint32_t)row_tiles(p->n, wr * warp_rows);
+    v->threads = 32 * wr * kw;
+    v->shared_bytes = MG_NVFP4_TILE_SHARED_BYTES(tile, kw);
+    mg_nvfp4_gemm_tile_kernel_name(v->name, sizeof v->name, tile, wr * warp_rows, kw, gate_up);
+}
+
+/* The variant for a problem. The tile family (each weight decoded once per 32 or 64 tokens)
+ * above SMALL_TILE_MAX_ROWS rows per group where its grid of 128-row CTAs covers at least 3/4
+ * of the multiprocessors (measured on the H200, bench/results/2026-12-04-h200-nvfp4-tile.md:
+ * 1.5x the small-tile family on 64 x 14336 x 4096, 2x on grouped problems of 64 rows per
+ * expert, but half its speed where N is 4096-6144 and the grid is a few dozen CTAs). Otherwise
+ * the small-tile family, with 8 tokens per tile when groups are mostly that small, and the
+ * warps splitting K so the grid has about TARGET_WARPS_PER_SM warps per multiprocessor, each
+ * with at least two super-chunks of K. */
+static mg_status choose_variant(mg_backend *b, const gemm_problem *p, gemm_variant *v) {
+    pthread_once(&tuning_once, read_tuning);
+    const bool grouped = p->op == MG_OP_NVFP4_MOE_GEMM, gate_up = p->up != NULL;
+    const uint32_t per_group = grouped ? (p->rows + p->experts - 1) / p->experts : p->rows;
+    const uint32_t sms = multiprocessors(b), row_blocks = mg_nvfp4_row_blocks(p->n);
+    const bool small_forced = tuning_tile == 8 || tuning_tile == 16;
+    if (per_group > SMALL_TILE_MAX_ROWS && !small_forced) {
+        const uint32_t tile = tuning_tile ? tuning_tile : per_group <= 32 ? 32 : 64;
+        const uint64_t tiles = token_tiles(p, tile);
+        if (tiles > 0x7fffffffu)
+            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                            "%s: %u rows need more token tiles than a grid has", p->fn, p->rows);
+        if (tuning_tile || tiles * row_tiles(p->n, gate_up ? 64 : 128) * 4 >= (uint64_t)sms * 3) {
+            choose_tile_shape(p, tile, tiles, sms, v);
+            return MG_OK;
+        }
+    }
+    const uint32_t tile = per_group <= 8 || tuning_tile == 8 ? 8 : 16;
+    const uint64_t tiles = token_tiles(p, tile);
+    if (tiles > 0x7fffffffu)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %u rows need more token tiles than a grid has", p->fn, p->rows);
+    uint64_t rbs = (uint64_t)row_blocks * (gate_up ? 2u : 1u);
+    uint32_t supers = mg_nvfp4_supers(p->k), max_warps = gate_up ? 4 : 8, k_warps = 1;
+    while (k_warps < max_warps &&
+           tiles * rbs * k_warps * 2 <= (uint64_t)sms * tuning_target_warps &&
+           supers >= k_warps * 4)
+        k_warps *= 2;
+    v->tiles = (uint32_t)tiles;
+    v->row_tiles = row_blocks;
+    v->threads = 32 * k_warps * (gate_up ? 2 : 1);
+    v->shared_bytes = 0;
+    mg_nvfp4_gemm_kernel_name(v->name, sizeof v->name, tile, k_warps, gate_up);
+    return MG_OK;
 }
 
 static mg_status run_problem(mg_backend *b, mg_stream *s, const gemm_problem *p) {
@@ -322,17 +399,13 @@ static mg_status run_problem(mg_backend *b, mg_stream *s, const gemm_problem *p)
 
 /* The kernels provider's GEMM: one launch of the variant that fits the problem. */
 static mg_status run_tiled(mg_backend *b, mg_stream *s, const gemm_problem *p) {
-    uint32_t tile, k_warps;
-    uint64_t tiles;
-    choose_variant(b, p, &tile, &k_warps, &tiles);
-    if (tiles > 0x7fffffffu)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: %u rows need more token tiles than a grid has", p->fn, p->rows);
-    char name[48];
-    mg_nvfp4_gemm_kernel_name(name, sizeof name, tile, k_warps, p->up != NULL);
+    gemm_variant v;
+    mg_status st = choose_variant(b, p, &v);
+    if (st)
+        return st;
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){(uint32_t)tiles, mg_nvfp4_row_blocks(p->n), 1},
-                   (mg_dim3){32 * k_warps * (p->up ? 2 : 1), 1, 1}, 0);
+    mg_launch_init(&l, (mg_dim3){v.tiles, v.row_tiles, 1}, (mg_dim3){v.threads, 1, 1},
+                   v.shared_bytes);
     mg_launch_arg_ptr(&l, p->act);
     mg_launch_arg_u32(&l, p->act_pitch);
     mg_launch_arg_u32(&l, p->act_rows);
@@ -352,7 +425,7 @@ static mg_status run_tiled(mg_backend *b, mg_stream *s, const gemm_problem *p) {
     mg_launch_arg_u32(&l, p->ldc);
     mg_launch_arg_u32(&l, p->n);
     mg_launch_arg_u32(&l, p->k);
-    return launch_kernel(b, s, name, &l);
+    return launch_kernel(b, s, v.name, &l);
 }
 
 static mg_status dense(mg_backend *b, mg_stream *s, const char *fn, uint32_t m, uint32_t n,

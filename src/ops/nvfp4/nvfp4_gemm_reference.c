@@ -20,6 +20,19 @@ void mg_nvfp4_gemm_kernel_name(char *buf, unsigned bytes, unsigned tile_tokens, 
     snprintf(buf, bytes, "nvfp4_gemm_%st%u_k%u", gate_up ? "gate_up_" : "", tile_tokens, k_warps);
 }
 
+void mg_nvfp4_gemm_tile_kernel_name(char *buf, unsigned bytes, unsigned tile_tokens,
+                                    unsigned cta_rows, unsigned k_groups, int gate_up) {
+    snprintf(buf, bytes, "nvfp4_gemm_%st%u_r%u_k%u", gate_up ? "gate_up_" : "", tile_tokens,
+             cta_rows, k_groups);
+}
+
+int mg_nvfp4_tile_variant_exists(unsigned tile_tokens, unsigned row_warps, unsigned k_groups) {
+    return (tile_tokens == 32 || tile_tokens == 64) &&
+           (row_warps == 1 || row_warps == 2 || row_warps == 4) &&
+           (k_groups == 1 || k_groups == 2 || (k_groups == 4 && tile_tokens == 32)) &&
+           row_warps * k_groups <= 8;
+}
+
 /* ------------------------------------------------------------------ the re-layout */
 
 static mg_status kernel_prepare(const mg_launch *l) {
@@ -215,6 +228,17 @@ static void register_kernels(void) {
                 mg_nvfp4_gemm_kernel_name(name, sizeof name, tiles[t], warps[w], gate_up);
                 mg_cpu_kernel_register("metrale", name, kernel_gemm);
             }
+    for (int gate_up = 0; gate_up < 2; gate_up++)
+        for (unsigned tile = 32; tile <= 64; tile *= 2)
+            for (unsigned wr = 1; wr <= 4; wr *= 2)
+                for (unsigned kw = 1; kw <= 4; kw *= 2) {
+                    if (!mg_nvfp4_tile_variant_exists(tile, wr, kw))
+                        continue;
+                    char name[48];
+                    mg_nvfp4_gemm_tile_kernel_name(name, sizeof name, tile,
+                                                   wr * (gate_up ? 16 : 32), kw, gate_up);
+                    mg_cpu_kernel_register("metrale", name, kernel_gemm);
+                }
 }
 
 void mg_nvfp4_cpu_kernels_register(void) {

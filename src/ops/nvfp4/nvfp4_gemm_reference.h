@@ -2,14 +2,20 @@
  * nvfp4_gemm_reference.h - private: the kernel names and argument lists of the NVFP4 GEMM op
  * (kernels/cuda/nvfp4/nvfp4_gemm.cu), and the CPU kernels registered under the same names.
  *
- * GEMM kernels "nvfp4_gemm_t{8,16}_k{1,2,4,8}" and "nvfp4_gemm_gate_up_t{8,16}_k{1,2,4}" (tile
- * of 8 or 16 tokens, 1..8 warps splitting K) all take:
+ * GEMM kernels, two families (kernels/cuda/nvfp4/): up to 16 tokens per group
+ * "nvfp4_gemm_t{8,16}_k{1,2,4,8}" and "nvfp4_gemm_gate_up_t{8,16}_k{1,2,4}" (nvfp4_gemm.cu: a
+ * tile of 8 or 16 tokens, 1..8 warps splitting K); from 17 tokens
+ * "nvfp4_gemm_[gate_up_]t{32,64}_r{rows}_k{groups}" (nvfp4_gemm_tile.cu: a tile of 32 or 64
+ * tokens, `rows` output rows per CTA from 1, 2 or 4 row warps of 32 rows (16 gate_up), K split
+ * in `groups` warp groups: mg_nvfp4_tile_variant_exists). All take:
  *   0 act (BF16), 1 act_pitch u32, 2 act_rows u32, 3 token_ids (INT32 or 0),
  *   4 expert_offsets (INT32 [experts + 1] or 0 for one dense group), 5 experts u32, 6 rows u32,
  *   7 values, 8 scales, 9 expert_value_bytes u64, 10 expert_scale_bytes u64,
  *   11 global_scales (FP32 [experts]), 12 up_values, 13 up_scales, 14 up_global_scales
  *   (0 unless gate_up), 15 out (BF16), 16 ldc u32, 17 n u32, 18 k u32.
- * Grid (token tiles, row blocks of 16), block 32 * KW warps (twice that for gate_up).
+ * Grid (token tiles, row blocks of 16), block 32 * KW threads (twice that for gate_up); for the
+ * tile family grid (token tiles, ceil(n / rows)), block 32 * row warps * groups threads and
+ * MG_NVFP4_TILE_SHARED_BYTES(tile, groups) bytes of dynamic shared memory.
  *
  * "nvfp4_hopper_prepare": 0 codes, 1 e4m3 scales, 2 values, 3 scales, 4 n, 5 k, 6 experts.
  * "nvfp4_hopper_dequant_bf16" (the CUDA large-M provider only): 0 values, 1 scales,
@@ -26,9 +32,21 @@
 #define MG_NVFP4_KERNEL_DEQUANT_BF16 "nvfp4_hopper_dequant_bf16" /* CUDA only */
 #define MG_NVFP4_GEMM_ARGS 19u
 
-/* The kernel name of a variant into buf (at least 40 bytes). */
+/* The kernel name of a variant into buf (at least 40 bytes): of the small-tile family, and of
+ * the tile family (`cta_rows` output rows per CTA). */
 void mg_nvfp4_gemm_kernel_name(char *buf, unsigned bytes, unsigned tile_tokens, unsigned k_warps,
                                int gate_up);
+void mg_nvfp4_gemm_tile_kernel_name(char *buf, unsigned bytes, unsigned tile_tokens,
+                                    unsigned cta_rows, unsigned k_groups, int gate_up);
+
+/* Whether the tile family has a kernel of `tile_tokens` tokens, `row_warps` row warps and
+ * `k_groups` K groups: tiles of 32 or 64, 1, 2 or 4 row warps, 1 or 2 groups (also 4 with 32
+ * tokens), at most 8 warps. */
+int mg_nvfp4_tile_variant_exists(unsigned tile_tokens, unsigned row_warps, unsigned k_groups);
+
+/* The tile family's dynamic shared memory: 4 stages of k_groups * tile_tokens activation rows
+ * of 144 bytes (nvfp4_gemm_tile.cu). */
+#define MG_NVFP4_TILE_SHARED_BYTES(tile_tokens, k_groups) (4u * (k_groups) * (tile_tokens)*144u)
 
 /* Registers the CPU kernels once per process; later calls do nothing. */
 void mg_nvfp4_cpu_kernels_register(void);

@@ -1,0 +1,100 @@
+// nvfp4_mma.cuh - what the NVFP4 GEMM kernels of Hopper share (nvfp4_gemm.cu for up to 16
+// tokens, nvfp4_gemm_tile.cu from 17): decoding the layout of nvfp4_hopper_layout.h into BF16
+// MMA fragments, the BF16 mma.sync, the kernels' argument block (the argument list of
+// src/ops/nvfp4/nvfp4_gemm_reference.h) and the search of a grouped problem's token tiles.
+#ifndef METRALE_NVFP4_MMA_CUH
+#define METRALE_NVFP4_MMA_CUH
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "nvfp4/nvfp4_hopper_layout.h"
+
+namespace mg_nvfp4 {
+
+// Pair j of a word (nvfp4_hopper_layout.h): two codes -> two BF16 of e2m1 * 2^-126.
+__device__ __forceinline__ uint32_t decode_pair(uint32_t word, int j) {
+    const uint32_t q = word << (4 * j);
+    return (q & 0x80008000u) | ((q >> 6) & 0x01c001c0u);
+}
+
+// Byte `b` of `word` (a ue5m3 scale) as a BF16 pair (scale * 2^118, twice).
+__device__ __forceinline__ uint32_t scale_pair(uint32_t word, uint32_t b) {
+    uint32_t spread = __byte_perm(word, 0u, 0x4040u | (b << 8) | b);
+    return spread * 16u + (MG_NVFP4_SCALE_BF16_BIAS | (MG_NVFP4_SCALE_BF16_BIAS << 16));
+}
+
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+struct gemm_args {
+    const __nv_bfloat16 *act;
+    uint32_t act_pitch, act_rows;
+    const int32_t *token_ids;      // null: row r reads act row r
+    const int32_t *expert_offsets; // null: one group of `rows` rows (dense)
+    uint32_t experts, rows;
+    const uint8_t *values, *scales;
+    uint64_t expert_value_bytes, expert_scale_bytes;
+    const float *global_scales;
+    const uint8_t *up_values, *up_scales;
+    const float *up_global_scales;
+    __nv_bfloat16 *out;
+    uint32_t ldc, n, k;
+};
+
+struct token_tile {
+    int expert; // -1: no tile
+    uint32_t row0, row_end;
+};
+
+// Tile `index` of `tile_rows` rows among the experts' groups, in expert order (each warp
+// computes it alone: no barrier before a CTA without a tile exits).
+__device__ token_tile find_tile(const gemm_args &a, uint32_t index, uint32_t tile_rows) {
+    if (!a.expert_offsets) {
+        uint32_t row0 = index * tile_rows;
+        return {row0 < a.rows ? 0 : -1, row0, a.rows};
+    }
+    const uint32_t lane = threadIdx.x % 32;
+    uint32_t remaining = index;
+    for (uint32_t e0 = 0; e0 < a.experts; e0 += 32) {
+        uint32_t e = e0 + lane, begin = 0, end = 0, tiles = 0;
+        if (e < a.experts) {
+            int32_t o0 = a.expert_offsets[e], o1 = a.expert_offsets[e + 1];
+            begin = (uint32_t)min(max(o0, 0), (int32_t)a.rows);
+            end = (uint32_t)min(max(o1, 0), (int32_t)a.rows);
+            tiles = end > begin ? (end - begin + tile_rows - 1) / tile_rows : 0;
+        }
+        uint32_t inclusive = tiles;
+        for (int d = 1; d < 32; d *= 2) {
+            uint32_t v = __shfl_up_sync(0xffffffffu, inclusive, d);
+            if (lane >= (uint32_t)d)
+                inclusive += v;
+        }
+        uint32_t total = __shfl_sync(0xffffffffu, inclusive, 31);
+        if (remaining < total) {
+            uint32_t hit = __ballot_sync(0xffffffffu, inclusive > remaining);
+            int first = __ffs(hit) - 1;
+            uint32_t before = __shfl_sync(0xffffffffu, inclusive - tiles, first);
+            uint32_t b = __shfl_sync(0xffffffffu, begin, first);
+            uint32_t en = __shfl_sync(0xffffffffu, end, first);
+            return {(int)(e0 + first), b + (remaining - before) * tile_rows, en};
+        }
+        remaining -= total;
+    }
+    return {-1, 0, 0};
+}
+
+} // namespace mg_nvfp4
+
+#endif

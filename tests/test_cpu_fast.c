@@ -3,7 +3,8 @@
  * name: fresh random inputs of awkward sizes (n and k not multiples of the vector width or of
  * 128; M 1, 2, 3, 17, 64 for the GEMM and 1 to 8 for the GEMVs), outputs poisoned first, every
  * output written, nothing past it, within the bounds the providers state (gemm_cpu_fast.c,
- * mlx_cpu_fast.h); dequant bit for bit. */
+ * mlx_cpu_fast.h); dequant and the AVX2 BF16 GEMM (the reference's order) bit for bit; and the
+ * automatic choice of the BF16 GEMM is cpu_avx2 where the CPU has it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,12 @@ static void gemm_case(mg_backend *b, uint32_t m, uint32_t n, uint32_t k, mg_dtyp
             }
         /* nothing written past the last output */
         bad += memcmp(got + out_bytes - 64, ref + out_bytes - 64, 64) != 0;
+        /* cpu_avx2 adds in the reference's order: its bits, every output */
+        if (!strcmp(fast_providers[p], "cpu_avx2") && memcmp(got, ref, out_bytes) != 0) {
+            if (bad < 3)
+                fprintf(stderr, "  cpu_avx2 m=%u n=%u k=%u: not the reference's bits\n", m, n, k);
+            bad++;
+        }
         CHECK(bad == 0);
     }
     mg_op_force_provider(b, MG_OP_GEMM_BF16, NULL);
@@ -130,6 +137,24 @@ static void test_gemm(mg_backend *b) {
     gemm_case(b, 1, 576, 576, MG_DTYPE_F32);
     gemm_case(b, 37, 1536, 576, MG_DTYPE_BF16);
     gemm_case(b, 5, 576, 1536, MG_DTYPE_BF16);
+    gemm_case(b, 2, 49152, 576, MG_DTYPE_BF16); /* its LM head */
+
+    /* unforced: cpu_avx2 where the CPU has it, else the reference */
+    mg_devptr x, w, out;
+    CHECK_OK(mg_alloc(b, 3 * 40 * 2, &x));
+    CHECK_OK(mg_alloc(b, 24 * 40 * 2, &w));
+    CHECK_OK(mg_alloc(b, 3 * 24 * 4, &out));
+    CHECK_OK(mg_memset(b, x, 0x3f, 3 * 40 * 2));
+    CHECK_OK(mg_memset(b, w, 0x3f, 24 * 40 * 2));
+    CHECK_OK(mg_gemm_bf16(b, NULL, 3, 24, 40, x, w, out, MG_DTYPE_F32, 24));
+    mg_op_stats st;
+    CHECK_OK(mg_op_stats_get(b, MG_OP_GEMM_BF16, &st));
+    bool avx2 = mg_op_provider_available(b, MG_OP_GEMM_BF16, "cpu_avx2", NULL, 0);
+    printf("  automatic BF16 GEMM: %s\n", st.provider);
+    CHECK(!strcmp(st.provider, avx2 ? "cpu_avx2" : "reference"));
+    mg_free(b, x);
+    mg_free(b, w);
+    mg_free(b, out);
 }
 
 /* ------------------------------------------------------------------ MLX */

@@ -1,22 +1,26 @@
-/* gemm_cpu_fast.c - fast providers of the BF16 GEMM on the CPU backend: "cpu_avx2" (AVX2 + FMA,
- * chosen when the CPU has them) and "cpu_portable" (plain C, any CPU). Both come before
+/* gemm_cpu_fast.c - fast providers of the BF16 GEMM on the CPU backend: "cpu_avx2" (AVX2, chosen
+ * when the CPU has it) and "cpu_portable" (plain C, any CPU, only when forced). Both come before
  * "reference" in gemm.c's list; FP8 GEMMs are left to the reference.
  *
- * What a caller may rely on: the same outputs as the reference (gemm_reference.h) up to the
- * order of the FP32 additions. Each output is an FP32 sum of the k exact products
- * act[t, i] * weight[j, i] (a BF16 product is exact in FP32), added in a different order
- * (eight or sixteen lanes, then the lanes), so
- *     |fast - reference| <= 2 * (k + 16) * 2^-24 * sum_i |act[t, i] * weight[j, i]|
- * before the output is rounded: each side is within (k + 16) * u * sum|terms| of the exact
- * sum (u = 2^-24, the summation bound for any order of at most k + 16 additions). A BF16
- * output adds at most one BF16 spacing of the result. The result does not depend on the
- * thread count, the blocking or M (batch-invariant): every output is summed by one thread in
- * one fixed order.
+ * What a caller may rely on.
+ * - cpu_avx2 gives the reference's bits (gemm_reference.c) for finite inputs: each output is the
+ *   FP32 sum of the exact products act[t, i] * weight[j, i] (a BF16 product is exact in FP32)
+ *   added one by one in the order i = 0, 1, ..., k - 1, each addition rounded, as the
+ *   reference adds them; only the work is vectorised across 8 outputs (8 weight rows in the
+ *   lanes, 4 such groups interleaved to hide the addition latency). NaN payloads may differ.
+ * - cpu_portable adds in another order (eight or sixteen lanes, then the lanes), so
+ *       |portable - reference| <= 2 * (k + 16) * 2^-24 * sum_i |act[t, i] * weight[j, i]|
+ *   before the output is rounded: each side is within (k + 16) * u * sum|terms| of the exact
+ *   sum (u = 2^-24, the summation bound for any order of at most k + 16 additions). A BF16
+ *   output adds at most one BF16 spacing of the result.
+ * Neither result depends on the thread count, the blocking or M (batch-invariant): every
+ * output is summed by one thread in one fixed order.
  *
- * Layout: the activation rows are converted to FP32 once per call, in chunks of 16 elements
- * stored as [the 8 even elements][the 8 odd ones], zero-padded to a multiple of 16. A 32-byte
- * load of 16 BF16 weights then gives both halves as FP32 with one shift and one mask (a BF16
- * is the top half of an FP32), with no shuffle; the weights stay in memory as they are. */
+ * Layouts. cpu_portable converts the activation rows to FP32 once per call, in chunks of 16
+ * elements stored as [the 8 even elements][the 8 odd ones], zero-padded to a multiple of 16; a
+ * 32-byte load of 16 BF16 weights then gives both halves as FP32 with one shift and one mask.
+ * cpu_avx2 packs each block of 32 weight rows as FP32 [k][32] (8 x 8 transposes of the
+ * rows' BF16 codes) in a per-part buffer, then streams it once per token. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -37,12 +41,13 @@
 #include <immintrin.h>
 #endif
 
-#define ROWS 4   /* weight rows per block: the unit the threads share out */
+#define ROWS 4   /* cpu_portable: weight rows per block, the unit the threads share out */
 #define CHUNK 16 /* elements per split chunk */
 
 typedef struct fast_gemm {
     uint32_t m, n, k, k_pad, ldc;
-    const float *act; /* [m][k_pad], split chunks (above) */
+    const float *act;         /* cpu_portable: [m][k_pad], split chunks (above) */
+    const uint16_t *act_bf16; /* cpu_avx2: the activations as they are, [m][k] */
     const uint16_t *weight;
     void *out;
     mg_dtype out_type;
@@ -109,131 +114,142 @@ static void portable_blocks(void *ctx, size_t first, size_t count) {
 /* ------------------------------------------------------------------ AVX2 */
 
 #ifdef HAVE_X86_TARGETS
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2 __attribute__((target("avx2")))
+#define PACK_ROWS 32 /* weight rows per packed block: 4 groups of 8 lanes */
 
-AVX2 static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+/* 8 BF16 codes as 8 FP32 (a BF16 is the top half of an FP32). */
+AVX2 static inline __m256 bf16x8_to_f32(__m128i codes) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(codes), 16));
 }
 
-/* 16 BF16 at p as FP32: the even elements and the odd ones. */
-AVX2 static inline void load_split(const uint16_t *p, __m256 *even, __m256 *odd) {
-    __m256i v = _mm256_loadu_si256((const __m256i *)p);
-    *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+/* Rows w[0..7] at k = i .. i + 7 into packed[(i + e) * PACK_ROWS + lane], lane = the row. */
+AVX2 static inline void pack8x8(const uint16_t *const w[8], uint32_t i, float *packed) {
+    __m256 r[8], t[8];
+    for (int l = 0; l < 8; l++)
+        r[l] = bf16x8_to_f32(_mm_loadu_si128((const __m128i *)(w[l] + i)));
+    for (int l = 0; l < 8; l += 2) {
+        t[l] = _mm256_unpacklo_ps(r[l], r[l + 1]);
+        t[l + 1] = _mm256_unpackhi_ps(r[l], r[l + 1]);
+    }
+    for (int l = 0; l < 8; l += 4) {
+        r[l] = _mm256_shuffle_ps(t[l], t[l + 2], 0x44);
+        r[l + 1] = _mm256_shuffle_ps(t[l], t[l + 2], 0xee);
+        r[l + 2] = _mm256_shuffle_ps(t[l + 1], t[l + 3], 0x44);
+        r[l + 3] = _mm256_shuffle_ps(t[l + 1], t[l + 3], 0xee);
+    }
+    /* r[0..3]: elements 0, 1, 2, 3 of rows 0-3 (low half) and 4, 5, 6, 7 (high half);
+     * r[4..7]: the same for rows 4-7 */
+    for (int e = 0; e < 4; e++) {
+        _mm256_storeu_ps(packed + (size_t)(i + e) * PACK_ROWS,
+                         _mm256_permute2f128_ps(r[e], r[e + 4], 0x20));
+        _mm256_storeu_ps(packed + (size_t)(i + e + 4) * PACK_ROWS,
+                         _mm256_permute2f128_ps(r[e], r[e + 4], 0x31));
+    }
 }
 
-/* The weight chunk at c of row w (the padded tail for the last partial chunk). */
-static inline const uint16_t *chunk_at(const uint16_t *w, uint32_t c, uint32_t k,
-                                       const uint16_t *tail) {
-    return c + CHUNK <= k ? w + c : tail;
-}
-
-/* Rows j0 .. j0 + 3 (row indices past n repeat row j0 and are not stored) times one token.
- * Each output's sum takes exactly the steps tile2 takes for it (even products, then odd, per
- * chunk; then the lanes), so a row's result does not depend on M (batch invariance). */
-AVX2 static void tile1(const fast_gemm *g, uint32_t j0, const uint16_t *const w[ROWS],
-                       const uint16_t tails[ROWS][CHUNK], uint32_t t) {
-    const float *a = g->act + (size_t)t * g->k_pad;
-    __m256 acc[ROWS];
-    for (int r = 0; r < ROWS; r++)
-        acc[r] = _mm256_setzero_ps();
-    for (uint32_t c = 0; c < g->k_pad; c += CHUNK) {
-        __m256 ae = _mm256_loadu_ps(a + c), ao = _mm256_loadu_ps(a + c + CHUNK / 2);
-#pragma GCC unroll 4
-        for (int r = 0; r < ROWS; r++) {
-            __m256 we, wo;
-            load_split(chunk_at(w[r], c, g->k, tails[r]), &we, &wo);
-            acc[r] = _mm256_fmadd_ps(ao, wo, _mm256_fmadd_ps(ae, we, acc[r]));
+/* One block of PACK_ROWS rows from j0 (rows past n repeat row j0 and are not stored). */
+AVX2 static void avx2_block(const fast_gemm *g, uint32_t j0, float *packed) {
+    const uint32_t k = g->k, k8 = k / 8 * 8;
+    for (int q = 0; q < PACK_ROWS / 8; q++) {
+        const uint16_t *w[8];
+        for (int l = 0; l < 8; l++) {
+            uint32_t j = j0 + (uint32_t)(q * 8 + l);
+            w[l] = g->weight + (size_t)(j < g->n ? j : j0) * k;
         }
+        for (uint32_t i = 0; i < k8; i += 8)
+            pack8x8(w, i, packed + q * 8);
+        for (uint32_t i = k8; i < k; i++)
+            for (int l = 0; l < 8; l++)
+                packed[(size_t)i * PACK_ROWS + q * 8 + l] = bf16_value(w[l][i]);
     }
-    for (uint32_t r = 0; r < ROWS && j0 + r < g->n; r++)
-        store(g, t, j0 + r, hsum8(acc[r]));
+    for (uint32_t t = 0; t < g->m; t++) {
+        const uint16_t *x = g->act_bf16 + (size_t)t * k;
+        __m256 acc[PACK_ROWS / 8];
+        for (int q = 0; q < PACK_ROWS / 8; q++)
+            acc[q] = _mm256_setzero_ps();
+        for (uint32_t i = 0; i < k; i++) {
+            /* the reference's step: acc += a * w, the product exact, the addition rounded */
+            const __m256 a = _mm256_set1_ps(bf16_value(x[i]));
+            const float *p = packed + (size_t)i * PACK_ROWS;
+            for (int q = 0; q < PACK_ROWS / 8; q++)
+                acc[q] = _mm256_add_ps(acc[q], _mm256_mul_ps(a, _mm256_loadu_ps(p + q * 8)));
+        }
+        float sums[PACK_ROWS];
+        for (int q = 0; q < PACK_ROWS / 8; q++)
+            _mm256_storeu_ps(sums + q * 8, acc[q]);
+        for (uint32_t r = 0; r < PACK_ROWS && j0 + r < g->n; r++)
+            store(g, t, j0 + r, sums[r]);
+    }
 }
 
-/* The same for two tokens: eight accumulators, each weight chunk converted once for both. */
-AVX2 static void tile2(const fast_gemm *g, uint32_t j0, const uint16_t *const w[ROWS],
-                       const uint16_t tails[ROWS][CHUNK], uint32_t t) {
-    const float *a0 = g->act + (size_t)t * g->k_pad, *a1 = a0 + g->k_pad;
-    __m256 acc0[ROWS], acc1[ROWS];
-    for (int r = 0; r < ROWS; r++)
-        acc0[r] = acc1[r] = _mm256_setzero_ps();
-    for (uint32_t c = 0; c < g->k_pad; c += CHUNK) {
-        __m256 a0e = _mm256_loadu_ps(a0 + c), a0o = _mm256_loadu_ps(a0 + c + CHUNK / 2);
-        __m256 a1e = _mm256_loadu_ps(a1 + c), a1o = _mm256_loadu_ps(a1 + c + CHUNK / 2);
-#pragma GCC unroll 4
-        for (int r = 0; r < ROWS; r++) {
-            __m256 we, wo;
-            load_split(chunk_at(w[r], c, g->k, tails[r]), &we, &wo);
-            acc0[r] = _mm256_fmadd_ps(a0o, wo, _mm256_fmadd_ps(a0e, we, acc0[r]));
-            acc1[r] = _mm256_fmadd_ps(a1o, wo, _mm256_fmadd_ps(a1e, we, acc1[r]));
+/* The reference's sums without vectors (when there is no memory for the packed block). */
+static void ordered_rows(const fast_gemm *g, uint32_t j0) {
+    for (uint32_t t = 0; t < g->m; t++)
+        for (uint32_t j = j0; j < j0 + PACK_ROWS && j < g->n; j++) {
+            const uint16_t *x = g->act_bf16 + (size_t)t * g->k, *w = g->weight + (size_t)j * g->k;
+            float acc = 0.0f;
+            for (uint32_t i = 0; i < g->k; i++)
+                acc += bf16_value(x[i]) * bf16_value(w[i]);
+            store(g, t, j, acc);
         }
-    }
-    for (uint32_t r = 0; r < ROWS && j0 + r < g->n; r++) {
-        store(g, t, j0 + r, hsum8(acc0[r]));
-        store(g, t + 1, j0 + r, hsum8(acc1[r]));
-    }
 }
 
 AVX2 static void avx2_blocks(void *ctx, size_t first, size_t count) {
     const fast_gemm *g = ctx;
-    uint16_t tails[ROWS][CHUNK];
+    float *packed = malloc((size_t)g->k * PACK_ROWS * sizeof *packed);
     for (size_t blk = first; blk < first + count; blk++) {
-        const uint32_t j0 = (uint32_t)blk * ROWS;
-        const uint16_t *w[ROWS];
-        for (uint32_t r = 0; r < ROWS; r++) {
-            w[r] = g->weight + (size_t)(j0 + r < g->n ? j0 + r : j0) * g->k;
-            if (g->k % CHUNK)
-                tail_chunk(w[r], g->k, tails[r]);
-        }
-        uint32_t t = 0;
-        for (; t + 2 <= g->m; t += 2)
-            tile2(g, j0, w, (const uint16_t(*)[CHUNK])tails, t);
-        if (t < g->m)
-            tile1(g, j0, w, (const uint16_t(*)[CHUNK])tails, t);
+        if (packed)
+            avx2_block(g, (uint32_t)blk * PACK_ROWS, packed);
+        else
+            ordered_rows(g, (uint32_t)blk * PACK_ROWS);
     }
+    free(packed);
 }
 #endif
 
 /* ------------------------------------------------------------------ the kernels */
 
-/* out (row pitch ldc) = act[m, k] · weight[n, k]ᵀ on the calling thread and the other cores;
- * false when the host has no memory for the converted activations. */
+/* out (row pitch ldc) = act[m, k] · weight[n, k]ᵀ on the calling thread and the other cores, in
+ * parts of `rows` weight rows; `split`: the activations converted to the split layout first.
+ * False when the host has no memory for them. */
 static bool gemm_bf16_fast(uint32_t m, uint32_t n, uint32_t k, const uint16_t *act,
                            const uint16_t *weight, void *out, mg_dtype out_type, uint32_t ldc,
-                           mg_host_range_fn blocks) {
+                           mg_host_range_fn blocks, uint32_t rows, bool split) {
     const uint32_t k_pad = (k + CHUNK - 1) / CHUNK * CHUNK;
-    float *a = malloc((size_t)m * k_pad * sizeof *a);
-    if (!a)
-        return false;
-    for (uint32_t t = 0; t < m; t++)
-        split_row(act + (size_t)t * k, k, k_pad, a + (size_t)t * k_pad);
+    float *a = NULL;
+    if (split) {
+        if (!(a = malloc((size_t)m * k_pad * sizeof *a)))
+            return false;
+        for (uint32_t t = 0; t < m; t++)
+            split_row(act + (size_t)t * k, k, k_pad, a + (size_t)t * k_pad);
+    }
     fast_gemm g = {.m = m,
                    .n = n,
                    .k = k,
                    .k_pad = k_pad,
                    .ldc = ldc,
                    .act = a,
+                   .act_bf16 = act,
                    .weight = weight,
                    .out = out,
                    .out_type = out_type};
     /* at least 2^16 multiply-adds per part: below that another thread costs more than it saves */
-    const uint64_t per_block = (uint64_t)ROWS * k_pad * m;
-    mg_host_parallel_for((n + ROWS - 1) / ROWS, (size_t)((1u << 16) / per_block + 1), blocks, &g);
+    const uint64_t per_block = (uint64_t)rows * k_pad * m;
+    mg_host_parallel_for((n + rows - 1) / rows, (size_t)((1u << 16) / per_block + 1), blocks, &g);
     free(a);
     return true;
 }
 
 /* The argument list of the reference's gemm_bf16_ref, unpacked and checked by its function
  * (gemm_reference.h). */
-static mg_status run_kernel(const mg_launch *l, const char *name, mg_host_range_fn blocks) {
+static mg_status run_kernel(const mg_launch *l, const char *name, mg_host_range_fn blocks,
+                            uint32_t rows, bool split) {
     mg_gemm_bf16_cpu_args a;
     mg_status st = mg_gemm_bf16_cpu_args_get(l, name, &a);
     if (st || !a.m || !a.n || !a.k)
         return st;
-    if (!gemm_bf16_fast(a.m, a.n, a.k, a.act, a.weight, a.out, a.out_type, a.ldc, blocks))
+    if (!gemm_bf16_fast(a.m, a.n, a.k, a.act, a.weight, a.out, a.out_type, a.ldc, blocks, rows,
+                        split))
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu kernel %s: no host memory", name);
     return MG_OK;
 }
@@ -242,14 +258,14 @@ static mg_status run_kernel(const mg_launch *l, const char *name, mg_host_range_
 #define KERNEL_AVX2 "gemm_bf16_avx2"
 
 static mg_status kernel_portable(const mg_launch *l) {
-    return run_kernel(l, "metrale:" KERNEL_PORTABLE, portable_blocks);
+    return run_kernel(l, "metrale:" KERNEL_PORTABLE, portable_blocks, ROWS, true);
 }
 
 #ifdef HAVE_X86_TARGETS
 static mg_status kernel_avx2(const mg_launch *l) {
     if (!mg_cpu_has_avx2()) /* a launch by name on a CPU without it */
         return MG_ERROR(MG_ERR_UNSUPPORTED, "cpu kernel metrale:" KERNEL_AVX2 ": no AVX2");
-    return run_kernel(l, "metrale:" KERNEL_AVX2, avx2_blocks);
+    return run_kernel(l, "metrale:" KERNEL_AVX2, avx2_blocks, PACK_ROWS, false);
 }
 #endif
 
@@ -314,17 +330,9 @@ static mg_status run_avx2(mg_backend *b, mg_stream *s, const mg_gemm_call *c) {
     return mg_gemm_bf16_cpu_launch(b, s, c, KERNEL_AVX2);
 }
 
-/* The AVX2 kernel sums each output in another order than the reference (FMA over split chunks,
- * then the lanes), so its results differ from the reference's in the last bits; through BF16
- * activations that is enough to flip a real model's near-tie (SmolLM2's first answer token to
- * the README question, a 0.08 logit margin, measured 2026-12-01). Until a kernel keeps the
- * reference's order, the automatic choice keeps the reference's bits (itself threaded and
- * blocked, gemm_reference.c) and this one runs when forced by name. */
+/* The AVX2 kernel keeps the reference's bits (above), so the automatic choice takes it on every
+ * BF16 GEMM of a CPU with AVX2. */
 static bool avx2_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
-    if (mg_op_forced(b, MG_OP_GEMM_BF16) != &mg_gemm_cpu_avx2_provider.base) {
-        snprintf(reason, reason_bytes, "only when forced (its sums differ from the reference's)");
-        return false;
-    }
     return supports_bf16(b, call, reason, reason_bytes);
 }
 

@@ -22,7 +22,9 @@ typedef struct kv_shape {
     int32_t window_left;
     float soft_cap;
     bool rope, positions;
-    bool fp8;                      /* FP8 E4M3 pools with the per-head scales kv_scale */
+    bool llama3; /* rope through a table: Llama 3.1's scaling (KV_LLAMA3_*), mg_rope_inv_freq_llama3
+                  */
+    bool fp8;    /* FP8 E4M3 pools with the per-head scales kv_scale */
     mg_attention_impl impl;        /* the path the plans ask for (0: AUTO) */
     mg_attention_impl expect_impl; /* AUTO: not checked; else what plans must report running */
     uint32_t graph_chunk;          /* graph steps: 0 decode; else up to this many tokens each */
@@ -186,10 +188,33 @@ static inline mg_kv_page_table kv_table_of(const kv_step *st) {
     return (mg_kv_page_table){st->batch, st->qo_indptr, st->kv_indptr, st->kv_indices, st->last};
 }
 
+#define KV_THETA 10000.0f
+/* Llama 3.1's scaling with a short original context, so that heads of 32-64 have pairs in all
+ * three bands (kept, divided by the factor, smoothed between). */
+#define KV_LLAMA3_FACTOR 8.0
+#define KV_LLAMA3_LOW 1.0
+#define KV_LLAMA3_HIGH 4.0
+#define KV_LLAMA3_ORIGINAL 64u
+
+/* Pair i's frequency in float64: theta^(-2i/d), or with Llama 3.1's scaling as its Hugging Face
+ * definition states it (the wavelength bands of _compute_llama3_parameters). */
+static inline double kv_inv_freq_f64(uint32_t i, uint32_t d, bool llama3) {
+    const double f = pow(KV_THETA, -(double)(2 * i) / d);
+    if (!llama3)
+        return f;
+    const double w = 6.283185307179586 / f, old = KV_LLAMA3_ORIGINAL;
+    if (w < old / KV_LLAMA3_HIGH)
+        return f;
+    if (w > old / KV_LLAMA3_LOW)
+        return f / KV_LLAMA3_FACTOR;
+    const double s = (old / w - KV_LLAMA3_LOW) / (KV_LLAMA3_HIGH - KV_LLAMA3_LOW);
+    return (1 - s) * f / KV_LLAMA3_FACTOR + s * f;
+}
+
 /* Rotate-half RoPE of one head in float64. */
-static inline void kv_rope_f64(double *x, uint32_t d, double position, double theta) {
+static inline void kv_rope_f64(double *x, uint32_t d, double position, bool llama3) {
     for (uint32_t i = 0; i < d / 2; i++) {
-        double a = position * pow(theta, -(double)(2 * i) / d);
+        double a = position * kv_inv_freq_f64(i, d, llama3);
         double x0 = x[i], x1 = x[i + d / 2];
         x[i] = x0 * cos(a) - x1 * sin(a);
         x[i + d / 2] = x1 * cos(a) + x0 * sin(a);
@@ -202,8 +227,6 @@ static inline void kv_rope_f64(double *x, uint32_t d, double position, double th
 static inline bool kv_close_rope(uint16_t got, double want, double position) {
     return fabs(kv_bf16(got) - want) <= fabs(want) / 128.0 + 4e-3 + 2e-6 * position;
 }
-
-#define KV_THETA 10000.0f
 
 /* The token's kv position within its request. */
 static inline int64_t kv_token_pos(const kv_step *st, const kv_shape *sh, uint32_t r, uint32_t t) {
@@ -244,7 +267,7 @@ static inline int kv_verify_append(const kv_shape *sh, const kv_step *st, const 
                 for (uint32_t c = 0; c < sh->d; c++)
                     x[c] = kv_bf16(k[c]);
                 if (sh->rope)
-                    kv_rope_f64(x, sh->d, position, KV_THETA);
+                    kv_rope_f64(x, sh->d, position, sh->llama3);
                 for (uint32_t c = 0; c < sh->d; c++) {
                     const size_t e = slot + (size_t)h * sh->d + c;
                     written[e] = 1;
@@ -267,7 +290,7 @@ static inline int kv_verify_append(const kv_shape *sh, const kv_step *st, const 
                 const size_t row = ((size_t)t * sh->hq + h) * sh->d;
                 for (uint32_t c = 0; c < sh->d; c++)
                     x[c] = kv_bf16(st->q[row + c]);
-                kv_rope_f64(x, sh->d, position, KV_THETA);
+                kv_rope_f64(x, sh->d, position, sh->llama3);
                 for (uint32_t c = 0; c < sh->d; c++)
                     bad += !kv_close_rope(q_after[row + c], x[c], position);
             }
@@ -358,6 +381,7 @@ static inline int kv_verify_attention(const kv_shape *sh, const kv_step *st, con
 typedef struct kv_device {
     mg_devptr pool, k_pages, v_pages, q, kv, pos, o, lse;
     mg_devptr k_scale, v_scale; /* FP8 pools only */
+    mg_devptr rope_inv_freq;    /* llama3 shapes only */
     mg_devptr qo_indptr, kv_indptr, kv_indices, last;
     uint32_t token_capacity, index_capacity, batch_capacity;
 } kv_device;
@@ -380,6 +404,15 @@ static inline void kv_device_alloc(mg_backend *be, const kv_shape *sh, kv_device
         CHECK_OK(mg_copy_h2d(be, dv->k_scale, scales[0], 4 * sh->hkv));
         CHECK_OK(mg_copy_h2d(be, dv->v_scale, scales[1], 4 * sh->hkv));
     }
+    if (sh->llama3) {
+        float table[256];
+        CHECK(sh->d / 2 <= 256);
+        CHECK_OK(mg_rope_inv_freq_llama3(sh->d, KV_THETA, (float)KV_LLAMA3_FACTOR,
+                                         (float)KV_LLAMA3_LOW, (float)KV_LLAMA3_HIGH,
+                                         KV_LLAMA3_ORIGINAL, table));
+        CHECK_OK(mg_alloc(be, 4 * (size_t)(sh->d / 2), &dv->rope_inv_freq));
+        CHECK_OK(mg_copy_h2d(be, dv->rope_inv_freq, table, 4 * (size_t)(sh->d / 2)));
+    }
     CHECK_OK(mg_alloc(be, bytes, &dv->pool));
     CHECK_OK(mg_kv_cache_pools(&c, dv->pool, &dv->k_pages, &dv->v_pages));
     const size_t t = tokens ? tokens : 1;
@@ -398,9 +431,9 @@ static inline void kv_device_alloc(mg_backend *be, const kv_shape *sh, kv_device
 }
 
 static inline void kv_device_free(mg_backend *be, kv_device *dv) {
-    mg_devptr *all[] = {&dv->pool, &dv->q,          &dv->kv,        &dv->pos,
-                        &dv->o,    &dv->lse,        &dv->qo_indptr, &dv->kv_indptr,
-                        &dv->last, &dv->kv_indices, &dv->k_scale,   &dv->v_scale};
+    mg_devptr *all[] = {&dv->pool,    &dv->q,         &dv->kv,           &dv->pos,  &dv->o,
+                        &dv->lse,     &dv->qo_indptr, &dv->kv_indptr,    &dv->last, &dv->kv_indices,
+                        &dv->k_scale, &dv->v_scale,   &dv->rope_inv_freq};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         mg_free(be, *all[i]);
 }
@@ -439,6 +472,7 @@ static inline mg_kv_append_args kv_append_args_of(const kv_shape *sh, const kv_d
         .positions = sh->positions ? dv->pos : 0,
         .rope = sh->rope,
         .rope_theta = KV_THETA,
+        .rope_inv_freq = dv->rope_inv_freq,
         .qo_indptr = dv->qo_indptr,
         .kv_indptr = dv->kv_indptr,
         .kv_indices = dv->kv_indices,

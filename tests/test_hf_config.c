@@ -339,10 +339,30 @@ static void test_bad_configs(mg_backend *b) {
     CASE(BAD, "rope_theta", {"rope_parameters", "{\"rope_theta\": \"x\"}"});
     CASE(BAD, "differ", {"rope_theta", "10000"});
     CASE(BAD, "rope_parameters", {"rope_parameters", "5"});
-    CASE(NO, "\"llama3\"",
+    /* Llama 3.1's scaling runs (it is checked against mlx-lm by tests/model/random_models.py's
+     * llama31_scaled); its four numbers are required and checked */
+    CASE(MG_OK, NULL,
          {"rope_scaling",
           "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
           " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"});
+    CASE(BAD, "rope_scaling.high_freq_factor",
+         {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+                          " \"original_max_position_embeddings\": 8192}"});
+    CASE(BAD, "out of range",
+         {"rope_scaling",
+          "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4.0,"
+          " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"});
+    CASE(BAD, "out of range",
+         {"rope_scaling",
+          "{\"rope_type\": \"llama3\", \"factor\": 0.5, \"low_freq_factor\": 1.0,"
+          " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192.5}"});
+    CASE(
+        BAD, "different",
+        {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+                         " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"},
+        {"rope_parameters", "{\"rope_theta\": 10000.0, \"rope_type\": \"llama3\", \"factor\": 32.0,"
+                            " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+                            " \"original_max_position_embeddings\": 8192}"});
     CASE(NO, "\"linear\"", {"rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}"});
     CASE(
         NO, "\"yarn\"",

@@ -375,6 +375,23 @@ int main(void) {
          .positions = true,
          .fp8 = true},
         {.hq = 6, .hkv = 6, .d = 32, .page_size = 1, .window_left = -1, .fp8 = true},
+        /* Llama 3.1's scaled RoPE through the frequency table */
+        {.hq = 6,
+         .hkv = 2,
+         .d = 64,
+         .page_size = 7,
+         .window_left = -1,
+         .rope = true,
+         .positions = true,
+         .llama3 = true},
+        {.hq = 4,
+         .hkv = 2,
+         .d = 32,
+         .page_size = 16,
+         .window_left = -1,
+         .rope = true,
+         .llama3 = true,
+         .fp8 = true},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         char what[96];

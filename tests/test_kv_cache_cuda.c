@@ -142,6 +142,23 @@ int main(void) {
      * FP8 at 128; GQA groups 1, 2, 4 and 8; page sizes 16, 1, 7, 128, 32, 3; sliding windows. */
     const kv_shape shapes[] = {
         {.hq = 32, .hkv = 8, .d = 128, .page_size = 16, .window_left = -1, .rope = true},
+        /* Llama 3.1's scaled RoPE through the frequency table, BF16 and FP8 pools */
+        {.hq = 32,
+         .hkv = 8,
+         .d = 128,
+         .page_size = 16,
+         .window_left = -1,
+         .rope = true,
+         .positions = true,
+         .llama3 = true},
+        {.hq = 8,
+         .hkv = 2,
+         .d = 64,
+         .page_size = 7,
+         .window_left = -1,
+         .rope = true,
+         .llama3 = true,
+         .fp8 = true},
         {.hq = 4, .hkv = 4, .d = 128, .page_size = 1, .window_left = -1},
         {.hq = 8,
          .hkv = 1,

@@ -117,12 +117,13 @@ MG_API mg_status mg_kv_page_table_check(const mg_kv_cache_desc *d, const mg_kv_p
  * kv_indices[kv_indptr[r] + pos / page_size], slot pos % page_size.
  *
  * RoPE (rope = true): Llama's rotate-half form on q (in place, num_qo_heads heads per row) and
- * on k (as it is written): for i < head_dim / 2, with f = rope_theta^(-2i / head_dim) and
- * a = position * f: x[i]' = x[i] cos a - x[i + D/2] sin a, x[i + D/2]' = x[i + D/2] cos a +
- * x[i] sin a, in FP32, rounded to BF16 once. position = positions[t] when given, else pos.
- * FP8 pools: k (rotated, in FP32) and v are quantized as above instead of rounded to BF16; q
- * stays BF16. The CPU backend checks every scale (finite, > 0) before writing; CUDA uses them
- * as given (a zero scale stores saturated or NaN codes).
+ * on k (as it is written): for i < head_dim / 2, with f = rope_inv_freq[i] when the caller
+ * gives that table (a scaled RoPE, e.g. mg_rope_inv_freq_llama3's), else
+ * f = rope_theta^(-2i / head_dim) (FP32 powf), and a = position * f: x[i]' = x[i] cos a - x[i +
+ * D/2] sin a, x[i + D/2]' = x[i + D/2] cos a + x[i] sin a, in FP32, rounded to BF16 once. position
+ * = positions[t] when given, else pos. FP8 pools: k (rotated, in FP32) and v are quantized as above
+ * instead of rounded to BF16; q stays BF16. The CPU backend checks every scale (finite, > 0) before
+ * writing; CUDA uses them as given (a zero scale stores saturated or NaN codes).
  *
  * The page table arrays are device arrays here (the engine's). The CPU backend checks all of
  * them before writing anything (MG_ERR_INVALID_ARGUMENT); the CUDA kernel cannot without a
@@ -142,7 +143,8 @@ typedef struct mg_kv_append_args {
     uint32_t q_stride, num_qo_heads; /* rope with q */
     mg_devptr positions;             /* int32 [num_tokens], or 0: the kv position */
     bool rope;
-    float rope_theta;                                             /* > 0, e.g. 10000 or 500000 */
+    float rope_theta;        /* > 0, e.g. 10000 or 500000 (not read when rope_inv_freq is given) */
+    mg_devptr rope_inv_freq; /* rope: FP32 [head_dim / 2] frequencies, device memory, or 0 */
     mg_devptr qo_indptr, kv_indptr, kv_indices, kv_last_page_len; /* int32, device */
     mg_devptr k_pages, v_pages;                                   /* mg_kv_cache_pools */
     mg_devptr k_scale, v_scale; /* FP8 pools: FP32 [num_kv_heads], finite and > 0; else 0 */
@@ -150,6 +152,18 @@ typedef struct mg_kv_append_args {
 
 MG_API mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cache,
                               const mg_kv_append_args *args);
+
+/* Llama 3.1's scaled RoPE (a Hugging Face config's "rope_scaling" of rope_type "llama3") as a
+ * table for rope_inv_freq: out[i] for i < head_dim / 2, from f = rope_theta^(-2i / head_dim)
+ * and its wavelength w = 2 pi / f (in double): f where w < original_max_positions /
+ * high_freq_factor, f / factor where w > original_max_positions / low_freq_factor, and between
+ * them (1 - s) f / factor + s f with s = (original_max_positions / w - low_freq_factor) /
+ * (high_freq_factor - low_freq_factor); each rounded to FP32 once. head_dim even (<= 512),
+ * rope_theta > 0, factor >= 1, 0 < low_freq_factor < high_freq_factor, and
+ * original_max_positions >= 1, else MG_ERR_INVALID_ARGUMENT. Host memory only; no backend. */
+MG_API mg_status mg_rope_inv_freq_llama3(uint32_t head_dim, float rope_theta, float factor,
+                                         float low_freq_factor, float high_freq_factor,
+                                         uint32_t original_max_positions, float *out);
 
 /* ------------------------------------------------------------------ attention over pages
  * Causal (bottom-right aligned) attention of each request's qo_len new tokens over its kv_len

@@ -48,14 +48,15 @@ static inline uchar f32_to_e4m3(float value) {
 // One head of d BF16 from src to dst (which may alias): rotated when rope, BF16 when scale is
 // 0, else E4M3 codes of value / scale.
 static inline void move_head(device const ushort *src, device uchar *dst, uint d, bool rope,
-                             float position, float theta, float scale) {
+                             float position, float theta, device const float *inv_freq_table,
+                             float scale) {
     float x[KV_MAX_HEAD_DIM];
     for (uint c = 0; c < d; c++)
         x[c] = bf16_to_float(src[c]);
     if (rope) {
         uint half_d = d / 2;
         for (uint i = 0; i < half_d; i++) {
-            float inv_freq = pow(theta, -float(2 * i) / float(d));
+            float inv_freq = inv_freq_table ? inv_freq_table[i] : pow(theta, -float(2 * i) / float(d));
             float angle = position * inv_freq, co = cos(angle), si = sin(angle);
             float x0 = x[i], x1 = x[i + half_d];
             x[i] = x0 * co - x1 * si;
@@ -77,7 +78,7 @@ static inline void append(device const ushort *k_src, device const ushort *v_src
                           device uchar *v_pages, uint batch, uint tokens, uint num_indices,
                           uint kv_heads, uint qo_heads, uint d, uint page_size, uint num_pages,
                           uint k_stride, uint v_stride, uint q_stride, bool rope, float theta,
-                          device const float *k_scale, device const float *v_scale, bool fp8,
+                          device const float *inv_freq, device const float *k_scale, device const float *v_scale, bool fp8,
                           uint2 group, uint2 groups, uint t, uint threads) {
     if (d > KV_MAX_HEAD_DIM || page_size == 0)
         return;
@@ -105,15 +106,15 @@ static inline void append(device const ushort *k_src, device const ushort *v_src
                 uint h = slot;
                 move_head(k_src + ulong(tok) * k_stride + ulong(h) * d,
                           k_pages + (dst + ulong(h) * d) * elem_bytes, d, rope, position, theta,
-                          fp8 ? k_scale[h] : 0.0f);
+                          inv_freq, fp8 ? k_scale[h] : 0.0f);
             } else if (slot < 2 * kv_heads) {
                 uint h = slot - kv_heads;
                 move_head(v_src + ulong(tok) * v_stride + ulong(h) * d,
                           v_pages + (dst + ulong(h) * d) * elem_bytes, d, false, 0.0f, theta,
-                          fp8 ? v_scale[h] : 0.0f);
+                          inv_freq, fp8 ? v_scale[h] : 0.0f);
             } else {
                 device ushort *row = q + ulong(tok) * q_stride + ulong(slot - 2 * kv_heads) * d;
-                move_head(row, (device uchar *)row, d, rope, position, theta, 0.0f);
+                move_head(row, (device uchar *)row, d, rope, position, theta, inv_freq, 0.0f);
             }
         }
     }
@@ -131,13 +132,14 @@ kv_append(device const ushort *k_src [[buffer(0)]], device const ushort *v_src [
           constant uint &page_size [[buffer(16)]], constant uint &num_pages [[buffer(17)]],
           constant uint &k_stride [[buffer(18)]], constant uint &v_stride [[buffer(19)]],
           constant uint &q_stride [[buffer(20)]], constant uint &rope [[buffer(21)]],
-          constant float &theta [[buffer(22)]], uint2 group [[threadgroup_position_in_grid]],
+          constant float &theta [[buffer(22)]], device const float *inv_freq [[buffer(23)]],
+          uint2 group [[threadgroup_position_in_grid]],
           uint2 groups [[threadgroups_per_grid]], uint t [[thread_position_in_threadgroup]],
           uint threads [[threads_per_threadgroup]]) {
     append(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, last_page_len, k_pages,
            v_pages, batch, tokens, num_indices, kv_heads, qo_heads, head_dim, page_size, num_pages,
-           k_stride, v_stride, q_stride, rope != 0, theta, nullptr, nullptr, false, group, groups,
-           t, threads);
+           k_stride, v_stride, q_stride, rope != 0, theta, inv_freq, nullptr, nullptr, false, group,
+           groups, t, threads);
 }
 
 kernel void
@@ -153,12 +155,13 @@ kv_append_fp8(device const ushort *k_src [[buffer(0)]], device const ushort *v_s
               constant uint &num_pages [[buffer(17)]], constant uint &k_stride [[buffer(18)]],
               constant uint &v_stride [[buffer(19)]], constant uint &q_stride [[buffer(20)]],
               constant uint &rope [[buffer(21)]], constant float &theta [[buffer(22)]],
-              device const float *k_scale [[buffer(23)]],
-              device const float *v_scale [[buffer(24)]],
+              device const float *inv_freq [[buffer(23)]],
+              device const float *k_scale [[buffer(24)]],
+              device const float *v_scale [[buffer(25)]],
               uint2 group [[threadgroup_position_in_grid]], uint2 groups [[threadgroups_per_grid]],
               uint t [[thread_position_in_threadgroup]], uint threads [[threads_per_threadgroup]]) {
     append(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, last_page_len, k_pages,
            v_pages, batch, tokens, num_indices, kv_heads, qo_heads, head_dim, page_size, num_pages,
-           k_stride, v_stride, q_stride, rope != 0, theta, k_scale, v_scale, true, group, groups, t,
-           threads);
+           k_stride, v_stride, q_stride, rope != 0, theta, inv_freq, k_scale, v_scale, true, group,
+           groups, t, threads);
 }

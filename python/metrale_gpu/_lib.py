@@ -210,9 +210,9 @@ class kv_append_args(Struct):
     _fields_ = [("batch_size", u32), ("num_tokens", u32), ("num_kv_indices", u32),
                 ("k", D), ("v", D), ("k_stride", u32), ("v_stride", u32), ("q", D),
                 ("q_stride", u32), ("num_qo_heads", u32), ("positions", D), ("rope", b_),
-                ("rope_theta", f32), ("qo_indptr", D), ("kv_indptr", D), ("kv_indices", D),
-                ("kv_last_page_len", D), ("k_pages", D), ("v_pages", D), ("k_scale", D),
-                ("v_scale", D)]
+                ("rope_theta", f32), ("rope_inv_freq", D), ("qo_indptr", D), ("kv_indptr", D),
+                ("kv_indices", D), ("kv_last_page_len", D), ("k_pages", D), ("v_pages", D),
+                ("k_scale", D), ("v_scale", D)]
 
 
 class paged_attention_desc(Struct):

@@ -43,11 +43,17 @@ class model_shape(C.Structure):
                                    "experts", "experts_per_token", "vocab")]
 
 
+class fwd_rope_llama3(C.Structure):
+    _fields_ = [("factor", f32), ("low_freq_factor", f32), ("high_freq_factor", f32),
+                ("original_max_positions", u32)]
+
+
 class fwd_preset(C.Structure):
     _fields_ = [("name", cp), ("description", cp), ("shape", model_shape), ("layers", u32),
                 ("rope_theta", f32), ("norm_eps", f32), ("max_batch_tokens", u32),
                 ("max_batch_size", u32), ("batch", u32), ("prompt_len", u32), ("steps", u32),
-                ("context", u32), ("qkv_bias", b_), ("qk_norm", b_)]
+                ("context", u32), ("qkv_bias", b_), ("qk_norm", b_),
+                ("rope_llama3", fwd_rope_llama3)]
 
 
 class fwd_config(C.Structure):

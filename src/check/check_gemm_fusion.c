@@ -57,6 +57,7 @@ typedef struct fusion_buffers {
     mg_devptr y, out2, ids2;           /* the composition's product and results */
     /* KV_APPEND: the page table, and one pool per side */
     mg_devptr qo_indptr, kv_indptr, kv_indices, last_page_len, pool, pool2;
+    mg_devptr rope_inv_freq; /* KV_APPEND at odd M: Llama 3.1's scaled RoPE as a table */
 } fusion_buffers;
 
 /* The KV_APPEND cases' cache: 4 query heads, 2 KV heads of 32, pages of 16 tokens. */
@@ -312,6 +313,16 @@ static bool run_case_m(mg_check_ctx *ctx, mg_check_result *r, const fusion_case 
         kv_args.num_qo_heads = KV_QO_HEADS;
         kv_args.rope = true;
         kv_args.rope_theta = 10000.0f;
+        if (m % 2) { /* odd M: the frequencies from a table (Llama 3.1's scaling) */
+            float table[64];
+            const uint32_t half = kv_cache.head_dim / 2;
+            if (half > 64 ||
+                (st = mg_rope_inv_freq_llama3(kv_cache.head_dim, 10000.0f, 8.0f, 1.0f, 4.0f, 64,
+                                              table)) ||
+                (st = mg_check_upload(b, table, half * 4, &d.rope_inv_freq)))
+                goto setup_failed;
+            kv_args.rope_inv_freq = d.rope_inv_freq;
+        }
         kv_args.qo_indptr = d.qo_indptr;
         kv_args.kv_indptr = d.kv_indptr;
         kv_args.kv_indices = d.kv_indices;

@@ -65,6 +65,7 @@ static mg_fwd_plan_input plan_input_of(mg_backend *b, const mg_fwd_config *c, co
                                .weights = c->weights,
                                .mlx = mlx,
                                .qk_norm = c->preset->qk_norm,
+                               .rope_table = c->preset->rope_llama3.factor > 0,
                                .tokens = e->tokens,
                                .batch = c->batch,
                                .pages = (uint32_t)e->pages,
@@ -86,6 +87,18 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
     free(seq);
     if (!st && m->mlx)
         st = mg_fwd_mlx_set_scratch(m->mlx, m->mlx_scratch, m->mlx_scratch_bytes);
+    const mg_fwd_rope_llama3 *r = &m->c.preset->rope_llama3;
+    if (!st && r->factor > 0) { /* the whole-pass row holds the table from here on */
+        float table[256];       /* head_dim <= 512 (mg_kv_cache_desc) */
+        if (m->sh.head_dim / 2 > 256)
+            return mg_error_report(MG_ERR_UNSUPPORTED, "a scaled RoPE over heads of %u",
+                                   m->sh.head_dim);
+        if ((st = mg_rope_inv_freq_llama3(m->sh.head_dim, m->c.preset->rope_theta, r->factor,
+                                          r->low_freq_factor, r->high_freq_factor,
+                                          r->original_max_positions, table)) ||
+            (st = mg_copy_h2d(m->b, m->rope_inv_freq, table, 4 * (size_t)(m->sh.head_dim / 2))))
+            return mg_fwd_lib_fail(st, "uploading the RoPE frequency table");
+    }
     return st;
 }
 

@@ -107,6 +107,13 @@ typedef struct mg_model_shape {
     uint32_t vocab;
 } mg_model_shape;
 
+/* Llama 3.1's RoPE scaling (a Hugging Face config's rope_scaling of rope_type "llama3"), run
+ * through mg_rope_inv_freq_llama3's frequency table; factor 0: unscaled RoPE. */
+typedef struct mg_fwd_rope_llama3 {
+    float factor, low_freq_factor, high_freq_factor;
+    uint32_t original_max_positions;
+} mg_fwd_rope_llama3;
+
 typedef struct mg_fwd_preset {
     const char *name;
     const char *description;
@@ -124,6 +131,7 @@ typedef struct mg_fwd_preset {
      * added after the product (Qwen2), and an RMSNorm over each q and k head (weights
      * [head_dim], eps norm_eps) between the projection and RoPE (Qwen3). */
     bool qkv_bias, qk_norm;
+    mg_fwd_rope_llama3 rope_llama3; /* checkpoints only */
 } mg_fwd_preset;
 
 const mg_fwd_preset *mg_fwd_presets(size_t *count);

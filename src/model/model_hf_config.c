@@ -2,6 +2,7 @@
  * (model_hf.h): the text alone, so that the fuzz target fuzz_hf_config runs it. */
 #include "model_hf.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -85,11 +86,35 @@ static mg_status read_experts(const mg_jdoc *d, const char *path, mg_model_shape
     return MG_OK;
 }
 
+/* Llama 3.1's scaling from object `o` of key `key` (its four numbers, all required). */
+static mg_status read_llama3(const mg_jdoc *d, int o, const char *path, const char *key,
+                             mg_fwd_rope_llama3 *out) {
+    static const char *const names[4] = {"factor", "low_freq_factor", "high_freq_factor",
+                                         "original_max_position_embeddings"};
+    double v[4];
+    for (int i = 0; i < 4; i++)
+        if (!mg_jdoc_num(d, mg_jdoc_get(d, o, names[i]), &v[i]) || !isfinite(v[i]))
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                   "%s: \"%s.%s\" is missing or not a number (RoPE scaling "
+                                   "\"llama3\")",
+                                   path, key, names[i]);
+    if (!(v[0] >= 1 && v[0] <= 1e6) || !(v[1] > 0) || !(v[1] < v[2]) || !(v[2] <= 1e6) ||
+        !(v[3] >= 1 && v[3] <= 1e9) || v[3] != floor(v[3]))
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "%s: \"%s\" of RoPE scaling \"llama3\" is out of range: factor "
+                               "%g (1..1e6), low_freq_factor %g < high_freq_factor %g (both > 0), "
+                               "original_max_position_embeddings %g (an integer >= 1)",
+                               path, key, v[0], v[1], v[2], v[3]);
+    *out = (mg_fwd_rope_llama3){(float)v[0], (float)v[1], (float)v[2], (uint32_t)v[3]};
+    return MG_OK;
+}
+
 /* RoPE: the theta (rope_parameters.rope_theta, as transformers 5 writes it, or the older
- * top-level rope_theta; default 10000) and the scaling, which must be absent or of type
- * "default": a scaled RoPE (llama3, linear, dynamic, yarn, longrope) is refused by name, never
- * run unscaled. */
-static mg_status read_rope(const mg_jdoc *d, const char *path, double *theta) {
+ * top-level rope_theta; default 10000) and the scaling, which must be absent, of type
+ * "default", or Llama 3.1's "llama3" (into *llama3; both keys giving it must agree): any other
+ * scaled RoPE (linear, dynamic, yarn, longrope) is refused by name, never run unscaled. */
+static mg_status read_rope(const mg_jdoc *d, const char *path, double *theta,
+                           mg_fwd_rope_llama3 *llama3) {
     const int params = mg_jdoc_get(d, 0, "rope_parameters"), top = mg_jdoc_get(d, 0, "rope_theta");
     if (!mg_jdoc_null(d, params) && !mg_jdoc_is(d, params, JSMN_OBJECT))
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: \"rope_parameters\" is not an object",
@@ -125,11 +150,24 @@ static mg_status read_rope(const mg_jdoc *d, const char *path, double *theta) {
             return mg_error_report(MG_ERR_INVALID_ARGUMENT,
                                    "%s: \"%s\" has a rope type that is not a short string", path,
                                    scaling_keys[k]);
-        if (strcmp(type, "default"))
+        if (!strcmp(type, "llama3")) {
+            mg_fwd_rope_llama3 r;
+            mg_status st = read_llama3(d, o, path, scaling_keys[k], &r);
+            if (st)
+                return st;
+            if (llama3->factor > 0 && memcmp(llama3, &r, sizeof r))
+                return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                       "%s: \"rope_scaling\" and \"rope_parameters\" give "
+                                       "different \"llama3\" scalings",
+                                       path);
+            *llama3 = r;
+        } else if (strcmp(type, "default")) {
             return mg_error_report(MG_ERR_UNSUPPORTED,
                                    "%s: RoPE scaling type \"%s\" (%s) is not supported: only "
-                                   "unscaled RoPE (type \"default\") is",
+                                   "unscaled RoPE (type \"default\") and Llama 3.1's "
+                                   "(\"llama3\") are",
                                    path, type, scaling_keys[k]);
+        }
     }
     return MG_OK;
 }
@@ -229,8 +267,9 @@ mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
         st = mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: %u heads of %u is out of range", path,
                              s->heads, s->head_dim);
     double theta = 10000.0, eps = 0, rotary = 1.0;
+    mg_fwd_rope_llama3 llama3 = {0};
     if (!st)
-        st = read_rope(&d, path, &theta);
+        st = read_rope(&d, path, &theta, &llama3);
     if (!st && (!mg_jdoc_num(&d, mg_jdoc_get(&d, 0, "rms_norm_eps"), &eps) || !(eps >= 1e-30) ||
                 !(eps < 1)))
         st = mg_error_report(MG_ERR_INVALID_ARGUMENT,
@@ -303,6 +342,7 @@ mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
         arch->qk_norm = ha->qk_norm;
     }
     arch->rope_theta = (float)theta;
+    arch->rope_llama3 = llama3;
     arch->norm_eps = (float)eps;
     mg_jdoc_free(&d);
     return st;

@@ -55,6 +55,7 @@ struct mg_fwd {
      * head_dim] (the joined k and v rows of the projection are not), an arena buffer */
     mg_devptr *layer_extra;
     mg_devptr k_normed;
+    mg_devptr rope_inv_freq; /* a scaled RoPE's frequencies (plan row "rope_inv_freq"), or 0 */
     /* FP8 only: each matrix's FP32 row scales (inside its allocation, after the codes), the
      * LM head's; the device-quantized activation of the next GEMM(s) and its per-token scales,
      * and which BF16 buffer (of how many rows) they were quantized from. */

@@ -67,6 +67,8 @@ RULE(mp_hidden, 2 * d->Mp * d->H)
 /* q rows [Mp, QD], then the joined k and v rows [Mp, 2 KD] (model_forward.c's offsets) */
 RULE(qkv, 2 * d->Mp * (d->QD + 2 * d->KD))
 RULE(k_normed, in->qk_norm ? 2 * d->M * d->KD : 0)
+/* a scaled RoPE's frequencies, FP32 [head_dim / 2]: uploaded once when the model is created */
+RULE(rope_inv_freq, in->rope_table ? 4 * (uint64_t)(in->shape->head_dim / 2) : 0)
 RULE(attn_out, 2 * d->Mp * d->QD)
 RULE(gate_up, d->E || is_nvfp4(in) ? 0 : 4 * d->Mp * d->I)
 RULE(mlp_act, d->E ? 0 : 2 * d->Mp * d->I)
@@ -203,6 +205,7 @@ static const struct plan_row {
     size_t size_field;
 } rows[] = {
     {"step_ids", offsetof(mg_fwd, step_ids), step_ids, WHOLE, WHOLE, NO_SIZE},
+    {"rope_inv_freq", offsetof(mg_fwd, rope_inv_freq), rope_inv_freq, WHOLE, WHOLE, NO_SIZE},
     {"page_qo_indptr", offsetof(mg_fwd, qo_indptr), b1_i32, WHOLE, WHOLE, NO_SIZE},
     {"page_kv_indptr", offsetof(mg_fwd, kv_indptr), b1_i32, WHOLE, WHOLE, NO_SIZE},
     {"page_kv_indices", offsetof(mg_fwd, kv_indices), kv_indices, WHOLE, WHOLE, NO_SIZE},

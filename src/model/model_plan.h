@@ -52,6 +52,7 @@ typedef struct mg_fwd_plan_input {
     const mg_model_shape *shape;
     mg_fwd_weights weights;
     bool mlx, qk_norm;
+    bool rope_table; /* a scaled RoPE's frequency table (mg_fwd_preset.rope_llama3) */
     uint32_t tokens, batch, pages;
     uint64_t prompt_tokens;
     uint32_t steps;

@@ -6,8 +6,8 @@ Usage: random_models.py OUT_DIR [--reference mlx|transformers] [--only NAME]
 Each model of MODELS has awkward sizes on purpose: a hidden size that is no power of two, GQA
 groups of 3, head_dim 48 or 80 (explicit, not hidden / heads), a vocabulary that is no multiple
 of 8, several layers, a rope_theta and rms_norm_eps away from the defaults, tied and untied
-embeddings, Qwen2's biases, Qwen3's head norms and Qwen3-MoE's experts (5 of them, top 2:
-an odd count). For each, under OUT_DIR/<name>/:
+embeddings, Llama 3.1's scaled RoPE, Qwen2's biases, Qwen3's head norms and Qwen3-MoE's experts
+(5 of them, top 2: an odd count). For each, under OUT_DIR/<name>/:
 
   hf/        config.json written by transformers' own configuration class (pinned version), and
              model.safetensors with random weights (BF16, one model in F32, so that the F32
@@ -48,6 +48,15 @@ MODELS = [
           head_dim=80, num_hidden_layers=3, vocab_size=1003, rope_theta=50000.0,
           rms_norm_eps=2e-5, tie_word_embeddings=False, max_position_embeddings=512),
      "float32", "Q8_0", ((8, 32),)),
+    # Llama 3.1's scaled RoPE with a short original context, so that the scaled and smoothed
+    # frequency bands turn these short sequences by clearly different angles
+    ("llama31_scaled", "LlamaConfig",
+     dict(hidden_size=160, intermediate_size=256, num_attention_heads=5, num_key_value_heads=1,
+          head_dim=64, num_hidden_layers=2, vocab_size=509, rope_theta=500000.0,
+          rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=512,
+          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                            high_freq_factor=4.0, original_max_position_embeddings=64)),
+     "bfloat16", None, ((8, 32),)),
     ("mistral_tied", "MistralConfig",
      dict(hidden_size=192, intermediate_size=384, num_attention_heads=12, num_key_value_heads=4,
           head_dim=48, num_hidden_layers=2, vocab_size=517, rope_theta=1000000.0,
@@ -80,7 +89,8 @@ GGUF_ARCH = {"LlamaConfig": "llama", "MistralConfig": "llama", "Qwen2Config": "q
 
 def write_config(cls_name, kw, dtype, path):
     """config.json as transformers writes it (rope_parameters nested, transformers 5), plus the
-    top-level rope_theta that older configs have and mlx-lm's Llama and Qwen2 read; Qwen3's
+    top-level rope_theta (and rope_scaling) that older configs have and mlx-lm's Llama and Qwen2
+    read; Qwen3's
     stays nested only (mlx-lm reads rope_parameters there), so both forms are exercised."""
     import transformers
     cfg = getattr(transformers, cls_name)(**kw)
@@ -89,6 +99,8 @@ def write_config(cls_name, kw, dtype, path):
     d["torch_dtype"] = dtype
     if cls_name != "Qwen3Config":
         d["rope_theta"] = kw["rope_theta"]
+    if "rope_scaling" in kw:  # the older key, which mlx-lm's Llama reads, beside the nested one
+        d["rope_scaling"] = kw["rope_scaling"]
     if "num_experts" in kw:  # transformers 5 writes num_local_experts; mlx-lm reads this
         d["num_experts"] = kw["num_experts"]
     (path / "config.json").write_text(json.dumps(d, indent=1, default=str))

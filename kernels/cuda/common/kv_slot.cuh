@@ -45,9 +45,12 @@ __device__ __forceinline__ bool kv_token_slot(uint32_t t, uint32_t batch, const 
 }
 
 // RoPE's cos and sin for frequency index i (< head_dim / 2) at `position`: Llama's
-// rotate-half pairs (i, i + head_dim / 2) turn by position * theta^(-2i / head_dim).
+// rotate-half pairs (i, i + head_dim / 2) turn by position * f_i, f_i = inv_freq[i] when the
+// caller gives a table (a scaled RoPE), else theta^(-2i / head_dim).
 __device__ __forceinline__ void kv_rope_angle(float position, uint32_t i, uint32_t head_dim,
-                                              float rope_theta, float *c, float *s) {
-    const float inv_freq = powf(rope_theta, -(float)(2 * i) / (float)head_dim);
+                                              float rope_theta, const float *inv_freq_table,
+                                              float *c, float *s) {
+    const float inv_freq =
+        inv_freq_table ? inv_freq_table[i] : powf(rope_theta, -(float)(2 * i) / (float)head_dim);
     sincosf(position * inv_freq, s, c);
 }

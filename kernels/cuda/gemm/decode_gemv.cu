@@ -68,6 +68,7 @@ struct KvAppend {
     uint32_t batch, num_kv_indices, num_pages, page_size;
     uint32_t qo_heads, kv_heads, head_dim, rope;
     float rope_theta;
+    const float *rope_inv_freq; // FP32 [head_dim / 2], or null: theta^(-2i / head_dim)
 };
 
 // The fusion's operands (unused ones null).
@@ -355,7 +356,7 @@ __device__ __forceinline__ void kv_append_store(const KvAppend &kv, uint32_t til
     float r0 = x0, r1 = x1;
     if (kv.rope && kv_ok) {
         float c, s;
-        kv_rope_angle(position, i, D, kv.rope_theta, &c, &s);
+        kv_rope_angle(position, i, D, kv.rope_theta, kv.rope_inv_freq, &c, &s);
         r0 = x0 * c - x1 * s;
         r1 = x1 * c + x0 * s;
     }
@@ -630,13 +631,14 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32, 4)
         const int32_t *kv_indptr, const int32_t *kv_indices, const int32_t *kv_last_page_len,      \
         const int32_t *positions, uint16_t *k_pages, uint16_t *v_pages, uint32_t batch,            \
         uint32_t num_kv_indices, uint32_t num_pages, uint32_t page_size, uint32_t qo_heads,        \
-        uint32_t kv_heads, uint32_t head_dim, uint32_t rope, float rope_theta
+        uint32_t kv_heads, uint32_t head_dim, uint32_t rope, float rope_theta,                     \
+        const float *rope_inv_freq
 #define MG_DECODE_GEMV_KV_APPEND_FUSION                                                            \
     Fusion {                                                                                       \
         norm_weight, nullptr, eps, KvAppend {                                                      \
             qo_indptr, kv_indptr, kv_indices, kv_last_page_len, positions, k_pages, v_pages,       \
                 batch, num_kv_indices, num_pages, page_size, qo_heads, kv_heads, head_dim, rope,   \
-                rope_theta                                                                         \
+                rope_theta, rope_inv_freq                                                          \
         }                                                                                          \
     }
 

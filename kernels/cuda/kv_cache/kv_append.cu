@@ -89,7 +89,8 @@ append_rows(const __nv_bfloat16 *k_src, const __nv_bfloat16 *v_src, __nv_bfloat1
             Pool *v_pages, uint32_t batch, uint32_t num_tokens, uint32_t num_kv_indices,
             uint32_t num_kv_heads, uint32_t num_qo_heads, uint32_t head_dim, uint32_t page_size,
             uint32_t num_pages, uint32_t k_stride, uint32_t v_stride, uint32_t q_stride,
-            uint32_t rope, float rope_theta, const float *k_scale, const float *v_scale) {
+            uint32_t rope, float rope_theta, const float *rope_inv_freq, const float *k_scale,
+            const float *v_scale) {
     constexpr bool kFp8 = sizeof(Pool) == 1;
     __shared__ __align__(16) float cos_t[kMaxHalfDim];
     __shared__ __align__(16) float sin_t[kMaxHalfDim];
@@ -144,7 +145,8 @@ append_rows(const __nv_bfloat16 *k_src, const __nv_bfloat16 *v_src, __nv_bfloat1
                 const float position = positions ? (float)positions[t] : (float)pos;
                 __syncthreads();
                 for (uint32_t i = threadIdx.x; i < half; i += blockDim.x)
-                    kv_rope_angle(position, i, head_dim, rope_theta, &cos_t[i], &sin_t[i]);
+                    kv_rope_angle(position, i, head_dim, rope_theta, rope_inv_freq, &cos_t[i],
+                                  &sin_t[i]);
                 __syncthreads();
             }
             // 4. Rotate (K and q heads) and store.
@@ -201,13 +203,13 @@ extern "C" __global__ void __launch_bounds__(128)
               __nv_bfloat16 *v_pages, uint32_t batch, uint32_t num_tokens, uint32_t num_kv_indices,
               uint32_t num_kv_heads, uint32_t num_qo_heads, uint32_t head_dim, uint32_t page_size,
               uint32_t num_pages, uint32_t k_stride, uint32_t v_stride, uint32_t q_stride,
-              uint32_t rope, float rope_theta) {
+              uint32_t rope, float rope_theta, const float *rope_inv_freq) {
     grid_dependency_wait();
     launch_dependents();
     append_rows(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
                 k_pages, v_pages, batch, num_tokens, num_kv_indices, num_kv_heads, num_qo_heads,
                 head_dim, page_size, num_pages, k_stride, v_stride, q_stride, rope, rope_theta,
-                nullptr, nullptr);
+                rope_inv_freq, nullptr, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -217,12 +219,12 @@ extern "C" __global__ void __launch_bounds__(128)
                   uint8_t *v_pages, uint32_t batch, uint32_t num_tokens, uint32_t num_kv_indices,
                   uint32_t num_kv_heads, uint32_t num_qo_heads, uint32_t head_dim,
                   uint32_t page_size, uint32_t num_pages, uint32_t k_stride, uint32_t v_stride,
-                  uint32_t q_stride, uint32_t rope, float rope_theta, const float *k_scale,
-                  const float *v_scale) {
+                  uint32_t q_stride, uint32_t rope, float rope_theta, const float *rope_inv_freq,
+                  const float *k_scale, const float *v_scale) {
     grid_dependency_wait();
     launch_dependents();
     append_rows(k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
                 k_pages, v_pages, batch, num_tokens, num_kv_indices, num_kv_heads, num_qo_heads,
                 head_dim, page_size, num_pages, k_stride, v_stride, q_stride, rope, rope_theta,
-                k_scale, v_scale);
+                rope_inv_freq, k_scale, v_scale);
 }

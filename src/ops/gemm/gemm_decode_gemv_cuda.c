@@ -203,7 +203,8 @@ static bool norm_m8(const mg_gemm_plan *p) {
 
 /* The KV-append kernel's arguments after (act, weight, out, norm_weight; u32 m, n, k, ldc; f32
  * eps): the append's page table, positions and pools, u32 batch, num_kv_indices, num_pages,
- * page_size, qo_heads, kv_heads, head_dim, rope; f32 rope_theta. BF16 pools only: an FP8 pool
+ * page_size, qo_heads, kv_heads, head_dim, rope; f32 rope_theta; rope_inv_freq (FP32 or 0).
+ * BF16 pools only: an FP8 pool
  * is refused here, before anything is launched (the plan, which the choice of provider sees,
  * does not name the pool's type). */
 static mg_status kv_append_arguments(const mg_gemm_call *call, mg_launch *l) {
@@ -232,6 +233,7 @@ static mg_status kv_append_arguments(const mg_gemm_call *call, mg_launch *l) {
     mg_launch_arg_u32(l, cache->head_dim);
     mg_launch_arg_u32(l, a.rope);
     mg_launch_arg_f32(l, a.rope_theta);
+    mg_launch_arg_ptr(l, a.rope ? a.rope_inv_freq : 0);
     return MG_OK;
 }
 

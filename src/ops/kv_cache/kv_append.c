@@ -54,12 +54,15 @@ mg_status mg_kv_append_check(mg_backend *b, const mg_kv_cache_desc *cache,
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         WHAT ": num_tokens %u / num_kv_indices %u exceed %d", a->num_tokens,
                         a->num_kv_indices, INT32_MAX);
-    if (a->rope && (!isfinite(a->rope_theta) || !(a->rope_theta > 0.0f)))
+    if (a->rope && !a->rope_inv_freq && (!isfinite(a->rope_theta) || !(a->rope_theta > 0.0f)))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": rope_theta %g must be finite and > 0",
                         (double)a->rope_theta);
     if (a->q && !a->rope)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         WHAT ": q is only for RoPE (set rope, or pass q = 0)");
+    if (a->rope_inv_freq && !a->rope)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        WHAT ": rope_inv_freq is only for RoPE (set rope, or pass 0)");
     if (a->q && (!a->num_qo_heads || a->num_qo_heads > MG_KV_MAX_HEADS))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, WHAT ": num_qo_heads %u must be in 1..%u with q",
                         a->num_qo_heads, MG_KV_MAX_HEADS);
@@ -99,10 +102,11 @@ mg_status mg_kv_append_check(mg_backend *b, const mg_kv_cache_desc *cache,
         {"kv_last_page_len", a->kv_last_page_len, batch * 4, 4, MG_OP_IN},
         {"kv_indices", a->kv_indices, (size_t)a->num_kv_indices * 4, 4,
          a->num_kv_indices ? MG_OP_IN : MG_OP_OPTIONAL},
+        {"rope_inv_freq", a->rope_inv_freq, (size_t)cache->head_dim / 2 * 4, 4, MG_OP_OPTIONAL},
         {"k_pages", a->k_pages, pool_bytes / 2, 16, MG_OP_OUT},
         {"v_pages", a->v_pages, pool_bytes / 2, 16, MG_OP_OUT},
     };
-    if ((st = mg_op_check_tensors(b, WHAT, t, 12, -1, -1)))
+    if ((st = mg_op_check_tensors(b, WHAT, t, 13, -1, -1)))
         return st;
     const mg_op_provider *provider;
     return mg_op_choose(b, MG_OP_KV_APPEND, cache, WHAT, &provider);
@@ -153,6 +157,7 @@ mg_status mg_kv_append(mg_backend *b, mg_stream *s, const mg_kv_cache_desc *cach
     mg_launch_arg_u32(&l, qo_heads ? q_stride : 0);
     mg_launch_arg_u32(&l, a->rope ? 1u : 0u);
     mg_launch_arg_f32(&l, a->rope ? a->rope_theta : 1.0f);
+    mg_launch_arg_ptr(&l, a->rope ? a->rope_inv_freq : 0);
     if (fp8) {
         mg_launch_arg_ptr(&l, a->k_scale);
         mg_launch_arg_ptr(&l, a->v_scale);

@@ -3,7 +3,8 @@
  * (kernels/cuda/kv_cache/kv_append.cu; kv_cache_internal.h lists it). Unlike the CUDA kernel,
  * which skips tokens whose page entry is out of range, it checks the whole page table first
  * and writes nothing when any entry is bad. RoPE is computed in FP32 like the CUDA kernel
- * (inverse frequency theta^(-2i/D), then cos and sin of position * frequency).
+ * (inverse frequency rope_inv_freq[i] when given, else theta^(-2i/D), then cos and sin of
+ * position * frequency).
  * "metrale:kv_append_fp8" (FP8 E4M3 pools) takes the same arguments plus the per-head scales,
  * checks them (finite, > 0) first, and stores e4m3(x / scale) of the FP32 (rotated) value. */
 #include <math.h>
@@ -45,6 +46,7 @@ enum {
     ARG_Q_STRIDE,
     ARG_ROPE,
     ARG_THETA,
+    ARG_INV_FREQ,
     ARG_COUNT,
     /* kv_append_fp8 only */
     ARG_K_SCALE = ARG_COUNT,
@@ -52,12 +54,12 @@ enum {
     ARG_FP8_COUNT
 };
 
-/* Rotates one head of `d` elements in place at `position` (rotate-half). */
-static void rope_head(float *x, uint32_t d, float position, float theta) {
+/* Rotates one head of `d` elements in place at `position` (rotate-half), pair i by
+ * position * inv_freq[i]. */
+static void rope_head(float *x, uint32_t d, float position, const float *inv_freq) {
     const uint32_t half = d / 2;
     for (uint32_t i = 0; i < half; i++) {
-        const float inv_freq = powf(theta, -(float)(2 * i) / (float)d);
-        const float angle = position * inv_freq;
+        const float angle = position * inv_freq[i];
         const float c = cosf(angle), s = sinf(angle);
         const float x0 = x[i], x1 = x[i + half];
         x[i] = x0 * c - x1 * s;
@@ -68,11 +70,11 @@ static void rope_head(float *x, uint32_t d, float position, float theta) {
 /* Copies (rotating when asked) one head of BF16 from `src` to `dst`, which may alias: BF16 when
  * `scale` is 0, else FP8 E4M3 codes of value / scale. */
 static void move_head(const uint16_t *src, void *dst, uint32_t d, bool rope, float position,
-                      float theta, float scale, float *scratch) {
+                      const float *inv_freq, float scale, float *scratch) {
     for (uint32_t c = 0; c < d; c++)
         scratch[c] = mg_bf16_to_f32(src[c]);
     if (rope)
-        rope_head(scratch, d, position, theta);
+        rope_head(scratch, d, position, inv_freq);
     for (uint32_t c = 0; c < d; c++) {
         if (scale)
             ((uint8_t *)dst)[c] = mg_f32_to_fp8_e4m3(scratch[c] / scale);
@@ -93,11 +95,11 @@ static mg_status row_span(uint32_t rows, uint32_t cols, uint32_t stride, uint64_
 /* Both kernels: `fp8` selects the FP8 pools and the two scale arguments. */
 static mg_status append(const mg_launch *l, bool fp8) {
     static const mg_arg_kind kinds[ARG_FP8_COUNT] = {
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_F32,    MG_ARG_BUFFER, MG_ARG_BUFFER};
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_F32,    MG_ARG_BUFFER,
+        MG_ARG_BUFFER, MG_ARG_BUFFER};
     const char *name = fp8 ? FP8_NAME : NAME;
     const char *fn = fp8 ? "cpu kernel " FP8_NAME : "cpu kernel " NAME;
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, fp8 ? ARG_FP8_COUNT : ARG_COUNT);
@@ -151,6 +153,14 @@ static mg_status append(const mg_launch *l, bool fp8) {
         (st = mg_cpu_kernel_buffer(l, ARG_K_PAGES, pool_bytes / 2, 16, name, &k_pages)) ||
         (st = mg_cpu_kernel_buffer(l, ARG_V_PAGES, pool_bytes / 2, 16, name, &v_pages)))
         return st;
+    void *freq_table = NULL;
+    if (rope && mg_launch_get_ptr(l, ARG_INV_FREQ) &&
+        (st = mg_cpu_kernel_buffer(l, ARG_INV_FREQ, 4ull * (d / 2), 4, name, &freq_table)))
+        return st;
+    float inv_freq[MG_KV_MAX_HEAD_DIM / 2];
+    for (uint32_t i = 0; rope && i < d / 2; i++)
+        inv_freq[i] =
+            freq_table ? ((const float *)freq_table)[i] : powf(theta, -(float)(2 * i) / (float)d);
     void *k_scale_buf = NULL, *v_scale_buf = NULL;
     if (fp8 &&
         ((st = mg_cpu_kernel_buffer(l, ARG_K_SCALE, 4ull * kv_heads, 4, name, &k_scale_buf)) ||
@@ -190,15 +200,15 @@ static mg_status append(const mg_launch *l, bool fp8) {
             for (uint32_t h = 0; h < kv_heads; h++) {
                 const size_t at = (dst + (size_t)h * d) * elem_bytes;
                 move_head((const uint16_t *)k_src + (size_t)t * k_stride + (size_t)h * d,
-                          (uint8_t *)k_pages + at, d, rope, position, theta,
+                          (uint8_t *)k_pages + at, d, rope, position, inv_freq,
                           fp8 ? k_scale[h] : 0.0f, scratch);
                 move_head((const uint16_t *)v_src + (size_t)t * v_stride + (size_t)h * d,
-                          (uint8_t *)v_pages + at, d, false, 0.0f, theta, fp8 ? v_scale[h] : 0.0f,
-                          scratch);
+                          (uint8_t *)v_pages + at, d, false, 0.0f, inv_freq,
+                          fp8 ? v_scale[h] : 0.0f, scratch);
             }
             for (uint32_t h = 0; q && h < qo_heads; h++) {
                 uint16_t *row = (uint16_t *)q + (size_t)t * q_stride + (size_t)h * d;
-                move_head(row, row, d, rope, position, theta, 0.0f, scratch);
+                move_head(row, row, d, rope, position, inv_freq, 0.0f, scratch);
             }
         }
     }

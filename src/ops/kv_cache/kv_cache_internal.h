@@ -15,7 +15,8 @@
 /* Argument list (in order): k_src, v_src, q, positions, qo_indptr, kv_indptr, kv_indices,
  * kv_last_page_len, k_pages, v_pages (buffers; q and positions may be 0), then u32 batch,
  * num_tokens, num_kv_indices, num_kv_heads, num_qo_heads (0: no q), head_dim, page_size,
- * num_pages, k_stride, v_stride, q_stride, rope (0/1), f32 rope_theta. */
+ * num_pages, k_stride, v_stride, q_stride, rope (0/1), f32 rope_theta, buffer rope_inv_freq
+ * (FP32 [head_dim / 2], or 0). */
 #define MG_KV_APPEND_KERNEL "kv_append"
 /* FP8 E4M3 pools (k_pages / v_pages of bytes): the same arguments, then buffers k_scale and
  * v_scale (FP32 [num_kv_heads]). */

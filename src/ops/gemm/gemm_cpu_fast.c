@@ -125,12 +125,15 @@ AVX2 static inline __m256 bf16x8_to_f32(__m128i codes) {
 /* Rows w[0..7] at k = i .. i + 7 into packed[(i + e) * PACK_ROWS + lane], lane = the row. */
 AVX2 static inline void pack8x8(const uint16_t *const w[8], uint32_t i, float *packed) {
     __m256 r[8], t[8];
+#pragma GCC unroll 8
     for (int l = 0; l < 8; l++)
         r[l] = bf16x8_to_f32(_mm_loadu_si128((const __m128i *)(w[l] + i)));
+#pragma GCC unroll 4
     for (int l = 0; l < 8; l += 2) {
         t[l] = _mm256_unpacklo_ps(r[l], r[l + 1]);
         t[l + 1] = _mm256_unpackhi_ps(r[l], r[l + 1]);
     }
+#pragma GCC unroll 2
     for (int l = 0; l < 8; l += 4) {
         r[l] = _mm256_shuffle_ps(t[l], t[l + 2], 0x44);
         r[l + 1] = _mm256_shuffle_ps(t[l], t[l + 2], 0xee);
@@ -139,6 +142,7 @@ AVX2 static inline void pack8x8(const uint16_t *const w[8], uint32_t i, float *p
     }
     /* r[0..3]: elements 0, 1, 2, 3 of rows 0-3 (low half) and 4, 5, 6, 7 (high half);
      * r[4..7]: the same for rows 4-7 */
+#pragma GCC unroll 4
     for (int e = 0; e < 4; e++) {
         _mm256_storeu_ps(packed + (size_t)(i + e) * PACK_ROWS,
                          _mm256_permute2f128_ps(r[e], r[e + 4], 0x20));
@@ -164,19 +168,22 @@ AVX2 static void avx2_block(const fast_gemm *g, uint32_t j0, float *packed) {
     }
     for (uint32_t t = 0; t < g->m; t++) {
         const uint16_t *x = g->act_bf16 + (size_t)t * k;
-        __m256 acc[PACK_ROWS / 8];
-        for (int q = 0; q < PACK_ROWS / 8; q++)
-            acc[q] = _mm256_setzero_ps();
-        for (uint32_t i = 0; i < k; i++) {
+        /* four named accumulators, so that they stay in registers */
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+        const float *p = packed;
+        for (uint32_t i = 0; i < k; i++, p += PACK_ROWS) {
             /* the reference's step: acc += a * w, the product exact, the addition rounded */
             const __m256 a = _mm256_set1_ps(bf16_value(x[i]));
-            const float *p = packed + (size_t)i * PACK_ROWS;
-            for (int q = 0; q < PACK_ROWS / 8; q++)
-                acc[q] = _mm256_add_ps(acc[q], _mm256_mul_ps(a, _mm256_loadu_ps(p + q * 8)));
+            acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(a, _mm256_loadu_ps(p)));
+            acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(a, _mm256_loadu_ps(p + 8)));
+            acc2 = _mm256_add_ps(acc2, _mm256_mul_ps(a, _mm256_loadu_ps(p + 16)));
+            acc3 = _mm256_add_ps(acc3, _mm256_mul_ps(a, _mm256_loadu_ps(p + 24)));
         }
         float sums[PACK_ROWS];
-        for (int q = 0; q < PACK_ROWS / 8; q++)
-            _mm256_storeu_ps(sums + q * 8, acc[q]);
+        _mm256_storeu_ps(sums, acc0);
+        _mm256_storeu_ps(sums + 8, acc1);
+        _mm256_storeu_ps(sums + 16, acc2);
+        _mm256_storeu_ps(sums + 24, acc3);
         for (uint32_t r = 0; r < PACK_ROWS && j0 + r < g->n; r++)
             store(g, t, j0 + r, sums[r]);
     }

@@ -48,15 +48,6 @@ MODELS = [
           head_dim=80, num_hidden_layers=3, vocab_size=1003, rope_theta=50000.0,
           rms_norm_eps=2e-5, tie_word_embeddings=False, max_position_embeddings=512),
      "float32", "Q8_0", ((8, 32),)),
-    # Llama 3.1's scaled RoPE with a short original context, so that the scaled and smoothed
-    # frequency bands turn these short sequences by clearly different angles
-    ("llama31_scaled", "LlamaConfig",
-     dict(hidden_size=160, intermediate_size=256, num_attention_heads=5, num_key_value_heads=1,
-          head_dim=64, num_hidden_layers=2, vocab_size=509, rope_theta=500000.0,
-          rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=512,
-          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                            high_freq_factor=4.0, original_max_position_embeddings=64)),
-     "bfloat16", None, ((8, 32),)),
     ("mistral_tied", "MistralConfig",
      dict(hidden_size=192, intermediate_size=384, num_attention_heads=12, num_key_value_heads=4,
           head_dim=48, num_hidden_layers=2, vocab_size=517, rope_theta=1000000.0,
@@ -79,6 +70,16 @@ MODELS = [
           rope_theta=30000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
           max_position_embeddings=1024),
      "bfloat16", None, ()),
+    # (last: each model's random draw is seeded by its index, so the earlier ones keep theirs)
+    # Llama 3.1's scaled RoPE with a short original context, so that the scaled and smoothed
+    # frequency bands turn these short sequences by clearly different angles
+    ("llama31_scaled", "LlamaConfig",
+     dict(hidden_size=160, intermediate_size=256, num_attention_heads=5, num_key_value_heads=1,
+          head_dim=64, num_hidden_layers=2, vocab_size=509, rope_theta=500000.0,
+          rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=512,
+          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                            high_freq_factor=4.0, original_max_position_embeddings=64)),
+     "bfloat16", None, ((8, 32),)),
 ]
 ARCHITECTURES = {"LlamaConfig": "LlamaForCausalLM", "MistralConfig": "MistralForCausalLM",
                  "Qwen2Config": "Qwen2ForCausalLM", "Qwen3Config": "Qwen3ForCausalLM",

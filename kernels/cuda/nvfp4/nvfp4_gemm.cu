@@ -204,44 +204,18 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
                     up += partial[RB - 1][w][nt][i][lane];
                 value = mg_silu_mul_f32(value, up * up_scale);
             }
-            if (n < a.n && r < tile.row_end) {
-                if (a.token_ids && (uint32_t)a.token_ids[r] >= a.act_rows)
-                    value = 0.0f; // a bad id reads zeros (negative ids wrap to large)
-                a.out[(uint64_t)r * a.ldc + n] = __float2bfloat16_rn(value);
-            }
+            if (n < a.n && r < tile.row_end)
+                store_output(a, r, n, value);
         }
 }
 
 } // namespace
 
 #define MG_NVFP4_GEMM_KERNEL(NAME, NT, KW, FUSED)                                                  \
-    extern "C" __global__ void __launch_bounds__(32 * KW * (FUSED ? 2 : 1)) NAME(                  \
-        const __nv_bfloat16 *act, uint32_t act_pitch, uint32_t act_rows, const int32_t *token_ids, \
-        const int32_t *expert_offsets, uint32_t experts, uint32_t rows, const uint8_t *values,     \
-        const uint8_t *scales, uint64_t expert_value_bytes, uint64_t expert_scale_bytes,           \
-        const float *global_scales, const uint8_t *up_values, const uint8_t *up_scales,            \
-        const float *up_global_scales, __nv_bfloat16 *out, uint32_t ldc, uint32_t n, uint32_t k) { \
+    extern "C" __global__ void __launch_bounds__(32 * KW * (FUSED ? 2 : 1))                        \
+        NAME(MG_NVFP4_GEMM_PARAMS) {                                                               \
         grid_dependency_wait();                                                                    \
-        const gemm_args a = {act,                                                                  \
-                             act_pitch,                                                            \
-                             act_rows,                                                             \
-                             token_ids,                                                            \
-                             expert_offsets,                                                       \
-                             experts,                                                              \
-                             rows,                                                                 \
-                             values,                                                               \
-                             scales,                                                               \
-                             expert_value_bytes,                                                   \
-                             expert_scale_bytes,                                                   \
-                             global_scales,                                                        \
-                             up_values,                                                            \
-                             up_scales,                                                            \
-                             up_global_scales,                                                     \
-                             out,                                                                  \
-                             ldc,                                                                  \
-                             n,                                                                    \
-                             k};                                                                   \
-        gemm_body<NT, KW, FUSED>(a);                                                               \
+        gemm_body<NT, KW, FUSED>(MG_NVFP4_GEMM_ARGS);                                              \
     }
 
 MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t8_k1, 1, 1, false)

@@ -206,8 +206,12 @@ __device__ __forceinline__ void tile_body(const gemm_args &a) {
 
     if (KW > 1) { // the K groups' partial sums, added in group order by group 0
         copy_wait<0>();
-        __syncthreads();                                  // every stage has been read
-        float *partial = reinterpret_cast<float *>(smem); // [KW - 1][WR][2][NT][4][32]
+        __syncthreads(); // every stage has been read
+        // [KW - 1][WR][2][NT][4][32]: group w's (>= 1) accumulators, lane-minor
+        float *partial = reinterpret_cast<float *>(smem);
+        auto at = [&](uint32_t w, int j, int nt, int e) {
+            return partial + ((((w - 1) * WR + wr) * 2 + j) * NT + nt) * 128 + e * 32 + lane;
+        };
         if (kw > 0)
 #pragma unroll
             for (int j = 0; j < 2; j++)
@@ -215,8 +219,7 @@ __device__ __forceinline__ void tile_body(const gemm_args &a) {
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        partial[((((kw - 1) * WR + wr) * 2 + j) * NT + nt) * 128 + e * 32 + lane] =
-                            acc[j][nt][e];
+                        *at(kw, j, nt, e) = acc[j][nt][e];
         __syncthreads();
         if (kw > 0)
             return;
@@ -227,8 +230,7 @@ __device__ __forceinline__ void tile_body(const gemm_args &a) {
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        acc[j][nt][e] += partial[((((w - 1) * WR + wr) * 2 + j) * NT + nt) * 128 +
-                                                 e * 32 + lane];
+                        acc[j][nt][e] += *at(w, j, nt, e);
     }
 
     const float scale0 = a.global_scales[tile.expert] * MG_NVFP4_ACC_FACTOR;
@@ -247,41 +249,15 @@ __device__ __forceinline__ void tile_body(const gemm_args &a) {
                 float value = acc[j][nt][e] * scale0;
                 if (FUSED)
                     value = mg_silu_mul_f32(value, acc[1][nt][e] * scale1);
-                if (a.token_ids && (uint32_t)a.token_ids[r] >= a.act_rows)
-                    value = 0.0f; // a bad id reads zeros (negative ids wrap to large)
-                a.out[(uint64_t)r * a.ldc + n] = __float2bfloat16_rn(value);
+                store_output(a, r, n, value);
             }
 }
 
 } // namespace
 
 #define MG_NVFP4_TILE_KERNEL(NAME, TT, WR, KW, FUSED)                                              \
-    extern "C" __global__ void __launch_bounds__(32 * WR * KW) NAME(                               \
-        const __nv_bfloat16 *act, uint32_t act_pitch, uint32_t act_rows, const int32_t *token_ids, \
-        const int32_t *expert_offsets, uint32_t experts, uint32_t rows, const uint8_t *values,     \
-        const uint8_t *scales, uint64_t expert_value_bytes, uint64_t expert_scale_bytes,           \
-        const float *global_scales, const uint8_t *up_values, const uint8_t *up_scales,            \
-        const float *up_global_scales, __nv_bfloat16 *out, uint32_t ldc, uint32_t n, uint32_t k) { \
-        const gemm_args a = {act,                                                                  \
-                             act_pitch,                                                            \
-                             act_rows,                                                             \
-                             token_ids,                                                            \
-                             expert_offsets,                                                       \
-                             experts,                                                              \
-                             rows,                                                                 \
-                             values,                                                               \
-                             scales,                                                               \
-                             expert_value_bytes,                                                   \
-                             expert_scale_bytes,                                                   \
-                             global_scales,                                                        \
-                             up_values,                                                            \
-                             up_scales,                                                            \
-                             up_global_scales,                                                     \
-                             out,                                                                  \
-                             ldc,                                                                  \
-                             n,                                                                    \
-                             k};                                                                   \
-        tile_body<TT, WR, KW, FUSED>(a);                                                           \
+    extern "C" __global__ void __launch_bounds__(32 * WR * KW) NAME(MG_NVFP4_GEMM_PARAMS) {        \
+        tile_body<TT, WR, KW, FUSED>(MG_NVFP4_GEMM_ARGS);                                          \
     }
 
 // Names: tokens per tile (t32, t64), output rows per CTA (r: 32 per row warp, 16 gate_up) and

@@ -53,6 +53,30 @@ struct gemm_args {
     uint32_t ldc, n, k;
 };
 
+// The kernels' parameter list (nvfp4_gemm_reference.h's argument list) and the gemm_args it
+// makes, for the kernel-defining macros of both families.
+#define MG_NVFP4_GEMM_PARAMS                                                                       \
+    const __nv_bfloat16 *act, uint32_t act_pitch, uint32_t act_rows, const int32_t *token_ids,     \
+        const int32_t *expert_offsets, uint32_t experts, uint32_t rows, const uint8_t *values,     \
+        const uint8_t *scales, uint64_t expert_value_bytes, uint64_t expert_scale_bytes,           \
+        const float *global_scales, const uint8_t *up_values, const uint8_t *up_scales,            \
+        const float *up_global_scales, __nv_bfloat16 *out, uint32_t ldc, uint32_t n, uint32_t k
+#define MG_NVFP4_GEMM_ARGS                                                                         \
+    mg_nvfp4::gemm_args {                                                                          \
+        act, act_pitch, act_rows, token_ids, expert_offsets, experts, rows, values, scales,        \
+            expert_value_bytes, expert_scale_bytes, global_scales, up_values, up_scales,           \
+            up_global_scales, out, ldc, n, k                                                       \
+    }
+
+// Stores output (r, n), in range: 0 for a row whose token id is outside the activation (it read
+// zeros; negative ids wrap to large).
+__device__ __forceinline__ void store_output(const gemm_args &a, uint32_t r, uint32_t n,
+                                             float value) {
+    if (a.token_ids && (uint32_t)a.token_ids[r] >= a.act_rows)
+        value = 0.0f;
+    a.out[(uint64_t)r * a.ldc + n] = __float2bfloat16_rn(value);
+}
+
 struct token_tile {
     int expert; // -1: no tile
     uint32_t row0, row_end;

@@ -305,12 +305,16 @@ static uint64_t row_tiles(uint32_t n, uint32_t rows_per_cta) {
     return ((uint64_t)n + rows_per_cta - 1) / rows_per_cta;
 }
 
-/* Token tiles of `tile` tokens a problem needs; grouped: a bound on the non-empty tiles of any
- * routing. */
-static uint64_t token_tiles(const gemm_problem *p, uint32_t tile) {
-    if (p->op == MG_OP_NVFP4_MOE_GEMM)
-        return p->rows / tile + (p->experts < p->rows ? p->experts : p->rows);
-    return ((uint64_t)p->rows + tile - 1) / tile;
+/* Token tiles of `tile` tokens a problem needs (grouped: a bound on the non-empty tiles of any
+ * routing) into *out; refused past a grid's first dimension. */
+static mg_status token_tiles(const gemm_problem *p, uint32_t tile, uint64_t *out) {
+    *out = p->op == MG_OP_NVFP4_MOE_GEMM
+               ? p->rows / tile + (p->experts < p->rows ? p->experts : p->rows)
+               : ((uint64_t)p->rows + tile - 1) / tile;
+    if (*out > 0x7fffffffu)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %u rows need more token tiles than a grid has", p->fn, p->rows);
+    return MG_OK;
 }
 
 /* The tile family's variant: 4 row warps (128 output rows, 64 gate_up: each CTA reads its
@@ -351,20 +355,20 @@ static mg_status choose_variant(mg_backend *b, const gemm_problem *p, gemm_varia
     const bool small_forced = tuning_tile == 8 || tuning_tile == 16;
     if (per_group > SMALL_TILE_MAX_ROWS && !small_forced) {
         const uint32_t tile = tuning_tile ? tuning_tile : per_group <= 32 ? 32 : 64;
-        const uint64_t tiles = token_tiles(p, tile);
-        if (tiles > 0x7fffffffu)
-            return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                            "%s: %u rows need more token tiles than a grid has", p->fn, p->rows);
+        uint64_t tiles;
+        mg_status st = token_tiles(p, tile, &tiles);
+        if (st)
+            return st;
         if (tuning_tile || tiles * row_tiles(p->n, gate_up ? 64 : 128) * 4 >= (uint64_t)sms * 3) {
             choose_tile_shape(p, tile, tiles, sms, v);
             return MG_OK;
         }
     }
     const uint32_t tile = per_group <= 8 || tuning_tile == 8 ? 8 : 16;
-    const uint64_t tiles = token_tiles(p, tile);
-    if (tiles > 0x7fffffffu)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: %u rows need more token tiles than a grid has", p->fn, p->rows);
+    uint64_t tiles;
+    mg_status st = token_tiles(p, tile, &tiles);
+    if (st)
+        return st;
     uint64_t rbs = (uint64_t)row_blocks * (gate_up ? 2u : 1u);
     uint32_t supers = mg_nvfp4_supers(p->k), max_warps = gate_up ? 4 : 8, k_warps = 1;
     while (k_warps < max_warps &&

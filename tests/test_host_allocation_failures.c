@@ -23,6 +23,7 @@
 #include "metrale/launch.h"
 #include "metrale/ops.h"
 #include "metrale/ops_attention.h"
+#include "metrale/ops_gemm.h"
 #include "metrale/pinned.h"
 #include "metrale/timing.h"
 #include "utils_test_support.h"
@@ -725,6 +726,60 @@ static void settle_harvest(void *ctx, mg_status st) {
     c->spans = s.count;
 }
 
+/* ------------------------------------------------------------------ the BF16 GEMM */
+
+/* The CPU's BF16 GEMM (cpu_avx2 where the CPU has it): without memory for a packed weight block
+ * the block runs on the reference, which gives the same bits, so a failure is absorbed. */
+#define GEMM_M 3u
+#define GEMM_N 40u /* two blocks of cpu_avx2's 32 rows, the second partial */
+#define GEMM_K 24u
+typedef struct gemm_ctx {
+    mg_backend *b;
+    mg_devptr act, weight, out;
+    float expected[GEMM_M * GEMM_N];
+} gemm_ctx;
+
+static mg_status run_gemm(void *ctx) {
+    gemm_ctx *c = ctx;
+    return mg_gemm_bf16(c->b, NULL, GEMM_M, GEMM_N, GEMM_K, c->act, c->weight, c->out, MG_DTYPE_F32,
+                        GEMM_N);
+}
+
+static void settle_gemm(void *ctx, mg_status st) {
+    gemm_ctx *c = ctx;
+    float got[GEMM_M * GEMM_N];
+    if (!st) {
+        CHECK_OK(mg_copy_d2h(c->b, got, c->out, sizeof got));
+        CHECK(memcmp(got, c->expected, sizeof got) == 0);
+    }
+    CHECK_OK(mg_memset(c->b, c->out, 0xff, sizeof got));
+}
+
+static void test_gemm(void) {
+    int64_t start = atomic_load(&live_blocks);
+    gemm_ctx c = {0};
+    uint16_t act[GEMM_M * GEMM_K], weight[GEMM_N * GEMM_K];
+    for (uint32_t i = 0; i < GEMM_M * GEMM_K; i++)
+        act[i] = mg_f32_to_bf16((float)((int)(i * 7 % 13) - 6) / 4.0f);
+    for (uint32_t i = 0; i < GEMM_N * GEMM_K; i++)
+        weight[i] = mg_f32_to_bf16((float)((int)(i * 5 % 11) - 5) / 8.0f);
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 5, &c.b));
+    CHECK_OK(mg_alloc(c.b, sizeof act, &c.act));
+    CHECK_OK(mg_alloc(c.b, sizeof weight, &c.weight));
+    CHECK_OK(mg_alloc(c.b, sizeof c.expected, &c.out));
+    CHECK_OK(mg_copy_h2d(c.b, c.act, act, sizeof act));
+    CHECK_OK(mg_copy_h2d(c.b, c.weight, weight, sizeof weight));
+    CHECK_OK(run_gemm(&c));
+    CHECK_OK(mg_copy_d2h(c.b, c.expected, c.out, sizeof c.expected));
+    CHECK_OK(mg_memset(c.b, c.out, 0xff, sizeof c.expected));
+    sweep(&(attempt){"mg_gemm_bf16 on the CPU", run_gemm, settle_gemm, &c, true});
+    mg_free(c.b, c.act);
+    mg_free(c.b, c.weight);
+    mg_free(c.b, c.out);
+    CHECK_OK(mg_backend_close(c.b));
+    check_balanced("test_gemm", start, 0);
+}
+
 static void test_timing(void) {
     int64_t start = atomic_load(&live_blocks);
     timing_ctx c = {0};
@@ -930,6 +985,7 @@ int main(void) {
     test_kernels_and_ledger();
     test_arenas();
     test_timing();
+    test_gemm();
     test_pinned_registry();
     test_attention();
     test_handle_churn();

@@ -34,6 +34,7 @@
 #include "gemm_provider.h"
 #include "gemm_reference.h"
 #include "host_parallel.h"
+#include "metrale/dtype.h"
 #include "metrale/launch.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -189,26 +190,19 @@ AVX2 static void avx2_block(const fast_gemm *g, uint32_t j0, float *packed) {
     }
 }
 
-/* The reference's sums without vectors (when there is no memory for the packed block). */
-static void ordered_rows(const fast_gemm *g, uint32_t j0) {
-    for (uint32_t t = 0; t < g->m; t++)
-        for (uint32_t j = j0; j < j0 + PACK_ROWS && j < g->n; j++) {
-            const uint16_t *x = g->act_bf16 + (size_t)t * g->k, *w = g->weight + (size_t)j * g->k;
-            float acc = 0.0f;
-            for (uint32_t i = 0; i < g->k; i++)
-                acc += bf16_value(x[i]) * bf16_value(w[i]);
-            store(g, t, j, acc);
-        }
-}
-
 AVX2 static void avx2_blocks(void *ctx, size_t first, size_t count) {
     const fast_gemm *g = ctx;
     float *packed = malloc((size_t)g->k * PACK_ROWS * sizeof *packed);
     for (size_t blk = first; blk < first + count; blk++) {
-        if (packed)
-            avx2_block(g, (uint32_t)blk * PACK_ROWS, packed);
-        else
-            ordered_rows(g, (uint32_t)blk * PACK_ROWS);
+        const uint32_t j0 = (uint32_t)blk * PACK_ROWS;
+        if (packed) {
+            avx2_block(g, j0, packed);
+        } else { /* no memory for the packed block: the reference itself, the same sums */
+            const uint32_t rows = g->n - j0 < PACK_ROWS ? g->n - j0 : PACK_ROWS;
+            mg_gemm_bf16_cpu(g->m, rows, g->k, g->act_bf16, g->weight + (size_t)j0 * g->k,
+                             (char *)g->out + (size_t)j0 * mg_dtype_bytes(g->out_type), g->out_type,
+                             g->ldc);
+        }
     }
     free(packed);
 }

@@ -45,13 +45,7 @@ for spec in "llama-3.2-1b 1 bf16" "llama-3-8b 1 bf16" "llama-3-8b 8 bf16" "llama
   done
 done
 collect_runs "${runs[@]}" > "$OUT/runs.json"
-python3 - "$OUT/runs.json" <<'PY' | tee -a "$S"
-import json, sys
-for k, r in json.load(open(sys.argv[1])).items():
-    print(k, r.get("decode_ms_per_step"), "ms", r.get("fraction_of_limit"), "of limit,",
-          r.get("kernels_per_step"), "kernels, fused", r.get("fused_decode"), "qkv",
-          r.get("fused_qkv"), "append", r.get("fused_kv_append"), r.get("error", "")[:80])
-PY
+print_runs "$OUT/runs.json" kernels_per_step fused_decode fused_qkv fused_kv_append | tee -a "$S"
 if [ "${ONLY:-}" != speed ]; then
 step memcheck_fusion timeout 120 $CS --tool memcheck "$BIN/metrale-gpu" --backend cuda check gemm/fusion
 step racecheck_fusion timeout 120 $CS --tool racecheck "$BIN/metrale-gpu" --backend cuda check gemm/fusion

@@ -49,12 +49,7 @@ else
     done
   done
   collect_runs "${runs[@]}" > "$OUT/runs.json"
-  python3 - "$OUT/runs.json" <<'PY' | tee -a "$S"
-import json, sys
-for k, r in json.load(open(sys.argv[1])).items():
-    print(k, r.get("decode_ms_per_step"), "ms", r.get("fraction_of_limit"), "of limit,",
-          r.get("kernels_per_step"), "kernels, pdl", r.get("programmatic_launch"), r.get("error", "")[:80])
-PY
+  print_runs "$OUT/runs.json" kernels_per_step programmatic_launch | tee -a "$S"
   step peers_graphs timeout 200 python3 bench/peers/peers_forward.py --out "$OUT/peers_forward.json" --batches 1,8
   tail -n 6 "$L/peers_graphs.txt" >> "$S"
   if [ -f "$G/h200_compile_decode.py" ]; then

@@ -61,11 +61,7 @@ for b in 32 64; do
   done
 done
 collect_runs "${runs[@]}" > "$OUT/runs.json"
-python3 - "$OUT/runs.json" <<'PY' | tee -a "$S"
-import json, sys
-for k, r in json.load(open(sys.argv[1])).items():
-    print(k, r.get("decode_ms_per_step"), "ms per step,", r.get("fraction_of_limit"), "of limit", r.get("error", "")[:120])
-PY
+print_runs "$OUT/runs.json" | tee -a "$S"
 step peers_nvfp4 timeout 240 python3 bench/peers/peers_nvfp4.py --out "$OUT/nvfp4.peers.json" --m "$M"
 tail -n 40 "$L/peers_nvfp4.txt" >> "$S"
 tar czf "$OUT/logs.tgz" -C "$L" . && (cd "$OUT" && tar czf json.tgz *.json && rm -f *.json)

@@ -32,12 +32,7 @@ for pdl in 1 0; do
   runs+=("decode_pdl$pdl")
 done
 collect_runs chat_json "${runs[@]}" > "$OUT/runs.json"
-python3 - "$OUT/runs.json" <<'PY' | tee -a "$S"
-import json, sys
-for k, r in json.load(open(sys.argv[1])).items():
-    print(k, r.get("decode_ms_per_step"), "ms/step,", r.get("fraction_of_limit"), "of limit,",
-          r.get("kernels_per_step"), "kernels,", repr(r.get("text", ""))[:120], r.get("error", "")[:200])
-PY
+print_runs "$OUT/runs.json" kernels_per_step text | tee -a "$S"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$M"/whl/*.whl \
   && step peer_hf env PYTHONPATH=/tmp/site timeout 400 python3 bench/peers/smollm2_hf_decode.py "$MODEL" "$OUT/peer_hf.json" 32 256
 tail -n 3 "$L/peer_hf.txt" >> "$S"

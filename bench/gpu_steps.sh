@@ -1,6 +1,6 @@
 # gpu_steps.sh - sourced by the one-call GPU scripts (gpu_checks.sh, gpu_decode_gemv.sh,
 # gpu_pdl.sh, gpu_smollm2.sh): their start, their step runner and the collection of `run --json`
-# outputs. The caller sets L (the log folder) and S (the summary file), or has gpu_start set
+# outputs and their summary lines. The caller sets L (the log folder) and S (the summary file), or has gpu_start set
 # them, and optionally TAIL (lines of each log to echo, default 6).
 
 # gpu_start NAME [LINE]: the start of a script on binaries built elsewhere: bin/ of
@@ -55,5 +55,17 @@ for name in sys.argv[2:]:
     except ValueError:
         out[name] = {"error": text[-400:]}
 json.dump(out, sys.stdout, indent=1)
+PY
+}
+
+# print_runs FILE [FIELD...]: a line per run of collect_runs' FILE: its name, decode ms per step,
+# fraction of the memory-bound limit, FIELD=value for each FIELD given, and an error's start.
+print_runs() {
+    python3 - "$@" <<'PY'
+import json, sys
+for k, r in json.load(open(sys.argv[1])).items():
+    extra = " ".join(f"{f}={r.get(f)!r}"[:140] for f in sys.argv[2:])
+    print(k, r.get("decode_ms_per_step"), "ms per step,", r.get("fraction_of_limit"), "of limit",
+          extra, r.get("error", "")[:200])
 PY
 }

@@ -12,13 +12,13 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "attention_provider.h"
 #include "backend_impl.h"
 #include "checked_math.h"
 #include "cpu_kernels.h"
 #include "error.h"
+#include "host_parallel.h"
 #include "kv_cache_internal.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
@@ -30,7 +30,6 @@
  * page table. */
 #define PAGED_FUNCTION "attention_paged_prefill"
 #define PAGED_NAME KERNEL_MODULE ":" PAGED_FUNCTION
-#define MAX_THREADS 32
 
 typedef struct cpu_attention_plan {
     mg_devptr indptrs;         /* qo_indptr then kv_indptr (tokens), batch_size + 1 int32 each;
@@ -185,28 +184,26 @@ static void compute_item(const attention_args *a, uint32_t request, uint32_t kvh
         }
 }
 
-/* Work items (request, KV head) are shared out to up to one thread per core: they write
- * disjoint rows and heads, so the result does not depend on the thread count. */
+/* Work items (request, KV head) are shared out over the cores by mg_host_parallel_for (its
+ * pool, so a decode step's 30-odd calls start no threads): they write disjoint rows and heads,
+ * so the result does not depend on the thread count. */
 typedef struct work_queue {
     const attention_args *args;
     size_t scratch_floats;
-    _Atomic uint64_t next;
-    _Atomic int failed; /* a thread could not get scratch memory */
+    _Atomic int failed; /* a part could not get scratch memory */
 } work_queue;
 
-static void *worker(void *arg) {
-    work_queue *w = arg;
+static void compute_items(void *ctx, size_t first, size_t count) {
+    work_queue *w = ctx;
     const attention_args *a = w->args;
     float *scratch = malloc(sizeof(float) * w->scratch_floats);
     if (!scratch) {
         atomic_store(&w->failed, 1);
-        return NULL;
+        return;
     }
-    const uint64_t items = (uint64_t)a->batch * a->kv_heads;
-    for (uint64_t i; (i = atomic_fetch_add(&w->next, 1)) < items;)
+    for (size_t i = first; i < first + count; i++)
         compute_item(a, (uint32_t)(i / a->kv_heads), (uint32_t)(i % a->kv_heads), scratch);
     free(scratch);
-    return NULL;
 }
 
 static mg_status compute(const attention_args *a) {
@@ -225,19 +222,7 @@ static mg_status compute(const attention_args *a) {
                         "space",
                         KERNEL_NAME, max_lk, a->d);
     work_queue w = {.args = a, .scratch_floats = scratch_floats};
-    const uint64_t items = (uint64_t)a->batch * a->kv_heads;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    uint64_t threads = cores > 1 ? (uint64_t)cores : 1;
-    threads = threads > MAX_THREADS ? MAX_THREADS : threads;
-    threads = threads > items ? items : threads;
-    pthread_t tids[MAX_THREADS];
-    uint64_t started = 0;
-    for (; started + 1 < threads; started++)
-        if (pthread_create(&tids[started], NULL, worker, &w))
-            break;
-    worker(&w); /* the calling thread works too, so zero extra threads still finishes */
-    for (uint64_t i = 0; i < started; i++)
-        pthread_join(tids[i], NULL);
+    mg_host_parallel_for((size_t)a->batch * a->kv_heads, 1, compute_items, &w);
     if (atomic_load(&w.failed))
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY,
                         "cpu kernel %s: out of host memory for %zu floats of scratch", KERNEL_NAME,

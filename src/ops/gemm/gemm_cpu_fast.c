@@ -20,7 +20,8 @@
  * elements stored as [the 8 even elements][the 8 odd ones], zero-padded to a multiple of 16; a
  * 32-byte load of 16 BF16 weights then gives both halves as FP32 with one shift and one mask.
  * cpu_avx2 packs each block of 32 weight rows as FP32 [k][32] (8 x 8 transposes of the
- * rows' BF16 codes) in a per-part buffer, then streams it once per token. */
+ * rows' BF16 codes) in a per-part buffer, then streams it once per token; for one token (a
+ * decode GEMV) it consumes the transposes from registers instead, packing nothing. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -123,8 +124,9 @@ AVX2 static inline __m256 bf16x8_to_f32(__m128i codes) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(codes), 16));
 }
 
-/* Rows w[0..7] at k = i .. i + 7 into packed[(i + e) * PACK_ROWS + lane], lane = the row. */
-AVX2 static inline void pack8x8(const uint16_t *const w[8], uint32_t i, float *packed) {
+/* Rows w[0..7] at k = i .. i + 7, transposed: out[e] holds element i + e of rows 0-7 (lane =
+ * the row), as FP32. */
+AVX2 static inline void transpose8x8(const uint16_t *const w[8], uint32_t i, __m256 out[8]) {
     __m256 r[8], t[8];
 #pragma GCC unroll 8
     for (int l = 0; l < 8; l++)
@@ -145,27 +147,68 @@ AVX2 static inline void pack8x8(const uint16_t *const w[8], uint32_t i, float *p
      * r[4..7]: the same for rows 4-7 */
 #pragma GCC unroll 4
     for (int e = 0; e < 4; e++) {
-        _mm256_storeu_ps(packed + (size_t)(i + e) * PACK_ROWS,
-                         _mm256_permute2f128_ps(r[e], r[e + 4], 0x20));
-        _mm256_storeu_ps(packed + (size_t)(i + e + 4) * PACK_ROWS,
-                         _mm256_permute2f128_ps(r[e], r[e + 4], 0x31));
+        out[e] = _mm256_permute2f128_ps(r[e], r[e + 4], 0x20);
+        out[e + 4] = _mm256_permute2f128_ps(r[e], r[e + 4], 0x31);
     }
+}
+
+/* Rows w[0..7] at k = i .. i + 7 into packed[(i + e) * PACK_ROWS + lane], lane = the row. */
+AVX2 static inline void pack8x8(const uint16_t *const w[8], uint32_t i, float *packed) {
+    __m256 v[8];
+    transpose8x8(w, i, v);
+#pragma GCC unroll 8
+    for (int e = 0; e < 8; e++)
+        _mm256_storeu_ps(packed + (size_t)(i + e) * PACK_ROWS, v[e]);
+}
+
+/* The rows of block j0 (PACK_ROWS from j0; rows past n repeat row j0 and are not stored). */
+AVX2 static inline void block_rows(const fast_gemm *g, uint32_t j0, const uint16_t *w[PACK_ROWS]) {
+    for (uint32_t r = 0; r < PACK_ROWS; r++)
+        w[r] = g->weight + (size_t)(j0 + r < g->n ? j0 + r : j0) * g->k;
+}
+
+/* One token (m = 1): the block's rows transposed in registers and consumed at once, so nothing
+ * is packed. The same additions as avx2_block, in the same order, so the same bits. */
+AVX2 static void avx2_block_one_token(const fast_gemm *g, uint32_t j0) {
+    const uint32_t k = g->k, k8 = k / 8 * 8;
+    const uint16_t *w[PACK_ROWS];
+    block_rows(g, j0, w);
+    __m256 acc[PACK_ROWS / 8];
+    for (int q = 0; q < PACK_ROWS / 8; q++)
+        acc[q] = _mm256_setzero_ps();
+    const uint16_t *x = g->act_bf16;
+    for (uint32_t i = 0; i < k8; i += 8) {
+#pragma GCC unroll 4
+        for (int q = 0; q < PACK_ROWS / 8; q++) {
+            __m256 v[8];
+            transpose8x8(w + q * 8, i, v);
+#pragma GCC unroll 8
+            for (int e = 0; e < 8; e++) /* acc += a * w: the product exact, the addition rounded */
+                acc[q] = _mm256_add_ps(acc[q],
+                                       _mm256_mul_ps(_mm256_set1_ps(bf16_value(x[i + e])), v[e]));
+        }
+    }
+    float sums[PACK_ROWS];
+    for (int q = 0; q < PACK_ROWS / 8; q++)
+        _mm256_storeu_ps(sums + q * 8, acc[q]);
+    for (uint32_t i = k8; i < k; i++)
+        for (uint32_t r = 0; r < PACK_ROWS; r++)
+            sums[r] += bf16_value(x[i]) * bf16_value(w[r][i]);
+    for (uint32_t r = 0; r < PACK_ROWS && j0 + r < g->n; r++)
+        store(g, 0, j0 + r, sums[r]);
 }
 
 /* One block of PACK_ROWS rows from j0 (rows past n repeat row j0 and are not stored). */
 AVX2 static void avx2_block(const fast_gemm *g, uint32_t j0, float *packed) {
     const uint32_t k = g->k, k8 = k / 8 * 8;
+    const uint16_t *w[PACK_ROWS];
+    block_rows(g, j0, w);
     for (int q = 0; q < PACK_ROWS / 8; q++) {
-        const uint16_t *w[8];
-        for (int l = 0; l < 8; l++) {
-            uint32_t j = j0 + (uint32_t)(q * 8 + l);
-            w[l] = g->weight + (size_t)(j < g->n ? j : j0) * k;
-        }
         for (uint32_t i = 0; i < k8; i += 8)
-            pack8x8(w, i, packed + q * 8);
+            pack8x8(w + q * 8, i, packed + q * 8);
         for (uint32_t i = k8; i < k; i++)
             for (int l = 0; l < 8; l++)
-                packed[(size_t)i * PACK_ROWS + q * 8 + l] = bf16_value(w[l][i]);
+                packed[(size_t)i * PACK_ROWS + q * 8 + l] = bf16_value(w[q * 8 + l][i]);
     }
     for (uint32_t t = 0; t < g->m; t++) {
         const uint16_t *x = g->act_bf16 + (size_t)t * k;
@@ -192,6 +235,11 @@ AVX2 static void avx2_block(const fast_gemm *g, uint32_t j0, float *packed) {
 
 AVX2 static void avx2_blocks(void *ctx, size_t first, size_t count) {
     const fast_gemm *g = ctx;
+    if (g->m == 1) {
+        for (size_t blk = first; blk < first + count; blk++)
+            avx2_block_one_token(g, (uint32_t)blk * PACK_ROWS);
+        return;
+    }
     float *packed = malloc((size_t)g->k * PACK_ROWS * sizeof *packed);
     for (size_t blk = first; blk < first + count; blk++) {
         const uint32_t j0 = (uint32_t)blk * PACK_ROWS;

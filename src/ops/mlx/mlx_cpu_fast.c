@@ -6,7 +6,13 @@
  * The activations a (FP32) and their per-group sums are formed once per call, before the rows
  * are shared out over the cores in blocks of ROWS; the codes are unpacked to FP32 eight at a
  * time and never stored. The group sums of a are kept as eight lane sums (lane l: the elements
- * j0 + l, j0 + l + 8, ...), which is what the AVX2 code multiplies by the bias as a vector. */
+ * stored at j0 + l, j0 + l + 8, ...), which is what the AVX2 code multiplies by the bias as a
+ * vector.
+ *
+ * For 4-bit codes the AVX2 kernel stores a split: each chunk of 16 elements as [the 8 even
+ * ones][the 8 odd ones], so that 8 bytes of a row (16 codes) widened to 8 lanes give the even
+ * codes in their low nibbles and the odd ones in their high nibbles, with no shuffle (k is a
+ * multiple of the group size, itself a multiple of 32). */
 #include "mlx_cpu_fast.h"
 
 #include <math.h>
@@ -63,9 +69,18 @@ typedef struct gemv_job {
     const uint16_t *resid;
 } gemv_job;
 
-/* act and xs of gemv_job for m token rows; false when out of host memory. */
+#define SPLIT 16 /* elements per split chunk (above) */
+
+/* Where element j of a row is stored: j itself, or its place in the split layout. */
+static size_t stored_at(uint32_t j, bool split) {
+    const uint32_t e = j % SPLIT;
+    return split ? j - e + (e % 2) * (SPLIT / 2) + e / 2 : j;
+}
+
+/* act and xs of gemv_job for m token rows (act in the split layout when `split`); false when
+ * out of host memory. */
 static bool activations(const layer *w, uint32_t m, const uint16_t *x, const uint16_t *u,
-                        float **act_out, float **xs_out) {
+                        bool split, float **act_out, float **xs_out) {
     const uint32_t k = w->k, groups = k / w->group_size;
     float *act = malloc((size_t)m * k * sizeof *act);
     float *xs = calloc((size_t)m * groups * LANES, sizeof *xs);
@@ -74,8 +89,12 @@ static bool activations(const layer *w, uint32_t m, const uint16_t *x, const uin
         free(xs);
         return false;
     }
-    for (size_t i = 0; i < (size_t)m * k; i++)
-        act[i] = u ? silu_gate_value(x[i], u[i]) : mg_bf16_to_f32(x[i]);
+    for (uint32_t t = 0; t < m; t++)
+        for (uint32_t j = 0; j < k; j++) {
+            const size_t i = (size_t)t * k + j;
+            act[(size_t)t * k + stored_at(j, split)] =
+                u ? silu_gate_value(x[i], u[i]) : mg_bf16_to_f32(x[i]);
+        }
     for (uint32_t t = 0; t < m; t++)
         for (uint32_t j = 0; j < k; j++)
             xs[((size_t)t * groups + j / w->group_size) * LANES + j % LANES] +=
@@ -178,10 +197,25 @@ AVX2_INLINE static void avx2_row(const gemv_job *g, uint32_t which, uint32_t r, 
         __m256 q[4];
         for (uint32_t t = 0; t < T; t++)
             q[t] = _mm256_setzero_ps();
-        for (uint32_t j = j0; j < j0 + gs; j += 8) {
-            const __m256 c = codes8(row, j, bits);
-            for (uint32_t t = 0; t < T; t++)
-                q[t] = _mm256_fmadd_ps(c, _mm256_loadu_ps(g->act + (size_t)(t0 + t) * k + j), q[t]);
+        if (bits == 4) { /* 16 codes from 8 bytes; the activations split (above) */
+            for (uint32_t j = j0; j < j0 + gs; j += SPLIT) {
+                const __m256i c = _mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64((const __m128i *)((const uint8_t *)row + j / 2)));
+                const __m256 even = _mm256_cvtepi32_ps(_mm256_and_si256(c, _mm256_set1_epi32(15)));
+                const __m256 odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(c, 4));
+                for (uint32_t t = 0; t < T; t++) {
+                    const float *a = g->act + (size_t)(t0 + t) * k + j;
+                    q[t] = _mm256_fmadd_ps(even, _mm256_loadu_ps(a), q[t]);
+                    q[t] = _mm256_fmadd_ps(odd, _mm256_loadu_ps(a + SPLIT / 2), q[t]);
+                }
+            }
+        } else {
+            for (uint32_t j = j0; j < j0 + gs; j += 8) {
+                const __m256 c = codes8(row, j, bits);
+                for (uint32_t t = 0; t < T; t++)
+                    q[t] = _mm256_fmadd_ps(c, _mm256_loadu_ps(g->act + (size_t)(t0 + t) * k + j),
+                                           q[t]);
+            }
         }
         const __m256 s = _mm256_set1_ps(scale_avx2(w->scale_type, w->scales, gi));
         const __m256 b = _mm256_set1_ps(scale_avx2(w->scale_type, w->biases, gi));
@@ -236,9 +270,9 @@ AVX2 static void avx2_blocks(void *ctx, size_t first, size_t count) {
 
 static mg_status gemv(const layer *w, uint32_t layers, uint32_t m, const uint16_t *x,
                       const uint16_t *u, const uint16_t *resid, uint16_t *y0, uint16_t *y1,
-                      mg_host_range_fn blocks) {
+                      mg_host_range_fn blocks, bool split_4bit) {
     float *act, *xs;
-    if (!activations(w, m, x, u, &act, &xs))
+    if (!activations(w, m, x, u, split_4bit && w->bits == 4, &act, &xs))
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu kernel mlx_gemv: no host memory");
     gemv_job g = {.w = {w, layers > 1 ? w + 1 : w},
                   .y = {y0, y1},
@@ -377,22 +411,25 @@ static mg_status run_dequant(const mg_launch *l, const char *name, mg_host_range
     return st;
 }
 
-static mg_status run_gemv(const mg_launch *l, const char *name, mg_host_range_fn blocks) {
+/* split_4bit: the kernel reads 4-bit layers' activations split (the AVX2 one). */
+static mg_status run_gemv(const mg_launch *l, const char *name, mg_host_range_fn blocks,
+                          bool split_4bit) {
     layer w;
     uint32_t m;
     const uint16_t *x, *u, *resid;
     uint16_t *y;
     mg_status st = mg_mlx_cpu_gemv_args(l, name, &w, &m, &x, &u, &resid, &y);
-    return st ? st : gemv(&w, 1, m, x, u, resid, y, NULL, blocks);
+    return st ? st : gemv(&w, 1, m, x, u, resid, y, NULL, blocks, split_4bit);
 }
 
-static mg_status run_gate_up(const mg_launch *l, const char *name, mg_host_range_fn blocks) {
+static mg_status run_gate_up(const mg_launch *l, const char *name, mg_host_range_fn blocks,
+                             bool split_4bit) {
     layer w[2]; /* gate and up: one shape */
     uint32_t m;
     const uint16_t *x;
     uint16_t *y1, *y2;
     mg_status st = mg_mlx_cpu_gate_up_args(l, name, w, &m, &x, &y1, &y2);
-    return st ? st : gemv(w, 2, m, x, NULL, NULL, y1, y2, blocks);
+    return st ? st : gemv(w, 2, m, x, NULL, NULL, y1, y2, blocks, split_4bit);
 }
 
 #define NAME(kernel) "metrale:" kernel
@@ -401,10 +438,10 @@ static mg_status dequant_portable(const mg_launch *l) {
     return run_dequant(l, NAME(MG_MLX_KERNEL_DEQUANT_PORTABLE), dequant_portable_rows);
 }
 static mg_status gemv_portable(const mg_launch *l) {
-    return run_gemv(l, NAME(MG_MLX_KERNEL_GEMV_PORTABLE), portable_blocks);
+    return run_gemv(l, NAME(MG_MLX_KERNEL_GEMV_PORTABLE), portable_blocks, false);
 }
 static mg_status gate_up_portable(const mg_launch *l) {
-    return run_gate_up(l, NAME(MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE), portable_blocks);
+    return run_gate_up(l, NAME(MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE), portable_blocks, false);
 }
 
 #ifdef HAVE_X86_TARGETS
@@ -420,12 +457,12 @@ static mg_status dequant_avx2(const mg_launch *l) {
 static mg_status gemv_avx2(const mg_launch *l) {
     const char *name = NAME(MG_MLX_KERNEL_GEMV_AVX2);
     mg_status st = check_avx2(name);
-    return st ? st : run_gemv(l, name, avx2_blocks);
+    return st ? st : run_gemv(l, name, avx2_blocks, true);
 }
 static mg_status gate_up_avx2(const mg_launch *l) {
     const char *name = NAME(MG_MLX_KERNEL_GEMV_GATE_UP_AVX2);
     mg_status st = check_avx2(name);
-    return st ? st : run_gate_up(l, name, avx2_blocks);
+    return st ? st : run_gate_up(l, name, avx2_blocks, true);
 }
 #endif
 

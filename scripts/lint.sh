@@ -4,8 +4,9 @@
 #      Debian 12 package scripts/setup.sh installs);
 #   2. every repository path a source file, script or document names exists: tokens that start
 #      with one of the tree's top folders (src/, include/, kernels/, tests/, tools/, bench/,
-#      scripts/, cmake/, docs/, python/) and end in a file name or "/", and bare file names (name.c, name.h, name.cu, ...) in
-#      the comments of C and CUDA files, which must be some tracked file's name.
+#      scripts/, cmake/, docs/, python/) and end in a file name or "/"; bare file names (name.c,
+#      name.h, name.cu, ...) in the comments of C and CUDA files, and bare upper-case document
+#      names (README.md) anywhere, which must be some tracked file's name.
 # `lint.sh --paths` checks 2 only.
 # Prints each problem as FILE: message and exits 1 when there is any. Results under
 # bench/results/ (records of past runs, naming paths as they were) and fuzz corpora are not
@@ -45,6 +46,9 @@ foreign = ("include/flashinfer/", "include/cutlass/", "include/cute/")
 path_re = re.compile(r"(?<![\w/.$-])((?:src|include|kernels|tests|tools|bench|scripts|cmake|docs|python)"
                      r"/[A-Za-z0-9_./+*{}<>$-]*)")
 name_re = re.compile(r"(?<![\w/.<\"'-])([A-Za-z][A-Za-z0-9_]*\.(?:c|h|cu|cuh))\b")
+# A project document named without a folder (an upper-case name such as README.md) must be a
+# tracked file's name too, wherever it is named; lower-case ones are outputs of scripts.
+doc_re = re.compile(r"(?<![\w/.<\"'-])([A-Z][A-Z0-9_-]*\.md)\b")
 bad = 0
 for f in files:
     if not (f.endswith(text_ext) or os.path.basename(f) in ("Makefile", "CMakeLists.txt")):
@@ -66,6 +70,10 @@ for f in files:
                 continue
             print(f"{f}:{number}: names {p}, which does not exist")
             bad += 1
+        for m in doc_re.finditer(line):
+            if m.group(1) not in names:
+                print(f"{f}:{number}: names {m.group(1)}, which is no file of the tree")
+                bad += 1
         stripped = line.lstrip()
         comment = stripped.startswith(("//", "/*", "*")) or "/*" in line or "//" in line
         if code and comment and not stripped.startswith("#include"):

@@ -3,7 +3,7 @@
 #
 # Fails, listing the names, when an object of the lower layer (the core) refers to a symbol that
 # an object of the layers above it (the backends, their registry, the ops) defines: the arrows
-# of DESIGN.md point down only, and the core reaches a backend only through the driver the
+# of README.md's Layout point down only, and the core reaches a backend only through the driver the
 # backend registry hands it (mg_core_backend_open), never by name.
 set -euo pipefail
 

@@ -480,7 +480,7 @@ static void bad_inputs(const char *dir) {
     free(json);
 }
 
-/* SmolLM2 facts REFERENCE.md section 8 states. */
+/* Facts of SmolLM2-135M-Instruct's tokenizer (its tokenizer.json and GGUF metadata). */
 static void smollm2_facts(const mg_tok *t) {
     CHECK(mg_tok_vocab_size(t) == 49152, "SmolLM2 vocabulary %u", mg_tok_vocab_size(t));
     CHECK(mg_tok_token_id(t, "<|im_start|>") == 1 && mg_tok_token_id(t, "<|im_end|>") == 2 &&

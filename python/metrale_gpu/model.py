@@ -176,6 +176,13 @@ def _m():
             raise ImportError("metrale_gpu: %s not found; build it (make) or set "
                               "METRALE_MODEL_LIBRARY to its path" % path)
         m = C.CDLL(str(path))
+        # the libmetrale_gpu.so the model library resolved (its dependency, found through its
+        # handle) must be the API this package checked at import
+        m.mg_api_version.restype = C.c_uint32
+        if m.mg_api_version() != _lib.API_VERSION:
+            raise ImportError("metrale_gpu: %s runs over a libmetrale_gpu of API version %d; "
+                              "this package is written for %d" %
+                              (path, m.mg_api_version(), _lib.API_VERSION))
         for name, (res, args) in _DECLS.items():
             fn = getattr(m, name)
             fn.restype, fn.argtypes = res, args

@@ -144,8 +144,24 @@ static mg_status plan_config(mg_backend *b, const mg_fwd_config *c, mg_arena_pla
     return st;
 }
 
+/* The model layer is built against include/metrale/ (MG_API_VERSION) and may meet another
+ * libmetrale_gpu.so at run time, whose structs and signatures would then differ: refused before
+ * any other call into it (gpu.h's rule). */
+static mg_status check_library_version(void) {
+    const uint32_t v = mg_api_version();
+    if (v == MG_API_VERSION)
+        return MG_OK;
+    return mg_error_report(MG_ERR_UNSUPPORTED,
+                           "libmetrale_gpu has API version %u; the model layer was built against "
+                           "version %u (rebuild one of them)",
+                           (unsigned)v, (unsigned)MG_API_VERSION);
+}
+
 mg_status mg_fwd_plan_for_config(mg_backend *b, const mg_fwd_config *c, mg_arena_plan **out) {
     *out = NULL;
+    mg_status version = check_library_version();
+    if (version)
+        return version;
     if (c->model_path || !c->preset || !mg_fwd_format_of_config(c))
         return mg_error_report(MG_ERR_INVALID_ARGUMENT,
                                "planning needs a preset and a known weight format (a checkpoint "
@@ -285,6 +301,9 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
 
 mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     *out = NULL;
+    mg_status version = check_library_version();
+    if (version)
+        return version;
     mg_fwd *m = calloc(1, sizeof *m);
     if (!m)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");

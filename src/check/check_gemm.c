@@ -929,10 +929,7 @@ static void check_decode_gemv(mg_check_ctx *ctx, mg_check_result *r, mg_gemm_kin
     snprintf(text, sizeof text,
              "decode_gemv %s -> %s, M in {1,2,3,5,8,9,16}, N x K %s; replay "
              "and rows alone bit-equal",
-             kind == MG_GEMM_BF16          ? "bf16"
-             : kind == MG_GEMM_FP8_ROWWISE ? "fp8 row-wise"
-                                           : "fp8 per-tensor",
-             mg_dtype_name(out_type),
+             mg_gemm_kind_describe(kind)->name, mg_dtype_name(out_type),
              kind == MG_GEMM_BF16 ? "203x328, 77x4104, 9001x136, 20001x72, 40003x40"
                                   : "208x400, 48x4112, 9008x144, 20000x80, 40000x48");
     finish_sweep(r, worst, out_type == MG_DTYPE_F32 ? BOUND_F32_OUT : BOUND_BF16_OUT, text);

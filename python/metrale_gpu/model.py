@@ -53,7 +53,7 @@ class fwd_preset(C.Structure):
                 ("rope_theta", f32), ("norm_eps", f32), ("max_batch_tokens", u32),
                 ("max_batch_size", u32), ("batch", u32), ("prompt_len", u32), ("steps", u32),
                 ("context", u32), ("qkv_bias", b_), ("qk_norm", b_),
-                ("rope_llama3", fwd_rope_llama3)]
+                ("rope_llama3", fwd_rope_llama3), ("rope_freq_factors", C.c_void_p)]
 
 
 class fwd_config(C.Structure):

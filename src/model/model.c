@@ -65,7 +65,8 @@ static mg_fwd_plan_input plan_input_of(mg_backend *b, const mg_fwd_config *c, co
                                .weights = c->weights,
                                .mlx = mlx,
                                .qk_norm = c->preset->qk_norm,
-                               .rope_table = c->preset->rope_llama3.factor > 0,
+                               .rope_table = c->preset->rope_llama3.factor > 0 ||
+                                             c->preset->rope_freq_factors,
                                .tokens = e->tokens,
                                .batch = c->batch,
                                .pages = (uint32_t)e->pages,
@@ -87,16 +88,20 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
     free(seq);
     if (!st && m->mlx)
         st = mg_fwd_mlx_set_scratch(m->mlx, m->mlx_scratch, m->mlx_scratch_bytes);
-    const mg_fwd_rope_llama3 *r = &m->c.preset->rope_llama3;
-    if (!st && r->factor > 0) { /* the whole-pass row holds the table from here on */
-        float table[256];       /* head_dim <= 512 (mg_kv_cache_desc) */
-        if (m->sh.head_dim / 2 > 256)
-            return mg_error_report(MG_ERR_UNSUPPORTED, "a scaled RoPE over heads of %u",
-                                   m->sh.head_dim);
-        if ((st = mg_rope_inv_freq_llama3(m->sh.head_dim, m->c.preset->rope_theta, r->factor,
-                                          r->low_freq_factor, r->high_freq_factor,
-                                          r->original_max_positions, table)) ||
-            (st = mg_copy_h2d(m->b, m->rope_inv_freq, table, 4 * (size_t)(m->sh.head_dim / 2))))
+    const mg_fwd_preset *p = m->c.preset;
+    const mg_fwd_rope_llama3 *r = &p->rope_llama3;
+    if (!st && (r->factor > 0 || p->rope_freq_factors)) { /* the whole-pass row holds it */
+        float table[256];                                 /* head_dim <= 512 (mg_kv_cache_desc) */
+        const uint32_t D = m->sh.head_dim;
+        if (D / 2 > 256)
+            return mg_error_report(MG_ERR_UNSUPPORTED, "a scaled RoPE over heads of %u", D);
+        if (r->factor > 0)
+            st = mg_rope_inv_freq_llama3(D, p->rope_theta, r->factor, r->low_freq_factor,
+                                         r->high_freq_factor, r->original_max_positions, table);
+        else /* each frequency in double, rounded to FP32 once (as the llama3 table is) */
+            for (uint32_t i = 0; i < D / 2; i++)
+                table[i] = (float)(pow(p->rope_theta, -2.0 * i / D) / p->rope_freq_factors[i]);
+        if (st || (st = mg_copy_h2d(m->b, m->rope_inv_freq, table, 4 * (size_t)(D / 2))))
             return mg_fwd_lib_fail(st, "uploading the RoPE frequency table");
     }
     return st;

@@ -132,6 +132,10 @@ typedef struct mg_fwd_preset {
      * [head_dim], eps norm_eps) between the projection and RoPE (Qwen3). */
     bool qkv_bias, qk_norm;
     mg_fwd_rope_llama3 rope_llama3; /* checkpoints only */
+    /* Checkpoints only: llama.cpp's RoPE frequency divisors (a GGUF's rope_freqs.weight, as its
+     * converter writes Llama 3.1's scaling), [head_dim / 2] finite and > 0: frequency i is
+     * rope_theta^(-2i / head_dim) / rope_freq_factors[i]; NULL: none. Owned by the model. */
+    const float *rope_freq_factors;
 } mg_fwd_preset;
 
 const mg_fwd_preset *mg_fwd_presets(size_t *count);

@@ -259,6 +259,26 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
             used++;
         }
     }
+    /* Llama 3.1's scaled RoPE as llama.cpp's converter writes it: one divisor per frequency,
+     * read in place from the mapped file (which the model keeps open) */
+    const mg_gguf_tensor *freqs = mg_gguf_tensor_find(g, "rope_freqs.weight");
+    if (freqs) {
+        if (strcmp(a, "llama") || freqs->type != MG_GGUF_F32 || freqs->n_dims != 1 ||
+            freqs->dims[0] != s->head_dim / 2 || (uintptr_t)freqs->data % 4)
+            return mg_error_report(MG_ERR_UNSUPPORTED,
+                                   "GGUF %s: rope_freqs.weight must be F32 [%u] of a llama "
+                                   "architecture (it is of %s)",
+                                   path, s->head_dim / 2, a);
+        const float *f = (const float *)freqs->data;
+        for (uint32_t i = 0; i < s->head_dim / 2; i++)
+            if (!(f[i] > 0) || !isfinite(f[i]))
+                return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                       "GGUF %s: rope_freqs.weight[%u] = %g (must be finite and "
+                                       "> 0)",
+                                       path, i, f[i]);
+        arch->rope_freq_factors = f;
+        used++;
+    }
     if (block_matrices && float_matrices)
         return mg_error_report(MG_ERR_UNSUPPORTED,
                                "GGUF %s: the layer matrices mix block-quantized and float types; "
@@ -270,7 +290,7 @@ mg_status mg_fwd_gguf_arch(const mg_gguf *g, const char *path, mg_fwd_preset *ar
         for (size_t i = 0; i < mg_gguf_tensor_count(g); i++) {
             const char *n = mg_gguf_tensor_at(g, i)->name;
             bool known = !strcmp(n, "token_embd.weight") || !strcmp(n, "output_norm.weight") ||
-                         !strcmp(n, "output.weight");
+                         !strcmp(n, "output.weight") || (freqs && !strcmp(n, "rope_freqs.weight"));
             unsigned l;
             int off = 0;
             if (!known && sscanf(n, "blk.%u.%n", &l, &off) == 1 && off > 0 && l < arch->layers)

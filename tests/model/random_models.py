@@ -30,6 +30,7 @@ same sequences, into ref_transformers/ and hf_transformers/. Neither is this run
 """
 import argparse
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -79,7 +80,7 @@ MODELS = [
           rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=512,
           rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                             high_freq_factor=4.0, original_max_position_embeddings=64)),
-     "bfloat16", None, ((8, 32),)),
+     "bfloat16", "Q8_0", ((8, 32),)),
 ]
 ARCHITECTURES = {"LlamaConfig": "LlamaForCausalLM", "MistralConfig": "MistralForCausalLM",
                  "Qwen2Config": "Qwen2ForCausalLM", "Qwen3Config": "Qwen3ForCausalLM",
@@ -207,6 +208,24 @@ def llama_permute(w, heads):
     return w.reshape(heads, 2, rows // heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
+def llama3_rope_factors(kw):
+    """rope_freqs.weight as llama.cpp's convert_hf_to_gguf writes Llama 3.1's scaling: one
+    divisor per frequency (its RoPE turns by base^(-2i/d) / factor_i), from the HF config."""
+    r, d = kw["rope_scaling"], kw["head_dim"]
+    old, lo, hi = r["original_max_position_embeddings"], r["low_freq_factor"], r["high_freq_factor"]
+    factors = []
+    for i in range(0, d, 2):
+        wavelen = 2 * math.pi * kw["rope_theta"] ** (i / d)
+        if wavelen < old / hi:
+            factors.append(1.0)
+        elif wavelen > old / lo:
+            factors.append(r["factor"])
+        else:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            factors.append(1 / ((1 - smooth) / r["factor"] + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
 def write_gguf(cls_name, kw, w, matrix_type, path):
     """model.gguf as llama.cpp lays it out; returns the weights the file holds, in HF names and
     row order, decoded by the gguf package (the network its reference runs)."""
@@ -232,6 +251,9 @@ def write_gguf(cls_name, kw, w, matrix_type, path):
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
     held = {}
+    scaling = kw.get("rope_scaling") or {}
+    if scaling.get("rope_type") == "llama3":
+        g.add_tensor("rope_freqs.weight", llama3_rope_factors(kw))
     qt = getattr(T, matrix_type)
     for hf_name, x in w.items():
         base, kind = hf_name.rsplit(".", 1)

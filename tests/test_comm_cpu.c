@@ -1,7 +1,7 @@
 /* test_comm_cpu.c - communicators across CPU backends of one process (metrale/comm.h): every
  * collective, dtype and reduction on random data of odd sizes against plain arithmetic, in
- * place and not, for 2 and 3 ranks; graph capture and replay; argument checks; mismatched
- * calls and missing peers fail (within the timeout) instead of hanging. */
+ * place and not, for 2 and 3 ranks; graph capture and replay; argument checks and closed
+ * backends; mismatched calls and missing peers fail (within the timeout) instead of hanging. */
 #include "comm_test_util.h"
 #include "metrale/ops.h"
 
@@ -160,6 +160,10 @@ static void test_bad_arguments(void) {
     /* In place all-gather: send must be this rank's slice (rank 0: the start). */
     CHECK_STATUS(mg_comm_all_gather(comms[0], NULL, big + 16, big, 4, MG_DTYPE_F32),
                  MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("overlap");
+    CHECK_STATUS(mg_comm_reduce_scatter(comms[0], NULL, big, big + 4, 4, MG_DTYPE_F32, MG_COMM_SUM),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("overlap");
     CHECK_STATUS(mg_comm_broadcast(comms[0], NULL, a, a, 4, MG_DTYPE_F32, 2),
                  MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("root 2");
@@ -176,6 +180,36 @@ static void test_bad_arguments(void) {
     for (int r = 0; r < 2; r++)
         CHECK_OK(mg_comm_destroy(comms[r]));
     CHECK_OK(mg_comm_destroy(NULL));
+}
+
+/* A closed backend is refused by name, at creation and on every later call of a rank whose
+ * backend was closed; its communicator can still be destroyed. */
+static void test_closed_backend(void) {
+    mg_backend *extra;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, MAX_RANKS, &extra));
+    mg_backend *pair[2] = {backends[1], extra};
+    mg_comm *comms[2];
+    CHECK_OK(mg_comm_create_local(pair, 2, NULL, comms));
+    mg_devptr x;
+    CHECK_OK(mg_alloc(backends[1], 64, &x));
+    CHECK_OK(mg_backend_close(extra));
+    CHECK_STATUS(mg_comm_all_reduce(comms[1], NULL, x, x, 4, MG_DTYPE_F32, MG_COMM_SUM),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("closed backend");
+    mg_comm *again[2];
+    CHECK_STATUS(mg_comm_create_local(pair, 2, NULL, again), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("backends[1]");
+    CHECK(again[0] == NULL && again[1] == NULL);
+    mg_comm_id id;
+    CHECK_OK(mg_comm_get_id(MG_BACKEND_CPU, &id));
+    mg_comm *one = NULL;
+    CHECK_STATUS(mg_comm_create_rank(extra, &id, 1, 0, NULL, &one), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("closed backend");
+    CHECK(one == NULL);
+    CHECK_OK(mg_comm_check(comms[0]));
+    CHECK_OK(mg_free(backends[1], x));
+    for (int r = 0; r < 2; r++)
+        CHECK_OK(mg_comm_destroy(comms[r]));
 }
 
 /* Ranks that disagree fail together; a rank whose peer never calls fails within the timeout;
@@ -279,6 +313,7 @@ int main(void) {
     test_every_case(3);
     test_graph_replay();
     test_bad_arguments();
+    test_closed_backend();
     test_failures_do_not_hang();
     test_op_registry();
     for (int r = 0; r < MAX_RANKS; r++)

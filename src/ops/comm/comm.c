@@ -1,7 +1,6 @@
 /* comm.c - the front of metrale/comm.h: every argument checked once, the communicator's
- * failure state, the timeout, the groups of each thread, then the transport of the backend
- * kind (comm_internal.h). */
-#include <inttypes.h>
+ * failure state, the timeout, the groups of each thread, then the transport the op registry
+ * chooses for the backend (comm_internal.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "backend_impl.h"
 #include "comm_internal.h"
 #include "error.h"
+#include "op_builtin.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
 #define MAX_GROUP_COMMS 256
@@ -31,9 +31,10 @@ static const mg_op_provider *const comm_providers[] = {
 
 const mg_op_def mg_comm_op = {MG_OP_COMM, "comm", comm_providers};
 
-/* The transport of `kind`, NULL when this build has none (a communicator id is made before
- * any backend, so this asks by kind; calls with a backend go through mg_op_choose). */
-static const mg_comm_provider *provider_of(mg_backend_kind kind) {
+/* The transport for backends of `kind`, NULL when this build has none. Only the calls that
+ * take a kind ask this (a communicator id is made before any backend); every call with a
+ * backend lets the op registry choose (choose_transport). */
+static const mg_comm_provider *transport_of_kind(mg_backend_kind kind) {
     for (const mg_op_provider *const *p = comm_providers; *p; p++)
         if ((*p)->backend == kind)
             return (const mg_comm_provider *)*p;
@@ -58,7 +59,7 @@ const char *mg_comm_reduce_name(mg_comm_reduce op) {
 }
 
 bool mg_comm_available(mg_backend_kind kind, char *reason, size_t reason_bytes) {
-    const mg_comm_provider *p = provider_of(kind);
+    const mg_comm_provider *p = transport_of_kind(kind);
     if (!p) {
         if (reason && reason_bytes)
             snprintf(reason, reason_bytes, "no communicators for backend kind %d in this build",
@@ -73,22 +74,18 @@ bool mg_comm_available(mg_backend_kind kind, char *reason, size_t reason_bytes) 
     return p->available(reason, reason_bytes);
 }
 
-static mg_status require_available(const mg_comm_provider *p, const char *fn) {
+mg_status mg_comm_get_id(mg_backend_kind kind, mg_comm_id *out) {
+    static const char fn[] = "mg_comm_get_id";
+    if (!out)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL out", fn);
+    const mg_comm_provider *p = transport_of_kind(kind);
+    if (!p)
+        return no_provider(fn, kind);
     char reason[384];
     if (!p->available(reason, sizeof reason))
         return MG_ERROR(MG_ERR_UNAVAILABLE, "%s: %s communicators unavailable: %s", fn,
                         p->base.name, reason);
-    return MG_OK;
-}
-
-mg_status mg_comm_get_id(mg_backend_kind kind, mg_comm_id *out) {
-    if (!out)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_comm_get_id: NULL out");
-    const mg_comm_provider *p = provider_of(kind);
-    if (!p)
-        return no_provider("mg_comm_get_id", kind);
-    mg_status st = require_available(p, "mg_comm_get_id");
-    return st ? st : p->get_id(out);
+    return p->get_id(out);
 }
 
 /* ------------------------------------------------------------------ failure state */
@@ -163,23 +160,30 @@ static mg_status comm_new(mg_backend *b, int size, int rank, uint32_t timeout_ms
     return MG_OK;
 }
 
-/* A live backend without a fault whose kind has a transport (its provider in *p). */
-static mg_status check_backend(mg_backend *b, const char *fn, const char *what,
-                               const mg_comm_provider **p) {
-    if (!mg_backend_is_live(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is NULL, invalid or closed", fn, what);
+/* A live backend (`fn` names it in the kit's message) without a fault, of a kind this build
+ * has a transport for: MG_ERR_UNAVAILABLE otherwise, before the other arguments are read. */
+static mg_status check_backend(mg_backend *b, const char *fn) {
+    mg_status st = mg_op_enter(b, fn);
+    if (st)
+        return st;
     mg_backend_kind kind = mg_backend_get_kind(b);
-    if (!(*p = provider_of(kind)))
+    if (!mg_op_providers(MG_OP_COMM, kind, NULL, 0))
         return no_provider(fn, kind);
     return mg_backend_check_fault(b);
 }
 
-/* Once the transport *p is available, the one the op registry chooses for `b` (a forced
- * provider is honoured, statistics follow it). */
+/* The transport the op registry chooses for `b` (a forced provider is honoured, statistics
+ * follow it). A transport that cannot run here (NCCL does not load) is MG_ERR_UNAVAILABLE
+ * with its reason, as metrale/comm.h promises, not the registry's MG_ERR_UNSUPPORTED. */
 static mg_status choose_transport(mg_backend *b, const char *fn, const mg_comm_provider **p) {
-    mg_status st = require_available(*p, fn);
     const mg_op_provider *chosen;
-    if (!st && !(st = mg_op_choose(b, MG_OP_COMM, NULL, fn, &chosen)))
+    mg_status st = mg_op_choose(b, MG_OP_COMM, NULL, fn, &chosen);
+    if (st == MG_ERR_UNSUPPORTED) {
+        char why[MG_ERROR_MESSAGE_BYTES];
+        snprintf(why, sizeof why, "%s", mg_last_error());
+        return mg_error_set(MG_ERR_UNAVAILABLE, NULL, 0, "%s", why);
+    }
+    if (!st)
         *p = (const mg_comm_provider *)chosen;
     return st;
 }
@@ -193,8 +197,7 @@ mg_status mg_comm_create_rank(mg_backend *b, const mg_comm_id *id, int size, int
     if (!out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL out", fn);
     *out = NULL;
-    const mg_comm_provider *p;
-    mg_status st = check_backend(b, fn, "backend", &p);
+    mg_status st = check_backend(b, fn);
     if (st)
         return st;
     if (!id)
@@ -206,6 +209,7 @@ mg_status mg_comm_create_rank(mg_backend *b, const mg_comm_id *id, int size, int
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: rank %d is not in 0..%d", fn, rank, size - 1);
     if (tls_group_depth)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: not inside mg_comm_group_begin/end", fn);
+    const mg_comm_provider *p = NULL;
     if ((st = choose_transport(b, fn, &p)))
         return st;
     mg_comm *c;
@@ -232,25 +236,24 @@ mg_status mg_comm_create_local(mg_backend *const *backends, int count,
         comms_out[i] = NULL;
     if (tls_group_depth)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: not inside mg_comm_group_begin/end", fn);
-    const mg_comm_provider *p = NULL;
     mg_status st;
     for (int i = 0; i < count; i++) {
-        char what[32];
-        snprintf(what, sizeof what, "backends[%d]", i);
-        const mg_comm_provider *pi;
-        if ((st = check_backend(backends[i], fn, what, &pi)))
+        char what[64];
+        snprintf(what, sizeof what, "%s: backends[%d]", fn, i);
+        if ((st = check_backend(backends[i], what)))
             return st;
-        if (p && pi != p)
+        mg_backend_kind kind = mg_backend_get_kind(backends[i]);
+        if (kind != mg_backend_get_kind(backends[0]))
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                             "%s: backends[%d] is %s, backends[0] %s: one kind per communicator", fn,
-                            i, mg_backend_kind_name(mg_backend_get_kind(backends[i])),
+                            i, mg_backend_kind_name(kind),
                             mg_backend_kind_name(mg_backend_get_kind(backends[0])));
-        p = pi;
         for (int j = 0; j < i; j++)
             if (backends[j] == backends[i])
                 return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                                 "%s: backends[%d] and backends[%d] are the same backend", fn, j, i);
     }
+    const mg_comm_provider *p = NULL;
     if ((st = choose_transport(backends[0], fn, &p)))
         return st;
     uint32_t timeout_ms = timeout_of(options);
@@ -318,6 +321,13 @@ int mg_comm_group_depth(void) {
     return tls_group_depth;
 }
 
+static bool group_begun(const mg_comm_provider *p) {
+    for (int i = 0; i < tls_group_provider_count; i++)
+        if (tls_group_providers[i] == p)
+            return true;
+    return false;
+}
+
 mg_status mg_comm_group_begin(void) {
     tls_group_depth++;
     return MG_OK;
@@ -345,12 +355,10 @@ mg_status mg_comm_group_end(void) {
                 first = st;
         }
     }
-    /* CPU calls that ran in the group without a call of the group (graph replays). */
-    bool cpu_done = false;
-    for (int pi = 0; pi < tls_group_provider_count; pi++)
-        cpu_done |= tls_group_providers[pi] == &mg_comm_cpu_provider;
-    if (!cpu_done) {
-        mg_status st = mg_comm_cpu_provider.group_end(NULL, 0);
+    /* Work that joined the group without a call of it (graph replays). */
+    for (const mg_op_provider *const *q = comm_providers; *q; q++) {
+        const mg_comm_provider *p = (const mg_comm_provider *)*q;
+        mg_status st = p->ends_every_group && !group_begun(p) ? p->group_end(NULL, 0) : MG_OK;
         if (st && !first)
             first = st;
     }
@@ -367,10 +375,7 @@ static mg_status group_join(mg_comm *c, const char *fn) {
     if (!known && tls_group_count == MAX_GROUP_COMMS)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: more than %d communicators in one group", fn,
                         MAX_GROUP_COMMS);
-    bool begun = false;
-    for (int i = 0; i < tls_group_provider_count && !begun; i++)
-        begun = tls_group_providers[i] == c->provider;
-    if (!begun) {
+    if (!group_begun(c->provider)) {
         mg_status st = c->provider->group_begin();
         if (st)
             return st;
@@ -388,33 +393,6 @@ static const char *call_name(mg_comm_call_kind kind) {
                                         "mg_comm_reduce_scatter", "mg_comm_broadcast",
                                         "mg_comm_send",           "mg_comm_recv"};
     return names[kind];
-}
-
-static mg_status check_buffer(mg_comm *c, const char *fn, const char *what, mg_devptr p,
-                              size_t elements, size_t element_bytes) {
-    if (!p)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is null", fn, what);
-    if (p % element_bytes)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s 0x%" PRIx64 " is not %zu-byte aligned", fn,
-                        what, p, element_bytes);
-    size_t bytes;
-    if (__builtin_mul_overflow(elements, element_bytes, &bytes))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s of %zu elements overflows", fn, what,
-                        elements);
-    return mg_backend_check_device_range(c->backend, p, bytes, fn, what);
-}
-
-/* The in-place rule: identical spans, or the small buffer is this rank's slice of the large
- * one; any other overlap is refused. */
-static mg_status check_overlap(const char *fn, mg_devptr small, size_t small_bytes, mg_devptr large,
-                               size_t large_bytes, size_t slice_offset) {
-    bool overlaps = small < large + large_bytes && large < small + small_bytes;
-    if (overlaps && small != large + slice_offset)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: send and recv overlap other than in place (in place, the smaller "
-                        "buffer must be this rank's slice of the larger)",
-                        fn);
-    return MG_OK;
 }
 
 static mg_status check_call(mg_comm *c, const mg_comm_call *call) {
@@ -436,43 +414,52 @@ static mg_status check_call(mg_comm *c, const mg_comm_call *call) {
     if (__builtin_mul_overflow(n, (size_t)c->size, &all) || all > SIZE_MAX / e)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: count %zu times %d ranks overflows", fn, n,
                         c->size);
+    /* In place, the smaller buffer of an all-gather or reduce-scatter is this rank's slice of
+     * the larger one (NCCL's rule): it lies inside the larger, so it is checked as part of it
+     * and overlaps nothing else. Send and recv of an all-reduce or broadcast may be the same
+     * range; any other overlap is refused. */
     size_t slice = (size_t)c->rank * n * e;
-    mg_status st;
+    mg_devptr send = call->send, recv = call->recv;
     switch (call->kind) {
-    case MG_COMM_CALL_ALL_REDUCE:
-        if ((st = check_buffer(c, fn, "send", call->send, n, e)) ||
-            (st = check_buffer(c, fn, "recv", call->recv, n, e)))
-            return st;
-        return check_overlap(fn, call->send, n * e, call->recv, n * e, 0);
-    case MG_COMM_CALL_ALL_GATHER:
-        if ((st = check_buffer(c, fn, "send", call->send, n, e)) ||
-            (st = check_buffer(c, fn, "recv", call->recv, all, e)))
-            return st;
-        return check_overlap(fn, call->send, n * e, call->recv, all * e, slice);
-    case MG_COMM_CALL_REDUCE_SCATTER:
-        if ((st = check_buffer(c, fn, "send", call->send, all, e)) ||
-            (st = check_buffer(c, fn, "recv", call->recv, n, e)))
-            return st;
-        return check_overlap(fn, call->recv, n * e, call->send, all * e, slice);
-    case MG_COMM_CALL_BROADCAST:
+    case MG_COMM_CALL_ALL_REDUCE: {
+        mg_op_tensor t[] = {{"send", send, n * e, e, MG_OP_IN},
+                            {"recv", recv, n * e, e, MG_OP_OUT}};
+        return mg_op_check_tensors(c->backend, fn, t, 2, 0, 1);
+    }
+    case MG_COMM_CALL_ALL_GATHER: {
+        bool in_place = send && send == recv + slice;
+        mg_op_tensor t[] = {
+            {"send", in_place ? 0 : send, n * e, e, in_place ? MG_OP_OPTIONAL : MG_OP_IN},
+            {"recv", recv, all * e, e, MG_OP_OUT}};
+        return mg_op_check_tensors(c->backend, fn, t, 2, -1, -1);
+    }
+    case MG_COMM_CALL_REDUCE_SCATTER: {
+        bool in_place = recv && recv == send + slice;
+        mg_op_tensor t[] = {
+            {"send", send, all * e, e, MG_OP_IN},
+            {"recv", in_place ? 0 : recv, n * e, e, in_place ? MG_OP_OPTIONAL : MG_OP_OUT}};
+        return mg_op_check_tensors(c->backend, fn, t, 2, -1, -1);
+    }
+    case MG_COMM_CALL_BROADCAST: {
         if (call->peer < 0 || call->peer >= c->size)
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: root %d is not in 0..%d", fn, call->peer,
                             c->size - 1);
-        if ((st = check_buffer(c, fn, "recv", call->recv, n, e)))
-            return st;
-        if (call->peer != c->rank)
-            return MG_OK;
-        if ((st = check_buffer(c, fn, "send", call->send, n, e)))
-            return st;
-        return check_overlap(fn, call->send, n * e, call->recv, n * e, 0);
+        bool root = call->peer == c->rank; /* send is read on the root only */
+        mg_op_tensor t[] = {{"recv", recv, n * e, e, MG_OP_OUT},
+                            {"send", root ? send : 0, n * e, e, root ? MG_OP_IN : MG_OP_OPTIONAL}};
+        return mg_op_check_tensors(c->backend, fn, t, 2, 0, 1);
+    }
     case MG_COMM_CALL_SEND:
-    case MG_COMM_CALL_RECV:
+    case MG_COMM_CALL_RECV: {
         if (call->peer < 0 || call->peer >= c->size || call->peer == c->rank)
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                             "%s: peer %d is not another rank of 0..%d (this is rank %d)", fn,
                             call->peer, c->size - 1, c->rank);
-        return call->kind == MG_COMM_CALL_SEND ? check_buffer(c, fn, "send", call->send, n, e)
-                                               : check_buffer(c, fn, "recv", call->recv, n, e);
+        bool sends = call->kind == MG_COMM_CALL_SEND;
+        mg_op_tensor t = {sends ? "send" : "recv", sends ? send : recv, n * e, e,
+                          sends ? MG_OP_IN : MG_OP_OUT};
+        return mg_op_check_tensors(c->backend, fn, &t, 1, -1, -1);
+    }
     }
     return MG_ERROR(MG_ERR_INTERNAL, "comm: unknown call kind %d", (int)call->kind);
 }
@@ -481,15 +468,16 @@ static mg_status enqueue(mg_comm *c, mg_stream *s, const mg_comm_call *call) {
     const char *fn = call_name(call->kind);
     if (!c)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL communicator", fn);
-    if (!mg_backend_is_live(c->backend))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: the communicator's backend was closed", fn);
+    mg_status st = mg_op_enter(c->backend, fn);
+    if (st)
+        return st;
     if (s && mg_stream_backend(s) != c->backend)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
                         "%s: the stream belongs to another backend than rank %d's", fn, c->rank);
     if (!mg_stream_impl(c->backend, s))
         return MG_ERR_INVALID_ARGUMENT; /* message set: stale stream */
-    mg_status st = mg_comm_check_failed(c, fn);
-    if (st || (st = mg_backend_check_fault(c->backend)) || (st = check_call(c, call)))
+    if ((st = mg_comm_check_failed(c, fn)) || (st = mg_backend_check_fault(c->backend)) ||
+        (st = check_call(c, call)))
         return st;
     bool grouped = tls_group_depth > 0;
     if (grouped && (st = group_join(c, fn)))

@@ -621,6 +621,7 @@ const mg_comm_provider mg_comm_cpu_provider = {
     .enqueue = cpu_enqueue,
     .group_begin = cpu_group_begin,
     .group_end = cpu_group_end,
+    .ends_every_group = true,
     .async_error = cpu_async_error,
     .abort = cpu_abort,
     .destroy = cpu_destroy,

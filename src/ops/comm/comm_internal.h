@@ -54,7 +54,8 @@ struct mg_comm {
 };
 
 /* A transport is the provider of op MG_OP_COMM (metrale/ops.h) for its backend kind: the op
- * registry lists it, forcing and statistics apply (a call counts once enqueued). */
+ * registry lists it and chooses it for a backend, forcing and statistics apply (a call counts
+ * once enqueued). */
 struct mg_comm_provider {
     mg_op_provider base; /* first: name ("cpu", "nccl") and backend kind */
     /* Whether the transport can run at all (a communicator id needs no backend). Never sets
@@ -72,6 +73,10 @@ struct mg_comm_provider {
      * communicators used in the group. */
     mg_status (*group_begin)(void);
     mg_status (*group_end)(mg_comm *const *comms, int count);
+    /* Whether group_end also runs at the end of every outermost group of this thread in which
+     * none of its communicators made a call (comms NULL, count 0): for a transport whose
+     * work joins a group without a call of the group (the CPU transport's graph replays). */
+    bool ends_every_group;
     /* MG_OK while healthy; otherwise the error, with the message set. Never blocks. */
     mg_status (*async_error)(mg_comm *c);
     void (*abort)(mg_comm *c);

@@ -3,7 +3,8 @@
  * scale), on random data of awkward sizes with outputs poisoned first: dense and fused gate_up
  * at M = 1, 3, 17, 130 and K not a multiple of the layout's 256; grouped with skewed, empty and
  * single-row experts and a random gather; on CUDA a captured grouped call replayed with a new
- * routing equals the eager call; and bad input rejected before any launch. */
+ * routing equals the eager call; and bad input rejected before any launch. On the CPU backend
+ * both providers run: the reference ("kernels") and the fast kernel ("cpu_avx2"). */
 #include <math.h>
 #include <stdbool.h>
 
@@ -166,6 +167,9 @@ static int compare(const char *what, const uint16_t *out, uint32_t rows, uint32_
     return bad;
 }
 
+/* The CPU provider a run of the CPU backend forces: the reference ("kernels") or the fast one. */
+static const char *cpu_provider = "kernels";
+
 static uint16_t *random_act(uint32_t rows, uint32_t pitch) {
     uint16_t *a = malloc((size_t)rows * pitch * 2);
     for (size_t i = 0; i < (size_t)rows * pitch; i++)
@@ -208,7 +212,7 @@ static void test_dense(mg_backend *b, const char *backend, uint32_t m, uint32_t 
         mg_op_stats st;
         CHECK_OK(mg_op_stats_get(b, MG_OP_NVFP4_GEMM, &st));
         printf("%s: provider %s\n", what, st.provider);
-        CHECK(strcmp(st.provider, is_cuda_backend(b) ? "dequant_bf16_gemm" : "kernels") == 0);
+        CHECK(strcmp(st.provider, is_cuda_backend(b) ? "dequant_bf16_gemm" : cpu_provider) == 0);
         mg_free(b, ws);
     } else {
         CHECK_OK(mg_nvfp4_gemm(b, NULL, m, n, k, d_act, pitch, &wg, d_out, ldc));
@@ -432,7 +436,22 @@ int main(void) {
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &cpu));
     if (cpu) {
         CHECK(mg_op_supported(cpu, MG_OP_NVFP4_GEMM));
-        run_backend(cpu, "cpu", false);
+        /* the reference, then the fast kernel where the CPU has AVX2 (the automatic choice
+         * there: nvfp4_gemm.c), each forced for both ops */
+        static const char *const providers[] = {"kernels", "cpu_avx2"};
+        for (int p = 0; p < 2; p++) {
+            if (mg_op_force_provider(cpu, MG_OP_NVFP4_GEMM, providers[p]) != MG_OK ||
+                mg_op_force_provider(cpu, MG_OP_NVFP4_MOE_GEMM, providers[p]) != MG_OK) {
+                printf("cpu %s: not tested here: %s\n", providers[p], mg_last_error());
+                continue;
+            }
+            cpu_provider = providers[p];
+            char name[32];
+            snprintf(name, sizeof name, "cpu %s", providers[p]);
+            run_backend(cpu, name, false);
+        }
+        mg_op_force_provider(cpu, MG_OP_NVFP4_GEMM, NULL);
+        mg_op_force_provider(cpu, MG_OP_NVFP4_MOE_GEMM, NULL);
         mg_backend_close(cpu);
     }
     mg_backend_probe probe;

@@ -1,6 +1,7 @@
 /*
  * metrale/ops_nvfp4.h - NVFP4 weights with BF16 activations: the dense GEMM and the grouped
- * per-expert (MoE) GEMM, on any backend (CUDA: our Hopper kernels; CPU: the reference).
+ * per-expert (MoE) GEMM, on any backend (CUDA: our Hopper kernels; CPU: the reference and a
+ * fast AVX2 kernel).
  *
  *     out[r, n] = sum_k act[token(r), k] * W[n, k] * global,   W = e2m1(code) * e4m3(scale)
  *
@@ -39,9 +40,11 @@
  *    on the device when it runs, so a captured graph replays with a new routing.
  *  - Results do not depend on timing (fixed reduction order), and an output row does not
  *    depend on the other rows of the batch for M <= 16 rows per tile (see mg_nvfp4_gemm).
- *  - On the CPU backend the result is the reference: weights decoded exactly, FP64 sums,
- *    one rounding to BF16; and the routing is validated (offsets from 0, non-decreasing, up to
- *    the row count; token ids inside the activation), with an error naming the bad entry.
+ *  - On the CPU backend the reference (provider "kernels") decodes the weights exactly, sums
+ *    in FP64 and rounds to BF16 once; where the CPU has AVX2 the automatic choice is the fast
+ *    provider "cpu_avx2" (FP32 sums, within the bound src/ops/nvfp4/nvfp4_gemm_reference.h
+ *    states). Both validate the routing (offsets from 0, non-decreasing, up to the row count;
+ *    token ids inside the activation), with an error naming the bad entry.
  *    On CUDA, where checking would need a synchronisation, a bad routing cannot fault: offsets
  *    are clamped to [0, rows] (a decreasing pair is an empty expert) and a token id outside
  *    the activation reads zeros.

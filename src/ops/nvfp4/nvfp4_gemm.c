@@ -7,6 +7,7 @@
 
 #include "backend_impl.h"
 #include "checked_math.h"
+#include "cpu_isa.h"
 #include "error.h"
 #include "metrale/launch.h"
 #include "metrale/ops.h"
@@ -80,6 +81,8 @@ static mg_status launch_kernel(mg_backend *b, mg_stream *s, const char *name, mg
 }
 
 static mg_status run_tiled(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *p);
+static mg_status launch_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *p,
+                             const char *name, mg_dim3 grid, mg_dim3 block, uint32_t shared);
 static mg_status run_dequant_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *p);
 static bool dequant_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes);
 
@@ -110,18 +113,43 @@ static const mg_nvfp4_provider dequant_provider = {
     .run = run_dequant_gemm,
 };
 
+/* The CPU backend's fast kernel (nvfp4_gemm_cpu_fast.c): every problem, where the CPU has
+ * AVX2; within the bound nvfp4_gemm_reference.h states of the reference ("kernels", forcible
+ * by name). */
+static bool cpu_avx2_available(mg_backend *b, char *reason, size_t reason_bytes) {
+    (void)b;
+    if (!mg_nvfp4_cpu_avx2_built()) {
+        snprintf(reason, reason_bytes, "built for a CPU without AVX2");
+        return false;
+    }
+    return mg_cpu_avx2_available(reason, reason_bytes);
+}
+
+static mg_status run_cpu_avx2(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *p) {
+    return launch_gemm(b, s, p, MG_NVFP4_KERNEL_GEMM_AVX2, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1},
+                       0);
+}
+
+static const mg_nvfp4_provider cpu_avx2_provider = {
+    .base = {.name = "cpu_avx2",
+             .backend = MG_BACKEND_CPU,
+             .available = cpu_avx2_available,
+             .register_cpu_kernels = mg_nvfp4_cpu_fast_kernels_register},
+    .run = run_cpu_avx2,
+};
+
 /* On Blackwell (nvfp4_blackwell.h) the native FP4 provider comes first: it takes every call
  * whose weight mg_nvfp4_prepare laid out for it. */
 static const mg_op_provider *const dense_providers[] = {
 #ifdef METRALE_HAVE_CUDA
     &mg_nvfp4_blackwell_provider.base,
 #endif
-    &dequant_provider.base, &kernels_provider.base, NULL};
+    &dequant_provider.base, &cpu_avx2_provider.base, &kernels_provider.base, NULL};
 static const mg_op_provider *const moe_providers[] = {
 #ifdef METRALE_HAVE_CUDA
     &mg_nvfp4_blackwell_provider.base,
 #endif
-    &kernels_provider.base, NULL};
+    &cpu_avx2_provider.base, &kernels_provider.base, NULL};
 
 const mg_op_def mg_nvfp4_gemm_op = {MG_OP_NVFP4_GEMM, "nvfp4_gemm", dense_providers};
 const mg_op_def mg_nvfp4_moe_gemm_op = {MG_OP_NVFP4_MOE_GEMM, "nvfp4_moe_gemm", moe_providers};
@@ -401,15 +429,11 @@ static mg_status run_problem(mg_backend *b, mg_stream *s, const gemm_problem *p)
     return MG_OK;
 }
 
-/* The kernels provider's GEMM: one launch of the variant that fits the problem. */
-static mg_status run_tiled(mg_backend *b, mg_stream *s, const gemm_problem *p) {
-    gemm_variant v;
-    mg_status st = choose_variant(b, p, &v);
-    if (st)
-        return st;
+/* One launch of GEMM kernel `name` (nvfp4_gemm_reference.h's argument list). */
+static mg_status launch_gemm(mg_backend *b, mg_stream *s, const gemm_problem *p, const char *name,
+                             mg_dim3 grid, mg_dim3 block, uint32_t shared) {
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){v.tiles, v.row_tiles, 1}, (mg_dim3){v.threads, 1, 1},
-                   v.shared_bytes);
+    mg_launch_init(&l, grid, block, shared);
     mg_launch_arg_ptr(&l, p->act);
     mg_launch_arg_u32(&l, p->act_pitch);
     mg_launch_arg_u32(&l, p->act_rows);
@@ -429,7 +453,16 @@ static mg_status run_tiled(mg_backend *b, mg_stream *s, const gemm_problem *p) {
     mg_launch_arg_u32(&l, p->ldc);
     mg_launch_arg_u32(&l, p->n);
     mg_launch_arg_u32(&l, p->k);
-    return launch_kernel(b, s, v.name, &l);
+    return launch_kernel(b, s, name, &l);
+}
+
+/* The kernels provider's GEMM: one launch of the variant that fits the problem. */
+static mg_status run_tiled(mg_backend *b, mg_stream *s, const gemm_problem *p) {
+    gemm_variant v;
+    mg_status st = choose_variant(b, p, &v);
+    return st ? st
+              : launch_gemm(b, s, p, v.name, (mg_dim3){v.tiles, v.row_tiles, 1},
+                            (mg_dim3){v.threads, 1, 1}, v.shared_bytes);
 }
 
 static mg_status dense(mg_backend *b, mg_stream *s, const char *fn, uint32_t m, uint32_t n,

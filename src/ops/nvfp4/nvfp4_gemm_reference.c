@@ -107,17 +107,7 @@ static void decode_weight(const uint8_t *values, const uint8_t *scales, uint32_t
         }
 }
 
-typedef struct gemm_call {
-    const uint16_t *act;
-    uint32_t act_pitch, act_rows;
-    const int32_t *token_ids, *offsets;
-    uint32_t experts, rows;
-    const uint8_t *values, *scales, *up_values, *up_scales;
-    uint64_t expert_value_bytes, expert_scale_bytes;
-    const float *global, *up_global;
-    uint16_t *out;
-    uint32_t ldc, n, k;
-} gemm_call;
+typedef mg_nvfp4_cpu_gemm_call gemm_call;
 
 static double dot_row(const uint16_t *x, const double *w, uint32_t k) {
     double sum = 0;
@@ -127,10 +117,6 @@ static double dot_row(const uint16_t *x, const double *w, uint32_t k) {
 }
 
 static mg_status run_gemm(const gemm_call *c, const char *name) {
-    mg_status st = mg_moe_routing_check_host(name, c->offsets, c->experts, c->rows, true,
-                                             c->token_ids, c->act_rows);
-    if (st)
-        return st;
     double *w = malloc(sizeof(double) * c->n * c->k);
     double *up = c->up_values ? malloc(sizeof(double) * c->n * c->k) : NULL;
     if (!w || (c->up_values && !up)) {
@@ -167,8 +153,7 @@ static mg_status run_gemm(const gemm_call *c, const char *name) {
     return MG_OK;
 }
 
-static mg_status kernel_gemm(const mg_launch *l) {
-    static const char name[] = "metrale:nvfp4_gemm";
+mg_status mg_nvfp4_cpu_gemm_args(const mg_launch *l, const char *name, gemm_call *out) {
     static const mg_arg_kind kinds[MG_NVFP4_GEMM_ARGS] = {
         MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_BUFFER, MG_ARG_BUFFER,
         MG_ARG_U32,    MG_ARG_U32,    MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U64,
@@ -215,7 +200,18 @@ static mg_status kernel_gemm(const mg_launch *l) {
     c.up_scales = p[13];
     c.up_global = p[14];
     c.out = p[15];
-    return run_gemm(&c, name);
+    if ((st = mg_moe_routing_check_host(name, c.offsets, c.experts, c.rows, true, c.token_ids,
+                                        c.act_rows)))
+        return st;
+    *out = c;
+    return MG_OK;
+}
+
+static mg_status kernel_gemm(const mg_launch *l) {
+    static const char name[] = "metrale:nvfp4_gemm";
+    gemm_call c;
+    mg_status st = mg_nvfp4_cpu_gemm_args(l, name, &c);
+    return st ? st : run_gemm(&c, name);
 }
 
 static void register_kernels(void) {

@@ -28,6 +28,11 @@
 #ifndef METRALE_NVFP4_GEMM_REFERENCE_H
 #define METRALE_NVFP4_GEMM_REFERENCE_H
 
+#include <stdint.h>
+
+#include "metrale/launch.h"
+#include "metrale/status.h"
+
 #define MG_NVFP4_KERNEL_PREPARE "nvfp4_hopper_prepare"
 #define MG_NVFP4_KERNEL_DEQUANT_BF16 "nvfp4_hopper_dequant_bf16" /* CUDA only */
 #define MG_NVFP4_GEMM_ARGS 19u
@@ -50,5 +55,33 @@ int mg_nvfp4_tile_variant_exists(unsigned tile_tokens, unsigned row_warps, unsig
 
 /* Registers the CPU kernels once per process; later calls do nothing. */
 void mg_nvfp4_cpu_kernels_register(void);
+
+/* A GEMM kernel's arguments on the CPU backend (the list above), host pointers. */
+typedef struct mg_nvfp4_cpu_gemm_call {
+    const uint16_t *act;
+    uint32_t act_pitch, act_rows;
+    const int32_t *token_ids, *offsets; /* NULL: rows are act's rows; one dense group */
+    uint32_t experts, rows;
+    const uint8_t *values, *scales, *up_values, *up_scales; /* up_*: NULL unless gate_up */
+    uint64_t expert_value_bytes, expert_scale_bytes;
+    const float *global, *up_global;
+    uint16_t *out;
+    uint32_t ldc, n, k;
+} mg_nvfp4_cpu_gemm_call;
+
+/* Unpacks and checks launch `l` of kernel `name` (every buffer inside its allocation, the
+ * routing valid: mg_moe_routing_check_host), as the reference kernel does. */
+mg_status mg_nvfp4_cpu_gemm_args(const mg_launch *l, const char *name, mg_nvfp4_cpu_gemm_call *c);
+
+/* The fast CPU GEMM kernel (nvfp4_gemm_cpu_fast.c), one name for every problem: AVX2 + FMA,
+ * registered where the build has it (an x86 build with GCC or Clang); the arguments above.
+ * Per output, against the reference's exact sum v (times the global scale):
+ *     |fast - ref| <= 2^-7 max(|fast|, |ref|) + (k + 8) 2^-24 S |global| (+ 2^-23 |v|)
+ * with S = sum_i |x_i w_i| over the decoded weights (FP32 products of exact values, summed in
+ * another order); gate_up: the same for each of g and u, carried through silu(g) * u. */
+#define MG_NVFP4_KERNEL_GEMM_AVX2 "nvfp4_gemm_avx2"
+void mg_nvfp4_cpu_fast_kernels_register(void);
+/* Whether this build has the AVX2 kernel (the CPU must have AVX2 too: cpu_isa.h). */
+int mg_nvfp4_cpu_avx2_built(void);
 
 #endif

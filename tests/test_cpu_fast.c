@@ -1,10 +1,11 @@
-/* test_cpu_fast.c - the fast CPU providers (cpu_avx2 where the CPU has it, cpu_portable) of the
- * BF16 GEMM and of the MLX ops against their references on the CPU backend, each forced by
- * name: fresh random inputs of awkward sizes (n and k not multiples of the vector width or of
- * 128; M 1, 2, 3, 17, 64 for the GEMM and 1 to 8 for the GEMVs), outputs poisoned first, every
- * output written, nothing past it, within the bounds the providers state (gemm_cpu_fast.c,
- * mlx_cpu_fast.h); dequant and the AVX2 BF16 GEMM (the reference's order) bit for bit; and the
- * automatic choice of the BF16 GEMM is cpu_avx2 where the CPU has it. */
+/* test_cpu_fast.c - the fast CPU providers (cpu_avx2 where the CPU has it, cpu_portable; for the
+ * MLX GEMVs also cpu_avx512 where the CPU has it) of the BF16 GEMM and of the MLX ops against their
+ * references on the CPU backend, each forced by name: fresh random inputs of awkward sizes (n and k
+ * not multiples of the vector width or of 128; M 1, 2, 3, 17, 64 for the GEMM and 1 to 8 for the
+ * GEMVs), outputs poisoned first, every output written, nothing past it, within the bounds the
+ * providers state (gemm_cpu_fast.c, mlx_cpu_fast.h); dequant and the AVX2 BF16 GEMM (the
+ * reference's order) bit for bit; and the automatic choice of the BF16 GEMM is cpu_avx2 where the
+ * CPU has it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,8 @@
 #define POISON 0xFF /* a NaN pattern in BF16 and FP32 */
 
 static const char *const fast_providers[] = {"cpu_avx2", "cpu_portable"};
+/* the MLX ops have one more: the AVX-512 GEMVs */
+static const char *const mlx_fast_providers[] = {"cpu_avx512", "cpu_avx2", "cpu_portable"};
 
 static float bf16(uint16_t b) {
     return mg_bf16_to_f32(b);
@@ -180,7 +183,12 @@ typedef struct mlx_call {
 static void mlx_run(mg_backend *b, int op, const char *provider, const mlx_call *c, void *host) {
     const bool ref = !strcmp(provider, "kernels");
     CHECK_OK(mg_op_force_provider(b, MG_OP_MLX_QUANT, provider));
-    CHECK_OK(mg_op_force_provider(b, MG_OP_GEMM_BF16, ref ? "reference" : provider));
+    /* the GEMM's provider of the same name (cpu_avx512 has none: the automatic one) */
+    const bool gemm_has = mg_op_provider_available(b, MG_OP_GEMM_BF16, provider, NULL, 0);
+    CHECK_OK(mg_op_force_provider(b, MG_OP_GEMM_BF16,
+                                  ref        ? "reference"
+                                  : gemm_has ? provider
+                                             : NULL));
     CHECK_OK(mg_memset(b, c->y, POISON, c->y_bytes));
     const mg_mlx_linear *w = &c->gate->w;
     const size_t half = (size_t)c->m * w->n * 2;
@@ -255,10 +263,10 @@ static void mlx_case(mg_backend *b, int op, uint32_t bits, uint32_t group, mg_dt
         act[i] = silu ? silu_gate_value(hx[i], hu[i]) : mg_bf16_to_f32(hx[i]);
     mlx_run(b, op, "kernels", &c, ref);
     const uint32_t groups = k / group;
-    for (size_t p = 0; p < 2; p++) {
-        if (!provider_usable(b, MG_OP_MLX_QUANT, fast_providers[p]))
+    for (size_t p = 0; p < sizeof mlx_fast_providers / sizeof *mlx_fast_providers; p++) {
+        if (!provider_usable(b, MG_OP_MLX_QUANT, mlx_fast_providers[p]))
             continue;
-        mlx_run(b, op, fast_providers[p], &c, got);
+        mlx_run(b, op, mlx_fast_providers[p], &c, got);
         long bad = memcmp((char *)got + outputs * 2, (char *)ref + outputs * 2, 64) != 0;
         for (size_t i = 0; i < outputs; i++) {
             double g = bf16(got[i]), r = bf16(ref[i]), tol = 0;
@@ -280,8 +288,8 @@ static void mlx_case(mg_backend *b, int op, uint32_t bits, uint32_t group, mg_dt
                     fprintf(stderr,
                             "  %s %s bits=%u group=%u %s n=%u k=%u m=%u: [%zu] = %g, "
                             "reference %g (tolerance %g)\n",
-                            fast_providers[p], op_names[op], bits, group, mg_dtype_name(type), n, k,
-                            m, i, g, r, tol);
+                            mlx_fast_providers[p], op_names[op], bits, group, mg_dtype_name(type),
+                            n, k, m, i, g, r, tol);
                 bad++;
             }
         }
@@ -329,8 +337,8 @@ int main(void) {
     const char *names[8] = {0};
     CHECK(mg_op_providers(MG_OP_GEMM_BF16, MG_BACKEND_CPU, names, 8) == 3);
     CHECK(names[2] && !strcmp(names[2], "reference"));
-    CHECK(mg_op_providers(MG_OP_MLX_QUANT, MG_BACKEND_CPU, names, 8) == 3);
-    CHECK(names[2] && !strcmp(names[2], "kernels"));
+    CHECK(mg_op_providers(MG_OP_MLX_QUANT, MG_BACKEND_CPU, names, 8) == 4);
+    CHECK(names[3] && !strcmp(names[3], "kernels"));
     test_gemm(b);
     test_mlx(b);
     mg_backend_close(b);

@@ -1,8 +1,8 @@
 /* bench_cpu_fast.c - `metrale-gpu --backend cpu bench cpu_fast`: each CPU provider of the MLX
- * ops and of the BF16 GEMM (the references "kernels" / "reference", "cpu_avx2" where the CPU
- * has it, "cpu_portable"), forced by name, on SmolLM2-135M's shapes: the 4-bit group-32 FP16
- * GEMVs at M = 1 (q and o 576x576, k+v 384x576, gate_up 2 x 1536x576, down 576x1536) and the
- * same layers through mg_mlx_gemm at M = 37 (a prompt), and the BF16 LM head 49152x576 with
+ * ops and of the BF16 GEMM (the references "kernels" / "reference", "cpu_avx512" and "cpu_avx2"
+ * where the CPU has them, "cpu_portable"), forced by name, on SmolLM2-135M's shapes: the 4-bit
+ * group-32 FP16 GEMVs at M = 1 (q and o 576x576, k+v 384x576, gate_up 2 x 1536x576, down 576x1536)
+ * and the same layers through mg_mlx_gemm at M = 37 (a prompt), and the BF16 LM head 49152x576 with
  * FP32 logits at M = 1 and 37. Reported as bytes moved per second (packed weights + scales +
  * biases, or the BF16 weights, plus activations and outputs) and as a fraction of the measured
  * copy bandwidth. The references run fewer iterations (they are up to a hundred times slower).
@@ -78,9 +78,15 @@ static int run_case(mg_bench *b, const char *label, fast_kind kind, uint32_t m, 
         if (!mg_bench_selected(b, name) ||
             !mg_op_provider_available(b->backend, op, names[p], NULL, 0))
             continue;
-        /* the MLX GEMM's own GEMM runs on the matching GEMM provider */
+        /* the MLX GEMM's own GEMM runs on the matching GEMM provider, or the automatic one
+         * where the GEMM has none of that name (cpu_avx512) */
         const bool reference = p + 1 == count;
-        const char *gemm_provider = gemm_op ? names[p] : reference ? "reference" : names[p];
+        const char *gemm_provider =
+            gemm_op     ? names[p]
+            : reference ? "reference"
+                        : (mg_op_provider_available(b->backend, MG_OP_GEMM_BF16, names[p], NULL, 0)
+                               ? names[p]
+                               : NULL);
         fast_case c = {.kind = kind, .m = m, .n = n, .k = k};
         mg_bench_row row = mg_bench_row_make("cpu_fast", name, shape);
         const size_t act = (size_t)m * k * 2, out = (size_t)m * n * (gemm_op ? 4 : 2);
@@ -166,7 +172,8 @@ static int bench_cpu_fast(mg_bench *b, int argc, char **argv) {
     return failures;
 }
 
-MG_BENCH_REGISTER(cpu_fast, "cpu_fast",
-                  "CPU providers (reference, AVX2, portable) of the MLX 4-bit GEMV/GEMM and the "
-                  "BF16 GEMM on SmolLM2-135M's shapes: GB/s against the copy bandwidth",
-                  bench_cpu_fast)
+MG_BENCH_REGISTER(
+    cpu_fast, "cpu_fast",
+    "CPU providers (reference, AVX-512, AVX2, portable) of the MLX 4-bit GEMV/GEMM and the "
+    "BF16 GEMM on SmolLM2-135M's shapes: GB/s against the copy bandwidth",
+    bench_cpu_fast)

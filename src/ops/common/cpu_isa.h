@@ -20,4 +20,9 @@ bool mg_cpu_has_avx2(void);
 /* The providers' available hook for code that needs mg_cpu_has_avx2(): the reason on false. */
 bool mg_cpu_avx2_available(char *reason, size_t reason_bytes);
 
+/* AVX-512 F, BW and VL on top of mg_cpu_has_avx2() (code compiled with
+ * target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")), and its available hook. */
+bool mg_cpu_has_avx512(void);
+bool mg_cpu_avx512_available(char *reason, size_t reason_bytes);
+
 #endif

@@ -12,7 +12,8 @@
  * For 4-bit codes the AVX2 kernel stores a split: each chunk of 16 elements as [the 8 even
  * ones][the 8 odd ones], so that 8 bytes of a row (16 codes) widened to 8 lanes give the even
  * codes in their low nibbles and the odd ones in their high nibbles, with no shuffle (k is a
- * multiple of the group size, itself a multiple of 32). */
+ * multiple of the group size, itself a multiple of 32). The AVX-512 kernel does the same with
+ * chunks of 32 (16 bytes widened to 16 lanes). */
 #include "mlx_cpu_fast.h"
 
 #include <math.h>
@@ -69,18 +70,22 @@ typedef struct gemv_job {
     const uint16_t *resid;
 } gemv_job;
 
-#define SPLIT 16 /* elements per split chunk (above) */
+#define SPLIT 16        /* elements per split chunk of the AVX2 kernel (above) */
+#define SPLIT_AVX512 32 /* and of the AVX-512 one */
 
-/* Where element j of a row is stored: j itself, or its place in the split layout. */
-static size_t stored_at(uint32_t j, bool split) {
-    const uint32_t e = j % SPLIT;
-    return split ? j - e + (e % 2) * (SPLIT / 2) + e / 2 : j;
+/* Where element j of a row is stored: j itself (split 0), or its place in a split layout of
+ * chunks of `split` elements. */
+static size_t stored_at(uint32_t j, uint32_t split) {
+    if (!split)
+        return j;
+    const uint32_t e = j % split;
+    return j - e + (e % 2) * (split / 2) + e / 2;
 }
 
-/* act and xs of gemv_job for m token rows (act in the split layout when `split`); false when
- * out of host memory. */
+/* act and xs of gemv_job for m token rows (act in the split layout of chunks of `split`, or as
+ * it is for 0); false when out of host memory. */
 static bool activations(const layer *w, uint32_t m, const uint16_t *x, const uint16_t *u,
-                        bool split, float **act_out, float **xs_out) {
+                        uint32_t split, float **act_out, float **xs_out) {
     const uint32_t k = w->k, groups = k / w->group_size;
     float *act = malloc((size_t)m * k * sizeof *act);
     float *xs = calloc((size_t)m * groups * LANES, sizeof *xs);
@@ -264,15 +269,106 @@ AVX2 static void avx2_blocks(void *ctx, size_t first, size_t count) {
             avx2_rows_bits(g, which, r0, r1, 8);
     }
 }
+
+/* ------------------------------------------------------------------ AVX-512 */
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AVX512_INLINE                                                                              \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"), always_inline)) inline
+
+/* avx2_row in 16 lanes: a chunk of 32 4-bit codes (16 bytes, the activations split by 32) or of
+ * 16 8-bit codes (16 bytes) per step; the bias times the group's eight lane sums. */
+AVX512_INLINE static void avx512_row(const gemv_job *g, uint32_t which, uint32_t r, uint32_t t0,
+                                     const uint32_t T, const uint32_t bits) {
+    const layer *w = g->w[which];
+    const uint32_t k = w->k, gs = w->group_size, groups = k / gs;
+    const uint32_t *row = w->weight + (size_t)r * (k / (32 / bits));
+    __m512 acc[4], bacc[4];
+    for (uint32_t t = 0; t < T; t++)
+        acc[t] = bacc[t] = _mm512_setzero_ps();
+    for (uint32_t grp = 0; grp < groups; grp++) {
+        const uint32_t j0 = grp * gs;
+        const size_t gi = (size_t)r * groups + grp;
+        __m512 q[4];
+        for (uint32_t t = 0; t < T; t++)
+            q[t] = _mm512_setzero_ps();
+        if (bits == 4) {
+            for (uint32_t j = j0; j < j0 + gs; j += SPLIT_AVX512) {
+                const __m512i c = _mm512_cvtepu8_epi32(
+                    _mm_loadu_si128((const __m128i *)((const uint8_t *)row + j / 2)));
+                const __m512 even = _mm512_cvtepi32_ps(_mm512_and_si512(c, _mm512_set1_epi32(15)));
+                const __m512 odd = _mm512_cvtepi32_ps(_mm512_srli_epi32(c, 4));
+                for (uint32_t t = 0; t < T; t++) {
+                    const float *a = g->act + (size_t)(t0 + t) * k + j;
+                    q[t] = _mm512_fmadd_ps(even, _mm512_loadu_ps(a), q[t]);
+                    q[t] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(a + SPLIT_AVX512 / 2), q[t]);
+                }
+            }
+        } else {
+            for (uint32_t j = j0; j < j0 + gs; j += 16) {
+                const __m512 c = _mm512_cvtepi32_ps(
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + j / 4))));
+                for (uint32_t t = 0; t < T; t++)
+                    q[t] = _mm512_fmadd_ps(c, _mm512_loadu_ps(g->act + (size_t)(t0 + t) * k + j),
+                                           q[t]);
+            }
+        }
+        const __m512 s = _mm512_set1_ps(scale_avx2(w->scale_type, w->scales, gi));
+        const __m512 b = _mm512_set1_ps(scale_avx2(w->scale_type, w->biases, gi));
+        for (uint32_t t = 0; t < T; t++) {
+            acc[t] = _mm512_fmadd_ps(s, q[t], acc[t]);
+            bacc[t] = _mm512_fmadd_ps(b,
+                                      _mm512_zextps256_ps512(_mm256_loadu_ps(
+                                          g->xs + ((size_t)(t0 + t) * groups + grp) * LANES)),
+                                      bacc[t]);
+        }
+    }
+    for (uint32_t t = 0; t < T; t++)
+        store_row(g, which, t0 + t, r, _mm512_reduce_add_ps(_mm512_add_ps(acc[t], bacc[t])));
+}
+
+AVX512_INLINE static void avx512_rows_bits(const gemv_job *g, uint32_t which, uint32_t r0,
+                                           uint32_t r1, const uint32_t bits) {
+    for (uint32_t r = r0; r < r1; r++) {
+        uint32_t t = 0;
+        for (; t + 4 <= g->m; t += 4)
+            avx512_row(g, which, r, t, 4, bits);
+        switch (g->m - t) {
+        case 3:
+            avx512_row(g, which, r, t, 3, bits);
+            break;
+        case 2:
+            avx512_row(g, which, r, t, 2, bits);
+            break;
+        case 1:
+            avx512_row(g, which, r, t, 1, bits);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+AVX512 static void avx512_blocks(void *ctx, size_t first, size_t count) {
+    const gemv_job *g = ctx;
+    for (size_t blk = first; blk < first + count; blk++) {
+        const uint32_t which = (uint32_t)(blk / g->blocks), b = (uint32_t)(blk % g->blocks);
+        const uint32_t n = g->w[which]->n, r0 = b * ROWS, r1 = r0 + ROWS < n ? r0 + ROWS : n;
+        if (g->w[which]->bits == 4)
+            avx512_rows_bits(g, which, r0, r1, 4);
+        else
+            avx512_rows_bits(g, which, r0, r1, 8);
+    }
+}
 #endif
 
 /* ------------------------------------------------------------------ GEMV driver */
 
 static mg_status gemv(const layer *w, uint32_t layers, uint32_t m, const uint16_t *x,
                       const uint16_t *u, const uint16_t *resid, uint16_t *y0, uint16_t *y1,
-                      mg_host_range_fn blocks, bool split_4bit) {
+                      mg_host_range_fn blocks, uint32_t split_4bit) {
     float *act, *xs;
-    if (!activations(w, m, x, u, split_4bit && w->bits == 4, &act, &xs))
+    if (!activations(w, m, x, u, w->bits == 4 ? split_4bit : 0, &act, &xs))
         return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu kernel mlx_gemv: no host memory");
     gemv_job g = {.w = {w, layers > 1 ? w + 1 : w},
                   .y = {y0, y1},
@@ -411,9 +507,10 @@ static mg_status run_dequant(const mg_launch *l, const char *name, mg_host_range
     return st;
 }
 
-/* split_4bit: the kernel reads 4-bit layers' activations split (the AVX2 one). */
+/* split_4bit: the chunk of the split layout in which the kernel reads 4-bit layers'
+ * activations (SPLIT, SPLIT_AVX512), 0 for none. */
 static mg_status run_gemv(const mg_launch *l, const char *name, mg_host_range_fn blocks,
-                          bool split_4bit) {
+                          uint32_t split_4bit) {
     layer w;
     uint32_t m;
     const uint16_t *x, *u, *resid;
@@ -423,7 +520,7 @@ static mg_status run_gemv(const mg_launch *l, const char *name, mg_host_range_fn
 }
 
 static mg_status run_gate_up(const mg_launch *l, const char *name, mg_host_range_fn blocks,
-                             bool split_4bit) {
+                             uint32_t split_4bit) {
     layer w[2]; /* gate and up: one shape */
     uint32_t m;
     const uint16_t *x;
@@ -438,10 +535,10 @@ static mg_status dequant_portable(const mg_launch *l) {
     return run_dequant(l, NAME(MG_MLX_KERNEL_DEQUANT_PORTABLE), dequant_portable_rows);
 }
 static mg_status gemv_portable(const mg_launch *l) {
-    return run_gemv(l, NAME(MG_MLX_KERNEL_GEMV_PORTABLE), portable_blocks, false);
+    return run_gemv(l, NAME(MG_MLX_KERNEL_GEMV_PORTABLE), portable_blocks, 0);
 }
 static mg_status gate_up_portable(const mg_launch *l) {
-    return run_gate_up(l, NAME(MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE), portable_blocks, false);
+    return run_gate_up(l, NAME(MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE), portable_blocks, 0);
 }
 
 #ifdef HAVE_X86_TARGETS
@@ -457,12 +554,26 @@ static mg_status dequant_avx2(const mg_launch *l) {
 static mg_status gemv_avx2(const mg_launch *l) {
     const char *name = NAME(MG_MLX_KERNEL_GEMV_AVX2);
     mg_status st = check_avx2(name);
-    return st ? st : run_gemv(l, name, avx2_blocks, true);
+    return st ? st : run_gemv(l, name, avx2_blocks, SPLIT);
 }
 static mg_status gate_up_avx2(const mg_launch *l) {
     const char *name = NAME(MG_MLX_KERNEL_GEMV_GATE_UP_AVX2);
     mg_status st = check_avx2(name);
-    return st ? st : run_gate_up(l, name, avx2_blocks, true);
+    return st ? st : run_gate_up(l, name, avx2_blocks, SPLIT);
+}
+static mg_status check_avx512(const char *name) {
+    return mg_cpu_has_avx512() ? MG_OK
+                               : MG_ERROR(MG_ERR_UNSUPPORTED, "cpu kernel %s: no AVX-512", name);
+}
+static mg_status gemv_avx512(const mg_launch *l) {
+    const char *name = NAME(MG_MLX_KERNEL_GEMV_AVX512);
+    mg_status st = check_avx512(name);
+    return st ? st : run_gemv(l, name, avx512_blocks, SPLIT_AVX512);
+}
+static mg_status gate_up_avx512(const mg_launch *l) {
+    const char *name = NAME(MG_MLX_KERNEL_GEMV_GATE_UP_AVX512);
+    mg_status st = check_avx512(name);
+    return st ? st : run_gate_up(l, name, avx512_blocks, SPLIT_AVX512);
 }
 #endif
 
@@ -475,6 +586,8 @@ static void register_kernels(void) {
     mg_cpu_kernel_register("metrale", MG_MLX_KERNEL_DEQUANT_AVX2, dequant_avx2);
     mg_cpu_kernel_register("metrale", MG_MLX_KERNEL_GEMV_AVX2, gemv_avx2);
     mg_cpu_kernel_register("metrale", MG_MLX_KERNEL_GEMV_GATE_UP_AVX2, gate_up_avx2);
+    mg_cpu_kernel_register("metrale", MG_MLX_KERNEL_GEMV_AVX512, gemv_avx512);
+    mg_cpu_kernel_register("metrale", MG_MLX_KERNEL_GEMV_GATE_UP_AVX512, gate_up_avx512);
 #endif
 }
 

@@ -1,8 +1,8 @@
 /*
  * mlx_cpu_fast.h - private: the fast CPU kernels of the MLX ops (mlx_cpu_fast.c), behind the
- * providers "cpu_avx2" and "cpu_portable" of mlx.c. Each takes the argument list of the
- * reference kernel it stands for (mlx_reference.h, kernels/cuda/mlx/), so mlx.c launches
- * either by name with the same arguments.
+ * providers "cpu_avx512", "cpu_avx2" and "cpu_portable" of mlx.c. Each takes the argument list of
+ * the reference kernel it stands for (mlx_reference.h, kernels/cuda/mlx/), so mlx.c launches either
+ * by name with the same arguments.
  *
  * What a caller may rely on:
  * - dequant: bit for bit the reference's BF16 values where scales and biases are finite (the
@@ -25,6 +25,8 @@
 #define MG_MLX_KERNEL_DEQUANT_AVX2 "mlx_dequant_avx2"
 #define MG_MLX_KERNEL_GEMV_AVX2 "mlx_gemv_avx2"
 #define MG_MLX_KERNEL_GEMV_GATE_UP_AVX2 "mlx_gemv_gate_up_avx2"
+#define MG_MLX_KERNEL_GEMV_AVX512 "mlx_gemv_avx512" /* its dequant is the AVX2 kernel */
+#define MG_MLX_KERNEL_GEMV_GATE_UP_AVX512 "mlx_gemv_gate_up_avx512"
 #define MG_MLX_KERNEL_DEQUANT_PORTABLE "mlx_dequant_portable"
 #define MG_MLX_KERNEL_GEMV_PORTABLE "mlx_gemv_portable"
 #define MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE "mlx_gemv_gate_up_portable"

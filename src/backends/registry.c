@@ -15,6 +15,11 @@ extern const mg_backend_driver mg_cuda_backend_driver;
 extern const mg_backend_driver mg_metal_backend_driver;
 #endif
 
+/* The ops' CPU kernels, registered once per process (src/ops/op_registry.h). The registry
+ * lists what the library is built from, so it is the one place below the ops that names them;
+ * the core and the backends themselves do not. */
+void mg_op_register_cpu_kernels(void);
+
 static const mg_backend_driver *const drivers[] = {
     &mg_cpu_backend_driver,
 #ifdef METRALE_HAVE_CUDA
@@ -60,7 +65,12 @@ static mg_status open_kind(mg_backend_kind kind, int device, mg_backend **out) {
     if (!d)
         return MG_ERROR(MG_ERR_UNAVAILABLE, "mg_backend_open: the %s backend is not compiled in",
                         mg_backend_kind_name(kind));
-    return mg_core_backend_open(d, device, out);
+    mg_status st = mg_core_backend_open(d, device, out);
+    /* Before the caller gets the handle: op fronts, provider checks and kernels launched by
+     * name on any CPU backend then find every op's CPU kernels without registering them. */
+    if (st == MG_OK && kind == MG_BACKEND_CPU)
+        mg_op_register_cpu_kernels();
+    return st;
 }
 
 mg_status mg_backend_open(mg_backend_kind kind, int device, mg_backend **out) {

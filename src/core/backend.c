@@ -138,12 +138,32 @@ void mg_backend_set_fault(mg_backend *b, const char *message) {
     pthread_mutex_unlock(&b->lock);
 }
 
+void mg_backend_dead_message(const mg_backend *b, const char *fn, char *buf, size_t bytes) {
+    if (!b)
+        snprintf(buf, bytes, "%s: NULL, invalid or closed backend handle (NULL backend)", fn);
+    else
+        snprintf(buf, bytes,
+                 "%s: invalid or closed backend handle %p (invalid backend: never opened, or "
+                 "closed)",
+                 fn, (const void *)b);
+}
+
+mg_status mg_backend_check_live(const mg_backend *b, const char *fn) {
+    if (mg_handle_is(b, MG_HANDLE_BACKEND))
+        return MG_OK;
+    char text[320];
+    mg_backend_dead_message(b, fn, text, sizeof text);
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s", text);
+}
+
+mg_backend_kind mg_backend_live_kind(const mg_backend *b) {
+    return b->kind;
+}
+
 /* Entry check of every call taking a backend: live handle, no sticky fault. */
 mg_status mg_core_enter(mg_backend *b, const char *fn) {
-    if (!mg_handle_is(b, MG_HANDLE_BACKEND))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s backend handle %p", fn,
-                        b ? "invalid or closed" : "NULL", (void *)b);
-    return mg_backend_check_fault(b);
+    mg_status st = mg_backend_check_live(b, fn);
+    return st ? st : mg_backend_check_fault(b);
 }
 
 /* Validates `s` (NULL = default stream) as a live stream of `b`. */
@@ -291,9 +311,9 @@ mg_status mg_core_backend_open(const mg_backend_driver *d, int device, mg_backen
 mg_status mg_backend_close(mg_backend *b) {
     if (!b)
         return MG_OK;
-    if (!mg_handle_is(b, MG_HANDLE_BACKEND))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_backend_close: invalid or closed backend %p",
-                        (void *)b);
+    mg_status live = mg_backend_check_live(b, "mg_backend_close");
+    if (live)
+        return live;
     mg_handle_unregister(b); /* no new calls get in from here on */
     const mg_backend_ops *ops = b->ops;
     mg_status first = MG_OK;
@@ -445,4 +465,8 @@ bool mg_backend_any_capturing(mg_backend *b) {
 
 mg_op_cache *mg_backend_op_cache(mg_backend *b) {
     return mg_handle_is(b, MG_HANDLE_BACKEND) ? b->op_cache : NULL;
+}
+
+mg_op_cache *mg_backend_live_op_cache(mg_backend *b) {
+    return b->op_cache;
 }

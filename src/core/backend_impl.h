@@ -137,6 +137,20 @@ mg_status mg_core_backend_open(const mg_backend_driver *d, int device, mg_backen
 /* Whether `b` is a live (opened, not closed) backend handle. Never sets an error. */
 bool mg_backend_is_live(const mg_backend *b);
 
+/* The one message for a handle that is not a live backend, in every layer: "`fn`: NULL,
+ * invalid or closed backend handle (NULL backend)" for NULL, "`fn`: invalid or closed backend
+ * handle 0x... (invalid backend: never opened, or closed)" otherwise. Callers may match
+ * "invalid or closed backend" in either. Written into `buf` (truncated to `bytes`); sets no
+ * error, for reasons reported without mg_last_error. */
+void mg_backend_dead_message(const mg_backend *b, const char *fn, char *buf, size_t bytes);
+/* MG_OK when `b` is a live backend; otherwise MG_ERR_INVALID_ARGUMENT with the message above.
+ * One handle lookup; no sticky-fault check (teardown calls such as mg_free use it alone).
+ * Later code of the call may rely on `b` being live. */
+mg_status mg_backend_check_live(const mg_backend *b, const char *fn);
+/* The kind of a backend the caller has already validated (mg_backend_check_live or a check
+ * built on it): no handle lookup, so it must not be given an unchecked handle. */
+mg_backend_kind mg_backend_live_kind(const mg_backend *b);
+
 /* Accessors the op layers (GEMM, attention, ...) use to reach a backend's own objects after
  * the core has validated the public handles. Implemented in src/core/backend.c. */
 void *mg_backend_context(mg_backend *b);

@@ -108,9 +108,9 @@ mg_status mg_alloc_owned_at(mg_backend *b, size_t bytes, mg_alloc_kind kind, mg_
 
 mg_status mg_free(mg_backend *b, mg_devptr ptr) {
     /* Frees work on a faulted backend too: teardown must be able to release memory. */
-    if (!mg_handle_is(b, MG_HANDLE_BACKEND))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_free: invalid or closed backend %p",
-                        (void *)b);
+    mg_status live = mg_backend_check_live(b, "mg_free");
+    if (live)
+        return live;
     if (ptr == 0)
         return MG_OK;
     mg_ledger_entry e;
@@ -130,17 +130,18 @@ mg_status mg_free(mg_backend *b, mg_devptr ptr) {
 }
 
 mg_status mg_ledger_live(mg_backend *b, uint64_t *live_bytes, uint64_t *live_count) {
-    if (!mg_handle_is(b, MG_HANDLE_BACKEND))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_ledger_live: invalid backend %p", (void *)b);
+    mg_status live = mg_backend_check_live(b, "mg_ledger_live");
+    if (live)
+        return live;
     mg_ledger_totals(&b->ledger, live_bytes, live_count);
     return MG_OK;
 }
 
 mg_status mg_ledger_top_sites(mg_backend *b, uint64_t min_bytes, mg_ledger_site *out,
                               size_t max_sites, size_t *written) {
-    if (!mg_handle_is(b, MG_HANDLE_BACKEND))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_ledger_top_sites: invalid backend %p",
-                        (void *)b);
+    mg_status live = mg_backend_check_live(b, "mg_ledger_top_sites");
+    if (live)
+        return live;
     if ((!out && max_sites) || !written)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_ledger_top_sites: NULL output");
     return mg_ledger_sites(&b->ledger, min_bytes, out, max_sites, written);
@@ -167,8 +168,9 @@ mg_status mg_ledger_report(mg_backend *b, FILE *f, size_t top_n, uint64_t min_by
 }
 
 mg_status mg_ledger_sweep(mg_backend *b, uint64_t *freed_bytes, uint64_t *freed_count) {
-    if (!mg_handle_is(b, MG_HANDLE_BACKEND))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_ledger_sweep: invalid backend %p", (void *)b);
+    mg_status live = mg_backend_check_live(b, "mg_ledger_sweep");
+    if (live)
+        return live;
     uint64_t bytes = 0, count = 0;
     mg_status first = MG_OK;
     mg_ledger_entry e;
@@ -374,8 +376,9 @@ mg_status mg_host_alloc(mg_backend *b, size_t bytes, void **out) {
 }
 
 mg_status mg_host_free(mg_backend *b, void *host) {
-    if (!mg_handle_is(b, MG_HANDLE_BACKEND))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_host_free: invalid backend %p", (void *)b);
+    mg_status live = mg_backend_check_live(b, "mg_host_free");
+    if (live)
+        return live;
     if (!host)
         return MG_OK;
     pthread_mutex_lock(&b->lock);

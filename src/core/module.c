@@ -232,8 +232,9 @@ mg_status mg_launch_run(mg_backend *b, mg_kernel *k, mg_stream *s, const mg_laun
 }
 
 mg_status mg_backend_attach_launch_timing(mg_backend *b, mg_timing *t) {
-    if (!mg_handle_is(b, MG_HANDLE_BACKEND))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_timing_trace_launches: backend is closed");
+    mg_status live = mg_backend_check_live(b, "mg_timing_trace_launches");
+    if (live)
+        return live;
     mg_timing *expected = NULL;
     if (!atomic_compare_exchange_strong(&b->launch_timing, &expected, t) && expected != t)
         return MG_ERROR(MG_ERR_BUSY,

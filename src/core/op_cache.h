@@ -29,6 +29,9 @@ typedef struct mg_op_cache mg_op_cache;
 mg_status mg_op_cache_create(mg_backend *b, mg_op_cache **out);
 /* The op cache of a live backend, or NULL. */
 mg_op_cache *mg_backend_op_cache(mg_backend *b);
+/* The op cache of a backend the caller has already validated (mg_backend_check_live or a check
+ * built on it): no handle lookup, never NULL, so it must not be given an unchecked handle. */
+mg_op_cache *mg_backend_live_op_cache(mg_backend *b);
 /* Waits for retired scratch, frees all scratch, forgets every kernel. NULL is a no-op; a
  * second call on the same pointer is not allowed (the backend owns exactly one). */
 void mg_op_cache_release(mg_op_cache *c);

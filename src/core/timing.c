@@ -149,11 +149,9 @@ mg_status mg_timing_create(mg_backend *b, const mg_timing_options *opts, mg_timi
     if (!out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_timing_create: NULL output pointer");
     *out = NULL;
-    if (!b)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_timing_create: NULL backend");
-    if (mg_backend_get_kind(b) == MG_BACKEND_AUTO) /* what a closed or foreign handle reads as */
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_timing_create: invalid or closed backend %p",
-                        (void *)b);
+    mg_status live = mg_backend_check_live(b, "mg_timing_create");
+    if (live)
+        return live;
     if (!mg_backend_supports(b, MG_CAP_EVENT_TIMING))
         return MG_ERROR(MG_ERR_UNSUPPORTED, "mg_timing_create: the %s backend cannot time events",
                         mg_backend_kind_name(mg_backend_get_kind(b)));

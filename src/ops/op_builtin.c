@@ -5,17 +5,8 @@
 #include "error.h"
 #include "op_cache.h"
 
-mg_status mg_op_enter_kind(mg_backend *b, mg_backend_kind kind, const char *fn) {
-    if (kind == MG_BACKEND_AUTO) /* what a NULL, stale or closed handle reads as */
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL, invalid or closed backend %p", fn,
-                        (void *)b);
-    if (kind == MG_BACKEND_CPU)
-        mg_op_register_cpu_kernels();
-    return MG_OK;
-}
-
 mg_status mg_op_enter(mg_backend *b, const char *fn) {
-    return mg_op_enter_kind(b, mg_backend_get_kind(b), fn);
+    return mg_backend_check_live(b, fn);
 }
 
 bool mg_op_ranges_overlap(mg_devptr a, size_t a_bytes, mg_devptr b, size_t b_bytes) {
@@ -57,10 +48,9 @@ mg_status mg_op_launch_kernels(mg_backend *b, mg_stream *s, const char *const *n
                                mg_launch *launches, int count) {
     if (count < 1 || count > 4)
         return MG_ERROR(MG_ERR_INTERNAL, "mg_op_launch_kernels: %d kernels (1 to 4)", count);
-    /* Callers entered (mg_op_enter or a provider choice), so the CPU kernels are registered;
-     * a backend closed since is refused here. */
+    /* A plan may launch on a backend closed since it was made: refused here. */
     mg_op_cache *cache = mg_backend_op_cache(b);
-    mg_status st = cache ? MG_OK : mg_op_enter(b, names[0]);
+    mg_status st = cache ? MG_OK : mg_backend_check_live(b, names[0]);
     if (st)
         return st;
     mg_kernel *kernels[4];

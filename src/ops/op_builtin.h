@@ -8,7 +8,7 @@
  *   st = mg_op_run_builtin(b, s, op, fn, names, launches, count);   or a provider's run hook
  *
  * A kernel-by-name op's provider is MG_OP_KERNELS_PROVIDER (op_registry.h); its CPU kernels
- * are registered once per process by the op registry, not by the front. Copy
+ * are registered once per process when the first CPU backend opens, not by the front. Copy
  * activation/silu_mul.c (one kernel) or moe/moe_routing.c (several) as a template.
  */
 #ifndef METRALE_OP_BUILTIN_H
@@ -23,13 +23,13 @@
 #include "metrale/launch.h"
 #include "op_registry.h"
 
-/* The first check of every public op call: MG_ERR_INVALID_ARGUMENT "`fn`: NULL, invalid or
- * closed backend" unless `b` is a live backend. On a CPU backend it also makes sure the CPU
- * kernels of every op are registered (mg_op_register_cpu_kernels). Later checks of the call
- * may rely on `b` being live. */
+/* The first check of every public op call, and the only validation of `b` the op framework
+ * makes for it: MG_ERR_INVALID_ARGUMENT with the core's one dead-handle message
+ * (mg_backend_check_live: "`fn`: NULL, invalid or closed backend handle ...") unless `b` is a
+ * live backend. No sticky-fault check. Later checks of the call, mg_op_choose and the
+ * provider hooks rely on `b` being live; the CPU kernels of every op are registered already
+ * (they are when a CPU backend opens). */
 mg_status mg_op_enter(mg_backend *b, const char *fn);
-/* The same for a caller that already read mg_backend_get_kind(b) (one handle lookup). */
-mg_status mg_op_enter_kind(mg_backend *b, mg_backend_kind kind, const char *fn);
 
 /* What a call does with a tensor (flags of mg_op_tensor): reads it, writes it; whether it may
  * be absent (ptr 0: not checked, overlaps nothing); whether bytes 0 is an empty tensor (its
@@ -68,9 +68,9 @@ mg_status mg_op_check_tensors(mg_backend *b, const char *fn, const mg_op_tensor 
 bool mg_op_ranges_overlap(mg_devptr a, size_t a_bytes, mg_devptr b, size_t b_bytes);
 
 /* Resolves the `count` (1 to 4) kernels `names` of module "metrale" on `b` (memoised in the op
- * cache), then launches them in order on `s`: a missing kernel writes nothing. The caller has
- * entered (mg_op_enter or a provider choice), so CPU kernels are registered. Counts nothing:
- * for providers whose front counts the call.
+ * cache), then launches them in order on `s`: a missing kernel writes nothing. A `b` closed
+ * since the caller checked it (a plan outliving its backend) is refused with the dead-handle
+ * message. Counts nothing: for providers whose front counts the call.
  * Every launch gets MG_LAUNCH_PROGRAMMATIC (set in `launches`): every kernel of module
  * "metrale" waits on its grid dependency before it reads or writes anything earlier work
  * touches (kernels/cuda/common/grid_dependency.cuh; tests/kernels_wait_check.py checks that

@@ -95,35 +95,34 @@ void mg_op_register_cpu_kernels(void) {
     pthread_once(&once, register_every_cpu_kernel);
 }
 
-/* Whether `b` ships every kernel of `names` (module "metrale"); the first missing one
- * otherwise. A lookup that fails sets mg_last_error: the caller's error is restored. */
+/* Whether `b` (live: validated by the caller) ships every kernel of `names` (module
+ * "metrale"); the first missing one otherwise. A lookup that fails sets mg_last_error: the
+ * caller's error is restored. */
 static bool ships_kernels(mg_backend *b, const char *const *names, char *reason, size_t bytes) {
-    mg_op_cache *cache = mg_backend_op_cache(b);
+    mg_op_cache *cache = mg_backend_live_op_cache(b);
     bool ok = true;
     mg_error_state saved;
     mg_error_save(&saved);
     for (; ok && *names; names++) {
         mg_kernel *k;
-        ok = cache && mg_op_cache_kernel(cache, "metrale", *names, false, &k) == MG_OK;
+        ok = mg_op_cache_kernel(cache, "metrale", *names, false, &k) == MG_OK;
         if (!ok)
-            snprintf(reason, bytes, "the backend has no kernel %s: %s", *names,
-                     cache ? mg_last_error() : "closed backend");
+            snprintf(reason, bytes, "the backend has no kernel %s: %s", *names, mg_last_error());
     }
     mg_error_restore(&saved);
     return ok;
 }
 
-/* Whether `p` can run on `b`; the reason otherwise. The hooks leave mg_last_error alone (their
- * contract, op_registry.h), so the hot path copies no message. */
-static bool provider_available(mg_backend *b, const mg_op_provider *p, char *reason, size_t bytes) {
-    mg_backend_kind kind = mg_backend_get_kind(b);
+/* Whether `p` can run on `b`, a live backend of `kind` (validated once by the caller, so
+ * nothing here looks the handle up); the reason otherwise. The hooks leave mg_last_error alone
+ * (their contract, op_registry.h), so the hot path copies no message. */
+static bool provider_available(mg_backend *b, mg_backend_kind kind, const mg_op_provider *p,
+                               char *reason, size_t bytes) {
     if (!runs_on(p, kind)) {
         snprintf(reason, bytes, "provider %s runs on the %s backend, not %s", p->name,
                  mg_backend_kind_name(p->backend), mg_backend_kind_name(kind));
         return false;
     }
-    if (kind == MG_BACKEND_CPU)
-        mg_op_register_cpu_kernels();
     if (p->kernels && !ships_kernels(b, p->kernels, reason, bytes))
         return false;
     return !p->available || p->available(b, reason, bytes);
@@ -141,8 +140,9 @@ bool mg_op_provider_available(mg_backend *b, mg_op op, const char *provider, cha
         snprintf(reason, reason_bytes, "unknown op %d", (int)op);
         return false;
     }
-    if (mg_backend_get_kind(b) == MG_BACKEND_AUTO) {
-        snprintf(reason, reason_bytes, "NULL or closed backend");
+    mg_backend_kind kind = mg_backend_get_kind(b); /* the one handle lookup of the query */
+    if (kind == MG_BACKEND_AUTO) { /* what a NULL, stale or closed handle reads as */
+        mg_backend_dead_message(b, "mg_op_provider_available", reason, reason_bytes);
         return false;
     }
     const mg_op_provider *p = provider ? find_provider(d, provider) : NULL;
@@ -153,21 +153,22 @@ bool mg_op_provider_available(mg_backend *b, mg_op op, const char *provider, cha
     }
     mg_error_state saved; /* belt and braces: a query never changes the caller's error */
     mg_error_save(&saved);
-    bool ok = provider_available(b, p, reason, reason_bytes);
+    bool ok = provider_available(b, kind, p, reason, reason_bytes);
     mg_error_restore(&saved);
     return ok;
 }
 
 bool mg_op_supported(mg_backend *b, mg_op op) {
     const mg_op_def *d = def_of(op);
-    if (!d || mg_backend_get_kind(b) == MG_BACKEND_AUTO)
+    mg_backend_kind kind = d ? mg_backend_get_kind(b) : MG_BACKEND_AUTO; /* one lookup */
+    if (kind == MG_BACKEND_AUTO)
         return false;
     char reason[256];
     mg_error_state saved;
     mg_error_save(&saved);
     bool ok = false;
     for (const mg_op_provider *const *p = d->providers; *p && !ok; p++)
-        ok = provider_available(b, *p, reason, sizeof reason);
+        ok = provider_available(b, kind, *p, reason, sizeof reason);
     mg_error_restore(&saved);
     return ok;
 }
@@ -189,10 +190,10 @@ mg_status mg_op_force_provider(mg_backend *b, mg_op op, const char *provider) {
     const mg_op_def *d = def_of(op);
     if (!d)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown op %d", fn, (int)op);
-    mg_backend_kind kind = mg_backend_get_kind(b);
-    mg_status status = mg_op_enter_kind(b, kind, fn);
+    mg_status status = mg_op_enter(b, fn);
     if (status)
         return status;
+    mg_backend_kind kind = mg_backend_live_kind(b);
     const mg_op_provider *p = NULL;
     if (provider && strcmp(provider, "auto")) {
         p = find_provider(d, provider);
@@ -227,15 +228,12 @@ const mg_op_provider *mg_op_forced(mg_backend *b, mg_op op) {
 mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn,
                        const mg_op_provider **out) {
     const mg_op_def *d = def_of(op);
-    mg_backend_kind kind = mg_backend_get_kind(b);
-    mg_status status = mg_op_enter_kind(b, kind, fn);
-    if (status)
-        return status;
+    mg_backend_kind kind = mg_backend_live_kind(b); /* the caller entered */
     registry_state *st = state_of(b);
     const mg_op_provider *forced = st ? atomic_load(&st->ops[op].forced) : NULL;
     char reason[256];
     if (forced) {
-        if (!provider_available(b, forced, reason, sizeof reason) ||
+        if (!provider_available(b, kind, forced, reason, sizeof reason) ||
             (forced->supports && !forced->supports(b, call, reason, sizeof reason)))
             return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: the forced provider %s cannot run it: %s", fn,
                             forced->name, reason);
@@ -246,7 +244,7 @@ mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn
     for (const mg_op_provider *const *p = d->providers; *p; p++) {
         if (!runs_on(*p, kind))
             continue;
-        if (provider_available(b, *p, reason, sizeof reason) &&
+        if (provider_available(b, kind, *p, reason, sizeof reason) &&
             (!(*p)->supports || (*p)->supports(b, call, reason, sizeof reason))) {
             *out = *p;
             return MG_OK;

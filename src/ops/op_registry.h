@@ -38,7 +38,8 @@ typedef struct mg_op_provider {
      * tested before `available`, so its own hook need not ask. */
     const char *const *kernels;
     /* The CPU kernels it launches (NULL: none): registered once per process, for every
-     * provider of every op, before the first op call or provider query on a CPU backend. */
+     * provider of every op, when the first CPU backend opens (mg_op_register_cpu_kernels), so
+     * they are there for op calls, provider queries and kernels launched by name alike. */
     void (*register_cpu_kernels)(void);
 } mg_op_provider;
 
@@ -63,7 +64,8 @@ extern const mg_op_def *const mg_op_defs[MG_OP_COUNT];
 
 /* The provider that runs `call` of `op` on `b`: the forced one, or the first available that
  * supports the call. MG_ERR_UNSUPPORTED (message: `fn`, backend, each provider's reason)
- * when none does; MG_ERR_INVALID_ARGUMENT for a NULL or closed backend. */
+ * when none does. `b` must be live: the caller entered (mg_op_enter) and the choice does not
+ * look the handle up again. */
 mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn,
                        const mg_op_provider **out);
 
@@ -73,7 +75,9 @@ mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn
 const mg_op_provider *mg_op_forced(mg_backend *b, mg_op op);
 
 /* Registers the CPU kernels of every provider (register_cpu_kernels), once per process; cheap
- * after the first call. The op registry and mg_op_enter call it for CPU backends. */
+ * after the first call. The backend registry (src/backends/registry.c) calls it whenever it
+ * has opened a CPU backend, before handing out the handle, so no op front, provider check or
+ * kernel lookup by name on a CPU backend needs to. */
 void mg_op_register_cpu_kernels(void);
 
 /* Statistics (metrale/ops.h), updated by the fronts and providers. No-ops on a closed

@@ -8,14 +8,17 @@ _Static_assert(sizeof(mg_cpu_counters) == MG_CPU_COUNTER_COUNT * sizeof(uint64_t
                "MG_CPU_COUNTERS must list every field of mg_cpu_counters");
 
 mg_status mg_cpu_from_backend(mg_backend *b, const char *call, mg_cpu_backend **out) {
+    /* NULL keeps the hooks' own wording, "`call`: NULL backend", which callers match; any
+     * other dead handle gets the core's one message (mg_backend_check_live). */
     if (!b)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL backend", call);
-    if (!mg_backend_context(b))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: invalid or closed backend handle %p", call,
-                        (void *)b);
-    if (mg_backend_get_kind(b) != MG_BACKEND_CPU)
+    mg_status st = mg_backend_check_live(b, call);
+    if (st)
+        return st;
+    mg_backend_kind kind = mg_backend_live_kind(b);
+    if (kind != MG_BACKEND_CPU)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: the backend is %s, not cpu", call,
-                        mg_backend_kind_name(mg_backend_get_kind(b)));
+                        mg_backend_kind_name(kind));
     *out = mg_backend_context(b);
     return MG_OK;
 }

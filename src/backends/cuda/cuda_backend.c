@@ -109,11 +109,12 @@ mg_status mg_cuda_sync_stream(mg_cuda_context *c, CUstream s, const char *what) 
 /* ------------------------------------------------------------------ public bridge */
 
 mg_status mg_cuda_bind(mg_backend *b, mg_cuda_context **out) {
-    if (!b || !out || mg_backend_get_kind(b) != MG_BACKEND_CUDA)
+    mg_status live = mg_backend_check_live(b, "mg_cuda_bind");
+    if (live)
+        return live;
+    if (!out || mg_backend_live_kind(b) != MG_BACKEND_CUDA)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_cuda_bind: %s",
-                        !b     ? "NULL backend"
-                        : !out ? "NULL output"
-                               : "not a CUDA backend");
+                        !out ? "NULL output" : "not a CUDA backend");
     mg_cuda_context *c = mg_backend_context(b);
     *out = NULL;
     mg_status st = mg_backend_check_fault(b);
@@ -127,9 +128,11 @@ mg_status mg_cuda_bind(mg_backend *b, mg_cuda_context **out) {
 mg_status mg_cuda_stream(mg_backend *b, mg_stream *s, CUstream *out) {
     if (!out)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_cuda_stream: NULL output");
-    if (!b || mg_backend_get_kind(b) != MG_BACKEND_CUDA)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_cuda_stream: %s",
-                        b ? "not a CUDA backend" : "NULL backend");
+    mg_status live = mg_backend_check_live(b, "mg_cuda_stream");
+    if (live)
+        return live;
+    if (mg_backend_live_kind(b) != MG_BACKEND_CUDA)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_cuda_stream: not a CUDA backend");
     void *impl = mg_stream_impl(b, s);
     if (!impl)
         return MG_ERR_INVALID_ARGUMENT; /* message set by mg_stream_impl */

@@ -188,10 +188,8 @@ mg_status mg_nvfp4_blackwell_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_ge
     if (product_bytes > (SIZE_MAX - gemm_bytes) / 2)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: workspace overflows", c->fn);
     total = gemm_bytes + 2 * product_bytes;
-    mg_op_cache *cache = mg_backend_op_cache(b);
+    mg_op_cache *cache = mg_backend_live_op_cache(b); /* the front entered */
     mg_devptr ws;
-    if (!cache) /* the front entered: only a backend closed meanwhile */
-        return mg_op_enter(b, c->fn);
     if ((st = mg_op_cache_stream_scratch(cache, "nvfp4 cutlass workspace", total, s, &ws))) {
         mg_error_append(" (the Blackwell NVFP4 GEMM's workspace: make one call of this shape "
                         "before capturing)");

@@ -218,9 +218,10 @@ int main(void) {
     test_add_bias(b);
     mg_op_stats st;
     CHECK_OK(mg_op_stats_get(b, MG_OP_MLX_QUANT, &st));
-    /* the automatic choice on the CPU backend: cpu_avx2 where the CPU has AVX2, else the
-     * reference (test_cpu_fast.c checks the fast providers against it) */
-    CHECK(st.calls > 0 && (!strcmp(st.provider, "cpu_avx2") || !strcmp(st.provider, "kernels")));
+    /* the automatic choice on the CPU backend: cpu_avx512 or cpu_avx2 where the CPU has them,
+     * else the reference (test_cpu_fast.c checks the fast providers against it) */
+    CHECK(st.calls > 0 && (!strcmp(st.provider, "cpu_avx512") || !strcmp(st.provider, "cpu_avx2") ||
+                           !strcmp(st.provider, "kernels")));
     mg_backend_close(b);
     return test_finish();
 }

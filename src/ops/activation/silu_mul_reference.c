@@ -8,12 +8,7 @@
 #include "error.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
-
-uint16_t mg_silu_mul_reference_one(uint16_t gate, uint16_t up) {
-    float g = mg_bf16_to_f32(gate), u = mg_bf16_to_f32(up);
-    float silu = g / (1.0f + expf(-g));
-    return mg_f32_to_bf16(silu * u);
-}
+#include "silu_mul_host.h"
 
 /* The span of `rows` rows of `cols` BF16 with a pitch of `pitch` elements, in bytes. */
 static uint64_t span_bytes(uint32_t rows, uint32_t cols, uint32_t pitch) {

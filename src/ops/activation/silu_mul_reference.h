@@ -11,9 +11,6 @@
 
 #define MG_SILU_MUL_KERNEL "silu_mul_bf16"
 
-/* The op on host memory: the definition of its result. */
-uint16_t mg_silu_mul_reference_one(uint16_t gate, uint16_t up);
-
 /* Registers the CPU kernel once per process; later calls do nothing. */
 void mg_silu_mul_cpu_kernels_register(void);
 

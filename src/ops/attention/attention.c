@@ -9,7 +9,7 @@
 #include "backend_impl.h"
 #include "checked_math.h"
 #include "error.h"
-#include "kv_cache_internal.h"
+#include "kv_cache_host.h"
 #include "op_builtin.h"
 
 /* Beyond this, a batch is certainly a bug (and indptr arrays would be huge). */
@@ -176,10 +176,10 @@ static mg_status check_workspace(mg_backend *b, const mg_attention_desc *d, cons
                         "%s: workspace_bytes %zu given without a workspace (both 0: the plan "
                         "allocates its own)",
                         fn, d->workspace_bytes);
-    if (d->workspace % MG_ATTENTION_CARVE_ALIGN)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: workspace 0x%llx is not %u-byte aligned", fn,
-                        (unsigned long long)d->workspace, MG_ATTENTION_CARVE_ALIGN);
-    return mg_backend_check_device_range(b, d->workspace, d->workspace_bytes, fn, "workspace");
+    /* Written by the plan; workspace_bytes 0 is an empty range whose pointer is still checked. */
+    const mg_op_tensor t = {"workspace", d->workspace, d->workspace_bytes, MG_ATTENTION_CARVE_ALIGN,
+                            MG_OP_OUT | MG_OP_EMPTY_OK};
+    return mg_op_check_tensors(b, fn, &t, 1, -1, -1);
 }
 
 /* The device workspace `provider` needs for a plan of `d` and this batch (validated). */

@@ -19,7 +19,7 @@
 #include "cpu_kernels.h"
 #include "error.h"
 #include "host_parallel.h"
-#include "kv_cache_internal.h"
+#include "kv_cache_host.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
 
@@ -35,7 +35,9 @@ typedef struct cpu_attention_plan {
     mg_devptr indptrs;         /* qo_indptr then kv_indptr (tokens), batch_size + 1 int32 each;
                                 * paged plans then page indptr and last-page lengths */
     uint32_t indptrs_capacity; /* batch_size + 1 the buffer holds per array */
-    mg_kernel *kernel;         /* the ragged or the paged kernel */
+    /* the ragged or the paged kernel, looked up when the plan is made, so that a run (a graph
+     * replay included) allocates nothing */
+    mg_kernel *kernel;
 } cpu_attention_plan;
 
 /* Launch argument indices of the kernel. */
@@ -440,14 +442,15 @@ static mg_status kernel_attention_paged(const mg_launch *l) {
     return compute(&a);
 }
 
-static pthread_once_t register_once = PTHREAD_ONCE_INIT;
-static mg_status register_status;
+static void register_kernels(void) {
+    if (!mg_cpu_kernel_register(KERNEL_MODULE, KERNEL_FUNCTION, kernel_attention))
+        mg_cpu_kernel_register(KERNEL_MODULE, PAGED_FUNCTION, kernel_attention_paged);
+}
 
-static void register_kernel(void) {
-    register_status = mg_cpu_kernel_register(KERNEL_MODULE, KERNEL_FUNCTION, kernel_attention);
-    if (!register_status)
-        register_status =
-            mg_cpu_kernel_register(KERNEL_MODULE, PAGED_FUNCTION, kernel_attention_paged);
+/* The provider serves the ragged and the paged op, so the registry calls this twice. */
+static void register_cpu_kernels(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_kernels);
 }
 
 /* Host arrays in a plan's indptr buffer: 2 for ragged plans, 4 for paged ones. */
@@ -465,9 +468,6 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
                           uint32_t batch_size, mg_stream *s) {
     cpu_attention_plan *c = p->impl;
     if (!c) {
-        pthread_once(&register_once, register_kernel);
-        if (register_status)
-            return register_status;
         if (!(c = calloc(1, sizeof *c)))
             return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu attention plan: out of host memory");
         mg_status st = mg_kernel_lookup(
@@ -614,7 +614,11 @@ static mg_status cpu_paged_workspace_bytes(mg_backend *b, const mg_paged_attenti
 }
 
 const mg_attention_provider mg_attention_reference_provider = {
-    .base = {.name = "reference", .backend = MG_BACKEND_CPU},
+    .base = {.name = "reference",
+             .backend = MG_BACKEND_CPU,
+             /* no kernels field: a plan looks its kernel up itself (above), so that a lookup
+              * out of host memory reports that instead of making the provider unavailable */
+             .register_cpu_kernels = register_cpu_kernels},
     .plan = cpu_plan,
     .run = cpu_run,
     .run_paged = cpu_run_paged,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "elementwise_host.h"
 #include "error.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
@@ -87,24 +88,6 @@ static mg_status kernel_rmsnorm(const mg_launch *l) {
     return MG_OK;
 }
 
-void mg_rmsnorm_bf16_host(uint32_t rows, uint32_t cols, float eps, uint16_t *x, const uint16_t *add,
-                          const uint16_t *w, uint16_t *out) {
-    for (uint32_t r = 0; r < rows; r++) {
-        uint16_t *xr = x + (size_t)r * cols, *o = out + (size_t)r * cols;
-        float sum = 0;
-        for (uint32_t c = 0; c < cols; c++) {
-            if (add)
-                xr[c] = mg_f32_to_bf16(mg_bf16_to_f32(xr[c]) +
-                                       mg_bf16_to_f32(add[(size_t)r * cols + c]));
-            float v = mg_bf16_to_f32(xr[c]);
-            sum += v * v;
-        }
-        float inv = 1.0f / sqrtf(sum / (float)cols + eps);
-        for (uint32_t c = 0; c < cols; c++)
-            o[c] = mg_f32_to_bf16((mg_bf16_to_f32(xr[c]) * inv) * mg_bf16_to_f32(w[c]));
-    }
-}
-
 /* argmax_f32 / argmax_bf16 (in, ids, rows, cols, pitch): elements of `element_bytes`. */
 static mg_status argmax_rows(const mg_launch *l, const char *name, unsigned element_bytes) {
     static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32, MG_ARG_U32,
@@ -123,26 +106,6 @@ static mg_status argmax_rows(const mg_launch *l, const char *name, unsigned elem
         return st;
     mg_argmax_host(rows, cols, in_v, pitch, element_bytes, ids_v);
     return MG_OK;
-}
-
-void mg_argmax_host(uint32_t rows, uint32_t cols, const void *in_v, uint32_t pitch,
-                    unsigned element_bytes, int32_t *ids) {
-    for (uint32_t r = 0; r < rows; r++) {
-        uint32_t best = 0;
-        float best_value = -INFINITY;
-        bool found = false;
-        for (uint32_t c = 0; c < cols; c++) {
-            size_t at = (size_t)r * pitch + c;
-            float v = element_bytes == 4 ? ((const float *)in_v)[at]
-                                         : mg_bf16_to_f32(((const uint16_t *)in_v)[at]);
-            if (!isnan(v) && (!found || v > best_value)) {
-                best = c;
-                best_value = v;
-                found = true;
-            }
-        }
-        ids[r] = (int32_t)best;
-    }
 }
 
 static mg_status kernel_argmax(const mg_launch *l) {

@@ -18,15 +18,6 @@
 #define MG_ARGMAX_KERNEL "argmax_f32"
 #define MG_ARGMAX_BF16_KERNEL "argmax_bf16"
 
-/* The kernels' bodies on host memory, for references that compose them (the fused GEMM's,
- * gemm_reference.c). rmsnorm: x, add (may be NULL), out [rows, cols] packed, weight [cols];
- * with add, x is updated in place as the op states. argmax: `in` of f32 (element_bytes 4) or
- * bf16 (2) with row pitch `pitch`, ids [rows]. */
-void mg_rmsnorm_bf16_host(uint32_t rows, uint32_t cols, float eps, uint16_t *x, const uint16_t *add,
-                          const uint16_t *weight, uint16_t *out);
-void mg_argmax_host(uint32_t rows, uint32_t cols, const void *in, uint32_t pitch,
-                    unsigned element_bytes, int32_t *ids);
-
 /* Registers the four CPU kernels once per process; later calls do nothing. */
 void mg_elementwise_cpu_kernels_register(void);
 

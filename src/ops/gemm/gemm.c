@@ -7,7 +7,7 @@
 #include "error.h"
 #include "gemm_provider.h"
 #include "gemm_reference.h"
-#include "kv_cache_internal.h"
+#include "kv_cache_host.h"
 #include "metrale/launch.h"
 #include "op_builtin.h"
 

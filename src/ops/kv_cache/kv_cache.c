@@ -5,30 +5,7 @@
 
 #include "checked_math.h"
 #include "error.h"
-#include "kv_cache_internal.h"
-
-mg_status mg_kv_cache_desc_check(const mg_kv_cache_desc *d, const char *fn) {
-    if (!d)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL cache descriptor", fn);
-    if (!d->num_kv_heads || d->num_kv_heads > MG_KV_MAX_HEADS)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: num_kv_heads %u must be in 1..%u", fn,
-                        d->num_kv_heads, MG_KV_MAX_HEADS);
-    if (!d->head_dim || d->head_dim % 16 || d->head_dim > MG_KV_MAX_HEAD_DIM)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: head_dim %u must be a positive multiple of 16 up to %u", fn,
-                        d->head_dim, MG_KV_MAX_HEAD_DIM);
-    if (d->page_size > MG_KV_PAGE_SIZE_MAX)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: page_size %u must be in 1..%u (0: %u)", fn,
-                        d->page_size, MG_KV_PAGE_SIZE_MAX, MG_KV_PAGE_SIZE_DEFAULT);
-    if (!d->num_pages || d->num_pages > (uint32_t)INT32_MAX)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: num_pages %u must be in 1..%d", fn,
-                        d->num_pages, INT32_MAX);
-    if (!mg_kv_dtype_bytes(d->kv_dtype))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
-                        "%s: kv_dtype %d must be MG_KV_BF16 (0) or MG_KV_FP8_E4M3 (1)", fn,
-                        (int)d->kv_dtype);
-    return MG_OK;
-}
+#include "kv_cache_host.h"
 
 size_t mg_kv_dtype_bytes(mg_kv_dtype t) {
     switch (t) {
@@ -38,10 +15,6 @@ size_t mg_kv_dtype_bytes(mg_kv_dtype t) {
         return 1;
     }
     return 0;
-}
-
-uint32_t mg_kv_page_size(uint32_t page_size) {
-    return page_size ? page_size : MG_KV_PAGE_SIZE_DEFAULT;
 }
 
 /* Bytes of one pool (K or V) of a checked descriptor; false beyond size_t. */
@@ -190,12 +163,6 @@ static mg_status check_indptr(const int32_t *indptr, uint32_t batch, const char 
                             "%s: %s is not monotone at request %u (%s[%u] = %d < %s[%u] = %d)", fn,
                             name, i, name, i + 1, indptr[i + 1], name, i, indptr[i]);
     return MG_OK;
-}
-
-int64_t mg_kv_len(const int32_t *kv_indptr, const int32_t *last_page_len, uint32_t page_size,
-                  uint32_t request) {
-    int64_t pages = (int64_t)kv_indptr[request + 1] - kv_indptr[request];
-    return pages ? (pages - 1) * page_size + last_page_len[request] : 0;
 }
 
 mg_status mg_kv_page_table_check(const mg_kv_cache_desc *d, const mg_kv_page_table *t,

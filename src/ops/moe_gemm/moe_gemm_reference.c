@@ -17,13 +17,13 @@
 #include "cpu_kernels.h"
 #include "error.h"
 #include "fp8_quantize_host.h"
-#include "gemm_reference.h"
+#include "gemm_host.h"
 #include "metrale/launch.h"
 #include "metrale/ops_gemm.h"
 #include "moe_gemm_provider.h"
 #include "moe_routing_host.h"
 #include "op_builtin.h"
-#include "silu_mul_reference.h"
+#include "silu_mul_host.h"
 
 #define KERNEL_FUNCTION "moe_gemm_ref"
 #define KERNEL_NAME "metrale:" KERNEL_FUNCTION

@@ -114,7 +114,7 @@ static void test_queries(mg_backend *b) {
     mg_cpu_counters counters;
     CHECK_ERROR(mg_cpu_get_counters(b, NULL), MG_ERR_INVALID_ARGUMENT, "NULL output");
     CHECK_ERROR(mg_cpu_set_allocation_cap(NULL, 1), MG_ERR_INVALID_ARGUMENT,
-                "mg_cpu_set_allocation_cap: NULL backend");
+                "mg_cpu_set_allocation_cap: NULL, invalid or closed backend handle");
     CHECK_ERROR(mg_cpu_fail_nth_allocation((mg_backend *)&counters, 1), MG_ERR_INVALID_ARGUMENT,
                 "mg_cpu_fail_nth_allocation: invalid or closed backend handle");
 

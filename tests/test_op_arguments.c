@@ -123,6 +123,22 @@ static void test_prewarm_plans(mg_backend *b) {
     CHECK(mg_gemm_scale_count(&p, true) == 4 && mg_gemm_scale_count(&p, false) == 16);
     p.kind = (mg_gemm_kind)9;
     CHECK(mg_gemm_scale_count(&p, true) == 0);
+
+    /* operand quantization follows the kind: one scale per row here; none for BF16 */
+    uint16_t values[2 * 40];
+    uint8_t codes[2 * 40];
+    float scales[2] = {-1.0f, -1.0f};
+    for (size_t i = 0; i < 80; i++)
+        values[i] = mg_f32_to_bf16((float)i - 30.0f);
+    p.kind = MG_GEMM_FP8_ROWWISE;
+    p.k = 40;
+    CHECK_OK(mg_gemm_quantize_operand(&p, false, values, 2, codes, scales));
+    CHECK(scales[0] == 30.0f / 448.0f && scales[1] == 49.0f / 448.0f);
+    p.kind = MG_GEMM_BF16;
+    CHECK_ERROR(mg_gemm_quantize_operand(&p, true, values, 2, codes, scales),
+                MG_ERR_INVALID_ARGUMENT, "has no FP8 operands");
+    CHECK_ERROR(mg_gemm_quantize_operand(NULL, true, values, 2, codes, scales),
+                MG_ERR_INVALID_ARGUMENT, "plan is NULL");
     CHECK_OK(mg_stream_destroy(s));
 }
 

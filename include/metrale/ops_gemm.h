@@ -327,6 +327,14 @@ MG_API mg_status mg_gemm_workspace_bytes(mg_backend *b, const mg_gemm_plan *plan
  * 0 for BF16. */
 MG_API size_t mg_gemm_scale_count(const mg_gemm_plan *plan, bool act);
 
+/* Quantizes a BF16 operand [rows, plan->k] on the host into what a GEMM of this FP8 plan reads
+ * for the activation (act = true) or the weight: codes[rows * k] and the scales that
+ * mg_gemm_scale_count counts (the quantizer above that the kind and its block mode name; a
+ * 1x128 activation's scales in the natural [rows, L] layout, which the GEMM transposes when
+ * told act_rows_natural). MG_ERR_INVALID_ARGUMENT for a BF16 plan, which quantizes nothing. */
+MG_API mg_status mg_gemm_quantize_operand(const mg_gemm_plan *plan, bool act, const uint16_t *bf16,
+                                          uint32_t rows, uint8_t *codes, float *scales);
+
 /* Plans every shape and gives stream `s` its workspace, so later calls of these shapes on
  * `s` create nothing and may be captured. Blocking host work (library heuristics); does not
  * launch. Not while `s` is capturing (MG_ERR_CAPTURING). The CPU backend checks the plans

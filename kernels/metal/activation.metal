@@ -4,19 +4,6 @@
 #include <metal_stdlib>
 using namespace metal;
 
-static inline float bf16_to_float(ushort v) {
-    return as_type<float>(uint(v) << 16);
-}
-
-// Round to nearest even, NaN kept quiet: what mg_f32_to_bf16 does.
-static inline ushort float_to_bf16(float f) {
-    uint u = as_type<uint>(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return ushort((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return ushort(u >> 16);
-}
-
 kernel void silu_mul_bf16(device const ushort *in [[buffer(0)]], device ushort *out [[buffer(1)]],
                           constant uint &rows [[buffer(2)]], constant uint &cols [[buffer(3)]],
                           constant uint &in_pitch [[buffer(4)]],

@@ -10,18 +10,6 @@ using namespace metal;
 #define ROW_THREADS_MAX 256
 #define ARGMAX_THREADS_MAX 1024
 
-static inline float bf16_to_float(ushort v) {
-    return as_type<float>(uint(v) << 16);
-}
-
-static inline ushort float_to_bf16(float f) {
-    uint u = as_type<uint>(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return ushort((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return ushort(u >> 16);
-}
-
 // out[r] = src[ids[r]] (+ add[ids[r]] when add is bound), zero for an id outside [0, src_rows).
 kernel void
 gather_rows_bf16(device const int *ids [[buffer(0)]], device const ushort *src [[buffer(1)]],

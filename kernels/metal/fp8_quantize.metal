@@ -10,10 +10,6 @@ using namespace metal;
 #define FP8_SCALE_BLOCK 128u
 #define FP8_ROW_THREADS_MAX 128
 
-static inline float bf16_to_float(ushort v) {
-    return as_type<float>(uint(v) << 16);
-}
-
 static inline float amax_accumulate(float amax, float value) {
     float magnitude = fabs(value);
     return isfinite(magnitude) && magnitude > amax ? magnitude : amax;
@@ -21,29 +17,6 @@ static inline float amax_accumulate(float amax, float value) {
 
 static inline float scale_from_amax(float amax) {
     return amax > 0.0f ? amax / FP8_E4M3_MAX : 1.0f;
-}
-
-// mg_f32_to_fp8_e4m3 (src/core/dtype.c), bit for bit.
-static inline uchar f32_to_e4m3(float value) {
-    uint u = as_type<uint>(value);
-    uint sign = (u >> 24) & 0x80u, magnitude = u & 0x7fffffffu;
-    if (magnitude > 0x7f800000u)
-        return uchar(sign | 0x7fu);
-    if (magnitude >= 0x43e00000u)
-        return uchar(sign | 0x7eu);
-    if (magnitude < 0x3c800000u) { // subnormal: multiples of 2^-9, scaling by 512 is exact
-        float scaled = as_type<float>(magnitude) * 512.0f;
-        uint whole = uint(scaled);
-        float fraction = scaled - float(whole);
-        if (fraction > 0.5f || (fraction == 0.5f && (whole & 1u)))
-            whole++;
-        return uchar(sign | whole);
-    }
-    uint kept = magnitude >> 20, dropped = magnitude & 0xfffffu;
-    if (dropped > 0x80000u || (dropped == 0x80000u && (kept & 1u)))
-        kept++;
-    uint code = kept - (120u << 3);
-    return uchar(sign | (code > 0x7eu ? 0x7eu : code));
 }
 
 static inline uchar quantize_value(float value, float scale) {

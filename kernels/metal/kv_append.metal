@@ -10,41 +10,6 @@ using namespace metal;
 
 #define KV_MAX_HEAD_DIM 512u
 
-static inline float bf16_to_float(ushort v) {
-    return as_type<float>(uint(v) << 16);
-}
-
-static inline ushort float_to_bf16(float f) {
-    uint u = as_type<uint>(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return ushort((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return ushort(u >> 16);
-}
-
-// mg_f32_to_fp8_e4m3 (src/core/dtype.c), bit for bit.
-static inline uchar f32_to_e4m3(float value) {
-    uint u = as_type<uint>(value);
-    uint sign = (u >> 24) & 0x80u, magnitude = u & 0x7fffffffu;
-    if (magnitude > 0x7f800000u)
-        return uchar(sign | 0x7fu);
-    if (magnitude >= 0x43e00000u)
-        return uchar(sign | 0x7eu);
-    if (magnitude < 0x3c800000u) {
-        float scaled = as_type<float>(magnitude) * 512.0f;
-        uint whole = uint(scaled);
-        float fraction = scaled - float(whole);
-        if (fraction > 0.5f || (fraction == 0.5f && (whole & 1u)))
-            whole++;
-        return uchar(sign | whole);
-    }
-    uint kept = magnitude >> 20, dropped = magnitude & 0xfffffu;
-    if (dropped > 0x80000u || (dropped == 0x80000u && (kept & 1u)))
-        kept++;
-    uint code = kept - (120u << 3);
-    return uchar(sign | (code > 0x7eu ? 0x7eu : code));
-}
-
 // One head of d BF16 from src to dst (which may alias): rotated when rope, BF16 when scale is
 // 0, else E4M3 codes of value / scale.
 static inline void move_head(device const ushort *src, device uchar *dst, uint d, bool rope,

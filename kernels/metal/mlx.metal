@@ -16,18 +16,6 @@ using namespace metal;
 #define MLX_GEMV_ROWS 16 // output rows per threadgroup (the front's GEMV_ROWS_PER_BLOCK)
 #define MLX_GEMV_THREADS_MAX 128
 
-static inline float bf16_to_float(ushort v) {
-    return as_type<float>(uint(v) << 16);
-}
-
-static inline ushort float_to_bf16(float f) {
-    uint u = as_type<uint>(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return ushort((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return ushort(u >> 16);
-}
-
 static inline float scale_value(ushort v, uint scale_type) {
     return scale_type == MLX_SCALE_F16 ? float(as_type<half>(v)) : bf16_to_float(v);
 }

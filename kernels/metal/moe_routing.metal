@@ -11,18 +11,6 @@ using namespace metal;
 #define MOE_MAX_TOPK 8u
 #define MOE_SORT_CHUNK 4096u
 
-static inline float bf16_to_float(ushort v) {
-    return as_type<float>(uint(v) << 16);
-}
-
-static inline ushort float_to_bf16(float f) {
-    uint u = as_type<uint>(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return ushort((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return ushort(u >> 16);
-}
-
 // Per token: the k largest logits (NaN as -inf; ties keep the lower expert), and their softmax
 // weights over the chosen k (renormalize) or over all experts. One thread per token.
 kernel void moe_topk(device const void *logits [[buffer(0)]], device int *ids [[buffer(1)]],

@@ -10,54 +10,6 @@ using namespace metal;
 #define SF_TILE_ROWS 128u
 #define SF_TILE_COLS 4u
 
-static inline float bf16_to_float(ushort v) {
-    return as_type<float>(uint(v) << 16);
-}
-
-static inline ushort float_to_bf16(float f) {
-    uint u = as_type<uint>(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return ushort((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return ushort(u >> 16);
-}
-
-// mg_f32_to_fp8_e4m3 (src/core/dtype.c), bit for bit.
-static inline uchar f32_to_e4m3(float value) {
-    uint u = as_type<uint>(value);
-    uint sign = (u >> 24) & 0x80u, magnitude = u & 0x7fffffffu;
-    if (magnitude > 0x7f800000u)
-        return uchar(sign | 0x7fu);
-    if (magnitude >= 0x43e00000u)
-        return uchar(sign | 0x7eu);
-    if (magnitude < 0x3c800000u) {
-        float scaled = as_type<float>(magnitude) * 512.0f;
-        uint whole = uint(scaled);
-        float fraction = scaled - float(whole);
-        if (fraction > 0.5f || (fraction == 0.5f && (whole & 1u)))
-            whole++;
-        return uchar(sign | whole);
-    }
-    uint kept = magnitude >> 20, dropped = magnitude & 0xfffffu;
-    if (dropped > 0x80000u || (dropped == 0x80000u && (kept & 1u)))
-        kept++;
-    uint code = kept - (120u << 3);
-    return uchar(sign | (code > 0x7eu ? 0x7eu : code));
-}
-
-// mg_fp8_e4m3_to_f32: exact (powers of two times small integers).
-static inline float e4m3_to_float(uchar code) {
-    uint exponent = (code >> 3) & 0xfu, mantissa = code & 0x7u;
-    float magnitude;
-    if (exponent == 0xfu && mantissa == 0x7u)
-        magnitude = NAN;
-    else if (exponent == 0)
-        magnitude = float(mantissa) / 512.0f;
-    else
-        magnitude = float(8u + mantissa) * as_type<float>((exponent + 117u) << 23); // 2^(e-10)
-    return (code & 0x80u) ? -magnitude : magnitude;
-}
-
 static inline float e2m1_to_float(uint nibble) {
     const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     float m = magnitude[nibble & 7u];

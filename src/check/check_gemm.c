@@ -249,21 +249,6 @@ static void free_operands(fp8_operands *o) {
     free(o->weight_scale);
 }
 
-static mg_status quantize(const mg_gemm_plan *p, bool is_act, const uint16_t *values, uint32_t rows,
-                          uint8_t *codes, float *scales) {
-    switch (p->kind) {
-    case MG_GEMM_FP8_TENSORWISE:
-        return mg_fp8_quantize_tensorwise(values, rows, p->k, codes, scales);
-    case MG_GEMM_FP8_ROWWISE:
-        return mg_fp8_quantize_rowwise(values, rows, p->k, codes, scales);
-    default:
-        break;
-    }
-    mg_fp8_block_scale mode = is_act ? p->act_mode : p->weight_mode;
-    return mode == MG_FP8_BLOCK_1X128 ? mg_fp8_quantize_1x128(values, rows, p->k, codes, scales)
-                                      : mg_fp8_quantize_128x128(values, rows, p->k, codes, scales);
-}
-
 /* Quantizes random activations of `m` real rows (padded with zero rows to p->m) and weights. */
 static mg_status make_fp8_operands(uint64_t *rng, const mg_gemm_plan *p, uint32_t m,
                                    fp8_operands *o) {
@@ -278,9 +263,9 @@ static mg_status make_fp8_operands(uint64_t *rng, const mg_gemm_plan *p, uint32_
     if (act && weight && o->act && o->weight && o->act_scale && o->weight_scale) {
         memset(act + (size_t)m * p->k, 0, (size_t)(p->m - m) * p->k * 2);
         bool natural = p->kind == MG_GEMM_FP8_BLOCKSCALED && p->act_mode == MG_FP8_BLOCK_1X128;
-        st = quantize(p, true, act, natural ? m : p->m, o->act, o->act_scale);
+        st = mg_gemm_quantize_operand(p, true, act, natural ? m : p->m, o->act, o->act_scale);
         if (st == MG_OK)
-            st = quantize(p, false, weight, p->n, o->weight, o->weight_scale);
+            st = mg_gemm_quantize_operand(p, false, weight, p->n, o->weight, o->weight_scale);
     }
     free(act);
     free(weight);

@@ -1,17 +1,18 @@
 /*
  * test_kernel_numerics.c - the kernels' numeric headers (kernels/cuda/common/bf16.cuh,
- * fp8_e4m3.cuh, fp4_e2m1.cuh) compiled as host code and compared bit for bit with the
- * library's conversions (src/core/dtype.c, mg_nvfp4_e2m1_to_f32): every BF16, E4M3 and E2M1
- * code; for the encoders every BF16 and E4M3 value, the midpoints between neighbours and one
- * float either side of each, the specials, and a large sample of random float bit patterns.
- * The device builds of the same functions differ only where the headers say (the hardware
- * conversions, with NaN redone), which this CPU test cannot reach.
+ * f16.cuh, fp8_e4m3.cuh, fp4_e2m1.cuh) compiled as host code and compared bit for bit with the
+ * library's conversions (src/core/dtype.c, mg_nvfp4_e2m1_to_f32): every BF16, FP16, E4M3 and
+ * E2M1 code; for the encoders every BF16, FP16 and E4M3 value, the midpoints between neighbours and
+ * one float either side of each, the specials, and a large sample of random float bit patterns. The
+ * device builds of the same functions differ only where the headers say (the hardware conversions,
+ * with NaN redone), which this CPU test cannot reach.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "bf16.cuh"
+#include "f16.cuh"
 #include "fp4_e2m1.cuh"
 #include "fp8_e4m3.cuh"
 #include "metrale/dtype.h"
@@ -34,6 +35,11 @@ static float float_of(uint32_t u) {
 static size_t bf16_encode_mismatches(uint32_t u) {
     float f = float_of(u);
     return mg_num_f32_to_bf16(f) != mg_f32_to_bf16(f);
+}
+
+static size_t f16_encode_mismatches(uint32_t u) {
+    float f = float_of(u);
+    return mg_num_f32_to_f16(f) != mg_f32_to_f16(f);
 }
 
 static size_t fp8_encode_mismatches(uint32_t u) {
@@ -80,6 +86,38 @@ static void test_bf16(void) {
     CHECK(mg_num_f32_to_bf16(float_of(0x7f7fffffu)) == 0x7f80u); /* FLT_MAX rounds up */
 }
 
+static void test_f16(void) {
+    size_t decode_bad = 0, encode_bad = 0;
+    for (uint32_t code = 0; code < 0x10000u; code++) {
+        float want = mg_f16_to_f32((uint16_t)code), got = mg_num_f16_to_f32(code | 0x5a5a0000u);
+        decode_bad += bits_of(got) != bits_of(want);
+        if (isnan(want))
+            continue;
+        /* the value and the midpoint to the next code (round to even decides) */
+        encode_bad += around(bits_of(want), f16_encode_mismatches);
+        if ((code & 0x7fffu) < 0x7bffu) {
+            float next = mg_f16_to_f32((uint16_t)(code + 1));
+            encode_bad += around(bits_of((want + next) / 2), f16_encode_mismatches);
+        }
+    }
+    const float specials[] = {65504.0f, 65519.0f, 65520.0f, 1e30f,    INFINITY,
+                              NAN,      -NAN,     0x1p-24f, 0x1p-25f, 0x1.8p-25f};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        encode_bad += around(bits_of(specials[i]), f16_encode_mismatches);
+    for (int i = 0; i < (1 << 22); i++) {
+        uint64_t r = test_rand();
+        encode_bad += f16_encode_mismatches((uint32_t)r);
+        /* magnitudes where FP16 lives: exponents 2^-26 .. 2^16 */
+        uint32_t narrow = (uint32_t)(r >> 32);
+        narrow = (narrow & 0x807fffffu) | ((101u + (narrow >> 23) % 43u) << 23);
+        encode_bad += f16_encode_mismatches(narrow);
+    }
+    CHECK(decode_bad == 0);
+    CHECK(encode_bad == 0);
+    CHECK(mg_num_f32_to_f16(float_of(0xff800001u)) == 0xfe00u); /* signalling -NaN, quieted */
+    CHECK(mg_num_f32_to_f16(65520.0f) == 0x7c00u && mg_num_f32_to_f16(0x1p-25f) == 0);
+}
+
 static void test_fp8(void) {
     size_t decode_bad = 0, encode_bad = 0;
     for (uint32_t code = 0; code < 0x100u; code++) {
@@ -107,6 +145,17 @@ static void test_fp8(void) {
         uint32_t narrow = (uint32_t)(r >> 32);
         narrow = (narrow & 0x807fffffu) | ((115u + (narrow >> 23) % 22u) << 23);
         encode_bad += fp8_encode_mismatches(narrow);
+    }
+    /* four codes of a word, lowest byte first */
+    for (uint32_t i = 0; i < 0x10000u; i++) {
+        uint32_t word = (uint32_t)test_rand();
+        float four[4];
+        mg_num_fp8x4_e4m3_to_f32(word, four);
+        for (int b = 0; b < 4; b++) {
+            float want = mg_fp8_e4m3_to_f32((uint8_t)(word >> (8 * b)));
+            decode_bad += isnan(want) ? !isnan(four[b]) || signbit(four[b]) != signbit(want)
+                                      : bits_of(four[b]) != bits_of(want);
+        }
     }
     CHECK(decode_bad == 0);
     CHECK(encode_bad == 0);
@@ -153,6 +202,7 @@ static void test_fp4(void) {
 int main(void) {
     test_seed();
     test_bf16();
+    test_f16();
     test_fp8();
     test_fp4();
     return test_finish();

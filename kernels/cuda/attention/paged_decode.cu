@@ -19,11 +19,10 @@
 // of the KV head; the value scale multiplies the output. The LSE written is base 2, as
 // FlashInfer's and the CPU reference's.
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include "common/bf16.cuh"
+#include "common/fp8_e4m3.cuh"
 
 #include "attention/paged_decode_merge.cuh"
 #include "common/grid_dependency.cuh"
@@ -41,18 +40,8 @@ struct Fp8Codes {
         raw = *reinterpret_cast<const uint2 *>(slot);
     }
     __device__ __forceinline__ void widen(float (&out)[8]) const {
-        const uint32_t w[2] = {raw.x, raw.y};
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                __half2_raw pair = __nv_cvt_fp8x2_to_halfraw2(
-                    static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * h)), __NV_E4M3);
-                float2 f = __half22float2(*reinterpret_cast<__half2 *>(&pair));
-                out[4 * i + 2 * h] = f.x;
-                out[4 * i + 2 * h + 1] = f.y;
-            }
-        }
+        mg_num_fp8x4_e4m3_to_f32(raw.x, out);
+        mg_num_fp8x4_e4m3_to_f32(raw.y, out + 4);
     }
 };
 

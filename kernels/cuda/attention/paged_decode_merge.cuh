@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "common/bf16.cuh"
 #include "common/copy_async.cuh"
 #include "common/paged_decode_abi.h"
 
@@ -129,7 +130,7 @@ __device__ __forceinline__ Item load_item(const Args &p, const Schedule &sched, 
 __device__ __forceinline__ void write_row(const Args &p, const Item &it, int r, int d, int D,
                                           float m, float l, float o, float v_scale) {
     const size_t out_row = it.q_offset(p, it.row_begin + r);
-    p.o[out_row * D + d] = __float2bfloat16_rn(l > 0.0f ? o / l * v_scale : 0.0f);
+    p.o[out_row * D + d] = mg_num_to_nv_bf16(l > 0.0f ? o / l * v_scale : 0.0f);
     if (p.lse && d == 0)
         p.lse[out_row] = l > 0.0f ? m + __log2f(l) : kNegInf;
 }
@@ -189,7 +190,7 @@ __device__ __forceinline__ void merge_group(const Args &p, const Item &it, int f
         for (int c = 0; c < chunks; c++)
             o += weight[c * ROWS + r] * __ldcg(&p.partial_o[slot_of(c, r) * D + d]);
         const size_t out_row = it.q_offset(p, it.row_begin + r);
-        p.o[out_row * D + d] = __float2bfloat16_rn(o * v_scale);
+        p.o[out_row * D + d] = mg_num_to_nv_bf16(o * v_scale);
         if (p.lse && d == 0)
             p.lse[out_row] = row_sum[r] > 0.0f ? row_max[r] + __log2f(row_sum[r]) : kNegInf;
     }

@@ -79,4 +79,11 @@ MG_NUM_FN uint32_t mg_num_bf16_pack(float low, float high) {
 #endif
 }
 
+#ifdef __CUDACC__
+// The same rounding for a kernel that stores CUDA's BF16 type.
+__device__ __forceinline__ __nv_bfloat16 mg_num_to_nv_bf16(float value) {
+    return __ushort_as_bfloat16((unsigned short)mg_num_f32_to_bf16(value));
+}
+#endif
+
 #endif

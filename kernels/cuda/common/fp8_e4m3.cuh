@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #ifdef __CUDACC__
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #endif
 
@@ -62,6 +63,25 @@ MG_NUM_FN uint32_t mg_num_f32_to_fp8_e4m3(float value) {
         kept++;
     uint32_t code = kept - (120u << 3);
     return sign | (code > 0x7eu ? 0x7eu : code);
+#endif
+}
+
+// The four codes of one word (memory order: the lowest byte first), widened exactly. On the
+// device two hardware conversions through FP16 (exact: every E4M3 value is an FP16 value, and
+// NaN stays NaN of its sign).
+MG_NUM_FN void mg_num_fp8x4_e4m3_to_f32(uint32_t codes, float out[4]) {
+#ifdef __CUDA_ARCH__
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const __half2_raw pair = __nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>(codes >> (16 * h)), __NV_E4M3);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&pair));
+        out[2 * h] = f.x;
+        out[2 * h + 1] = f.y;
+    }
+#else
+    for (int i = 0; i < 4; i++)
+        out[i] = mg_num_fp8_e4m3_to_f32((codes >> (8 * i)) & 0xffu);
 #endif
 }
 

@@ -174,7 +174,7 @@ __global__ void silu_mul_kernel(const uint4 *gate, const uint4 *up, uint32_t in_
             const float x = mg_num_bf16_to_f32((gw[j] >> (16 * h)) & 0xffffu);
             const float y = mg_num_bf16_to_f32((uw[j] >> (16 * h)) & 0xffffu);
             const float v = x / (1.f + __expf(-x)) * y;
-            packed |= (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v)) << (16 * h);
+            packed |= mg_num_f32_to_bf16(v) << (16 * h);
         }
         ow[j] = packed;
     }

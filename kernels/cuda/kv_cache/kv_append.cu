@@ -26,9 +26,9 @@
 // round to nearest even saturating to +-448 (cvt.rn.satfinite), 8 bytes per half item.
 // Same argument lists as the CPU reference (src/ops/kv_cache/kv_append_reference.c).
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 #include <stdint.h>
 
+#include "common/bf16.cuh"
 #include "common/fp8_e4m3.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/kv_slot.cuh"
@@ -39,22 +39,17 @@ constexpr uint32_t kMaxHalfDim = 256; // head_dim up to 512
 constexpr uint32_t kItemsPerThread = 4;
 
 __device__ __forceinline__ void unpack(const uint4 &raw, float out[8]) {
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(h[i]);
-        out[2 * i] = f.x;
-        out[2 * i + 1] = f.y;
+        out[2 * i] = mg_num_bf16_low(words[i]);
+        out[2 * i + 1] = mg_num_bf16_high(words[i]);
     }
 }
 
 __device__ __forceinline__ uint4 pack(const float in[8]) {
-    uint4 raw;
-    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        h[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
-    return raw;
+    return make_uint4(mg_num_bf16_pack(in[0], in[1]), mg_num_bf16_pack(in[2], in[3]),
+                      mg_num_bf16_pack(in[4], in[5]), mg_num_bf16_pack(in[6], in[7]));
 }
 
 // Rotates elements [i0, i0 + 8) (lo) and [i0 + D/2, i0 + D/2 + 8) (hi) of one head with the

@@ -23,10 +23,10 @@
 // Codes become floats without conversion instructions: 8 bits through the 2^23 magic (prmt
 // into 0x4b0000qq, minus 2^23); 4 bits through a BF16 magic 128 + q whose offset 128 is folded
 // into the bias (bias - 128 * scale).
-#include <cuda_fp16.h>
 #include <stdint.h>
 
 #include "common/bf16.cuh"
+#include "common/f16.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/stream_load.cuh"
 
@@ -41,12 +41,13 @@ enum { kPlain = 0, kSiluGate = 1, kSiluGateResid = 2 };
 
 __device__ __forceinline__ float scale_value(const uint16_t *p, size_t i, bool f16) {
     uint16_t bits = p[i];
-    return f16 ? __half2float(__ushort_as_half(bits)) : mg_num_bf16_to_f32(bits);
+    return f16 ? mg_num_f16_to_f32(bits) : mg_num_bf16_to_f32(bits);
 }
 
 // x rounded to the scale type (F16 or BF16) and back.
 __device__ __forceinline__ float round_to(float x, bool f16) {
-    return f16 ? __half2float(__float2half_rn(x)) : mg_num_bf16_to_f32(mg_num_f32_to_bf16(x));
+    return f16 ? mg_num_f16_to_f32(mg_num_f32_to_f16(x))
+               : mg_num_bf16_to_f32(mg_num_f32_to_bf16(x));
 }
 
 // ------------------------------------------------------------------ dequant

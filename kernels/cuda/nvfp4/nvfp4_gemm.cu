@@ -311,10 +311,8 @@ extern "C" __global__ void __launch_bounds__(256)
                 const uint32_t hi = mul_bf16x2(decode_pair(words[kt], h + 2), scale); // e 2, 3
                 const float v[4] = {mg_num_bf16_low(lo), mg_num_bf16_high(lo), mg_num_bf16_low(hi),
                                     mg_num_bf16_high(hi)};
-                __nv_bfloat162 a = __floats2bfloat162_rn(v[0] * global, v[1] * global);
-                __nv_bfloat162 b = __floats2bfloat162_rn(v[2] * global, v[3] * global);
-                pairs[kt * 2] = *reinterpret_cast<uint32_t *>(&a);
-                pairs[kt * 2 + 1] = *reinterpret_cast<uint32_t *>(&b);
+                pairs[kt * 2] = mg_num_bf16_pack(v[0] * global, v[1] * global);
+                pairs[kt * 2 + 1] = mg_num_bf16_pack(v[2] * global, v[3] * global);
             }
             uint4 *dst = reinterpret_cast<uint4 *>(out + (uint64_t)row * k + q * 16);
             dst[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);

@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "common/bf16.cuh"
 #include "nvfp4/nvfp4_hopper_layout.h"
 
 namespace mg_nvfp4 {
@@ -74,7 +75,7 @@ __device__ __forceinline__ void store_output(const gemm_args &a, uint32_t r, uin
                                              float value) {
     if (a.token_ids && (uint32_t)a.token_ids[r] >= a.act_rows)
         value = 0.0f;
-    a.out[(uint64_t)r * a.ldc + n] = __float2bfloat16_rn(value);
+    a.out[(uint64_t)r * a.ldc + n] = mg_num_to_nv_bf16(value);
 }
 
 struct token_tile {

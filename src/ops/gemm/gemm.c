@@ -112,6 +112,27 @@ size_t mg_gemm_scale_count(const mg_gemm_plan *p, bool act) {
     return 0;
 }
 
+mg_status mg_gemm_quantize_operand(const mg_gemm_plan *p, bool act, const uint16_t *bf16,
+                                   uint32_t rows, uint8_t *codes, float *scales) {
+    if (!p)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_gemm_quantize_operand: plan is NULL");
+    switch (p->kind) {
+    case MG_GEMM_BF16:
+        break;
+    case MG_GEMM_FP8_TENSORWISE:
+        return mg_fp8_quantize_tensorwise(bf16, rows, p->k, codes, scales);
+    case MG_GEMM_FP8_ROWWISE:
+        return mg_fp8_quantize_rowwise(bf16, rows, p->k, codes, scales);
+    case MG_GEMM_FP8_BLOCKSCALED:
+        return (act ? p->act_mode : p->weight_mode) == MG_FP8_BLOCK_1X128
+                   ? mg_fp8_quantize_1x128(bf16, rows, p->k, codes, scales)
+                   : mg_fp8_quantize_128x128(bf16, rows, p->k, codes, scales);
+    }
+    return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                    "mg_gemm_quantize_operand: kind %d has no FP8 operands to quantize",
+                    (int)p->kind);
+}
+
 /* The columns of out: N, or N/2 after SiLU(gate) * up. */
 static uint32_t out_cols(const mg_gemm_plan *p) {
     return p->fusion.epilogue == MG_GEMM_EPILOGUE_SILU_MUL ? p->n / 2 : p->n;

@@ -22,7 +22,9 @@ TAIL=4
 step check timeout 400 "$BIN/metrale-gpu" --backend cuda check
 grep -E " (FAIL|fail) " "$L/check.txt" >> "$S"
 tail -n 1 "$L/check.txt" >> "$S"
-for t in test_sample test_generate test_forward_cuda test_cuda_graph test_kv_cache_cuda test_cuda_mlx; do
+# GPU_TESTS: the test programs to run (default: these six), each skipped when not packed.
+for t in ${GPU_TESTS:-test_sample test_generate test_forward_cuda test_cuda_graph test_kv_cache_cuda test_cuda_mlx}; do
+  [ -x "$BIN/$t" ] || { echo "$t: not packed" | tee -a "$S"; continue; }
   step "$t" timeout 300 "$BIN/$t"
 done
 python3 -c 'import pytest, numpy' 2>/dev/null || \

@@ -17,6 +17,7 @@
  *  - a thousand decode steps allocate nothing after the first (the ledger is unchanged);
  *  - a run longer than the checkpoint's context is refused.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,6 +437,160 @@ static void test_disagreeing(mg_backend *b) {
     unlink(tmp);
 }
 
+/* `data` (a GGUF file of `size` bytes, default alignment) with one more tensor appended:
+ * "rope_freqs.weight" of `count` elements of `type` (F32 or F16) from `values`. The new info
+ * goes after the last one (found by its name in the header), the new data after the last
+ * tensor's; every other byte keeps its place relative to its section. Returns the new size. */
+static size_t append_rope_freqs(const unsigned char *data, size_t size, uint32_t type,
+                                const float *values, uint32_t count, unsigned char **out) {
+    *out = NULL;
+    mg_gguf *g = NULL;
+    if (mg_gguf_open_memory(data, size, "copy", &g) != MG_OK)
+        return 0;
+    const size_t n = mg_gguf_tensor_count(g);
+    const mg_gguf_tensor *last = mg_gguf_tensor_at(g, n - 1);
+    const uint8_t *data_start = data + size;
+    for (size_t i = 0; i < n; i++)
+        if (mg_gguf_tensor_at(g, i)->data < data_start)
+            data_start = mg_gguf_tensor_at(g, i)->data;
+    /* the last info: u64 name length, the name, u32 n_dims, n_dims u64, u32 type, u64 offset */
+    const size_t name_len = strlen(last->name);
+    const unsigned char *info = NULL;
+    for (const unsigned char *p = data; p + 8 + name_len <= data_start; p++) {
+        uint64_t len;
+        memcpy(&len, p, 8);
+        if (len == name_len && !memcmp(p + 8, last->name, name_len))
+            info = p;
+    }
+    const size_t header = 4 + 4 + 8 + 8;
+    if (!info) {
+        mg_gguf_close(g);
+        return 0;
+    }
+    uint32_t n_dims;
+    memcpy(&n_dims, info + 8 + name_len, 4);
+    const size_t infos_end = (size_t)(info - data) + 8 + name_len + 4 + 8 * n_dims + 4 + 8;
+    const size_t data_bytes = size - (size_t)(data_start - data);
+    mg_gguf_close(g);
+
+    buf b = {0};
+    put(&b, data, header);
+    uint64_t tensor_count = n + 1;
+    memcpy(b.p + 8, &tensor_count, 8);
+    put(&b, data + header, infos_end - header);
+    put_str(&b, "rope_freqs.weight");
+    put_u32(&b, 1);
+    put_u64(&b, count);
+    put_u32(&b, type);
+    put_u64(&b, (data_bytes + 31) / 32 * 32);
+    while (b.n % 32)
+        put(&b, "", 1);
+    put(&b, data_start, data_bytes);
+    while (b.n % 32)
+        put(&b, "", 1);
+    for (uint32_t i = 0; i < count; i++) {
+        if (type == MG_GGUF_F32) {
+            put(&b, &values[i], 4);
+        } else {
+            const uint16_t h = 0x3C00; /* 1.0 in FP16: the type alone is refused */
+            put(&b, &h, 2);
+        }
+    }
+    *out = b.p;
+    return b.n;
+}
+
+/* Llama 3.1's rope_freqs.weight: factors of 1 leave the network as it was (the same tokens);
+ * a wrong type or length is refused as unsupported, a factor that is not finite and positive
+ * as invalid, with the index and value named. */
+static void test_rope_freqs(mg_backend *b) {
+    char path[1024], tmp[] = "/tmp/test_gguf_XXXXXX";
+    snprintf(path, sizeof path, "%s/tiny_q4_1.gguf", corpus_dir());
+    size_t size = 0;
+    unsigned char *data = (unsigned char *)test_read_file(path, &size);
+    CHECK(data != NULL);
+    int fd = mkstemp(tmp);
+    if (!data || fd < 0) {
+        free(data);
+        return;
+    }
+    close(fd);
+    const int32_t prompt[] = {3, 50, 7, 99, 12};
+    mg_fwd_config c = {
+        .batch = 1, .steps = 6, .seed = 1, .prompt_ids = prompt, .prompt_ids_count = 5};
+    int32_t plain[7] = {0};
+    uint32_t head_dim = 0, n = 0;
+    mg_fwd *m = NULL;
+    c.model_path = path;
+    CHECK_OK(mg_fwd_create(b, &c, &m));
+    if (m) {
+        mg_fwd_weights w;
+        head_dim = mg_fwd_get_preset(m, &w)->shape.head_dim;
+        CHECK_OK(mg_fwd_prefill(m, mg_stream_default(b)));
+        for (int i = 0; i < 6; i++)
+            CHECK_OK(mg_fwd_decode(m, mg_stream_default(b)));
+        const int32_t *ids = mg_fwd_tokens(m, 0, &n);
+        CHECK(n == 7);
+        memcpy(plain, ids, sizeof plain);
+        mg_fwd_destroy(m);
+    }
+    const uint32_t half = head_dim / 2;
+    float factors[256];
+    CHECK(half > 0 && half < 255);
+    if (half == 0 || half >= 255) {
+        free(data);
+        unlink(tmp);
+        return;
+    }
+    struct {
+        uint32_t type, count;
+        int bad_index;
+        float bad_value;
+        mg_status want;
+        const char *needle;
+    } cases[] = {
+        {MG_GGUF_F32, half, -1, 0, MG_OK, NULL},
+        {MG_GGUF_F32, half, 3, NAN, MG_ERR_INVALID_ARGUMENT, "rope_freqs.weight[3] = nan"},
+        {MG_GGUF_F32, half, 0, 0.0f, MG_ERR_INVALID_ARGUMENT, "rope_freqs.weight[0] = 0"},
+        {MG_GGUF_F32, half, (int)half - 1, -2.0f, MG_ERR_INVALID_ARGUMENT, "= -2 (must be finite"},
+        {MG_GGUF_F32, half, 1, INFINITY, MG_ERR_INVALID_ARGUMENT, "rope_freqs.weight[1] = inf"},
+        {MG_GGUF_F32, half + 1, -1, 0, MG_ERR_UNSUPPORTED, "must be F32 ["},
+        {MG_GGUF_F16, half, -1, 0, MG_ERR_UNSUPPORTED, "of a llama architecture"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        for (uint32_t i = 0; i <= half; i++)
+            factors[i] = 1.0f;
+        if (cases[k].bad_index >= 0)
+            factors[cases[k].bad_index] = cases[k].bad_value;
+        unsigned char *file = NULL;
+        size_t file_size =
+            append_rope_freqs(data, size, cases[k].type, factors, cases[k].count, &file);
+        CHECK(file != NULL && write_file(tmp, file, file_size));
+        free(file);
+        uint64_t live0 = 0, count0 = 0, live1 = 0, count1 = 0;
+        CHECK_OK(mg_ledger_live(b, &live0, &count0));
+        c.model_path = tmp;
+        m = NULL;
+        CHECK_STATUS(mg_fwd_create(b, &c, &m), cases[k].want);
+        if (cases[k].needle) {
+            CHECK(m == NULL);
+            CHECK_FWD_MESSAGE(cases[k].needle);
+        }
+        if (m) {
+            CHECK_OK(mg_fwd_prefill(m, mg_stream_default(b)));
+            for (int i = 0; i < 6; i++)
+                CHECK_OK(mg_fwd_decode(m, mg_stream_default(b)));
+            const int32_t *ids = mg_fwd_tokens(m, 0, &n);
+            CHECK(n == 7 && !memcmp(ids, plain, sizeof plain));
+            mg_fwd_destroy(m);
+        }
+        CHECK_OK(mg_ledger_live(b, &live1, &count1));
+        CHECK(live1 == live0 && count1 == count0);
+    }
+    free(data);
+    unlink(tmp);
+}
+
 /* The tiny checkpoints were trained for 2048 tokens: a longer run is refused, never truncated. */
 static void test_context_limit(mg_backend *b) {
     char path[1024];
@@ -468,6 +623,7 @@ int main(void) {
     if (b) {
         test_corpus(b);
         test_disagreeing(b);
+        test_rope_freqs(b);
         test_steps_allocate_nothing(b);
         test_context_limit(b);
         mg_backend_close(b);

@@ -370,20 +370,31 @@ static void test_steps_allocate_nothing(mg_backend *b) {
     mg_fwd_destroy(m);
 }
 
+/* The committed tiny_q4_1.gguf read into memory, and an empty temporary file made at `tmp` (a
+ * mkstemp template) for the caller's variants of it; NULL, with neither left, on failure. */
+static unsigned char *read_tiny_q4_1(size_t *size, char *tmp) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tiny_q4_1.gguf", corpus_dir());
+    unsigned char *data = (unsigned char *)test_read_file(path, size);
+    CHECK(data != NULL);
+    int fd = data ? mkstemp(tmp) : -1;
+    CHECK(!data || fd >= 0);
+    if (fd < 0) {
+        free(data);
+        return NULL;
+    }
+    close(fd);
+    return data;
+}
+
 /* A corpus file with one byte changed where the metadata says the layer count: shapes then
  * disagree or tensors are unused. */
 static void test_disagreeing(mg_backend *b) {
-    char path[1024], tmp[] = "/tmp/test_gguf_XXXXXX";
-    snprintf(path, sizeof path, "%s/tiny_q4_1.gguf", corpus_dir());
+    char tmp[] = "/tmp/test_gguf_XXXXXX";
     size_t size = 0;
-    unsigned char *data = (unsigned char *)test_read_file(path, &size);
-    CHECK(data != NULL);
-    int fd = mkstemp(tmp);
-    if (!data || fd < 0) {
-        free(data);
+    unsigned char *data = read_tiny_q4_1(&size, tmp);
+    if (!data)
         return;
-    }
-    close(fd);
     /* embedding_length 32 -> 48: every shape disagrees */
     static const char key[] = "llama.embedding_length";
     unsigned char *k = memmem(data, size, key, sizeof key - 1);
@@ -500,38 +511,41 @@ static size_t append_rope_freqs(const unsigned char *data, size_t size, uint32_t
     return b.n;
 }
 
+/* The prompt's prefill and six decode steps of `m` (made with .steps = 6): its 7 tokens. */
+static void generate_seven(mg_backend *b, mg_fwd *m, int32_t tokens[7]) {
+    uint32_t n = 0;
+    CHECK_OK(mg_fwd_prefill(m, mg_stream_default(b)));
+    for (int i = 0; i < 6; i++)
+        CHECK_OK(mg_fwd_decode(m, mg_stream_default(b)));
+    const int32_t *ids = mg_fwd_tokens(m, 0, &n);
+    CHECK(n == 7);
+    memset(tokens, 0xff, 7 * sizeof *tokens);
+    if (n == 7)
+        memcpy(tokens, ids, 7 * sizeof *tokens);
+}
+
 /* Llama 3.1's rope_freqs.weight: factors of 1 leave the network as it was (the same tokens);
  * a wrong type or length is refused as unsupported, a factor that is not finite and positive
  * as invalid, with the index and value named. */
 static void test_rope_freqs(mg_backend *b) {
-    char path[1024], tmp[] = "/tmp/test_gguf_XXXXXX";
-    snprintf(path, sizeof path, "%s/tiny_q4_1.gguf", corpus_dir());
+    char tmp[] = "/tmp/test_gguf_XXXXXX";
     size_t size = 0;
-    unsigned char *data = (unsigned char *)test_read_file(path, &size);
-    CHECK(data != NULL);
-    int fd = mkstemp(tmp);
-    if (!data || fd < 0) {
-        free(data);
+    unsigned char *data = read_tiny_q4_1(&size, tmp);
+    if (!data)
         return;
-    }
-    close(fd);
     const int32_t prompt[] = {3, 50, 7, 99, 12};
     mg_fwd_config c = {
         .batch = 1, .steps = 6, .seed = 1, .prompt_ids = prompt, .prompt_ids_count = 5};
-    int32_t plain[7] = {0};
-    uint32_t head_dim = 0, n = 0;
+    c.model_path = tmp;
+    int32_t plain[7] = {0}, tokens[7];
+    uint32_t head_dim = 0;
     mg_fwd *m = NULL;
-    c.model_path = path;
+    CHECK(write_file(tmp, data, size));
     CHECK_OK(mg_fwd_create(b, &c, &m));
     if (m) {
         mg_fwd_weights w;
         head_dim = mg_fwd_get_preset(m, &w)->shape.head_dim;
-        CHECK_OK(mg_fwd_prefill(m, mg_stream_default(b)));
-        for (int i = 0; i < 6; i++)
-            CHECK_OK(mg_fwd_decode(m, mg_stream_default(b)));
-        const int32_t *ids = mg_fwd_tokens(m, 0, &n);
-        CHECK(n == 7);
-        memcpy(plain, ids, sizeof plain);
+        generate_seven(b, m, plain);
         mg_fwd_destroy(m);
     }
     const uint32_t half = head_dim / 2;
@@ -569,7 +583,6 @@ static void test_rope_freqs(mg_backend *b) {
         free(file);
         uint64_t live0 = 0, count0 = 0, live1 = 0, count1 = 0;
         CHECK_OK(mg_ledger_live(b, &live0, &count0));
-        c.model_path = tmp;
         m = NULL;
         CHECK_STATUS(mg_fwd_create(b, &c, &m), cases[k].want);
         if (cases[k].needle) {
@@ -577,11 +590,8 @@ static void test_rope_freqs(mg_backend *b) {
             CHECK_FWD_MESSAGE(cases[k].needle);
         }
         if (m) {
-            CHECK_OK(mg_fwd_prefill(m, mg_stream_default(b)));
-            for (int i = 0; i < 6; i++)
-                CHECK_OK(mg_fwd_decode(m, mg_stream_default(b)));
-            const int32_t *ids = mg_fwd_tokens(m, 0, &n);
-            CHECK(n == 7 && !memcmp(ids, plain, sizeof plain));
+            generate_seven(b, m, tokens);
+            CHECK(!memcmp(tokens, plain, sizeof plain));
             mg_fwd_destroy(m);
         }
         CHECK_OK(mg_ledger_live(b, &live1, &count1));

@@ -1,36 +1,78 @@
 /* test_cuda_mlx.c - the MLX ops' CUDA kernels (kernels/cuda/mlx/) against the CPU backend's
- * reference on the same random layers: dequant bit for bit; GEMVs (plain, silu_gate,
- * silu_gate_resid in place, gate_up) and the GEMM within BF16 bounds. Shapes are awkward (n
- * not a multiple of the 16 rows a block owns, k spanning several staged activation passes),
- * every bits, group size and scale type, M = 1..8. Skips (77) without a usable GPU. */
+ * reference on the same random layers, under each CUDA provider forced in turn ("kernels": the
+ * SIMT GEMVs of mlx_quant.cu; "cuda_mma": the tensor-core GEMVs of mlx_gemv_mma.cu, BF16 scales
+ * only): dequant bit for bit; GEMVs (plain, silu_gate, silu_gate_resid in place, gate_up) and
+ * the GEMM within BF16 bounds. Shapes are awkward (n not a multiple of the 16 rows a block owns,
+ * k spanning several staged activation passes), every bits, group size and scale type,
+ * M = 1..8; the automatic choice is checked per scale type. Skips (77) without a usable GPU. */
 #include <stdio.h>
+#include <string.h>
 
 #include "mlx_test_util.h"
 #include "test_cuda_util.h"
 
-/* CUDA `got` against the CPU's `ref` [rows, n] within 2^-7 |ref| + 2^-shift sum |w a|. */
+static const char *const providers[] = {"kernels", "cuda_mma"};
+
+/* CUDA `got` against the CPU's `ref` [rows, n] within 2^-7 |ref| + 2^-shift sum |w a|, plus
+ * sum |(deq(w) - w) a| when `deq` (the dequant's BF16 weights of the expert, [n, k]) is given:
+ * the tensor-core GEMVs multiply those, the reference the exact scale * q + bias. */
 static void compare(const char *what, const mlx_test_layer *l, uint32_t e, uint32_t rows,
-                    const uint16_t *act, const uint16_t *got, const uint16_t *ref, int shift) {
+                    const uint16_t *act, const uint16_t *got, const uint16_t *ref,
+                    const uint16_t *deq, int shift) {
     const mg_mlx_linear *w = &l->w;
     size_t count = (size_t)rows * w->n;
     double *want = malloc(count * sizeof *want), *spread = malloc(count * sizeof *spread);
     for (uint32_t t = 0; t < rows; t++)
         for (uint32_t r = 0; r < w->n; r++) {
-            double s = 0;
-            for (uint32_t j = 0; j < w->k; j++)
-                s += fabs(mlx_test_weight(l, e, r, j) * mg_bf16_to_f32(act[(size_t)t * w->k + j]));
+            double s = 0, rounding = 0;
+            for (uint32_t j = 0; j < w->k; j++) {
+                double exact = mlx_test_weight(l, e, r, j);
+                double a = fabs(mg_bf16_to_f32(act[(size_t)t * w->k + j]));
+                s += fabs(exact) * a;
+                if (deq)
+                    rounding += fabs(mg_bf16_to_f32(deq[(size_t)r * w->k + j]) - exact) * a;
+            }
             want[(size_t)t * w->n + r] = mg_bf16_to_f32(ref[(size_t)t * w->n + r]);
-            spread[(size_t)t * w->n + r] = s;
+            /* mlx_test_compare scales the spread by 2^-shift: the rounding term enters whole. */
+            spread[(size_t)t * w->n + r] = s + ldexp(rounding, shift);
         }
     mlx_test_compare(what, got, want, spread, count, shift);
     free(want);
     free(spread);
 }
 
+/* The CPU backend's dequant of expert e of layer l (the reference's BF16 weights). */
+static uint16_t *cpu_dequant(mg_backend *cpu, const mlx_test_layer *l, uint32_t e) {
+    uint64_t bytes = mg_mlx_gemm_scratch_bytes(&l->w);
+    mg_devptr out = mlx_test_poisoned(cpu, bytes);
+    CHECK_OK(mg_mlx_dequant(cpu, NULL, &l->w, e, out));
+    uint16_t *host = mlx_test_download(cpu, out, bytes);
+    mg_free(cpu, out);
+    return host;
+}
+
+/* Forced `provider` refuses the GEMVs of layer `w` as unsupported, launching nothing. */
+static void check_refused(mg_backend *cuda, const char *provider, const mg_mlx_linear *w,
+                          uint32_t expert, uint32_t m) {
+    mg_devptr x = mlx_test_poisoned(cuda, 2ull * m * w->k);
+    mg_devptr y = mlx_test_poisoned(cuda, 2ull * m * w->n);
+    mg_devptr y2 = mlx_test_poisoned(cuda, 2ull * m * w->n);
+    mg_op_stats before, after;
+    CHECK_OK(mg_op_stats_get(cuda, MG_OP_MLX_QUANT, &before));
+    CHECK(mg_mlx_gemv(cuda, NULL, w, expert, m, x, y) == MG_ERR_UNSUPPORTED);
+    CHECK(strstr(mg_last_error(), provider) != NULL);
+    CHECK(mg_mlx_gemv_gate_up(cuda, NULL, w, w, expert, m, x, y, y2) == MG_ERR_UNSUPPORTED);
+    CHECK_OK(mg_op_stats_get(cuda, MG_OP_MLX_QUANT, &after));
+    CHECK(after.calls == before.calls);
+    mg_free(cuda, x);
+    mg_free(cuda, y);
+    mg_free(cuda, y2);
+}
+
 static void run_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t k, uint32_t bits,
-                     uint32_t group, mg_dtype type, uint32_t m) {
-    char what[128];
-    snprintf(what, sizeof what, "bits=%u group=%u %s n=%u k=%u m=%u", bits, group,
+                     uint32_t group, mg_dtype type, uint32_t m, const char *provider) {
+    char what[160];
+    snprintf(what, sizeof what, "%s bits=%u group=%u %s n=%u k=%u m=%u", provider, bits, group,
              mg_dtype_name(type), n, k, m);
     mlx_test_layer l, l2, dl, dl2;
     mlx_test_layer_make(cpu, &l, 2, n, k, bits, group, type);
@@ -39,9 +81,24 @@ static void run_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t k, 
     mlx_test_layer_copy(cuda, &l2, &dl2);
     mlx_test_case c;
     mlx_test_case_make(&c, &l.w, m, 67);
+    CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, provider));
+    bool on_dequant = strcmp(provider, "cuda_mma") == 0;
+    if (on_dequant && type != MG_DTYPE_BF16) {
+        check_refused(cuda, provider, &dl.w, c.expert, m);
+        CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, NULL));
+        mlx_test_case_free(&c);
+        mlx_test_layer_free(cpu, &l);
+        mlx_test_layer_free(cpu, &l2);
+        mlx_test_layer_free(cuda, &dl);
+        mlx_test_layer_free(cuda, &dl2);
+        return;
+    }
     mlx_test_outputs ref = {0}, got = {0};
     mlx_test_run(cpu, &l.w, &l2.w, &c, &ref);
     mlx_test_run(cuda, &dl.w, &dl2.w, &c, &got);
+    CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, NULL));
+    uint16_t *deq = on_dequant ? ref.deq : NULL;
+    uint16_t *deq2 = on_dequant ? cpu_dequant(cpu, &l2, c.expert) : NULL;
     CHECK_OK(mg_stream_synchronize(mg_stream_default(cuda)));
     size_t mismatches = 0;
     for (size_t i = 0; i < (size_t)n * k; i++)
@@ -62,13 +119,14 @@ static void run_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t k, 
                     {"silu_gate_resid", got.resid, ref.resid, c.g, 8}};
     for (size_t i = 0; i < sizeof products / sizeof *products; i++) {
         snprintf(label, sizeof label, "%s %s", products[i].name, what);
-        compare(label, &l, c.expert, m, products[i].act, products[i].got, products[i].ref,
+        compare(label, &l, c.expert, m, products[i].act, products[i].got, products[i].ref, deq,
                 products[i].shift);
     }
     snprintf(label, sizeof label, "gate_up/up %s", what);
-    compare(label, &l2, c.expert, m, c.x, got.up, ref.up, 12);
+    compare(label, &l2, c.expert, m, c.x, got.up, ref.up, deq2, 12);
     snprintf(label, sizeof label, "gemm m=67 %s", what);
-    compare(label, &l, c.expert, 67, c.x_gemm, got.gemm, ref.gemm, 10);
+    compare(label, &l, c.expert, 67, c.x_gemm, got.gemm, ref.gemm, NULL, 10);
+    free(deq2);
     mlx_test_outputs_free(&ref);
     mlx_test_outputs_free(&got);
     mlx_test_case_free(&c);
@@ -78,27 +136,59 @@ static void run_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t k, 
     mlx_test_layer_free(cuda, &dl2);
 }
 
+/* Unforced, GEMVs of 8 rows run on cuda_mma for BF16 scales and on the SIMT kernels for FP16. */
+static void check_automatic_choice(mg_backend *cpu, mg_backend *cuda) {
+    const mg_dtype types[] = {MG_DTYPE_BF16, MG_DTYPE_F16};
+    const char *const expected[] = {"cuda_mma", "kernels"};
+    for (int i = 0; i < 2; i++) {
+        mlx_test_layer l, dl;
+        mlx_test_layer_make(cpu, &l, 1, 40, 256, 4, 64, types[i]);
+        mlx_test_layer_copy(cuda, &l, &dl);
+        mg_devptr x = mlx_test_poisoned(cuda, 2ull * 8 * 256);
+        mg_devptr y = mlx_test_poisoned(cuda, 2ull * 8 * 40);
+        CHECK_OK(mg_memset(cuda, x, 0, 2ull * 8 * 256));
+        CHECK_OK(mg_mlx_gemv(cuda, NULL, &dl.w, 0, 8, x, y));
+        mg_op_stats st;
+        CHECK_OK(mg_op_stats_get(cuda, MG_OP_MLX_QUANT, &st));
+        CHECK(strcmp(st.provider, expected[i]) == 0);
+        if (strcmp(st.provider, expected[i]) != 0)
+            fprintf(stderr, "FAIL automatic choice for %s scales: %s, want %s\n",
+                    mg_dtype_name(types[i]), st.provider, expected[i]);
+        CHECK_OK(mg_stream_synchronize(mg_stream_default(cuda)));
+        mg_free(cuda, x);
+        mg_free(cuda, y);
+        mlx_test_layer_free(cpu, &l);
+        mlx_test_layer_free(cuda, &dl);
+    }
+}
+
 int main(void) {
     mg_backend *cuda = cuda_test_open_or_skip("test_cuda_mlx");
     test_seed();
     mg_backend *cpu = NULL;
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &cpu));
+    check_automatic_choice(cpu, cuda);
     const uint32_t groups[] = {32, 64, 128};
-    for (uint32_t bits = 4; bits <= 8; bits += 4)
-        for (int g = 0; g < 3; g++)
-            for (int t = 0; t < 2; t++) {
-                uint32_t n = (uint32_t)test_rand_range(1, 90);
-                /* k up to 2600: several activation passes at M > 3. */
-                uint32_t k = groups[g] * (uint32_t)test_rand_range(1, 2600 / groups[g]);
-                run_case(cpu, cuda, n, k, bits, groups[g], t ? MG_DTYPE_F16 : MG_DTYPE_BF16,
-                         (uint32_t)test_rand_range(1, 8));
-            }
-    /* Every M at one larger shape (several activation passes from M = 4 up), and a K past one
-     * pass at M = 1 (8192 columns). */
-    for (uint32_t m = 1; m <= 8; m++)
-        run_case(cpu, cuda, 203, 2176, m % 2 ? 4 : 8, 64, MG_DTYPE_BF16, m);
-    run_case(cpu, cuda, 37, 14336, 4, 128, MG_DTYPE_F16, 1);
-    run_case(cpu, cuda, 37, 14336, 8, 32, MG_DTYPE_BF16, 3);
+    for (int p = 0; p < 2; p++) {
+        const char *provider = providers[p];
+        for (uint32_t bits = 4; bits <= 8; bits += 4)
+            for (int g = 0; g < 3; g++)
+                for (int t = 0; t < 2; t++) {
+                    uint32_t n = (uint32_t)test_rand_range(1, 90);
+                    /* k up to 2600: several activation passes at M > 3; K chunks of 64 bytes a
+                     * row past the last, for the tensor-core GEMVs. */
+                    uint32_t k = groups[g] * (uint32_t)test_rand_range(1, 2600 / groups[g]);
+                    run_case(cpu, cuda, n, k, bits, groups[g], t ? MG_DTYPE_F16 : MG_DTYPE_BF16,
+                             (uint32_t)test_rand_range(1, 8), provider);
+                }
+        /* Every M at one larger shape (several activation passes from M = 4 up), and a K past
+         * one pass at M = 1 (8192 columns). */
+        for (uint32_t m = 1; m <= 8; m++)
+            run_case(cpu, cuda, 203, 2176, m % 2 ? 4 : 8, 64, MG_DTYPE_BF16, m, provider);
+        run_case(cpu, cuda, 37, 14336, 4, 128, MG_DTYPE_F16, 1, provider);
+        run_case(cpu, cuda, 37, 14336, 8, 32, MG_DTYPE_BF16, 3, provider);
+        run_case(cpu, cuda, 16, 32, 4, 32, MG_DTYPE_BF16, 8, provider); /* one vector a row */
+    }
     mg_backend_close(cpu);
     mg_backend_close(cuda);
     return test_finish();

@@ -21,19 +21,26 @@
  *  - dequant: W to BF16 [N, K], exactly as mx.dequantize rounds: t = round_T(scale * q),
  *    w = round_T(t + bias) in the scales' type T, then converted to BF16 (exact for BF16 T).
  *    Kernel mlx_dequant(weight, scales, biases, out, n, k, bits, group_size, scale_type).
- *  - GEMV, M = 1..8 rows of BF16 activations: y[M, N] = x[M, K] · Wᵀ, FP32 accumulation, the
- *    bias folded per group (sum w*x = scale * sum q*x + bias * sum x), BF16 out. Fused forms:
+ *  - GEMV, M = 1..8 rows of BF16 activations: y[M, N] = x[M, K] · Wᵀ, FP32 accumulation, BF16
+ *    out. Which weights are multiplied depends on the provider (metrale/ops.h): the CPU
+ *    reference and the CUDA SIMT kernels ("kernels") use the exact w = scale * q + bias, the
+ *    bias folded per group (sum w*x = scale * sum q*x + bias * sum x); the CUDA tensor-core
+ *    kernels ("cuda_mma", chosen first for BF16 scales; FP16 scales run on "kernels") use the
+ *    dequant's BF16-rounded weights, as the GEMM below and MLX's own qmm do, so their cost does
+ *    not grow with M. Every provider is within 2^-7 |y| + 2^-10 sum |w a| +
+ *    sum |(dequant(w) - w) a| of the exact product (a: the activations). Fused forms:
  *    silu_gate: y = W · (silu(g) * u) where the activation silu(g) * u is computed in FP32 and
  *    rounded to BF16 once; silu_gate_resid: the same plus a BF16 residual [M, N] (which may be
  *    y itself, for an in-place add); gate_up: two layers of one shape and format applied to one
  *    x (read once). Kernels mlx_gemv(weight, scales, biases, x, u, resid, y, m, n, k, bits,
  *    group_size, scale_type, mode) with mode 0 plain, 1 silu_gate (x holds g), 2
  *    silu_gate_resid; mlx_gemv_gate_up(w1, s1, b1, w2, s2, b2, x, y1, y2, m, n, k, bits,
- *    group_size, scale_type). scale_type is 0 for BF16, 1 for FP16.
+ *    group_size, scale_type). scale_type is 0 for BF16, 1 for FP16. The tensor-core forms
+ *    (CUDA only, BF16 scales) are mlx_gemv_mma and mlx_gemv_gate_up_mma, the same arguments.
  *  - GEMM, any M (prefill): the layer is dequantized to a BF16 scratch buffer of the caller's
  *    (mg_mlx_gemm_scratch_bytes) by the dequant kernel, then multiplied by mg_gemm_bf16
  *    (metrale/ops_gemm.h: cuBLASLt on CUDA, the reference on the CPU). Its weights are
- *    therefore the dequant's BF16-rounded ones (the GEMVs use scale * q + bias unrounded).
+ *    therefore the dequant's BF16-rounded ones (those of "cuda_mma"'s GEMVs).
  *  - A layer's own `bias` (mg_mlx_linear.bias non-zero: BF16, FP16 or FP32 [experts, n]) is
  *    added by every op but dequant after the product, on the same stream (kernel
  *    mlx_add_bias(y, bias, m, n, bias_type), bias_type 0 BF16, 1 FP16, 2 FP32):

@@ -1,9 +1,12 @@
 /* check_mlx.c - the "mlx" check group: the MLX affine-quantized ops (metrale/mlx.h) on the
  * backend under test against the CPU reference, on fresh random layers of awkward shapes for
  * bits 4 and 8, groups of 32, 64 and 128, BF16 and FP16 scales, outputs poisoned first.
- * Dequant must agree bit for bit; products within 2^-7 |ref| + 2^-10 sum |w a| (both sides
- * round to BF16; the summation orders differ; silu's expf may differ by an ulp, hence the
- * spread term 2^-8 for the silu forms). Also a GEMV captured in a graph and replayed on new
+ * Dequant must agree bit for bit (both layers of a pair); products within
+ *   2^-7 |ref| + 2^-10 sum |w a| + sum |(deq(w) - w) a|
+ * (both sides round to BF16; the summation orders differ; silu's expf may differ by an ulp,
+ * hence the spread term 2^-8 for the silu forms; the last term because a GEMV may multiply the
+ * exact weights w = scale * q + bias or the dequant's BF16 ones, metrale/mlx.h, and the
+ * reference multiplies the exact ones). Also a GEMV captured in a graph and replayed on new
  * activations. */
 #include <math.h>
 #include <stdio.h>
@@ -101,7 +104,7 @@ static mg_status run_op(mg_backend *b, mlx_op op, const mlx_inputs *in, uint16_t
                         size_t *out_bytes) {
     mg_mlx_linear w[2] = {in->shape, in->shape};
     mg_devptr x = 0, u = 0, y = 0, scratch = 0;
-    size_t bytes = op == OP_DEQUANT   ? mg_mlx_gemm_scratch_bytes(&in->shape)
+    size_t bytes = op == OP_DEQUANT   ? 2 * mg_mlx_gemm_scratch_bytes(&in->shape)
                    : op == OP_GATE_UP ? 2 * in->out_bytes
                                       : in->out_bytes;
     mg_status st = MG_OK;
@@ -115,8 +118,10 @@ static mg_status run_op(mg_backend *b, mlx_op op, const mlx_inputs *in, uint16_t
         !(st = mg_check_alloc_poisoned(b, bytes, &y)) &&
         !(st = mg_check_alloc_poisoned(b, mg_mlx_gemm_scratch_bytes(&in->shape), &scratch))) {
         switch (op) {
-        case OP_DEQUANT:
-            st = mg_mlx_dequant(b, NULL, &w[0], in->expert, y);
+        case OP_DEQUANT: /* both layers: the first's, then the second's */
+            if (!(st = mg_mlx_dequant(b, NULL, &w[0], in->expert, y)))
+                st = mg_mlx_dequant(b, NULL, &w[1], in->expert,
+                                    y + mg_mlx_gemm_scratch_bytes(&in->shape));
             break;
         case OP_GEMV:
             st = mg_mlx_gemv(b, NULL, &w[0], in->expert, in->m, x, y);
@@ -152,16 +157,37 @@ static mg_status run_op(mg_backend *b, mlx_op op, const mlx_inputs *in, uint16_t
     return st;
 }
 
-/* sum_j |w[r, j] * a[t, j]| from the reference's BF16 weights (a: x, or |g * u| for silu). */
-static double spread(const uint16_t *deq, const mlx_inputs *in, bool silu, uint32_t t, uint32_t r) {
-    double s = 0;
+static double half_value(mg_dtype type, uint16_t h) {
+    return type == MG_DTYPE_F16 ? mg_f16_to_f32(h) : mg_bf16_to_f32(h);
+}
+
+/* The exact weight scale * q + bias [r, j] of layer `layer` (0 or 1), expert in->expert. */
+static double exact_weight(const mlx_inputs *in, int layer, uint32_t r, uint32_t j) {
+    const mg_mlx_linear *w = &in->shape;
+    uint32_t per = 32 / w->bits;
+    size_t row = (size_t)in->expert * w->n + r;
+    uint32_t word = in->words[layer][row * (w->k / per) + j / per];
+    uint32_t q = (word >> ((j % per) * w->bits)) & ((1u << w->bits) - 1);
+    size_t g = row * (w->k / w->group_size) + j / w->group_size;
+    return half_value(w->scale_type, in->scales[layer][g]) * q +
+           half_value(w->scale_type, in->biases[layer][g]);
+}
+
+/* The tolerance of element [t, r] of layer `layer` (the formula above), from the reference's
+ * BF16 weights of that layer (deq, [n, k]) and the exact ones (a: x, or |g * u| for silu, which
+ * bounds |silu(g) * u|). */
+static double tolerance(const uint16_t *deq, const mlx_inputs *in, int layer, bool silu, uint32_t t,
+                        uint32_t r, double want) {
+    double spread = 0, rounding = 0;
     uint32_t k = in->shape.k;
     for (uint32_t j = 0; j < k; j++) {
         size_t i = (size_t)t * k + j;
-        double a = mg_bf16_to_f32(in->x[i]) * (silu ? mg_bf16_to_f32(in->u[i]) : 1.0);
-        s += fabs(mg_bf16_to_f32(deq[(size_t)r * k + j]) * a);
+        double a = fabs(mg_bf16_to_f32(in->x[i]) * (silu ? mg_bf16_to_f32(in->u[i]) : 1.0));
+        double d = mg_bf16_to_f32(deq[(size_t)r * k + j]);
+        spread += fabs(d) * a;
+        rounding += fabs(d - exact_weight(in, layer, r, j)) * a;
     }
-    return s;
+    return ldexp(fabs(want), -7) + ldexp(spread, silu ? -8 : -10) + rounding + 1e-30;
 }
 
 /* The largest error of `got` against `ref` relative to its tolerance (> 1 fails). */
@@ -174,10 +200,10 @@ static double product_error(const uint16_t *got, const uint16_t *ref, const uint
         for (uint32_t r = 0; r < n; r++) {
             size_t i = (size_t)t * n + r;
             double want = mg_bf16_to_f32(ref[i]), have = mg_bf16_to_f32(got[i]);
-            /* gate_up's second half is up's: its spread is close to gate's (same statistics);
-             * use gate's weights as the scale of both. */
-            double tol = ldexp(fabs(want), -7) +
-                         ldexp(spread(deq, in, silu, t % in->m, r), silu ? -8 : -10) + 1e-30;
+            /* gate_up's second half is up's: deq holds both layers' weights. */
+            int layer = t >= in->m;
+            double tol = tolerance(deq + (size_t)layer * n * in->shape.k, in, layer, silu,
+                                   t % in->m, r, want);
             double ratio = isnan(have) ? INFINITY : fabs(have - want) / tol;
             if (ratio > worst_ratio) {
                 worst_ratio = ratio;
@@ -377,6 +403,15 @@ static void check_checkpoint_layer(mg_check_ctx *ctx, mg_check_result *result, m
         FAIL("out of host memory");
     for (size_t i = 0; i < in.act_bytes / 2; i++)
         in.x[i] = random_activation(rng);
+    /* The layer's words, scales and biases as host data, for the exact weights. */
+    in.word_bytes = (size_t)wr.experts * wr.n * wr.k * wr.bits / 8;
+    in.group_bytes = (size_t)wr.experts * wr.n * (wr.k / wr.group_size) * 2;
+    if (!(in.words[0] = malloc(in.word_bytes)) || !(in.scales[0] = malloc(in.group_bytes)) ||
+        !(in.biases[0] = malloc(in.group_bytes)))
+        FAIL("out of host memory");
+    OK(mg_copy_d2h(ref_b, in.words[0], wr.weight, in.word_bytes));
+    OK(mg_copy_d2h(ref_b, in.scales[0], wr.scales, in.group_bytes));
+    OK(mg_copy_d2h(ref_b, in.biases[0], wr.biases, in.group_bytes));
     OK(mg_check_upload(b, in.x, in.act_bytes, &x));
     OK(mg_check_upload(ref_b, in.x, in.act_bytes, &xr));
     OK(mg_check_alloc_poisoned(b, in.out_bytes, &y));
@@ -408,7 +443,7 @@ done:
         if (theirs[i])
             mg_free(ref_b, theirs[i]);
     }
-    free(in.x);
+    inputs_free(&in);
     free(got);
     free(ref);
     free(deq);

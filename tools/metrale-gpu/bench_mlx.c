@@ -1,11 +1,14 @@
 /* bench_mlx.c - `metrale-gpu bench mlx`: the MLX affine-quantized ops (metrale/mlx.h) at
- * (N, K) in {4096x4096, 14336x4096, 4096x14336}, M in {1, 4, 16, 512, 4096}, bits 8 and 4
+ * (N, K) in {4096x4096, 14336x4096, 4096x14336}, M in {1, 2, 4, 8, 16, 512, 4096}, bits 8 and 4
  * (group 64, BF16 scales): the GEMV for M <= 8, two GEMVs of 8 rows for M = 16 ("gemv_2x8"),
  * the GEMM (dequantize + BF16 GEMM) for M >= 16; and at M = 1 the fused silu_gate (on the down
- * shape 4096x14336) and gate_up (on 14336x4096). Each case is a CUDA-graph replay of one call
- * per layer of a rotation of layers larger than the L2 cache, so the weights come from memory.
- * Reported as bytes moved (packed weights + scales + biases, activations and outputs) per
- * second and as a fraction of the measured device copy bandwidth, and as TFLOP/s (2 M N K).
+ * shape 4096x14336) and gate_up (on 14336x4096). The GEMV rows run on the automatic choice
+ * (the tensor-core GEMVs on CUDA) and again with provider "kernels" forced (the SIMT GEMVs;
+ * rows named "*_simt_*"); each row's note names the provider that ran. Each case is a CUDA-graph
+ * replay of one call per layer of a rotation of layers larger than the L2 cache, so the weights
+ * come from memory. Reported as bytes moved (packed weights + scales + biases, activations and
+ * outputs) per second and as a fraction of the measured device copy bandwidth, and as TFLOP/s (2 M
+ * N K).
  * --quick: 1024x1024 at M 1 and 16 only (for the CPU backend). The PyTorch peer is
  * bench/peers/peers_mlx.py. */
 #include <stdio.h>
@@ -14,6 +17,7 @@
 
 #include "bench.h"
 #include "metrale/mlx.h"
+#include "metrale/ops.h"
 
 typedef enum mlx_bench_kind {
     KIND_GEMV,
@@ -99,14 +103,19 @@ static mg_status fill_bf16(mg_bench *b, mg_devptr p, size_t count, uint64_t seed
     return st;
 }
 
+/* One case; `forced` (or NULL: the automatic choice) is the MLX op's provider for it. */
 static int run_case(mg_bench *b, mlx_bench_kind kind, uint32_t n, uint32_t k, uint32_t m,
-                    uint32_t bits, double copy_gbps) {
-    char name[48], shape[24];
+                    uint32_t bits, double copy_gbps, const char *forced) {
+    char name[64], shape[24];
     /* The shape is in the case name too: the report keys rows by "bench/case". */
     snprintf(shape, sizeof shape, "%ux%ux%u", m, n, k);
-    snprintf(name, sizeof name, "%s_%ubit.%s", kind_names[kind], bits, shape);
+    snprintf(name, sizeof name, "%s%s_%ubit.%s", kind_names[kind], forced ? "_simt" : "", bits,
+             shape);
     if (!mg_bench_selected(b, name))
         return 0;
+    mg_status st = mg_op_force_provider(b->backend, MG_OP_MLX_QUANT, forced);
+    if (st)
+        return mg_bench_fail(b, name);
     mlx_case c = {.kind = kind, .m = m, .per_iteration = 1};
     c.shape = (mg_mlx_linear){
         .experts = 1, .n = n, .k = k, .bits = bits, .group_size = 64, .scale_type = MG_DTYPE_BF16};
@@ -117,7 +126,6 @@ static int run_case(mg_bench *b, mlx_bench_kind kind, uint32_t n, uint32_t k, ui
     bool graph = mg_backend_supports(b->backend, MG_CAP_GRAPHS);
     mg_bench_row row = mg_bench_row_make("mlx", name, shape);
     size_t act = (size_t)m * k * 2, out = (size_t)m * n * 2;
-    mg_status st;
     if ((st = mg_bench_rotation_create(b, layer_bytes, kind == KIND_GATE_UP ? 4 : 2, &c.layers)) ||
         (st = mg_alloc(b->backend, act, &c.x)) || (st = mg_alloc(b->backend, act, &c.u)) ||
         (st = mg_alloc(b->backend, out, &c.y)) || (st = mg_alloc(b->backend, out, &c.y2)) ||
@@ -148,10 +156,15 @@ static int run_case(mg_bench *b, mlx_bench_kind kind, uint32_t n, uint32_t k, ui
     row.items = c.per_iteration;
     snprintf(row.item_unit, sizeof row.item_unit, "call");
     double gbps = row.stats.median_us > 0 ? row.bytes / (row.stats.median_us * 1e3) : 0;
-    snprintf(row.note, sizeof row.note, "%.2f of copy bw (%.0f GB/s)%s",
-             copy_gbps > 0 ? gbps / copy_gbps : 0, copy_gbps, graph ? "; weights rotated" : "");
+    mg_op_stats ran;
+    if ((st = mg_op_stats_get(b->backend, MG_OP_MLX_QUANT, &ran)))
+        goto done;
+    snprintf(row.note, sizeof row.note, "%.2f of copy bw (%.0f GB/s)%s; %s",
+             copy_gbps > 0 ? gbps / copy_gbps : 0, copy_gbps, graph ? "; weights rotated" : "",
+             ran.provider);
     mg_bench_add(b, &row);
 done:
+    mg_op_force_provider(b->backend, MG_OP_MLX_QUANT, NULL);
     mg_bench_rotation_destroy(b, &c.layers);
     mg_devptr all[] = {c.x, c.u, c.y, c.y2, c.scratch};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
@@ -168,7 +181,7 @@ static int bench_mlx(mg_bench *b, int argc, char **argv) {
     (void)argc;
     (void)argv;
     static const uint32_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
-    static const uint32_t ms[] = {1, 4, 16, 512, 4096};
+    static const uint32_t ms[] = {1, 2, 4, 8, 16, 512, 4096};
     double copy_gbps = 0;
     size_t copy_bytes = (size_t)(b->quick ? 64 : 256) << 20;
     if (mg_bench_copy_bandwidth(b, copy_bytes, &copy_gbps))
@@ -176,22 +189,26 @@ static int bench_mlx(mg_bench *b, int argc, char **argv) {
     int failures = 0;
     for (uint32_t bits = 8; bits >= 4; bits -= 4) {
         if (b->quick) {
-            failures += run_case(b, KIND_GEMV, 1024, 1024, 1, bits, copy_gbps);
-            failures += run_case(b, KIND_GEMM, 1024, 1024, 16, bits, copy_gbps);
+            failures += run_case(b, KIND_GEMV, 1024, 1024, 1, bits, copy_gbps, NULL);
+            failures += run_case(b, KIND_GEMM, 1024, 1024, 16, bits, copy_gbps, NULL);
             continue;
         }
-        for (size_t s = 0; s < 3; s++)
-            for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) {
-                uint32_t n = shapes[s][0], k = shapes[s][1], m = ms[i];
-                if (m <= 8)
-                    failures += run_case(b, KIND_GEMV, n, k, m, bits, copy_gbps);
-                if (m == 16)
-                    failures += run_case(b, KIND_GEMV_2X8, n, k, m, bits, copy_gbps);
-                if (m >= 16)
-                    failures += run_case(b, KIND_GEMM, n, k, m, bits, copy_gbps);
-            }
-        failures += run_case(b, KIND_SILU, 4096, 14336, 1, bits, copy_gbps);
-        failures += run_case(b, KIND_GATE_UP, 14336, 4096, 1, bits, copy_gbps);
+        /* The GEMVs twice: the automatic choice, then the SIMT kernels forced. */
+        for (int simt = 0; simt < 2; simt++) {
+            const char *forced = simt ? "kernels" : NULL;
+            for (size_t s = 0; s < 3; s++)
+                for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) {
+                    uint32_t n = shapes[s][0], k = shapes[s][1], m = ms[i];
+                    if (m <= 8)
+                        failures += run_case(b, KIND_GEMV, n, k, m, bits, copy_gbps, forced);
+                    if (m == 16)
+                        failures += run_case(b, KIND_GEMV_2X8, n, k, m, bits, copy_gbps, forced);
+                    if (m >= 16 && !simt)
+                        failures += run_case(b, KIND_GEMM, n, k, m, bits, copy_gbps, NULL);
+                }
+            failures += run_case(b, KIND_SILU, 4096, 14336, 1, bits, copy_gbps, forced);
+            failures += run_case(b, KIND_GATE_UP, 14336, 4096, 1, bits, copy_gbps, forced);
+        }
     }
     return failures;
 }

@@ -23,6 +23,7 @@
 #include "attention/paged_decode_merge.cuh"
 #include "common/bf16.cuh"
 #include "common/grid_dependency.cuh"
+#include "common/mma_bf16.cuh"
 
 namespace {
 
@@ -48,14 +49,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                  : "r"(address));
 }
 
-// c += a * b, m16n8k16, BF16 in, FP32 accumulate.
+// c += a * b, m16n8k16, BF16 in, FP32 accumulate (common/mma_bf16.cuh), A as one array.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
-    // Not volatile: registers only, so the compiler may schedule it among the loads.
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    ::mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1);
 }
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][D] BF16 tile, swizzled.

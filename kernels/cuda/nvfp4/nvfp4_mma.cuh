@@ -1,7 +1,8 @@
 // nvfp4_mma.cuh - what the NVFP4 GEMM kernels of Hopper share (nvfp4_gemm.cu for up to 16
 // tokens, nvfp4_gemm_tile.cu from 17): decoding the layout of nvfp4_hopper_layout.h into BF16
-// MMA fragments, the BF16 mma.sync, the kernels' argument block (the argument list of
-// src/ops/nvfp4/nvfp4_gemm_reference.h) and the search of a grouped problem's token tiles.
+// MMA fragments (the mma.sync itself is common/mma_bf16.cuh), the kernels' argument block (the
+// argument list of src/ops/nvfp4/nvfp4_gemm_reference.h) and the search of a grouped problem's
+// token tiles.
 #ifndef METRALE_NVFP4_MMA_CUH
 #define METRALE_NVFP4_MMA_CUH
 
@@ -9,6 +10,7 @@
 #include <stdint.h>
 
 #include "common/bf16.cuh"
+#include "common/mma_bf16.cuh"
 #include "nvfp4/nvfp4_hopper_layout.h"
 
 namespace mg_nvfp4 {
@@ -29,14 +31,6 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
     uint32_t r;
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     return r;
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 struct gemm_args {

@@ -1,7 +1,8 @@
 /* mlx.c - the MLX ops (metrale/mlx.h): every argument checked once, then the kernels of module
- * "metrale" launched by name with the same arguments on every backend (CUDA:
- * kernels/cuda/mlx/mlx_quant.cu; CPU: mlx_reference.c, or first the fast CPU providers of
- * mlx_cpu_fast.c). The GEMM dequantizes into the caller's scratch and calls mg_gemm_bf16. */
+ * "metrale" launched by name with the same arguments on every backend (CUDA: first the
+ * tensor-core GEMVs of kernels/cuda/mlx/mlx_gemv_mma.cu for BF16 scales, else the SIMT kernels
+ * of mlx_quant.cu; CPU: mlx_reference.c, or first the fast CPU providers of mlx_cpu_fast.c).
+ * The GEMM dequantizes into the caller's scratch and calls mg_gemm_bf16. */
 #include <stdio.h>
 
 #include "cpu_isa.h"
@@ -15,12 +16,19 @@
 #include "mlx_reference.h"
 #include "op_builtin.h"
 
-/* CUDA launch shape, matched by kernels/cuda/mlx/mlx_quant.cu: GEMV blocks of 128 threads (4
- * warps), each warp computing 4 rows; dequant blocks of 256 threads, a block per row. */
-#define GEMV_THREADS 128u
+/* CUDA launch shape, matched by the kernels: a GEMV block owns 16 rows (its threads are the
+ * provider's: mlx_quant.cu 128, a warp per 4 rows; mlx_gemv_mma.cu 256, warps splitting K);
+ * dequant blocks of 256 threads, a block per row. */
 #define GEMV_ROWS_PER_BLOCK 16u
+#define GEMV_THREADS_SIMT 128u
+#define GEMV_THREADS_MMA 256u
 #define DEQUANT_THREADS 256u
 #define MAX_GRID 65535u
+
+/* The tensor-core GEMVs (provider "cuda_mma"; CUDA only), with mlx_gemv's and
+ * mlx_gemv_gate_up's argument lists. */
+#define MG_MLX_KERNEL_GEMV_MMA "mlx_gemv_mma"
+#define MG_MLX_KERNEL_GEMV_GATE_UP_MMA "mlx_gemv_gate_up_mma"
 
 /* ------------------------------------------------------------------ checks */
 
@@ -92,15 +100,66 @@ static mg_status check_layer(const char *fn, const char *which, const mg_mlx_lin
 typedef struct mlx_provider {
     mg_op_provider base; /* first: the registry hands this back */
     const char *dequant, *gemv, *gate_up;
+    uint32_t gemv_threads; /* threads of a GEMV block (the CPU kernels ignore the shape) */
 } mlx_provider;
 
 enum { KERNEL_DEQUANT, KERNEL_GEMV, KERNEL_GATE_UP, KERNEL_ADD_BIAS };
+
+/* What a provider's supports hook sees: the layer and rows of a GEMV call (w NULL for dequant
+ * and the bias add, which every provider runs). */
+typedef struct mlx_call {
+    const mg_mlx_linear *w;
+    uint32_t m;
+    bool silu; /* silu_gate or silu_gate_resid */
+} mlx_call;
 
 static const mlx_provider kernels_provider = {
     .base = MG_OP_KERNELS_PROVIDER(mg_mlx_cpu_kernels_register, MG_MLX_KERNEL_GEMV),
     .dequant = MG_MLX_KERNEL_DEQUANT,
     .gemv = MG_MLX_KERNEL_GEMV,
-    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP};
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP,
+    .gemv_threads = GEMV_THREADS_SIMT};
+
+/* The fewest rows from which the automatic choice takes the tensor-core GEMVs for the plain
+ * product and gate_up. Measured on an H100 (bench/results/2026-12-06-h100-mlx-mma.md, speed
+ * relative to the SIMT kernels, which decode each weight once per row): at one row 0.73-0.94x
+ * (gate_up 0.91-1.02x); at two 1.06-1.25x on every shape but 8-bit 14336x4096 (0.88x); at
+ * four 1.5-2.7x; at eight 3.8-10.8x. The silu forms take them from one row (1.32-1.40x: their
+ * activations are computed by the whole warp). Forced by name they run every M. */
+#define MMA_MIN_M 2u
+
+static const mlx_provider cuda_mma_provider;
+
+/* The tensor-core GEMVs take BF16 scales (their decode is BF16 arithmetic, bit for bit the
+ * dequant's); FP16 scales stay on the SIMT kernels ("kernels"). */
+static bool mma_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
+    const mlx_call *c = call;
+    if (!c || !c->w)
+        return true;
+    if (c->w->scale_type != MG_DTYPE_BF16) {
+        snprintf(reason, reason_bytes, "scales %s (bf16 only)", mg_dtype_name(c->w->scale_type));
+        return false;
+    }
+    if (!c->silu && c->m < MMA_MIN_M &&
+        mg_op_forced(b, MG_OP_MLX_QUANT) != &cuda_mma_provider.base) {
+        snprintf(reason, reason_bytes, "m=%u: the SIMT kernels are faster below %u rows", c->m,
+                 MMA_MIN_M);
+        return false;
+    }
+    return true;
+}
+
+/* First on CUDA: where it takes a call (above), faster than the SIMT kernels. */
+static const mlx_provider cuda_mma_provider = {
+    .base = {.name = "cuda_mma",
+             .backend = MG_BACKEND_CUDA,
+             .supports = mma_supports,
+             .kernels = MG_OP_KERNEL_NAMES(MG_MLX_KERNEL_GEMV_MMA, MG_MLX_KERNEL_GEMV_GATE_UP_MMA,
+                                           MG_MLX_KERNEL_DEQUANT, MG_MLX_KERNEL_ADD_BIAS)},
+    .dequant = MG_MLX_KERNEL_DEQUANT,
+    .gemv = MG_MLX_KERNEL_GEMV_MMA,
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_MMA,
+    .gemv_threads = GEMV_THREADS_MMA};
 
 static bool avx2_available(mg_backend *b, char *reason, size_t reason_bytes) {
     (void)b;
@@ -114,7 +173,8 @@ static const mlx_provider cpu_avx2_provider = {
              .register_cpu_kernels = mg_mlx_cpu_fast_kernels_register},
     .dequant = MG_MLX_KERNEL_DEQUANT_AVX2,
     .gemv = MG_MLX_KERNEL_GEMV_AVX2,
-    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_AVX2};
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_AVX2,
+    .gemv_threads = GEMV_THREADS_SIMT};
 
 static bool avx512_available(mg_backend *b, char *reason, size_t reason_bytes) {
     (void)b;
@@ -131,7 +191,8 @@ static const mlx_provider cpu_avx512_provider = {
              .register_cpu_kernels = mg_mlx_cpu_fast_kernels_register},
     .dequant = MG_MLX_KERNEL_DEQUANT_AVX2,
     .gemv = MG_MLX_KERNEL_GEMV_AVX512,
-    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_AVX512};
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_AVX512,
+    .gemv_threads = GEMV_THREADS_SIMT};
 
 /* The portable code is not yet faster than the reference (measured: bench cpu_fast), so the
  * automatic choice passes it over; forced by name it runs every call. */
@@ -144,7 +205,8 @@ static const mlx_provider cpu_portable_provider = {
              .register_cpu_kernels = mg_mlx_cpu_fast_kernels_register},
     .dequant = MG_MLX_KERNEL_DEQUANT_PORTABLE,
     .gemv = MG_MLX_KERNEL_GEMV_PORTABLE,
-    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE};
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_PORTABLE,
+    .gemv_threads = GEMV_THREADS_SIMT};
 
 static bool portable_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
     (void)call;
@@ -157,25 +219,42 @@ static bool portable_supports(mg_backend *b, const void *call, char *reason, siz
 /* In order of preference; "kernels" last, so on the CPU backend the reference is reached by
  * forcing it (mg_op_force_provider(b, MG_OP_MLX_QUANT, "kernels")). */
 static const mg_op_provider *const mlx_providers[] = {
-    &cpu_avx512_provider.base, &cpu_avx2_provider.base, &cpu_portable_provider.base,
-    &kernels_provider.base, NULL};
+    &cuda_mma_provider.base,     &cpu_avx512_provider.base, &cpu_avx2_provider.base,
+    &cpu_portable_provider.base, &kernels_provider.base,    NULL};
 
 const mg_op_def mg_mlx_quant_op = {MG_OP_MLX_QUANT, "mlx_quant", mlx_providers};
 
-static mg_status launch(mg_backend *b, mg_stream *s, const char *fn, int role, mg_launch *l) {
+/* The provider of a call on layer `w` with m rows, silu one of the silu forms (w NULL: dequant
+ * or the bias add). */
+static mg_status choose(mg_backend *b, const char *fn, const mg_mlx_linear *w, uint32_t m,
+                        bool silu, const mlx_provider **out) {
+    const mlx_call call = {w, m, silu};
     const mg_op_provider *chosen;
-    mg_status st = mg_op_choose(b, MG_OP_MLX_QUANT, NULL, fn, &chosen);
-    if (st)
-        return st;
-    const mlx_provider *p = (const mlx_provider *)chosen;
+    mg_status st = mg_op_choose(b, MG_OP_MLX_QUANT, &call, fn, &chosen);
+    if (!st)
+        *out = (const mlx_provider *)chosen;
+    return st;
+}
+
+/* Launches the kernel of `role` of provider p. */
+static mg_status launch_role(mg_backend *b, mg_stream *s, const mlx_provider *p, int role,
+                             mg_launch *l) {
     const char *kernel = role == KERNEL_DEQUANT   ? p->dequant
                          : role == KERNEL_GEMV    ? p->gemv
                          : role == KERNEL_GATE_UP ? p->gate_up
                                                   : MG_MLX_KERNEL_ADD_BIAS;
-    if ((st = mg_op_launch_kernels(b, s, &kernel, l, 1)))
+    mg_status st = mg_op_launch_kernels(b, s, &kernel, l, 1);
+    if (st)
         return st;
-    mg_op_count_call(b, MG_OP_MLX_QUANT, chosen, false);
+    mg_op_count_call(b, MG_OP_MLX_QUANT, &p->base, false);
     return MG_OK;
+}
+
+/* Dequant and the bias add: the same kernel on every provider of a backend. */
+static mg_status launch(mg_backend *b, mg_stream *s, const char *fn, int role, mg_launch *l) {
+    const mlx_provider *p;
+    mg_status st = choose(b, fn, NULL, 0, false, &p);
+    return st ? st : launch_role(b, s, p, role, l);
 }
 
 static void add_layer_args(mg_launch *l, const layer_ptrs *p) {
@@ -304,8 +383,11 @@ static mg_status gemv(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_
     t[count++] = (mg_op_tensor){"y", y, 2ull * m * w->n, 2, MG_OP_OUT};
     if ((st = mg_op_check_tensors(b, fn, t, count, with_resid ? count - 2 : -1, count - 1)))
         return st;
+    const mlx_provider *provider;
+    if ((st = choose(b, fn, w, m, gated, &provider)))
+        return st;
     mg_launch l;
-    mg_launch_init(&l, gemv_grid(w->n), (mg_dim3){GEMV_THREADS, 1, 1}, 0);
+    mg_launch_init(&l, gemv_grid(w->n), (mg_dim3){provider->gemv_threads, 1, 1}, 0);
     add_layer_args(&l, &p);
     mg_launch_arg_ptr(&l, x);
     mg_launch_arg_ptr(&l, mode ? u : x);                                    /* unused when plain */
@@ -314,7 +396,7 @@ static mg_status gemv(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_
     mg_launch_arg_u32(&l, m);
     add_shape_args(&l, w);
     mg_launch_arg_u32(&l, mode);
-    if ((st = launch(b, s, fn, KERNEL_GEMV, &l)))
+    if ((st = launch_role(b, s, provider, KERNEL_GEMV, &l)))
         return st;
     return add_bias(b, s, fn, w, &p, m, y);
 }
@@ -362,8 +444,11 @@ mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *
     t[count++] = (mg_op_tensor){"y_up", y_up, 2ull * m * gate->n, 2, MG_OP_OUT};
     if ((st = mg_op_check_tensors(b, fn, t, count, -1, -1)))
         return st;
+    const mlx_provider *provider;
+    if ((st = choose(b, fn, gate, m, false, &provider)))
+        return st;
     mg_launch l;
-    mg_launch_init(&l, gemv_grid(gate->n), (mg_dim3){GEMV_THREADS, 1, 1}, 0);
+    mg_launch_init(&l, gemv_grid(gate->n), (mg_dim3){provider->gemv_threads, 1, 1}, 0);
     add_layer_args(&l, &pg);
     add_layer_args(&l, &pu);
     mg_launch_arg_ptr(&l, x);
@@ -371,7 +456,7 @@ mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *
     mg_launch_arg_ptr(&l, y_up);
     mg_launch_arg_u32(&l, m);
     add_shape_args(&l, gate);
-    if ((st = launch(b, s, fn, KERNEL_GATE_UP, &l)) ||
+    if ((st = launch_role(b, s, provider, KERNEL_GATE_UP, &l)) ||
         (st = add_bias(b, s, fn, gate, &pg, m, y_gate)))
         return st;
     return add_bias(b, s, fn, up, &pu, m, y_up);

@@ -69,36 +69,18 @@ static void check_refused(mg_backend *cuda, const char *provider, const mg_mlx_l
     mg_free(cuda, y2);
 }
 
-static void run_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t k, uint32_t bits,
-                     uint32_t group, mg_dtype type, uint32_t m, const char *provider) {
-    char what[160];
-    snprintf(what, sizeof what, "%s bits=%u group=%u %s n=%u k=%u m=%u", provider, bits, group,
-             mg_dtype_name(type), n, k, m);
-    mlx_test_layer l, l2, dl, dl2;
-    mlx_test_layer_make(cpu, &l, 2, n, k, bits, group, type);
-    mlx_test_layer_make(cpu, &l2, 2, n, k, bits, group, type);
-    mlx_test_layer_copy(cuda, &l, &dl);
-    mlx_test_layer_copy(cuda, &l2, &dl2);
-    mlx_test_case c;
-    mlx_test_case_make(&c, &l.w, m, 67);
-    CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, provider));
-    bool on_dequant = strcmp(provider, "cuda_mma") == 0;
-    if (on_dequant && type != MG_DTYPE_BF16) {
-        check_refused(cuda, provider, &dl.w, c.expert, m);
-        CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, NULL));
-        mlx_test_case_free(&c);
-        mlx_test_layer_free(cpu, &l);
-        mlx_test_layer_free(cpu, &l2);
-        mlx_test_layer_free(cuda, &dl);
-        mlx_test_layer_free(cuda, &dl2);
-        return;
-    }
+/* Runs every op of c on the CPU and on CUDA (its provider already forced) and compares;
+ * on_dequant: the provider multiplies the dequant's BF16 weights. */
+static void run_and_compare(mg_backend *cpu, mg_backend *cuda, const mlx_test_layer *l,
+                            const mlx_test_layer *l2, const mlx_test_layer *dl,
+                            const mlx_test_layer *dl2, const mlx_test_case *c, const char *what,
+                            bool on_dequant) {
+    const uint32_t n = l->w.n, k = l->w.k, m = c->m;
     mlx_test_outputs ref = {0}, got = {0};
-    mlx_test_run(cpu, &l.w, &l2.w, &c, &ref);
-    mlx_test_run(cuda, &dl.w, &dl2.w, &c, &got);
-    CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, NULL));
+    mlx_test_run(cpu, &l->w, &l2->w, c, &ref);
+    mlx_test_run(cuda, &dl->w, &dl2->w, c, &got);
     uint16_t *deq = on_dequant ? ref.deq : NULL;
-    uint16_t *deq2 = on_dequant ? cpu_dequant(cpu, &l2, c.expert) : NULL;
+    uint16_t *deq2 = on_dequant ? cpu_dequant(cpu, l2, c->expert) : NULL;
     CHECK_OK(mg_stream_synchronize(mg_stream_default(cuda)));
     size_t mismatches = 0;
     for (size_t i = 0; i < (size_t)n * k; i++)
@@ -113,22 +95,43 @@ static void run_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t k, 
         const char *name;
         const uint16_t *got, *ref, *act;
         int shift;
-    } products[] = {{"gemv", got.plain, ref.plain, c.x, 12},
-                    {"gate_up/gate", got.gate, ref.gate, c.x, 12},
-                    {"silu_gate", got.silu, ref.silu, c.g, 8},
-                    {"silu_gate_resid", got.resid, ref.resid, c.g, 8}};
+    } products[] = {{"gemv", got.plain, ref.plain, c->x, 12},
+                    {"gate_up/gate", got.gate, ref.gate, c->x, 12},
+                    {"silu_gate", got.silu, ref.silu, c->g, 8},
+                    {"silu_gate_resid", got.resid, ref.resid, c->g, 8}};
     for (size_t i = 0; i < sizeof products / sizeof *products; i++) {
         snprintf(label, sizeof label, "%s %s", products[i].name, what);
-        compare(label, &l, c.expert, m, products[i].act, products[i].got, products[i].ref, deq,
+        compare(label, l, c->expert, m, products[i].act, products[i].got, products[i].ref, deq,
                 products[i].shift);
     }
     snprintf(label, sizeof label, "gate_up/up %s", what);
-    compare(label, &l2, c.expert, m, c.x, got.up, ref.up, deq2, 12);
+    compare(label, l2, c->expert, m, c->x, got.up, ref.up, deq2, 12);
     snprintf(label, sizeof label, "gemm m=67 %s", what);
-    compare(label, &l, c.expert, 67, c.x_gemm, got.gemm, ref.gemm, NULL, 10);
+    compare(label, l, c->expert, 67, c->x_gemm, got.gemm, ref.gemm, NULL, 10);
     free(deq2);
     mlx_test_outputs_free(&ref);
     mlx_test_outputs_free(&got);
+}
+
+static void run_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t k, uint32_t bits,
+                     uint32_t group, mg_dtype type, uint32_t m, const char *provider) {
+    char what[160];
+    snprintf(what, sizeof what, "%s bits=%u group=%u %s n=%u k=%u m=%u", provider, bits, group,
+             mg_dtype_name(type), n, k, m);
+    mlx_test_layer l, l2, dl, dl2;
+    mlx_test_layer_make(cpu, &l, 2, n, k, bits, group, type);
+    mlx_test_layer_make(cpu, &l2, 2, n, k, bits, group, type);
+    mlx_test_layer_copy(cuda, &l, &dl);
+    mlx_test_layer_copy(cuda, &l2, &dl2);
+    mlx_test_case c;
+    mlx_test_case_make(&c, &l.w, m, 67);
+    CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, provider));
+    bool on_dequant = strcmp(provider, "cuda_mma") == 0;
+    if (on_dequant && type != MG_DTYPE_BF16)
+        check_refused(cuda, provider, &dl.w, c.expert, m);
+    else
+        run_and_compare(cpu, cuda, &l, &l2, &dl, &dl2, &c, what, on_dequant);
+    CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, NULL));
     mlx_test_case_free(&c);
     mlx_test_layer_free(cpu, &l);
     mlx_test_layer_free(cpu, &l2);

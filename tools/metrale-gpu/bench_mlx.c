@@ -3,12 +3,12 @@
  * (group 64, BF16 scales): the GEMV for M <= 8, two GEMVs of 8 rows for M = 16 ("gemv_2x8"),
  * the GEMM (dequantize + BF16 GEMM) for M >= 16; and at M = 1 the fused silu_gate (on the down
  * shape 4096x14336) and gate_up (on 14336x4096). The GEMV rows run on the automatic choice
- * (the tensor-core GEMVs on CUDA) and again with provider "kernels" forced (the SIMT GEMVs;
- * rows named "*_simt_*"); each row's note names the provider that ran. Each case is a CUDA-graph
- * replay of one call per layer of a rotation of layers larger than the L2 cache, so the weights
- * come from memory. Reported as bytes moved (packed weights + scales + biases, activations and
- * outputs) per second and as a fraction of the measured device copy bandwidth, and as TFLOP/s (2 M
- * N K).
+ * (src/ops/mlx/mlx.c: on CUDA the tensor-core GEMVs where it takes them) and again with provider
+ * "kernels" forced (the SIMT GEMVs; rows named "*_simt_*"); each row's note names the provider that
+ * ran. Each case is a CUDA-graph replay of one call per layer of a rotation of layers larger than
+ * the L2 cache, so the weights come from memory. Reported as bytes moved (packed weights + scales +
+ * biases, activations and outputs) per second and as a fraction of the measured device copy
+ * bandwidth, and as TFLOP/s (2 M N K).
  * --quick: 1024x1024 at M 1 and 16 only (for the CPU backend). The PyTorch peer is
  * bench/peers/peers_mlx.py. */
 #include <stdio.h>

@@ -149,10 +149,10 @@ __device__ __forceinline__ void decode_step(const RowVector &lo, const RowVector
     }
 }
 
-// The activations of one lane's vector (codes_per_vector BF16 of its token from `at`) as BF16
-// pairs, for the plain product; zeros where !live.
-template <int Bits>
-__device__ __forceinline__ void load_acts(const uint16_t *x, size_t at, bool live,
+// A lane's activations of one vector (kActWords(Bits) BF16 pairs from `src`: global memory,
+// read through the non-coherent cache, or the warp's silu stage); zeros where !live.
+template <int Bits, bool Global>
+__device__ __forceinline__ void load_acts(const uint4 *src, bool live,
                                           uint32_t (&act)[kActWords(Bits)]) {
     constexpr int kWords = kActWords(Bits);
 #pragma unroll
@@ -160,10 +160,9 @@ __device__ __forceinline__ void load_acts(const uint16_t *x, size_t at, bool liv
         act[i] = 0;
     if (!live)
         return;
-    const uint4 *xv = reinterpret_cast<const uint4 *>(x + at);
 #pragma unroll
     for (int i = 0; i < kWords / 4; i++) {
-        const uint4 v = __ldg(xv + i);
+        const uint4 v = Global ? __ldg(src + i) : src[i];
         act[4 * i] = v.x, act[4 * i + 1] = v.y, act[4 * i + 2] = v.z, act[4 * i + 3] = v.w;
     }
 }
@@ -192,25 +191,6 @@ __device__ __forceinline__ void stage_silu(uint32_t (*stage)[kChunkWords(Bits)],
         stage[token][w] = v;
     }
     __syncwarp();
-}
-
-// A lane's vector t of token g from the stage (zeros where !live).
-template <int Bits>
-__device__ __forceinline__ void staged_acts(const uint32_t (*stage)[kChunkWords(Bits)], uint32_t g,
-                                            uint32_t t, bool live,
-                                            uint32_t (&act)[kActWords(Bits)]) {
-    constexpr int kWords = kActWords(Bits);
-#pragma unroll
-    for (int i = 0; i < kWords; i++)
-        act[i] = 0;
-    if (!live)
-        return;
-    const uint4 *sv = reinterpret_cast<const uint4 *>(&stage[g][t * kWords]);
-#pragma unroll
-    for (int i = 0; i < kWords / 4; i++) {
-        const uint4 v = sv[i];
-        act[4 * i] = v.x, act[4 * i + 1] = v.y, act[4 * i + 2] = v.z, act[4 * i + 3] = v.w;
-    }
 }
 
 // The B fragment {b0, b1} of step j from the lane's activation words.
@@ -272,9 +252,13 @@ __device__ __forceinline__ void gemv_mma_body(const Layer (&layers)[NW], const u
         const bool act_live = token_live && v < vectors_per_row;
         if (NW == 1 && mode != kPlain) {
             stage_silu<Bits>(silu_stage[NW == 1 ? kw : 0], x, u, m, k, c, lane);
-            staged_acts<Bits>(silu_stage[NW == 1 ? kw : 0], g, t, act_live, act);
+            load_acts<Bits, false>(reinterpret_cast<const uint4 *>(
+                                       &silu_stage[NW == 1 ? kw : 0][g][t * kActWords(Bits)]),
+                                   act_live, act);
         } else {
-            load_acts<Bits>(x, (size_t)g * k + (size_t)v * kCodesPerVector, act_live, act);
+            load_acts<Bits, true>(
+                reinterpret_cast<const uint4 *>(x + (size_t)g * k + (size_t)v * kCodesPerVector),
+                act_live, act);
         }
         const RowDecoder dlo = row_decoder<Bits>(lo0.scale_bias);
         const RowDecoder dhi = row_decoder<Bits>(hi0.scale_bias);

@@ -168,6 +168,30 @@ MG_API mg_status mg_comm_wait(mg_comm *c, mg_stream *s);
  * reported an error, or after an abort. Never blocks. */
 MG_API mg_status mg_comm_check(mg_comm *c);
 
+/* ------------------------------------------------------------------ tensor-parallel shards
+ * The Megatron split of a weight matrix over the ranks of a communicator, in host memory.
+ * `src` is row-major [rows, row_bytes] (row_bytes: a row's bytes, whatever the element).
+ *
+ *   MG_COMM_SHARD_ROWS: the rows are `parts` stacked blocks of rows / parts rows each (e.g. 2
+ *     for a gate_up matrix, gate rows then up rows; 1 for a plain one), each block cut into
+ *     `ranks` equal pieces; dst = piece `rank` of block 0, then of block 1, ...:
+ *     [rows / ranks, row_bytes] (column-parallel: this rank's output features).
+ *   MG_COMM_SHARD_COLUMNS: every row cut into `ranks` equal pieces of row_bytes / ranks bytes;
+ *     dst = piece `rank` of each row: [rows, row_bytes / ranks] (row-parallel: this rank's
+ *     input features). `parts` must be 1.
+ *
+ * dst may be src (the shard moves to the front of the buffer); other overlaps are undefined.
+ * MG_ERR_INVALID_ARGUMENT naming the argument when ranks is not 1..MG_COMM_MAX_RANKS, rank is
+ * outside it, or the rows (rows / parts) or row_bytes do not divide as the axis needs. */
+typedef enum mg_comm_shard_axis {
+    MG_COMM_SHARD_ROWS = 0,
+    MG_COMM_SHARD_COLUMNS = 1,
+} mg_comm_shard_axis;
+
+MG_API mg_status mg_comm_shard(const void *src, size_t rows, size_t row_bytes,
+                               mg_comm_shard_axis axis, uint32_t parts, int rank, int ranks,
+                               void *dst);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,7 +23,7 @@ mg_status mg_tp_mlp_init(mg_tp_mlp *m, mg_backend *b, mg_stream *s, mg_comm *com
     int rank = comm ? mg_comm_rank(comm) : 0, ranks = comm ? mg_comm_size(comm) : 1;
     if (!hidden || !inter || !max_tokens || inter % (uint32_t)ranks)
         return MG_ERR_INVALID_ARGUMENT;
-    uint32_t il = inter / (uint32_t)ranks, first = (uint32_t)rank * il;
+    uint32_t il = inter / (uint32_t)ranks;
     *m = (mg_tp_mlp){.backend = b,
                      .stream = s,
                      .comm = comm,
@@ -35,13 +35,17 @@ mg_status mg_tp_mlp_init(mg_tp_mlp *m, mg_backend *b, mg_stream *s, mg_comm *com
     if (!host)
         return MG_ERR_OUT_OF_MEMORY;
     /* gate rows, then up rows, of this rank's slice of the intermediate dimension */
-    memcpy(host, w_gate + (size_t)first * hidden, (size_t)il * hidden * 2);
-    memcpy(host + (size_t)il * hidden, w_up + (size_t)first * hidden, (size_t)il * hidden * 2);
-    mg_status st = mg_alloc(b, gate_up_bytes, &m->gate_up);
+    mg_status st =
+        mg_comm_shard(w_gate, inter, (size_t)hidden * 2, MG_COMM_SHARD_ROWS, 1, rank, ranks, host);
     if (!st)
+        st = mg_comm_shard(w_up, inter, (size_t)hidden * 2, MG_COMM_SHARD_ROWS, 1, rank, ranks,
+                           host + (size_t)il * hidden);
+    if (!st && !(st = mg_alloc(b, gate_up_bytes, &m->gate_up)))
         st = mg_copy_h2d(b, m->gate_up, host, gate_up_bytes);
-    for (uint32_t r = 0; r < hidden; r++) /* this rank's columns of every row of W_down */
-        memcpy(host + (size_t)r * il, w_down + (size_t)r * inter + first, (size_t)il * 2);
+    /* this rank's columns of every row of W_down */
+    if (!st)
+        st = mg_comm_shard(w_down, hidden, (size_t)inter * 2, MG_COMM_SHARD_COLUMNS, 1, rank, ranks,
+                           host);
     if (!st && !(st = mg_alloc(b, down_bytes, &m->down)))
         st = mg_copy_h2d(b, m->down, host, down_bytes);
     free(host);

@@ -55,13 +55,15 @@ static batch_extent batch_extent_of(const mg_fwd_config *c) {
 /* The plan's input for `c` on `b` (model_plan.h): `seq` holds each request's prompt + steps
  * (batch entries, the caller's), `mlx` whether the layer matrices run the MLX ops, `attention`
  * the passes' paged attention descriptor. */
-static mg_fwd_plan_input plan_input_of(mg_backend *b, const mg_fwd_config *c, const batch_extent *e,
-                                       uint32_t *seq, bool mlx,
+static mg_fwd_plan_input plan_input_of(mg_backend *b, const mg_fwd_config *c,
+                                       const mg_model_shape *shape, uint32_t tp_ranks,
+                                       const batch_extent *e, uint32_t *seq, bool mlx,
                                        const mg_paged_attention_desc *attention) {
     for (uint32_t r = 0; r < c->batch; r++)
         seq[r] = mg_fwd_prompt_length(c, r) + c->steps;
     return (mg_fwd_plan_input){.b = b,
-                               .shape = &c->preset->shape,
+                               .shape = shape,
+                               .tp_ranks = tp_ranks,
                                .weights = c->weights,
                                .mlx = mlx,
                                .qk_norm = c->preset->qk_norm,
@@ -83,7 +85,8 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
     if (!seq)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     const mg_paged_attention_desc attention = mg_fwd_attention_desc_of(&m->sh);
-    const mg_fwd_plan_input in = plan_input_of(m->b, &m->c, e, seq, m->mlx != NULL, &attention);
+    const mg_fwd_plan_input in =
+        plan_input_of(m->b, &m->c, &m->sh, m->tp_ranks, e, seq, m->mlx != NULL, &attention);
     mg_status st = mg_fwd_plan_create(m, &in);
     free(seq);
     if (!st && m->mlx)
@@ -143,7 +146,8 @@ static mg_status plan_config(mg_backend *b, const mg_fwd_config *c, mg_arena_pla
                      ((c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4) &&
                       !c->mlx_dequantized);
     const mg_paged_attention_desc attention = mg_fwd_attention_desc_of(&c->preset->shape);
-    const mg_fwd_plan_input in = plan_input_of(b, c, &e, seq, mlx, &attention);
+    const mg_fwd_plan_input in =
+        plan_input_of(b, c, &c->preset->shape, 1, &e, seq, mlx, &attention);
     mg_status st = plan ? mg_fwd_plan_build(&in, plan) : mg_fwd_plan_bytes(&in, bytes);
     free(seq);
     return st;
@@ -304,16 +308,28 @@ static mg_status check_config(mg_backend *b, const mg_fwd_config *c,
     return MG_OK;
 }
 
-mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
+/* A model, or one rank of a tensor-parallel one (comm not NULL: model.h). */
+static mg_status create_model(mg_backend *b, mg_comm *comm, const mg_fwd_config *c, mg_fwd **out) {
     *out = NULL;
     mg_status version = check_library_version();
     if (version)
         return version;
+    const int ranks = comm ? mg_comm_size(comm) : 1, rank = comm ? mg_comm_rank(comm) : 0;
+    if (ranks < 1 || rank < 0 || rank >= ranks)
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "a communicator of rank %d of %d", rank,
+                               ranks);
+    if (comm && mg_comm_backend(comm) != b)
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "rank %d's communicator is on another backend than the model's",
+                               rank);
     mg_fwd *m = calloc(1, sizeof *m);
     if (!m)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     m->b = b;
     m->c = *c;
+    m->comm = comm;
+    m->tp_rank = (uint32_t)rank;
+    m->tp_ranks = (uint32_t)ranks;
     mg_status st = MG_OK;
     if (c->model_path) {
         if ((st = mg_fwd_checkpoint_open(c->model_path, &m->arch, m->arch_name, sizeof m->arch_name,
@@ -342,12 +358,14 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     } else {
         m->c.prompt_lengths = NULL;
     }
-    if ((st = check_config(b, &m->c, m->ckpt))) {
+    if ((st = check_config(b, &m->c, m->ckpt)) ||
+        (m->tp_ranks > 1 && (st = mg_fwd_tp_check(&m->c, m->tp_ranks)))) {
         mg_fwd_destroy(m);
         return st;
     }
     c = &m->c;
-    m->sh = c->preset->shape;
+    m->full_sh = c->preset->shape;
+    mg_fwd_tp_set_shape(m);
     m->layers = c->preset->layers;
     const uint32_t B = c->batch;
     const batch_extent extent = batch_extent_of(c); /* pages < 2^31: check_config */
@@ -366,10 +384,14 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
         st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     if (!st)
         st = mg_fwd_create_weights(m);
+    if (!st)
+        st = mg_fwd_tp_shard_weights(m);
     if (!st) {
         m->format = mg_fwd_format_of_model(m);
-        /* one token row per decode step: its q and kv projections can be one GEMV */
-        if (B == 1 && !c->unfused && m->format->fused_gemms && !m->format->mlp && !m->sh.experts)
+        /* one token row per decode step: its q and kv projections can be one GEMV (a
+         * tensor-parallel decode runs unfused: mg_fwd_decide_fusion) */
+        if (B == 1 && !c->unfused && m->format->fused_gemms && !m->format->mlp && !m->sh.experts &&
+            m->tp_ranks == 1)
             st = mg_fwd_join_qkv(m);
     }
     if (!st) {
@@ -385,6 +407,14 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
     return MG_OK;
 }
 
+mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out) {
+    return create_model(b, NULL, c, out);
+}
+
+mg_status mg_fwd_create_rank(mg_backend *b, mg_comm *comm, const mg_fwd_config *c, mg_fwd **out) {
+    return create_model(b, comm, c, out);
+}
+
 const mg_fwd_preset *mg_fwd_get_preset(const mg_fwd *m, mg_fwd_weights *weights) {
     if (weights)
         *weights = m->c.weights;
@@ -394,6 +424,12 @@ const mg_fwd_preset *mg_fwd_get_preset(const mg_fwd *m, mg_fwd_weights *weights)
 void mg_fwd_destroy(mg_fwd *m) {
     if (!m)
         return;
+    if (m->group) { /* mg_fwd_create_tp's rank 0: every rank, then the communicators */
+        struct mg_fwd_tp_group *group = m->group;
+        m->group = NULL;
+        mg_fwd_tp_group_destroy(group);
+        return;
+    }
     if (m->graph)
         mg_graph_destroy(m->graph);
     mg_fwd_sampling_destroy(m);
@@ -497,9 +533,29 @@ static mg_status collect_tokens(mg_fwd *m, mg_stream *s) {
     return MG_OK;
 }
 
-mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
-    if (m->token_count)
+mg_status mg_fwd_pass_allowed(const mg_fwd *m, bool prefill) {
+    if (prefill && m->token_count)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "the prefill already ran");
+    if (!prefill && !m->token_count)
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "decode before the prefill");
+    if (!prefill && m->token_count > m->c.steps)
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "all %u planned decode steps already ran",
+                               m->c.steps);
+    return MG_OK;
+}
+
+mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
+    return m->group ? mg_fwd_tp_run(m, s, true) : mg_fwd_prefill_rank(m, s);
+}
+
+mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
+    return m->group ? mg_fwd_tp_run(m, s, false) : mg_fwd_decode_rank(m, s);
+}
+
+mg_status mg_fwd_prefill_rank(mg_fwd *m, mg_stream *s) {
+    mg_status allowed = mg_fwd_pass_allowed(m, true);
+    if (allowed)
+        return allowed;
     uint32_t B = m->c.batch, *qo = calloc(B, sizeof *qo);
     int32_t *ids = malloc(m->prompt_tokens * sizeof *ids);
     mg_status st = MG_OK;
@@ -532,12 +588,10 @@ mg_status mg_fwd_prefill(mg_fwd *m, mg_stream *s) {
     return st;
 }
 
-mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
-    if (!m->token_count)
-        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "decode before the prefill");
-    if (m->token_count > m->c.steps)
-        return mg_error_report(MG_ERR_INVALID_ARGUMENT, "all %u planned decode steps already ran",
-                               m->c.steps);
+mg_status mg_fwd_decode_rank(mg_fwd *m, mg_stream *s) {
+    mg_status allowed = mg_fwd_pass_allowed(m, false);
+    if (allowed)
+        return allowed;
     uint32_t B = m->c.batch, *qo = calloc(B, sizeof *qo);
     if (!qo)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -615,7 +669,18 @@ mg_status mg_fwd_logits(mg_fwd *m, float *out) {
     return st ? mg_fwd_lib_fail(st, "reading the logits") : MG_OK;
 }
 
+static mg_status force_tokens_rank(mg_fwd *m, const int32_t *ids);
+
 mg_status mg_fwd_force_tokens(mg_fwd *m, const int32_t *ids) {
+    uint32_t peers = 0;
+    mg_fwd *const *peer = mg_fwd_tp_peers(m, &peers);
+    mg_status st = force_tokens_rank(m, ids); /* rank 0 first: it checks the ids for all */
+    for (uint32_t r = 0; !st && r < peers; r++)
+        st = force_tokens_rank(peer[r], ids);
+    return st;
+}
+
+static mg_status force_tokens_rank(mg_fwd *m, const int32_t *ids) {
     if (!m->token_count)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no pass has run: no token to replace");
     for (uint32_t r = 0; r < m->c.batch; r++)
@@ -652,4 +717,6 @@ void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {
     out->fused_decode = m->fused_decode;
     out->fused_qkv = m->fused_decode && m->qkv_mode != MG_FWD_QKV_APART;
     out->fused_kv_append = m->fused_decode && m->qkv_mode == MG_FWD_QKV_JOINED_APPEND;
+    out->tp_ranks = m->tp_ranks;
+    out->tp_rank = m->tp_rank;
 }

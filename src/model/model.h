@@ -90,6 +90,7 @@
 #include <stdint.h>
 
 #include "metrale/arena.h"
+#include "metrale/comm.h"
 #include "metrale/gpu.h"
 #include "metrale/ops_sample.h"
 #include "metrale/timing.h"
@@ -233,7 +234,61 @@ typedef struct mg_fwd mg_fwd;
  * the preset's arena, a backend without an op the model needs, MoE presets with MLX weights),
  * then generates and uploads the weights, builds the arena and the KV cache. */
 mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out);
+/* Destroys a model (a tensor-parallel one of mg_fwd_create_tp with all its ranks). NULL: no-op. */
 void mg_fwd_destroy(mg_fwd *m);
+
+/* ------------------------------------------------------------------ tensor parallelism
+ * The model split over `n` devices the Megatron way. Rank r of n holds:
+ *  - KV heads [r Hkv/n, (r+1) Hkv/n) and the query heads that share them: its rows of wq and of
+ *    wkv (k rows, then v rows; column-parallel), its KV pages (the cache of its KV heads only)
+ *    and its columns of wo (row-parallel);
+ *  - intermediate features [r I/n, (r+1) I/n): its gate and up rows of w_gate_up (gate, then up)
+ *    and its columns of w_down;
+ *  - vocabulary rows [r S, min(V, (r+1) S)) of the LM head, S = ceil(V / n);
+ *  - the embedding and the norms whole.
+ * A pass runs each layer on every rank with that rank's weights; after the output and the down
+ * projections the ranks' partial sums (BF16) are summed by an all-reduce (metrale/comm.h, BF16,
+ * in place), so every rank holds the same residual stream. The LM head computes each rank's FP32
+ * logits slice, an all-gather assembles the whole row on every rank, and the argmax (or the
+ * sampler, mg_fwd_set_sampling) runs on it there: every rank draws the same tokens.
+ *
+ * Refused at create, with a one-line message naming the field or the format:
+ *  - MG_ERR_INVALID_ARGUMENT: n outside 1..MG_COMM_MAX_RANKS; n not dividing the model's
+ *    kv_heads or intermediate size (e.g. 9 query / 3 KV heads split over 3 ranks, not 2); a
+ *    vocabulary smaller than n;
+ *  - MG_ERR_UNSUPPORTED: mixture-of-experts models; weight formats whose quantization would
+ *    change when split (NVFP4's per-tensor and FP8's per-row scales: the wo and w_down
+ *    columns) and MLX-quantized matrices (a checkpoint's included; mlx_dequantized MLX runs as
+ *    BF16 and splits).
+ * Differences from the one-device run: the decode steps run unfused (mg_fwd_config.unfused:
+ * the fused residual epilogues assume whole rows of wo and w_down); each row-parallel output
+ * is the BF16 sum of n BF16-rounded partial products instead of one rounding of the whole dot
+ * product, so logits agree within a few BF16 roundings per layer, not bit for bit (the tests
+ * state the bound). The weights are loaded whole on each device, then cut: a rank's peak
+ * memory is the whole model's weights before it settles on its share.
+ *
+ * mg_fwd_create_tp: one process driving every rank. It creates a communicator over `backends`
+ * (mg_comm_create_local: one kind, distinct devices; the timeout of mg_comm_options' default)
+ * and one rank per backend, and returns rank 0 as the model: every call of this header takes it
+ * as a one-device model. A pass (mg_fwd_prefill / mg_fwd_decode) runs rank 0 on the calling
+ * thread and stream `s` (of backends[0]) and every other rank on a thread and a stream of its
+ * own, and returns once every rank finished; the first failing rank's error is the one
+ * reported (a failing rank aborts the communicator, so its peers fail at their next collective
+ * instead of waiting; the model is then only good for mg_fwd_destroy). After each pass the
+ * ranks' tokens are compared: a disagreement is MG_ERR_INTERNAL, never a silent result.
+ * mg_fwd_tokens, mg_fwd_logits (whole rows) and mg_fwd_final_hidden read rank 0's;
+ * mg_fwd_force_tokens and mg_fwd_set_sampling apply to every rank; mg_fwd_set_timing
+ * records rank 0's ops (its collectives' waits included); mg_fwd_get_info reports rank 0's
+ * share (weights, KV pool, arena). n == 1 is mg_fwd_create on backends[0].
+ *
+ * mg_fwd_create_rank: one rank per process (or per thread) on the caller's communicator (its
+ * size the number of ranks, its rank the share): the caller drives every rank concurrently and
+ * makes the same calls with the same config on each (comm.h's rule); each rank's tokens and
+ * logits are its own copy of the same values. A NULL comm is mg_fwd_create. The communicator
+ * must outlive the model. */
+mg_status mg_fwd_create_tp(mg_backend *const *backends, int n, const mg_fwd_config *c,
+                           mg_fwd **out);
+mg_status mg_fwd_create_rank(mg_backend *b, mg_comm *comm, const mg_fwd_config *c, mg_fwd **out);
 
 /* Every prompt through the model in one ragged pass, eager; appends each request's first
  * generated token. */
@@ -253,12 +308,13 @@ const mg_fwd_preset *mg_fwd_get_preset(const mg_fwd *m, mg_fwd_weights *weights)
  * quantizer), qkv_gemm (q and kv projections), qkv_bias and qk_norm (checkpoints that
  * have them), rope_append, attention, o_gemm, gate_up
  * (NVFP4: fused with SiLU-mul), silu_mul, down, moe_router, moe_topk, moe_sort, moe_gate_up,
- * moe_down, moe_combine, last_rows, lm_head, argmax. Kernel spans need `t` at level
- * MG_TELEMETRY_KERNEL with kernel_span_every 1 (the model arms each pass as one step).
- * Spans cannot live in a graph, so while `t` is attached every decode step runs eagerly
- * (never replays nor captures the graph); detach (NULL) to go back to graph replays. The
- * timing object must outlive its attachment. Fails only when `t` has no room for the two
- * lanes (then nothing is attached). */
+ * moe_down, moe_combine, last_rows, lm_head, argmax; tensor-parallel models add all_reduce
+ * (after o_gemm and down) and logits_gather (the LM head's all-gather). Kernel spans need `t` at
+ * level MG_TELEMETRY_KERNEL with kernel_span_every 1 (the model arms each pass as one step). Spans
+ * cannot live in a graph, so while `t` is attached every decode step runs eagerly (never replays
+ * nor captures the graph); detach (NULL) to go back to graph replays. The timing object must
+ * outlive its attachment. Fails only when `t` has no room for the two lanes (then nothing is
+ * attached). */
 mg_status mg_fwd_set_timing(mg_fwd *m, mg_timing *t);
 
 /* Tokens generated so far for request r (the prefill's first, then one per decode step). */
@@ -313,6 +369,9 @@ typedef struct mg_fwd_info {
     bool fused_qkv;
     /* ... and that GEMV also applies RoPE and appends the key and value to the cache */
     bool fused_kv_append;
+    /* tensor parallelism: the ranks the model is split over (1: one device) and the rank
+     * these numbers are of (mg_fwd_create_tp: 0) */
+    uint32_t tp_ranks, tp_rank;
 } mg_fwd_info;
 
 void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out);

@@ -36,6 +36,8 @@ const mg_fwd_format *mg_fwd_format_of_model(const mg_fwd *m) {
 }
 
 mg_status mg_fwd_lm_head_bf16(mg_fwd *m, mg_stream *s, uint32_t rows) {
+    if (m->tp_ranks > 1) /* this rank's vocabulary slice, gathered */
+        return mg_fwd_tp_lm_head(m, s, rows);
     const mg_model_shape *sh = &m->sh;
     OP("lm_head", TRY(mg_gemm_bf16(m->b, s, rows, sh->vocab, sh->hidden, m->logits_hidden,
                                    m->lm_head, m->logits, MG_DTYPE_F32, m->logits_pitch),

@@ -217,7 +217,10 @@ mg_status mg_fwd_decide_fusion(mg_fwd *m, mg_stream *s) {
     m->fusion_decided = true;
     m->fused_decode = false;
     m->qkv_mode = MG_FWD_QKV_APART;
-    if (m->c.unfused || m->sh.experts || !m->format->fused_gemms || m->format->mlp)
+    /* tensor parallelism: the fused output and down projections add their rows to the residual
+     * stream, which a rank's partial rows must not be before the all-reduce */
+    if (m->c.unfused || m->sh.experts || !m->format->fused_gemms || m->format->mlp ||
+        m->tp_ranks > 1)
         return MG_OK;
     /* The q and kv projections' forms, most fused first: with the KV append (joined
      * matrices, no extras, a BF16 cache), joined, apart. The first the backend plans wins. */
@@ -379,6 +382,8 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         OP("o_gemm",
            TRY(f->linear(m, s, prefill, l, MG_FWD_WO, rows, H, QD, m->attn_out, m->proj_out),
                "output projection"));
+        if ((st = mg_fwd_tp_reduce(m, s, rows)))
+            return st;
         OP("rmsnorm", TRY(mg_rmsnorm_bf16(b, s, rows, H, eps, m->residual, m->proj_out,
                                           w[MG_FWD_MLP_NORM], m->norm_out),
                           "MLP norm"));
@@ -388,7 +393,7 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
             continue;
         }
         if (f->mlp) {
-            if ((st = f->mlp(m, s, l, rows)))
+            if ((st = f->mlp(m, s, l, rows)) || (st = mg_fwd_tp_reduce(m, s, rows)))
                 return st;
             continue;
         }
@@ -398,6 +403,8 @@ mg_status mg_fwd_forward(mg_fwd *m, mg_stream *s, bool prefill, uint32_t rows,
         OP("down",
            TRY(f->linear(m, s, prefill, l, MG_FWD_W_DOWN, rows, H, I, m->mlp_act, m->proj_out),
                "down projection"));
+        if ((st = mg_fwd_tp_reduce(m, s, rows)))
+            return st;
     }
     OP("last_rows", TRY(mg_gather_rows_bf16(b, s, B, H, m->logits_indices, rows, m->residual,
                                             fused ? 0 : m->proj_out, m->logits_hidden),

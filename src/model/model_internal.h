@@ -42,7 +42,20 @@ struct mg_fwd {
     mg_fwd_preset arch;
     char arch_name[128];
     int32_t *prompt; /* the config's prompt ids, copied */
-    mg_model_shape sh;
+    /* This rank's shape: the model's (full_sh) with heads, kv_heads and intermediate divided by
+     * tp_ranks (model_tp.c); vocab stays whole (the embedding, the gathered logits). */
+    mg_model_shape sh, full_sh;
+    /* Tensor parallelism (model.h, model_tp.c): this rank's communicator (NULL: one device),
+     * its rank of tp_ranks (0 of 1), the LM head's vocabulary rows [vocab_first, vocab_first +
+     * vocab_count) out of a slice of vocab_slice rows per rank, and the arena's logits slice
+     * [batch, vocab_slice] and gathered slices [tp_ranks, batch, vocab_slice] (FP32). */
+    mg_comm *comm;
+    uint32_t tp_rank, tp_ranks;
+    uint32_t vocab_first, vocab_count, vocab_slice;
+    mg_devptr tp_logits, tp_gathered;
+    /* mg_fwd_create_tp's rank 0 only: the other ranks, their streams and every communicator,
+     * owned by it (NULL otherwise) */
+    struct mg_fwd_tp_group *group;
     uint32_t layers;
     mg_devptr embedding, final_norm, lm_head;
     mg_devptr *layer_w; /* [layers][MG_FWD_LAYER_TENSORS]; NVFP4: the matrices' are 0; FP8:
@@ -154,6 +167,39 @@ mg_status mg_fwd_lib_fail(mg_status st, const char *what);
  * experts) over `tokens` tokens: gate_up (fused SiLU-mul) or down. */
 mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_model_shape *sh, mg_fwd_weights w, bool gate_up,
                                       uint32_t tokens);
+
+/* model_tp.c: tensor parallelism (model.h). The rank's shape for `ranks` (heads, kv_heads,
+ * intermediate divided; refusals named as model.h lists them) before anything loads, from the
+ * model's shape, its preset and format; the LM head's vocabulary slice per rank. */
+mg_status mg_fwd_tp_check(const mg_fwd_config *c, uint32_t ranks);
+static inline uint32_t mg_fwd_tp_vocab_slice(uint32_t vocab, uint32_t ranks) {
+    return ranks ? ceil_div(vocab, ranks) : vocab;
+}
+/* Sets m->sh (this rank's shape) and the vocabulary slice from m->full_sh and the ranks. */
+void mg_fwd_tp_set_shape(mg_fwd *m);
+/* Cuts every loaded weight down to this rank's share (model.h), freeing the whole ones; the
+ * weight bytes follow. Nothing to do for one rank. */
+mg_status mg_fwd_tp_shard_weights(mg_fwd *m);
+/* The vocabulary-parallel LM head (BF16 weights): this rank's logits slice, their all-gather
+ * into m->logits (whole rows, pitch logits_pitch) and the argmax into step_ids. */
+mg_status mg_fwd_tp_lm_head(mg_fwd *m, mg_stream *s, uint32_t rows);
+/* The sum over the ranks of the row-parallel projection's partial rows in proj_out (in place);
+ * nothing for one rank. */
+mg_status mg_fwd_tp_reduce(mg_fwd *m, mg_stream *s, uint32_t rows);
+/* mg_fwd_create_tp's driver: the pass (prefill or decode) on every rank of m's group, each on
+ * a thread and a stream of its own (rank 0: the caller's and `s`); the first failing rank's
+ * error, or MG_ERR_INTERNAL when the ranks' tokens disagree. */
+mg_status mg_fwd_tp_run(mg_fwd *m, mg_stream *s, bool prefill);
+/* The ranks of m's group beyond rank 0 (ranks 1..), *count of them; none without a group. */
+mg_fwd *const *mg_fwd_tp_peers(const mg_fwd *m, uint32_t *count);
+void mg_fwd_tp_group_destroy(struct mg_fwd_tp_group *g);
+
+/* model.c: one rank's pass, what mg_fwd_prefill / mg_fwd_decode run on each rank. */
+mg_status mg_fwd_prefill_rank(mg_fwd *m, mg_stream *s);
+mg_status mg_fwd_decode_rank(mg_fwd *m, mg_stream *s);
+/* Why m cannot run the pass now (the prefill twice, a decode before the prefill or past the
+ * planned steps), a failing mg_error_report; MG_OK when it can. */
+mg_status mg_fwd_pass_allowed(const mg_fwd *m, bool prefill);
 
 /* model_weights.c: every weight of m's config (generated, quantized, or from its checkpoint). */
 mg_status mg_fwd_create_weights(mg_fwd *m);

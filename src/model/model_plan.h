@@ -49,7 +49,8 @@ typedef enum mg_model_step {
  * attention descriptor the passes plan with. */
 typedef struct mg_fwd_plan_input {
     mg_backend *b;
-    const mg_model_shape *shape;
+    const mg_model_shape *shape; /* this rank's (model_internal.h: mg_fwd.sh) */
+    uint32_t tp_ranks;           /* tensor parallelism: the LM head's logits slices; 1: none */
     mg_fwd_weights weights;
     bool mlx, qk_norm;
     bool rope_table; /* a scaled RoPE's frequency table (mg_fwd_preset.rope_llama3) */

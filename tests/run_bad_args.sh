@@ -72,6 +72,12 @@ refused_naming --seed "unsigned" --backend cpu run --preset tiny --seed 12x
 refused_naming --weights "bf16, fp8, nvfp4, mlx8 and mlx4" --backend cpu run --preset tiny --weights int3
 refused_naming --weights "bf16" --backend cpu run --preset tiny --weights
 refused_naming --preset "" --backend cpu run --preset
+# Tensor parallelism: the count, then the model's refusals (tiny's 2 KV heads over 3 ranks; FP8
+# weights), still before any output.
+refused_naming --tp "from 1 to 64" --backend cpu run --preset tiny --tp 0
+refused_naming --tp "from 1 to 64" --backend cpu run --preset tiny --tp 65
+refused_naming "kv_heads 2" "by 3" --backend cpu run --preset tiny --tp 3
+refused_naming "fp8 weights" "not split" --backend cpu run --preset tiny --weights fp8 --tp 2
 # The preset's own limits, checked when the model is made: still the only output.
 refused_naming --batch "1..64" --backend cpu run --preset tiny --batch 65
 refused_naming "4096 per pass" "" --backend cpu run --preset tiny --prompt-len 5000 --batch 64

@@ -21,6 +21,7 @@ typedef struct run_args {
     const char *preset, *weights, *trace;
     const char *checkpoint; /* mlx8 / mlx4 weights */
     long batch, prompt_len, steps;
+    long tp; /* --tp: devices the model is split over (model.h mg_fwd_create_tp) */
     unsigned long long seed;
     bool compare;
     bool unfused; /* --no-fusion */
@@ -33,7 +34,10 @@ static void run_usage(FILE *f) {
         f,
         "usage: metrale-gpu [--backend B] [--json] run [--preset NAME] "
         "[--weights bf16|fp8|nvfp4|mlx8|mlx4] [--batch N] [--prompt-len L] [--steps S] [--seed N] "
-        "[--trace FILE] [--compare] [--no-fusion]\n"
+        "[--trace FILE] [--compare] [--no-fusion] [--tp N]\n"
+        "--tp N: split the model over N devices of the backend (tensor parallelism: devices "
+        "--device .. --device + N - 1; on the CPU backend N CPU devices of this process); with "
+        "--compare, against the one-device run on the CPU\n"
         "--no-fusion: decode with the norms, residual adds and SiLU-mul as ops of their own "
         "(by default BF16 weights fold them into the GEMMs where the backend can)\n"
         "nvfp4: the layer matrices and the LM head quantized to NVFP4 at load "
@@ -86,7 +90,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
             min = 1, ok = parse_count(v, min, &a->prompt_len);
         else if (!strcmp(arg, "--steps"))
             min = 0, ok = parse_count(v, min, &a->steps);
-        else if (!strcmp(arg, "--seed")) {
+        else if (!strcmp(arg, "--tp")) {
+            ok = parse_count(v, 1, &a->tp) && a->tp <= MG_COMM_MAX_RANKS;
+            accepted = "a device count from 1 to 64";
+        } else if (!strcmp(arg, "--seed")) {
             char *end = NULL;
             errno = 0;
             a->seed = v ? strtoull(v, &end, 10) : 0;
@@ -293,8 +300,9 @@ static mg_status compare_pass(mg_fwd *m, compare_trace *t, uint32_t pass) {
  * c->steps decode steps is the profiled eager one (per-op spans into r->ops); with `trace`
  * (needs profile) the prefill is recorded too and both are written to that file. 0 or 1
  * (message printed). */
-static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, bool profile,
-                     const char *trace, compare_trace *cmp, run_result *r) {
+static int run_model(mg_backend *const *ranks, int tp, const mg_fwd_config *c, bool quiet,
+                     bool profile, const char *trace, compare_trace *cmp, run_result *r) {
+    mg_backend *b = ranks[0]; /* the stream's, the timing's; the model's rank 0 */
     const char *kind = mg_backend_kind_name(mg_backend_get_kind(b));
     mg_stream *s = NULL;
     mg_fwd *m = NULL;
@@ -313,7 +321,7 @@ static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, bool pro
         return 1;
     }
     double t0 = seconds();
-    if ((st = mg_fwd_create(b, c, &m))) {
+    if ((st = mg_fwd_create_tp(ranks, tp, c, &m))) {
         fprintf(stderr, "metrale-gpu run: %s\n", mg_last_error());
         mg_timing_destroy(timing);
         mg_stream_destroy(s);
@@ -325,9 +333,12 @@ static int run_model(mg_backend *b, const mg_fwd_config *c, bool quiet, bool pro
         /* the header only once mg_fwd_create has accepted the configuration: an argument it
          * refuses (a batch or prompt the preset's arena cannot hold) is then the only line */
         printf("metrale-gpu run: preset %s (%s) on %s, batch %u, prompts ~%u tokens, %u decode "
-               "steps, %s weights\n",
+               "steps, %s weights",
                c->preset->name, c->preset->description, kind, c->batch, c->prompt_len,
                c->steps - profile, mg_fwd_weights_name(c->weights));
+        if (tp > 1)
+            printf(", tensor-parallel over %d devices (rank 0's numbers below)", tp);
+        printf("\n");
         printf("[%s] weights: %.4g GB (seed %llu), KV cache %.4g MB, arena %.3f MB packed "
                "(%.3f MB unpacked), %.2f s\n",
                kind, r->info.weight_bytes / 1e9, (unsigned long long)c->seed,
@@ -465,6 +476,39 @@ static double max_relative_error(const uint16_t *a, const uint16_t *b, size_t n)
     return scale > 0 ? diff / scale : diff;
 }
 
+static void close_ranks(mg_backend **ranks, int count) {
+    for (int i = count - 1; i >= 0; i--)
+        if (ranks[i])
+            mg_backend_close(ranks[i]);
+}
+
+/* The backend of --backend / --device, and with --tp N the next N - 1 devices of its kind (each
+ * with the forced providers); a message and MG_ERR_* when one cannot be opened (fewer devices
+ * than N included), nothing left open. */
+static mg_status open_ranks(const mg_cli_options *opts, int tp, mg_backend **ranks) {
+    mg_status st = mg_cli_backend_open(opts, &ranks[0]);
+    if (st) {
+        fprintf(stderr, "metrale-gpu run: cannot open the %s backend (device %d): %s\n",
+                mg_backend_kind_name(opts->backend), opts->device, mg_last_error());
+        return st;
+    }
+    mg_cli_options rank_opts = *opts;
+    rank_opts.backend = mg_backend_get_kind(ranks[0]); /* --backend auto: the kind it chose */
+    for (int i = 1; i < tp; i++) {
+        rank_opts.device = opts->device + i;
+        if ((st = mg_cli_backend_open(&rank_opts, &ranks[i]))) {
+            fprintf(stderr,
+                    "metrale-gpu run: --tp %d needs %d %s devices from device %d: device %d: "
+                    "%s\n",
+                    tp, tp, mg_backend_kind_name(rank_opts.backend), opts->device, rank_opts.device,
+                    mg_last_error());
+            close_ranks(ranks, i);
+            return st;
+        }
+    }
+    return MG_OK;
+}
+
 int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     for (int i = 1; i < argc; i++) /* a real checkpoint: cmd_run_model.c */
         if (!strcmp(argv[i], "--model"))
@@ -500,13 +544,12 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         fprintf(stderr, "metrale-gpu run: unknown preset '%s' (run --help lists them)\n", a.preset);
         return 2;
     }
-    mg_backend *b = NULL;
-    mg_status st = mg_cli_backend_open(opts, &b);
-    if (st) {
-        fprintf(stderr, "metrale-gpu run: cannot open the %s backend (device %d): %s\n",
-                mg_backend_kind_name(opts->backend), opts->device, mg_last_error());
+    mg_backend *ranks[MG_COMM_MAX_RANKS] = {NULL};
+    const int tp = a.tp > 0 ? (int)a.tp : 1;
+    mg_status st = open_ranks(opts, tp, ranks);
+    if (st)
         return 1;
-    }
+    mg_backend *b = ranks[0];
     bool on_cpu = mg_backend_get_kind(b) == MG_BACKEND_CPU;
     const mg_fwd_preset *p = mg_fwd_preset_find(a.preset ? a.preset
                                                 : mlx    ? "micro"
@@ -538,7 +581,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                     "for %u requests x %u passes x %u logits, more than 1 GiB (fewer "
                     "--steps or --batch)\n",
                     bytes / 1e9, cmp.batch, cmp.passes, cmp.vocab);
-            mg_backend_close(b);
+            close_ranks(ranks, tp);
             return 2;
         }
         cmp.logits = malloc((size_t)bytes);
@@ -547,14 +590,15 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         if (!cmp.logits || !cmp.cpu_logits || !cmp.forced) {
             fprintf(stderr, "metrale-gpu run: out of host memory for --compare\n");
             free(cmp.logits), free(cmp.cpu_logits), free(cmp.forced);
-            mg_backend_close(b);
+            close_ranks(ranks, tp);
             return 1;
         }
     }
     run_result r = {0};
-    if ((rc = run_model(b, &c, opts->json, profile, a.trace, a.compare ? &cmp : NULL, &r))) {
+    if ((rc =
+             run_model(ranks, tp, &c, opts->json, profile, a.trace, a.compare ? &cmp : NULL, &r))) {
         free(cmp.logits), free(cmp.cpu_logits), free(cmp.forced);
-        mg_backend_close(b);
+        close_ranks(ranks, tp);
         return rc;
     }
     /* The memory-bound limit of a decode step: every weight it reads (all but the embedding
@@ -606,7 +650,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
             if (!opts->json)
                 printf("[cpu] the same run on the CPU backend for --compare\n");
             cmp.follow = r.tokens;
-            rc = run_model(cpu, &cc, true, false, NULL, &cmp, &ref);
+            rc = run_model(&cpu, 1, &cc, true, false, NULL, &cmp, &ref); /* one device */
             if (cpu != b)
                 mg_backend_close(cpu);
         }
@@ -625,7 +669,8 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
 
     const int32_t *t0 = r.tokens;
     if (opts->json) {
-        printf("{\"preset\": \"%s\", \"backend\": \"%s\", \"weights\": \"%s\", \"batch\": %u, "
+        printf("{\"preset\": \"%s\", \"backend\": \"%s\", \"tp\": %d, \"weights\": \"%s\", "
+               "\"batch\": %u, "
                "\"prompt_tokens\": %llu, \"steps\": %u, \"graph_steps\": %u, "
                "\"kernels_per_step\": %u, \"graph_nodes_per_step\": %u, \"fused_decode\": %s, "
                "\"fused_qkv\": %s, \"fused_kv_append\": %s, "
@@ -635,7 +680,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                "\"copy_gbps\": %.2f, \"memory_bound_ms\": %.4f, \"fraction_of_limit\": %.4f, "
                "\"weight_bytes\": %llu, \"kv_pool_bytes\": %llu, \"arena_bytes\": %llu, "
                "\"arena_unpacked_bytes\": %llu, \"device_bytes_live\": %llu, \"tokens\": [",
-               p->name, kind, wname, c.batch, (unsigned long long)r.info.prompt_tokens,
+               p->name, kind, tp, wname, c.batch, (unsigned long long)r.info.prompt_tokens,
                c.steps - profile, r.graph_steps, r.info.graph_kernels, r.info.graph_nodes,
                r.info.fused_decode ? "true" : "false", r.info.fused_qkv ? "true" : "false",
                r.info.fused_kv_append ? "true" : "false", r.setup_s, r.prefill_s, prefill_tps,
@@ -680,7 +725,9 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                r.step_ms, decode_tps, c.batch, r.graph_steps ? "graph replays" : "eager steps",
                r.first_step_ms);
         printf("  decode GEMMs    %s\n",
-               !r.info.fused_decode ? "unfused (--no-fusion, or no fusing provider at this batch)"
+               !r.info.fused_decode
+                   ? tp > 1 ? "unfused (tensor-parallel: the fused residual adds need whole rows)"
+                            : "unfused (--no-fusion, or no fusing provider at this batch)"
                : r.info.fused_kv_append
                    ? "fused (norms, residual adds and SiLU-mul folded in; q and kv in one GEMV "
                      "with RoPE and the KV append)"
@@ -732,6 +779,6 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         }
     }
     run_result_free(&r);
-    mg_backend_close(b);
+    close_ranks(ranks, tp);
     return rc;
 }

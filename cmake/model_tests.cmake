@@ -18,6 +18,13 @@ add_test(NAME smollm2_vs_mlx_lm
 set_tests_properties(smollm2_vs_mlx_lm PROPERTIES FIXTURES_REQUIRED smollm2_reference
                      SKIP_RETURN_CODE 77 TIMEOUT 1200)
 
+# Tensor parallelism on the real model: SmolLM2-135M (MLX-quantized matrices from the GGUF file)
+# split over 3 CPU devices against one, teacher-forced (tests/model/compare_tp.py); skips when
+# the checkpoint cannot be fetched. About 10 s on two cores.
+add_test(NAME smollm2_tp_cpu
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/model/compare_tp.sh $<TARGET_FILE:metrale-gpu> cpu)
+set_tests_properties(smollm2_tp_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+
 # Small random checkpoints of every architecture read (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE)
 # in every form (Hugging Face BF16/F32, GGUF Q8_0/F16 with llama.cpp's Q/K permutation where it
 # applies, MLX 4/8-bit), written at test time with transformers' configuration classes, the

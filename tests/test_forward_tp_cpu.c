@@ -16,8 +16,10 @@
  *
  * Shapes: tiny (tp 2), and two made-up presets with awkward sizes: vocabularies that no tp
  * divides (the last rank's slice shorter), odd head counts, intermediate sizes of 300 / 344
- * (tp 3 and 4). Then the refusals (tp not dividing kv_heads or the intermediate size, MoE,
- * NVFP4 / FP8 / MLX-quantized weights, bad rank counts), nothing left in any backend's
+ * (tp 3 and 4); MLX-quantized weights (a random checkpoint written here, 4-bit group 32 at
+ * tp 2 and 3, 8-bit group 64 at tp 3). Then the refusals (tp not dividing kv_heads or the
+ * intermediate size, MoE, NVFP4 / FP8 weights, MLX groups that a rank's o_proj columns would
+ * cut, bad rank counts), nothing left in any backend's
  * ledger after destroy, the one-rank-per-thread form (mg_fwd_create_rank) equal to the driver's,
  * and a peer that stops mid-run: its communicator aborted, the other rank's next decode fails
  * with MG_ERR_DEVICE well within the communicator's timeout instead of hanging.
@@ -27,8 +29,10 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "metrale/comm.h"
+#include "metrale/dtype.h"
 #include "metrale/ops_sample.h"
 #include "model.h"
 #include "test_util.h"
@@ -259,11 +263,11 @@ static void test_refusals(void) {
         CHECK_STATUS(mg_fwd_create_tp(backends, 2, &q, &m), MG_ERR_UNSUPPORTED);
         CHECK_MESSAGE(formats[i].named);
     }
-    /* the committed MLX checkpoint of micro: its quantized matrices are not split */
+    /* the committed MLX checkpoint of micro: its one KV head cannot be split */
     mg_fwd_config x = mg_fwd_config_default(mg_fwd_preset_find("micro"));
     x.weights = MG_FWD_WEIGHTS_MLX8;
-    CHECK_STATUS(mg_fwd_create_tp(backends, 2, &x, &m), MG_ERR_UNSUPPORTED);
-    CHECK_MESSAGE("mlx8 weights");
+    CHECK_STATUS(mg_fwd_create_tp(backends, 2, &x, &m), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("kv_heads 1");
     mg_fwd_config e = mg_fwd_config_default(mg_fwd_preset_find("tiny-moe"));
     CHECK_STATUS(mg_fwd_create_tp(backends, 2, &e, &m), MG_ERR_UNSUPPORTED);
     CHECK_MESSAGE("mixture of experts");
@@ -425,7 +429,166 @@ static void test_rank_threads(void) {
     CHECK(ledgers_equal(&before, &after));
 }
 
+/* ------------------------------------------------------------------ MLX-quantized weights
+ * A checkpoint written here (model_mlx.h's layout: config.json and model.safetensors with each
+ * layer's q/k/v/o_proj and gate/up/down_proj as U32 codes with BF16 scales and biases), random
+ * codes and scales that dequantize to about U(-1, 1) / sqrt(k), for preset mlx_split: 6 heads of
+ * 32 (o_proj's 192 input features: 96 per rank at tp 2, 64 at tp 3), intermediate 384. */
+static const mg_fwd_preset mlx_split = {.name = "mlx-split",
+                                        .description = "MLX weights over 2 and 3 ranks",
+                                        .shape = {.hidden = 128,
+                                                  .heads = 6,
+                                                  .kv_heads = 6,
+                                                  .head_dim = 32,
+                                                  .intermediate = 384,
+                                                  .vocab = 515},
+                                        .layers = 2,
+                                        .rope_theta = 10000.0f,
+                                        .norm_eps = 1e-5f,
+                                        .max_batch_tokens = 256,
+                                        .max_batch_size = 4,
+                                        .batch = 2,
+                                        .prompt_len = 11,
+                                        .steps = 4};
+
+typedef struct st_tensor {
+    char name[96];
+    const char *dtype;
+    uint32_t rows, cols; /* elements of dtype */
+    size_t bytes;
+    void *data;
+} st_tensor;
+
+/* One quantized [n, k] layer `path` at `bits` / `group` as three tensors into t[0..3). */
+static void mlx_layer(st_tensor *t, const char *path, uint32_t n, uint32_t k, uint32_t bits,
+                      uint32_t group) {
+    const uint32_t words = k * bits / 32, groups = k / group;
+    t[0] = (st_tensor){.dtype = "U32", .rows = n, .cols = words, .bytes = (size_t)n * words * 4};
+    snprintf(t[0].name, sizeof t[0].name, "%s.weight", path);
+    t[0].data = malloc(t[0].bytes);
+    test_fill_random(t[0].data, t[0].bytes);
+    const float step = 2.0f / sqrtf((float)k) / (float)((1u << bits) - 1);
+    for (int i = 1; i < 3; i++) {
+        t[i] = (st_tensor){
+            .dtype = "BF16", .rows = n, .cols = groups, .bytes = (size_t)n * groups * 2};
+        snprintf(t[i].name, sizeof t[i].name, "%s.%s", path, i == 1 ? "scales" : "biases");
+        uint16_t *v = t[i].data = malloc(t[i].bytes);
+        for (size_t j = 0; j < (size_t)n * groups; j++) {
+            const float u = (float)(test_rand() % 1000) / 1000.0f; /* [0, 1) */
+            v[j] =
+                mg_f32_to_bf16(i == 1 ? step * (0.5f + u) : -(0.8f + 0.4f * u) / sqrtf((float)k));
+        }
+    }
+}
+
+/* Writes the checkpoint of `p` into the new directory `dir` (mkdtemp's template); false on
+ * failure. */
+static bool write_mlx_checkpoint(const mg_fwd_preset *p, uint32_t bits, uint32_t group, char *dir) {
+    if (!mkdtemp(dir))
+        return false;
+    const mg_model_shape *sh = &p->shape;
+    const uint32_t H = sh->hidden, QD = sh->heads * sh->head_dim, KD = sh->kv_heads * sh->head_dim;
+    const uint32_t I = sh->intermediate;
+    const size_t count = (size_t)p->layers * 7 * 3;
+    st_tensor *t = calloc(count, sizeof *t);
+    if (!t)
+        return false;
+    static const char *const names[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                         "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                         "mlp.down_proj"};
+    const uint32_t shapes[7][2] = {{QD, H}, {KD, H}, {KD, H}, {H, QD}, {I, H}, {I, H}, {H, I}};
+    for (uint32_t l = 0; l < p->layers; l++)
+        for (int i = 0; i < 7; i++) {
+            char path[80];
+            snprintf(path, sizeof path, "model.layers.%u.%s", l, names[i]);
+            mlx_layer(t + ((size_t)l * 7 + i) * 3, path, shapes[i][0], shapes[i][1], bits, group);
+        }
+    char file[512], *header = malloc(count * 160 + 64);
+    bool ok = header != NULL;
+    size_t len = 0, offset = 0;
+    if (ok) {
+        len += (size_t)sprintf(header + len, "{\"__metadata__\": {\"format\": \"mlx\"}");
+        for (size_t i = 0; i < count; i++) {
+            len += (size_t)sprintf(header + len,
+                                   ", \"%s\": {\"dtype\": \"%s\", \"shape\": [%u, %u], "
+                                   "\"data_offsets\": [%zu, %zu]}",
+                                   t[i].name, t[i].dtype, t[i].rows, t[i].cols, offset,
+                                   offset + t[i].bytes);
+            offset += t[i].bytes;
+        }
+        len += (size_t)sprintf(header + len, "}");
+        while (len % 8) /* the data 8-byte aligned, as the format's writers pad */
+            header[len++] = ' ';
+    }
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    FILE *f = ok ? fopen(file, "wb") : NULL;
+    uint64_t n = len;
+    ok = f && fwrite(&n, 8, 1, f) == 1 && fwrite(header, 1, len, f) == len;
+    for (size_t i = 0; ok && i < count; i++)
+        ok = fwrite(t[i].data, 1, t[i].bytes, f) == t[i].bytes;
+    if (f && fclose(f))
+        ok = false;
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    f = ok ? fopen(file, "w") : NULL;
+    ok = f && fprintf(f,
+                      "{\"model_type\": \"metrale\", \"hidden_size\": %u, \"num_hidden_layers\": "
+                      "%u, \"num_attention_heads\": %u, \"num_key_value_heads\": %u, "
+                      "\"head_dim\": %u, \"intermediate_size\": %u, \"quantization\": "
+                      "{\"group_size\": %u, \"bits\": %u, \"mode\": \"affine\"}}\n",
+                      H, p->layers, sh->heads, sh->kv_heads, sh->head_dim, I, group, bits) > 0;
+    if (f && fclose(f))
+        ok = false;
+    for (size_t i = 0; i < count; i++)
+        free(t[i].data);
+    free(t);
+    free(header);
+    return ok;
+}
+
+static void remove_checkpoint(const char *dir) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    remove(file);
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    remove(file);
+    rmdir(dir);
+}
+
+/* MLX-quantized layers split exactly (whole rows; o_proj and down_proj in whole groups): tp 2
+ * and 3 of 4-bit group-32 weights, tp 3 of 8-bit group-64 ones, against one device, the MLX
+ * GEMVs (decode) and GEMMs (prefill) on each rank's share; at tp 2 the 8-bit weights' o_proj
+ * (96 features per rank in groups of 64) is refused naming it, with nothing left allocated. */
+static void test_mlx_weights(void) {
+    static const struct {
+        uint32_t bits, group;
+        int ranks[2], count;
+    } cases[] = {{4, 32, {2, 3}, 2}, {8, 64, {3}, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[] = "/tmp/metrale_tp_mlx_XXXXXX";
+        const bool written = write_mlx_checkpoint(&mlx_split, cases[i].bits, cases[i].group, dir);
+        CHECK(written);
+        if (!written)
+            continue;
+        mg_fwd_config c = mg_fwd_config_default(&mlx_split);
+        c.weights = cases[i].bits == 4 ? MG_FWD_WEIGHTS_MLX4 : MG_FWD_WEIGHTS_MLX8;
+        c.checkpoint = dir;
+        char what[64];
+        snprintf(what, sizeof what, "mlx%u group %u", cases[i].bits, cases[i].group);
+        check_equal_runs(what, &c, cases[i].ranks, cases[i].count);
+        if (cases[i].group == 64) {
+            const ledger_state before = ledgers();
+            mg_fwd *m = NULL;
+            CHECK_STATUS(mg_fwd_create_tp(backends, 2, &c, &m), MG_ERR_UNSUPPORTED);
+            CHECK_MESSAGE("o_proj has 192 input features in groups of 64");
+            const ledger_state after = ledgers();
+            CHECK(ledgers_equal(&before, &after));
+        }
+        remove_checkpoint(dir);
+    }
+}
+
 int main(void) {
+    test_seed();
     for (int r = 0; r < MAX_RANKS; r++)
         if (mg_backend_open(MG_BACKEND_CPU, r, &backends[r])) {
             fprintf(stderr, "cannot open CPU backend %d: %s\n", r, mg_last_error());
@@ -435,6 +598,7 @@ int main(void) {
     test_refusals();
     test_sampling_and_ledger();
     test_rank_threads();
+    test_mlx_weights();
     for (int r = 0; r < MAX_RANKS; r++)
         mg_backend_close(backends[r]);
     return test_finish();

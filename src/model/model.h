@@ -258,8 +258,12 @@ void mg_fwd_destroy(mg_fwd *m);
  *    vocabulary smaller than n;
  *  - MG_ERR_UNSUPPORTED: mixture-of-experts models; weight formats whose quantization would
  *    change when split (NVFP4's per-tensor and FP8's per-row scales: the wo and w_down
- *    columns) and MLX-quantized matrices (a checkpoint's included; mlx_dequantized MLX runs as
- *    BF16 and splits).
+ *    columns); MLX-quantized wo / w_down (o_proj, down_proj) whose quantization groups a
+ *    rank's columns would cut (each rank's share of the input features must be whole groups)
+ *    or that have a bias (it would be added once per rank).
+ * BF16 weights (presets, checkpoints, MLX dequantized) and MLX-quantized ones (presets'
+ * checkpoints, real checkpoints whose matrices load as MLX, e.g. a GGUF's Q4_1) are split;
+ * cutting MLX rows or whole groups is exact, so a rank's share dequantizes to the same values.
  * Differences from the one-device run: the decode steps run unfused (mg_fwd_config.unfused:
  * the fused residual epilogues assume whole rows of wo and w_down); each row-parallel output
  * is the BF16 sum of n BF16-rounded partial products instead of one rounding of the whole dot

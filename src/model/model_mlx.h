@@ -36,6 +36,15 @@ mg_status mg_fwd_mlx_adopt(mg_backend *b, const mg_model_shape *sh, uint32_t lay
 const char *mg_fwd_mlx_default_checkpoint(const char *preset, uint32_t bits, char *buf,
                                           size_t size);
 
+/* Tensor parallelism (model.h): every matrix cut down to rank `rank` of `ranks`'s share, the
+ * model's shape then `local` (that rank's). q_proj, k/v_proj and gate/up_proj keep their rows
+ * of the rank (each half of a joined layer cut); o_proj and down_proj their input features,
+ * which must hold whole quantization groups per rank and no bias (else MG_ERR_UNSUPPORTED
+ * naming the layer, before anything is cut). Slicing MLX rows or whole groups is exact: the
+ * shares dequantize to the same values as the whole matrices. */
+mg_status mg_fwd_mlx_shard(mg_fwd_mlx *x, const mg_model_shape *local, uint32_t rank,
+                           uint32_t ranks);
+
 /* The prefill GEMMs' scratch (the model's arena: model_plan.c sizes it as the largest
  * layer matrix's n * k * 2): MG_ERR_INTERNAL when `bytes` is less than x's largest matrix
  * needs. Not owned by x. */

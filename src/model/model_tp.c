@@ -1,6 +1,7 @@
 /* model_tp.c - tensor parallelism of the forward model (model.h): each rank's shape and share of
  * the weights, the all-reduce after the row-parallel projections, the vocabulary-parallel LM
  * head, and mg_fwd_create_tp's driver (a thread and a stream per rank). */
+#include "model_tp.h"
 #include "model_format.h"
 #include "model_internal.h"
 
@@ -33,16 +34,16 @@ mg_status mg_fwd_tp_check(const mg_fwd_config *c, uint32_t ranks) {
                                "tensor parallelism over %u ranks: %s is a mixture of experts; "
                                "only dense models are split",
                                ranks, p->name);
-    const bool mlx = c->weights == MG_FWD_WEIGHTS_MLX8 || c->weights == MG_FWD_WEIGHTS_MLX4;
-    if (c->weights == MG_FWD_WEIGHTS_NVFP4 || c->weights == MG_FWD_WEIGHTS_FP8 ||
-        (mlx && !c->mlx_dequantized))
-        return mg_error_report(
-            MG_ERR_UNSUPPORTED,
-            "tensor parallelism over %u ranks: %s weights are not split (%s); BF16 weights are",
-            ranks, format ? format : "these",
-            c->weights == MG_FWD_WEIGHTS_NVFP4 ? "one global scale per whole tensor"
-            : c->weights == MG_FWD_WEIGHTS_FP8 ? "one scale per whole row of wo and w_down"
-                                               : "MLX-quantized matrices");
+    /* a split would change their quantization: NVFP4's scale is the whole tensor's, FP8's the
+     * whole row's (of wo and w_down, whose rows are cut) */
+    if (c->weights == MG_FWD_WEIGHTS_NVFP4 || c->weights == MG_FWD_WEIGHTS_FP8)
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "tensor parallelism over %u ranks: %s weights are not split (%s); "
+                               "BF16 and MLX weights are",
+                               ranks, format ? format : "these",
+                               c->weights == MG_FWD_WEIGHTS_NVFP4
+                                   ? "one global scale per whole tensor"
+                                   : "one scale per whole row of wo and w_down");
     if (sh->kv_heads % ranks)
         return mg_error_report(
             MG_ERR_INVALID_ARGUMENT,
@@ -75,41 +76,43 @@ void mg_fwd_tp_set_shape(mg_fwd *m) {
     m->vocab_count = V - m->vocab_first < m->vocab_slice ? V - m->vocab_first : m->vocab_slice;
 }
 
-/* Replaces device buffer *w [rows, row_bytes] with this rank's shard of it (mg_comm_shard),
- * through host memory. */
-static mg_status shard_buffer(mg_fwd *m, mg_devptr *w, size_t rows, size_t row_bytes,
-                              mg_comm_shard_axis axis, uint32_t parts) {
-    const size_t bytes = rows * row_bytes, shard_bytes = bytes / m->tp_ranks;
+mg_status mg_fwd_tp_cut_buffer(mg_backend *b, mg_devptr *w, size_t rows, size_t row_bytes,
+                               mg_comm_shard_axis axis, uint32_t parts, uint32_t rank,
+                               uint32_t ranks) {
+    const size_t bytes = rows * row_bytes, shard_bytes = bytes / ranks;
     void *host = malloc(bytes);
     if (!host)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights' shards");
     mg_devptr shard = 0;
-    mg_status st = mg_copy_d2h(m->b, host, *w, bytes);
+    mg_status st = mg_copy_d2h(b, host, *w, bytes);
     if (!st)
-        st = mg_comm_shard(host, rows, row_bytes, axis, parts, (int)m->tp_rank, (int)m->tp_ranks,
-                           host);
-    if (!st && !(st = mg_alloc(m->b, shard_bytes, &shard)))
-        st = mg_copy_h2d(m->b, shard, host, shard_bytes);
+        st = mg_comm_shard(host, rows, row_bytes, axis, parts, (int)rank, (int)ranks, host);
+    if (!st && !(st = mg_alloc(b, shard_bytes, &shard)))
+        st = mg_copy_h2d(b, shard, host, shard_bytes);
     free(host);
     if (st) {
         if (shard)
-            mg_free(m->b, shard);
+            mg_free(b, shard);
         return mg_fwd_lib_fail(st, "cutting the weights into tensor-parallel shards");
     }
-    mg_free(m->b, *w);
+    mg_free(b, *w);
     *w = shard;
-    m->weight_bytes -= bytes - shard_bytes;
     return MG_OK;
+}
+
+/* *w [rows, row_bytes] cut to this rank's shard; the model's weight bytes follow. */
+static mg_status shard_buffer(mg_fwd *m, mg_devptr *w, size_t rows, size_t row_bytes,
+                              mg_comm_shard_axis axis, uint32_t parts) {
+    mg_status st =
+        mg_fwd_tp_cut_buffer(m->b, w, rows, row_bytes, axis, parts, m->tp_rank, m->tp_ranks);
+    if (!st)
+        m->weight_bytes -= rows * row_bytes - rows * row_bytes / m->tp_ranks;
+    return st;
 }
 
 mg_status mg_fwd_tp_shard_weights(mg_fwd *m) {
     if (m->tp_ranks < 2)
         return MG_OK;
-    if (m->mlx)
-        return mg_error_report(MG_ERR_UNSUPPORTED,
-                               "tensor parallelism over %u ranks: %s holds MLX-quantized matrices, "
-                               "which are not split (BF16 matrices are)",
-                               m->tp_ranks, m->c.model_path ? m->c.model_path : m->c.preset->name);
     if (m->fp4 || m->fp8_scales) /* mg_fwd_tp_check refuses them first */
         return mg_error_report(MG_ERR_UNSUPPORTED, "tensor parallelism: quantized weights");
     /* column-parallel matrices: their rows (wkv and w_gate_up: two stacked blocks, each cut);
@@ -145,6 +148,11 @@ mg_status mg_fwd_tp_shard_weights(mg_fwd *m) {
             st = shard_buffer(m, &x[MG_FWD_Q_BIAS], QD, 4, MG_COMM_SHARD_ROWS, 1);
         if (!st && x && x[MG_FWD_KV_BIAS])
             st = shard_buffer(m, &x[MG_FWD_KV_BIAS], 2 * KD, 4, MG_COMM_SHARD_ROWS, 2);
+    }
+    if (!st && m->mlx) { /* the MLX matrices (model_mlx.c), the same split */
+        const uint64_t whole = mg_fwd_mlx_bytes(m->mlx);
+        if (!(st = mg_fwd_mlx_shard(m->mlx, &m->sh, m->tp_rank, m->tp_ranks)))
+            m->weight_bytes = m->weight_bytes - whole + mg_fwd_mlx_bytes(m->mlx);
     }
     if (st)
         return st;

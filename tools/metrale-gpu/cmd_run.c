@@ -476,39 +476,6 @@ static double max_relative_error(const uint16_t *a, const uint16_t *b, size_t n)
     return scale > 0 ? diff / scale : diff;
 }
 
-static void close_ranks(mg_backend **ranks, int count) {
-    for (int i = count - 1; i >= 0; i--)
-        if (ranks[i])
-            mg_backend_close(ranks[i]);
-}
-
-/* The backend of --backend / --device, and with --tp N the next N - 1 devices of its kind (each
- * with the forced providers); a message and MG_ERR_* when one cannot be opened (fewer devices
- * than N included), nothing left open. */
-static mg_status open_ranks(const mg_cli_options *opts, int tp, mg_backend **ranks) {
-    mg_status st = mg_cli_backend_open(opts, &ranks[0]);
-    if (st) {
-        fprintf(stderr, "metrale-gpu run: cannot open the %s backend (device %d): %s\n",
-                mg_backend_kind_name(opts->backend), opts->device, mg_last_error());
-        return st;
-    }
-    mg_cli_options rank_opts = *opts;
-    rank_opts.backend = mg_backend_get_kind(ranks[0]); /* --backend auto: the kind it chose */
-    for (int i = 1; i < tp; i++) {
-        rank_opts.device = opts->device + i;
-        if ((st = mg_cli_backend_open(&rank_opts, &ranks[i]))) {
-            fprintf(stderr,
-                    "metrale-gpu run: --tp %d needs %d %s devices from device %d: device %d: "
-                    "%s\n",
-                    tp, tp, mg_backend_kind_name(rank_opts.backend), opts->device, rank_opts.device,
-                    mg_last_error());
-            close_ranks(ranks, i);
-            return st;
-        }
-    }
-    return MG_OK;
-}
-
 int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     for (int i = 1; i < argc; i++) /* a real checkpoint: cmd_run_model.c */
         if (!strcmp(argv[i], "--model"))
@@ -546,7 +513,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     }
     mg_backend *ranks[MG_COMM_MAX_RANKS] = {NULL};
     const int tp = a.tp > 0 ? (int)a.tp : 1;
-    mg_status st = open_ranks(opts, tp, ranks);
+    mg_status st = mg_cli_backends_open(opts, tp, ranks);
     if (st)
         return 1;
     mg_backend *b = ranks[0];
@@ -581,7 +548,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                     "for %u requests x %u passes x %u logits, more than 1 GiB (fewer "
                     "--steps or --batch)\n",
                     bytes / 1e9, cmp.batch, cmp.passes, cmp.vocab);
-            close_ranks(ranks, tp);
+            mg_cli_backends_close(ranks, tp);
             return 2;
         }
         cmp.logits = malloc((size_t)bytes);
@@ -590,7 +557,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         if (!cmp.logits || !cmp.cpu_logits || !cmp.forced) {
             fprintf(stderr, "metrale-gpu run: out of host memory for --compare\n");
             free(cmp.logits), free(cmp.cpu_logits), free(cmp.forced);
-            close_ranks(ranks, tp);
+            mg_cli_backends_close(ranks, tp);
             return 1;
         }
     }
@@ -598,7 +565,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
     if ((rc =
              run_model(ranks, tp, &c, opts->json, profile, a.trace, a.compare ? &cmp : NULL, &r))) {
         free(cmp.logits), free(cmp.cpu_logits), free(cmp.forced);
-        close_ranks(ranks, tp);
+        mg_cli_backends_close(ranks, tp);
         return rc;
     }
     /* The memory-bound limit of a decode step: every weight it reads (all but the embedding
@@ -779,6 +746,6 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         }
     }
     run_result_free(&r);
-    close_ranks(ranks, tp);
+    mg_cli_backends_close(ranks, tp);
     return rc;
 }

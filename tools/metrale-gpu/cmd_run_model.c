@@ -27,6 +27,7 @@ typedef struct model_args {
     mg_sample_params sampling;
     long repeat_last_n;
     bool unfused; /* --no-fusion */
+    long tp;      /* --tp: devices the model is split over (model.h mg_fwd_create_tp) */
 } model_args;
 
 static void model_usage(FILE *f) {
@@ -34,7 +35,7 @@ static void model_usage(FILE *f) {
         f, "usage: metrale-gpu [--backend B] [--json] run --model FILE.gguf (--chat TEXT | "
            "--prompt TEXT | --prompt-ids IDS) [--max-tokens N | --steps N | --teacher-force "
            "IDS] [--top-logits K] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
-           "[--repeat-penalty R] [--repeat-last-n N] [--no-fusion]\n"
+           "[--repeat-penalty R] [--repeat-last-n N] [--no-fusion] [--tp N]\n"
            "Runs the checkpoint's network (GGUF: llama architecture; Q4_0/Q4_1/Q8_0 matrices on "
            "the MLX kernels, F16/BF16/F32 as BF16) with greedy decoding:\n"
            "--chat TEXT: one user message in the checkpoint's chat template; --prompt TEXT: the "
@@ -51,7 +52,10 @@ static void model_usage(FILE *f) {
            "same seed gives the same text), --repeat-penalty R (1: off) over the last "
            "--repeat-last-n N tokens (default 64, the prompt included).\n"
            "--no-fusion: decode with the norms, residual adds and SiLU-mul as ops of their own "
-           "(by default BF16 models fold them into the GEMMs where the backend can).\n");
+           "(by default BF16 models fold them into the GEMMs where the backend can).\n"
+           "--tp N: split the model over N devices of the backend (tensor parallelism: devices "
+           "--device .. --device + N - 1; N CPU devices on the CPU backend); N must divide the "
+           "checkpoint's KV heads and intermediate size.\n");
 }
 
 /* "1,2,3" into a new array; false (message printed) for anything else. */
@@ -162,6 +166,13 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
             ok = v && *v && *v != '-' && !*end && !errno;
             if (!ok)
                 fprintf(stderr, "metrale-gpu run: --seed needs an integer from 0 to 2^64 - 1\n");
+        } else if (!strcmp(arg, "--tp")) {
+            char *end = NULL;
+            a->tp = v ? strtol(v, &end, 10) : 0;
+            ok = v && *v && !*end && a->tp >= 1 && a->tp <= MG_COMM_MAX_RANKS;
+            if (!ok)
+                fprintf(stderr, "metrale-gpu run: --tp needs a device count from 1 to %d\n",
+                        MG_COMM_MAX_RANKS);
         } else if (!strcmp(arg, "--no-fusion")) {
             a->unfused = true;
             continue; /* takes no value */
@@ -326,11 +337,11 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
                            : a.max_tokens ? (uint32_t)a.steps - 1
                            : a.steps >= 0 ? (uint32_t)a.steps
                                           : 32;
-    mg_backend *b = NULL;
-    mg_status st = mg_cli_backend_open(opts, &b);
+    mg_backend *ranks[MG_COMM_MAX_RANKS] = {NULL};
+    const int tp = a.tp > 0 ? (int)a.tp : 1;
+    mg_status st = mg_cli_backends_open(opts, tp, ranks);
+    mg_backend *b = ranks[0];
     if (st) {
-        fprintf(stderr, "metrale-gpu run: cannot open the %s backend (device %d): %s\n",
-                mg_backend_kind_name(opts->backend), opts->device, mg_last_error());
         mg_tok_stream_destroy(stream);
         mg_tok_destroy(tok);
         free(a.prompt);
@@ -353,7 +364,7 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
     int32_t *top_ids = NULL;
     int32_t *predicted = calloc(steps + 1, sizeof *predicted); /* teacher forcing's greedy ids */
     double t0 = mg_bench_now_us();
-    if ((st = mg_fwd_create(b, &c, &m))) {
+    if ((st = mg_fwd_create_tp(ranks, tp, &c, &m))) {
         fprintf(stderr, "metrale-gpu run: %s\n", mg_last_error());
         rc = 1;
         goto done;
@@ -539,7 +550,7 @@ done:
     if (s)
         mg_stream_destroy(s);
     mg_fwd_destroy(m);
-    mg_backend_close(b);
+    mg_cli_backends_close(ranks, tp);
     free(logits);
     free(top_values);
     free(top_ids);

@@ -22,6 +22,12 @@ typedef struct mg_cli_options {
 /* Opens the backend the options name and forces their providers on it (main.c). On failure
  * the backend is closed and the status returned with mg_last_error set. */
 mg_status mg_cli_backend_open(const mg_cli_options *opts, mg_backend **out);
+/* `run --tp N`: that backend and the next N - 1 devices of its kind (devices opts->device ..
+ * opts->device + N - 1, each with the forced providers) into out[0..N); on failure a message
+ * on stderr naming the device that did not open (fewer devices than N included), nothing left
+ * open, and the status. mg_cli_backends_close closes them, the last first. */
+mg_status mg_cli_backends_open(const mg_cli_options *opts, int count, mg_backend **out);
+void mg_cli_backends_close(mg_backend **backends, int count);
 
 /* argv[0] is the sub-command name; global options are already removed. */
 int mg_cmd_info(int argc, char **argv, const mg_cli_options *opts);

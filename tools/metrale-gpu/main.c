@@ -72,6 +72,36 @@ mg_status mg_cli_backend_open(const mg_cli_options *opts, mg_backend **out) {
     return st;
 }
 
+void mg_cli_backends_close(mg_backend **backends, int count) {
+    for (int i = count - 1; i >= 0; i--)
+        if (backends[i])
+            mg_backend_close(backends[i]);
+}
+
+mg_status mg_cli_backends_open(const mg_cli_options *opts, int count, mg_backend **out) {
+    mg_status st = mg_cli_backend_open(opts, &out[0]);
+    if (st) {
+        fprintf(stderr, "metrale-gpu run: cannot open the %s backend (device %d): %s\n",
+                mg_backend_kind_name(opts->backend), opts->device, mg_last_error());
+        return st;
+    }
+    mg_cli_options rank_opts = *opts;
+    rank_opts.backend = mg_backend_get_kind(out[0]); /* --backend auto: the kind it chose */
+    for (int i = 1; i < count; i++) {
+        rank_opts.device = opts->device + i;
+        if ((st = mg_cli_backend_open(&rank_opts, &out[i]))) {
+            fprintf(stderr,
+                    "metrale-gpu run: --tp %d needs %d %s devices from device %d: device %d: "
+                    "%s\n",
+                    count, count, mg_backend_kind_name(rank_opts.backend), opts->device,
+                    rank_opts.device, mg_last_error());
+            mg_cli_backends_close(out, i);
+            return st;
+        }
+    }
+    return MG_OK;
+}
+
 /* Consumes the global option at argv[*i] (and its value): 1 when it was one, 0 when not,
  * -1 on a bad or missing value (reported). */
 static int parse_global_option(int argc, char **argv, int *i, mg_cli_options *opts, bool *help) {

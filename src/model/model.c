@@ -520,7 +520,9 @@ mg_status mg_fwd_set_timing(mg_fwd *m, mg_timing *t) {
 
 /* Reads step_ids[0..batch) into the token history. */
 static mg_status collect_tokens(mg_fwd *m, mg_stream *s) {
-    TRY(mg_stream_synchronize(s), "running the pass");
+    /* a tensor-parallel rank waits at most its communicator's timeout, watching for a failed
+     * peer (metrale/comm.h), where a plain synchronize could wait forever on a hung one */
+    TRY(m->comm ? mg_comm_wait(m->comm, s) : mg_stream_synchronize(s), "running the pass");
     uint32_t B = m->c.batch;
     int32_t *ids = m->h_logits_indices; /* scratch of B entries, rebuilt by every upload */
     TRY(mg_copy_d2h(m->b, ids, m->step_ids, B * sizeof(int32_t)), "reading the tokens");

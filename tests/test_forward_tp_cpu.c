@@ -587,6 +587,41 @@ static void test_mlx_weights(void) {
     }
 }
 
+/* Every device allocation of mg_fwd_create_tp failing in turn, on rank 0's backend and on rank
+ * 1's (the weights whole, their shards, the arena, the KV pool, the communicator's): each
+ * failure is MG_ERR_OUT_OF_MEMORY with no model and nothing left on any backend, until the
+ * create succeeds when no allocation is left to fail. */
+static void test_allocation_failures(void) {
+    mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find("tiny"));
+    c.steps = 1;
+    for (int r = 0; r < 2; r++) {
+        const ledger_state before = ledgers();
+        uint32_t failed = 0;
+        for (uint64_t n = 1; n < 400; n++) {
+            mg_fwd *m = NULL;
+            CHECK_OK(mg_cpu_fail_nth_allocation(backends[r], n));
+            mg_status st = mg_fwd_create_tp(backends, 2, &c, &m);
+            CHECK_OK(mg_cpu_fail_nth_allocation(backends[r], 0));
+            const ledger_state after_fail = ledgers();
+            if (st == MG_OK) {
+                CHECK(m != NULL);
+                mg_fwd_destroy(m);
+                break;
+            }
+            failed++;
+            CHECK_STATUS(st, MG_ERR_OUT_OF_MEMORY);
+            CHECK(m == NULL);
+            CHECK(ledgers_equal(&before, &after_fail));
+        }
+        printf("rank %d's backend: %u allocations of mg_fwd_create_tp failed in turn, each "
+               "cleanly\n",
+               r, failed);
+        CHECK(failed > 10); /* the weights, their shards, the arena, the KV pool at least */
+        const ledger_state after = ledgers();
+        CHECK(ledgers_equal(&before, &after));
+    }
+}
+
 int main(void) {
     test_seed();
     for (int r = 0; r < MAX_RANKS; r++)
@@ -598,6 +633,7 @@ int main(void) {
     test_refusals();
     test_sampling_and_ledger();
     test_rank_threads();
+    test_allocation_failures();
     test_mlx_weights();
     for (int r = 0; r < MAX_RANKS; r++)
         mg_backend_close(backends[r]);

@@ -168,9 +168,10 @@ mg_status mg_fwd_lib_fail(mg_status st, const char *what);
 mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_model_shape *sh, mg_fwd_weights w, bool gate_up,
                                       uint32_t tokens);
 
-/* model_tp.c: tensor parallelism (model.h). The rank's shape for `ranks` (heads, kv_heads,
- * intermediate divided; refusals named as model.h lists them) before anything loads, from the
- * model's shape, its preset and format; the LM head's vocabulary slice per rank. */
+/* model_tp.c: tensor parallelism (model.h). Whether config c (its preset's shape, its weight
+ * format) can be split over `ranks` ranks, before anything loads: model.h's refusals, each a
+ * one-line message naming the field or the format. Then the LM head's vocabulary rows per rank
+ * (the last rank may hold fewer). */
 mg_status mg_fwd_tp_check(const mg_fwd_config *c, uint32_t ranks);
 static inline uint32_t mg_fwd_tp_vocab_slice(uint32_t vocab, uint32_t ranks) {
     return ranks ? ceil_div(vocab, ranks) : vocab;

@@ -20,7 +20,8 @@ static const struct {
     {"arena", mg_cmd_arena,
      "--list | PRESET [--weights W] [--batch N] [--prompt-len N] [--steps N] [--max-chunk-bytes N]",
      "the forward model's arena plan for a preset's run: buffers, offsets, packed vs unpacked"},
-    {"run", mg_cmd_run, "[--preset NAME] [--batch N] [--prompt-len L] [--steps S] [--compare]",
+    {"run", mg_cmd_run,
+     "[--preset NAME] [--batch N] [--prompt-len L] [--steps S] [--compare] [--tp N]",
      "a model-shaped forward pass: prefill then graph-replayed decode, speed vs memory bound"},
     {"bench", mg_cmd_bench, "NAME|all|list [OPTIONS]",
      "time copy, launch, gemm, quantize or attention on the chosen backend (bench list: the "

@@ -118,6 +118,7 @@ _DECLS = {
     "mg_fwd_preset_find": (C.POINTER(fwd_preset), [cp]),
     "mg_fwd_config_default": (fwd_config, [C.POINTER(fwd_preset)]),
     "mg_fwd_create": (S, [P, C.POINTER(fwd_config), C.POINTER(P)]),
+    "mg_fwd_create_tp": (S, [C.POINTER(P), C.c_int, C.POINTER(fwd_config), C.POINTER(P)]),
     "mg_fwd_destroy": (None, [P]),
     "mg_fwd_prefill": (S, [P, P]),
     "mg_fwd_decode": (S, [P, P]),
@@ -285,14 +286,21 @@ class Model:
     random prompts of about prompt_len tokens for `batch` requests; `steps` is how many decode
     steps the KV cache is sized for (a step past them is refused). prefill() runs every
     prompt; decode() one token per request (graph replays after the second step with
-    use_graphs); logits() the FP32 logits the latest tokens were chosen from."""
+    use_graphs); logits() the FP32 logits the latest tokens were chosen from.
+
+    A list of backends (one kind, distinct devices) splits the model over them, tensor-parallel
+    (mg_fwd_create_tp): the same calls, rank 0's tokens and whole logits; the passes run every
+    rank, on backend[0]'s stream for rank 0."""
 
     def __init__(self, backend, model_path=None, *, prompts=None, preset=None, weights="bf16",
                  seed=1, batch=None, prompt_len=None, steps=64, use_graphs=True,
                  unfused=False):
         m = _m()
         self._h = None
-        self.backend = backend
+        ranks = list(backend) if isinstance(backend, (list, tuple)) else [backend]
+        if not ranks:
+            raise InvalidArgument(1, "Model: an empty list of backends")
+        self.backend, self._ranks = ranks[0], ranks  # the ranks' backends must outlive it
         base = _find_preset(preset or "tiny")
         c = m.mg_fwd_config_default(base)  # a checkpoint's config replaces base's architecture
         if model_path is not None:
@@ -318,9 +326,14 @@ class Model:
             c.prompt_len = prompt_len
         self.batch = c.batch
         h = P()
-        _check(m.mg_fwd_create(backend.handle, C.byref(c), C.byref(h)), "mg_fwd_create")
+        if len(ranks) == 1:
+            _check(m.mg_fwd_create(self.backend.handle, C.byref(c), C.byref(h)), "mg_fwd_create")
+        else:
+            handles = (P * len(ranks))(*[r.handle for r in ranks])
+            _check(m.mg_fwd_create_tp(handles, len(ranks), C.byref(c), C.byref(h)),
+                   "mg_fwd_create_tp")
         self._h = h.value
-        self._stream = backend.stream_create()
+        self._stream = self.backend.stream_create()
         w = E()
         self.preset = _preset_dict(m.mg_fwd_get_preset(self._h, C.byref(w))[0])
         self.weights = {v: k for k, v in WEIGHTS.items()}[w.value]
@@ -336,7 +349,7 @@ class Model:
         """Frees the model. Closing its backend first frees the model's device memory with
         everything else; the model's host state is then left (a leak, not a crash)."""
         if self._h:
-            if self.backend._h:
+            if all(r._h for r in self._ranks):
                 self._stream.destroy()
                 _m().mg_fwd_destroy(self._h)
             self._h = None

@@ -106,6 +106,32 @@ def test_model_on_this_backend_agrees_with_the_cpu(b):
                         step, float(np.abs(g - r).max()))
 
 
+def test_tensor_parallel_model_agrees_with_one_device():
+    """The tiny preset split over 2 CPU devices (a list of backends: mg_fwd_create_tp) against
+    one device, teacher-forced: logits within 2^-4 (test_forward_tp_cpu's bound), the tokens
+    equal where the one-device margin is wider, and the info names the split."""
+    prompts = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8]]
+    forced = [[11, 12], [13, 14]]
+    with mg.Backend("cpu", 3) as b0, mg.Backend("cpu", 4) as b1, mg.Backend("cpu", 5) as one:
+        with mg.Model([b0, b1], preset="tiny", prompts=prompts, steps=2) as tp, \
+                mg.Model(one, preset="tiny", prompts=prompts, steps=2) as ref:
+            assert tp.info()["tp_ranks"] == 2 and ref.info()["tp_ranks"] == 1
+            for step in range(len(forced) + 1):
+                for m in (tp, ref):
+                    if step:
+                        m.force_tokens(forced[step - 1])
+                        m.decode()
+                    else:
+                        m.prefill()
+                g, r = tp.logits(), ref.logits()
+                assert np.abs(g - r).max() <= 0.0625, "step %d: worst %g" % (
+                    step, float(np.abs(g - r).max()))
+                assert np.abs(g - r).max() > 0  # split: not the same roundings
+                top = np.sort(r, axis=1)[:, -2:]
+                clear = top[:, 1] - top[:, 0] > 0.125
+                assert (g.argmax(axis=1)[clear] == r.argmax(axis=1)[clear]).all()
+
+
 def test_sampling_is_keyed_by_seed_not_batch(b):
     prompt = [7, 8, 9, 10]
     kw = dict(preset="tiny", max_tokens=8, temperature=1.3, top_p=0.95)

@@ -58,8 +58,8 @@ mg_status mg_fwd_tp_check(const mg_fwd_config *c, uint32_t ranks) {
     const uint32_t slice = mg_fwd_tp_vocab_slice(sh->vocab, ranks);
     if ((uint64_t)(ranks - 1) * slice >= sh->vocab)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT,
-                               "tensor parallelism over %u ranks: vocab %u of %s leaves a rank no "
-                               "rows of %u",
+                               "tensor parallelism over %u ranks: vocab %u of %s in slices of "
+                               "%u rows leaves the last rank none",
                                ranks, sh->vocab, p->name, slice);
     return MG_OK;
 }

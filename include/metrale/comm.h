@@ -169,7 +169,8 @@ MG_API mg_status mg_comm_wait(mg_comm *c, mg_stream *s);
 MG_API mg_status mg_comm_check(mg_comm *c);
 
 /* ------------------------------------------------------------------ tensor-parallel shards
- * The Megatron split of a weight matrix over the ranks of a communicator, in host memory.
+ * The column-parallel / row-parallel split of a weight matrix over the ranks of a communicator,
+ * in host memory.
  * `src` is row-major [rows, row_bytes] (row_bytes: a row's bytes, whatever the element).
  *
  *   MG_COMM_SHARD_ROWS: the rows are `parts` stacked blocks of rows / parts rows each (e.g. 2

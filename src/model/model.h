@@ -238,7 +238,7 @@ mg_status mg_fwd_create(mg_backend *b, const mg_fwd_config *c, mg_fwd **out);
 void mg_fwd_destroy(mg_fwd *m);
 
 /* ------------------------------------------------------------------ tensor parallelism
- * The model split over `n` devices the Megatron way. Rank r of n holds:
+ * The model split over `n` devices by a column-parallel / row-parallel split. Rank r of n holds:
  *  - KV heads [r Hkv/n, (r+1) Hkv/n) and the query heads that share them: its rows of wq and of
  *    wkv (k rows, then v rows; column-parallel), its KV pages (the cache of its KV heads only)
  *    and its columns of wo (row-parallel);

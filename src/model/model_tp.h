@@ -14,8 +14,7 @@
 
 /* Replaces device buffer *w [rows, row_bytes] of `b` with rank `rank` of `ranks`'s shard of it
  * (mg_comm_shard's rule: `axis`, `parts`), through host memory, freeing the whole one; on
- * failure *w is left as it was. The shard's bytes (rows * row_bytes / ranks) in *shard_bytes
- * when not NULL. */
+ * failure *w is left as it was. The shard holds rows * row_bytes / ranks bytes. */
 mg_status mg_fwd_tp_cut_buffer(mg_backend *b, mg_devptr *w, size_t rows, size_t row_bytes,
                                mg_comm_shard_axis axis, uint32_t parts, uint32_t rank,
                                uint32_t ranks);

@@ -1,5 +1,5 @@
 /* comm_shard.c - mg_comm_shard (metrale/comm.h): a rank's piece of a weight matrix in host
- * memory, the Megatron split that tensor-parallel layers use. */
+ * memory, the column-parallel / row-parallel split that tensor-parallel layers use. */
 #include <string.h>
 
 #include "metrale/comm.h"

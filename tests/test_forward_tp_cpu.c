@@ -19,13 +19,13 @@
  * closer pair may flip legitimately).
  *
  * Shapes: tiny (tp 2, batch 4 and 1), and two made-up presets with awkward sizes:
- * vocabularies that no tp divides (the last rank's slice shorter), odd head counts,
- * intermediate sizes of 300 / 344 (tp 3 and 4). Checkpoints written here (random values,
- * METRALE_TEST_SEED replays them): MLX-quantized (4-bit group 32 at tp 2 and 3, 8-bit group 64
- * at tp 3) and Hugging Face BF16 Qwen2 (q/k/v biases), Qwen3 (head norms) and a tied Llama,
- * at tp 2. Then the refusals (tp not dividing kv_heads, the intermediate size or the vocabulary,
- * MoE, NVFP4 / FP8 weights, MLX groups that a rank's o_proj columns would cut, bad rank
- * counts), nothing left in any backend's ledger after destroy or after any device allocation
+ * vocabularies that no tp divides (the first V % tp ranks one row more; vocab 6 over 4 ranks),
+ * odd head counts, intermediate sizes of 300 / 344 (tp 3 and 4). Checkpoints written here (random
+ * values, METRALE_TEST_SEED replays them): MLX-quantized (4-bit group 32 at tp 2 and 3, 8-bit group
+ * 64 at tp 3) and Hugging Face BF16 Qwen2 (q/k/v biases), Qwen3 (head norms) and a tied Llama, at
+ * tp 2. Then the refusals (tp not dividing heads, kv_heads or the intermediate size, a vocabulary
+ * smaller than tp, MoE, NVFP4 / FP8 weights, MLX groups that a rank's o_proj columns would cut, bad
+ * rank counts), nothing left in any backend's ledger after destroy or after any device allocation
  * of the create failed, sampling on a split model, the one-rank-per-thread form
  * (mg_fwd_create_rank) equal to the driver's bit for bit, and a peer that stops after the
  * prefill: aborting its communicator, or silently, the other rank's next decode fails with
@@ -233,6 +233,12 @@ static void test_equal_runs(void) {
     check_equal_runs("awkward-3", &a, (const int[]){2, 3}, 2);
     mg_fwd_config b = mg_fwd_config_default(&awkward4);
     check_equal_runs("awkward-4", &b, (const int[]){4}, 1);
+    /* vocab 6 over 4 ranks: 2, 2, 1 and 1 rows (ceil-sized slices would leave the last none) */
+    mg_fwd_preset small = awkward4;
+    small.shape.vocab = 6;
+    mg_fwd_config v = mg_fwd_config_default(&small);
+    v.prompt_len = 3;
+    check_equal_runs("awkward-4 vocab 6", &v, (const int[]){4}, 1);
 }
 
 typedef struct ledger_state {
@@ -287,11 +293,17 @@ static void test_refusals(void) {
     CHECK_STATUS(mg_fwd_create_tp(backends, 4, &o, &m), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("intermediate 342");
     odd = awkward4;
-    odd.shape.vocab = 6; /* slices of 2: the fourth rank would hold none */
+    odd.shape.heads = 6; /* kv_heads 4 divide by 4, heads 6 do not (no loader checked them) */
+    o = mg_fwd_config_default(&odd);
+    CHECK_STATUS(mg_fwd_create_tp(backends, 4, &o, &m), MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("heads 6");
+    odd = awkward4;
+    odd.shape.vocab = 3; /* fewer rows than ranks: the fourth would hold none */
     o = mg_fwd_config_default(&odd);
     o.prompt_len = 3;
     CHECK_STATUS(mg_fwd_create_tp(backends, 4, &o, &m), MG_ERR_INVALID_ARGUMENT);
-    CHECK_MESSAGE("vocab 6");
+    CHECK_MESSAGE("vocab 3");
+    CHECK_MESSAGE("rank 3");
     /* a rank's communicator must be on the rank's backend */
     mg_comm *comms[2] = {NULL, NULL};
     CHECK_OK(mg_comm_create_local(backends, 2, NULL, comms));

@@ -244,7 +244,8 @@ void mg_fwd_destroy(mg_fwd *m);
  *    and its columns of wo (row-parallel);
  *  - intermediate features [r I/n, (r+1) I/n): its gate and up rows of w_gate_up (gate, then up)
  *    and its columns of w_down;
- *  - vocabulary rows [r S, min(V, (r+1) S)) of the LM head, S = ceil(V / n);
+ *  - its vocabulary rows of the LM head: V split evenly, the first V % n ranks one row more
+ *    (rank r: floor(V / n) + (r < V % n) rows from r floor(V / n) + min(r, V % n));
  *  - the embedding and the norms whole.
  * A pass runs each layer on every rank with that rank's weights; after the output and the down
  * projections the ranks' partial sums (BF16) are summed by an all-reduce (metrale/comm.h, BF16,
@@ -254,8 +255,8 @@ void mg_fwd_destroy(mg_fwd *m);
  *
  * Refused at create, with a one-line message naming the field or the format:
  *  - MG_ERR_INVALID_ARGUMENT: n outside 1..MG_COMM_MAX_RANKS; n not dividing the model's
- *    kv_heads or intermediate size (e.g. 9 query / 3 KV heads split over 3 ranks, not 2); a
- *    vocabulary smaller than n;
+ *    heads, kv_heads or intermediate size (e.g. 9 query / 3 KV heads split over 3 ranks, not
+ *    2); a vocabulary smaller than n (V >= n is the whole rule: every rank then holds a row);
  *  - MG_ERR_UNSUPPORTED: mixture-of-experts models; weight formats whose quantization would
  *    change when split (NVFP4's per-tensor and FP8's per-row scales: the wo and w_down
  *    columns); MLX-quantized wo / w_down (o_proj, down_proj) whose quantization groups a

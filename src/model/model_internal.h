@@ -47,11 +47,12 @@ struct mg_fwd {
     mg_model_shape sh, full_sh;
     /* Tensor parallelism (model.h, model_tp.c): this rank's communicator (NULL: one device),
      * its rank of tp_ranks (0 of 1), the LM head's vocabulary rows [vocab_first, vocab_first +
-     * vocab_count) out of a slice of vocab_slice rows per rank, and the arena's logits slice
-     * [batch, vocab_slice] and gathered slices [tp_ranks, batch, vocab_slice] (FP32). */
+     * vocab_count) (mg_fwd_tp_vocab_rows), and the arena's logits slice [batch, vocab_pitch]
+     * and gathered slices [tp_ranks, batch, vocab_pitch] (FP32; vocab_pitch:
+     * mg_fwd_tp_vocab_pitch, each rank's count columns of it written). */
     mg_comm *comm;
     uint32_t tp_rank, tp_ranks;
-    uint32_t vocab_first, vocab_count, vocab_slice;
+    uint32_t vocab_first, vocab_count, vocab_pitch;
     mg_devptr tp_logits, tp_gathered;
     /* mg_fwd_create_tp's rank 0 only: the other ranks, their streams and every communicator,
      * owned by it (NULL otherwise) */
@@ -170,11 +171,24 @@ mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_model_shape *sh, mg_fwd_weights w
 
 /* model_tp.c: tensor parallelism (model.h). Whether config c (its preset's shape, its weight
  * format) can be split over `ranks` ranks, before anything loads: model.h's refusals, each a
- * one-line message naming the field or the format. Then the LM head's vocabulary rows per rank
- * (the last rank may hold fewer). */
+ * one-line message naming the field or the format. */
 mg_status mg_fwd_tp_check(const mg_fwd_config *c, uint32_t ranks);
-static inline uint32_t mg_fwd_tp_vocab_slice(uint32_t vocab, uint32_t ranks) {
-    return ranks ? ceil_div(vocab, ranks) : vocab;
+/* The one rule of the LM head's vocabulary split: rank `rank` of `ranks` holds rows [*first,
+ * *first + *count) of `vocab`, split evenly, the first vocab % ranks ranks one row more; every
+ * rank holds at least one exactly when vocab >= ranks (mg_fwd_tp_check). */
+static inline void mg_fwd_tp_vocab_rows(uint32_t vocab, uint32_t ranks, uint32_t rank,
+                                        uint32_t *first, uint32_t *count) {
+    const uint32_t n = ranks ? ranks : 1, base = vocab / n, extra = vocab % n;
+    *count = base + (rank < extra);
+    *first = rank * base + (rank < extra ? rank : extra);
+}
+/* The pitch of a rank's logits slice (the LM head GEMM's ldc, the all-gather's per-rank row
+ * stride): the largest rank's rows rounded up to a multiple of 8, as mg_fwd_logits_pitch pads
+ * the whole rows. */
+static inline uint32_t mg_fwd_tp_vocab_pitch(uint32_t vocab, uint32_t ranks) {
+    uint32_t first, count;
+    mg_fwd_tp_vocab_rows(vocab, ranks, 0, &first, &count);
+    return (count + 7) / 8 * 8;
 }
 /* Sets m->sh (this rank's shape) and the vocabulary slice from m->full_sh and the ranks. */
 void mg_fwd_tp_set_shape(mg_fwd *m);

@@ -37,7 +37,7 @@ static uint64_t max_u64(uint64_t a, uint64_t b) {
 /* The numbers every size rule reads. */
 typedef struct plan_dims {
     uint64_t M, Mp, B, Bp, H, QD, KD, I, E, K, V, pitch, pages, expert_rows;
-    uint64_t ranks, vocab_slice; /* tensor parallelism (ranks 1: none) */
+    uint64_t ranks, vocab_pitch; /* tensor parallelism (ranks 1: none) */
 } plan_dims;
 
 typedef mg_status (*size_rule)(const mg_fwd_plan_input *in, const plan_dims *d, uint64_t *bytes);
@@ -76,10 +76,10 @@ RULE(mlp_act, d->E ? 0 : 2 * d->Mp * d->I)
 RULE(logits_hidden, 2 * d->Bp * d->H)
 /* BF16 (NVFP4, FP8) or FP32 logits of `pitch` columns: sized for FP32 either way */
 RULE(logits, 4 * d->Bp * d->pitch)
-/* tensor parallelism: this rank's FP32 logits slice [batch, vocab_slice] and every rank's,
- * gathered [ranks, batch, vocab_slice], before they are laid out as whole rows in logits */
-RULE(tp_logits, d->ranks > 1 ? 4 * d->B * d->vocab_slice : 0)
-RULE(tp_gathered, d->ranks > 1 ? 4 * d->ranks * d->B * d->vocab_slice : 0)
+/* tensor parallelism: this rank's FP32 logits slice [batch, vocab_pitch] and every rank's,
+ * gathered [ranks, batch, vocab_pitch], before they are laid out as whole rows in logits */
+RULE(tp_logits, d->ranks > 1 ? 4 * d->B * d->vocab_pitch : 0)
+RULE(tp_gathered, d->ranks > 1 ? 4 * d->ranks * d->B * d->vocab_pitch : 0)
 /* FP8: the quantized input of the next GEMM (the widest of hidden, q heads, intermediate) and
  * its per-token scales, rewritten before every GEMM group, the LM head's included */
 RULE(fp8_act, is_fp8(in) ? d->M *max_u64(max_u64(d->H, d->QD), d->I) : 0)
@@ -278,7 +278,7 @@ static plan_dims dims_of(const mg_fwd_plan_input *in) {
                    .V = s->vocab,
                    .pages = in->pages,
                    .ranks = in->tp_ranks ? in->tp_ranks : 1};
-    d.vocab_slice = mg_fwd_tp_vocab_slice(s->vocab, (uint32_t)d.ranks);
+    d.vocab_pitch = mg_fwd_tp_vocab_pitch(s->vocab, (uint32_t)d.ranks);
     d.Mp = ceil16(d.M);
     d.Bp = ceil16(d.B);
     d.pitch = mg_fwd_logits_pitch(s->vocab);

@@ -50,30 +50,36 @@ mg_status mg_fwd_tp_check(const mg_fwd_config *c, uint32_t ranks) {
             "tensor parallelism over %u ranks: kv_heads %u of %s does not divide "
             "by %u (each rank holds whole KV heads)",
             ranks, sh->kv_heads, p->name, ranks);
+    /* heads divide by kv_heads for the loaders' checkpoints, not necessarily for a preset */
+    if (sh->heads % ranks)
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "tensor parallelism over %u ranks: heads %u of %s does not divide "
+                               "by %u",
+                               ranks, sh->heads, p->name, ranks);
     if (sh->intermediate % ranks)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT,
                                "tensor parallelism over %u ranks: intermediate %u of %s does not "
                                "divide by %u",
                                ranks, sh->intermediate, p->name, ranks);
-    const uint32_t slice = mg_fwd_tp_vocab_slice(sh->vocab, ranks);
-    if ((uint64_t)(ranks - 1) * slice >= sh->vocab)
+    uint32_t first, count; /* the last rank holds the fewest rows */
+    mg_fwd_tp_vocab_rows(sh->vocab, ranks, ranks - 1, &first, &count);
+    if (!count)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT,
-                               "tensor parallelism over %u ranks: vocab %u of %s in slices of "
-                               "%u rows leaves the last rank none",
-                               ranks, sh->vocab, p->name, slice);
+                               "tensor parallelism over %u ranks: vocab %u of %s is smaller than "
+                               "%u: rank %u would hold no rows of the LM head",
+                               ranks, sh->vocab, p->name, ranks, ranks - 1);
     return MG_OK;
 }
 
 void mg_fwd_tp_set_shape(mg_fwd *m) {
     const uint32_t n = m->tp_ranks ? m->tp_ranks : 1;
     m->sh = m->full_sh;
-    m->sh.heads /= n; /* mg_fwd_tp_check: kv_heads divides by n, and heads by kv_heads */
+    m->sh.heads /= n; /* mg_fwd_tp_check: heads, kv_heads and intermediate divide by n */
     m->sh.kv_heads /= n;
     m->sh.intermediate /= n;
     const uint32_t V = m->full_sh.vocab;
-    m->vocab_slice = mg_fwd_tp_vocab_slice(V, n);
-    m->vocab_first = m->tp_rank * m->vocab_slice;
-    m->vocab_count = V - m->vocab_first < m->vocab_slice ? V - m->vocab_first : m->vocab_slice;
+    mg_fwd_tp_vocab_rows(V, n, m->tp_rank, &m->vocab_first, &m->vocab_count);
+    m->vocab_pitch = mg_fwd_tp_vocab_pitch(V, n);
 }
 
 mg_status mg_fwd_tp_cut_buffer(mg_backend *b, mg_devptr *w, size_t rows, size_t row_bytes,
@@ -184,14 +190,15 @@ mg_status mg_fwd_tp_reduce(mg_fwd *m, mg_stream *s, uint32_t rows) {
     return MG_OK;
 }
 
-/* The gathered slices [ranks, rows, vocab_slice] laid out as whole rows of logits (pitch
- * logits_pitch); the last rank's slice may be shorter than vocab_slice. */
+/* The gathered slices [ranks, rows, vocab_pitch] laid out as whole rows of logits (pitch
+ * logits_pitch): rank r's mg_fwd_tp_vocab_rows columns of each. */
 static mg_status lay_out_logits(mg_fwd *m, mg_stream *s, uint32_t rows) {
-    const uint64_t S = m->vocab_slice, V = m->sh.vocab;
-    for (uint64_t r = 0; r < m->tp_ranks && r * S < V; r++) {
-        const uint64_t width = V - r * S < S ? V - r * S : S;
-        TRY(mg_copy_2d_d2d_async(m->b, m->logits + 4 * r * S, 4ull * m->logits_pitch,
-                                 m->tp_gathered + 4 * r * rows * S, 4 * S, 4 * width, rows, s),
+    const uint64_t P = m->vocab_pitch;
+    for (uint32_t r = 0; r < m->tp_ranks; r++) {
+        uint32_t first, count;
+        mg_fwd_tp_vocab_rows(m->sh.vocab, m->tp_ranks, r, &first, &count);
+        TRY(mg_copy_2d_d2d_async(m->b, m->logits + 4ull * first, 4ull * m->logits_pitch,
+                                 m->tp_gathered + 4 * r * rows * P, 4 * P, 4ull * count, rows, s),
             "laying out the gathered logits");
     }
     return MG_OK;
@@ -201,10 +208,10 @@ mg_status mg_fwd_tp_lm_head(mg_fwd *m, mg_stream *s, uint32_t rows) {
     const mg_model_shape *sh = &m->sh;
     mg_status st;
     OP("lm_head", TRY(mg_gemm_bf16(m->b, s, rows, m->vocab_count, sh->hidden, m->logits_hidden,
-                                   m->lm_head, m->tp_logits, MG_DTYPE_F32, m->vocab_slice),
+                                   m->lm_head, m->tp_logits, MG_DTYPE_F32, m->vocab_pitch),
                       "LM head (this rank's vocabulary)"));
     OP("logits_gather", TRY(mg_comm_all_gather(m->comm, s, m->tp_logits, m->tp_gathered,
-                                               (size_t)rows * m->vocab_slice, MG_DTYPE_F32),
+                                               (size_t)rows * m->vocab_pitch, MG_DTYPE_F32),
                             "all-gather of the logits");
        if ((st = lay_out_logits(m, s, rows))) return st);
     OP("argmax",

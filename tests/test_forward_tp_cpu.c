@@ -348,6 +348,46 @@ static void test_sampling_and_ledger(void) {
     CHECK(ledgers_equal(&before, &after));
 }
 
+/* A peer's setter failing after rank 0's succeeded (its sampler's first device allocation
+ * fails on rank 1's backend: rank 0 would sample, rank 1 not) stops the model: the call fails
+ * naming rank 1, and every later pass or setter fails with MG_ERR_DEVICE saying why, never
+ * returning tokens; destroy still frees everything. */
+static void test_peer_setter_failure(void) {
+    const ledger_state before = ledgers();
+    mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find("tiny"));
+    c.steps = 2;
+    mg_fwd *m = NULL;
+    mg_stream *s = NULL;
+    CHECK_OK(mg_stream_create(backends[0], &s));
+    CHECK_OK(mg_fwd_create_tp(backends, 2, &c, &m));
+    mg_sample_params params[8];
+    for (uint32_t r = 0; r < c.batch; r++) {
+        params[r] = mg_sample_params_greedy();
+        params[r].seed = 7 + r;
+        params[r].temperature = 1.0f;
+    }
+    if (m) {
+        CHECK_OK(mg_cpu_fail_nth_allocation(backends[1], 1));
+        const mg_status st = mg_fwd_set_sampling(m, params, 0);
+        CHECK_OK(mg_cpu_fail_nth_allocation(backends[1], 0));
+        CHECK_STATUS(st, MG_ERR_OUT_OF_MEMORY);
+        CHECK_MESSAGE("tensor-parallel rank 1");
+        CHECK_MESSAGE("only good for mg_fwd_destroy");
+        CHECK_STATUS(mg_fwd_prefill(m, s), MG_ERR_DEVICE);
+        CHECK_MESSAGE("stopped after an earlier failure");
+        CHECK_MESSAGE("rank 1, setting the sampling");
+        uint32_t count = 1;
+        mg_fwd_tokens(m, 0, &count);
+        CHECK(count == 0);
+        CHECK_STATUS(mg_fwd_set_sampling(m, NULL, 0), MG_ERR_DEVICE);
+        CHECK_STATUS(mg_fwd_decode(m, s), MG_ERR_DEVICE);
+    }
+    mg_fwd_destroy(m);
+    mg_stream_destroy(s);
+    const ledger_state after = ledgers();
+    CHECK(ledgers_equal(&before, &after));
+}
+
 /* ------------------------------------------------------------------ one rank per thread */
 
 typedef struct rank_thread {
@@ -760,6 +800,7 @@ int main(void) {
         }
     test_equal_runs();
     test_refusals();
+    test_peer_setter_failure();
     test_sampling_and_ledger();
     test_rank_threads();
     test_allocation_failures();

@@ -536,6 +536,9 @@ static mg_status collect_tokens(mg_fwd *m, mg_stream *s) {
 }
 
 mg_status mg_fwd_pass_allowed(const mg_fwd *m, bool prefill) {
+    mg_status stopped = mg_fwd_tp_usable(m);
+    if (stopped)
+        return stopped;
     if (prefill && m->token_count)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "the prefill already ran");
     if (!prefill && !m->token_count)
@@ -554,10 +557,24 @@ mg_status mg_fwd_decode(mg_fwd *m, mg_stream *s) {
     return m->group ? mg_fwd_tp_run(m, s, false) : mg_fwd_decode_rank(m, s);
 }
 
+static mg_status prefill_pass(mg_fwd *m, mg_stream *s);
+static mg_status decode_pass(mg_fwd *m, mg_stream *s);
+
 mg_status mg_fwd_prefill_rank(mg_fwd *m, mg_stream *s) {
-    mg_status allowed = mg_fwd_pass_allowed(m, true);
-    if (allowed)
-        return allowed;
+    mg_status st = mg_fwd_pass_allowed(m, true);
+    if (!st && (st = prefill_pass(m, s)))
+        mg_fwd_tp_stop(m, mg_last_error()); /* its peers' collectives fail: model.h */
+    return st;
+}
+
+mg_status mg_fwd_decode_rank(mg_fwd *m, mg_stream *s) {
+    mg_status st = mg_fwd_pass_allowed(m, false);
+    if (!st && (st = decode_pass(m, s)))
+        mg_fwd_tp_stop(m, mg_last_error());
+    return st;
+}
+
+static mg_status prefill_pass(mg_fwd *m, mg_stream *s) {
     uint32_t B = m->c.batch, *qo = calloc(B, sizeof *qo);
     int32_t *ids = malloc(m->prompt_tokens * sizeof *ids);
     mg_status st = MG_OK;
@@ -590,10 +607,7 @@ mg_status mg_fwd_prefill_rank(mg_fwd *m, mg_stream *s) {
     return st;
 }
 
-mg_status mg_fwd_decode_rank(mg_fwd *m, mg_stream *s) {
-    mg_status allowed = mg_fwd_pass_allowed(m, false);
-    if (allowed)
-        return allowed;
+static mg_status decode_pass(mg_fwd *m, mg_stream *s) {
     uint32_t B = m->c.batch, *qo = calloc(B, sizeof *qo);
     if (!qo)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -674,15 +688,11 @@ mg_status mg_fwd_logits(mg_fwd *m, float *out) {
 static mg_status force_tokens_rank(mg_fwd *m, const int32_t *ids);
 
 mg_status mg_fwd_force_tokens(mg_fwd *m, const int32_t *ids) {
-    uint32_t peers = 0;
-    mg_fwd *const *peer = mg_fwd_tp_peers(m, &peers);
-    mg_status st = force_tokens_rank(m, ids); /* rank 0 first: it checks the ids for all */
-    for (uint32_t r = 0; !st && r < peers; r++)
-        st = force_tokens_rank(peer[r], ids);
-    return st;
-}
-
-static mg_status force_tokens_rank(mg_fwd *m, const int32_t *ids) {
+    mg_status st = mg_fwd_tp_usable(m);
+    if (st)
+        return st;
+    /* rank 0 checks the ids for every rank (all hold the same tokens and vocabulary): a refusal
+     * changes nothing anywhere */
     if (!m->token_count)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "no pass has run: no token to replace");
     for (uint32_t r = 0; r < m->c.batch; r++)
@@ -690,6 +700,19 @@ static mg_status force_tokens_rank(mg_fwd *m, const int32_t *ids) {
             return mg_error_report(MG_ERR_INVALID_ARGUMENT,
                                    "forced token %d of request %u outside [0, %u)", ids[r], r,
                                    m->sh.vocab);
+    /* a rank failing now leaves the ranks before it forced and the rest not: all stopped */
+    uint32_t peers = 0;
+    mg_fwd *const *peer = mg_fwd_tp_peers(m, &peers);
+    if ((st = force_tokens_rank(m, ids)))
+        return mg_fwd_tp_setter_failed(m, m->tp_rank, st, "forcing the tokens");
+    for (uint32_t r = 0; r < peers; r++)
+        if ((st = force_tokens_rank(peer[r], ids)))
+            return mg_fwd_tp_setter_failed(m, peer[r]->tp_rank, st, "forcing the tokens");
+    return MG_OK;
+}
+
+/* The checked ids into rank m's latest tokens. */
+static mg_status force_tokens_rank(mg_fwd *m, const int32_t *ids) {
     TRY(mg_copy_h2d(m->b, m->step_ids, ids, m->c.batch * sizeof(int32_t)), "forcing the tokens");
     for (uint32_t r = 0; r < m->c.batch; r++)
         m->tokens[(size_t)r * (m->c.steps + 1) + m->token_count - 1] = ids[r];

@@ -273,14 +273,24 @@ void mg_fwd_destroy(mg_fwd *m);
  * memory is the whole model's weights before it settles on its share.
  *
  * mg_fwd_create_tp: one process driving every rank. It creates a communicator over `backends`
- * (mg_comm_create_local: one kind, distinct devices; the timeout of mg_comm_options' default)
- * and one rank per backend, and returns rank 0 as the model: every call of this header takes it
- * as a one-device model. A pass (mg_fwd_prefill / mg_fwd_decode) runs rank 0 on the calling
- * thread and stream `s` (of backends[0]) and every other rank on a thread and a stream of its
- * own, and returns once every rank finished; the first failing rank's error is the one
- * reported (a failing rank aborts the communicator, so its peers fail at their next collective
- * instead of waiting; the model is then only good for mg_fwd_destroy). After each pass the
+ * (mg_comm_create_local: one kind, distinct devices) and one rank per backend, and returns
+ * rank 0 as the model: every call of this header takes it as a one-device model. The
+ * communicator's timeout is mg_comm_options' default: the environment variable
+ * METRALE_COMM_TIMEOUT_MS (milliseconds) when set at create, else 60 s. It bounds each wait of
+ * a collective or of the end of a pass for the slowest peer, so it covers the peers' compute
+ * between two collectives (a layer's, the LM head's) as well as a dead peer: on slow devices or
+ * huge layers set it higher before mg_fwd_create_tp (e.g. setenv, or in the shell), or use
+ * mg_fwd_create_rank on a communicator made with mg_comm_options.timeout_ms.
+ * A pass (mg_fwd_prefill / mg_fwd_decode) runs rank 0 on the calling thread and stream `s` (of
+ * backends[0]) and every other rank on a thread and a stream of its own, and returns once
+ * every rank finished; the first failing rank's error is the one reported. After each pass the
  * ranks' tokens are compared: a disagreement is MG_ERR_INTERNAL, never a silent result.
+ * Any failure that can leave the ranks out of step stops the model: a pass failing on any rank
+ * (after its checks: not a decode past the planned steps, say), ranks that disagree, or
+ * mg_fwd_force_tokens / mg_fwd_set_sampling failing on some rank once their arguments were
+ * accepted (an allocation, a copy). Then every communicator is aborted and every later pass,
+ * mg_fwd_force_tokens and mg_fwd_set_sampling fails at once with MG_ERR_DEVICE saying why: the
+ * model is only good for mg_fwd_destroy, and never returns tokens of ranks out of step.
  * mg_fwd_tokens, mg_fwd_logits (whole rows) and mg_fwd_final_hidden read rank 0's;
  * mg_fwd_force_tokens and mg_fwd_set_sampling apply to every rank; mg_fwd_set_timing
  * records rank 0's ops (its collectives' waits included); mg_fwd_get_info reports rank 0's
@@ -290,7 +300,11 @@ void mg_fwd_destroy(mg_fwd *m);
  * size the number of ranks, its rank the share): the caller drives every rank concurrently and
  * makes the same calls with the same config on each (comm.h's rule); each rank's tokens and
  * logits are its own copy of the same values. A NULL comm is mg_fwd_create. The communicator
- * must outlive the model. */
+ * must outlive the model. A rank whose pass fails once started (or whose mg_fwd_force_tokens
+ * / mg_fwd_set_sampling fails after its checks) aborts its communicator and is stopped as
+ * above; its peers' pending or next collective then fails with MG_ERR_DEVICE at once (comm.h:
+ * an aborted communicator) instead of waiting out the timeout, which stops them too. A peer
+ * that hangs or dies without aborting is seen only when the timeout runs out. */
 mg_status mg_fwd_create_tp(mg_backend *const *backends, int n, const mg_fwd_config *c,
                            mg_fwd **out);
 mg_status mg_fwd_create_rank(mg_backend *b, mg_comm *comm, const mg_fwd_config *c, mg_fwd **out);

@@ -57,6 +57,9 @@ struct mg_fwd {
     /* mg_fwd_create_tp's rank 0 only: the other ranks, their streams and every communicator,
      * owned by it (NULL otherwise) */
     struct mg_fwd_tp_group *group;
+    /* Not empty once a failure may have left the ranks out of step (mg_fwd_tp_stop): why. The
+     * communicator is then aborted and every pass and setter refused. */
+    char tp_stopped[512];
     uint32_t layers;
     mg_devptr embedding, final_norm, lm_head;
     mg_devptr *layer_w; /* [layers][MG_FWD_LAYER_TENSORS]; NVFP4: the matrices' are 0; FP8:
@@ -205,15 +208,31 @@ mg_status mg_fwd_tp_reduce(mg_fwd *m, mg_stream *s, uint32_t rows);
  * a thread and a stream of its own (rank 0: the caller's and `s`); the first failing rank's
  * error, or MG_ERR_INTERNAL when the ranks' tokens disagree. */
 mg_status mg_fwd_tp_run(mg_fwd *m, mg_stream *s, bool prefill);
+/* A failure that may leave the ranks out of step (a pass that failed on this rank, a setter
+ * applied to some ranks and not others, ranks that disagree): rank m records `why` and aborts
+ * its communicator, so its peers fail at their next collective and every later pass or setter
+ * of m is refused (mg_fwd_tp_usable). Nothing for one rank. Touches only m: safe from a rank's
+ * own thread while the others run. */
+void mg_fwd_tp_stop(mg_fwd *m, const char *why);
+/* mg_fwd_tp_stop on every rank of m's group (m alone without one); no pass may be running. */
+void mg_fwd_tp_stop_group(mg_fwd *m, const char *why);
+/* MG_OK, or once m was stopped MG_ERR_DEVICE saying why and that the model is only good for
+ * mg_fwd_destroy. */
+mg_status mg_fwd_tp_usable(const mg_fwd *m);
+/* A setter's change failed on rank `rank` (st, mg_last_error) after its arguments were checked,
+ * so some ranks may hold the change and others not: stops the whole group (tp_ranks > 1) and
+ * returns st with a message naming the rank, `what` and the stop. One rank: st unchanged. */
+mg_status mg_fwd_tp_setter_failed(mg_fwd *m, uint32_t rank, mg_status st, const char *what);
 /* The ranks of m's group beyond rank 0 (ranks 1..), *count of them; none without a group. */
 mg_fwd *const *mg_fwd_tp_peers(const mg_fwd *m, uint32_t *count);
 void mg_fwd_tp_group_destroy(struct mg_fwd_tp_group *g);
 
-/* model.c: one rank's pass, what mg_fwd_prefill / mg_fwd_decode run on each rank. */
+/* model.c: one rank's pass, what mg_fwd_prefill / mg_fwd_decode run on each rank; a failure
+ * once the pass started stops the rank (mg_fwd_tp_stop: its communicator aborted). */
 mg_status mg_fwd_prefill_rank(mg_fwd *m, mg_stream *s);
 mg_status mg_fwd_decode_rank(mg_fwd *m, mg_stream *s);
-/* Why m cannot run the pass now (the prefill twice, a decode before the prefill or past the
- * planned steps), a failing mg_error_report; MG_OK when it can. */
+/* Why m cannot run the pass now (a stopped tensor-parallel model, the prefill twice, a decode
+ * before the prefill or past the planned steps), a failing mg_error_report; MG_OK when it can. */
 mg_status mg_fwd_pass_allowed(const mg_fwd *m, bool prefill);
 
 /* model_weights.c: every weight of m's config (generated, quantized, or from its checkpoint). */

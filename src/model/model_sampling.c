@@ -41,18 +41,11 @@ static mg_status set_sampling_rank(mg_fwd *m, const mg_sample_params *params,
                                    uint32_t penalty_last_n);
 
 mg_status mg_fwd_set_sampling(mg_fwd *m, const mg_sample_params *params, uint32_t penalty_last_n) {
-    uint32_t peers = 0;
-    mg_fwd *const *peer = mg_fwd_tp_peers(m, &peers);
-    /* rank 0 first: it checks the parameters for every rank; every rank samples the same
-     * gathered logits with the same parameters, so they draw the same tokens */
-    mg_status st = set_sampling_rank(m, params, penalty_last_n);
-    for (uint32_t r = 0; !st && r < peers; r++)
-        st = set_sampling_rank(peer[r], params, penalty_last_n);
-    return st;
-}
-
-static mg_status set_sampling_rank(mg_fwd *m, const mg_sample_params *params,
-                                   uint32_t penalty_last_n) {
+    mg_status st = mg_fwd_tp_usable(m);
+    if (st)
+        return st;
+    /* rank 0 checks the parameters for every rank (all have the same batch and vocabulary): a
+     * refusal changes nothing anywhere */
     const uint32_t B = m->c.batch, V = m->sh.vocab;
     if (params && penalty_last_n > MG_SAMPLE_MAX_HISTORY)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "penalty_last_n=%u exceeds %u",
@@ -64,6 +57,22 @@ static mg_status set_sampling_rank(mg_fwd *m, const mg_sample_params *params,
             return mg_error_report(MG_ERR_INVALID_ARGUMENT, "request %u's sampling: %s", r,
                                    mg_last_error());
     }
+    /* every rank samples the same gathered logits with the same parameters, so they draw the
+     * same tokens; a rank failing now (its sampler then off, others' on) stops them all */
+    uint32_t peers = 0;
+    mg_fwd *const *peer = mg_fwd_tp_peers(m, &peers);
+    if ((st = set_sampling_rank(m, params, penalty_last_n)))
+        return mg_fwd_tp_setter_failed(m, m->tp_rank, st, "setting the sampling");
+    for (uint32_t r = 0; r < peers; r++)
+        if ((st = set_sampling_rank(peer[r], params, penalty_last_n)))
+            return mg_fwd_tp_setter_failed(m, peer[r]->tp_rank, st, "setting the sampling");
+    return MG_OK;
+}
+
+/* The checked parameters onto rank m (on failure its sampler is off). */
+static mg_status set_sampling_rank(mg_fwd *m, const mg_sample_params *params,
+                                   uint32_t penalty_last_n) {
+    const uint32_t B = m->c.batch, V = m->sh.vocab;
     /* a captured decode graph holds the pass as it was: sampling on or off changes it */
     if (m->graph && (params != NULL) != (m->sampling != NULL)) {
         mg_graph_destroy(m->graph);

@@ -220,6 +220,46 @@ mg_status mg_fwd_tp_lm_head(mg_fwd *m, mg_stream *s, uint32_t rows) {
     return MG_OK;
 }
 
+void mg_fwd_tp_stop(mg_fwd *m, const char *why) {
+    if (m->tp_ranks < 2)
+        return;
+    if (!m->tp_stopped[0]) /* the first reason stays */
+        snprintf(m->tp_stopped, sizeof m->tp_stopped, "%s", why && *why ? why : "a failure");
+    mg_comm_abort(m->comm);
+}
+
+void mg_fwd_tp_stop_group(mg_fwd *m, const char *why) {
+    char copy[sizeof m->tp_stopped]; /* `why` may be mg_last_error or a rank's record */
+    snprintf(copy, sizeof copy, "%s", why ? why : "");
+    if (!m->group) {
+        mg_fwd_tp_stop(m, copy);
+        return;
+    }
+    for (uint32_t r = 0; r < m->group->n; r++)
+        mg_fwd_tp_stop(m->group->rank[r], copy);
+}
+
+mg_status mg_fwd_tp_usable(const mg_fwd *m) {
+    if (!m->tp_stopped[0])
+        return MG_OK;
+    return mg_error_report(MG_ERR_DEVICE,
+                           "the tensor-parallel model was stopped after an earlier failure (%s): "
+                           "its ranks may be out of step, so it is only good for mg_fwd_destroy",
+                           m->tp_stopped);
+}
+
+mg_status mg_fwd_tp_setter_failed(mg_fwd *m, uint32_t rank, mg_status st, const char *what) {
+    if (m->tp_ranks < 2)
+        return st;
+    char why[sizeof m->tp_stopped];
+    snprintf(why, sizeof why, "tensor-parallel rank %u, %s: %s", rank, what, mg_last_error());
+    mg_fwd_tp_stop_group(m, why);
+    return mg_error_report(st,
+                           "%s; the other ranks may hold the change, so every communicator is "
+                           "aborted: the model is only good for mg_fwd_destroy",
+                           why);
+}
+
 mg_fwd *const *mg_fwd_tp_peers(const mg_fwd *m, uint32_t *count) {
     *count = m->group ? m->group->n - 1 : 0;
     return m->group ? m->group->rank + 1 : NULL;
@@ -239,12 +279,12 @@ typedef struct rank_pass {
 
 static void *rank_pass_run(void *arg) {
     rank_pass *p = arg;
+    /* a failing rank aborts its own communicator (mg_fwd_tp_stop), so its peers fail at their
+     * next collective instead of waiting for it */
     p->st = p->prefill ? mg_fwd_prefill_rank(p->m, p->s) : mg_fwd_decode_rank(p->m, p->s);
     if (p->st) {
         p->order = atomic_fetch_add(p->failures, 1);
         snprintf(p->message, sizeof p->message, "%s", mg_last_error());
-        /* its peers fail at their next collective instead of waiting for this rank */
-        mg_comm_abort(p->m->comm);
     }
     return NULL;
 }
@@ -281,13 +321,14 @@ mg_status mg_fwd_tp_run(mg_fwd *m, mg_stream *s, bool prefill) {
             .m = g->rank[r], .s = r ? g->stream[r] : s, .prefill = prefill, .failures = &failures};
     for (uint32_t r = 1; r < g->n; r++) {
         if (pthread_create(&threads[r], NULL, rank_pass_run, &passes[r]) != 0) {
-            /* the ranks started fail at their first collective instead of waiting for it */
-            for (uint32_t c = 0; c < g->n; c++)
-                mg_comm_abort(g->comm[c]);
-            passes[r].st = MG_ERR_UNAVAILABLE;
+            /* first in the failure order, before the abort makes the ranks started fail (at
+             * their first collective, instead of waiting for this one) */
             passes[r].order = atomic_fetch_add(&failures, 1);
+            passes[r].st = MG_ERR_UNAVAILABLE;
             snprintf(passes[r].message, sizeof passes[r].message,
                      "cannot start a thread for rank %u", r);
+            for (uint32_t c = 0; c < g->n; c++)
+                mg_comm_abort(g->comm[c]);
             break;
         }
         started[r] = true;
@@ -303,10 +344,19 @@ mg_status mg_fwd_tp_run(mg_fwd *m, mg_stream *s, bool prefill) {
     for (uint32_t r = 0; r < g->n; r++)
         if (passes[r].st && (!first || passes[r].order < first->order))
             first = &passes[r];
-    if (first)
-        return mg_error_report(first->st, "tensor-parallel rank %u: %s", first->m->tp_rank,
-                               first->message);
-    return check_tokens_agree(g);
+    /* any failure, or ranks that disagree: every rank stopped (none runs now) */
+    if (first) {
+        st = mg_error_report(first->st, "tensor-parallel rank %u: %s", first->m->tp_rank,
+                             first->message);
+    } else if ((st = check_tokens_agree(g))) {
+        st = mg_error_report(st,
+                             "%s; every communicator is aborted: the model is only good for "
+                             "mg_fwd_destroy",
+                             mg_last_error());
+    }
+    if (st)
+        mg_fwd_tp_stop_group(m, mg_last_error());
+    return st;
 }
 
 void mg_fwd_tp_group_destroy(struct mg_fwd_tp_group *g) {

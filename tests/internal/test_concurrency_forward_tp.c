@@ -3,8 +3,9 @@
  * the driver's failure order). Passes of the tiny preset over 2 CPU devices; then one rank's
  * communicator is aborted behind the driver's back (a peer that gave up mid-run, reached through
  * the model's internals): the next decode returns MG_ERR_DEVICE at once, naming a rank, instead
- * of waiting for the communicator's timeout; so does every later one; destroy leaves every
- * backend's ledger as it was. */
+ * of waiting for the communicator's timeout; so does every later one. Then rank 1 alone
+ * samples: the ranks' tokens disagree (MG_ERR_INTERNAL) and the model is stopped
+ * (every later call MG_ERR_DEVICE). Destroy leaves every backend's ledger as it was. */
 #include <time.h>
 
 #include "model_internal.h"
@@ -50,6 +51,41 @@ int main(void) {
             CHECK(took < 5.0); /* the default timeout is 60 s: the abort is seen, not waited out */
             CHECK_STATUS(mg_fwd_decode(m, s), MG_ERR_DEVICE);
         }
+    }
+    mg_fwd_destroy(m);
+    m = NULL;
+    /* ranks out of step behind the driver's back: rank 1 alone samples (its own
+     * mg_fwd_set_sampling: no group), rank 0 stays greedy; both pick from the same gathered
+     * logits, so only the comparison of their tokens can tell. The driver finds them disagree
+     * and stops the model: every later call fails with MG_ERR_DEVICE, never returning tokens */
+    CHECK_OK(mg_fwd_create_tp(b, 2, &c, &m));
+    if (m) {
+        uint32_t peers = 0;
+        mg_fwd *const *peer = mg_fwd_tp_peers(m, &peers);
+        mg_sample_params params[8];
+        for (uint32_t q = 0; q < c.batch; q++) {
+            params[q] = mg_sample_params_greedy();
+            params[q].seed = 11 + q;
+            params[q].temperature = 20.0f; /* about uniform: unlike the argmax */
+        }
+        CHECK(peers == 1);
+        if (peers == 1)
+            CHECK_OK(mg_fwd_set_sampling(peer[0], params, 0));
+        bool disagreed = false;
+        for (uint32_t i = 0; peers == 1 && i <= c.steps && !disagreed; i++) {
+            mg_status st = i ? mg_fwd_decode(m, s) : mg_fwd_prefill(m, s);
+            if (st) {
+                disagreed = true;
+                printf("ranks out of step: %s\n", mg_last_error());
+                CHECK_STATUS(st, MG_ERR_INTERNAL);
+                CHECK_MESSAGE("disagree");
+                CHECK_STATUS(mg_fwd_decode(m, s), MG_ERR_DEVICE);
+                CHECK_MESSAGE("only good for mg_fwd_destroy");
+                const int32_t ids[8] = {0};
+                CHECK_STATUS(mg_fwd_force_tokens(m, ids), MG_ERR_DEVICE);
+            }
+        }
+        CHECK(disagreed);
     }
     mg_fwd_destroy(m);
     mg_stream_destroy(s);

@@ -92,5 +92,7 @@ refused_naming --temperature "number" "${m[@]}" --temperature abc
 refused_naming --top-k "0 to" "${m[@]}" --top-k -1
 refused_naming --seed "integer" "${m[@]}" --seed -3
 refused_naming --repeat-last-n "0 to 4096" "${m[@]}" --repeat-last-n 5000
+refused_naming --tp "from 1 to 64" "${m[@]}" --tp 65
+refused_naming --tp "from 1 to 64" "${m[@]}" --tp 2x
 echo "$passes passed, $failures failed"
 exit $((failures > 0))

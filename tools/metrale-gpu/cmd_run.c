@@ -91,8 +91,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
         else if (!strcmp(arg, "--steps"))
             min = 0, ok = parse_count(v, min, &a->steps);
         else if (!strcmp(arg, "--tp")) {
-            ok = parse_count(v, 1, &a->tp) && a->tp <= MG_COMM_MAX_RANKS;
-            accepted = "a device count from 1 to 64";
+            ok = mg_cli_parse_tp(v, &a->tp);
+            accepted = mg_cli_tp_accepted();
         } else if (!strcmp(arg, "--seed")) {
             char *end = NULL;
             errno = 0;

@@ -167,12 +167,9 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
             if (!ok)
                 fprintf(stderr, "metrale-gpu run: --seed needs an integer from 0 to 2^64 - 1\n");
         } else if (!strcmp(arg, "--tp")) {
-            char *end = NULL;
-            a->tp = v ? strtol(v, &end, 10) : 0;
-            ok = v && *v && !*end && a->tp >= 1 && a->tp <= MG_COMM_MAX_RANKS;
+            ok = mg_cli_parse_tp(v, &a->tp);
             if (!ok)
-                fprintf(stderr, "metrale-gpu run: --tp needs a device count from 1 to %d\n",
-                        MG_COMM_MAX_RANKS);
+                fprintf(stderr, "metrale-gpu run: --tp needs %s\n", mg_cli_tp_accepted());
         } else if (!strcmp(arg, "--no-fusion")) {
             a->unfused = true;
             continue; /* takes no value */

@@ -28,6 +28,11 @@ mg_status mg_cli_backend_open(const mg_cli_options *opts, mg_backend **out);
  * open, and the status. mg_cli_backends_close closes them, the last first. */
 mg_status mg_cli_backends_open(const mg_cli_options *opts, int count, mg_backend **out);
 void mg_cli_backends_close(mg_backend **backends, int count);
+/* `run --tp N`'s value (both forms of run): a device count from 1 to MG_COMM_MAX_RANKS into
+ * *out; false (nothing printed) otherwise. mg_cli_tp_accepted: what it takes, for the message
+ * ("a device count from 1 to 64"). */
+bool mg_cli_parse_tp(const char *v, long *out);
+const char *mg_cli_tp_accepted(void);
 
 /* argv[0] is the sub-command name; global options are already removed. */
 int mg_cmd_info(int argc, char **argv, const mg_cli_options *opts);

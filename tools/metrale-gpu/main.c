@@ -1,9 +1,12 @@
 /* main.c - the metrale-gpu command line: global options, then one sub-command. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+
+#include "metrale/comm.h"
 
 typedef int (*mg_command_fn)(int argc, char **argv, const mg_cli_options *opts);
 
@@ -71,6 +74,22 @@ mg_status mg_cli_backend_open(const mg_cli_options *opts, mg_backend **out) {
             *out = NULL;
         }
     return st;
+}
+
+bool mg_cli_parse_tp(const char *v, long *out) {
+    char *end = NULL;
+    errno = 0;
+    const long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || x < 1 || x > MG_COMM_MAX_RANKS)
+        return false;
+    *out = x;
+    return true;
+}
+
+const char *mg_cli_tp_accepted(void) {
+    static char text[64];
+    snprintf(text, sizeof text, "a device count from 1 to %d", MG_COMM_MAX_RANKS);
+    return text;
 }
 
 void mg_cli_backends_close(mg_backend **backends, int count) {

@@ -97,6 +97,9 @@ static bool record_pass(mg_fwd *m, run_record *r, uint32_t p) {
     return true;
 }
 
+/* When not NULL, run_tp samples with these parameters (one per request) instead of argmax. */
+static const mg_sample_params *run_sampling;
+
 /* Runs config c on `n` ranks (1: mg_fwd_create) into *r; with `follow`, each pass's tokens are
  * then replaced by follow's (teacher forcing). */
 static bool run_tp(int n, const mg_fwd_config *c, const run_record *follow, run_record *r) {
@@ -105,7 +108,8 @@ static bool run_tp(int n, const mg_fwd_config *c, const run_record *follow, run_
     memset(r, 0, sizeof *r);
     bool ok = mg_stream_create(backends[0], &s) == MG_OK &&
               mg_fwd_create_tp(backends, n, c, &m) == MG_OK &&
-              record_init(r, c, mg_fwd_get_preset(m, NULL)->shape.vocab); /* a checkpoint's too */
+              record_init(r, c, mg_fwd_get_preset(m, NULL)->shape.vocab) && /* a checkpoint's */
+              (!run_sampling || mg_fwd_set_sampling(m, run_sampling, 0) == MG_OK);
     double decode_s = 0;
     for (uint32_t p = 0; ok && p < r->passes; p++) {
         double t0 = now_s();
@@ -316,7 +320,8 @@ static void test_refusals(void) {
 }
 
 /* A split run with sampling on (every rank samples its own copy of the gathered logits: the
- * driver checks they agree at every pass), then nothing left allocated after destroy. */
+ * driver checks they agree at every pass); then top_k 1 against the one-device greedy tokens;
+ * nothing left allocated after either. */
 static void test_sampling_and_ledger(void) {
     const ledger_state before = ledgers();
     mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find("tiny"));
@@ -344,6 +349,30 @@ static void test_sampling_and_ledger(void) {
     }
     mg_fwd_destroy(m);
     mg_stream_destroy(s);
+    /* top_k 1 (at temperature 1.5): the sampler over the gathered logits must pick the one-device
+     * run's greedy tokens, teacher-forced, wherever that run's top-1 / top-2 margin is clear */
+    run_record one, split;
+    CHECK(run_tp(1, &c, NULL, &one));
+    for (uint32_t r = 0; r < c.batch; r++)
+        params[r].top_k = 1;
+    run_sampling = params;
+    const bool ok = run_tp(2, &c, &one, &split);
+    run_sampling = NULL;
+    CHECK(ok);
+    if (ok) {
+        uint32_t flips = 0, differ = 0;
+        float largest = 0;
+        const float worst = compare_records(&one, &split, &flips, &largest);
+        for (size_t i = 0; i < (size_t)one.passes * one.batch; i++)
+            differ += one.tokens[i] != split.tokens[i];
+        printf("tiny tp 2 sampling top_k 1 vs one-device greedy: %u of %u tokens differ (%u "
+               "with a clear margin), max |logit diff| %.5f\n",
+               differ, one.passes * one.batch, flips, worst);
+        CHECK(worst <= LOGIT_BOUND);
+        CHECK(flips == 0);
+    }
+    record_free(&one);
+    record_free(&split);
     const ledger_state after = ledgers();
     CHECK(ledgers_equal(&before, &after));
 }

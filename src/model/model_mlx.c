@@ -235,25 +235,17 @@ mg_status mg_fwd_mlx_create(mg_backend *b, const mg_model_shape *sh, uint32_t la
 
 mg_status mg_fwd_mlx_shard(mg_fwd_mlx *x, const mg_model_shape *local, uint32_t rank,
                            uint32_t ranks) {
-    /* column-parallel layers: their rows (k and v, gate and up: each half cut); row-parallel
-     * ones: their input features, whole quantization groups per rank */
-    static const struct {
-        int slot;
-        uint32_t parts;
-        bool columns;
-        const char *name;
-    } cuts[] = {{MX_Q, 1, false, "q_proj"},
-                {MX_KV, 2, false, "k_proj/v_proj"},
-                {MX_O, 1, true, "o_proj"},
-                {MX_GATE_UP, 2, false, "gate_proj/up_proj"},
-                {MX_DOWN, 1, true, "down_proj"}};
-    const size_t count = sizeof cuts / sizeof cuts[0];
+    /* model_tp.h's split: column-parallel layers their rows (k and v, gate and up: each half
+     * cut); row-parallel ones their input features, whole quantization groups per rank */
+    const mg_fwd_tp_matrix *cuts = mg_fwd_tp_matrices;
+    const size_t count = MG_FWD_TP_MATRICES;
     for (uint32_t l = 0; l < x->layers; l++) /* every refusal before the first cut */
         for (size_t i = 0; i < count; i++) {
-            const mg_mlx_linear *w = &x->w[(size_t)l * MX_SLOTS + cuts[i].slot];
-            if (!cuts[i].columns && w->n % (cuts[i].parts * ranks) == 0)
+            const bool columns = cuts[i].axis == MG_COMM_SHARD_COLUMNS;
+            const mg_mlx_linear *w = &x->w[(size_t)l * MX_SLOTS + mx_slot(cuts[i].slot)];
+            if (!columns && w->n % (cuts[i].parts * ranks) == 0)
                 continue;
-            if (!cuts[i].columns)
+            if (!columns)
                 return mg_error_report(MG_ERR_INTERNAL,
                                        "MLX weights: layer %u's %s has %u rows for %u ranks", l,
                                        cuts[i].name, w->n, ranks);
@@ -270,9 +262,8 @@ mg_status mg_fwd_mlx_shard(mg_fwd_mlx *x, const mg_model_shape *local, uint32_t 
         }
     for (uint32_t l = 0; l < x->layers; l++)
         for (size_t i = 0; i < count; i++) {
-            mg_mlx_linear *w = &x->w[(size_t)l * MX_SLOTS + cuts[i].slot];
-            const mg_comm_shard_axis axis =
-                cuts[i].columns ? MG_COMM_SHARD_COLUMNS : MG_COMM_SHARD_ROWS;
+            mg_mlx_linear *w = &x->w[(size_t)l * MX_SLOTS + mx_slot(cuts[i].slot)];
+            const mg_comm_shard_axis axis = cuts[i].axis;
             const size_t scale_row = (size_t)(w->k / w->group_size) * mg_dtype_bytes(w->scale_type);
             mg_status st = mg_fwd_tp_cut_buffer(x->b, &w->weight, w->n, (size_t)w->k * w->bits / 8,
                                                 axis, cuts[i].parts, rank, ranks);
@@ -287,7 +278,7 @@ mg_status mg_fwd_mlx_shard(mg_fwd_mlx *x, const mg_model_shape *local, uint32_t 
                                           MG_COMM_SHARD_ROWS, cuts[i].parts, rank, ranks);
             if (st) /* the layer's buffers are each whole or cut: unusable, freed with x */
                 return st;
-            if (cuts[i].columns)
+            if (axis == MG_COMM_SHARD_COLUMNS)
                 w->k /= ranks;
             else
                 w->n /= ranks;

@@ -25,6 +25,13 @@ struct mg_fwd_tp_group {
     mg_comm *comm[MG_COMM_MAX_RANKS];
 };
 
+const mg_fwd_tp_matrix mg_fwd_tp_matrices[MG_FWD_TP_MATRICES] = {
+    {MG_FWD_WQ, 1, MG_COMM_SHARD_ROWS, "q_proj"},
+    {MG_FWD_WKV, 2, MG_COMM_SHARD_ROWS, "k_proj/v_proj"},
+    {MG_FWD_WO, 1, MG_COMM_SHARD_COLUMNS, "o_proj"},
+    {MG_FWD_W_GATE_UP, 2, MG_COMM_SHARD_ROWS, "gate_proj/up_proj"},
+    {MG_FWD_W_DOWN, 1, MG_COMM_SHARD_COLUMNS, "down_proj"}};
+
 mg_status mg_fwd_tp_check(const mg_fwd_config *c, uint32_t ranks) {
     const mg_fwd_preset *p = c->preset;
     const mg_model_shape *sh = &p->shape;
@@ -121,22 +128,13 @@ mg_status mg_fwd_tp_shard_weights(mg_fwd *m) {
         return MG_OK;
     if (m->fp4 || m->fp8_scales) /* mg_fwd_tp_check refuses them first */
         return mg_error_report(MG_ERR_UNSUPPORTED, "tensor parallelism: quantized weights");
-    /* column-parallel matrices: their rows (wkv and w_gate_up: two stacked blocks, each cut);
-     * row-parallel ones: their columns */
-    static const struct {
-        uint32_t slot, parts;
-        mg_comm_shard_axis axis;
-    } matrices[] = {{MG_FWD_WQ, 1, MG_COMM_SHARD_ROWS},
-                    {MG_FWD_WKV, 2, MG_COMM_SHARD_ROWS},
-                    {MG_FWD_WO, 1, MG_COMM_SHARD_COLUMNS},
-                    {MG_FWD_W_GATE_UP, 2, MG_COMM_SHARD_ROWS},
-                    {MG_FWD_W_DOWN, 1, MG_COMM_SHARD_COLUMNS}};
+    const mg_fwd_tp_matrix *matrices = mg_fwd_tp_matrices; /* model_tp.h */
     const mg_model_shape *full = &m->full_sh;
     const size_t QD = (size_t)full->heads * full->head_dim,
                  KD = (size_t)full->kv_heads * full->head_dim;
     mg_status st = MG_OK;
     for (uint32_t l = 0; !st && l < m->layers; l++) {
-        for (size_t i = 0; !st && i < sizeof matrices / sizeof matrices[0]; i++) {
+        for (size_t i = 0; !st && i < MG_FWD_TP_MATRICES; i++) {
             uint32_t rows = 0, cols = 0;
             float offset, scale;
             mg_devptr *w = layer_tensor(m, l, matrices[i].slot);

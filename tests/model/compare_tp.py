@@ -8,6 +8,11 @@ For each prompt: the one-device run's greedy continuation (S steps) is fed back 
 (--teacher-force), each printing every step's K largest logits (--top-logits K); per step:
   - every logit of the split run's top K whose token is in the one-device run's top K as well is
     within BOUND (absolute) of the one-device run's;
+  - every token of the one-device run's top K scoring above its K-th logit + 2 BOUND is in the
+    split run's top K (so a token that the split run lost, or pushed out, cannot hide by being
+    in only one list). 2 BOUND, not BOUND: a token u outside the one-device top K (at most the
+    K-th logit there) can outscore such a token t in the split run only if both moved by more
+    than BOUND, so with every logit within BOUND t is always there;
   - the split run's greedy token is the one-device run's wherever the one-device top-1/top-2
     margin exceeds BOUND (a smaller margin may flip legitimately).
 The bound: the split runs the same BF16 arithmetic except that each row-parallel product (the
@@ -57,7 +62,7 @@ def main():
         one = run(a.cli, a.model, a.backend, 1, prompt, forced)["steps"]
         for tp in a.tp:
             split = run(a.cli, a.model, a.backend, tp, prompt, forced)["steps"]
-            worst, worst_rel, checked = 0.0, 0.0, 0
+            worst, worst_rel, checked, checked_in = 0.0, 0.0, 0, 0
             for s, (x, y) in enumerate(zip(one, split)):
                 ref, got = dict(map(tuple, x["top"])), dict(map(tuple, y["top"]))
                 scale = max(abs(v) for v in ref.values())
@@ -71,6 +76,14 @@ def main():
                         print(f"FAIL tp {tp} step {s} token {t}: {got[t]:.4f} vs {ref[t]:.4f} "
                               f"(bound {bound:.4f})")
                 top = sorted(ref.values(), reverse=True)
+                kth = top[-1]  # the one-device run's K-th logit
+                for t in sorted(ref.keys() - got.keys()):
+                    checked_in += 1
+                    if ref[t] > kth + 2 * bound:
+                        failures += 1
+                        print(f"FAIL tp {tp} step {s} token {t}: {ref[t]:.4f} in the one-device "
+                              f"top {len(ref)} (K-th {kth:.4f} + 2 x {bound:.4f} below it) but "
+                              f"not in the split run's")
                 if x["id"] != y["id"] and top[0] - top[1] > bound:
                     failures += 1
                     print(f"FAIL tp {tp} step {s}: greedy {y['id']} vs {x['id']}, margin "
@@ -80,7 +93,7 @@ def main():
                 print(f"FAIL tp {tp}: {len(split)} steps, {len(one)} expected, {checked} logits")
             print(f"prompt {prompt[:24]}...: tp {tp} vs 1 over {len(one)} steps: largest logit "
                   f"difference {worst:.4f} ({worst_rel:.4f} of the step's largest |logit|; bound "
-                  f"{BOUND}), {checked} logits compared")
+                  f"{BOUND}), {checked} logits compared, {checked_in} tokens in one top K only")
     sys.exit(1 if failures else 0)
 
 

@@ -261,7 +261,11 @@ void mg_fwd_destroy(mg_fwd *m);
  *    change when split (NVFP4's per-tensor and FP8's per-row scales: the wo and w_down
  *    columns); MLX-quantized wo / w_down (o_proj, down_proj) whose quantization groups a
  *    rank's columns would cut (each rank's share of the input features must be whole groups)
- *    or that have a bias (it would be added once per rank).
+ *    or that have a bias (it would be added once per rank). These two come after the
+ *    checkpoint's matrices loaded (before any is cut, everything freed): each matrix's group
+ *    size (config.json's quantization, which may differ per layer; a GGUF's block type) and its
+ *    bias (a tensor of the checkpoint) are read as it loads. The others come before anything
+ *    loads.
  * BF16 weights (presets, checkpoints, MLX dequantized) and MLX-quantized ones (presets'
  * checkpoints, real checkpoints whose matrices load as MLX, e.g. a GGUF's Q4_1) are split;
  * cutting MLX rows or whole groups is exact, so a rank's share dequantizes to the same values.

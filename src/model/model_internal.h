@@ -174,7 +174,9 @@ mg_moe_gemm_desc mg_fwd_moe_gemm_desc(const mg_model_shape *sh, mg_fwd_weights w
 
 /* model_tp.c: tensor parallelism (model.h). Whether config c (its preset's shape, its weight
  * format) can be split over `ranks` ranks, before anything loads: model.h's refusals, each a
- * one-line message naming the field or the format. */
+ * one-line message naming the field or the format, all but the MLX ones (o_proj / down_proj
+ * groups a rank would cut, or their biases), which need each matrix's group size and bias as
+ * its checkpoint loads it: mg_fwd_mlx_shard refuses those, after loading, before any cut. */
 mg_status mg_fwd_tp_check(const mg_fwd_config *c, uint32_t ranks);
 /* The one rule of the LM head's vocabulary split: rank `rank` of `ranks` holds rows [*first,
  * *first + *count) of `vocab`, split evenly, the first vocab % ranks ranks one row more; every

@@ -4,10 +4,10 @@
  *
  *   y = down( silu(x · W_gateᵀ) * (x · W_upᵀ) )
  *
- * split over n ranks (column-parallel / row-parallel): rank r holds rows [r * I/n, (r + 1) * I/n) of W_gate and
- * W_up (column-parallel gate_up, one GEMM of N = 2 I/n, gate then up in each output row) and
- * the same columns of W_down (row-parallel down); each rank's down GEMM gives a partial y, and
- * an all-reduce (sum, BF16) over the ranks gives y on every rank. With one rank (no
+ * split over n ranks (column-parallel / row-parallel): rank r holds rows [r * I/n, (r + 1) * I/n)
+ * of W_gate and W_up (column-parallel gate_up, one GEMM of N = 2 I/n, gate then up in each output
+ * row) and the same columns of W_down (row-parallel down); each rank's down GEMM gives a partial y,
+ * and an all-reduce (sum, BF16) over the ranks gives y on every rank. With one rank (no
  * communicator) it is the one-device block. All tensors are BF16, row-major.
  */
 #ifndef METRALE_TP_MLP_H

@@ -39,13 +39,29 @@
 #include "model.h"
 #include "model_checkpoint.h"
 
+/* The NVFP4 checkpoint conventions (model_hf_nvfp4.h). */
+typedef enum mg_fwd_nvfp4_convention {
+    MG_FWD_NVFP4_NONE,
+    MG_FWD_NVFP4_MODELOPT,           /* quant_method "modelopt", quant_algo "NVFP4" */
+    MG_FWD_NVFP4_COMPRESSED_TENSORS, /* quant_method "compressed-tensors", nvfp4-pack-quantized */
+} mg_fwd_nvfp4_convention;
+
 /* What config.json says beyond the architecture: a tied LM head, MLX quantization bits (0:
- * none), the architecture's name. */
+ * none), the NVFP4 convention and whether its linears carry activation scales (W4A4
+ * checkpoints; checked, not used: model_hf_nvfp4.h), the architecture's name. */
 typedef struct mg_fwd_hf_config {
     bool tied;
     uint32_t bits;
+    mg_fwd_nvfp4_convention nvfp4;
+    bool nvfp4_input_scales;
     char arch_name[96];
 } mg_fwd_hf_config;
+
+/* hf_quant_config.json (ModelOpt's own file, read when config.json names no quantization):
+ * its "quantization" object as config.json's ModelOpt quantization_config. Fills out->nvfp4
+ * and nvfp4_input_scales only. */
+mg_status mg_fwd_hf_quant_config_parse(const char *text, size_t len, const char *path,
+                                       mg_fwd_hf_config *out);
 
 /* The text of a config.json (`len` bytes, no terminator needed) as the architecture above:
  * fills *arch's shape, layers, rope_theta, norm_eps, context, max_batch_tokens, qkv_bias and

@@ -33,7 +33,7 @@ for name in $(cat "$ref/models"); do
     case $form in
       hf) model=$ref/$name/hf expected=$ref/$name/hf ;;
       gguf) model=$ref/$name/gguf/model.gguf expected=$ref/$name/gguf/ref ;;
-      mlx*) model=$ref/$name/$form/model expected=$ref/$name/$form ;;
+      mlx* | nvfp4*) model=$ref/$name/$form/model expected=$ref/$name/$form ;;
     esac
     echo "== $name $form: $model against $expected"
     "$py" "$root/tests/model/compare.py" "$cli" "$model" "$expected" --backend "$backend" \

@@ -3,10 +3,11 @@
  * mg_fwd_create reads them, on tiny Llama directories written here (config.json and a
  * model.safetensors of random codes, E4M3 block scales and global scales; k and v with
  * different globals in every layer):
- *  - a valid ModelOpt directory (float LM head, as `ignore: ["lm_head"]` leaves it), one
- *    described by hf_quant_config.json alone, and a compressed-tensors directory (quantized LM
- *    head, with and without activation scales) each run a prefill and decode steps, eager and
- *    replayed from a captured graph with the same logits, and leave the ledger as they found it;
+ *  - a valid ModelOpt directory (float LM head, as `ignore: ["lm_head"]` leaves it; block
+ *    scales as F8_E4M3 or, in one layer, as U8 bytes), one described by hf_quant_config.json
+ *    alone, and a compressed-tensors directory (quantized LM head, with and without activation
+ *    scales) each run a prefill and decode steps, eager and replayed from a captured graph
+ *    with the same logits, and leave the ledger as they found it;
  *  - refusals, each with its status, a one-line message naming the tensor or the field, and
  *    nothing left allocated: a missing global (weight_scale_2 / weight_global_scale) or block
  *    scale, a wrong dtype of codes, scales or global, a shape that disagrees with the config,
@@ -53,7 +54,7 @@ static void remove_file(const char *name) {
 
 /* What a case does to the tensor of that name: drop it, store it as BF16 (2 bytes an element,
  * the same shape), halve its rows, or (an F32 scalar) store 0 or a vector of 2. */
-typedef enum edit_kind { DROP, AS_BF16, HALF_ROWS, ZERO, TWO_VALUES } edit_kind;
+typedef enum edit_kind { DROP, AS_BF16, AS_U8, HALF_ROWS, ZERO, TWO_VALUES } edit_kind;
 typedef struct edit {
     const char *name;
     edit_kind kind;
@@ -151,6 +152,9 @@ static void write_weights(const layout *lo, const edit *edits, int edit_count) {
             case AS_BF16:
                 t[i].dtype = "BF16";
                 break;
+            case AS_U8: /* block scales: the same bytes */
+                t[i].dtype = "U8";
+                break;
             case HALF_ROWS:
                 t[i].shape[0] /= 2;
                 break;
@@ -210,7 +214,7 @@ static void write_weights(const layout *lo, const edit *edits, int edit_count) {
                     : norm                                       ? 1.0f + 0.2f * v
                                                                  : v;
                 memcpy(p + j, &v, 4);
-            } else if (!strcmp(t[i].dtype, "F8_E4M3")) {
+            } else if (!strcmp(t[i].dtype, "F8_E4M3") || strstr(t[i].name, "weight_scale")) {
                 p[j] = (uint8_t)test_rand_range(0x28, 0x48); /* E4M3 0.25 .. 4 */
             } else {
                 p[j] = (uint8_t)test_rand(); /* codes, or BF16 bytes */
@@ -339,6 +343,9 @@ static const layout compressed = {.conv = COMPRESSED, .head_fp4 = true, .input_s
 
 static void test_valid(mg_backend *b) {
     run_case(b, &modelopt, modelopt_quant, NULL, 0, MG_OK, NULL, "ModelOpt, float LM head");
+    const edit u8_scales[] = {{"model.layers.1.mlp.down_proj.weight_scale", AS_U8}};
+    run_case(b, &modelopt, modelopt_quant, u8_scales, 1, MG_OK, NULL,
+             "block scales stored as U8 bytes");
     run_case(b, &compressed, ct_quant(ct_valid), NULL, 0, MG_OK, NULL,
              "compressed-tensors W4A4, NVFP4 LM head");
     const layout a16 = {.conv = COMPRESSED, .head_fp4 = true};

@@ -348,6 +348,19 @@ double mg_fwd_hf_weight_bytes(const mg_fwd_hf *h) {
         mg_st_tensor t;
         if (mg_st_get(h->st, i, &t))
             continue;
+        /* an NVFP4 linear: its prepared bytes (rows and K padded), counted at its block scales
+         * (shapes checked at open); its other tensors (ModelOpt's U8 codes are `.weight`) none */
+        size_t base = 0;
+        if (h->nvfp4 && mg_fwd_hf_nvfp4_suffix(h->nvfp4, t.name, &base)) {
+            if (!strcmp(t.name + base, ".weight_scale") && t.rank == 2) {
+                const uint32_t n = (uint32_t)t.shape[0], k = (uint32_t)(t.shape[1] * 16);
+                total += (double)mg_nvfp4_prepared_value_bytes(n, k) +
+                         (double)mg_nvfp4_prepared_scale_bytes(n, k) + 16.0;
+            }
+            continue;
+        }
+        if (h->nvfp4 && t.dtype == MG_ST_U8)
+            continue;
         /* F32 tensors become BF16; the rest (BF16, F16, packed MLX) keep their size */
         total += t.dtype == MG_ST_F32 ? t.bytes / 2.0 : (double)t.bytes;
     }

@@ -84,12 +84,14 @@ static mg_status import_linear(const mg_st_model *st, const char *dir, mg_fwd_nv
                 "checkpoint %s: tensor %s is missing (NVFP4 linear %s, %s "
                 "convention)",
                 dir, name, base, conv == MG_FWD_NVFP4_MODELOPT ? "ModelOpt" : "compressed-tensors");
-        if (t[i].dtype != (i == 0 ? MG_ST_U8 : i == 1 ? MG_ST_F8_E4M3 : MG_ST_F32))
+        /* block scales as F8_E4M3, or their bytes as U8 (the importers take both) */
+        const bool scale_bytes = i == 1 && t[i].dtype == MG_ST_U8;
+        if (!scale_bytes && t[i].dtype != (i == 0 ? MG_ST_U8 : i == 1 ? MG_ST_F8_E4M3 : MG_ST_F32))
             return mg_error_report(MG_ERR_INVALID_ARGUMENT,
                                    "checkpoint %s: tensor %s is %s, NVFP4 needs %s", dir, name,
                                    mg_st_dtype_name(t[i].dtype),
                                    i == 0   ? "U8"
-                                   : i == 1 ? "F8_E4M3"
+                                   : i == 1 ? "F8_E4M3 (or U8)"
                                             : "F32");
         v[i] = view_of(&t[i]);
     }

@@ -206,7 +206,7 @@ static void write_weights(const layout *lo, const edit *edits, int edit_count) {
         if (drop[i])
             continue;
         const bool norm = strstr(t[i].name, "norm") != NULL;
-        for (size_t j = 0; j < bytes[i]; j += element_bytes(t[i].dtype)) {
+        for (size_t j = 0; j < bytes[i]; j += strcmp(t[i].dtype, "F32") ? 1 : 4) {
             if (!strcmp(t[i].dtype, "F32")) {
                 /* scalars as given; matrices uniform in [-0.5, 0.5); norms near 1 */
                 float v = (float)(test_rand() >> 40) / (float)(1 << 24) - 0.5f;

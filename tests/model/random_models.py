@@ -475,6 +475,9 @@ def reuse(out, kind):
         pairs = [(root / "hf", root / "hf")]
         if (root / "gguf" / "decoded").is_dir():
             pairs.append((root / "gguf" / "decoded", root / "gguf" / "ref"))
+        for form, *_ in NVFP4_FORMS.get(name, ()):  # the dequantized F32 directories
+            if (root / form / "dequant").is_dir():
+                pairs.append((root / form / "dequant", root / form))
         for model_dir, ref in pairs:
             reference(model_dir, read_sequences(ref), ref.parent / f"{ref.name}_{kind}", kind)
             print(f"{name}: {model_dir.relative_to(out)} -> {ref.name}_{kind}")
@@ -487,8 +490,8 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--reuse", action="store_true",
                     help="OUT_DIR holds the models already: only compute the reference's logits "
-                         "of its Hugging Face and decoded GGUF directories, into ref_<reference>/ "
-                         "beside each (the GPU machine's transformers run)")
+                         "of its Hugging Face, decoded GGUF and dequantized NVFP4 directories, "
+                         "into ref_<reference>/ beside each (the GPU machine's transformers run)")
     a = ap.parse_args()
     if a.reuse:
         return reuse(a.out, a.reference)

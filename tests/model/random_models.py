@@ -336,7 +336,9 @@ def e4m3_values():
 def nvfp4_quantize(x, glob):
     """include/metrale/nvfp4.h's rule for x [N, K] (float32) with the FP32 multiplier `glob`:
     packed codes [N, K/2] (low nibble even k), E4M3 scale codes [N, K/16], and the exact
-    dequantization (e2m1 * e4m3) * glob in single precision."""
+    dequantization (e2m1 * e4m3) * glob in single precision. (On BF16 inputs its codes and
+    scales matched the library's mg_nvfp4_quantize bit for bit on 128,832 values, 2026-12-06;
+    the test relies only on the dequantization, which is the format's definition.)"""
     f32 = np.float32
     n, k = x.shape
     blocks = x.reshape(n, k // 16, 16)

@@ -27,9 +27,10 @@ set_tests_properties(smollm2_tp_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 
 # Small random checkpoints of every architecture read (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE)
 # in every form (Hugging Face BF16/F32, GGUF Q8_0/F16 with llama.cpp's Q/K permutation where it
-# applies, MLX 4/8-bit), written at test time with transformers' configuration classes, the
-# gguf package and mlx-lm, against mlx-lm's float32 logits of each
-# (tests/model/random_models.py).
+# applies, MLX 4/8-bit, NVFP4 in the ModelOpt and compressed-tensors conventions), written at
+# test time with transformers' configuration classes, the gguf package, mlx-lm and the script's
+# own NVFP4 quantizer, against mlx-lm's float32 logits of each (the NVFP4 forms': of the exactly
+# dequantized weights) (tests/model/random_models.py).
 # About 20 s on two cores; the sanitizer builds run it too.
 add_test(NAME random_models_reference_files
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/model/setup_random.sh

@@ -11,6 +11,8 @@
 #include "model.h"
 #include "model_mlx.h"
 
+#include "metrale/ops_nvfp4.h"
+
 /* The per-layer tensors beyond the preset's (model.h's qkv_bias and qk_norm), at
  * extra[l * MG_FWD_EXTRA_TENSORS + slot]; 0 where the architecture has none: the q bias
  * (FP32 [heads * head_dim]), the k and v biases joined like wkv (FP32 [2 kv_heads head_dim]),
@@ -18,11 +20,15 @@
  * directory's) is not here. */
 enum { MG_FWD_Q_BIAS, MG_FWD_KV_BIAS, MG_FWD_Q_NORM, MG_FWD_K_NORM, MG_FWD_EXTRA_TENSORS };
 
-/* The loaded weights: BF16 device buffers, and the layer matrices either in layer_w (BF16) or
- * in *mlx (the MLX path). lm_head == embedding when the embedding is tied. */
+/* The loaded weights: BF16 device buffers, and the layer matrices either in layer_w (BF16), in
+ * *mlx (the MLX path) or in fp4 (an NVFP4 directory: [layers][FP4_SLOTS] of model_internal.h,
+ * each weight one allocation at its `values`; the LM head in lm_head_fp4 when quantized, else
+ * lm_head). lm_head == embedding when the embedding is tied. */
 typedef struct mg_fwd_checkpoint_weights {
     mg_devptr embedding, final_norm, lm_head;
     mg_fwd_mlx *mlx;
+    mg_nvfp4_weight *fp4;
+    mg_nvfp4_weight lm_head_fp4;
     uint64_t bytes;
 } mg_fwd_checkpoint_weights;
 

@@ -30,8 +30,8 @@ const mg_fwd_format *mg_fwd_format_of_model(const mg_fwd *m) {
         return &mg_fwd_format_mlx;
     if (m->fp8_scales)
         return &mg_fwd_format_fp8;
-    if (m->fp4)
-        return &mg_fwd_format_nvfp4;
+    if (m->fp4) /* an NVFP4 checkpoint may keep its LM head float */
+        return m->lm_head_fp4.values ? &mg_fwd_format_nvfp4 : &mg_fwd_format_nvfp4_float_head;
     return &mg_fwd_format_bf16; /* BF16 presets, MLX dequantized, BF16 checkpoints */
 }
 

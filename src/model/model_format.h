@@ -62,6 +62,8 @@ struct mg_fwd_format {
 
 extern const mg_fwd_format mg_fwd_format_bf16, mg_fwd_format_fp8, mg_fwd_format_nvfp4,
     mg_fwd_format_mlx;
+/* NVFP4 layers with a BF16 LM head (a checkpoint's; model_format_nvfp4.c). */
+extern const mg_fwd_format mg_fwd_format_nvfp4_float_head;
 /* What a checkpoint (model_path) may need before it loads: ops only, no hooks (model_format.c). */
 extern const mg_fwd_format mg_fwd_format_checkpoint;
 

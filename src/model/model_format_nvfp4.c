@@ -17,13 +17,24 @@ static const mg_nvfp4_weight *fp4_weight(const mg_fwd *m, uint32_t l, uint32_t s
     return &m->fp4[(size_t)l * FP4_SLOTS + fp4];
 }
 
+static mg_status nvfp4_gemm(mg_fwd *m, mg_stream *s, bool prefill, const mg_nvfp4_weight *w,
+                            uint32_t rows, uint32_t n, uint32_t k, mg_devptr act, mg_devptr out,
+                            uint32_t ldc) {
+    if (prefill && m->prefill_workspace)
+        return mg_nvfp4_gemm_with_workspace(m->b, s, rows, n, k, act, k, w, out, ldc,
+                                            m->prefill_workspace, m->prefill_workspace_bytes);
+    return mg_nvfp4_gemm(m->b, s, rows, n, k, act, k, w, out, ldc);
+}
+
 static mg_status nvfp4_linear(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l, uint32_t slot,
                               uint32_t rows, uint32_t n, uint32_t k, mg_devptr act, mg_devptr out) {
-    const mg_nvfp4_weight *w = fp4_weight(m, l, slot);
-    if (prefill && m->prefill_workspace)
-        return mg_nvfp4_gemm_with_workspace(m->b, s, rows, n, k, act, k, w, out, n,
-                                            m->prefill_workspace, m->prefill_workspace_bytes);
-    return mg_nvfp4_gemm(m->b, s, rows, n, k, act, k, w, out, n);
+    const mg_nvfp4_weight *w = fp4_weight(m, l, slot), *v = &m->fp4[(size_t)l * FP4_SLOTS + FP4_V];
+    if (slot != MG_FWD_WKV || !v->values)
+        return nvfp4_gemm(m, s, prefill, w, rows, n, k, act, out, n);
+    /* k and v with global scales of their own (a checkpoint's): the k columns of each output
+     * row, then the v columns, each weight exactly as stored */
+    mg_status st = nvfp4_gemm(m, s, prefill, w, rows, n / 2, k, act, out, n);
+    return st ? st : nvfp4_gemm(m, s, prefill, v, rows, n / 2, k, act, out + (n / 2) * 2, n);
 }
 
 static mg_status nvfp4_gate_up(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l, uint32_t rows) {
@@ -75,6 +86,18 @@ static double nvfp4_weight_bytes(const mg_fwd_preset *p, mg_fwd_weights w) {
 
 static const mg_op nvfp4_ops[] = {MG_OP_NVFP4_FORMAT, MG_OP_NVFP4_GEMM};
 static const mg_op nvfp4_moe_ops[] = {MG_OP_GEMM_BF16, MG_OP_MOE_ROUTING, MG_OP_NVFP4_MOE_GEMM};
+
+/* An NVFP4 checkpoint whose LM head stayed float (ModelOpt's and compressed-tensors' usual
+ * `ignore: ["lm_head"]`, or a tied embedding): the NVFP4 layers, the BF16 head's FP32 logits. */
+const mg_fwd_format mg_fwd_format_nvfp4_float_head = {
+    .name = "nvfp4",
+    .ops = nvfp4_ops,
+    .op_count = sizeof nvfp4_ops / sizeof nvfp4_ops[0],
+    .weight_bytes = nvfp4_weight_bytes,
+    .linear = nvfp4_linear,
+    .gate_up = nvfp4_gate_up,
+    .lm_head = mg_fwd_lm_head_bf16,
+};
 
 const mg_fwd_format mg_fwd_format_nvfp4 = {
     .name = "nvfp4",

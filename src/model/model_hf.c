@@ -1,6 +1,8 @@
 /* model_hf.c - a Hugging Face or MLX checkpoint directory as the forward model's architecture
  * and weights (model_hf.h). */
 #include "model_hf.h"
+#include "model_hf_nvfp4.h"
+#include "model_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +23,10 @@ struct mg_fwd_hf {
     uint32_t bits;
     bool tied;
     uint32_t experts; /* Qwen3-MoE: experts per layer; 0 dense */
+    /* NVFP4 directories (model_hf_nvfp4.h): the convention, whether its linears carry
+     * activation scales, whether the LM head is quantized (else float) */
+    mg_fwd_nvfp4_convention nvfp4;
+    bool nvfp4_input_scales, nvfp4_head;
     char arch_name[96];
 };
 
@@ -69,6 +75,15 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
     mg_fwd_hf_config c;
     mg_status st = mg_fwd_hf_config_parse(text, len, path, arch, &c);
     free(text);
+    /* ModelOpt exports may describe their quantization in hf_quant_config.json alone */
+    char quant_path[1200];
+    snprintf(quant_path, sizeof quant_path, "%s/hf_quant_config.json", h->dir);
+    if (!st && !c.bits && c.nvfp4 == MG_FWD_NVFP4_NONE && (text = read_text(quant_path, &len))) {
+        st = mg_fwd_hf_quant_config_parse(text, len, quant_path, &c);
+        free(text);
+    }
+    h->nvfp4 = c.nvfp4;
+    h->nvfp4_input_scales = c.nvfp4_input_scales;
     h->tied = c.tied;
     h->bits = c.bits;
     snprintf(h->arch_name, sizeof h->arch_name, "%s", c.arch_name);
@@ -111,6 +126,13 @@ static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t row
                                h->dir, base, sizeof name - 1);
     if (may_be_quantized && h->mlx && mg_st_find(h->st, name, &t) == MG_OK)
         return MG_OK; /* an MLX layer: mg_mlx_linear_load checks its three tensors */
+    bool fp4 = false;
+    mg_status st = may_be_quantized && h->nvfp4
+                       ? mg_fwd_hf_nvfp4_check(h->st, h->dir, h->nvfp4, h->nvfp4_input_scales, base,
+                                               rows, cols, &fp4)
+                       : MG_OK;
+    if (st || fp4)
+        return st;
     if (snprintf(name, sizeof name, "%s.weight", base) >= (int)sizeof name)
         return MG_ERR_INTERNAL; /* unreachable: the same length as above */
     return check_float(h, name, rows, cols);
@@ -125,11 +147,13 @@ static bool known_tensor(const mg_fwd_hf *h, const char *name, uint32_t layers) 
         if (n > sl && !strcmp(name + n - sl, suffixes[s]) && (s == 0 || h->mlx))
             base = n - sl;
     }
+    /* an NVFP4 linear's tensors (mg_fwd_hf_open checked each quantized linear whole) */
+    const bool fp4_tensor = mg_fwd_hf_nvfp4_suffix(h->nvfp4, name, &base);
     if (base == n)
         return strstr(name, "rotary_emb.inv_freq") != NULL; /* recomputed, as every engine does */
     char b[160];
     snprintf(b, sizeof b, "%.*s", (int)base, name);
-    if (!strcmp(b, "model.embed_tokens") || !strcmp(b, "model.norm") ||
+    if ((!fp4_tensor && (!strcmp(b, "model.embed_tokens") || !strcmp(b, "model.norm"))) ||
         (!h->tied && !strcmp(b, "lm_head")))
         return true;
     unsigned l;
@@ -137,11 +161,14 @@ static bool known_tensor(const mg_fwd_hf *h, const char *name, uint32_t layers) 
     if (sscanf(b, "model.layers.%u.%n", &l, &off) != 1 || off <= 0 || l >= layers)
         return false;
     for (int i = 0; i < H_LAYER_COUNT; i++)
-        if ((!h->experts || i < H_GATE) && !strcmp(b + off, layer_names[i]))
+        if ((!h->experts || i < H_GATE) && (!fp4_tensor || is_matrix(i)) &&
+            !strcmp(b + off, layer_names[i]))
             return true;
     unsigned e;
     int end = 0;
     char proj[16];
+    if (fp4_tensor)
+        return false;
     if (h->experts && !strcmp(b + off, "mlp.gate"))
         return true;
     return h->experts && sscanf(b + off, "mlp.experts.%u.%15[a-z_]%n", &e, proj, &end) == 2 &&
@@ -169,6 +196,51 @@ static bool known_addition(const mg_fwd_preset *arch, const char *name) {
     return false;
 }
 
+/* An NVFP4 directory: the layer matrices NVFP4 (each checked whole later by check_tensor), the
+ * LM head NVFP4 or float, the embedding float, a dense model, a backend question left to load
+ * (mg_fwd_hf_load). Sets h->nvfp4_head. */
+static mg_status check_nvfp4_layout(mg_fwd_hf *h, const mg_fwd_preset *arch) {
+    char base[160];
+    bool fp4 = false;
+    mg_status st = MG_OK;
+    if (h->experts)
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "checkpoint %s: NVFP4 checkpoints of mixture-of-experts models are "
+                               "not supported (dense ones are)",
+                               h->dir);
+    const mg_model_shape *s = &arch->shape;
+    if ((st = mg_fwd_hf_nvfp4_check(h->st, h->dir, h->nvfp4, h->nvfp4_input_scales,
+                                    "model.embed_tokens", s->vocab, s->hidden, &fp4)))
+        return st;
+    if (fp4)
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "checkpoint %s: an NVFP4-quantized embedding (model.embed_tokens) "
+                               "is not supported",
+                               h->dir);
+    if (!h->tied && (st = mg_fwd_hf_nvfp4_check(h->st, h->dir, h->nvfp4, h->nvfp4_input_scales,
+                                                "lm_head", s->vocab, s->hidden, &h->nvfp4_head)))
+        return st;
+    const uint32_t H = s->hidden, QD = s->heads * s->head_dim, KD = s->kv_heads * s->head_dim;
+    const uint64_t rows[H_LAYER_COUNT] = {0, QD, KD, KD, H, 0, s->intermediate, s->intermediate, H};
+    const uint64_t cols[H_LAYER_COUNT] = {H, H, H, H, QD, H, H, H, s->intermediate};
+    for (uint32_t l = 0; l < arch->layers; l++)
+        for (int i = 0; i < H_LAYER_COUNT; i++) {
+            if (!is_matrix(i))
+                continue;
+            snprintf(base, sizeof base, "model.layers.%u.%s", l, layer_names[i]);
+            if ((st = mg_fwd_hf_nvfp4_check(h->st, h->dir, h->nvfp4, h->nvfp4_input_scales, base,
+                                            rows[i], cols[i], &fp4)))
+                return st;
+            if (!fp4)
+                return mg_error_report(MG_ERR_UNSUPPORTED,
+                                       "checkpoint %s: %s is not NVFP4 (a float layer matrix in an "
+                                       "NVFP4 checkpoint is not supported; only the LM head may "
+                                       "stay float)",
+                                       h->dir, base);
+        }
+    return MG_OK;
+}
+
 mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_t name_size,
                          mg_fwd_hf **out) {
     *out = NULL;
@@ -194,6 +266,8 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
     const uint64_t cols[H_LAYER_COUNT] = {H, H, H, H, QD, H, H, H, I};
     char base[160];
     h->experts = s->experts;
+    if (!st && h->nvfp4)
+        st = check_nvfp4_layout(h, arch);
     if (!st && h->mlx && h->experts)
         st = mg_error_report(MG_ERR_UNSUPPORTED,
                              "checkpoint %s: MLX-quantized experts are not supported (BF16, F16 or "
@@ -249,7 +323,9 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
         start--;
     snprintf(name, name_size, "%.*s", (int)(end - start), dir + start);
     arch->name = name;
-    arch->description = h->mlx ? "an MLX checkpoint" : "a Hugging Face checkpoint";
+    arch->description = h->mlx     ? "an MLX checkpoint"
+                        : h->nvfp4 ? "an NVFP4 Hugging Face checkpoint"
+                                   : "a Hugging Face checkpoint";
     arch->max_batch_size = 64;
     arch->batch = 1;
     arch->prompt_len = 16;
@@ -271,6 +347,19 @@ double mg_fwd_hf_weight_bytes(const mg_fwd_hf *h) {
     for (size_t i = 0; i < mg_st_count(h->st); i++) {
         mg_st_tensor t;
         if (mg_st_get(h->st, i, &t))
+            continue;
+        /* an NVFP4 linear: its prepared bytes (rows and K padded), counted at its block scales
+         * (shapes checked at open); its other tensors (ModelOpt's U8 codes are `.weight`) none */
+        size_t base = 0;
+        if (h->nvfp4 && mg_fwd_hf_nvfp4_suffix(h->nvfp4, t.name, &base)) {
+            if (!strcmp(t.name + base, ".weight_scale") && t.rank == 2) {
+                const uint32_t n = (uint32_t)t.shape[0], k = (uint32_t)(t.shape[1] * 16);
+                total += (double)mg_nvfp4_prepared_value_bytes(n, k) +
+                         (double)mg_nvfp4_prepared_scale_bytes(n, k) + 16.0;
+            }
+            continue;
+        }
+        if (h->nvfp4 && t.dtype == MG_ST_U8)
             continue;
         /* F32 tensors become BF16; the rest (BF16, F16, packed MLX) keep their size */
         total += t.dtype == MG_ST_F32 ? t.bytes / 2.0 : (double)t.bytes;
@@ -438,7 +527,16 @@ mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
     const char *norm[] = {"model.norm.weight"};
     if (!st)
         st = upload_bf16(b, h, norm, 1, &out->final_norm, &out->bytes);
-    if (!st && !h->tied)
+    if (!st && h->nvfp4 && !mg_op_supported(b, MG_OP_NVFP4_GEMM))
+        st = mg_error_report(
+            MG_ERR_UNSUPPORTED, "checkpoint %s: the %s backend cannot run op %s (NVFP4 weights)",
+            h->dir, mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(MG_OP_NVFP4_GEMM));
+    if (!st && h->nvfp4 && !(out->fp4 = calloc((size_t)arch->layers * FP4_SLOTS, sizeof *out->fp4)))
+        st = mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the NVFP4 weights");
+    if (!st && h->nvfp4_head)
+        st = mg_fwd_hf_nvfp4_upload(b, h->st, h->dir, h->nvfp4, "lm_head", &out->lm_head_fp4,
+                                    &out->bytes);
+    else if (!st && !h->tied)
         st = upload_table(b, h, "lm_head", &out->lm_head, &out->bytes);
     else if (!st)
         out->lm_head = out->embedding;
@@ -453,6 +551,20 @@ mg_status mg_fwd_hf_load(mg_backend *b, mg_fwd_hf *h, const mg_fwd_preset *arch,
             (st = upload_bf16(b, h, an, 1, &w[MG_FWD_ATTN_NORM], &out->bytes)) ||
             (st = upload_bf16(b, h, mn, 1, &w[MG_FWD_MLP_NORM], &out->bytes)) || h->mlx)
             continue;
+        if (h->nvfp4) {
+            /* k and v keep their own global scales: FP4_KV holds k, FP4_V v (model_internal.h) */
+            static const int fp4_slot[H_LAYER_COUNT] = {-1, FP4_Q,    FP4_KV, FP4_V,   FP4_O,
+                                                        -1, FP4_GATE, FP4_UP, FP4_DOWN};
+            mg_nvfp4_weight *fw = out->fp4 + (size_t)l * FP4_SLOTS;
+            char base[160];
+            for (int i = 0; !st && i < H_LAYER_COUNT; i++)
+                if (fp4_slot[i] >= 0) {
+                    snprintf(base, sizeof base, "model.layers.%u.%s", l, layer_names[i]);
+                    st = mg_fwd_hf_nvfp4_upload(b, h->st, h->dir, h->nvfp4, base, &fw[fp4_slot[i]],
+                                                &out->bytes);
+                }
+            continue;
+        }
         const char *q[] = {n[H_Q]}, *kv[] = {n[H_K], n[H_V]}, *o[] = {n[H_O]};
         const char *gu[] = {n[H_GATE], n[H_UP]}, *down[] = {n[H_DOWN]};
         if (!(st = upload_bf16(b, h, q, 1, &w[MG_FWD_WQ], &out->bytes)) &&

@@ -17,9 +17,11 @@
  * type but "default" (rope_scaling or rope_parameters: llama3, linear, yarn,
  * ...), attention biases beyond Qwen2's, MLP biases, an activation other than SiLU, partial
  * rotary embeddings, a layer type other than full or sliding attention, a quantization method
- * other than MLX's affine one. A sliding window that applies (Mistral's sliding_window; Qwen's
- * with use_sliding_window or a "sliding_attention" layer) caps the context at the window:
- * within it attention is full attention, and a longer run is refused.
+ * other than MLX's affine one and NVFP4 (ModelOpt's quant_algo NVFP4, in quantization_config or
+ * in hf_quant_config.json alone; compressed-tensors' nvfp4-pack-quantized: model_hf_nvfp4.h). A
+ * sliding window that applies (Mistral's sliding_window; Qwen's with use_sliding_window or a
+ * "sliding_attention" layer) caps the context at the window: within it attention is full attention,
+ * and a longer run is refused.
  *
  * Weights: model.embed_tokens, model.norm, lm_head (absent when tied) and per layer
  * input_layernorm, post_attention_layernorm, self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
@@ -30,8 +32,10 @@
  * layout; MLX-quantized experts are refused); the rows are
  * in Hugging Face order already (rotate-half RoPE). In an MLX directory the layer matrices are
  * loaded by mg_fwd_mlx_create (model_mlx.h: every one quantized with the config's bits), and a
- * quantized embedding or LM head is dequantized to BF16 on the device (mg_mlx_dequant). A
- * tensor the network does not use is refused, as a missing one or a wrong shape is.
+ * quantized embedding or LM head is dequantized to BF16 on the device (mg_mlx_dequant). In an
+ * NVFP4 directory every layer matrix is NVFP4 and the LM head NVFP4 or float, read and prepared
+ * by model_hf_nvfp4.h (dense models only; the embedding float). A tensor the network does not
+ * use is refused, as a missing one or a wrong shape is.
  */
 #ifndef METRALE_MODEL_HF_H
 #define METRALE_MODEL_HF_H
@@ -39,13 +43,29 @@
 #include "model.h"
 #include "model_checkpoint.h"
 
+/* The NVFP4 checkpoint conventions (model_hf_nvfp4.h). */
+typedef enum mg_fwd_nvfp4_convention {
+    MG_FWD_NVFP4_NONE,
+    MG_FWD_NVFP4_MODELOPT,           /* quant_method "modelopt", quant_algo "NVFP4" */
+    MG_FWD_NVFP4_COMPRESSED_TENSORS, /* quant_method "compressed-tensors", nvfp4-pack-quantized */
+} mg_fwd_nvfp4_convention;
+
 /* What config.json says beyond the architecture: a tied LM head, MLX quantization bits (0:
- * none), the architecture's name. */
+ * none), the NVFP4 convention and whether its linears carry activation scales (W4A4
+ * checkpoints; checked, not used: model_hf_nvfp4.h), the architecture's name. */
 typedef struct mg_fwd_hf_config {
     bool tied;
     uint32_t bits;
+    mg_fwd_nvfp4_convention nvfp4;
+    bool nvfp4_input_scales;
     char arch_name[96];
 } mg_fwd_hf_config;
+
+/* hf_quant_config.json (ModelOpt's own file, read when config.json names no quantization):
+ * its "quantization" object as config.json's ModelOpt quantization_config. Fills out->nvfp4
+ * and nvfp4_input_scales only. */
+mg_status mg_fwd_hf_quant_config_parse(const char *text, size_t len, const char *path,
+                                       mg_fwd_hf_config *out);
 
 /* The text of a config.json (`len` bytes, no terminator needed) as the architecture above:
  * fills *arch's shape, layers, rope_theta, norm_eps, context, max_batch_tokens, qkv_bias and

@@ -213,6 +213,125 @@ static mg_status read_window(const mg_jdoc *d, const char *path, bool qwen, uint
     return MG_OK;
 }
 
+/* Whether member `key` of the object at obj is the string `want`. */
+static bool member_is(const mg_jdoc *d, int obj, const char *key, const char *want) {
+    char buf[48];
+    return name_string(d, mg_jdoc_get(d, obj, key), buf, sizeof buf) && !strcmp(buf, want);
+}
+
+/* A quantization args object (compressed-tensors' "weights" or "input_activations") that
+ * describes NVFP4: 4-bit floats in groups of 16. */
+static bool is_nvfp4_args(const mg_jdoc *d, int args) {
+    long long bits = 0, group = 0;
+    return mg_jdoc_is(d, args, JSMN_OBJECT) &&
+           mg_jdoc_int(d, mg_jdoc_get(d, args, "num_bits"), &bits) && bits == 4 &&
+           member_is(d, args, "type", "float") &&
+           mg_jdoc_int(d, mg_jdoc_get(d, args, "group_size"), &group) && group == 16;
+}
+
+/* compressed-tensors: every group of config_groups NVFP4 ("nvfp4-pack-quantized" packing, here
+ * or at the top; NVFP4 weights), its activations NVFP4 or not quantized. */
+static mg_status read_compressed_tensors(const mg_jdoc *d, int q, const char *path,
+                                         mg_fwd_hf_config *out) {
+    const bool packed = member_is(d, q, "format", "nvfp4-pack-quantized");
+    const int groups = mg_jdoc_get(d, q, "config_groups");
+    if (!mg_jdoc_is(d, groups, JSMN_OBJECT) || d->tk[groups].size < 1)
+        return mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                               "%s: compressed-tensors quantization_config has no config_groups",
+                               path);
+    if (!mg_jdoc_null(d, mg_jdoc_get(d, q, "kv_cache_scheme")))
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "%s: a quantized KV cache (kv_cache_scheme) is not supported: the "
+                               "KV cache is BF16",
+                               path);
+    const int status = mg_jdoc_get(d, q, "quantization_status");
+    if (!mg_jdoc_null(d, status) && !member_is(d, q, "quantization_status", "compressed"))
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "%s: compressed-tensors quantization_status is not \"compressed\" "
+                               "(only packed NVFP4 weights are read)",
+                               path);
+    int key = groups + 1;
+    for (int g = 0; g < d->tk[groups].size; g++, key = mg_jdoc_skip(d, key + 1)) {
+        const int group = key + 1;
+        char name[48] = "?";
+        name_string(d, key, name, sizeof name);
+        const bool group_packed = member_is(d, group, "format", "nvfp4-pack-quantized");
+        if ((!packed && !group_packed) || !is_nvfp4_args(d, mg_jdoc_get(d, group, "weights")))
+            return mg_error_report(MG_ERR_UNSUPPORTED,
+                                   "%s: compressed-tensors group %s is not NVFP4 "
+                                   "(\"nvfp4-pack-quantized\", 4-bit float weights in groups of "
+                                   "16 are supported)",
+                                   path, name);
+        const int act = mg_jdoc_get(d, group, "input_activations");
+        if (!mg_jdoc_null(d, act) && !is_nvfp4_args(d, act))
+            return mg_error_report(MG_ERR_UNSUPPORTED,
+                                   "%s: compressed-tensors group %s quantizes activations other "
+                                   "than as NVFP4",
+                                   path, name);
+        out->nvfp4_input_scales |= !mg_jdoc_null(d, act);
+        if (!mg_jdoc_null(d, mg_jdoc_get(d, group, "output_activations")))
+            return mg_error_report(MG_ERR_UNSUPPORTED,
+                                   "%s: compressed-tensors group %s quantizes output activations",
+                                   path, name);
+    }
+    out->nvfp4 = MG_FWD_NVFP4_COMPRESSED_TENSORS;
+    return MG_OK;
+}
+
+/* ModelOpt: quant_algo NVFP4 (at q or in its "quantization" object, hf_quant_config.json's
+ * layout), group_size 16 where given, no quantized KV cache. */
+static mg_status read_modelopt(const mg_jdoc *d, int q, const char *path, mg_fwd_hf_config *out) {
+    const int inner = mg_jdoc_get(d, q, "quantization");
+    if (mg_jdoc_is(d, inner, JSMN_OBJECT))
+        q = inner;
+    char algo[48] = "";
+    const int ai = mg_jdoc_get(d, q, "quant_algo");
+    if (!name_string(d, ai, algo, sizeof algo) || strcmp(algo, "NVFP4"))
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "%s: ModelOpt quant_algo \"%s\" is not supported (NVFP4 is)", path,
+                               mg_jdoc_null(d, ai) ? "(missing)"
+                               : algo[0]           ? algo
+                                                   : "?");
+    long long group = 16;
+    const int gi = mg_jdoc_get(d, q, "group_size");
+    if (!mg_jdoc_null(d, gi) && (!mg_jdoc_int(d, gi, &group) || group != 16))
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "%s: ModelOpt NVFP4 group_size is not 16 (blocks of 16 are "
+                               "supported)",
+                               path);
+    if (!mg_jdoc_null(d, mg_jdoc_get(d, q, "kv_cache_quant_algo")))
+        return mg_error_report(MG_ERR_UNSUPPORTED,
+                               "%s: a quantized KV cache (kv_cache_quant_algo) is not supported: "
+                               "the KV cache is BF16",
+                               path);
+    out->nvfp4 = MG_FWD_NVFP4_MODELOPT;
+    out->nvfp4_input_scales = true; /* ModelOpt's NVFP4 is W4A4: every linear has input_scale */
+    return MG_OK;
+}
+
+static mg_status read_nvfp4_quantization(const mg_jdoc *d, int q, const char *path,
+                                         const char *method, mg_fwd_hf_config *out) {
+    return !strcmp(method, "modelopt") ? read_modelopt(d, q, path, out)
+                                       : read_compressed_tensors(d, q, path, out);
+}
+
+mg_status mg_fwd_hf_quant_config_parse(const char *text, size_t len, const char *path,
+                                       mg_fwd_hf_config *out) {
+    mg_jdoc d;
+    unsigned pos = 0;
+    const int parsed = mg_jdoc_parse(text, len, &d, &pos);
+    if (parsed)
+        return mg_error_report(parsed == 4 ? MG_ERR_OUT_OF_MEMORY : MG_ERR_INVALID_ARGUMENT,
+                               "%s: not valid JSON (byte %u)", path, pos);
+    mg_status st =
+        mg_jdoc_is(&d, 0, JSMN_OBJECT) &&
+                mg_jdoc_is(&d, mg_jdoc_get(&d, 0, "quantization"), JSMN_OBJECT)
+            ? read_modelopt(&d, 0, path, out)
+            : mg_error_report(MG_ERR_INVALID_ARGUMENT, "%s: no \"quantization\" object", path);
+    mg_jdoc_free(&d);
+    return st;
+}
+
 mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
                                  mg_fwd_preset *arch, mg_fwd_hf_config *out) {
     memset(out, 0, sizeof *out);
@@ -316,18 +435,23 @@ mg_status mg_fwd_hf_config_parse(const char *text, size_t len, const char *path,
     if (!st)
         st = read_window(&d, path, ha->qkv_bias || ha->qk_norm, &arch->context);
     arch->max_batch_tokens = arch->context && arch->context < 8192 ? arch->context : 8192;
-    /* quantization: MLX's affine form (mg_mlx_config_open reads the details) or nothing */
+    /* quantization: MLX's affine form (mg_mlx_config_open reads the details), NVFP4 in the
+     * ModelOpt or compressed-tensors convention (read_nvfp4_quantization), or nothing */
     int q = st ? -1 : mg_jdoc_get(&d, 0, "quantization");
     if (mg_jdoc_null(&d, q) && !st)
         q = mg_jdoc_get(&d, 0, "quantization_config");
     char method[32] = "";
     const int qm = !st && !mg_jdoc_null(&d, q) ? mg_jdoc_get(&d, q, "quant_method") : -1;
-    if (!mg_jdoc_null(&d, qm)) /* MLX writes none: gptq, awq, fp8, ... are other formats */
+    const bool named = name_string(&d, qm, method, sizeof method);
+    if (!mg_jdoc_null(&d, qm) && named &&
+        (!strcmp(method, "modelopt") || !strcmp(method, "compressed-tensors")))
+        st = read_nvfp4_quantization(&d, q, path, method, out);
+    else if (!mg_jdoc_null(&d, qm)) /* MLX writes none: gptq, awq, fp8, ... are other formats */
         st = mg_error_report(MG_ERR_UNSUPPORTED,
                              "%s: quantization_config quant_method \"%s\" is not supported (MLX's "
-                             "affine 4 or 8 bits are)",
-                             path, name_string(&d, qm, method, sizeof method) ? method : "?");
-    if (!st && !mg_jdoc_null(&d, q)) {
+                             "affine 4 or 8 bits, ModelOpt and compressed-tensors NVFP4 are)",
+                             path, named ? method : "?");
+    else if (!st && !mg_jdoc_null(&d, q)) {
         long long bits = 0;
         if (!mg_jdoc_int(&d, mg_jdoc_get(&d, q, "bits"), &bits) || (bits != 4 && bits != 8))
             st = mg_error_report(MG_ERR_UNSUPPORTED,

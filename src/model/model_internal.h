@@ -18,8 +18,11 @@
 
 #define PAGE_SIZE 16u
 
-/* The NVFP4 matrices of a layer: w_gate_up becomes two weights (gate rows, up rows). */
-enum { FP4_Q, FP4_KV, FP4_O, FP4_GATE, FP4_UP, FP4_DOWN, FP4_SLOTS };
+/* The NVFP4 matrices of a layer: w_gate_up becomes two weights (gate rows, up rows). FP4_V is
+ * used by NVFP4 checkpoints only, whose k and v projections carry global scales of their own:
+ * FP4_KV then holds k alone, FP4_V v, and the kv projection is two GEMMs into the two halves
+ * of its output rows (presets: FP4_V empty, FP4_KV the joined k and v). */
+enum { FP4_Q, FP4_KV, FP4_O, FP4_GATE, FP4_UP, FP4_DOWN, FP4_V, FP4_SLOTS };
 
 /* A weight format's table of functions (model_format.h). */
 typedef struct mg_fwd_format mg_fwd_format;

@@ -347,6 +347,8 @@ mg_status mg_fwd_create_weights(mg_fwd *m) {
         m->final_norm = gw.final_norm;
         m->lm_head = gw.lm_head;
         m->mlx = gw.mlx;
+        m->fp4 = gw.fp4; /* an NVFP4 directory's matrices (model_hf_nvfp4.h) */
+        m->lm_head_fp4 = gw.lm_head_fp4;
         m->weight_bytes = gw.bytes;
         return st;
     }

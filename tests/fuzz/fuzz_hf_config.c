@@ -6,7 +6,8 @@
  * size without overflow: every dimension positive and in range, heads a multiple of KV heads,
  * an even head dimension, experts only with a top-k within them, a finite positive RoPE theta
  * and an eps in (0, 1). The seeds (tests/fuzz/corpus_hf_config/) are the configs
- * tests/model/random_models.py writes with transformers' classes and mlx-lm's converter. */
+ * tests/model/random_models.py writes with transformers' classes and mlx-lm's converter (two of
+ * them its NVFP4 forms' quantization_config). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

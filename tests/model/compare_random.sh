@@ -15,6 +15,16 @@
 # by hand failed every step of the forms concerned: q/k head norms skipped, biases skipped, the
 # GGUF Q/K permutation not undone (llama) or undone where there is none (qwen2, qwen3), the
 # nested rope_parameters theta ignored, the experts' top-k weights not renormalized.
+# The NVFP4 forms (ModelOpt and compressed-tensors directories of four of the models, every
+# layer linear quantized, k and v with different globals) run against the reference on the
+# exactly dequantized weights as F32: the runtime decodes the same weights exactly, so the error
+# sources are those of the BF16 forms (BF16 activations; no weight rounding at all), and the same
+# bounds hold. Measured on the CPU backend on 2026-12-06 (20 steps each): largest relative error
+# 0.0166 (Llama, ModelOpt, float LM head), 0.0117 (Mistral, compressed-tensors W4A16, tied),
+# 0.0081 (Qwen2, compressed-tensors, NVFP4 LM head), 0.0078 (Qwen3, hf_quant_config.json);
+# largest absolute 0.166. Mistakes tried by hand fail every NVFP4 form concerned by 0.30 to 0.84
+# relative: v run with k's global (the joined kv weight's single global), compressed-tensors'
+# global taken as the multiplier instead of its reciprocal, the unquantized model's logits.
 # transformers as the reference (random_models.py --reuse --reference transformers: 5.24.0 on
 # PyTorch 2.11.0 in float32 on the CPU, 2026-12-01; too large a download for CI) agreed with
 # mlx-lm within 3.5e-5 on every logit of the forms it reads (the HF and decoded GGUF
@@ -33,7 +43,7 @@ for name in $(cat "$ref/models"); do
     case $form in
       hf) model=$ref/$name/hf expected=$ref/$name/hf ;;
       gguf) model=$ref/$name/gguf/model.gguf expected=$ref/$name/gguf/ref ;;
-      mlx*) model=$ref/$name/$form/model expected=$ref/$name/$form ;;
+      mlx* | nvfp4*) model=$ref/$name/$form/model expected=$ref/$name/$form ;;
     esac
     echo "== $name $form: $model against $expected"
     "$py" "$root/tests/model/compare.py" "$cli" "$model" "$expected" --backend "$backend" \

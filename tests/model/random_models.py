@@ -21,6 +21,12 @@ embeddings, Llama 3.1's scaled RoPE, Qwen2's biases, Qwen3's head norms and Qwen
              gguf package's own dequantize, the rows in HF order).
   mlx<bits>/ where the model has an MLX form: model/ quantized by mlx-lm's own convert path
              (quantize_model, group 32 or 64), and the logits of that quantized model.
+  nvfp4_<c>/ where the model has NVFP4 forms (NVFP4_FORMS): model/ an NVFP4 checkpoint in the
+             ModelOpt or compressed-tensors convention, every layer linear quantized here by
+             the rule of include/metrale/nvfp4.h (written in numpy below, not the runtime's
+             code), the LM head too or not; dequant/ the same network with the exactly
+             dequantized weights as an F32 Hugging Face directory, and the reference's logits
+             of it.
 
 The reference: mlx-lm's model classes (mlx_lm.utils.load_model of the directory, in float32) by
 default, which runs on the CPU in CI; --reference transformers runs transformers'
@@ -82,6 +88,15 @@ MODELS = [
                             high_freq_factor=4.0, original_max_position_embeddings=64)),
      "bfloat16", "Q8_0", ((8, 32),)),
 ]
+# NVFP4 forms: model -> (form, convention, the LM head quantized, where the quantization is
+# described: config.json's quantization_config or ModelOpt's hf_quant_config.json alone, whether
+# activation scales are written (W4A4 configs; the runtime checks them and runs W4A16)).
+NVFP4_FORMS = {
+    "llama_untied": (("nvfp4_modelopt", "modelopt", False, "config", True),),
+    "mistral_tied": (("nvfp4_ct", "compressed-tensors", False, "config", False),),
+    "qwen2_untied": (("nvfp4_ct", "compressed-tensors", True, "config", True),),
+    "qwen3_tied": (("nvfp4_modelopt", "modelopt", False, "hf_quant_config", True),),
+}
 ARCHITECTURES = {"LlamaConfig": "LlamaForCausalLM", "MistralConfig": "MistralForCausalLM",
                  "Qwen2Config": "Qwen2ForCausalLM", "Qwen3Config": "Qwen3ForCausalLM",
                  "Qwen3MoeConfig": "Qwen3MoeForCausalLM"}
@@ -307,6 +322,147 @@ def write_mlx(hf, bits, group, out):
     save_config(cfg, out / "config.json")
 
 
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float32)
+
+
+def e4m3_values():
+    """The value of every E4M3 code 0x00..0x7e (0x7f is NaN): subnormals m * 2^-9, normals
+    (8 + m) * 2^(e - 10)."""
+    c = np.arange(127)
+    e, m = c >> 3, c & 7
+    return np.where(e == 0, m * 2.0 ** -9, (8 + m) * 2.0 ** (e - 10.0))
+
+
+def nvfp4_quantize(x, glob):
+    """include/metrale/nvfp4.h's rule for x [N, K] (float32) with the FP32 multiplier `glob`:
+    packed codes [N, K/2] (low nibble even k), E4M3 scale codes [N, K/16], and the exact
+    dequantization (e2m1 * e4m3) * glob in single precision. (On BF16 inputs its codes and
+    scales matched the library's mg_nvfp4_quantize bit for bit on 128,832 values, 2026-12-06;
+    the test relies only on the dequantization, which is the format's definition.)"""
+    f32 = np.float32
+    n, k = x.shape
+    blocks = x.reshape(n, k // 16, 16)
+    amax = np.abs(blocks).max(axis=2).astype(f32)
+    s = (amax / f32(6)) / f32(glob)
+    table = e4m3_values()
+    hi = np.clip(np.searchsorted(table, s.astype(np.float64)), 1, 126)
+    lo = hi - 1
+    dlo, dhi = s - table[lo], table[hi] - s
+    code = np.where((dhi < dlo) | ((dhi == dlo) & (hi % 2 == 0)), hi, lo)
+    code = np.where(s >= 448, 126, np.where(s > 0, code, 0)).astype(np.uint8)
+    d = (table[code].astype(f32) * f32(glob)).astype(f32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = (np.abs(blocks) / d[:, :, None]).astype(f32)
+    q = np.select([m <= 0.25, m < 0.75, m <= 1.25, m < 1.75, m <= 2.5, m < 3.5, m <= 5],
+                  [0, 1, 2, 3, 4, 5, 6], 7).astype(np.uint8)
+    q = np.where(code[:, :, None] == 0, 0, q)
+    q = np.where((blocks < 0) & (q != 0), q | 8, q).reshape(n, k)
+    packed = (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8)
+    value = np.where(q & 8, -1, 1).astype(f32) * E2M1[q & 7]
+    deq = ((value.reshape(n, k // 16, 16) * table[code].astype(f32)[:, :, None]).astype(f32) *
+           f32(glob)).astype(f32).reshape(n, k)
+    return packed, code, deq
+
+
+def write_safetensors(tensors, path):
+    """A safetensors file of (dtype name, numpy array) entries, written directly: numpy has no
+    float8 type for the block scales (stored as their E4M3 bytes)."""
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, (dtype, a) in tensors.items():
+        raw = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def float_entry(x, dtype):
+    if dtype == "float32":
+        return ("F32", x.astype("<f4"))
+    bits = x.astype("<f4").view("<u4")  # the values are BF16 already: the top halves exactly
+    return ("BF16", (bits >> 16).astype("<u2"))
+
+
+def write_nvfp4(hf, w, dtype, convention, head, where, act_scales, out):
+    """The NVFP4 checkpoint of weights `w` (model/) and its exact dequantization as F32
+    (dequant/); returns the dequantized directory. Every layer linear is quantized with the
+    global amax / 2688 of its own tensor, so the k and v (and gate and up) globals differ."""
+    f32 = np.float32
+    model, deq_dir = out / "model", out / "dequant"
+    model.mkdir(parents=True)
+    deq_dir.mkdir()
+    cfg = json.loads((hf / "config.json").read_text())
+    (deq_dir / "config.json").write_text(json.dumps(cfg, indent=1))
+    tensors, deq, globals_ = {}, {}, {}
+    for name, x in w.items():
+        base = name[:-len(".weight")]
+        quantize = (x.ndim == 2 and name.endswith(".weight") and
+                    (".layers." in name or (head and base == "lm_head")))
+        if not quantize:
+            tensors[name] = float_entry(x, dtype)
+            deq[name] = x.astype(f32)
+            continue
+        amax = f32(np.abs(x).max())
+        if convention == "modelopt":
+            glob = amax / f32(2688)
+            stored = glob
+        else:  # compressed-tensors stores the reciprocal; the runtime multiplies by 1 / it
+            stored = f32(2688) / amax
+            glob = f32(1) / stored
+        packed, scales, d = nvfp4_quantize(x.astype(f32), glob)
+        globals_[base] = glob
+        deq[name] = d
+        scalar = np.array([stored], dtype="<f4")
+        act = np.array([f32(0.02 + 0.001 * len(tensors))], dtype="<f4")  # checked, not used
+        if convention == "modelopt":
+            tensors[base + ".weight"] = ("U8", packed)
+            tensors[base + ".weight_scale"] = ("F8_E4M3", scales)
+            tensors[base + ".weight_scale_2"] = ("F32", scalar.reshape(()))
+            if act_scales:
+                tensors[base + ".input_scale"] = ("F32", act.reshape(()))
+        else:
+            tensors[base + ".weight_packed"] = ("U8", packed)
+            tensors[base + ".weight_scale"] = ("F8_E4M3", scales)
+            tensors[base + ".weight_global_scale"] = ("F32", scalar)
+            if act_scales:
+                tensors[base + ".input_global_scale"] = ("F32", 1 / act)
+    for l in range(cfg["num_hidden_layers"]):  # the case the joined kv weight cannot hold
+        p = f"model.layers.{l}.self_attn."
+        assert globals_[p + "k_proj"] != globals_[p + "v_proj"], "k and v globals must differ"
+    write_safetensors(tensors, model / "model.safetensors")
+    from safetensors.numpy import save_file
+    save_file(deq, str(deq_dir / "model.safetensors"))
+    ignore = [] if head else ["lm_head"]
+    nvfp4_args = dict(num_bits=4, type="float", group_size=16, strategy="tensor_group",
+                      symmetric=True, dynamic=False)
+    if convention == "modelopt":
+        quant = {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
+                 "exclude_modules": ignore}
+        if where == "config":
+            cfg["quantization_config"] = dict(quant, quant_method="modelopt", ignore=ignore,
+                                              producer={"name": "modelopt"})
+        else:
+            (model / "hf_quant_config.json").write_text(json.dumps(
+                {"producer": {"name": "modelopt"}, "quantization": quant}, indent=1))
+    else:
+        cfg["quantization_config"] = {
+            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+            "quantization_status": "compressed", "ignore": ignore, "kv_cache_scheme": None,
+            "config_groups": {"group_0": {
+                "targets": ["Linear"], "format": "nvfp4-pack-quantized",
+                "weights": nvfp4_args, "output_activations": None,
+                "input_activations": dict(nvfp4_args, dynamic="local") if act_scales else None}}}
+    (model / "config.json").write_text(json.dumps(cfg, indent=1))
+    return deq_dir
+
+
 def read_sequences(ref):
     seqs = []
     for c in range(int((ref / "cases").read_text())):
@@ -321,6 +477,9 @@ def reuse(out, kind):
         pairs = [(root / "hf", root / "hf")]
         if (root / "gguf" / "decoded").is_dir():
             pairs.append((root / "gguf" / "decoded", root / "gguf" / "ref"))
+        for form, *_ in NVFP4_FORMS.get(name, ()):  # the dequantized F32 directories
+            if (root / form / "dequant").is_dir():
+                pairs.append((root / form / "dequant", root / form))
         for model_dir, ref in pairs:
             reference(model_dir, read_sequences(ref), ref.parent / f"{ref.name}_{kind}", kind)
             print(f"{name}: {model_dir.relative_to(out)} -> {ref.name}_{kind}")
@@ -333,8 +492,8 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--reuse", action="store_true",
                     help="OUT_DIR holds the models already: only compute the reference's logits "
-                         "of its Hugging Face and decoded GGUF directories, into ref_<reference>/ "
-                         "beside each (the GPU machine's transformers run)")
+                         "of its Hugging Face, decoded GGUF and dequantized NVFP4 directories, "
+                         "into ref_<reference>/ beside each (the GPU machine's transformers run)")
     a = ap.parse_args()
     if a.reuse:
         return reuse(a.out, a.reference)
@@ -373,6 +532,11 @@ def main():
             if a.reference == "mlx":  # transformers does not read MLX-quantized directories
                 reference(md / "model", seqs, md, a.reference)
                 forms.append(f"mlx{bits}")
+        for form, convention, head, where, act_scales in NVFP4_FORMS.get(name, ()):
+            nd = root / form
+            deq_dir = write_nvfp4(hf, w, dtype, convention, head, where, act_scales, nd)
+            reference(deq_dir, seqs, nd, a.reference)
+            forms.append(form)
         (root / "forms").write_text(" ".join(forms))
         names.append(name)
         print(f"{name}: {' '.join(forms)}")

@@ -85,8 +85,12 @@ static mg_status create_arena(mg_fwd *m, const batch_extent *e) {
     if (!seq)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory");
     const mg_paged_attention_desc attention = mg_fwd_attention_desc_of(&m->sh);
-    const mg_fwd_plan_input in =
+    mg_fwd_plan_input in =
         plan_input_of(m->b, &m->c, &m->sh, m->tp_ranks, e, seq, m->mlx != NULL, &attention);
+    /* An NVFP4 checkpoint (weights "checkpoint") runs the NVFP4 format: its plan is NVFP4's (the
+     * long prefills' BF16 expansion workspace; no separate gate_up buffer). */
+    if (m->fp4)
+        in.weights = MG_FWD_WEIGHTS_NVFP4;
     mg_status st = mg_fwd_plan_create(m, &in);
     free(seq);
     if (!st && m->mlx)

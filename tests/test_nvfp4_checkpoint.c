@@ -364,6 +364,13 @@ static void test_valid(mg_backend *b) {
     run_case(b, &modelopt, NULL, NULL, 0, MG_ERR_UNSUPPORTED, "W4A8_AWQ",
              "hf_quant_config.json quant_algo");
     remove_file("hf_quant_config.json");
+    /* there but unreadable (a folder of that name): refused, never taken as absent */
+    char quant_dir[400];
+    snprintf(quant_dir, sizeof quant_dir, "%s/hf_quant_config.json", dir);
+    CHECK(mkdir(quant_dir, 0700) == 0);
+    run_case(b, &modelopt, NULL, NULL, 0, MG_ERR_INVALID_ARGUMENT,
+             "hf_quant_config.json: cannot read it", "an unreadable hf_quant_config.json");
+    CHECK(rmdir(quant_dir) == 0);
 }
 
 #define EDITS(...) ((const edit[]){__VA_ARGS__})
@@ -410,7 +417,7 @@ static void test_bad_tensors(mg_backend *b) {
     /* the layouts the runtime does not run, and stray tensors */
     const layout float_q = {.conv = MODELOPT, .input_scales = true, .float_q = true};
     run_case(b, &float_q, modelopt_quant, NULL, 0, MG_ERR_UNSUPPORTED,
-             "model.layers.0.self_attn.q_proj is not NVFP4", "a float layer matrix");
+             "q_proj.weight_scale, so it is not NVFP4", "a float layer matrix");
     const layout embedding = {.conv = MODELOPT, .input_scales = true, .embedding_fp4 = true};
     run_case(b, &embedding, modelopt_quant, NULL, 0, MG_ERR_UNSUPPORTED, "embedding",
              "a quantized embedding");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "metrale/dtype.h"
 #include "metrale/mlx.h"
@@ -78,9 +79,15 @@ static mg_status read_config(mg_fwd_hf *h, const char *path, mg_fwd_preset *arch
     /* ModelOpt exports may describe their quantization in hf_quant_config.json alone */
     char quant_path[1200];
     snprintf(quant_path, sizeof quant_path, "%s/hf_quant_config.json", h->dir);
-    if (!st && !c.bits && c.nvfp4 == MG_FWD_NVFP4_NONE && (text = read_text(quant_path, &len))) {
-        st = mg_fwd_hf_quant_config_parse(text, len, quant_path, &c);
-        free(text);
+    if (!st && !c.bits && c.nvfp4 == MG_FWD_NVFP4_NONE) {
+        if ((text = read_text(quant_path, &len))) {
+            st = mg_fwd_hf_quant_config_parse(text, len, quant_path, &c);
+            free(text);
+        } else if (access(quant_path, F_OK) == 0) { /* there, but not readable: never ignored */
+            st = mg_error_report(MG_ERR_INVALID_ARGUMENT,
+                                 "%s: cannot read it (or larger than %u bytes)", quant_path,
+                                 MAX_CONFIG_BYTES);
+        }
     }
     h->nvfp4 = c.nvfp4;
     h->nvfp4_input_scales = c.nvfp4_input_scales;
@@ -233,10 +240,10 @@ static mg_status check_nvfp4_layout(mg_fwd_hf *h, const mg_fwd_preset *arch) {
                 return st;
             if (!fp4)
                 return mg_error_report(MG_ERR_UNSUPPORTED,
-                                       "checkpoint %s: %s is not NVFP4 (a float layer matrix in an "
-                                       "NVFP4 checkpoint is not supported; only the LM head may "
-                                       "stay float)",
-                                       h->dir, base);
+                                       "checkpoint %s: %s has no %s.weight_scale, so it is not "
+                                       "NVFP4 (a float layer matrix in an NVFP4 checkpoint is not "
+                                       "supported; only the LM head may stay float)",
+                                       h->dir, base, base);
         }
     return MG_OK;
 }

@@ -121,11 +121,14 @@ static mg_status check_float(const mg_fwd_hf *h, const char *name, uint64_t rows
     return MG_OK;
 }
 
-/* Checks the layer `base`: its `.weight` as check_float does, or (quantized) the MLX triple. */
+/* Checks the layer `base`: its `.weight` as check_float does, or (quantized) the MLX triple or
+ * the NVFP4 linear; *fp4 (when not NULL) says whether it is NVFP4. */
 static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t rows, uint64_t cols,
-                              bool may_be_quantized) {
+                              bool may_be_quantized, bool *fp4_out) {
     char name[160];
     mg_st_tensor t;
+    if (fp4_out)
+        *fp4_out = false;
     /* ".scales" and ".weight" are equally long: one check covers both names */
     if (snprintf(name, sizeof name, "%s.scales", base) >= (int)sizeof name)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT,
@@ -138,6 +141,8 @@ static mg_status check_tensor(const mg_fwd_hf *h, const char *base, uint64_t row
                        ? mg_fwd_hf_nvfp4_check(h->st, h->dir, h->nvfp4, h->nvfp4_input_scales, base,
                                                rows, cols, &fp4)
                        : MG_OK;
+    if (fp4_out)
+        *fp4_out = fp4;
     if (st || fp4)
         return st;
     if (snprintf(name, sizeof name, "%s.weight", base) >= (int)sizeof name)
@@ -203,51 +208,6 @@ static bool known_addition(const mg_fwd_preset *arch, const char *name) {
     return false;
 }
 
-/* An NVFP4 directory: the layer matrices NVFP4 (each checked whole later by check_tensor), the
- * LM head NVFP4 or float, the embedding float, a dense model, a backend question left to load
- * (mg_fwd_hf_load). Sets h->nvfp4_head. */
-static mg_status check_nvfp4_layout(mg_fwd_hf *h, const mg_fwd_preset *arch) {
-    char base[160];
-    bool fp4 = false;
-    mg_status st = MG_OK;
-    if (h->experts)
-        return mg_error_report(MG_ERR_UNSUPPORTED,
-                               "checkpoint %s: NVFP4 checkpoints of mixture-of-experts models are "
-                               "not supported (dense ones are)",
-                               h->dir);
-    const mg_model_shape *s = &arch->shape;
-    if ((st = mg_fwd_hf_nvfp4_check(h->st, h->dir, h->nvfp4, h->nvfp4_input_scales,
-                                    "model.embed_tokens", s->vocab, s->hidden, &fp4)))
-        return st;
-    if (fp4)
-        return mg_error_report(MG_ERR_UNSUPPORTED,
-                               "checkpoint %s: an NVFP4-quantized embedding (model.embed_tokens) "
-                               "is not supported",
-                               h->dir);
-    if (!h->tied && (st = mg_fwd_hf_nvfp4_check(h->st, h->dir, h->nvfp4, h->nvfp4_input_scales,
-                                                "lm_head", s->vocab, s->hidden, &h->nvfp4_head)))
-        return st;
-    const uint32_t H = s->hidden, QD = s->heads * s->head_dim, KD = s->kv_heads * s->head_dim;
-    const uint64_t rows[H_LAYER_COUNT] = {0, QD, KD, KD, H, 0, s->intermediate, s->intermediate, H};
-    const uint64_t cols[H_LAYER_COUNT] = {H, H, H, H, QD, H, H, H, s->intermediate};
-    for (uint32_t l = 0; l < arch->layers; l++)
-        for (int i = 0; i < H_LAYER_COUNT; i++) {
-            if (!is_matrix(i))
-                continue;
-            snprintf(base, sizeof base, "model.layers.%u.%s", l, layer_names[i]);
-            if ((st = mg_fwd_hf_nvfp4_check(h->st, h->dir, h->nvfp4, h->nvfp4_input_scales, base,
-                                            rows[i], cols[i], &fp4)))
-                return st;
-            if (!fp4)
-                return mg_error_report(MG_ERR_UNSUPPORTED,
-                                       "checkpoint %s: %s has no %s.weight_scale, so it is not "
-                                       "NVFP4 (a float layer matrix in an NVFP4 checkpoint is not "
-                                       "supported; only the LM head may stay float)",
-                                       h->dir, base, base);
-        }
-    return MG_OK;
-}
-
 mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_t name_size,
                          mg_fwd_hf **out) {
     *out = NULL;
@@ -266,15 +226,25 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
     const mg_model_shape *s = &arch->shape;
     const uint32_t H = s->hidden, QD = s->heads * s->head_dim, KD = s->kv_heads * s->head_dim;
     const uint32_t I = s->intermediate;
-    if (!st && !(st = check_tensor(h, "model.embed_tokens", s->vocab, H, true)) &&
-        !(st = check_tensor(h, "model.norm", 0, H, false)) && !h->tied)
-        st = check_tensor(h, "lm_head", s->vocab, H, true);
+    /* An NVFP4 directory: every layer matrix NVFP4 (below), the LM head NVFP4 or float, the
+     * embedding float, a dense model; whether the backend runs it is mg_fwd_hf_load's question. */
+    bool fp4 = false;
+    if (!st && !(st = check_tensor(h, "model.embed_tokens", s->vocab, H, true, &fp4)) && fp4)
+        st = mg_error_report(MG_ERR_UNSUPPORTED,
+                             "checkpoint %s: an NVFP4-quantized embedding (model.embed_tokens) is "
+                             "not supported",
+                             dir);
+    if (!st && !(st = check_tensor(h, "model.norm", 0, H, false, NULL)) && !h->tied)
+        st = check_tensor(h, "lm_head", s->vocab, H, true, &h->nvfp4_head);
     const uint64_t rows[H_LAYER_COUNT] = {0, QD, KD, KD, H, 0, I, I, H};
     const uint64_t cols[H_LAYER_COUNT] = {H, H, H, H, QD, H, H, H, I};
     char base[160];
     h->experts = s->experts;
-    if (!st && h->nvfp4)
-        st = check_nvfp4_layout(h, arch);
+    if (!st && h->nvfp4 && h->experts)
+        st = mg_error_report(MG_ERR_UNSUPPORTED,
+                             "checkpoint %s: NVFP4 checkpoints of mixture-of-experts models are "
+                             "not supported (dense ones are)",
+                             dir);
     if (!st && h->mlx && h->experts)
         st = mg_error_report(MG_ERR_UNSUPPORTED,
                              "checkpoint %s: MLX-quantized experts are not supported (BF16, F16 or "
@@ -284,17 +254,23 @@ mg_status mg_fwd_hf_open(const char *dir, mg_fwd_preset *arch, char *name, size_
         /* a MoE layer has a router and its experts where a dense one has its MLP */
         for (int i = 0; !st && i < (h->experts ? H_GATE : H_LAYER_COUNT); i++) {
             snprintf(base, sizeof base, "model.layers.%u.%s", l, layer_names[i]);
-            st = check_tensor(h, base, rows[i], cols[i], is_matrix(i));
+            st = check_tensor(h, base, rows[i], cols[i], is_matrix(i), &fp4);
+            if (!st && h->nvfp4 && is_matrix(i) && !fp4)
+                st = mg_error_report(MG_ERR_UNSUPPORTED,
+                                     "checkpoint %s: %s has no %s.weight_scale, so it is not "
+                                     "NVFP4 (a float layer matrix in an NVFP4 checkpoint is not "
+                                     "supported; only the LM head may stay float)",
+                                     dir, base, base);
         }
         if (!st && h->experts) {
             snprintf(base, sizeof base, "model.layers.%u.mlp.gate", l);
-            st = check_tensor(h, base, h->experts, H, false);
+            st = check_tensor(h, base, h->experts, H, false, NULL);
         }
         static const char *const projs[] = {"gate_proj", "up_proj", "down_proj"};
         for (uint32_t e = 0; !st && e < h->experts; e++)
             for (int p = 0; !st && p < 3; p++) {
                 snprintf(base, sizeof base, "model.layers.%u.mlp.experts.%u.%s", l, e, projs[p]);
-                st = check_tensor(h, base, p < 2 ? I : H, p < 2 ? H : I, false);
+                st = check_tensor(h, base, p < 2 ? I : H, p < 2 ? H : I, false, NULL);
             }
     }
     for (uint32_t l = 0; !st && l < arch->layers; l++) {

@@ -49,14 +49,13 @@ static bool tensor_name(char *buf, size_t size, const char *base, const char *su
     return w > 0 && (size_t)w < size;
 }
 
-/* A safetensors entry as an importer view (a dtype the importers take, or BF16, which they
- * refuse with the name of the tensor; ranks above 2 are refused by them). */
+/* A safetensors entry of a dtype import_linear has checked (U8, F8_E4M3 or F32) as an importer
+ * view (ranks above 2 are refused by the importers). */
 static mg_nvfp4_tensor_view view_of(const mg_st_tensor *t) {
     mg_nvfp4_tensor_view v = {.data = t->data, .rank = t->rank};
     v.dtype = t->dtype == MG_ST_U8        ? MG_DTYPE_U8
               : t->dtype == MG_ST_F8_E4M3 ? MG_DTYPE_FP8_E4M3
-              : t->dtype == MG_ST_F32     ? MG_DTYPE_F32
-                                          : MG_DTYPE_BF16;
+                                          : MG_DTYPE_F32;
     for (uint32_t i = 0; i < 2 && i < t->rank; i++)
         v.shape[i] = t->shape[i];
     return v;

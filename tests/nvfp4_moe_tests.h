@@ -160,6 +160,39 @@ static void test_importer_errors(void) {
     CHECK_STATUS(mg_nvfp4_import_compressed_tensors(&w, &s, &bad, out, 64, out_s, 8, &info),
                  MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("weight_global_scale");
+    /* block scales the format never writes, found wherever they are: nothing copied */
+    const uint8_t never[3] = {0x80, 0xb8, 0x7f}; /* -0, -1.0, NaN */
+    for (int i = 0; i < 3; i++) {
+        uint8_t poisoned[8] = {0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38};
+        poisoned[1 + 3 * i % 7] = never[i];
+        bad = s, bad.data = poisoned;
+        CHECK_STATUS(mg_nvfp4_import_modelopt(&w, &bad, &gv, out, 64, out_s, 8, &info),
+                     MG_ERR_INVALID_ARGUMENT);
+        CHECK_MESSAGE("weight_scale[");
+        bad.dtype = MG_DTYPE_U8; /* the same bytes stored as U8 */
+        CHECK_STATUS(mg_nvfp4_import_compressed_tensors(&w, &bad, &gv, out, 64, out_s, 8, &info),
+                     MG_ERR_INVALID_ARGUMENT);
+        CHECK_MESSAGE("sign bit");
+    }
+    uint8_t largest[8] = {0x7e, 0, 0, 0, 0, 0, 0, 0}; /* 448 and 0 are scales it writes */
+    bad = s, bad.data = largest;
+    CHECK_OK(mg_nvfp4_import_modelopt(&w, &bad, &gv, NULL, 0, NULL, 0, &info));
+    /* the scalar rule the globals and the activation scales share */
+    float value = 0.0f, nan_value = NAN, two[2] = {1.0f, 2.0f};
+    CHECK_OK(mg_nvfp4_import_scalar(&gv, "input_scale", &value));
+    CHECK(value == 0.5f);
+    mg_nvfp4_tensor_view one = {&g, MG_DTYPE_F32, 1, {1, 0}};
+    CHECK_OK(mg_nvfp4_import_scalar(&one, "input_scale", NULL));
+    const mg_nvfp4_tensor_view scalars[4] = {{&zero, MG_DTYPE_F32, 0, {0, 0}},
+                                             {&nan_value, MG_DTYPE_F32, 0, {0, 0}},
+                                             {two, MG_DTYPE_F32, 1, {2, 0}},
+                                             {&g, MG_DTYPE_BF16, 0, {0, 0}}};
+    for (int i = 0; i < 4; i++) {
+        CHECK_STATUS(mg_nvfp4_import_scalar(&scalars[i], "input_scale", &value),
+                     MG_ERR_INVALID_ARGUMENT);
+        CHECK_MESSAGE("input_scale");
+    }
+    CHECK_STATUS(mg_nvfp4_import_scalar(NULL, "input_scale", &value), MG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(mg_nvfp4_import_modelopt(&w, &s, &gv, out, 63, out_s, 8, &info),
                  MG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(mg_nvfp4_import_modelopt(NULL, &s, &gv, out, 64, out_s, 8, &info),

@@ -3,15 +3,17 @@
  * mg_fwd_create reads them, on tiny Llama directories written here (config.json and a
  * model.safetensors of random codes, E4M3 block scales and global scales; k and v with
  * different globals in every layer):
- *  - a valid ModelOpt directory (float LM head, as `ignore: ["lm_head"]` leaves it; block
- *    scales as F8_E4M3 or, in one layer, as U8 bytes), one described by hf_quant_config.json
- *    alone, and a compressed-tensors directory (quantized LM head, with and without activation
- *    scales) each run a prefill and decode steps, eager and replayed from a captured graph
- *    with the same logits, and leave the ledger as they found it;
+ *  - valid ModelOpt directories (float LM head, as `ignore: ["lm_head"]` leaves it, with
+ *    block scales as F8_E4M3 or, in one layer, as U8 bytes; an NVFP4 LM head; a tied float
+ *    embedding), one described by hf_quant_config.json alone, and compressed-tensors
+ *    directories (quantized LM head with and without activation scales; tied) each run a
+ *    prefill and decode steps, eager and replayed from a captured graph with the same logits,
+ *    and leave the ledger as they found it; where a CUDA backend opens, each also runs there,
+ *    teacher-forced, within `run --compare`'s NVFP4 bound of the CPU's logits;
  *  - refusals, each with its status, a one-line message naming the tensor or the field, and
  *    nothing left allocated: a missing global (weight_scale_2 / weight_global_scale) or block
  *    scale, a wrong dtype of codes, scales or global, a shape that disagrees with the config,
- *    a global that is zero, a missing or malformed activation scale, an activation scale beside
+ *    a global that is zero, a block scale with its sign bit set or NaN, a missing or malformed activation scale, an activation scale beside
  *    a float linear, a float layer matrix, a quantized embedding, a stray quantization tensor
  *    on a norm, an unknown quant_algo, a group size other than 16, a quantized KV cache,
  *    compressed-tensors groups that are not NVFP4.
@@ -19,6 +21,7 @@
  * weights) is tests/model/random_models.py's NVFP4 forms. The sanitizer build runs this one
  * under ASan/UBSan: nothing is read out of bounds.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,8 +56,18 @@ static void remove_file(const char *name) {
 /* ------------------------------------------------------------------ safetensors */
 
 /* What a case does to the tensor of that name: drop it, store it as BF16 (2 bytes an element,
- * the same shape), halve its rows, or (an F32 scalar) store 0 or a vector of 2. */
-typedef enum edit_kind { DROP, AS_BF16, AS_U8, HALF_ROWS, ZERO, TWO_VALUES } edit_kind;
+ * the same shape), halve its rows, (an F32 scalar) store 0 or a vector of 2, or (block scales)
+ * set one byte's sign bit or make it the E4M3 NaN 0x7f. */
+typedef enum edit_kind {
+    DROP,
+    AS_BF16,
+    AS_U8,
+    HALF_ROWS,
+    ZERO,
+    TWO_VALUES,
+    NEGATIVE_SCALE,
+    NAN_SCALE
+} edit_kind;
 typedef struct edit {
     const char *name;
     edit_kind kind;
@@ -66,11 +79,13 @@ typedef struct entry {
     uint32_t rank;
     uint64_t shape[2];
     float value; /* F32 scalars */
+    int poison;  /* block scales: a byte written in the middle instead of a random one, or -1 */
 } entry;
 
 typedef struct layout {
     convention conv;
     bool head_fp4, input_scales, embedding_fp4, float_q;
+    bool tied; /* no lm_head: the (float) embedding is the head, tie_word_embeddings true */
     const char *extra; /* a further F32 scalar tensor, or NULL */
 } layout;
 
@@ -82,6 +97,7 @@ static int add(entry *t, int n, const char *dtype, uint32_t rank, uint64_t r, ui
     t[n].shape[0] = r;
     t[n].shape[1] = c;
     t[n].value = value;
+    t[n].poison = -1;
     return n + 1;
 }
 
@@ -113,7 +129,8 @@ static void write_weights(const layout *lo, const edit *edits, int edit_count) {
     n = lo->embedding_fp4 ? add_linear(t, n, lo, "model.embed_tokens", V, H, true, 0.01f)
                           : add(t, n, "F32", 2, V, H, 0, "%s.weight", "model.embed_tokens");
     n = add(t, n, "F32", 1, H, 0, 0, "%s.weight", "model.norm");
-    n = add_linear(t, n, lo, "lm_head", V, H, lo->head_fp4, 0.012f);
+    if (!lo->tied)
+        n = add_linear(t, n, lo, "lm_head", V, H, lo->head_fp4, 0.012f);
     static const struct {
         const char *name;
         uint32_t rows, cols;
@@ -165,6 +182,12 @@ static void write_weights(const layout *lo, const edit *edits, int edit_count) {
                 t[i].rank = 1;
                 t[i].shape[0] = 2;
                 break;
+            case NEGATIVE_SCALE:
+                t[i].poison = 0x38 | 0x80; /* -1.0 */
+                break;
+            case NAN_SCALE:
+                t[i].poison = 0x7f;
+                break;
             }
         }
         const uint64_t count = t[i].rank == 0   ? 1
@@ -215,7 +238,9 @@ static void write_weights(const layout *lo, const edit *edits, int edit_count) {
                                                                  : v;
                 memcpy(p + j, &v, 4);
             } else if (!strcmp(t[i].dtype, "F8_E4M3") || strstr(t[i].name, "weight_scale")) {
-                p[j] = (uint8_t)test_rand_range(0x28, 0x48); /* E4M3 0.25 .. 4 */
+                p[j] = t[i].poison >= 0 && j == bytes[i] / 2
+                           ? (uint8_t)t[i].poison
+                           : (uint8_t)test_rand_range(0x28, 0x48); /* E4M3 0.25 .. 4 */
             } else {
                 p[j] = (uint8_t)test_rand(); /* codes, or BF16 bytes */
             }
@@ -232,20 +257,21 @@ static const char *const llama_config =
     "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 32,"
     " \"intermediate_size\": 48, \"num_attention_heads\": 2, \"num_key_value_heads\": 1,"
     " \"head_dim\": 16, \"num_hidden_layers\": 2, \"vocab_size\": 37, \"rms_norm_eps\": 1e-05,"
-    " \"rope_theta\": 10000.0, \"tie_word_embeddings\": false, \"max_position_embeddings\": 512,"
+    " \"rope_theta\": 10000.0, \"tie_word_embeddings\": %s, \"max_position_embeddings\": 512,"
     " \"hidden_act\": \"silu\", \"torch_dtype\": \"bfloat16\"%s%s}";
 
 static const char *const modelopt_quant =
     "\"quant_method\": \"modelopt\", \"quant_algo\": \"NVFP4\", \"group_size\": 16,"
     " \"kv_cache_quant_algo\": null, \"ignore\": [\"lm_head\"]";
 
-/* config.json with quantization_config {quant} (NULL: none). */
-static void write_config(const char *quant) {
+/* config.json with quantization_config {quant} (NULL: none), embeddings tied or not. */
+static void write_config(const char *quant, bool tied) {
     char q[2048] = "", text[4096];
     if (quant)
         snprintf(q, sizeof q, "{%s}", quant);
     const int n =
-        snprintf(text, sizeof text, llama_config, quant ? ", \"quantization_config\": " : "", q);
+        snprintf(text, sizeof text, llama_config, tied ? "true" : "false",
+                 quant ? ", \"quantization_config\": " : "", q);
     write_file("config.json", text, (size_t)n);
 }
 
@@ -274,15 +300,59 @@ static const char *ct_quant(ct_config c) {
 
 /* ------------------------------------------------------------------ the runs */
 
+/* A CUDA backend when one opens (NULL otherwise): every valid directory also runs there,
+ * teacher-forced on the same ids, against the CPU's logits. */
+static mg_backend *gpu;
+
+/* The CUDA run's bound against the CPU: |cuda - cpu| <= 0.03 * max |cpu logit| + 1e-3 at
+ * every logit of every step, `run --compare`'s NVFP4 bound. Both decode the same weights
+ * exactly; they differ in the order of the FP32 sums and where a sum is rounded to BF16. */
+enum { GPU_STEPS = 2 };
+static void compare_gpu(const mg_fwd_config *c, const float (*cpu)[V], const int32_t *cpu_tokens,
+                        const char *what) {
+    uint64_t live0 = 0, count0 = 0, live1 = 0, count1 = 0;
+    CHECK_OK(mg_ledger_live(gpu, &live0, &count0));
+    mg_fwd *m = NULL;
+    CHECK_OK(mg_fwd_create(gpu, c, &m));
+    if (m) {
+        mg_stream *s = mg_stream_default(gpu);
+        float got[V];
+        for (uint32_t i = 0; i <= GPU_STEPS; i++) {
+            for (int j = 0; j < V; j++)
+                got[j] = -12345.0f; /* poison: a step that writes nothing fails */
+            CHECK_OK(i ? mg_fwd_decode(m, s) : mg_fwd_prefill(m, s));
+            CHECK_OK(mg_fwd_logits(m, got));
+            /* teacher-forced: the next step's input is the CPU's token, whatever a near-tie
+             * made this run choose */
+            CHECK_OK(mg_fwd_force_tokens(m, &cpu_tokens[i]));
+            float peak = 0.0f, worst = 0.0f;
+            for (int j = 0; j < V; j++) {
+                peak = fmaxf(peak, fabsf(cpu[i][j]));
+                worst = fmaxf(worst, fabsf(got[j] - cpu[i][j]));
+            }
+            test_checks++;
+            if (!(worst <= 0.03f * peak + 1e-3f)) {
+                test_failures++;
+                fprintf(stderr, "FAIL %s on CUDA, step %u: max |cuda - cpu| %g, bound %g\n", what,
+                        i, worst, 0.03f * peak + 1e-3f);
+            }
+        }
+    }
+    mg_fwd_destroy(m);
+    CHECK_OK(mg_ledger_live(gpu, &live1, &count1));
+    CHECK(live1 == live0 && count1 == count0);
+}
+
 /* mg_fwd_create on the directory; expect `want` (MG_OK: then a prefill and two decode steps,
- * eager and graph-replayed, give the same logits), and for a refusal a one-line message naming
+ * eager and graph-replayed, give the same logits, and the same on CUDA when it opens is within
+ * compare_gpu's bound of them), and for a refusal a one-line message naming
  * `needle`; the ledger ends as it began. */
 static void create(mg_backend *b, mg_status want, const char *needle, const char *what) {
     uint64_t live0 = 0, count0 = 0, live1 = 0, count1 = 0;
     CHECK_OK(mg_ledger_live(b, &live0, &count0));
     const int32_t prompt[] = {3, 36, 7, 0, 12};
     mg_fwd_config c = {.batch = 1,
-                       .steps = 2,
+                       .steps = GPU_STEPS,
                        .seed = 1,
                        .model_path = dir,
                        .prompt_ids = prompt,
@@ -310,20 +380,28 @@ static void create(mg_backend *b, mg_status want, const char *needle, const char
         CHECK_OK(mg_fwd_create(b, &c, &g));
     if (m && g) {
         mg_stream *s = mg_stream_default(b);
-        float eager[V], replayed[V];
+        float eager[GPU_STEPS + 1][V], replayed[V];
+        int32_t tokens[GPU_STEPS + 1] = {0};
         for (uint32_t i = 0; i <= c.steps; i++) {
             CHECK_OK(i ? mg_fwd_decode(m, s) : mg_fwd_prefill(m, s));
             CHECK_OK(i ? mg_fwd_decode(g, s) : mg_fwd_prefill(g, s));
-            CHECK_OK(mg_fwd_logits(m, eager));
+            CHECK_OK(mg_fwd_logits(m, eager[i]));
             CHECK_OK(mg_fwd_logits(g, replayed));
-            CHECK(!memcmp(eager, replayed, sizeof eager));
+            CHECK(!memcmp(eager[i], replayed, sizeof replayed));
+            uint32_t count = 0;
+            const int32_t *ids = mg_fwd_tokens(m, 0, &count);
+            CHECK(ids && count > 0);
+            if (ids && count > 0)
+                tokens[i] = ids[count - 1];
             bool finite = true, varied = false;
             for (int j = 0; j < V; j++) {
-                finite &= eager[j] == eager[j] && eager[j] - eager[j] == 0.0f;
-                varied |= eager[j] != eager[0];
+                finite &= eager[i][j] == eager[i][j] && eager[i][j] - eager[i][j] == 0.0f;
+                varied |= eager[i][j] != eager[i][0];
             }
             CHECK(finite && varied);
         }
+        if (gpu)
+            compare_gpu(&c, (const float(*)[V])eager, tokens, what);
     }
     mg_fwd_destroy(m);
     mg_fwd_destroy(g);
@@ -333,7 +411,7 @@ static void create(mg_backend *b, mg_status want, const char *needle, const char
 
 static void run_case(mg_backend *b, const layout *lo, const char *quant, const edit *edits,
                      int edit_count, mg_status want, const char *needle, const char *what) {
-    write_config(quant);
+    write_config(quant, lo->tied);
     write_weights(lo, edits, edit_count);
     create(b, want, needle, what);
 }
@@ -348,6 +426,19 @@ static void test_valid(mg_backend *b) {
              "block scales stored as U8 bytes");
     run_case(b, &compressed, ct_quant(ct_valid), NULL, 0, MG_OK, NULL,
              "compressed-tensors W4A4, NVFP4 LM head");
+    static const char modelopt_all[] =
+        "\"quant_method\": \"modelopt\", \"quant_algo\": \"NVFP4\", \"group_size\": 16, "
+        "\"kv_cache_quant_algo\": null, \"ignore\": []";
+    const layout modelopt_head = {.conv = MODELOPT, .head_fp4 = true, .input_scales = true};
+    run_case(b, &modelopt_head, modelopt_all, NULL, 0, MG_OK, NULL, "ModelOpt, NVFP4 LM head");
+    const layout modelopt_tied = {.conv = MODELOPT, .input_scales = true, .tied = true};
+    run_case(b, &modelopt_tied, modelopt_quant, NULL, 0, MG_OK, NULL,
+             "ModelOpt, tied float embedding");
+    const layout compressed_tied = {.conv = COMPRESSED, .tied = true};
+    ct_config tied_a16 = ct_valid;
+    tied_a16.act = false;
+    run_case(b, &compressed_tied, ct_quant(tied_a16), NULL, 0, MG_OK, NULL,
+             "compressed-tensors W4A16, tied float embedding");
     const layout a16 = {.conv = COMPRESSED, .head_fp4 = true};
     ct_config c = ct_valid;
     c.act = false;
@@ -398,6 +489,12 @@ static void test_bad_tensors(mg_backend *b) {
     MO_CASE(INV, "model.layers.0.mlp.gate_proj", {"model.layers.0.mlp.gate_proj.weight", HALF_ROWS},
             {"model.layers.0.mlp.gate_proj.weight_scale", HALF_ROWS});
     MO_CASE(INV, "weight_scale", {"model.layers.0.self_attn.o_proj.weight_scale", HALF_ROWS});
+    /* block scales this format never writes: the sign bit set, the E4M3 NaN */
+    MO_CASE(INV, "model.layers.1.mlp.up_proj: mg_nvfp4_import_modelopt: weight_scale[",
+            {"model.layers.1.mlp.up_proj.weight_scale", NEGATIVE_SCALE});
+    CT_CASE(INV, "is 0x7f", {"model.layers.0.self_attn.v_proj.weight_scale", NAN_SCALE});
+    CT_CASE(INV, "lm_head: mg_nvfp4_import_compressed_tensors: weight_scale[",
+            {"lm_head.weight_scale", NEGATIVE_SCALE});
     /* without its block scales a linear reads as float: its U8 weight is then no float */
     MO_CASE(INV, "model.layers.0.self_attn.o_proj.weight_scale_2",
             {"model.layers.0.self_attn.o_proj.weight_scale", DROP});
@@ -471,12 +568,16 @@ int main(void) {
     mkdir(dir, 0700);
     mg_backend *b = NULL;
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &b));
+    if (mg_backend_open(MG_BACKEND_CUDA, 0, &gpu) != MG_OK)
+        printf("no CUDA backend (%s): the CPU runs only\n", mg_last_error());
     if (b) {
         test_valid(b);
         test_bad_tensors(b);
         test_bad_configs(b);
         mg_backend_close(b);
     }
+    if (gpu)
+        mg_backend_close(gpu);
     remove_file("config.json");
     remove_file("model.safetensors");
     remove_file("hf_quant_config.json");

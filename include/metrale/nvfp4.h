@@ -166,10 +166,18 @@ typedef struct mg_nvfp4_import_info {
     float global_scale;
 } mg_nvfp4_import_info;
 
+/* A checkpoint's scalar (a global, or an activation scale: ModelOpt's input_scale,
+ * compressed-tensors' input_global_scale): one F32 value (rank 0, or rank 1 of 1 element),
+ * finite and > 0, into *value (may be NULL). MG_ERR_INVALID_ARGUMENT naming `name` otherwise. */
+MG_API mg_status mg_nvfp4_import_scalar(const mg_nvfp4_tensor_view *t, const char *name,
+                                        float *value);
+
 /* ModelOpt: `weight` U8 [N, K/2], `weight_scale` F8_E4M3 [N, K/16], `weight_scale_2` F32
  * scalar (rank 0, or rank 1 of 1 element), the multiplier itself. Checks dtypes, shapes
- * (K = 2 * weight.shape[1], a multiple of 16, matching weight_scale), and that the global scale
- * is finite and > 0, then copies the packed bytes to `packed` and the scales to `scales`
+ * (K = 2 * weight.shape[1], a multiple of 16, matching weight_scale), that the global scale
+ * is finite and > 0 (mg_nvfp4_import_scalar), and that every block scale is one this format
+ * writes (sign bit clear, not NaN: bytes 0x00-0x7e; a checkpoint's scales with the sign set
+ * would decode differently on hardware that reads them as unsigned), then copies the packed bytes to `packed` and the scales to `scales`
  * (capacities in bytes; both NULL with 0 capacities only fills `info`) and fills `info`.
  * The layouts are the canonical ones, so the bytes are copied unchanged. */
 MG_API mg_status mg_nvfp4_import_modelopt(const mg_nvfp4_tensor_view *weight,

@@ -2,7 +2,6 @@
  * safetensors entries as importer views, the canonical bytes prepared on the device. */
 #include "model_hf_nvfp4.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +48,8 @@ static bool tensor_name(char *buf, size_t size, const char *base, const char *su
     return w > 0 && (size_t)w < size;
 }
 
-/* A safetensors entry of a dtype import_linear has checked (U8, F8_E4M3 or F32) as an importer
- * view (ranks above 2 are refused by the importers). */
+/* A safetensors entry of a dtype already checked (U8, F8_E4M3 or F32) as an importer view
+ * (ranks above 2 are refused by the importers). */
 static mg_nvfp4_tensor_view view_of(const mg_st_tensor *t) {
     mg_nvfp4_tensor_view v = {.data = t->data, .rank = t->rank};
     v.dtype = t->dtype == MG_ST_U8        ? MG_DTYPE_U8
@@ -148,15 +147,15 @@ mg_status mg_fwd_hf_nvfp4_check(const mg_st_model *st, const char *dir,
                                    "activations)",
                                    dir, name);
     } else {
-        float v = 0.0f;
-        const bool scalar = t.rank == 0 || (t.rank == 1 && t.shape[0] == 1);
-        if (t.dtype == MG_ST_F32 && scalar && t.data)
-            memcpy(&v, t.data, sizeof v);
-        if (t.dtype != MG_ST_F32 || !scalar || !(v > 0.0f) || !isfinite(v))
+        /* the importer's rule for its globals (then not applied: W4A16) */
+        if (t.dtype != MG_ST_F32)
             return mg_error_report(MG_ERR_INVALID_ARGUMENT,
-                                   "checkpoint %s: tensor %s must be one finite F32 > 0 (%s, rank "
-                                   "%u)",
-                                   dir, name, mg_st_dtype_name(t.dtype), t.rank);
+                                   "checkpoint %s: tensor %s must be one finite F32 > 0, not %s",
+                                   dir, name, mg_st_dtype_name(t.dtype));
+        const mg_nvfp4_tensor_view v = view_of(&t);
+        if (mg_nvfp4_import_scalar(&v, name, NULL))
+            return mg_error_report(MG_ERR_INVALID_ARGUMENT, "checkpoint %s: %s", dir,
+                                   mg_last_error());
     }
     *quantized = true;
     return MG_OK;

@@ -3,13 +3,43 @@
  * conventions store the same packed bytes and E4M3 scales; they differ in the global scale,
  * which ModelOpt stores as the multiplier and compressed-tensors as its reciprocal. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "error.h"
 #include "metrale/nvfp4.h"
 
-static bool is_scalar(const mg_nvfp4_tensor_view *t) {
-    return t->rank == 0 || (t->rank == 1 && t->shape[0] == 1);
+/* One F32 value, finite and > 0 (mg_nvfp4_import_scalar); `fn` (or NULL) begins the message. */
+static mg_status scalar_of(const char *fn, const mg_nvfp4_tensor_view *t, const char *name,
+                           float *value) {
+    const char *sep = fn ? ": " : "";
+    fn = fn ? fn : "";
+    name = name ? name : "the scalar";
+    const bool scalar = t && t->data && (t->rank == 0 || (t->rank == 1 && t->shape[0] == 1));
+    if (!t || t->dtype != MG_DTYPE_F32 || !scalar)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s%s%s must be one F32 value (%s, rank %u)", fn,
+                        sep, name, t ? mg_dtype_name(t->dtype) : "null", t ? t->rank : 0);
+    float v;
+    memcpy(&v, t->data, sizeof v);
+    if (!(v > 0.0f) || !isfinite(v))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s%s%s is %g; it must be finite and > 0", fn, sep,
+                        name, (double)v);
+    if (value)
+        *value = v;
+    return MG_OK;
+}
+
+mg_status mg_nvfp4_import_scalar(const mg_nvfp4_tensor_view *t, const char *name, float *value) {
+    return scalar_of(NULL, t, name, value);
+}
+
+/* The first block scale the format's writer never produces (sign bit set, or NaN: 0x7f, and
+ * 0xff with the sign), as an index into the n * blocks bytes; SIZE_MAX when there is none. */
+static size_t first_bad_scale(const uint8_t *scales, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        if (scales[i] & 0x80 || scales[i] == 0x7f)
+            return i;
+    return SIZE_MAX;
 }
 
 static mg_status check_view(const char *fn, const char *name, const mg_nvfp4_tensor_view *t) {
@@ -44,8 +74,6 @@ static mg_status import(const char *fn, const char *const names[3],
                         "%s: %s must be an F8_E4M3 matrix [N, K/16], "
                         "not %s of rank %u",
                         fn, names[1], mg_dtype_name(scale->dtype), scale->rank);
-    if (global->dtype != MG_DTYPE_F32 || !is_scalar(global))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s must be one F32 value", fn, names[2]);
     uint64_t n = weight->shape[0], k = weight->shape[1] * 2;
     if (n == 0 || n > UINT32_MAX || k == 0 || k > UINT32_MAX || k % MG_NVFP4_BLOCK)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
@@ -63,16 +91,21 @@ static mg_status import(const char *fn, const char *const names[3],
                         (unsigned long long)(k / MG_NVFP4_BLOCK), names[0],
                         (unsigned long long)weight->shape[0], (unsigned long long)weight->shape[1]);
     float stored;
-    memcpy(&stored, global->data, sizeof stored);
-    if (!(stored > 0.0f) || !isfinite(stored))
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s is %g; it must be finite and > 0", fn,
-                        names[2], (double)stored);
+    if ((st = scalar_of(fn, global, names[2], &stored)))
+        return st;
     float multiplier = reciprocal ? 1.0f / stored : stored;
     if (!(multiplier > 0.0f) || !isfinite(multiplier))
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: %s=%g has no finite reciprocal", fn, names[2],
                         (double)stored);
     size_t packed_bytes = (size_t)n * (size_t)(k / 2);
     size_t scale_bytes = (size_t)n * (size_t)(k / MG_NVFP4_BLOCK);
+    const size_t bad = first_bad_scale(scale->data, scale_bytes);
+    if (bad != SIZE_MAX)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: %s[%zu, %zu] is 0x%02x: block scales are E4M3 with the sign bit clear "
+                        "and not NaN (0x7f)",
+                        fn, names[1], bad / (k / MG_NVFP4_BLOCK), bad % (k / MG_NVFP4_BLOCK),
+                        ((const uint8_t *)scale->data)[bad]);
     if (packed || scales || packed_capacity || scales_capacity) {
         if (!packed || packed_capacity < packed_bytes)
             return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: packed holds %zu bytes, %s needs %zu", fn,

@@ -13,13 +13,13 @@
  *  - refusals, each with its status, a one-line message naming the tensor or the field, and
  *    nothing left allocated: a missing global (weight_scale_2 / weight_global_scale) or block
  *    scale, a wrong dtype of codes, scales or global, a shape that disagrees with the config,
- *    a global that is zero, a block scale with its sign bit set or NaN, a missing or malformed activation scale, an activation scale beside
- *    a float linear, a float layer matrix, a quantized embedding, a stray quantization tensor
- *    on a norm, an unknown quant_algo, a group size other than 16, a quantized KV cache,
- *    compressed-tensors groups that are not NVFP4.
- * The numerical check (the logits against an independent implementation on the dequantized
- * weights) is tests/model/random_models.py's NVFP4 forms. The sanitizer build runs this one
- * under ASan/UBSan: nothing is read out of bounds.
+ *    a global that is zero, a block scale with its sign bit set or NaN, a missing or malformed
+ * activation scale, an activation scale beside a float linear, a float layer matrix, a quantized
+ * embedding, a stray quantization tensor on a norm, an unknown quant_algo, a group size other than
+ * 16, a quantized KV cache, compressed-tensors groups that are not NVFP4. The numerical check (the
+ * logits against an independent implementation on the dequantized weights) is
+ * tests/model/random_models.py's NVFP4 forms. The sanitizer build runs this one under ASan/UBSan:
+ * nothing is read out of bounds.
  */
 #include <math.h>
 #include <stdio.h>
@@ -85,7 +85,7 @@ typedef struct entry {
 typedef struct layout {
     convention conv;
     bool head_fp4, input_scales, embedding_fp4, float_q;
-    bool tied; /* no lm_head: the (float) embedding is the head, tie_word_embeddings true */
+    bool tied;         /* no lm_head: the (float) embedding is the head, tie_word_embeddings true */
     const char *extra; /* a further F32 scalar tensor, or NULL */
 } layout;
 
@@ -269,9 +269,8 @@ static void write_config(const char *quant, bool tied) {
     char q[2048] = "", text[4096];
     if (quant)
         snprintf(q, sizeof q, "{%s}", quant);
-    const int n =
-        snprintf(text, sizeof text, llama_config, tied ? "true" : "false",
-                 quant ? ", \"quantization_config\": " : "", q);
+    const int n = snprintf(text, sizeof text, llama_config, tied ? "true" : "false",
+                           quant ? ", \"quantization_config\": " : "", q);
     write_file("config.json", text, (size_t)n);
 }
 

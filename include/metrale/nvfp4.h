@@ -177,9 +177,10 @@ MG_API mg_status mg_nvfp4_import_scalar(const mg_nvfp4_tensor_view *t, const cha
  * (K = 2 * weight.shape[1], a multiple of 16, matching weight_scale), that the global scale
  * is finite and > 0 (mg_nvfp4_import_scalar), and that every block scale is one this format
  * writes (sign bit clear, not NaN: bytes 0x00-0x7e; a checkpoint's scales with the sign set
- * would decode differently on hardware that reads them as unsigned), then copies the packed bytes to `packed` and the scales to `scales`
- * (capacities in bytes; both NULL with 0 capacities only fills `info`) and fills `info`.
- * The layouts are the canonical ones, so the bytes are copied unchanged. */
+ * would decode differently on hardware that reads them as unsigned), then copies the packed bytes
+ * to `packed` and the scales to `scales` (capacities in bytes; both NULL with 0 capacities only
+ * fills `info`) and fills `info`. The layouts are the canonical ones, so the bytes are copied
+ * unchanged. */
 MG_API mg_status mg_nvfp4_import_modelopt(const mg_nvfp4_tensor_view *weight,
                                           const mg_nvfp4_tensor_view *weight_scale,
                                           const mg_nvfp4_tensor_view *weight_scale_2,

@@ -1,14 +1,15 @@
 /* fuzz_hf_config.c - libFuzzer target: any bytes as a Hugging Face config.json
  * (mg_fwd_hf_config_parse, src/model/model_hf_config.c) and as ModelOpt's hf_quant_config.json
- * (mg_fwd_hf_quant_config_parse, which must accept only what names NVFP4 the ModelOpt way). Built with clang
- * -fsanitize=fuzzer,address,undefined from that file and json.c (cmake/model_tests.cmake); a
- * short run is the ctest test fuzz_hf_config_smoke. Every input must be accepted or refused
- * with a status and a one-line message; an accepted one must describe a network the model can
- * size without overflow: every dimension positive and in range, heads a multiple of KV heads,
- * an even head dimension, experts only with a top-k within them, a finite positive RoPE theta
- * and an eps in (0, 1). The seeds (tests/fuzz/corpus_hf_config/) are the configs
- * tests/model/random_models.py writes with transformers' classes and mlx-lm's converter (two of
- * them its NVFP4 forms' quantization_config) and one hf_quant_config.json as ModelOpt writes it. */
+ * (mg_fwd_hf_quant_config_parse, which must accept only what names NVFP4 the ModelOpt way). Built
+ * with clang -fsanitize=fuzzer,address,undefined from that file and json.c
+ * (cmake/model_tests.cmake); a short run is the ctest test fuzz_hf_config_smoke. Every input must
+ * be accepted or refused with a status and a one-line message; an accepted one must describe a
+ * network the model can size without overflow: every dimension positive and in range, heads a
+ * multiple of KV heads, an even head dimension, experts only with a top-k within them, a finite
+ * positive RoPE theta and an eps in (0, 1). The seeds (tests/fuzz/corpus_hf_config/) are the
+ * configs tests/model/random_models.py writes with transformers' classes and mlx-lm's converter
+ * (two of them its NVFP4 forms' quantization_config) and one hf_quant_config.json as ModelOpt
+ * writes it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -23,15 +23,22 @@ static uint64_t run_seed(void) {
     return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
 }
 
-/* Every op of the reference backend runs its reference: an op lists its CPU providers fast
- * first and the reference last (the provider that defines the result), so the checks compare
- * the fast CPU providers with the reference when the backend under test is a CPU backend. */
+/* Every op of the reference backend runs its reference: the provider named "reference" where
+ * an op has one (the GEMMs and attention, whose kernel-by-name providers come after it), else
+ * the last of its CPU providers (an op lists them fast first, the one that defines the result
+ * last), so the checks compare the fast CPU providers with the reference when the backend
+ * under test is a CPU backend. */
 static void force_references(mg_backend *ref) {
     for (int op = 0; op < MG_OP_COUNT; op++) {
         const char *names[16];
         size_t count = mg_op_providers((mg_op)op, MG_BACKEND_CPU, names, 16);
-        if (count > 1 && count <= 16)
-            mg_op_force_provider(ref, (mg_op)op, names[count - 1]);
+        if (count <= 1 || count > 16)
+            continue;
+        const char *reference = names[count - 1];
+        for (size_t i = 0; i < count; i++)
+            if (!strcmp(names[i], "reference"))
+                reference = names[i];
+        mg_op_force_provider(ref, (mg_op)op, reference);
     }
 }
 

@@ -68,6 +68,10 @@ foreach(check dequant gemv silu_gate gate_up graph_replay checkpoint)
   add_test(NAME cli_check_metal_mlx_${check} COMMAND metrale-gpu --backend metal check mlx/${check})
   list(APPEND METRALE_METAL_CHECK_TESTS cli_check_metal_mlx_${check})
 endforeach()
+# The forward pass of MLX 4/8-bit and BF16 presets against the CPU, and the up-front refusals.
+add_test(NAME cli_run_compare_metal
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/run_compare_metal.sh $<TARGET_FILE:metrale-gpu>)
+list(APPEND METRALE_METAL_CHECK_TESTS cli_run_compare_metal)
 add_test(NAME cli_info_metal COMMAND metrale-gpu info)
 set_tests_properties(metal_sequence metal_kv_append conformance_metal ${METRALE_METAL_CHECK_TESTS} cli_info_metal
   PROPERTIES

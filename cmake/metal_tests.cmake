@@ -68,6 +68,9 @@ foreach(check dequant gemv silu_gate gate_up graph_replay checkpoint)
   add_test(NAME cli_check_metal_mlx_${check} COMMAND metrale-gpu --backend metal check mlx/${check})
   list(APPEND METRALE_METAL_CHECK_TESTS cli_check_metal_mlx_${check})
 endforeach()
+# mg_sample's every check (test_sample) on Metal: kernels/metal/sample.metal's argument list.
+add_test(NAME sample_metal COMMAND test_sample metal)
+list(APPEND METRALE_METAL_CHECK_TESTS sample_metal)
 # The forward pass of MLX 4/8-bit and BF16 presets against the CPU, and the up-front refusals.
 add_test(NAME cli_run_compare_metal
          COMMAND ${PROJECT_SOURCE_DIR}/tests/run_compare_metal.sh $<TARGET_FILE:metrale-gpu>)

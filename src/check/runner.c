@@ -79,6 +79,26 @@ static bool selected(const mg_check_case *c, const char *filter, unsigned skip_t
     return strstr(full, filter) != NULL;
 }
 
+/* Whether `b` runs every op the table (check.h) names for check `c`; the first it lacks is
+ * written into `r` as the reason the check is skipped. */
+static bool needs_met(mg_backend *b, const mg_check_case *c, mg_check_result *r) {
+    char full[256];
+    snprintf(full, sizeof full, "%s/%s", c->group, c->name);
+    for (const mg_check_needs *n = mg_check_needs_table; n->prefix; n++) {
+        if (strncmp(full, n->prefix, strlen(n->prefix)) != 0)
+            continue;
+        for (int i = 0; i < n->count; i++)
+            if (!mg_op_supported(b, n->ops[i])) {
+                r->skipped = true;
+                snprintf(r->detail, sizeof r->detail,
+                         "the %s backend cannot run op %s (no kernel or provider for it)",
+                         mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(n->ops[i]));
+                return false;
+            }
+    }
+    return true;
+}
+
 /* Details are printed on one line. */
 static void print_one_line(FILE *out, const char *text) {
     for (const char *p = text; *p; p++)
@@ -123,7 +143,8 @@ int mg_check_run_selected(mg_backend *b, const char *filter, unsigned skip_tags,
                 continue;
             mg_check_result result = {0};
             mg_clear_error();
-            c->fn(&ctx, &result);
+            if (needs_met(b, c, &result))
+                c->fn(&ctx, &result);
             const char *verdict;
             if (result.skipped) {
                 skipped++;

@@ -62,6 +62,9 @@ add_test(NAME cli_run_compare_metal
          COMMAND ${PROJECT_SOURCE_DIR}/tests/run_compare_metal.sh $<TARGET_FILE:metrale-gpu>)
 list(APPEND METRALE_METAL_CHECK_TESTS cli_run_compare_metal)
 add_test(NAME cli_info_metal COMMAND metrale-gpu info)
+# --json: the Metal backend's entry carries the marker too (its note), not only its driver.
+add_test(NAME cli_info_metal_json COMMAND metrale-gpu --json info)
+list(APPEND METRALE_METAL_CHECK_TESTS cli_info_metal_json)
 set_tests_properties(metal_sequence metal_kv_append conformance_metal ${METRALE_METAL_CHECK_TESTS} cli_info_metal
   PROPERTIES
   ENVIRONMENT "${METRALE_METAL_DOUBLE_ENV}" LABELS metal)
@@ -71,3 +74,5 @@ set_tests_properties(metal_unavailable_nodevice PROPERTIES LABELS metal
   ENVIRONMENT "${METRALE_METAL_DOUBLE_ENV};METRALE_METAL_DOUBLE_NO_DEVICE=1")
 # info says what it found; through the double the Metal line must say UNVERIFIED ON HARDWARE.
 set_tests_properties(cli_info_metal PROPERTIES PASS_REGULAR_EXPRESSION "UNVERIFIED ON HARDWARE")
+set_tests_properties(cli_info_metal_json PROPERTIES PASS_REGULAR_EXPRESSION
+  "\"name\": \"metal\", [^}]*\"note\": \"UNVERIFIED ON HARDWARE\"")

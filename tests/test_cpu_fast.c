@@ -335,8 +335,8 @@ int main(void) {
     if (!b)
         return test_finish();
     const char *names[8] = {0};
-    CHECK(mg_op_providers(MG_OP_GEMM_BF16, MG_BACKEND_CPU, names, 8) == 3);
-    CHECK(names[2] && !strcmp(names[2], "reference"));
+    CHECK(mg_op_providers(MG_OP_GEMM_BF16, MG_BACKEND_CPU, names, 8) == 4);
+    CHECK(names[2] && !strcmp(names[2], "reference") && names[3] && !strcmp(names[3], "kernels"));
     CHECK(mg_op_providers(MG_OP_MLX_QUANT, MG_BACKEND_CPU, names, 8) == 4);
     CHECK(names[3] && !strcmp(names[3], "kernels"));
     test_gemm(b);

@@ -25,10 +25,15 @@ static void test_names(void) {
     CHECK_MESSAGE("gemm_int3");
     CHECK(!strcmp(mg_op_name(MG_OP_COUNT), "?"));
     const char *names[4] = {0};
-    /* the fast CPU providers first, the reference (which defines the results) last */
-    CHECK(mg_op_providers(MG_OP_GEMM_BF16, MG_BACKEND_CPU, names, 4) == 3);
+    /* the fast CPU providers first, then the reference (which defines the results), then the
+     * kernel-by-name GEMM of every backend that ships it (the reference's code on the CPU) */
+    CHECK(mg_op_providers(MG_OP_GEMM_BF16, MG_BACKEND_CPU, names, 4) == 4);
     CHECK(names[0] && !strcmp(names[0], "cpu_avx2") && names[1] &&
           !strcmp(names[1], "cpu_portable"));
+    CHECK(names[2] && !strcmp(names[2], "reference"));
+    CHECK(names[3] && !strcmp(names[3], "kernels"));
+    /* the FP8 GEMM has no kernel-by-name provider */
+    CHECK(mg_op_providers(MG_OP_GEMM_FP8, MG_BACKEND_CPU, names, 4) == 3);
     CHECK(names[2] && !strcmp(names[2], "reference"));
     CHECK(mg_op_providers(MG_OP_COUNT, MG_BACKEND_CPU, names, 4) == 0);
 }

@@ -767,8 +767,16 @@ static void run_backend(mg_backend_kind kind) {
     CHECK_OK(mg_backend_close(d.b));
 }
 
-int main(void) {
+/* No argument: the host checks, then every check on the CPU and (where usable) CUDA. "metal":
+ * every check on the Metal backend only (ctest sample_metal points it at the test double). */
+int main(int argc, char **argv) {
     test_seed();
+    if (argc > 1 && !strcmp(argv[1], "metal")) {
+        mg_backend_probe probe;
+        CHECK(mg_backend_probe_kind(MG_BACKEND_METAL, &probe) == MG_OK && probe.usable);
+        run_backend(MG_BACKEND_METAL);
+        return test_finish();
+    }
     test_philox();
     test_params_check();
     run_backend(MG_BACKEND_CPU);

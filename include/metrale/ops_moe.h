@@ -27,8 +27,10 @@
  *                       hold -1;
  *      pair_positions   i32 [T*k]: the sorted row of pair p, or -1 for a dropped pair.
  *    Out-of-range ids: the CPU backend returns MG_ERR_INVALID_ARGUMENT naming the first bad pair
- *    before writing any output; the CUDA backend cannot stop, so it DROPS those pairs as above
- *    (offsets[E] < T*k is the signal a caller may check on the device).
+ *    before writing any output; the CUDA and Metal kernels cannot stop, so they DROP those pairs
+ *    as above (offsets[E] < T*k is the signal a caller may check on the device; on Metal
+ *    unverified on hardware: its test double runs the CPU reference, which refuses them when the
+ *    work runs, reported as MG_ERR_DEVICE_FAULT at the next synchronize).
  *  - Combine: out[t, h] = BF16(acc) with acc = residual[t, h] (or 0 without residual), then for
  *    j = 0..k-1 acc = fmaf(topk_weights[t*k+j], rows[pair_positions[t*k+j], h], acc), skipping
  *    slots whose position is outside [0, T*k) (dropped pairs). FP32, fused multiply-add, this

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "metrale/gpu.h"
+#include "metrale/ops.h"
 
 typedef struct mg_check_ctx {
     mg_backend *backend;   /* under test */
@@ -47,6 +48,18 @@ typedef struct mg_check_case {
     mg_check_fn fn;
     unsigned tags; /* MG_CHECK_* bits */
 } mg_check_case;
+
+/* The ops the checks whose "group/name" starts with `prefix` run (count of them in ops): where
+ * the backend under test has no provider for one (mg_op_supported), the runner reports those
+ * checks skipped, naming the op, instead of running them. One table (registry.c),
+ * NULL-terminated; checks that choose among ops themselves (the GEMM group's BF16 and FP8
+ * cases) are not in it. */
+typedef struct mg_check_needs {
+    const char *prefix;
+    mg_op ops[3];
+    int count;
+} mg_check_needs;
+extern const mg_check_needs mg_check_needs_table[];
 
 /* The tag named `name` ("slow"); false for an unknown name. */
 bool mg_check_tag_parse(const char *name, unsigned *tag_out);

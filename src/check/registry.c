@@ -1,4 +1,5 @@
-/* registry.c - every check group, in the order `metrale-gpu check` runs them. */
+/* registry.c - every check group, in the order `metrale-gpu check` runs them, and the ops
+ * their checks need (check.h). */
 #include "check.h"
 
 extern const mg_check_case mg_checks_conformance[];
@@ -30,4 +31,22 @@ const mg_check_case *const mg_check_groups[] = {
     mg_checks_elementwise,
     mg_checks_moe_gemm,
     NULL,
+};
+
+const mg_check_needs mg_check_needs_table[] = {
+    {"quantize/", {MG_OP_FP8_QUANTIZE}, 1},
+    {"attention/", {MG_OP_ATTENTION_RAGGED}, 1},
+    {"activation/", {MG_OP_SILU_MUL}, 1},
+    {"nvfp4_format/", {MG_OP_NVFP4_FORMAT}, 1},
+    {"moe_routing/", {MG_OP_MOE_ROUTING}, 1},
+    {"nvfp4_gemm/", {MG_OP_NVFP4_GEMM}, 1},
+    {"nvfp4_gemm/moe", {MG_OP_NVFP4_MOE_GEMM}, 1},
+    {"mlx/", {MG_OP_MLX_QUANT}, 1},
+    {"mlx/gemm", {MG_OP_GEMM_BF16}, 1},
+    {"kv_cache/", {MG_OP_KV_APPEND, MG_OP_ATTENTION_PAGED}, 2},
+    {"elementwise/gather", {MG_OP_GATHER_ROWS}, 1},
+    {"elementwise/rmsnorm", {MG_OP_RMSNORM}, 1},
+    {"elementwise/argmax", {MG_OP_ARGMAX}, 1},
+    {"moe_gemm/", {MG_OP_MOE_GEMM}, 1},
+    {NULL, {MG_OP_GEMM_BF16}, 0},
 };

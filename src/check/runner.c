@@ -23,15 +23,22 @@ static uint64_t run_seed(void) {
     return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
 }
 
-/* Every op of the reference backend runs its reference: an op lists its CPU providers fast
- * first and the reference last (the provider that defines the result), so the checks compare
- * the fast CPU providers with the reference when the backend under test is a CPU backend. */
+/* Every op of the reference backend runs its reference: the provider named "reference" where
+ * an op has one (the GEMMs and attention, whose kernel-by-name providers come after it), else
+ * the last of its CPU providers (an op lists them fast first, the one that defines the result
+ * last), so the checks compare the fast CPU providers with the reference when the backend
+ * under test is a CPU backend. */
 static void force_references(mg_backend *ref) {
     for (int op = 0; op < MG_OP_COUNT; op++) {
         const char *names[16];
         size_t count = mg_op_providers((mg_op)op, MG_BACKEND_CPU, names, 16);
-        if (count > 1 && count <= 16)
-            mg_op_force_provider(ref, (mg_op)op, names[count - 1]);
+        if (count <= 1 || count > 16)
+            continue;
+        const char *reference = names[count - 1];
+        for (size_t i = 0; i < count; i++)
+            if (!strcmp(names[i], "reference"))
+                reference = names[i];
+        mg_op_force_provider(ref, (mg_op)op, reference);
     }
 }
 
@@ -70,6 +77,26 @@ static bool selected(const mg_check_case *c, const char *filter, unsigned skip_t
     char full[256];
     snprintf(full, sizeof full, "%s/%s", c->group, c->name);
     return strstr(full, filter) != NULL;
+}
+
+/* Whether `b` runs every op the table (check.h) names for check `c`; the first it lacks is
+ * written into `r` as the reason the check is skipped. */
+static bool needs_met(mg_backend *b, const mg_check_case *c, mg_check_result *r) {
+    char full[256];
+    snprintf(full, sizeof full, "%s/%s", c->group, c->name);
+    for (const mg_check_needs *n = mg_check_needs_table; n->prefix; n++) {
+        if (strncmp(full, n->prefix, strlen(n->prefix)) != 0)
+            continue;
+        for (int i = 0; i < n->count; i++)
+            if (!mg_op_supported(b, n->ops[i])) {
+                r->skipped = true;
+                snprintf(r->detail, sizeof r->detail,
+                         "the %s backend cannot run op %s (no kernel or provider for it)",
+                         mg_backend_kind_name(mg_backend_get_kind(b)), mg_op_name(n->ops[i]));
+                return false;
+            }
+    }
+    return true;
 }
 
 /* Details are printed on one line. */
@@ -116,7 +143,8 @@ int mg_check_run_selected(mg_backend *b, const char *filter, unsigned skip_tags,
                 continue;
             mg_check_result result = {0};
             mg_clear_error();
-            c->fn(&ctx, &result);
+            if (needs_met(b, c, &result))
+                c->fn(&ctx, &result);
             const char *verdict;
             if (result.skipped) {
                 skipped++;

@@ -133,7 +133,8 @@ static void metal_probe(mg_backend_probe *out) {
         mg_id dev = rt->MTLCreateSystemDefaultDevice();
         if (!dev) {
             snprintf(out->reason, sizeof out->reason,
-                     "MTLCreateSystemDefaultDevice returned nil: no Metal device");
+                     "MTLCreateSystemDefaultDevice returned nil: no Metal device (UNVERIFIED ON "
+                     "HARDWARE)");
         } else {
             out->usable = true;
             out->device_count = 1;
@@ -154,9 +155,9 @@ static mg_status metal_open(int device, const mg_backend_ops **ops_out, void **c
         return MG_ERR_UNAVAILABLE; /* the message is set, with the reason */
     mg_id dev = rt->MTLCreateSystemDefaultDevice();
     if (!dev)
-        return MG_ERROR(
-            MG_ERR_UNAVAILABLE,
-            "metal backend: MTLCreateSystemDefaultDevice returned nil: no Metal device");
+        return MG_ERROR(MG_ERR_UNAVAILABLE,
+                        "metal backend: MTLCreateSystemDefaultDevice returned nil: no Metal device "
+                        "(UNVERIFIED ON HARDWARE)");
     mg_metal_backend *c = calloc(1, sizeof *c);
     if (!c) {
         mg_metal_release(rt, dev);

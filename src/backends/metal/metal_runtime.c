@@ -87,7 +87,7 @@ const mg_metal_runtime *mg_metal_runtime_load(const char **reason) {
     if (reason)
         *reason = load_ok ? "" : load_reason;
     if (!load_ok) {
-        MG_ERROR(MG_ERR_UNAVAILABLE, "metal backend: %s", load_reason);
+        MG_ERROR(MG_ERR_UNAVAILABLE, "metal backend: %s (UNVERIFIED ON HARDWARE)", load_reason);
         return NULL;
     }
     return &loaded;

@@ -37,6 +37,7 @@ static const mg_op_provider *const attention_providers[] = {
     &mg_attention_flashinfer_provider.base,
 #endif
     &mg_attention_reference_provider.base,
+    &mg_attention_kernels_provider.base,
     NULL,
 };
 
@@ -45,11 +46,9 @@ const mg_op_def mg_attention_ragged_op = {MG_OP_ATTENTION_RAGGED, "attention_rag
 
 static const mg_op_provider *const paged_attention_providers[] = {
 #ifdef METRALE_HAVE_CUDA
-    &mg_attention_flashinfer_paged_provider.base,
-    &mg_attention_paged_decode_provider.base,
+    &mg_attention_flashinfer_paged_provider.base, &mg_attention_paged_decode_provider.base,
 #endif
-    &mg_attention_reference_provider.base,
-    NULL,
+    &mg_attention_reference_provider.base,        &mg_attention_kernels_paged_provider.base, NULL,
 };
 
 const mg_op_def mg_attention_paged_op = {MG_OP_ATTENTION_PAGED, "attention_paged",

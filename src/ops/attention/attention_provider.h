@@ -113,6 +113,10 @@ static inline const char *mg_attention_plan_fn(const mg_attention_plan *p) {
 }
 
 extern const mg_attention_provider mg_attention_reference_provider;
+/* attention_reference.c: the reference's plans and kernels ("kernels") on any backend that
+ * ships attention_ragged_prefill / attention_paged_prefill under those names (Metal). */
+extern const mg_attention_provider mg_attention_kernels_provider;
+extern const mg_attention_provider mg_attention_kernels_paged_provider;
 #ifdef METRALE_HAVE_CUDA
 extern const mg_attention_provider mg_attention_flashinfer_provider;
 /* The same provider for paged plans: its `supports` knows the paged kernels' head_dims. */

@@ -492,8 +492,9 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
             c->indptrs_capacity = (uint32_t)entries;
     } else if (entries > c->indptrs_capacity) {
         /* Owned by the plan (mg_ledger_sweep leaves it alone). CPU streams run work when it is
-         * enqueued, so nothing queued still reads the old buffer; and eager plans are never
-         * captured, so no graph does either (fixed-grid plans never grow). */
+         * enqueued, so nothing queued still reads the old buffer (on Metal a command buffer
+         * still to run keeps it alive: mg_free drops only the plan's reference); and eager
+         * plans are never captured, so no graph does either (fixed-grid plans never grow). */
         mg_devptr grown;
         mg_status st = mg_alloc_owned_at(p->backend, indptr_arrays(p) * sizeof(int32_t) * entries,
                                          MG_ALLOC_DEVICE, &grown, __FILE__, __LINE__);
@@ -519,11 +520,14 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
     return st;
 }
 
-static mg_status cpu_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
+/* The ragged kernel's launch (argument list above) on `grid` x `block`; the CPU kernel ignores
+ * the shape. */
+static mg_status launch_ragged(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s,
+                               mg_dim3 grid, mg_dim3 block) {
     const cpu_attention_plan *c = p->impl;
     const mg_attention_desc *d = &p->desc;
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
+    mg_launch_init(&l, grid, block, 0);
     mg_launch_arg_ptr(&l, t->q);
     mg_launch_arg_ptr(&l, t->k);
     mg_launch_arg_ptr(&l, t->v);
@@ -543,12 +547,13 @@ static mg_status cpu_run(mg_attention_plan *p, const mg_attention_tensors *t, mg
     return mg_launch_run(p->backend, c->kernel, s, &l);
 }
 
-static mg_status cpu_run_paged(mg_attention_plan *p, const mg_paged_attention_tensors *t,
-                               mg_stream *s) {
+/* The paged kernel's launch (argument list above), likewise. */
+static mg_status launch_paged(mg_attention_plan *p, const mg_paged_attention_tensors *t,
+                              mg_stream *s, mg_dim3 grid, mg_dim3 block) {
     const cpu_attention_plan *c = p->impl;
     const mg_attention_desc *d = &p->desc;
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
+    mg_launch_init(&l, grid, block, 0);
     mg_launch_arg_ptr(&l, t->q);
     mg_launch_arg_ptr(&l, t->k_pages);
     mg_launch_arg_ptr(&l, t->v_pages);
@@ -572,6 +577,17 @@ static mg_status cpu_run_paged(mg_attention_plan *p, const mg_paged_attention_te
     mg_launch_arg_ptr(&l, t->k_scale);
     mg_launch_arg_ptr(&l, t->v_scale);
     return mg_launch_run(p->backend, c->kernel, s, &l);
+}
+
+static const mg_dim3 one_thread = {1, 1, 1};
+
+static mg_status cpu_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
+    return launch_ragged(p, t, s, one_thread, one_thread);
+}
+
+static mg_status cpu_run_paged(mg_attention_plan *p, const mg_paged_attention_tensors *t,
+                               mg_stream *s) {
+    return launch_paged(p, t, s, one_thread, one_thread);
 }
 
 static void cpu_release(mg_attention_plan *p, bool backend_live) {
@@ -625,5 +641,47 @@ const mg_attention_provider mg_attention_reference_provider = {
     .release = cpu_release,
     .info = cpu_info,
     .workspace_bytes = cpu_workspace_bytes,
+    .paged_workspace_bytes = cpu_paged_workspace_bytes,
+};
+
+/* ------------------------------------------------------------------ "kernels"
+ *
+ * The same plans, kernels and argument lists on any backend that ships the two kernels by name
+ * (Metal: kernels/metal/attention.metal): the plan keeps its indptrs in a buffer of that backend
+ * and looks the kernel up there; a run launches one threadgroup of KERNELS_THREADS threads per
+ * query row and head (grid x: rows, y: heads), the shape the device kernels are written for.
+ * They come after "reference", so the CPU backend runs them only when forced. */
+#define KERNELS_THREADS 128u
+
+static mg_dim3 kernels_grid(uint32_t qo_rows, uint32_t qo_heads) {
+    return (mg_dim3){qo_rows ? qo_rows : 1, qo_heads, 1};
+}
+
+static mg_status kernels_run(mg_attention_plan *p, const mg_attention_tensors *t, mg_stream *s) {
+    return launch_ragged(p, t, s, kernels_grid(t->qo_rows, p->desc.num_qo_heads),
+                         (mg_dim3){KERNELS_THREADS, 1, 1});
+}
+
+static mg_status kernels_run_paged(mg_attention_plan *p, const mg_paged_attention_tensors *t,
+                                   mg_stream *s) {
+    return launch_paged(p, t, s, kernels_grid(t->qo_rows, p->desc.num_qo_heads),
+                        (mg_dim3){KERNELS_THREADS, 1, 1});
+}
+
+const mg_attention_provider mg_attention_kernels_provider = {
+    .base = MG_OP_KERNELS_PROVIDER(register_cpu_kernels, KERNEL_FUNCTION),
+    .plan = cpu_plan,
+    .run = kernels_run,
+    .release = cpu_release,
+    .info = cpu_info,
+    .workspace_bytes = cpu_workspace_bytes,
+};
+
+const mg_attention_provider mg_attention_kernels_paged_provider = {
+    .base = MG_OP_KERNELS_PROVIDER(register_cpu_kernels, PAGED_FUNCTION),
+    .plan = cpu_plan,
+    .run_paged = kernels_run_paged,
+    .release = cpu_release,
+    .info = cpu_info,
     .paged_workspace_bytes = cpu_paged_workspace_bytes,
 };

@@ -14,19 +14,27 @@
 /* The providers of both GEMM ops, in order of preference. The decode GEMV and CUTLASS come first
  * but take, in the automatic choice, only the shapes measured faster on them (decode GEMV: small
  * M, gemm_decode_gemv_cuda.c; CUTLASS: the BF16 shapes of gemm_cutlass_table.c).
- * On the CPU backend the fast BF16 providers come before the reference, which stays last: it
- * defines the results and is reached by forcing "reference" (and runs every FP8 GEMM). */
-static const mg_op_provider *const gemm_providers[] = {
+ * On the CPU backend the fast BF16 providers come before the reference, which stays last of
+ * them: it defines the results and is reached by forcing "reference" (and runs every FP8 GEMM).
+ * The BF16 op also has the kernel-by-name GEMM ("kernels") after it: it serves the backends with
+ * none of the above (Metal), and on the CPU runs the reference only when forced. The FP8 op
+ * leaves it out, so a backend with only that one is asked (mg_op_supported) and answers no. */
 #ifdef METRALE_HAVE_CUDA
-    &mg_gemm_decode_gemv_provider.base, &mg_gemm_cutlass_provider.base,
-    &mg_gemm_cublaslt_provider.base,
+#define CUDA_GEMM_PROVIDERS                                                                        \
+    &mg_gemm_decode_gemv_provider.base, &mg_gemm_cutlass_provider.base,                            \
+        &mg_gemm_cublaslt_provider.base,
+#else
+#define CUDA_GEMM_PROVIDERS
 #endif
-    &mg_gemm_cpu_avx2_provider.base,    &mg_gemm_cpu_portable_provider.base,
-    &mg_gemm_reference_provider.base,   NULL,
-};
+#define GEMM_PROVIDERS                                                                             \
+    CUDA_GEMM_PROVIDERS &mg_gemm_cpu_avx2_provider.base, &mg_gemm_cpu_portable_provider.base,      \
+        &mg_gemm_reference_provider.base
+static const mg_op_provider *const gemm_providers[] = {GEMM_PROVIDERS,
+                                                       &mg_gemm_kernels_provider.base, NULL};
+static const mg_op_provider *const gemm_fp8_providers[] = {GEMM_PROVIDERS, NULL};
 
 const mg_op_def mg_gemm_bf16_op = {MG_OP_GEMM_BF16, "gemm_bf16", gemm_providers};
-const mg_op_def mg_gemm_fp8_op = {MG_OP_GEMM_FP8, "gemm_fp8", gemm_providers};
+const mg_op_def mg_gemm_fp8_op = {MG_OP_GEMM_FP8, "gemm_fp8", gemm_fp8_providers};
 
 static const mg_gemm_kind_info gemm_kinds[MG_GEMM_KIND_COUNT] = {
     {MG_GEMM_BF16, "bf16", "mg_gemm_bf16", MG_DTYPE_BF16, MG_OP_GEMM_BF16},

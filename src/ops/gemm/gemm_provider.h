@@ -51,14 +51,23 @@ bool mg_gemm_fusion_declared(const mg_gemm_provider *g, const mg_gemm_plan *p, c
 extern const mg_gemm_provider mg_gemm_reference_provider;
 extern const mg_gemm_provider mg_gemm_cpu_avx2_provider;     /* BF16 only; where the CPU has AVX2 */
 extern const mg_gemm_provider mg_gemm_cpu_portable_provider; /* BF16 only; any CPU */
+/* gemm_kernels.c: the BF16 GEMM kernel MG_GEMM_BF16_KERNEL, unfused, on any backend that ships
+ * it (Metal: kernels/metal/gemm.metal; the CPU backend: the reference under that name). */
+extern const mg_gemm_provider mg_gemm_kernels_provider;
 #ifdef METRALE_HAVE_CUDA
 extern const mg_gemm_provider mg_gemm_cublaslt_provider;
 extern const mg_gemm_provider mg_gemm_cutlass_provider;     /* gemm_cutlass_cuda.c */
 extern const mg_gemm_provider mg_gemm_decode_gemv_provider; /* gemm_decode_gemv_cuda.c */
 #endif
 
-/* Launches the BF16 GEMM CPU kernel `kernel` (module "metrale") with the argument list of
- * gemm_bf16_ref, which every CPU implementation shares (gemm_reference.h unpacks it). */
+/* The device kernel of the "kernels" provider, with gemm_bf16_ref's argument list. */
+#define MG_GEMM_BF16_KERNEL "gemm_bf16"
+
+/* Launches the BF16 GEMM kernel `kernel` (module "metrale") with the argument list of
+ * gemm_bf16_ref, which every implementation shares (gemm_reference.h unpacks it on the CPU),
+ * on `grid` x `block`; the CPU form launches one thread, which the CPU kernels ignore anyway. */
+mg_status mg_gemm_bf16_launch(mg_backend *b, mg_stream *s, const mg_gemm_call *c,
+                              const char *kernel, mg_dim3 grid, mg_dim3 block);
 mg_status mg_gemm_bf16_cpu_launch(mg_backend *b, mg_stream *s, const mg_gemm_call *c,
                                   const char *kernel);
 

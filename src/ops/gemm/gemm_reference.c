@@ -81,12 +81,22 @@ mg_status mg_gemm_bf16_cpu_args_get(const mg_launch *l, const char *name,
     return MG_OK;
 }
 
-static mg_status kernel_gemm_bf16(const mg_launch *l) {
+static mg_status run_gemm_bf16(const mg_launch *l, const char *name) {
     mg_gemm_bf16_cpu_args a;
-    mg_status st = mg_gemm_bf16_cpu_args_get(l, "metrale:gemm_bf16_ref", &a);
+    mg_status st = mg_gemm_bf16_cpu_args_get(l, name, &a);
     if (!st)
         mg_gemm_bf16_cpu(a.m, a.n, a.k, a.act, a.weight, a.out, a.out_type, a.ldc);
     return st;
+}
+
+static mg_status kernel_gemm_bf16(const mg_launch *l) {
+    return run_gemm_bf16(l, "metrale:gemm_bf16_ref");
+}
+
+/* The same reference under the name every device backend's BF16 GEMM kernel has
+ * (gemm_kernels.c): what the Metal test double runs for the MSL kernel gemm_bf16. */
+static mg_status kernel_gemm_bf16_device(const mg_launch *l) {
+    return run_gemm_bf16(l, "metrale:" MG_GEMM_BF16_KERNEL);
 }
 
 static mg_status kernel_gemm_fp8(const mg_launch *l) {
@@ -328,6 +338,7 @@ static mg_status kernel_gemm_fused(const mg_launch *l) {
 static void register_kernels(void) {
     /* Failure is out of host memory at start-up; the lookups then report NOT_FOUND. */
     mg_cpu_kernel_register("metrale", "gemm_bf16_ref", kernel_gemm_bf16);
+    mg_cpu_kernel_register("metrale", MG_GEMM_BF16_KERNEL, kernel_gemm_bf16_device);
     mg_cpu_kernel_register("metrale", "gemm_fp8_ref", kernel_gemm_fp8);
     mg_cpu_kernel_register("metrale", "gemm_fused_ref", kernel_gemm_fused);
     mg_cpu_kernel_register("metrale", "fp8_act_scales_transpose", kernel_act_scales_transpose);
@@ -349,13 +360,11 @@ static mg_fp8_scaling scaling_of(const mg_gemm_plan *p, bool is_act) {
                                                                          : MG_FP8_SCALING_128X128;
 }
 
-/* The provider runs the reference as a CPU kernel (gemm_reference.h): stream-ordered, capturable,
- * every buffer range checked against the live allocations when it runs. */
-mg_status mg_gemm_bf16_cpu_launch(mg_backend *b, mg_stream *s, const mg_gemm_call *c,
-                                  const char *kernel) {
+mg_status mg_gemm_bf16_launch(mg_backend *b, mg_stream *s, const mg_gemm_call *c,
+                              const char *kernel, mg_dim3 grid, mg_dim3 block) {
     const mg_gemm_plan *p = &c->plan;
     mg_launch l;
-    mg_launch_init(&l, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1}, 0);
+    mg_launch_init(&l, grid, block, 0);
     mg_launch_arg_ptr(&l, c->t.act);
     mg_launch_arg_ptr(&l, c->t.weight);
     mg_launch_arg_ptr(&l, c->t.out);
@@ -365,6 +374,13 @@ mg_status mg_gemm_bf16_cpu_launch(mg_backend *b, mg_stream *s, const mg_gemm_cal
     mg_launch_arg_u32(&l, p->ldc);
     mg_launch_arg_u32(&l, (uint32_t)p->out_type);
     return mg_op_launch_kernels(b, s, &kernel, &l, 1);
+}
+
+/* The provider runs the reference as a CPU kernel (gemm_reference.h): stream-ordered, capturable,
+ * every buffer range checked against the live allocations when it runs. */
+mg_status mg_gemm_bf16_cpu_launch(mg_backend *b, mg_stream *s, const mg_gemm_call *c,
+                                  const char *kernel) {
+    return mg_gemm_bf16_launch(b, s, c, kernel, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1});
 }
 
 /* The fused call: one CPU kernel, gemm_fused_ref (argument list in gemm_reference.h). */

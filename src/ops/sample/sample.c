@@ -1,6 +1,7 @@
 /* sample.c - mg_sample (metrale/ops_sample.h): every argument checked once, then kernel
  * "sample_rows" of module "metrale" launched by name on any backend that ships it (CUDA:
- * kernels/cuda/sample/sample.cu; CPU: sample_reference.c), one block per row. */
+ * kernels/cuda/sample/sample.cu; Metal: kernels/metal/sample.metal; CPU: sample_reference.c),
+ * one block per row. */
 #include <stdio.h>
 
 #include "backend_impl.h"

@@ -5,6 +5,8 @@
 # and on two that always agreed. Skipped (77) without a usable CUDA device.
 set -u
 bin="$1"
+# shellcheck source=tests/run_compare_lib.sh
+source "$(dirname "$0")/run_compare_lib.sh"
 if ! "$bin" --backend cuda info >/dev/null 2>&1 ||
    "$bin" --backend cuda run --preset tiny --steps 0 2>&1 | grep -q "cannot open the cuda backend"; then
     echo "skipped: no usable CUDA device"
@@ -14,15 +16,7 @@ failures=0
 for weights in nvfp4 fp8 bf16; do
     for shape in "" "--batch 1 --prompt-len 200" "--batch 5 --prompt-len 64" "--batch 1 --prompt-len 16"; do
         # shellcheck disable=SC2086
-        out=$("$bin" --backend cuda run --preset tiny --weights "$weights" $shape --compare 2>&1)
-        rc=$?
-        line=$(printf '%s\n' "$out" | grep "^  compare")
-        if [ $rc -ne 0 ] || ! printf '%s\n' "$line" | grep -q "AGREE:"; then
-            echo "FAIL: run --weights $weights $shape --compare exited $rc: ${line:-$out}"
-            failures=$((failures + 1))
-        else
-            echo "ok: run --weights $weights $shape --compare:${line#  compare}"
-        fi
+        expect_agree "$bin" cuda tiny "$weights" $shape
     done
 done
 exit $((failures > 0))

@@ -8,19 +8,13 @@
 # this checks the host code and the kernels' argument lists, not the MSL arithmetic.
 set -u
 bin="$1"
+# shellcheck source=tests/run_compare_lib.sh
+source "$(dirname "$0")/run_compare_lib.sh"
 failures=0
 for weights in mlx4 mlx8 bf16; do
     for shape in "" "--batch 1 --prompt-len 40 --steps 4"; do
         # shellcheck disable=SC2086
-        out=$("$bin" --backend metal run --preset micro --weights "$weights" $shape --compare 2>&1)
-        rc=$?
-        line=$(printf '%s\n' "$out" | grep "^  compare")
-        if [ $rc -ne 0 ] || ! printf '%s\n' "$line" | grep -q "AGREE:"; then
-            echo "FAIL: run --weights $weights $shape --compare exited $rc: ${line:-$out}"
-            failures=$((failures + 1))
-        else
-            echo "ok: run --weights $weights $shape --compare:${line#  compare}"
-        fi
+        expect_agree "$bin" metal micro "$weights" $shape
     done
 done
 # Refused up front: the message names the op the Metal backend has no kernel or provider for.

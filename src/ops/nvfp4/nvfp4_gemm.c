@@ -318,13 +318,15 @@ typedef struct gemm_variant {
     uint32_t tiles, row_tiles, threads, shared_bytes;
 } gemm_variant;
 
-static uint32_t multiprocessors(mg_backend *b) {
+/* The device's multiprocessors (132 where it does not say) and the most shared memory a block
+ * may use (0: it does not say). */
+static uint32_t multiprocessors(mg_backend *b, uint32_t *max_shared) {
     mg_device_info info;
     mg_error_state saved;
     mg_error_save(&saved);
-    uint32_t sms = mg_device_get_info(b, &info) == MG_OK && info.multiprocessors > 0
-                       ? (uint32_t)info.multiprocessors
-                       : 132;
+    bool known = mg_device_get_info(b, &info) == MG_OK;
+    uint32_t sms = known && info.multiprocessors > 0 ? (uint32_t)info.multiprocessors : 132;
+    *max_shared = known ? info.max_shared_per_block_optin : 0;
     mg_error_restore(&saved);
     return sms;
 }
@@ -379,7 +381,8 @@ static mg_status choose_variant(mg_backend *b, const gemm_problem *p, gemm_varia
     pthread_once(&tuning_once, read_tuning);
     const bool grouped = p->op == MG_OP_NVFP4_MOE_GEMM, gate_up = p->up != NULL;
     const uint32_t per_group = grouped ? (p->rows + p->experts - 1) / p->experts : p->rows;
-    const uint32_t sms = multiprocessors(b), row_blocks = mg_nvfp4_row_blocks(p->n);
+    uint32_t max_shared;
+    const uint32_t sms = multiprocessors(b, &max_shared), row_blocks = mg_nvfp4_row_blocks(p->n);
     const bool small_forced = tuning_tile == 8 || tuning_tile == 16;
     if (per_group > SMALL_TILE_MAX_ROWS && !small_forced) {
         const uint32_t tile = tuning_tile ? tuning_tile : per_group <= 32 ? 32 : 64;
@@ -389,7 +392,10 @@ static mg_status choose_variant(mg_backend *b, const gemm_problem *p, gemm_varia
             return st;
         if (tuning_tile || tiles * row_tiles(p->n, gate_up ? 64 : 128) * 4 >= (uint64_t)sms * 3) {
             choose_tile_shape(p, tile, tiles, sms, v);
-            return MG_OK;
+            /* a device whose blocks cannot have the tile's shared memory (Metal's 32 KiB
+             * threadgroups) takes the small-tile family */
+            if (!max_shared || v->shared_bytes <= max_shared)
+                return MG_OK;
         }
     }
     const uint32_t tile = per_group <= 8 || tuning_tile == 8 ? 8 : 16;

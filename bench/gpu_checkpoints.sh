@@ -9,6 +9,11 @@
 #   3. `check kv_cache` and `check attention` (the attention providers' order);
 #   4. test_forward_cuda.
 # $OUT gets summary.txt and logs.tgz.
+# Packed from the default build (`make` builds the plugins), the two archives are about 25 and
+# 28 MiB; with the tracked tree that is close to the device tool's 64 MiB carry, so the pack
+# holds only the tests this script runs:
+#   bash bench/pack.sh build .gpu-all test_nvfp4_checkpoint test_forward_cuda
+#   bash bench/pack_random_models.sh build .gpu-all hf mlx4 mlx8 nvfp4_modelopt nvfp4_ct
 set -uo pipefail
 G=${G:-.gpu-all}
 OUT=${OUT:-/tmp/metrale-gpu-checkpoints}

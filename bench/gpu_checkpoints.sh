@@ -9,9 +9,9 @@
 #   3. `check kv_cache` and `check attention` (the attention providers' order);
 #   4. test_forward_cuda.
 # $OUT gets summary.txt and logs.tgz.
-# Packed from the default build (`make` builds the plugins), the two archives are about 25 and
-# 28 MiB; with the tracked tree that is close to the device tool's 64 MiB carry, so the pack
-# holds only the tests this script runs:
+# Packed from the default build (`make` builds the plugins), the two archives are about 17 and
+# 28 MiB; each further test program adds 3-4 MiB, and with the tracked tree (about 8 MiB) the
+# device tool's 64 MiB carry is soon reached, so the pack holds only the tests this script runs:
 #   bash bench/pack.sh build .gpu-all test_nvfp4_checkpoint test_forward_cuda
 #   bash bench/pack_random_models.sh build .gpu-all hf mlx4 mlx8 nvfp4_modelopt nvfp4_ct
 set -uo pipefail

@@ -278,15 +278,43 @@ int main(void) {
         CHECK_OK(mg_op_force_provider(be, MG_OP_ATTENTION_PAGED, NULL));
     }
     test_fa3_paths(be);
-    /* A head_dim neither provider has kernels for is refused at plan creation. */
+    /* Head_dims neither FlashInfer nor the split-KV kernels are built for: the automatic choice
+     * must find the by-row kernels ("kernels"), with FP8 pools, soft-cap, windows, GQA groups
+     * of 3 and one-token pages among them; then a shape the faster kernels also serve, forced
+     * onto the by-row kernels. */
+    const kv_shape any_head_dim_shapes[] = {
+        {.hq = 9, .hkv = 3, .d = 48, .page_size = 16, .window_left = -1, .rope = true},
+        {.hq = 8, .hkv = 2, .d = 80, .page_size = 5, .window_left = 40, .fp8 = true},
+        {.hq = 12, .hkv = 4, .d = 96, .page_size = 1, .window_left = -1, .soft_cap = 25.0f},
+        {.hq = 4, .hkv = 1, .d = 16, .page_size = 16, .window_left = -1, .fp8 = true},
+        {.hq = 4, .hkv = 4, .d = 512, .page_size = 3, .window_left = 200, .rope = true},
+        {.hq = 16, .hkv = 4, .d = 128, .page_size = 16, .window_left = -1, .soft_cap = 30.0f},
+    };
+    const size_t any_count = sizeof any_head_dim_shapes / sizeof any_head_dim_shapes[0];
+    for (size_t i = 0; i < any_count; i++) {
+        char what[112];
+        const kv_shape *sh = &any_head_dim_shapes[i];
+        snprintf(what, sizeof what, "cuda by-row shape %zu (hq %u hkv %u d %u page %u%s%s)", i,
+                 sh->hq, sh->hkv, sh->d, sh->page_size, sh->soft_cap > 0 ? " cap" : "",
+                 sh->fp8 ? " fp8" : "");
+        if (i + 1 == any_count)
+            CHECK_OK(mg_op_force_provider(be, MG_OP_ATTENTION_PAGED, "kernels"));
+        kv_scenario_one_step(be, *sh, 700, what);
+        kv_scenario_decode_then_mixed(be, *sh, 1500, what);
+        kv_scenario_graph_steps(be, *sh, what);
+        CHECK_OK(mg_op_force_provider(be, MG_OP_ATTENTION_PAGED, NULL));
+    }
+    /* FA2 and FA3 name FlashInfer's kernels: at a head_dim FlashInfer lacks, asking for one is
+     * refused at plan creation, never served by other kernels. */
     kv_shape other = shapes[0];
     other.d = 96;
     mg_paged_attention_desc d = kv_attention_desc(&other);
+    d.impl = MG_ATTENTION_IMPL_FA2;
     int32_t qo[2] = {0, 1}, kv[2] = {0, 1}, idx[1] = {0}, last[1] = {1};
     mg_kv_page_table table = {1, qo, kv, idx, last};
     mg_attention_plan *p = NULL;
     CHECK_STATUS(mg_paged_attention_plan_create(be, &d, &table, NULL, &p), MG_ERR_UNSUPPORTED);
-    CHECK_MESSAGE("head_dim 96");
+    CHECK_MESSAGE("asked for FlashInfer's");
     mg_backend_close(be);
     return test_finish();
 }

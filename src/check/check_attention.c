@@ -1,7 +1,7 @@
 /* check_attention.c - the ragged prefill attention (metrale/ops_attention.h) on the backend
  * under test against the CPU reference backend: fresh random ragged batches (lengths 0, 1, odd,
  * up to a few thousand; kv longer than qo; causal or not; GQA groups 1, 4, 8; causal sliding
- * windows; head_dim 128, and 64 and 256 through every path built for them),
+ * windows; head_dim 128, 64 and 256 through every path built for them, and 40, 48, 80, 96),
  * outputs poisoned first, both FlashInfer paths where the device has them, graph capture then
  * replay after a re-plan with new data (and after a refused re-plan), eager plans refused while
  * capturing, a fixed-grid plan in a caller-owned workspace matching one with library-owned
@@ -359,6 +359,11 @@ CASE(hd256_fa2_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA2, fals
 CASE(hd256_fa2_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA2, false, 256)
 CASE(hd256_fa3_causal_gqa4, 7, 16, 4, 900, true, -1, MG_ATTENTION_IMPL_FA3, false, 256)
 CASE(hd256_fa3_full_gqa8, 5, 32, 4, 700, false, -1, MG_ATTENTION_IMPL_FA3, false, 256)
+/* Head_dims FlashInfer is not built for: on CUDA the by-row kernels ("kernels") serve them. */
+CASE(hd48_causal_gqa3, 7, 9, 3, 600, true, -1, MG_ATTENTION_IMPL_AUTO, false, 48)
+CASE(hd80_full_gqa4, 5, 16, 4, 500, false, -1, MG_ATTENTION_IMPL_AUTO, false, 80)
+CASE(hd96_causal_window, 6, 12, 4, 900, true, 127, MG_ATTENTION_IMPL_AUTO, false, 96)
+CASE(hd40_causal_long, 3, 4, 2, 2000, true, -1, MG_ATTENTION_IMPL_AUTO, true, 40)
 
 /* Fixed-grid plan: capture a run, re-plan a different batch (same batch size) and upload its
  * data into the same buffers, replay; the result must equal an eager reference run of the new
@@ -610,13 +615,16 @@ static void check_validation(mg_check_ctx *ctx, mg_check_result *result) {
             FAIL("bad plan %zu: %s \"%s\", expected MG_ERR_INVALID_ARGUMENT naming \"%s\"", i,
                  mg_status_name(st), mg_last_error(), plan_errors[i].needle);
     }
-    /* CUDA has kernels for head_dim 64, 128 and 256 only; the CPU reference takes any. */
+    /* FA2 and FA3 name FlashInfer's kernels on CUDA: at a head_dim it is not built for, asking
+     * for one is refused, never served by other kernels (the CPU reference ignores impl). */
     if (mg_backend_get_kind(ctx->backend) == MG_BACKEND_CUDA) {
         mg_attention_desc d = desc;
         d.head_dim = 96;
+        d.impl = MG_ATTENTION_IMPL_FA2;
         mg_status unsupported = mg_attention_plan_create(ctx->backend, &d, qo, kv, 3, NULL, &p);
-        if (unsupported != MG_ERR_UNSUPPORTED || !strstr(mg_last_error(), "head_dim 96") || p)
-            FAIL("head_dim 96 on CUDA: %s \"%s\", expected MG_ERR_UNSUPPORTED naming it",
+        if (unsupported != MG_ERR_UNSUPPORTED ||
+            !strstr(mg_last_error(), "asked for FlashInfer's") || p)
+            FAIL("FA2 at head_dim 96 on CUDA: %s \"%s\", expected MG_ERR_UNSUPPORTED naming it",
                  mg_status_name(unsupported), mg_last_error());
     }
     mg_status st = mg_attention_plan_create(ctx->backend, &desc, qo, kv, 3, NULL, &p);
@@ -838,6 +846,10 @@ const mg_check_case mg_checks_attention[] = {
     {"attention", "hd256_fa2_full_gqa8", check_hd256_fa2_full_gqa8, MG_CHECK_SLOW},
     {"attention", "hd256_fa3_causal_gqa4", check_hd256_fa3_causal_gqa4, MG_CHECK_SLOW},
     {"attention", "hd256_fa3_full_gqa8", check_hd256_fa3_full_gqa8, MG_CHECK_SLOW},
+    {"attention", "hd48_causal_gqa3", check_hd48_causal_gqa3},
+    {"attention", "hd80_full_gqa4", check_hd80_full_gqa4},
+    {"attention", "hd96_causal_window", check_hd96_causal_window},
+    {"attention", "hd40_causal_long", check_hd40_causal_long, MG_CHECK_SLOW},
     {"attention", "graph_replay", check_graph_replay, MG_CHECK_SLOW},
     {"attention", "graph_replay_fa2", check_graph_replay_fa2, MG_CHECK_SLOW},
     {"attention", "graph_replay_hd256", check_graph_replay_hd256, MG_CHECK_SLOW},

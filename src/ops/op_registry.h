@@ -48,8 +48,11 @@ typedef struct mg_op_provider {
  * MG_SILU_MUL_KERNEL); the CPU backend ships them once `register_cpu` has run. */
 #define MG_OP_KERNEL_NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define MG_OP_KERNELS_PROVIDER(register_cpu, ...)                                                  \
+    MG_OP_KERNELS_PROVIDER_SUPPORTS(register_cpu, NULL, __VA_ARGS__)
+/* The same with a `supports` hook: the calls it refuses although the kernels are there. */
+#define MG_OP_KERNELS_PROVIDER_SUPPORTS(register_cpu, supports_call, ...)                          \
     {                                                                                              \
-        .name = "kernels", .backend = MG_OP_ANY_BACKEND,                                           \
+        .name = "kernels", .backend = MG_OP_ANY_BACKEND, .supports = (supports_call),              \
         .kernels = MG_OP_KERNEL_NAMES(__VA_ARGS__), .register_cpu_kernels = (register_cpu)         \
     }
 

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -491,15 +492,20 @@ static mg_status cpu_plan(mg_attention_plan *p, const int32_t *qo_indptr, const 
         if (entries > c->indptrs_capacity)
             c->indptrs_capacity = (uint32_t)entries;
     } else if (entries > c->indptrs_capacity) {
-        /* Owned by the plan (mg_ledger_sweep leaves it alone). CPU streams run work when it is
-         * enqueued, so nothing queued still reads the old buffer (on Metal a command buffer
-         * still to run keeps it alive: mg_free drops only the plan's reference); and eager
-         * plans are never captured, so no graph does either (fixed-grid plans never grow). */
+        /* Owned by the plan (mg_ledger_sweep leaves it alone). The old buffer is freed only
+         * after stream `s` has finished the work queued on it, which may still read it
+         * (updates and runs of a plan share one stream, as FlashInfer's plans require; on the
+         * CPU the stream has already run it). Eager plans are never captured, so no graph
+         * reads it either (fixed-grid plans never grow). */
         mg_devptr grown;
         mg_status st = mg_alloc_owned_at(p->backend, indptr_arrays(p) * sizeof(int32_t) * entries,
                                          MG_ALLOC_DEVICE, &grown, __FILE__, __LINE__);
         if (st)
             return st;
+        if (c->indptrs && (st = mg_stream_synchronize(s ? s : mg_stream_default(p->backend)))) {
+            mg_free(p->backend, grown);
+            return st;
+        }
         mg_free(p->backend, c->indptrs);
         c->indptrs = grown;
         c->indptrs_capacity = (uint32_t)entries;
@@ -647,10 +653,12 @@ const mg_attention_provider mg_attention_reference_provider = {
 /* ------------------------------------------------------------------ "kernels"
  *
  * The same plans, kernels and argument lists on any backend that ships the two kernels by name
- * (Metal: kernels/metal/attention.metal): the plan keeps its indptrs in a buffer of that backend
- * and looks the kernel up there; a run launches one threadgroup of KERNELS_THREADS threads per
- * query row and head (grid x: rows, y: heads), the shape the device kernels are written for.
- * They come after "reference", so the CPU backend runs them only when forced. */
+ * (Metal: kernels/metal/attention.metal; CUDA: kernels/cuda/attention/attention_by_row.cu, for
+ * the head_dims FlashInfer and the split-KV kernels are not built for): the plan keeps its indptrs
+ * in a buffer of that backend and looks the kernel up there; a run launches one threadgroup of
+ * KERNELS_THREADS threads per query row and head (grid x: rows, y: heads), the shape the device
+ * kernels are written for. They come after "reference", so the CPU backend runs them only when
+ * forced. */
 #define KERNELS_THREADS 128u
 
 static mg_dim3 kernels_grid(uint32_t qo_rows, uint32_t qo_heads) {
@@ -668,8 +676,22 @@ static mg_status kernels_run_paged(mg_attention_plan *p, const mg_paged_attentio
                         (mg_dim3){KERNELS_THREADS, 1, 1});
 }
 
+/* FA2 and FA3 name FlashInfer's kernels on CUDA (metrale/ops_attention.h): a CUDA plan that asks
+ * for one is never served by these kernels. Elsewhere the request means nothing, as on the CPU.
+ * The ragged and the paged op's calls both start with the validated descriptor. */
+static bool kernels_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
+    const mg_attention_desc *d = call;
+    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA && d->impl != MG_ATTENTION_IMPL_AUTO) {
+        snprintf(reason, reason_bytes, "the caller asked for FlashInfer's %s",
+                 mg_attention_impl_name(d->impl));
+        return false;
+    }
+    return true;
+}
+
 const mg_attention_provider mg_attention_kernels_provider = {
-    .base = MG_OP_KERNELS_PROVIDER(register_cpu_kernels, KERNEL_FUNCTION),
+    .base =
+        MG_OP_KERNELS_PROVIDER_SUPPORTS(register_cpu_kernels, kernels_supports, KERNEL_FUNCTION),
     .plan = cpu_plan,
     .run = kernels_run,
     .release = cpu_release,
@@ -678,7 +700,7 @@ const mg_attention_provider mg_attention_kernels_provider = {
 };
 
 const mg_attention_provider mg_attention_kernels_paged_provider = {
-    .base = MG_OP_KERNELS_PROVIDER(register_cpu_kernels, PAGED_FUNCTION),
+    .base = MG_OP_KERNELS_PROVIDER_SUPPORTS(register_cpu_kernels, kernels_supports, PAGED_FUNCTION),
     .plan = cpu_plan,
     .run_paged = kernels_run_paged,
     .release = cpu_release,

@@ -1,8 +1,10 @@
 /*
  * metrale/ops_attention.h - ragged (varlen) BF16 prefill attention: several requests' attention
  * in one launch, delimited by qo_indptr / kv_indptr. CUDA runs FlashInfer's kernels (head_dim
- * 64, 128 or 256; FA2 on sm_80+, the Hopper FA3 path on sm_90a, the faster chosen per plan); the
- * CPU backend runs the reference (FP32 softmax) that defines the result.
+ * 64, 128 or 256; FA2 on sm_80+, the Hopper FA3 path on sm_90a, the faster chosen per plan), and
+ * at every other head_dim (a multiple of 8 up to 512) metrale's by-row kernels (provider
+ * "kernels": one CTA per query row and head, correct on any shape, not fast); the CPU backend
+ * runs the reference (FP32 softmax) that defines the result.
  *
  *   mg_attention_desc d = {.num_qo_heads = 32, .num_kv_heads = 8, .head_dim = 128,
  *                          .causal = true, .window_left = -1, .sm_scale = 0.08838835f};
@@ -61,8 +63,8 @@
  *
  * Bad arguments return MG_ERR_INVALID_ARGUMENT, naming the problem, and launch nothing; so does
  * an o or lse that shares a byte with q, k, v (the pages, the scales, kv_indices) or each other. A
- * head_dim the backend has no kernels for (CUDA: other than 64, 128, 256) returns
- * MG_ERR_UNSUPPORTED at plan creation.
+ * plan no provider of the backend serves (CUDA: FA2 or FA3 demanded where FlashInfer lacks that
+ * path or head_dim) returns MG_ERR_UNSUPPORTED at plan creation, naming each provider's reason.
  */
 #ifndef METRALE_OPS_ATTENTION_H
 #define METRALE_OPS_ATTENTION_H
@@ -95,7 +97,7 @@ MG_API const char *mg_attention_impl_name(mg_attention_impl impl);
 typedef struct mg_attention_desc {
     uint32_t num_qo_heads;  /* 0 < Hq <= 1024 */
     uint32_t num_kv_heads;  /* Hkv > 0, divides Hq */
-    uint32_t head_dim;      /* CUDA: 64, 128 or 256; CPU: any multiple of 8 up to 512 */
+    uint32_t head_dim;      /* any multiple of 8 up to 512 (CUDA: fast at 64, 128, 256) */
     bool causal;            /* bottom-right aligned */
     int32_t window_left;    /* -1: no window; else >= 0, and only with causal (see above) */
     float sm_scale;         /* finite, > 0; usually 1 / sqrt(head_dim) */

@@ -15,8 +15,8 @@
  * [num_kv_heads] device arrays k_scale and v_scale, passed to append and to attention): the
  * stored code of a value x of head h is e4m3(x / scale[h]) (FP32 division, round to nearest
  * even, saturating to +-448), and it stands for code * scale[h]. Attention on CUDA serves
- * head_dim 64, 128 and 256 on both pool types (see "attention over pages"); the CPU backend
- * serves every shape.
+ * every head_dim the cache takes, fast at 64, 128 and 256 (see "attention over pages"); the CPU
+ * backend serves every shape.
  *
  * The page table, owned by the engine, in CSR form for a batch of B requests:
  *   kv_indptr [B + 1]: request i owns kv_indices[kv_indptr[i] .. kv_indptr[i+1]), its pages in
@@ -170,7 +170,7 @@ MG_API mg_status mg_rope_inv_freq_llama3(uint32_t head_dim, float rope_theta, fl
  * cached tokens (which include them): decode is qo_len = 1, prefill of a chunk qo_len > 1 (a
  * request with qo_len = 0 is skipped). Semantics as metrale/ops_attention.h with causal = true,
  * plus an optional logits soft-cap c > 0: scores s = sm_scale q.k become c * tanh(s / c) before
- * the softmax (the LSE is of those). CUDA, two providers (mg_op_force_provider picks one):
+ * the softmax (the LSE is of those). CUDA, three providers (mg_op_force_provider picks one):
  *  - "flashinfer", chosen where built: FlashInfer's paged kernels (split-KV, so a small batch
  *    still fills the GPU), page_size as the cache, for BF16 pools at head_dim 128 and 256 (with
  *    or without soft-cap) and 64 (without), and FP8 pools at head_dim 128 without soft-cap;
@@ -178,8 +178,13 @@ MG_API mg_status mg_rope_inv_freq_llama3(uint32_t head_dim, float rope_theta, fl
  *    at 64 or 256, or with soft-cap): metrale's split-KV decode kernels, one launch per run
  *    (tensor cores on BF16 pools, CUDA cores on FP8). They compute any batch, but a request's
  *    rows 16 (BF16) or 1-8 (FP8) at a time, each block reading all its keys: made for decode
- *    and short chunks, slow for long prefill chunks.
- * Other head_dims are MG_ERR_UNSUPPORTED at plan creation. CPU: the reference, any shape. FP8
+ *    and short chunks, slow for long prefill chunks;
+ *  - "kernels", for every other head_dim (16, 48, 80, 96, ... up to 512) and any pool, window
+ *    and soft-cap: metrale's by-row kernels, one CTA per query row and head over all its keys
+ *    (kernels/cuda/attention/attention_by_row.cu). Correct on any shape, not fast: a decode
+ *    step runs only num_qo_heads CTAs per request. Never chosen for a plan that demands FA2
+ *    or FA3 (desc.impl): that is MG_ERR_UNSUPPORTED where FlashInfer lacks the path.
+ * CPU: the reference, any shape. FP8
  * pools: scores use k = code * k_scale[h], outputs v = code * v_scale[h].
  *
  * Plans follow mg_attention_plan (create / update / destroy / get_info / flops work on them):

@@ -21,6 +21,7 @@
 #include "check.h"
 #include "check_util.h"
 #include "metrale/dtype.h"
+#include "metrale/ops.h"
 #include "metrale/ops_kv_cache.h"
 
 #define MAX_ABS_ERROR 2e-2
@@ -292,6 +293,17 @@ static void run_case(mg_check_ctx *ctx, mg_check_result *result, const kv_case *
         result->skipped = true;
         snprintf(result->detail, sizeof result->detail,
                  "FA3 paged prefill needs compute capability 9.0");
+        goto done;
+    }
+    /* A case that demands a FlashInfer path cannot run while another provider is forced
+     * (`check --provider attention_paged=kernels`): skipped, naming it. */
+    mg_op_stats stats;
+    if (c->impl != MG_ATTENTION_IMPL_AUTO &&
+        !mg_op_stats_get(ctx->backend, MG_OP_ATTENTION_PAGED, &stats) && stats.forced[0] &&
+        strcmp(stats.forced, "flashinfer")) {
+        result->skipped = true;
+        snprintf(result->detail, sizeof result->detail, "asks for %s, and provider %s is forced",
+                 mg_attention_impl_name(c->impl), stats.forced);
         goto done;
     }
     mg_attention_impl ran = MG_ATTENTION_IMPL_AUTO, ref_ran;

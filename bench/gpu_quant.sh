@@ -12,7 +12,7 @@
 #   in the same call; `run --json` of the 8B-shaped model with NVFP4 weights at batch 32 and 64,
 #   automatic and with the small-tile family forced.
 # M (default 1,16,17,32,64,128,256,512) sets the dense token counts; ONLY=speed skips the
-# correctness steps; SWEEP="R,G ..." also times the tile family with each CTA shape forced
+# correctness steps, ONLY=correctness runs only them; SWEEP="R,G ..." also times the tile family with each CTA shape forced
 # (METRALE_NVFP4_TILE_SHAPE) at SWEEP_M tokens. $OUT gets summary.txt, nvfp4*.metrale.json, nvfp4.peers.json, logs.tgz.
 set -uo pipefail
 G=${G:-.gpu-quant}
@@ -35,6 +35,10 @@ if [ "${ONLY:-}" != speed ]; then
   step memcheck_nvfp4 timeout 150 $CS --tool memcheck "$MG" --backend cuda check nvfp4_gemm
   step racecheck_nvfp4 timeout 150 $CS --tool racecheck "$MG" --backend cuda check nvfp4_gemm
   grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" "$L"/memcheck_*.txt "$L"/racecheck_*.txt >> "$S"
+fi
+if [ "${ONLY:-}" = correctness ]; then
+  tar czf "$OUT/logs.tgz" -C "$L" .
+  exit 0
 fi
 step bench_dense timeout 200 "$MG" --backend cuda bench nvfp4 --only dense --m "$M" --json-out "$OUT/nvfp4_dense.metrale.json"
 grep -E "^\|? *nvfp4|dense" "$L/bench_dense.txt" | cut -c1-200 >> "$S"

@@ -10,7 +10,8 @@
 # Inputs: $G/pack.tar.xz of the changed build (bench/pack.sh BUILD $G test_nvfp4_gemm
 # test_nvfp4_moe_cuda) and $G/baseline/metrale-gpu.xz (the baseline build's CLI, stripped; the
 # library is linked into it, the plugins come from the pack). $OUT gets summary.txt,
-# correctness/, *.metrale.json, runs.json and logs.tgz.
+# correctness/, json.tgz (*.metrale.json, runs.json) and logs.tgz. SANITIZE=0 and
+# COMPARE_BATCHES pass to gpu_quant.sh (a shorter call when device time is short).
 set -uo pipefail
 G=${G:-.gpu-quant}
 OUT=${OUT:-/tmp/metrale-gpu-nvfp4-ab}

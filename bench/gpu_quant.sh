@@ -12,7 +12,8 @@
 #   in the same call; `run --json` of the 8B-shaped model with NVFP4 weights at batch 32 and 64,
 #   automatic and with the small-tile family forced.
 # M (default 1,16,17,32,64,128,256,512) sets the dense token counts; ONLY=speed skips the
-# correctness steps, ONLY=correctness runs only them; SWEEP="R,G ..." also times the tile family with each CTA shape forced
+# correctness steps, ONLY=correctness runs only them (SANITIZE=0: without compute-sanitizer;
+# COMPARE_BATCHES: the `run --compare` batches, default "1 4 24 40"); SWEEP="R,G ..." also times the tile family with each CTA shape forced
 # (METRALE_NVFP4_TILE_SHAPE) at SWEEP_M tokens. $OUT gets summary.txt, nvfp4*.metrale.json, nvfp4.peers.json, logs.tgz.
 set -uo pipefail
 G=${G:-.gpu-quant}
@@ -28,13 +29,15 @@ if [ "${ONLY:-}" != speed ]; then
   step test_nvfp4_moe_cuda timeout 120 "$BIN/test_nvfp4_moe_cuda"
   step check_nvfp4 timeout 120 "$MG" --backend cuda check nvfp4_gemm
   grep -E " (FAIL|fail) |passed" "$L/check_nvfp4.txt" | cut -c1-300 >> "$S"
-  for b in 1 4 24 40; do
+  for b in ${COMPARE_BATCHES:-1 4 24 40}; do
     step "compare_tiny_nvfp4_b$b" timeout 90 "$MG" --backend cuda run --preset tiny --weights nvfp4 --batch "$b" --steps 8 --compare
   done
   grep -h -E "AGREE|DISAGREE" "$L"/compare_tiny_*.txt >> "$S"
-  step memcheck_nvfp4 timeout 150 $CS --tool memcheck "$MG" --backend cuda check nvfp4_gemm
-  step racecheck_nvfp4 timeout 150 $CS --tool racecheck "$MG" --backend cuda check nvfp4_gemm
-  grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" "$L"/memcheck_*.txt "$L"/racecheck_*.txt >> "$S"
+  if [ "${SANITIZE:-1}" != 0 ]; then
+    step memcheck_nvfp4 timeout 150 $CS --tool memcheck "$MG" --backend cuda check nvfp4_gemm
+    step racecheck_nvfp4 timeout 150 $CS --tool racecheck "$MG" --backend cuda check nvfp4_gemm
+    grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" "$L"/memcheck_*.txt "$L"/racecheck_*.txt >> "$S"
+  fi
 fi
 if [ "${ONLY:-}" = correctness ]; then
   tar czf "$OUT/logs.tgz" -C "$L" .

@@ -13,6 +13,15 @@
 // partial sums through shared memory in a fixed order, so results do not depend on timing.
 // The grid is (token tiles, row blocks): CTAs next to each other read the same weights.
 //
+// Programmatic dependent launch: in a dense call (plain or gate_up) each warp issues the loads
+// of its first super-chunk's codes and block scales (what the main loop expects in registers on
+// entry; load_early) before it waits for the previous kernel; token ids, activations and global
+// scales are read, and anything is stored, only after the wait. A grouped call waits first: the
+// routing decides its tile and which expert's weights it reads. A CTA releases the next kernel when
+// its first warp has finished accumulating (that kernel starts once every CTA has, and waits for
+// this grid to complete before it reads the output), so the next kernel's own early loads
+// overlap this one's reduction and stores.
+//
 // Grouped form: rows of the problem are in expert order, expert e owning rows
 // [expert_offsets[e], expert_offsets[e+1]); token tile i of the grid is found on the device by
 // counting each expert's tiles, so a graph captured once replays with any routing, and an
@@ -87,12 +96,49 @@ __device__ __forceinline__ void mma_super(const uint4 (&w)[4], uint2 sc,
     }
 }
 
+// 16 and 8 bytes past L1 through the coherent path, for the first super-chunk (which a dense
+// call loads before the grid wait). ptxas treats .nc data as invariant and schedules such loads
+// freely across griddepcontrol.wait (and bar.sync): with load_stream here, CUDA 13.0's ptxas put
+// them after the wait in some or all of this file's kernels, depending on the code around them.
+// A coherent load stays on its side of the wait.
+__device__ __forceinline__ uint4 load_early(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint2 load_early2(const uint2 *p) {
+    uint2 v;
+    asm volatile("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(p));
+    return v;
+}
+
+// The lane's codes and scales of super-chunk s of a row block (values, scales: its first), as
+// the loop of accumulate loads the next one: the same bytes, so the same sums.
+__device__ __forceinline__ void load_super(const uint8_t *values, const uint8_t *scales, uint32_t s,
+                                           uint4 (&w)[4], uint2 &sc) {
+    const uint32_t lane = threadIdx.x % 32;
+    const uint4 *wv = reinterpret_cast<const uint4 *>(values) + lane;
+    const uint2 *ws = reinterpret_cast<const uint2 *>(scales) + lane;
+    sc = load_early2(ws + s * 32);
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+        w[c] = load_early(wv + (s * 4 + c) * 32);
+}
+
 // One warp's partial sums for one row block over super-chunks [s_begin, s_end): each
-// super-chunk's codes and scales are loaded while the one before is computed.
+// super-chunk's codes and scales are loaded while the one before is computed. w and sc hold
+// super-chunk s_begin's on entry (load_super, issued by the caller so that it may come before
+// the grid wait); unread when the range is empty.
 template <int NT>
 __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t *scales,
                                            const __nv_bfloat16 *const (&act_row)[NT], uint32_t k,
-                                           uint32_t s_begin, uint32_t s_end, float (&acc)[NT][4]) {
+                                           uint32_t s_begin, uint32_t s_end, uint4 (&w)[4],
+                                           uint2 &sc, float (&acc)[NT][4]) {
     const uint32_t lane = threadIdx.x % 32;
     const uint4 *wv = reinterpret_cast<const uint4 *>(values) + lane;
     const uint2 *ws = reinterpret_cast<const uint2 *>(scales) + lane;
@@ -100,11 +146,6 @@ __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t 
         return;
     // Super-chunks at or past full_supers hold K padding: their activation loads are checked.
     const uint32_t full_supers = k / MG_NVFP4_SUPER_K;
-    uint4 w[4];
-    uint2 sc = load_stream2(ws + s_begin * 32);
-#pragma unroll
-    for (int c = 0; c < 4; c++)
-        w[c] = load_stream(wv + (s_begin * 4 + c) * 32);
     for (uint32_t s = s_begin; s < s_end; s++) {
         uint4 wn[4];
         uint2 scn = sc;
@@ -136,12 +177,35 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
     constexpr uint32_t TILE = 8 * NT;
     __shared__ float partial[RB][KW][NT][4][32];
 
+    // A dense call's tile and weights are known from its arguments alone; a grouped call's come
+    // from the routing, which an earlier kernel writes.
+    const bool grouped = a.expert_offsets != nullptr;
+    if (grouped)
+        grid_dependency_wait();
     const token_tile tile = find_tile(a, blockIdx.x, TILE);
     if (tile.expert < 0)
-        return;
+        return; // the whole CTA: every warp found the same tile
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const uint32_t kw = warp % KW, which = warp / KW; // which: 0 gate (or plain), 1 up
     const uint32_t rb = blockIdx.y, supers = mg_nvfp4_supers(a.k);
+
+    const uint8_t *values = which ? a.up_values : a.values;
+    const uint8_t *scales = which ? a.up_scales : a.scales;
+    values +=
+        (uint64_t)tile.expert * a.expert_value_bytes + (uint64_t)rb * supers * MG_NVFP4_SUPER_BYTES;
+    scales += (uint64_t)tile.expert * a.expert_scale_bytes +
+              (uint64_t)rb * supers * MG_NVFP4_SUPER_SCALE_BYTES;
+    const uint32_t s_begin = (uint32_t)((uint64_t)kw * supers / KW);
+    const uint32_t s_end = (uint32_t)((uint64_t)(kw + 1) * supers / KW);
+
+    // The first super-chunk the loop computes: no earlier kernel writes weights or block
+    // scales, so a dense call streams them while the kernel before it drains.
+    uint4 w0[4];
+    uint2 sc0;
+    if (s_begin < s_end)
+        load_super(values, scales, s_begin, w0, sc0);
+    if (!grouped)
+        grid_dependency_wait(); // before the token ids, the activations and any store
 
     // Each lane's tokens, so that no activation load needs a predicate: a slot past the
     // tile's rows reads the tile's first row instead, and a token id outside the activation
@@ -159,20 +223,14 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
         act_row[nt] = a.act + (uint64_t)src * a.act_pitch;
     }
 
-    const uint8_t *values = which ? a.up_values : a.values;
-    const uint8_t *scales = which ? a.up_scales : a.scales;
-    values +=
-        (uint64_t)tile.expert * a.expert_value_bytes + (uint64_t)rb * supers * MG_NVFP4_SUPER_BYTES;
-    scales += (uint64_t)tile.expert * a.expert_scale_bytes +
-              (uint64_t)rb * supers * MG_NVFP4_SUPER_SCALE_BYTES;
-    const uint32_t s_begin = (uint32_t)((uint64_t)kw * supers / KW);
-    const uint32_t s_end = (uint32_t)((uint64_t)(kw + 1) * supers / KW);
-
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
         acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-    accumulate<NT>(values, scales, act_row, a.k, s_begin, s_end, acc);
+    accumulate<NT>(values, scales, act_row, a.k, s_begin, s_end, w0, sc0, acc);
+    // This warp's weights are all loaded and used: the next kernel may start its own
+    // independent loads (the CTA's first warp to get here releases it for the CTA).
+    launch_dependents();
 
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
@@ -214,7 +272,6 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
 #define MG_NVFP4_GEMM_KERNEL(NAME, NT, KW, FUSED)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * KW * (FUSED ? 2 : 1))                        \
         NAME(MG_NVFP4_GEMM_PARAMS) {                                                               \
-        grid_dependency_wait();                                                                    \
         gemm_body<NT, KW, FUSED>(MG_NVFP4_GEMM_ARGS);                                              \
     }
 

@@ -13,8 +13,8 @@
 #   automatic and with the small-tile family forced.
 # M (default 1,16,17,32,64,128,256,512) sets the dense token counts; ONLY=speed skips the
 # correctness steps, ONLY=correctness runs only them (SANITIZE=0: without compute-sanitizer;
-# COMPARE_BATCHES: the `run --compare` batches, default "1 4 24 40"); SWEEP="R,G ..." also times the tile family with each CTA shape forced
-# (METRALE_NVFP4_TILE_SHAPE) at SWEEP_M tokens. $OUT gets summary.txt, nvfp4*.metrale.json, nvfp4.peers.json, logs.tgz.
+# COMPARE_BATCHES: the `run --compare` batches, default "1 4 24 40"); SWEEP="R,G ..." also
+# times the tile family with each CTA shape forced (METRALE_NVFP4_TILE_SHAPE) at SWEEP_M tokens. $OUT gets summary.txt, nvfp4*.metrale.json, nvfp4.peers.json, logs.tgz.
 set -uo pipefail
 G=${G:-.gpu-quant}
 OUT=${OUT:-/tmp/metrale-gpu-quant}

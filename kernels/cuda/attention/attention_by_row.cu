@@ -87,10 +87,11 @@ __device__ __forceinline__ float warp_sum(float x) {
     return x;
 }
 
-// Query row `row` of head `h`, whose request is found in qo_indptr; `keys` lacks only the
-// request's own fields (k0, pages), which are filled here.
-__device__ void attend(const Row &r, Keys keys, const int32_t *page_indptr,
-                       const int32_t *kv_indices, uint32_t row, uint32_t h, SharedState &sh) {
+// Query row `row` of head `h`, whose request is found in qo_indptr. `keys` is the batch's: paged
+// keys have pages = all of kv_indices, which becomes the request's own (from page_indptr, NULL
+// for ragged keys), and k0 is filled here.
+__device__ void attend(const Row &r, Keys keys, const int32_t *page_indptr, uint32_t row,
+                       uint32_t h, SharedState &sh) {
     if (row >= (uint32_t)r.qo_indptr[r.batch])
         return;
     uint32_t lo = 0, hi = r.batch; // the request: qo_indptr[i] <= row < qo_indptr[i + 1]
@@ -106,7 +107,7 @@ __device__ void attend(const Row &r, Keys keys, const int32_t *page_indptr,
     const int lk = r.kv_indptr[i + 1] - r.kv_indptr[i];
     keys.k0 = (uint32_t)r.kv_indptr[i];
     if (keys.pages)
-        keys.pages = kv_indices + page_indptr[i];
+        keys.pages += page_indptr[i];
     const int pos = lk - lq + ((int)row - q0); // bottom-right aligned
     int end = r.causal ? pos + 1 : lk, begin = r.window_left >= 0 ? pos - r.window_left : 0;
     begin = begin < 0 ? 0 : begin;
@@ -265,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
                        h / (qo_heads / kv_heads),
                        head_dim,
                        false};
-    attend(r, keys, nullptr, nullptr, blockIdx.x, h, sh);
+    attend(r, keys, nullptr, blockIdx.x, h, sh);
 }
 
 // indptrs: qo_indptr, kv_indptr (tokens), page_indptr, last_page_len, batch + 1 entries apart
@@ -304,5 +305,5 @@ extern "C" __global__ void __launch_bounds__(kThreads)
                    fp8 ? v_scale[kv_head] : 1.0f};
     const Keys keys = {k_pages,  v_pages, kv_indices, page_size, 0,
                        kv_heads, kv_head, head_dim,   fp8};
-    attend(r, keys, kv_indptr + batch + 1, kv_indices, blockIdx.x, h, sh);
+    attend(r, keys, kv_indptr + batch + 1, blockIdx.x, h, sh);
 }

@@ -15,7 +15,7 @@
 //
 // Programmatic dependent launch: in a dense call (plain or gate_up) each warp issues the loads
 // of its first super-chunk's codes and block scales (what the main loop expects in registers on
-// entry; load_early) before it waits for the previous kernel; token ids, activations and global
+// entry; load_super) before it waits for the previous kernel; token ids, activations and global
 // scales are read, and anything is stored, only after the wait. A grouped call waits first: the
 // routing decides its tile and which expert's weights it reads. A CTA releases the next kernel when
 // its first warp has finished accumulating (that kernel starts once every CTA has, and waits for
@@ -96,38 +96,18 @@ __device__ __forceinline__ void mma_super(const uint4 (&w)[4], uint2 sc,
     }
 }
 
-// 16 and 8 bytes past L1 through the coherent path, for the first super-chunk (which a dense
-// call loads before the grid wait). ptxas treats .nc data as invariant and schedules such loads
-// freely across griddepcontrol.wait (and bar.sync): with load_stream here, CUDA 13.0's ptxas put
-// them after the wait in some or all of this file's kernels, depending on the code around them.
-// A coherent load stays on its side of the wait.
-__device__ __forceinline__ uint4 load_early(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint2 load_early2(const uint2 *p) {
-    uint2 v;
-    asm volatile("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
-                 : "=r"(v.x), "=r"(v.y)
-                 : "l"(p));
-    return v;
-}
-
 // The lane's codes and scales of super-chunk s of a row block (values, scales: its first), as
-// the loop of accumulate loads the next one: the same bytes, so the same sums.
+// the loop of accumulate loads the next one: the same bytes, so the same sums. Ordered loads
+// (stream_load.cuh), so that a dense call's issue before the grid wait stays there.
 __device__ __forceinline__ void load_super(const uint8_t *values, const uint8_t *scales, uint32_t s,
                                            uint4 (&w)[4], uint2 &sc) {
     const uint32_t lane = threadIdx.x % 32;
     const uint4 *wv = reinterpret_cast<const uint4 *>(values) + lane;
     const uint2 *ws = reinterpret_cast<const uint2 *>(scales) + lane;
-    sc = load_early2(ws + s * 32);
+    sc = load_stream_ordered2(ws + s * 32);
 #pragma unroll
     for (int c = 0; c < 4; c++)
-        w[c] = load_early(wv + (s * 4 + c) * 32);
+        w[c] = load_stream_ordered(wv + (s * 4 + c) * 32);
 }
 
 // One warp's partial sums for one row block over super-chunks [s_begin, s_end): each

@@ -409,12 +409,7 @@ static bool decode_supports(mg_backend *b, const void *call, char *reason, size_
                  c->desc.head_dim);
         return false;
     }
-    if (c->desc.impl != MG_ATTENTION_IMPL_AUTO) {
-        snprintf(reason, reason_bytes, "the caller asked for FlashInfer's %s",
-                 mg_attention_impl_name(c->desc.impl));
-        return false;
-    }
-    return true;
+    return mg_attention_impl_open(&c->desc, reason, reason_bytes);
 }
 
 const mg_attention_provider mg_attention_paged_decode_provider = {

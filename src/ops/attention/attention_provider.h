@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "metrale/ops_attention.h"
 #include "metrale/ops_kv_cache.h"
@@ -105,6 +106,18 @@ static inline bool mg_attention_carve_total(const size_t *sizes, int count, size
     }
     *total = sum;
     return true;
+}
+
+/* FA2 and FA3 (desc.impl) name FlashInfer's kernels on CUDA: every other CUDA provider's
+ * `supports` refuses such a call through this, so it never runs on other kernels. True when
+ * `d` leaves the choice open; else false with the reason written. */
+static inline bool mg_attention_impl_open(const mg_attention_desc *d, char *reason,
+                                          size_t reason_bytes) {
+    if (d->impl == MG_ATTENTION_IMPL_AUTO)
+        return true;
+    snprintf(reason, reason_bytes, "the caller asked for FlashInfer's %s",
+             mg_attention_impl_name(d->impl));
+    return false;
 }
 
 /* "mg_attention_plan_create" for a plan's first batch, "mg_attention_plan_update" after. */

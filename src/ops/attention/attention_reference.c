@@ -10,7 +10,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -676,17 +675,12 @@ static mg_status kernels_run_paged(mg_attention_plan *p, const mg_paged_attentio
                         (mg_dim3){KERNELS_THREADS, 1, 1});
 }
 
-/* FA2 and FA3 name FlashInfer's kernels on CUDA (metrale/ops_attention.h): a CUDA plan that asks
- * for one is never served by these kernels. Elsewhere the request means nothing, as on the CPU.
- * The ragged and the paged op's calls both start with the validated descriptor. */
+/* On CUDA a plan that demands FA2 or FA3 is never served by these kernels; elsewhere the
+ * request means nothing, as on the CPU. The ragged and the paged op's calls both start with the
+ * validated descriptor. */
 static bool kernels_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
-    const mg_attention_desc *d = call;
-    if (mg_backend_get_kind(b) == MG_BACKEND_CUDA && d->impl != MG_ATTENTION_IMPL_AUTO) {
-        snprintf(reason, reason_bytes, "the caller asked for FlashInfer's %s",
-                 mg_attention_impl_name(d->impl));
-        return false;
-    }
-    return true;
+    return mg_backend_get_kind(b) != MG_BACKEND_CUDA ||
+           mg_attention_impl_open(call, reason, reason_bytes);
 }
 
 const mg_attention_provider mg_attention_kernels_provider = {

@@ -58,6 +58,7 @@
 
 #include "metrale/export.h"
 #include "metrale/gpu.h"
+#include "metrale/ops_gemm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -115,6 +116,49 @@ MG_API mg_status mg_nvfp4_gemm_gate_up(mg_backend *b, mg_stream *s, uint32_t m, 
                                        uint32_t k, mg_devptr act, uint32_t act_pitch,
                                        const mg_nvfp4_weight *gate, const mg_nvfp4_weight *up,
                                        mg_devptr out, uint32_t ldc);
+
+/* The dense GEMM (up NULL) or gate_up (up given) with a fusion of metrale/ops_gemm.h
+ * ("fusion"), for the decode step: each defined, as there, as the composition of the unfused
+ * calls on the same operands.
+ *   prologue MG_GEMM_PROLOGUE_RMSNORM: act is the un-normed residual stream, BF16 [m, k] with
+ *       row pitch act_pitch, read only; the GEMM's input is mg_rmsnorm_bf16(act, add = 0,
+ *       norm_weight, eps). tensors->norm_weight BF16 [k], 16-byte aligned; fusion->eps > 0
+ *       and finite.
+ *   epilogue MG_GEMM_EPILOGUE_RESIDUAL_ADD (dense only): out[t, j] = bf16(y[t, j] +
+ *       residual[t, j]) with y the GEMM's BF16 output; tensors->residual BF16 [m, n] with row
+ *       pitch ldc, either exactly out (the residual stream updated in place) or sharing no
+ *       byte with it.
+ *   epilogue MG_GEMM_EPILOGUE_SILU_MUL: the gate_up form's own SiLU-mul (mg_nvfp4_gemm_gate_up:
+ *       out = silu(gate) * up of the unrounded sums, n the columns of out): required with `up`,
+ *       refused without it.
+ * With neither kind (and no up) the call is mg_nvfp4_gemm.
+ *
+ * What a caller may rely on:
+ *  - The argument rules of mg_nvfp4_gemm, and: a missing fusion tensor, one given that the
+ *    fusion does not read (residual, argmax_ids, kv_cache, kv_append included), a bad eps,
+ *    SILU_MUL without up (or up without it), or out overlapping norm_weight or a residual that
+ *    is not exactly out: MG_ERR_INVALID_ARGUMENT naming it, nothing launched.
+ *  - A fusion is run whole or refused, never partly: the ARGMAX and KV_APPEND epilogues, more
+ *    than 16 rows, a weight in the Blackwell layout, or a backend without the fused kernels
+ *    (Metal) are MG_ERR_UNSUPPORTED naming the fusion, nothing launched. On CUDA the Hopper
+ *    small-tile kernels run it: the norm weight applied to each activation as it is loaded and
+ *    1 / rms to the sums (within the composition's tolerance: each operand is one BF16 rounding
+ *    from the exact normed value, but not bit-equal to the CPU's), the residual added as each
+ *    output is stored. On the CPU (reference and AVX2 kernels) the result is the composition
+ *    bit for bit.
+ *  - Results do not depend on timing; a captured call replays as it ran. */
+MG_API mg_status mg_nvfp4_gemm_fused(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
+                                     uint32_t k, mg_devptr act, uint32_t act_pitch,
+                                     const mg_nvfp4_weight *w, const mg_nvfp4_weight *up,
+                                     mg_devptr out, uint32_t ldc, const mg_gemm_fusion *fusion,
+                                     const mg_gemm_fusion_tensors *tensors);
+
+/* Whether mg_nvfp4_gemm_fused would run `fusion` at m x n x k (gate_up: with an up weight) on
+ * `b`, without operands: MG_OK, the MG_ERR_UNSUPPORTED the call would return (same message), or
+ * MG_ERR_INVALID_ARGUMENT for a fusion or shape the call refuses anyway. Launches nothing; for
+ * choosing a step's form before a capture. */
+MG_API mg_status mg_nvfp4_gemm_fusion_supported(mg_backend *b, uint32_t m, uint32_t n, uint32_t k,
+                                                bool gate_up, const mg_gemm_fusion *fusion);
 
 /* The grouped (MoE) GEMM. `rows` rows in expert order: expert e owns rows
  * [expert_offsets[e], expert_offsets[e + 1]) (INT32 [experts + 1], device memory, offsets[0] =

@@ -113,6 +113,11 @@ static bool ships_kernels(mg_backend *b, const char *const *names, char *reason,
     return ok;
 }
 
+bool mg_op_ships_kernel(mg_backend *b, const char *name, char *reason, size_t reason_bytes) {
+    const char *const names[] = {name, NULL};
+    return ships_kernels(b, names, reason, reason_bytes);
+}
+
 /* Whether `p` can run on `b`, a live backend of `kind` (validated once by the caller, so
  * nothing here looks the handle up); the reason otherwise. The hooks leave mg_last_error alone
  * (their contract, op_registry.h), so the hot path copies no message. */

@@ -72,6 +72,11 @@ extern const mg_op_def *const mg_op_defs[MG_OP_COUNT];
 mg_status mg_op_choose(mg_backend *b, mg_op op, const void *call, const char *fn,
                        const mg_op_provider **out);
 
+/* Whether `b` (live) ships kernel `name` of module "metrale"; the reason otherwise. For a
+ * supports hook whose calls need a kernel the provider's `kernels` list does not name (one
+ * variant of many). Cached after the first lookup; never sets mg_last_error. */
+bool mg_op_ships_kernel(mg_backend *b, const char *name, char *reason, size_t reason_bytes);
+
 /* The provider forced for `op` on `b` (mg_op_force_provider), NULL when the choice is automatic.
  * Cheap; never sets mg_last_error. For a provider's supports hook that accepts more calls when
  * a caller asked for it by name than when it competes in the automatic choice. */

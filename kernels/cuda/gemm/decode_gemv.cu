@@ -28,17 +28,13 @@
 // once its last loads are issued.
 //
 // Fusions (metrale/ops_gemm.h, "fusion"; BF16 weights only). The RMSNorm prologue makes the
-// normed rows on the fly, with no pass of its own over act: a lane multiplies each activation
-// it loads by the norm weight at the same K position (rounded to BF16, the mma's operand) and
-// sums the squares of the raw values; the first tile a block walks covers all of K, so at its
-// end the block has each row's sum of squares (reduced in a fixed order), and every output is
-// scaled by inv = 1 / sqrtf(sum / K + eps). That is RMSNorm with the scale applied after the
-// dot product instead of before the rounding: each operand is still one BF16 rounding from
-// the exact product, so the result is within the tolerance of the composed ops, not bit-equal
-// to the CPU composition. The SiLU-mul epilogue walks tiles of 4 gate rows and the 4 up rows
-// of the same outputs (gate row j and up row N/2 + j in one mma), so a block finishes both
-// halves of each output it writes; the residual epilogue adds in the same thread that stores,
-// so out may be the residual itself.
+// normed rows on the fly, with no pass of its own over act (common/rmsnorm_prologue.cuh): the
+// first tile a block walks covers all of K, so at its end the block has each row's sum of
+// squares (reduced in a fixed order), and every output is scaled by 1 / rms; within the
+// tolerance of the composed ops, not bit-equal to the CPU composition. The SiLU-mul epilogue
+// walks tiles of 4 gate rows and the 4 up rows of the same outputs (gate row j and up row N/2 + j
+// in one mma), so a block finishes both halves of each output it writes; the residual epilogue
+// adds in the same thread that stores, so out may be the residual itself.
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -46,6 +42,7 @@
 #include "common/fp8_e4m3.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/kv_slot.cuh"
+#include "common/rmsnorm_prologue.cuh"
 #include "common/silu.cuh"
 #include "common/stream_load.cuh"
 
@@ -199,33 +196,15 @@ __device__ __forceinline__ uint32_t tile_row(uint32_t tile, int g, uint32_t n, b
     return row;
 }
 
-// The RMSNorm prologue on one loaded activation word (two BF16): bf16(a * norm_weight) per
-// value, one packed multiply (a product of two BF16 values is exact in FP32, so this is the
-// product rounded once); during the block's first tile the squares of the raw values are summed
-// into *sum_sq too (FP32, a fixed order per lane).
-__device__ __forceinline__ uint32_t norm_word(uint32_t a, uint32_t w, bool count, float *sum_sq) {
-    if (count) {
-        const float lo = mg_num_bf16_low(a), hi = mg_num_bf16_high(a);
-        *sum_sq = fmaf(hi, hi, fmaf(lo, lo, *sum_sq));
-    }
-    __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162 *>(&a);
-    const __nv_bfloat162 y = __hmul2(x, *reinterpret_cast<const __nv_bfloat162 *>(&w));
-    return *reinterpret_cast<const uint32_t *>(&y);
-}
-
 __device__ __forceinline__ void norm_span(Span *a, const Span &w, bool count, float *sum_sq) {
-    a->lo = make_uint4(
-        norm_word(a->lo.x, w.lo.x, count, sum_sq), norm_word(a->lo.y, w.lo.y, count, sum_sq),
-        norm_word(a->lo.z, w.lo.z, count, sum_sq), norm_word(a->lo.w, w.lo.w, count, sum_sq));
-    a->hi = make_uint4(
-        norm_word(a->hi.x, w.hi.x, count, sum_sq), norm_word(a->hi.y, w.hi.y, count, sum_sq),
-        norm_word(a->hi.z, w.hi.z, count, sum_sq), norm_word(a->hi.w, w.hi.w, count, sum_sq));
-}
-
-// The sum of a value over the 4 lanes of a quad, in the same order on every lane.
-__device__ __forceinline__ float quad_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+    a->lo = make_uint4(rmsnorm_prologue_word(a->lo.x, w.lo.x, count, sum_sq),
+                       rmsnorm_prologue_word(a->lo.y, w.lo.y, count, sum_sq),
+                       rmsnorm_prologue_word(a->lo.z, w.lo.z, count, sum_sq),
+                       rmsnorm_prologue_word(a->lo.w, w.lo.w, count, sum_sq));
+    a->hi = make_uint4(rmsnorm_prologue_word(a->hi.x, w.hi.x, count, sum_sq),
+                       rmsnorm_prologue_word(a->hi.y, w.hi.y, count, sum_sq),
+                       rmsnorm_prologue_word(a->hi.z, w.hi.z, count, sum_sq),
+                       rmsnorm_prologue_word(a->hi.w, w.hi.w, count, sum_sq));
 }
 
 // The FP8 RMSNorm prologue's row pitch in shared memory: K codes and 16 bytes, so that the 8
@@ -289,7 +268,7 @@ __device__ void stage_fp8_rows(const uint8_t *act, const uint8_t *norm_weight, u
 #pragma unroll
         for (int v = 0; v < kWarps; v++)
             sum += sum_part[v][t];
-        return 1.0f / sqrtf(sum / (float)k + eps);
+        return rmsnorm_prologue_inv(sum, k, eps);
     };
     for (uint32_t t = 0; t < m; t++) {
         const float inv = inv_of(t);
@@ -488,7 +467,7 @@ __device__ void decode_gemv(const uint8_t *act, const uint8_t *weight, const flo
 #pragma unroll
                 for (int v = 0; v < kWarps; v++)
                     sum_sq += sum_sq_part[v][t];
-                inv = 1.0f / sqrtf(sum_sq / (float)k + fusion.eps);
+                inv = rmsnorm_prologue_inv(sum_sq, k, fusion.eps);
             }
             first_tile = false;
             const uint32_t j = tile * tile_outputs<Epi>() + col;

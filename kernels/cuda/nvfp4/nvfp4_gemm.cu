@@ -35,6 +35,7 @@
 #include "common/stream_load.cuh"
 
 #include "common/grid_dependency.cuh"
+#include "common/rmsnorm_prologue.cuh"
 #include "common/silu.cuh"
 #include "nvfp4/nvfp4_hopper_layout.h"
 #include "nvfp4/nvfp4_mma.cuh"
@@ -43,22 +44,47 @@ using namespace mg_nvfp4;
 
 namespace {
 
+// The RMSNorm prologue's state in a lane (NORM kernels): the norm weight, and the sum of
+// squares of each of its NT tokens' raw values over the runs it has loaded.
+template <int NT> struct norm_state {
+    const __nv_bfloat16 *weight;
+    float sum_sq[NT];
+};
+
 // The activations lane t needs for one chunk: 16 BF16 of each of its NT tokens at kbase.
 // CHECKED zero-fills the runs at or past k (the last, partial super-chunk of a row block);
-// elsewhere every run is inside the row.
-template <int NT, bool CHECKED>
+// elsewhere every run is inside the row. NORM: each value times the norm weight at its K
+// (common/rmsnorm_prologue.cuh), the raw squares summed into the state.
+template <int NT, bool CHECKED, bool NORM>
 __device__ __forceinline__ void load_act(const __nv_bfloat16 *const (&act_row)[NT], uint32_t kbase,
-                                         uint32_t k, uint32_t (&x)[NT][8]) {
+                                         uint32_t k, uint32_t (&x)[NT][8], norm_state<NT> &norm) {
+    const bool inside = !CHECKED || kbase < k;
+    uint32_t nw[8];
+    if (NORM) {
+        uint4 w0 = make_uint4(0, 0, 0, 0), w1 = w0;
+        if (inside) {
+            const uint4 *p = reinterpret_cast<const uint4 *>(norm.weight + kbase);
+            w0 = __ldg(p);
+            w1 = __ldg(p + 1);
+        }
+        nw[0] = w0.x, nw[1] = w0.y, nw[2] = w0.z, nw[3] = w0.w;
+        nw[4] = w1.x, nw[5] = w1.y, nw[6] = w1.z, nw[7] = w1.w;
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
-        if (!CHECKED || kbase < k) {
+        if (inside) {
             const uint4 *p = reinterpret_cast<const uint4 *>(act_row[nt] + kbase);
             v0 = __ldg(p);
             v1 = __ldg(p + 1);
         }
         x[nt][0] = v0.x, x[nt][1] = v0.y, x[nt][2] = v0.z, x[nt][3] = v0.w;
         x[nt][4] = v1.x, x[nt][5] = v1.y, x[nt][6] = v1.z, x[nt][7] = v1.w;
+        if (NORM) {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                x[nt][i] = rmsnorm_prologue_word(x[nt][i], nw[i], true, &norm.sum_sq[nt]);
+        }
     }
 }
 
@@ -81,15 +107,16 @@ __device__ __forceinline__ void mma_chunk(uint4 w, uint32_t s_lo, uint32_t s_hi,
 }
 
 // One super-chunk (4 chunks) whose codes and scales are in registers.
-template <int NT, bool CHECKED>
+template <int NT, bool CHECKED, bool NORM>
 __device__ __forceinline__ void mma_super(const uint4 (&w)[4], uint2 sc,
                                           const __nv_bfloat16 *const (&act_row)[NT], uint32_t s,
-                                          uint32_t k, float (&acc)[NT][4]) {
+                                          uint32_t k, float (&acc)[NT][4], norm_state<NT> &norm) {
     const uint32_t t = threadIdx.x % 4;
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         uint32_t x[NT][8];
-        load_act<NT, CHECKED>(act_row, s * MG_NVFP4_SUPER_K + c * MG_NVFP4_CHUNK_K + t * 16, k, x);
+        load_act<NT, CHECKED, NORM>(act_row, s * MG_NVFP4_SUPER_K + c * MG_NVFP4_CHUNK_K + t * 16,
+                                    k, x, norm);
         const uint32_t sword = c < 2 ? sc.x : sc.y;
         mma_chunk<NT>(w[c], scale_pair(sword, (c & 1) * 2), scale_pair(sword, (c & 1) * 2 + 1), x,
                       acc);
@@ -114,11 +141,11 @@ __device__ __forceinline__ void load_super(const uint8_t *values, const uint8_t 
 // super-chunk's codes and scales are loaded while the one before is computed. w and sc hold
 // super-chunk s_begin's on entry (load_super, issued by the caller so that it may come before
 // the grid wait); unread when the range is empty.
-template <int NT>
+template <int NT, bool NORM>
 __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t *scales,
                                            const __nv_bfloat16 *const (&act_row)[NT], uint32_t k,
                                            uint32_t s_begin, uint32_t s_end, uint4 (&w)[4],
-                                           uint2 &sc, float (&acc)[NT][4]) {
+                                           uint2 &sc, float (&acc)[NT][4], norm_state<NT> &norm) {
     const uint32_t lane = threadIdx.x % 32;
     const uint4 *wv = reinterpret_cast<const uint4 *>(values) + lane;
     const uint2 *ws = reinterpret_cast<const uint2 *>(scales) + lane;
@@ -137,9 +164,9 @@ __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t 
                 wn[c] = load_stream(wv + ((s + 1) * 4 + c) * 32);
         }
         if (s < full_supers)
-            mma_super<NT, false>(w, sc, act_row, s, k, acc);
+            mma_super<NT, false, NORM>(w, sc, act_row, s, k, acc, norm);
         else
-            mma_super<NT, true>(w, sc, act_row, s, k, acc);
+            mma_super<NT, true, NORM>(w, sc, act_row, s, k, acc, norm);
         if (more) {
             sc = scn;
 #pragma unroll
@@ -150,12 +177,15 @@ __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t 
 }
 
 // NT: n8 token tiles per CTA (8 * NT tokens); KW: warps splitting K per row block; FUSED:
-// gate and up row blocks, out = silu(gate) * up.
-template <int NT, int KW, bool FUSED>
+// gate and up row blocks, out = silu(gate) * up; NORM: the RMSNorm prologue (a.norm_weight,
+// a.eps; each warp sums its K range's squares of every token, and the outputs are scaled by
+// 1 / rms). a.residual, when set, is added to every output as it is stored.
+template <int NT, int KW, bool FUSED, bool NORM>
 __device__ __forceinline__ void gemm_body(const gemm_args &a) {
     constexpr int RB = FUSED ? 2 : 1;
     constexpr uint32_t TILE = 8 * NT;
     __shared__ float partial[RB][KW][NT][4][32];
+    __shared__ float sum_sq_part[NORM ? KW : 1][NT][8]; // NORM: each K warp's share, per token
 
     // A dense call's tile and weights are known from its arguments alone; a grouped call's come
     // from the routing, which an earlier kernel writes.
@@ -204,10 +234,14 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
     }
 
     float acc[NT][4];
+    norm_state<NT> norm;
+    norm.weight = a.norm_weight;
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+    for (int nt = 0; nt < NT; nt++) {
         acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-    accumulate<NT>(values, scales, act_row, a.k, s_begin, s_end, w0, sc0, acc);
+        norm.sum_sq[nt] = 0.0f;
+    }
+    accumulate<NT, NORM>(values, scales, act_row, a.k, s_begin, s_end, w0, sc0, acc, norm);
     // This warp's weights are all loaded and used: the next kernel may start its own
     // independent loads (the CTA's first warp to get here releases it for the CTA).
     launch_dependents();
@@ -217,6 +251,14 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
 #pragma unroll
         for (int i = 0; i < 4; i++)
             partial[which][kw][nt][i][lane] = acc[nt][i];
+    if (NORM) { // token g of each n8 tile: the quad's sum over its K runs (the up warps' is equal)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const float sum = quad_sum(norm.sum_sq[nt]);
+            if (t == 0 && which == 0)
+                sum_sq_part[kw][nt][g] = sum;
+        }
+    }
     __syncthreads();
     if (warp != 0)
         return;
@@ -224,7 +266,17 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
     const float gate_scale = a.global_scales[tile.expert] * MG_NVFP4_ACC_FACTOR;
     const float up_scale = FUSED ? a.up_global_scales[tile.expert] * MG_NVFP4_ACC_FACTOR : 0.0f;
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+    for (int nt = 0; nt < NT; nt++) {
+        float inv[2] = {1.0f, 1.0f}; // NORM: 1 / rms of tokens 2t and 2t + 1, sums in warp order
+        if (NORM)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                float sum_sq = 0.0f;
+#pragma unroll
+                for (int w = 0; w < KW; w++)
+                    sum_sq += sum_sq_part[w][nt][2 * t + j];
+                inv[j] = rmsnorm_prologue_inv(sum_sq, a.k, a.eps);
+            }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             // c0, c1: row g, tokens 2t, 2t + 1; c2, c3: row g + 8.
@@ -234,17 +286,18 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
 #pragma unroll
             for (int w = 0; w < KW; w++)
                 sum += partial[0][w][nt][i][lane];
-            float value = sum * gate_scale;
+            float value = sum * gate_scale * inv[i & 1];
             if (FUSED) {
                 float up = 0.0f;
 #pragma unroll
                 for (int w = 0; w < KW; w++)
                     up += partial[RB - 1][w][nt][i][lane];
-                value = mg_silu_mul_f32(value, up * up_scale);
+                value = mg_silu_mul_f32(value, up * up_scale * inv[i & 1]);
             }
             if (n < a.n && r < tile.row_end)
                 store_output(a, r, n, value);
         }
+    }
 }
 
 } // namespace
@@ -252,7 +305,19 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
 #define MG_NVFP4_GEMM_KERNEL(NAME, NT, KW, FUSED)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * KW * (FUSED ? 2 : 1))                        \
         NAME(MG_NVFP4_GEMM_PARAMS) {                                                               \
-        gemm_body<NT, KW, FUSED>(MG_NVFP4_GEMM_ARGS);                                              \
+        gemm_body<NT, KW, FUSED, false>(MG_NVFP4_GEMM_ARGS);                                       \
+    }
+// The fused kernels (metrale/ops_nvfp4.h, mg_nvfp4_gemm_fused): three more arguments, the norm
+// weight (NORM kernels), the residual (or null) and eps.
+#define MG_NVFP4_GEMM_FUSED_KERNEL(NAME, NT, KW, FUSED, NORM)                                      \
+    extern "C" __global__ void __launch_bounds__(32 * KW * (FUSED ? 2 : 1))                        \
+        NAME(MG_NVFP4_GEMM_PARAMS, const __nv_bfloat16 *norm_weight,                               \
+             const __nv_bfloat16 *residual, float eps) {                                           \
+        mg_nvfp4::gemm_args a = MG_NVFP4_GEMM_ARGS;                                                \
+        a.norm_weight = norm_weight;                                                               \
+        a.residual = residual;                                                                     \
+        a.eps = eps;                                                                               \
+        gemm_body<NT, KW, FUSED, NORM>(a);                                                         \
     }
 
 MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_t8_k1, 1, 1, false)
@@ -269,6 +334,28 @@ MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t8_k4, 1, 4, true)
 MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t16_k1, 2, 1, true)
 MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t16_k2, 2, 2, true)
 MG_NVFP4_GEMM_KERNEL(nvfp4_gemm_gate_up_t16_k4, 2, 4, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_add_t8_k1, 1, 1, false, false)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_add_t8_k2, 1, 2, false, false)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_add_t8_k4, 1, 4, false, false)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_add_t8_k8, 1, 8, false, false)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_add_t16_k1, 2, 1, false, false)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_add_t16_k2, 2, 2, false, false)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_add_t16_k4, 2, 4, false, false)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_add_t16_k8, 2, 8, false, false)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_norm_t8_k1, 1, 1, false, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_norm_t8_k2, 1, 2, false, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_norm_t8_k4, 1, 4, false, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_norm_t8_k8, 1, 8, false, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_norm_t16_k1, 2, 1, false, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_norm_t16_k2, 2, 2, false, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_norm_t16_k4, 2, 4, false, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_norm_t16_k8, 2, 8, false, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_gate_up_norm_t8_k1, 1, 1, true, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_gate_up_norm_t8_k2, 1, 2, true, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_gate_up_norm_t8_k4, 1, 4, true, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_gate_up_norm_t16_k1, 2, 1, true, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_gate_up_norm_t16_k2, 2, 2, true, true)
+MG_NVFP4_GEMM_FUSED_KERNEL(nvfp4_gemm_gate_up_norm_t16_k4, 2, 4, true, true)
 
 // The re-layout (once at load): canonical packed codes [experts * n, k / 2] (low nibble = even
 // k) and E4M3 scales [experts * n, k / 16] -> the layout of nvfp4_hopper_layout.h, each expert

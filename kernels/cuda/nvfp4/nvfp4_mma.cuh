@@ -46,6 +46,10 @@ struct gemm_args {
     const float *up_global_scales;
     __nv_bfloat16 *out;
     uint32_t ldc, n, k;
+    // The fused small-tile kernels' (nvfp4_gemm.cu) fusion operands; null in the others.
+    const __nv_bfloat16 *norm_weight; // RMSNorm prologue: BF16 [k]
+    const __nv_bfloat16 *residual;    // residual-add epilogue: BF16 [rows, ldc], may be out
+    float eps;
 };
 
 // The kernels' parameter list (nvfp4_gemm_reference.h's argument list) and the gemm_args it
@@ -64,12 +68,17 @@ struct gemm_args {
     }
 
 // Stores output (r, n), in range: 0 for a row whose token id is outside the activation (it read
-// zeros; negative ids wrap to large).
+// zeros; negative ids wrap to large). With a residual, the output rounded to BF16 plus the
+// residual's element, rounded again (mg_rmsnorm_bf16's add); read and written by this thread
+// alone, so the residual may be out itself.
 __device__ __forceinline__ void store_output(const gemm_args &a, uint32_t r, uint32_t n,
                                              float value) {
     if (a.token_ids && (uint32_t)a.token_ids[r] >= a.act_rows)
         value = 0.0f;
-    a.out[(uint64_t)r * a.ldc + n] = mg_num_to_nv_bf16(value);
+    const uint64_t at = (uint64_t)r * a.ldc + n;
+    if (a.residual)
+        value = __bfloat162float(mg_num_to_nv_bf16(value)) + __bfloat162float(a.residual[at]);
+    a.out[at] = mg_num_to_nv_bf16(value);
 }
 
 struct token_tile {

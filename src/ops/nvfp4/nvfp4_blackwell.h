@@ -34,6 +34,9 @@ typedef struct mg_nvfp4_gemm_problem {
     const mg_nvfp4_weight *up;
     mg_devptr workspace;
     size_t workspace_bytes;
+    /* mg_nvfp4_gemm_fused's fusion (zero: none) and its operands */
+    mg_gemm_fusion fusion;
+    mg_devptr norm_weight, residual;
 } mg_nvfp4_gemm_problem;
 
 /* What an NVFP4 GEMM provider implements (both ops); nvfp4_gemm.c lists them. */

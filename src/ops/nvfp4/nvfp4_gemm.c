@@ -1,6 +1,7 @@
 /* nvfp4_gemm.c - the NVFP4 GEMM ops (metrale/ops_nvfp4.h): every argument checked once, then
  * our kernels of module "metrale" launched by name, the same on every backend (CUDA:
  * kernels/cuda/nvfp4/nvfp4_gemm.cu; CPU: nvfp4_gemm_reference.c). */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,10 +86,13 @@ static mg_status launch_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_pr
                              const char *name, mg_dim3 grid, mg_dim3 block, uint32_t shared);
 static mg_status run_dequant_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *p);
 static bool dequant_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes);
+static bool kernels_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes);
 
-/* Our tiled kernels: every call, on every backend that ships them. */
+/* Our tiled kernels: every call, on every backend that ships them; a fusion (the small-tile
+ * family's fused kernels) where the backend ships that kernel. */
 static const mg_nvfp4_provider kernels_provider = {
-    .base = MG_OP_KERNELS_PROVIDER(mg_nvfp4_cpu_kernels_register, MG_NVFP4_KERNEL_PREPARE),
+    .base = MG_OP_KERNELS_PROVIDER_SUPPORTS(mg_nvfp4_cpu_kernels_register, kernels_supports,
+                                            MG_NVFP4_KERNEL_PREPARE),
     .run = run_tiled,
 };
 
@@ -125,6 +129,8 @@ static bool cpu_avx2_available(mg_backend *b, char *reason, size_t reason_bytes)
     return mg_cpu_avx2_available(reason, reason_bytes);
 }
 
+static bool cpu_avx2_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes);
+
 static mg_status run_cpu_avx2(mg_backend *b, mg_stream *s, const mg_nvfp4_gemm_problem *p) {
     return launch_gemm(b, s, p, MG_NVFP4_KERNEL_GEMM_AVX2, (mg_dim3){1, 1, 1}, (mg_dim3){1, 1, 1},
                        0);
@@ -134,6 +140,7 @@ static const mg_nvfp4_provider cpu_avx2_provider = {
     .base = {.name = "cpu_avx2",
              .backend = MG_BACKEND_CPU,
              .available = cpu_avx2_available,
+             .supports = cpu_avx2_supports,
              .register_cpu_kernels = mg_nvfp4_cpu_fast_kernels_register},
     .run = run_cpu_avx2,
 };
@@ -213,6 +220,13 @@ mg_status mg_nvfp4_prepare(mg_backend *b, mg_stream *s, uint32_t n, uint32_t k, 
 
 typedef mg_nvfp4_gemm_problem gemm_problem;
 
+/* The fused kernel a problem needs (mg_nvfp4_gemm_fused): gate_up's own SiLU-mul is not one. */
+static mg_nvfp4_kernel_fusion kernel_fusion(const gemm_problem *p) {
+    return p->fusion.prologue == MG_GEMM_PROLOGUE_RMSNORM        ? MG_NVFP4_KERNEL_NORM
+           : p->fusion.epilogue == MG_GEMM_EPILOGUE_RESIDUAL_ADD ? MG_NVFP4_KERNEL_ADD
+                                                                 : MG_NVFP4_KERNEL_PLAIN;
+}
+
 size_t mg_nvfp4_gemm_workspace_bytes(uint32_t m, uint32_t n, uint32_t k) {
     if (m < MG_NVFP4_BF16_PATH_MIN_M || !shape_ok(n, k))
         return 0;
@@ -222,11 +236,12 @@ size_t mg_nvfp4_gemm_workspace_bytes(uint32_t m, uint32_t n, uint32_t k) {
 static bool dequant_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
     (void)b;
     const gemm_problem *p = call;
-    if (!p || p->op != MG_OP_NVFP4_GEMM || p->up || p->rows < MG_NVFP4_BF16_PATH_MIN_M ||
-        p->act_pitch != p->k || !p->workspace ||
+    if (!p || p->op != MG_OP_NVFP4_GEMM || p->up || kernel_fusion(p) != MG_NVFP4_KERNEL_PLAIN ||
+        p->rows < MG_NVFP4_BF16_PATH_MIN_M || p->act_pitch != p->k || !p->workspace ||
         p->workspace_bytes < mg_nvfp4_gemm_workspace_bytes(p->rows, p->n, p->k)) {
         snprintf(reason, reason_bytes,
-                 "needs m >= %u, act_pitch == k, no up weight and a workspace of n * k * 2 bytes",
+                 "needs m >= %u, act_pitch == k, no up weight, no fusion and a workspace of n * k "
+                 "* 2 bytes",
                  MG_NVFP4_BF16_PATH_MIN_M);
         return false;
     }
@@ -265,7 +280,7 @@ static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
                         p->n);
     size_t vb = mg_nvfp4_prepared_value_bytes(p->n, p->k);
     size_t sb = mg_nvfp4_prepared_scale_bytes(p->n, p->k);
-    mg_op_tensor s[12];
+    mg_op_tensor s[14];
     int count = 0;
     s[count++] = (mg_op_tensor){"out", p->out, 0, 2, true};
     if (!mg_matrix_span_bytes(p->rows, p->n, p->ldc, 2, &s[0].bytes))
@@ -284,6 +299,12 @@ static mg_status check_problem(mg_backend *b, const gemm_problem *p) {
         s[count++] =
             (mg_op_tensor){names[i][2], weights[i]->global_scale, (size_t)p->experts * 4, 4, false};
     }
+    if (p->norm_weight)
+        s[count++] =
+            (mg_op_tensor){"fusion norm_weight", p->norm_weight, (size_t)p->k * 2, 16, MG_OP_IN};
+    /* a residual that is exactly out is out's range; another one is read only */
+    if (p->residual && p->residual != p->out)
+        s[count++] = (mg_op_tensor){"fusion residual", p->residual, s[0].bytes, 2, MG_OP_IN};
     if (p->workspace && p->workspace_bytes)
         s[count++] = (mg_op_tensor){"workspace", p->workspace, p->workspace_bytes, 16, true};
     if (p->op == MG_OP_NVFP4_MOE_GEMM) {
@@ -413,7 +434,7 @@ static mg_status choose_variant(mg_backend *b, const gemm_problem *p, gemm_varia
     v->row_tiles = row_blocks;
     v->threads = 32 * k_warps * (gate_up ? 2 : 1);
     v->shared_bytes = 0;
-    mg_nvfp4_gemm_kernel_name(v->name, sizeof v->name, tile, k_warps, gate_up);
+    mg_nvfp4_gemm_kernel_name(v->name, sizeof v->name, tile, k_warps, gate_up, kernel_fusion(p));
     return MG_OK;
 }
 
@@ -459,7 +480,53 @@ static mg_status launch_gemm(mg_backend *b, mg_stream *s, const gemm_problem *p,
     mg_launch_arg_u32(&l, p->ldc);
     mg_launch_arg_u32(&l, p->n);
     mg_launch_arg_u32(&l, p->k);
+    if (kernel_fusion(p) != MG_NVFP4_KERNEL_PLAIN) {
+        mg_launch_arg_ptr(&l, p->norm_weight);
+        mg_launch_arg_ptr(&l, p->residual);
+        mg_launch_arg_f32(&l, p->fusion.eps);
+    }
     return launch_kernel(b, s, name, &l);
+}
+
+/* A fusion runs in the small-tile family's fused kernels: a dense problem of up to
+ * SMALL_TILE_MAX_ROWS rows in our Hopper layout, on a backend that ships the variant's kernel
+ * (the CPU's reference kernels; CUDA's; not Metal's). */
+static bool fusion_fits(const gemm_problem *p, char *reason, size_t reason_bytes) {
+    if (kernel_fusion(p) != MG_NVFP4_KERNEL_PLAIN &&
+        (p->op != MG_OP_NVFP4_GEMM || p->rows > SMALL_TILE_MAX_ROWS)) {
+        snprintf(reason, reason_bytes, "runs fusions for dense calls of up to %u rows",
+                 SMALL_TILE_MAX_ROWS);
+        return false;
+    }
+    return true;
+}
+
+/* The same rule on the CPU's fast kernel, so that a fusion runs wherever the CPU runs it. */
+static bool cpu_avx2_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
+    (void)b;
+    return !call || fusion_fits(call, reason, reason_bytes);
+}
+
+static bool kernels_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
+    const gemm_problem *p = call;
+    if (!p || kernel_fusion(p) == MG_NVFP4_KERNEL_PLAIN)
+        return true;
+    if (!fusion_fits(p, reason, reason_bytes))
+        return false;
+    if (blackwell_layout(b, p->n, p->k)) {
+        snprintf(reason, reason_bytes, "runs no fusion on a weight in the Blackwell layout");
+        return false;
+    }
+    gemm_variant v;
+    mg_error_state saved;
+    mg_error_save(&saved);
+    const bool chosen = choose_variant(b, p, &v) == MG_OK;
+    mg_error_restore(&saved);
+    if (!chosen) {
+        snprintf(reason, reason_bytes, "has no kernel for this shape");
+        return false;
+    }
+    return mg_op_ships_kernel(b, v.name, reason, reason_bytes);
 }
 
 /* The kernels provider's GEMM: one launch of the variant that fits the problem. */
@@ -522,6 +589,132 @@ mg_status mg_nvfp4_gemm_gate_up(mg_backend *b, mg_stream *s, uint32_t m, uint32_
     if (!up)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "mg_nvfp4_gemm_gate_up: NULL up weight");
     return dense(b, s, "mg_nvfp4_gemm_gate_up", m, n, k, act, act_pitch, gate, up, out, ldc, 0, 0);
+}
+
+/* ------------------------------------------------------------------ fusion */
+
+/* "prologue rmsnorm + epilogue residual_add" and the like, into buf. */
+static void fusion_text(const mg_gemm_fusion *f, char *buf, size_t bytes) {
+    const bool pro = f->prologue != MG_GEMM_PROLOGUE_NONE,
+               epi = f->epilogue != MG_GEMM_EPILOGUE_NONE;
+    snprintf(buf, bytes, "%s%s%s%s%s", pro ? "prologue " : "",
+             pro ? mg_gemm_prologue_name(f->prologue) : "", pro && epi ? " + " : "",
+             epi ? "epilogue " : "", epi ? mg_gemm_epilogue_name(f->epilogue) : "");
+}
+
+/* The fusion's kinds and eps against the form (gate_up or not); no operands. */
+static mg_status check_fusion(const char *fn, const mg_gemm_fusion *f, bool gate_up) {
+    if ((unsigned)f->prologue >= MG_GEMM_PROLOGUE_COUNT ||
+        (unsigned)f->epilogue >= MG_GEMM_EPILOGUE_COUNT)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: unknown fusion (prologue %d, epilogue %d)",
+                        fn, (int)f->prologue, (int)f->epilogue);
+    char text[80];
+    fusion_text(f, text, sizeof text);
+    if (f->epilogue == MG_GEMM_EPILOGUE_ARGMAX || f->epilogue == MG_GEMM_EPILOGUE_KV_APPEND)
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "%s: fusion %s is not run with NVFP4 weights (mg_gemm runs it for BF16 "
+                        "and FP8 weights)",
+                        fn, text);
+    if (gate_up != (f->epilogue == MG_GEMM_EPILOGUE_SILU_MUL))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        gate_up ? "%s: the gate_up form (an up weight) needs epilogue silu_mul, "
+                                  "not %s"
+                                : "%s: fusion %s needs the up weight (the gate_up form)",
+                        fn, gate_up && f->epilogue == MG_GEMM_EPILOGUE_NONE ? "none" : text);
+    if (f->prologue == MG_GEMM_PROLOGUE_RMSNORM && !(f->eps > 0.0f && isfinite(f->eps)))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: fusion %s needs eps > 0 and finite, got %g",
+                        fn, text, (double)f->eps);
+    return MG_OK;
+}
+
+/* Every operand the fusion reads given, and none it does not. */
+static mg_status check_fusion_tensors(const char *fn, const mg_gemm_fusion *f,
+                                      const mg_gemm_fusion_tensors *t) {
+    const bool norm = f->prologue == MG_GEMM_PROLOGUE_RMSNORM;
+    const bool add = f->epilogue == MG_GEMM_EPILOGUE_RESIDUAL_ADD;
+    char text[80];
+    fusion_text(f, text, sizeof text);
+    const char *missing = norm && !t->norm_weight ? "norm_weight"
+                          : add && !t->residual   ? "residual"
+                                                  : NULL;
+    if (missing)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: fusion %s needs tensors->%s", fn, text,
+                        missing);
+    const char *unused = !norm && t->norm_weight ? "norm_weight"
+                         : !add && t->residual   ? "residual"
+                         : t->argmax_ids         ? "argmax_ids"
+                         : t->kv_cache           ? "kv_cache"
+                         : t->kv_append          ? "kv_append"
+                                                 : NULL;
+    if (unused)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: tensors->%s is given but fusion %s does not read it (pass 0)", fn,
+                        unused, text[0] ? text : "none");
+    return MG_OK;
+}
+
+mg_status mg_nvfp4_gemm_fused(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n, uint32_t k,
+                              mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *w,
+                              const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc,
+                              const mg_gemm_fusion *fusion, const mg_gemm_fusion_tensors *tensors) {
+    static const char fn[] = "mg_nvfp4_gemm_fused";
+    mg_status st = mg_op_enter(b, fn);
+    if (st)
+        return st;
+    if (!w || !fusion || !tensors)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn,
+                        !w        ? "weight"
+                        : !fusion ? "fusion"
+                                  : "tensors");
+    if ((st = check_fusion(fn, fusion, up != NULL)) ||
+        (st = check_fusion_tensors(fn, fusion, tensors)))
+        return st;
+    gemm_problem p = {.fn = fn,
+                      .op = MG_OP_NVFP4_GEMM,
+                      .experts = 1,
+                      .rows = m,
+                      .act_rows = m,
+                      .n = n,
+                      .k = k,
+                      .act_pitch = act_pitch,
+                      .ldc = ldc,
+                      .act = act,
+                      .out = out,
+                      .w = *w,
+                      .up = up,
+                      .fusion = *fusion,
+                      .norm_weight = tensors->norm_weight,
+                      .residual = tensors->residual};
+    return run_problem(b, s, &p);
+}
+
+mg_status mg_nvfp4_gemm_fusion_supported(mg_backend *b, uint32_t m, uint32_t n, uint32_t k,
+                                         bool gate_up, const mg_gemm_fusion *fusion) {
+    static const char fn[] = "mg_nvfp4_gemm_fusion_supported";
+    mg_status st = mg_op_enter(b, fn);
+    if (st)
+        return st;
+    if (!fusion)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL fusion", fn);
+    if ((st = check_shape(fn, n, k)) || (st = check_fusion(fn, fusion, gate_up)))
+        return st;
+    if (!m)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m must be >= 1", fn);
+    /* the supports hooks read the shape, the form and the fusion, never the operands */
+    static const mg_nvfp4_weight no_weight;
+    const gemm_problem p = {.fn = fn,
+                            .op = MG_OP_NVFP4_GEMM,
+                            .experts = 1,
+                            .rows = m,
+                            .act_rows = m,
+                            .n = n,
+                            .k = k,
+                            .act_pitch = k,
+                            .ldc = n,
+                            .up = gate_up ? &no_weight : NULL,
+                            .fusion = *fusion};
+    const mg_op_provider *provider;
+    return mg_op_choose(b, MG_OP_NVFP4_GEMM, &p, fn, &provider);
 }
 
 mg_status mg_nvfp4_moe_gemm(mg_backend *b, mg_stream *s, const mg_nvfp4_moe_desc *d,

@@ -123,6 +123,11 @@ static bool blackwell_supports(mg_backend *b, const void *call, char *reason, si
         snprintf(reason, reason_bytes, "needs ldc a multiple of 8 (16-byte output rows)");
         return false;
     }
+    if (c->fusion.prologue != MG_GEMM_PROLOGUE_NONE ||
+        c->fusion.epilogue == MG_GEMM_EPILOGUE_RESIDUAL_ADD) {
+        snprintf(reason, reason_bytes, "runs no RMSNorm prologue or residual-add epilogue");
+        return false;
+    }
     return true;
 }
 

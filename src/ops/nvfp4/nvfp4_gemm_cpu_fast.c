@@ -183,7 +183,7 @@ static mg_status kernel_avx2(const mg_launch *l) {
         return MG_ERROR(MG_ERR_UNSUPPORTED, "cpu kernel %s: no AVX2", name);
     mg_nvfp4_cpu_gemm_call c;
     mg_status st = mg_nvfp4_cpu_gemm_args(l, name, &c);
-    return st || !c.rows ? st : run_fast(&c, name);
+    return st || !c.rows ? st : mg_nvfp4_cpu_gemm_run(&c, name, run_fast);
 }
 #endif
 

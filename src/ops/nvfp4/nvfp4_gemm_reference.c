@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "elementwise_host.h"
 #include "error.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
@@ -16,8 +17,12 @@
 #include "nvfp4_hopper_layout.h"
 
 void mg_nvfp4_gemm_kernel_name(char *buf, unsigned bytes, unsigned tile_tokens, unsigned k_warps,
-                               int gate_up) {
-    snprintf(buf, bytes, "nvfp4_gemm_%st%u_k%u", gate_up ? "gate_up_" : "", tile_tokens, k_warps);
+                               int gate_up, mg_nvfp4_kernel_fusion fusion) {
+    snprintf(buf, bytes, "nvfp4_gemm_%s%st%u_k%u", gate_up ? "gate_up_" : "",
+             fusion == MG_NVFP4_KERNEL_NORM  ? "norm_"
+             : fusion == MG_NVFP4_KERNEL_ADD ? "add_"
+                                             : "",
+             tile_tokens, k_warps);
 }
 
 void mg_nvfp4_gemm_tile_kernel_name(char *buf, unsigned bytes, unsigned tile_tokens,
@@ -154,12 +159,14 @@ static mg_status run_gemm(const gemm_call *c, const char *name) {
 }
 
 mg_status mg_nvfp4_cpu_gemm_args(const mg_launch *l, const char *name, gemm_call *out) {
-    static const mg_arg_kind kinds[MG_NVFP4_GEMM_ARGS] = {
-        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U64,
-        MG_ARG_U64,    MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
-    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, MG_NVFP4_GEMM_ARGS);
+    static const mg_arg_kind kinds[MG_NVFP4_GEMM_FUSED_ARGS] = {
+        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U64,    MG_ARG_U64,    MG_ARG_BUFFER,
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_F32};
+    const bool fused = l->arg_count == MG_NVFP4_GEMM_FUSED_ARGS;
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds,
+                                            fused ? MG_NVFP4_GEMM_FUSED_ARGS : MG_NVFP4_GEMM_ARGS);
     if (st)
         return st;
     gemm_call c = {.act_pitch = mg_launch_get_u32(l, 1),
@@ -175,7 +182,7 @@ mg_status mg_nvfp4_cpu_gemm_args(const mg_launch *l, const char *name, gemm_call
     uint32_t groups = dense ? 1 : c.experts;
     uint64_t act_bytes = c.act_rows ? ((uint64_t)(c.act_rows - 1) * c.act_pitch + c.k) * 2 : 0;
     uint64_t out_bytes = ((uint64_t)(c.rows - 1) * c.ldc + c.n) * 2;
-    void *p[16] = {0};
+    void *p[MG_NVFP4_GEMM_FUSED_ARGS] = {0};
     if ((st = mg_cpu_kernel_buffer(l, 0, act_bytes, 16, name, &p[0])) ||
         (mg_launch_get_ptr(l, 3) &&
          (st = mg_cpu_kernel_buffer(l, 3, (uint64_t)c.rows * 4, 4, name, &p[3]))) ||
@@ -188,8 +195,20 @@ mg_status mg_nvfp4_cpu_gemm_args(const mg_launch *l, const char *name, gemm_call
          ((st = mg_cpu_kernel_buffer(l, 12, c.expert_value_bytes * groups, 16, name, &p[12])) ||
           (st = mg_cpu_kernel_buffer(l, 13, c.expert_scale_bytes * groups, 16, name, &p[13])) ||
           (st = mg_cpu_kernel_buffer(l, 14, (uint64_t)groups * 4, 4, name, &p[14])))) ||
-        (st = mg_cpu_kernel_buffer(l, 15, out_bytes, 2, name, &p[15])))
+        (st = mg_cpu_kernel_buffer(l, 15, out_bytes, 2, name, &p[15])) ||
+        (fused && mg_launch_get_ptr(l, 19) &&
+         (st = mg_cpu_kernel_buffer(l, 19, (uint64_t)c.k * 2, 16, name, &p[19]))) ||
+        (fused && mg_launch_get_ptr(l, 20) &&
+         (st = mg_cpu_kernel_buffer(l, 20, out_bytes, 2, name, &p[20]))))
         return st;
+    if (fused && (!dense || gate_up ? p[20] != NULL : !p[19] && !p[20]))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "cpu kernel %s: a fused launch is dense, with a norm weight or a residual "
+                        "(gate_up: no residual)",
+                        name);
+    c.norm_weight = p[19];
+    c.residual = p[20];
+    c.eps = fused ? mg_launch_get_f32(l, 21) : 0.0f;
     c.act = p[0];
     c.token_ids = p[3];
     c.offsets = p[4];
@@ -207,23 +226,66 @@ mg_status mg_nvfp4_cpu_gemm_args(const mg_launch *l, const char *name, gemm_call
     return MG_OK;
 }
 
+mg_status mg_nvfp4_cpu_gemm_run(const gemm_call *c, const char *name,
+                                mg_status (*gemm)(const gemm_call *, const char *)) {
+    if (!c->norm_weight && !c->residual)
+        return gemm(c, name);
+    /* dense (mg_nvfp4_cpu_gemm_args): act_rows == rows, no token ids */
+    const size_t act_n = (size_t)c->rows * c->k, out_n = (size_t)c->rows * c->n;
+    uint16_t *raw = c->norm_weight ? malloc(act_n * 2) : NULL;
+    uint16_t *normed = c->norm_weight ? malloc(act_n * 2) : NULL;
+    uint16_t *product = c->residual ? malloc(out_n * 2) : NULL;
+    mg_status st = MG_OK;
+    if ((c->norm_weight && (!raw || !normed)) || (c->residual && !product))
+        st = MG_ERROR(MG_ERR_OUT_OF_MEMORY, "%s: no host memory for the fusion", name);
+    gemm_call inner = *c;
+    if (!st && c->norm_weight) {
+        for (uint32_t r = 0; r < c->rows; r++)
+            memcpy(raw + (size_t)r * c->k, c->act + (size_t)r * c->act_pitch, (size_t)c->k * 2);
+        mg_rmsnorm_bf16_host(c->rows, c->k, c->eps, raw, NULL, c->norm_weight, normed);
+        inner.act = normed;
+        inner.act_pitch = c->k;
+    }
+    if (!st && c->residual) {
+        inner.out = product;
+        inner.ldc = c->n;
+    }
+    if (!st)
+        st = gemm(&inner, name);
+    for (uint32_t r = 0; !st && c->residual && r < c->rows; r++)
+        for (uint32_t j = 0; j < c->n; j++) {
+            const size_t at = (size_t)r * c->ldc + j;
+            c->out[at] = mg_f32_to_bf16(mg_bf16_to_f32(product[(size_t)r * c->n + j]) +
+                                        mg_bf16_to_f32(c->residual[at]));
+        }
+    free(raw);
+    free(normed);
+    free(product);
+    return st;
+}
+
 static mg_status kernel_gemm(const mg_launch *l) {
     static const char name[] = "metrale:nvfp4_gemm";
     gemm_call c;
     mg_status st = mg_nvfp4_cpu_gemm_args(l, name, &c);
-    return st ? st : run_gemm(&c, name);
+    return st ? st : mg_nvfp4_cpu_gemm_run(&c, name, run_gemm);
 }
 
 static void register_kernels(void) {
     mg_cpu_kernel_register("metrale", MG_NVFP4_KERNEL_PREPARE, kernel_prepare);
     static const unsigned tiles[] = {8, 16}, warps[] = {1, 2, 4, 8};
-    for (int gate_up = 0; gate_up < 2; gate_up++)
-        for (unsigned t = 0; t < 2; t++)
-            for (unsigned w = 0; w < 4; w++) {
-                char name[48];
-                mg_nvfp4_gemm_kernel_name(name, sizeof name, tiles[t], warps[w], gate_up);
-                mg_cpu_kernel_register("metrale", name, kernel_gemm);
-            }
+    for (int fusion = MG_NVFP4_KERNEL_PLAIN; fusion <= MG_NVFP4_KERNEL_NORM; fusion++)
+        for (int gate_up = 0; gate_up < 2; gate_up++)
+            for (unsigned t = 0; t < 2; t++)
+                for (unsigned w = 0; w < 4; w++) {
+                    /* gate_up is fused with the norm only */
+                    if (gate_up && fusion == MG_NVFP4_KERNEL_ADD)
+                        continue;
+                    char name[48];
+                    mg_nvfp4_gemm_kernel_name(name, sizeof name, tiles[t], warps[w], gate_up,
+                                              (mg_nvfp4_kernel_fusion)fusion);
+                    mg_cpu_kernel_register("metrale", name, kernel_gemm);
+                }
     for (int gate_up = 0; gate_up < 2; gate_up++)
         for (unsigned tile = 32; tile <= 64; tile *= 2)
             for (unsigned wr = 1; wr <= 4; wr *= 2)

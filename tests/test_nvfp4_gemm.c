@@ -3,8 +3,10 @@
  * scale), on random data of awkward sizes with outputs poisoned first: dense and fused gate_up
  * at M = 1, 3, 17, 130 and K not a multiple of the layout's 256; grouped with skewed, empty and
  * single-row experts and a random gather; on CUDA a captured grouped call replayed with a new
- * routing equals the eager call; and bad input rejected before any launch. On the CPU backend
- * both providers run: the reference ("kernels") and the fast kernel ("cpu_avx2"). */
+ * routing equals the eager call; the fused calls (mg_nvfp4_gemm_fused: RMSNorm prologue, residual
+ * add, gate_up with the norm) against the float64 composition; and bad input rejected before any
+ * launch. On the CPU backend both providers run: the reference ("kernels") and the fast kernel
+ * ("cpu_avx2"). */
 #include <math.h>
 #include <stdbool.h>
 
@@ -121,13 +123,24 @@ static double silu(double x) {
     return x / (1 + exp(-x));
 }
 
+/* What a fused call adds to the comparison (mg_nvfp4_gemm_fused): `residual` [rows, ldc] added
+ * to each expected output (one more BF16 rounding of the product and one of the sum), and
+ * `norm_slack`: the activations are normed values (RMSNorm's BF16 rounding done here), which a
+ * device may round at another point (the norm weight's product first, 1 / rms after the sum:
+ * each operand one BF16 rounding from the exact value, so at most 2^-8 apart); the slack is a
+ * multiple of sqrt(sum (x w)^2), the spread of such independent per-term errors. */
+typedef struct fused_expect {
+    const uint16_t *residual;
+    double norm_slack;
+} fused_expect;
+
 /* Compares out[rows, ldc] with the float64 result; columns past n must keep the poison. */
 /* `bf16_weights`: the call multiplied BF16 copies of the weights (the workspace path): each
  * weight rounded once (relative error <= 2^-9), so the sum may be off by 2^-9 of sum |x w|. */
 static int compare(const char *what, const uint16_t *out, uint32_t rows, uint32_t n, uint32_t ldc,
                    const uint16_t *act, uint32_t act_pitch, const int32_t *token_of_row,
                    const int32_t *expert_of_row, const weights *gate, const weights *up,
-                   bool bf16_weights) {
+                   bool bf16_weights, const fused_expect *fx) {
     int bad = 0;
     uint32_t k = gate->k;
     for (uint32_t r = 0; r < rows; r++) {
@@ -141,23 +154,33 @@ static int compare(const char *what, const uint16_t *out, uint32_t rows, uint32_
                 continue;
             }
             const double *wg = gate->w + ((size_t)e * gate->n + j) * k;
-            double sum = 0, mag = 0;
+            double sum = 0, mag = 0, sq = 0;
             for (uint32_t i = 0; i < k; i++) {
                 sum += bf16(x[i]) * wg[i];
                 mag += fabs(bf16(x[i]) * wg[i]);
+                sq += bf16(x[i]) * wg[i] * bf16(x[i]) * wg[i];
             }
-            double ref = sum;
+            const double slack = fx ? fx->norm_slack : 0.0, g_slack = slack * sqrt(sq);
+            double ref = sum, extra = g_slack;
             if (up) {
                 const double *wu = up->w + ((size_t)e * up->n + j) * k;
-                double u = 0, umag = 0;
+                double u = 0, umag = 0, usq = 0;
                 for (uint32_t i = 0; i < k; i++) {
                     u += bf16(x[i]) * wu[i];
                     umag += fabs(bf16(x[i]) * wu[i]);
+                    usq += bf16(x[i]) * wu[i] * bf16(x[i]) * wu[i];
                 }
                 ref = silu(sum) * u;
                 mag = (mag + fabs(sum)) * (umag + fabs(u)) + 1e-30;
+                const double u_slack = slack * sqrt(usq); /* silu' <= 1.1 */
+                extra = (fabs(u) + u_slack) * g_slack * 1.1 + (fabs(silu(sum)) + g_slack) * u_slack;
             }
-            double tol = fabs(ref) * 0.0079 + mag * (bf16_weights ? 0.002 : 5e-5) + 1e-30;
+            double tol = fabs(ref) * 0.0079 + mag * (bf16_weights ? 0.002 : 5e-5) + extra + 1e-30;
+            if (fx && fx->residual) { /* bf16(bf16(y) + r): two more roundings */
+                const double res = bf16(fx->residual[(size_t)r * ldc + j]);
+                tol += (fabs(ref) + fabs(ref + res)) * 0.0079;
+                ref += res;
+            }
             if (!(fabs(bf16(got) - ref) <= tol) && bad++ < 5)
                 fprintf(stderr, "%s: out[%u, %u] = %g, expected %g (tol %g)\n", what, r, j,
                         bf16(got), ref, tol);
@@ -219,7 +242,7 @@ static void test_dense(mg_backend *b, const char *backend, uint32_t m, uint32_t 
     }
     CHECK_OK(mg_copy_d2h(b, out, d_out, (size_t)m * ldc * 2));
     compare(what, out, m, n, ldc, act, pitch, NULL, NULL, &g, gate_up ? &u : NULL,
-            workspace && is_cuda_backend(b));
+            workspace && is_cuda_backend(b), NULL);
     /* Captured and replayed into a poisoned output: equal to the eager call, bit for bit. */
     if (is_cuda_backend(b) && !workspace) {
         mg_stream *s = NULL;
@@ -248,6 +271,185 @@ static void test_dense(mg_backend *b, const char *backend, uint32_t m, uint32_t 
     free_weights(b, &g);
     if (gate_up)
         free_weights(b, &u);
+}
+
+/* Residual modes of test_fused. */
+enum { NO_RESIDUAL, RESIDUAL_APART, RESIDUAL_IN_PLACE };
+
+/* mg_nvfp4_gemm_fused: the RMSNorm prologue (`norm`) and/or the residual add (dense), or the
+ * gate_up form with the norm, against the float64 composition written here: RMSNorm of the raw
+ * rows (rms far from 1, so a missing 1 / rms shows), the GEMM of the normed BF16 rows, then the
+ * residual. On CUDA a captured call replays bit for bit (the residual restored first when it is
+ * the output). */
+static void test_fused(mg_backend *b, const char *backend, uint32_t m, uint32_t n, uint32_t k,
+                       bool gate_up, bool norm, int residual) {
+    char what[128];
+    snprintf(what, sizeof what, "%s fused%s%s%s m=%u n=%u k=%u", backend, gate_up ? " gate_up" : "",
+             norm ? " rmsnorm" : "",
+             residual == RESIDUAL_APART      ? " residual"
+             : residual == RESIDUAL_IN_PLACE ? " residual in place"
+                                             : "",
+             m, n, k);
+    weights g, u;
+    if (!make_weights(b, &g, 1, n, k))
+        return;
+    if (gate_up && !make_weights(b, &u, 1, n, k)) {
+        free_weights(b, &g);
+        return;
+    }
+    const uint32_t pitch = k + 8 * (uint32_t)test_rand_range(0, 2),
+                   ldc = n + (uint32_t)test_rand_range(0, 3);
+    const float eps = test_rand() % 2 ? 1e-5f : 1e-6f;
+    const double spread = 2.0 + (double)(test_rand() % 5); /* the rows' rms, about 1.2 spread */
+    uint16_t *act = random_act(m, pitch), *nw = random_act(1, k), *normed = act;
+    for (size_t i = 0; i < (size_t)m * pitch; i++)
+        act[i] = to_bf16(bf16(act[i]) * spread);
+    if (norm) { /* mg_rmsnorm_bf16: bf16((x / rms) * w), rms = sqrt(mean(x^2) + eps) */
+        normed = malloc((size_t)m * k * 2);
+        for (uint32_t r = 0; r < m; r++) {
+            double sq = 0;
+            for (uint32_t i = 0; i < k; i++)
+                sq += bf16(act[(size_t)r * pitch + i]) * bf16(act[(size_t)r * pitch + i]);
+            const double inv = 1.0 / sqrt(sq / k + eps);
+            for (uint32_t i = 0; i < k; i++)
+                normed[(size_t)r * k + i] =
+                    to_bf16(bf16(act[(size_t)r * pitch + i]) * inv * bf16(nw[i]));
+        }
+    }
+    /* the residual, NaN past n (those columns are not the op's) */
+    uint16_t *res = residual ? random_act(m, ldc) : NULL;
+    for (uint32_t r = 0; res && r < m; r++)
+        for (uint32_t j = n; j < ldc; j++)
+            res[(size_t)r * ldc + j] = POISON;
+    uint16_t *out = malloc((size_t)m * ldc * 2);
+    mg_devptr d_act = 0, d_out = 0, d_nw = 0, d_res = 0;
+    CHECK_OK(mg_alloc(b, (size_t)m * pitch * 2, &d_act));
+    CHECK_OK(mg_alloc(b, (size_t)m * ldc * 2, &d_out));
+    CHECK_OK(mg_alloc(b, (size_t)k * 2, &d_nw));
+    CHECK_OK(mg_copy_h2d(b, d_act, act, (size_t)m * pitch * 2));
+    CHECK_OK(mg_copy_h2d(b, d_nw, nw, (size_t)k * 2));
+    CHECK_OK(mg_memset(b, d_out, 0xff, (size_t)m * ldc * 2));
+    if (residual == RESIDUAL_APART) {
+        CHECK_OK(mg_alloc(b, (size_t)m * ldc * 2, &d_res));
+        CHECK_OK(mg_copy_h2d(b, d_res, res, (size_t)m * ldc * 2));
+    } else if (residual == RESIDUAL_IN_PLACE) {
+        d_res = d_out;
+        CHECK_OK(mg_copy_h2d(b, d_out, res, (size_t)m * ldc * 2));
+    }
+    const mg_gemm_fusion f = {norm ? MG_GEMM_PROLOGUE_RMSNORM : MG_GEMM_PROLOGUE_NONE,
+                              gate_up    ? MG_GEMM_EPILOGUE_SILU_MUL
+                              : residual ? MG_GEMM_EPILOGUE_RESIDUAL_ADD
+                                         : MG_GEMM_EPILOGUE_NONE,
+                              eps};
+    const mg_gemm_fusion_tensors ft = {.norm_weight = norm ? d_nw : 0, .residual = d_res};
+    mg_nvfp4_weight wg = weight_of(&g), wu = gate_up ? weight_of(&u) : (mg_nvfp4_weight){0};
+    CHECK_OK(mg_nvfp4_gemm_fusion_supported(b, m, n, k, gate_up, &f));
+    CHECK_OK(mg_nvfp4_gemm_fused(b, NULL, m, n, k, d_act, pitch, &wg, gate_up ? &wu : NULL, d_out,
+                                 ldc, &f, &ft));
+    mg_op_stats st;
+    CHECK_OK(mg_op_stats_get(b, MG_OP_NVFP4_GEMM, &st));
+    CHECK(strcmp(st.provider, is_cuda_backend(b) ? "kernels" : cpu_provider) == 0);
+    CHECK_OK(mg_copy_d2h(b, out, d_out, (size_t)m * ldc * 2));
+    const fused_expect fx = {.residual = res, .norm_slack = norm ? 4.0 / 256.0 : 0.0};
+    compare(what, out, m, n, ldc, normed, norm ? k : pitch, NULL, NULL, &g, gate_up ? &u : NULL,
+            false, &fx);
+    if (is_cuda_backend(b)) {
+        mg_stream *s = NULL;
+        mg_graph *graph = NULL;
+        CHECK_OK(mg_stream_create(b, &s));
+        CHECK_OK(mg_graph_begin_capture(s));
+        CHECK_OK(mg_nvfp4_gemm_fused(b, s, m, n, k, d_act, pitch, &wg, gate_up ? &wu : NULL, d_out,
+                                     ldc, &f, &ft));
+        CHECK_OK(mg_graph_end_capture(s, &graph));
+        if (residual == RESIDUAL_IN_PLACE)
+            CHECK_OK(mg_copy_h2d(b, d_out, res, (size_t)m * ldc * 2));
+        else
+            CHECK_OK(mg_memset(b, d_out, 0xff, (size_t)m * ldc * 2));
+        CHECK_OK(mg_graph_launch(graph, s));
+        CHECK_OK(mg_stream_synchronize(s));
+        uint16_t *replayed = malloc((size_t)m * ldc * 2);
+        CHECK_OK(mg_copy_d2h(b, replayed, d_out, (size_t)m * ldc * 2));
+        CHECK(memcmp(replayed, out, (size_t)m * ldc * 2) == 0);
+        free(replayed);
+        mg_graph_destroy(graph);
+        mg_stream_destroy(s);
+    }
+    mg_free(b, d_act);
+    mg_free(b, d_out);
+    mg_free(b, d_nw);
+    if (residual == RESIDUAL_APART)
+        mg_free(b, d_res);
+    if (normed != act)
+        free(normed);
+    free(act);
+    free(nw);
+    free(res);
+    free(out);
+    free_weights(b, &g);
+    if (gate_up)
+        free_weights(b, &u);
+}
+
+/* The fusion's refusals, each before anything is written. */
+static void test_fused_bad_input(mg_backend *b) {
+    weights g;
+    if (!make_weights(b, &g, 1, 32, 64))
+        return;
+    mg_nvfp4_weight w = weight_of(&g);
+    mg_devptr act = 0, out = 0, nw = 0;
+    CHECK_OK(mg_alloc(b, 20 * 64 * 2, &act));
+    CHECK_OK(mg_alloc(b, 20 * 32 * 2, &out));
+    CHECK_OK(mg_alloc(b, 64 * 2, &nw));
+    const mg_gemm_fusion norm = {MG_GEMM_PROLOGUE_RMSNORM, MG_GEMM_EPILOGUE_NONE, 1e-5f};
+    const mg_gemm_fusion add = {MG_GEMM_PROLOGUE_NONE, MG_GEMM_EPILOGUE_RESIDUAL_ADD, 0};
+    const mg_gemm_fusion argmax = {MG_GEMM_PROLOGUE_NONE, MG_GEMM_EPILOGUE_ARGMAX, 0};
+    const mg_gemm_fusion silu_mul = {MG_GEMM_PROLOGUE_NONE, MG_GEMM_EPILOGUE_SILU_MUL, 0};
+    const mg_gemm_fusion no_eps = {MG_GEMM_PROLOGUE_RMSNORM, MG_GEMM_EPILOGUE_NONE, 0.0f};
+    const mg_gemm_fusion_tensors with_norm = {.norm_weight = nw}, none = {0};
+    CHECK_STATUS(
+        mg_nvfp4_gemm_fused(b, NULL, 17, 32, 64, act, 64, &w, NULL, out, 32, &norm, &with_norm),
+        MG_ERR_UNSUPPORTED);
+    CHECK_MESSAGE("16 rows");
+    CHECK_STATUS(mg_nvfp4_gemm_fusion_supported(b, 17, 32, 64, false, &norm), MG_ERR_UNSUPPORTED);
+    CHECK_OK(mg_nvfp4_gemm_fusion_supported(b, 16, 32, 64, false, &norm));
+    CHECK_STATUS(
+        mg_nvfp4_gemm_fused(b, NULL, 4, 32, 64, act, 64, &w, NULL, out, 32, &argmax, &none),
+        MG_ERR_UNSUPPORTED);
+    CHECK_MESSAGE("argmax");
+    CHECK_STATUS(
+        mg_nvfp4_gemm_fused(b, NULL, 4, 32, 64, act, 64, &w, NULL, out, 32, &silu_mul, &none),
+        MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("up weight");
+    CHECK_STATUS(
+        mg_nvfp4_gemm_fused(b, NULL, 4, 32, 64, act, 64, &w, &w, out, 32, &norm, &with_norm),
+        MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("silu_mul");
+    CHECK_STATUS(mg_nvfp4_gemm_fused(b, NULL, 4, 32, 64, act, 64, &w, NULL, out, 32, &norm, &none),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("norm_weight");
+    CHECK_STATUS(
+        mg_nvfp4_gemm_fused(b, NULL, 4, 32, 64, act, 64, &w, NULL, out, 32, &no_eps, &with_norm),
+        MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("eps");
+    CHECK_STATUS(
+        mg_nvfp4_gemm_fused(b, NULL, 4, 32, 64, act, 64, &w, NULL, out, 32, &add, &with_norm),
+        MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("residual");
+    /* a residual overlapping out without being it; a norm weight inside out */
+    const mg_gemm_fusion_tensors shifted = {.residual = out + 64};
+    CHECK_STATUS(
+        mg_nvfp4_gemm_fused(b, NULL, 4, 32, 64, act, 64, &w, NULL, out, 32, &add, &shifted),
+        MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("overlap");
+    const mg_gemm_fusion_tensors inside = {.norm_weight = out + 32};
+    CHECK_STATUS(
+        mg_nvfp4_gemm_fused(b, NULL, 1, 32, 64, act, 64, &w, NULL, out, 32, &norm, &inside),
+        MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("overlap");
+    mg_free(b, act);
+    mg_free(b, out);
+    mg_free(b, nw);
+    free_weights(b, &g);
 }
 
 /* A routing of `rows` rows over `experts` experts: skewed counts with empty and single-row
@@ -309,7 +511,7 @@ static void test_moe(mg_backend *b, const char *backend, bool is_cuda, uint32_t 
                               .out = d_out};
     CHECK_OK(mg_nvfp4_moe_gemm(b, NULL, &d, &t));
     CHECK_OK(mg_copy_d2h(b, out, d_out, (size_t)rows * n * 2));
-    compare(what, out, rows, n, n, act, k, ids, eor, &g, gate_up ? &u : NULL, false);
+    compare(what, out, rows, n, n, act, k, ids, eor, &g, gate_up ? &u : NULL, false, NULL);
 
     /* Captured once, replayed with another routing: equals the eager call, bit for bit. */
     if (is_cuda) {
@@ -332,7 +534,7 @@ static void test_moe(mg_backend *b, const char *backend, bool is_cuda, uint32_t 
         CHECK_OK(mg_stream_synchronize(s));
         CHECK_OK(mg_copy_d2h(b, out, d_out, (size_t)rows * n * 2));
         CHECK(memcmp(eager, out, (size_t)rows * n * 2) == 0);
-        compare(what, out, rows, n, n, act, k, ids, eor, &g, gate_up ? &u : NULL, false);
+        compare(what, out, rows, n, n, act, k, ids, eor, &g, gate_up ? &u : NULL, false, NULL);
         free(eager);
         mg_graph_destroy(graph);
         mg_stream_destroy(s);
@@ -427,7 +629,32 @@ static void run_backend(mg_backend *b, const char *name, bool is_cuda) {
         test_moe(b, name, is_cuda, 8, 100, 4, 1000, 1040, true);
         test_moe(b, name, is_cuda, 6, 60, 3, 1400, 272, false);
     }
+    /* the fusions: M up to 16 (both tiles, K split 1..8 ways), K not a multiple of 256, N not
+     * one of 16, the activation pitch and ldc wider than the rows */
+    static const struct {
+        uint32_t m, n, k;
+        bool gate_up, norm;
+        int residual;
+    } fused[] = {{1, 48, 64, false, true, NO_RESIDUAL},
+                 {3, 130, 272, false, false, RESIDUAL_IN_PLACE},
+                 {5, 37, 528, true, true, NO_RESIDUAL},
+                 {9, 130, 272, false, true, RESIDUAL_APART},
+                 {16, 40, 96, false, true, RESIDUAL_IN_PLACE},
+                 {2, 24, 1040, true, true, NO_RESIDUAL},
+                 {8, 100, 1040, false, false, RESIDUAL_APART}};
+    for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++)
+        test_fused(b, name, fused[i].m, fused[i].n, fused[i].k, fused[i].gate_up, fused[i].norm,
+                   fused[i].residual);
+    if (is_cuda) { /* decode shapes of an 8B model: grids of 256 to 1792 CTAs */
+        test_fused(b, name, 1, 4096, 4096, false, true, NO_RESIDUAL);
+        test_fused(b, name, 1, 4096, 14336, false, false, RESIDUAL_IN_PLACE);
+        test_fused(b, name, 1, 14336, 4096, true, true, NO_RESIDUAL);
+        test_fused(b, name, 7, 1024, 4096, false, true, RESIDUAL_APART);
+        test_fused(b, name, 16, 4096, 4096, true, true, NO_RESIDUAL);
+        test_fused(b, name, 12, 4096, 14336, false, false, RESIDUAL_IN_PLACE);
+    }
     test_bad_input(b, !is_cuda);
+    test_fused_bad_input(b);
 }
 
 int main(void) {

@@ -234,7 +234,8 @@ MG_API const mg_gemm_kind_info *mg_gemm_kind_describe(mg_gemm_kind kind);
  *    the provider is forced), act, weight, out and norm_weight 16-byte aligned, outside
  *    batch-invariant mode (the argmax epilogue and per-tensor FP8 fusions are refused
  *    there); the CPU fast BF16 providers
- *    run none, and the other kinds have no fusion (MG_ERR_UNSUPPORTED).
+ *    run none, and the other kinds have no fusion (MG_ERR_UNSUPPORTED). NVFP4 weights take the
+ *    same fusion descriptors through mg_nvfp4_gemm_fused (metrale/ops_nvfp4.h).
  *  - On the CPU backend a fused call's outputs equal the composition's bit for bit; a device
  *    kernel will match it within the tolerance of the ops composed (its sums may run in
  *    another order), and argmax may then pick the other side of a near-tie.

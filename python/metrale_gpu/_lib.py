@@ -423,6 +423,9 @@ _DECLS = {
     "mg_nvfp4_gemm": (S, [P, P, u32, u32, u32, D, u32, R(nvfp4_weight), D, u32]),
     "mg_nvfp4_gemm_gate_up": (S, [P, P, u32, u32, u32, D, u32, R(nvfp4_weight),
                                   R(nvfp4_weight), D, u32]),
+    "mg_nvfp4_gemm_fused": (S, [P, P, u32, u32, u32, D, u32, R(nvfp4_weight), R(nvfp4_weight),
+                                D, u32, R(gemm_fusion), R(gemm_fusion_tensors)]),
+    "mg_nvfp4_gemm_fusion_supported": (S, [P, u32, u32, u32, b_, R(gemm_fusion)]),
     "mg_nvfp4_moe_gemm": (S, [P, P, R(nvfp4_moe_desc), R(nvfp4_moe_tensors)]),
     # mlx.h
     "mg_mlx_linear_bytes": (u64, [R(mlx_linear)]),

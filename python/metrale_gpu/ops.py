@@ -272,6 +272,18 @@ nvfp4_gemm = _op("mg_nvfp4_gemm", "bsvvvpvvpv",
 nvfp4_gemm_gate_up = _op("mg_nvfp4_gemm_gate_up", "bsvvvpvvvpv",
                          "nvfp4_gemm_gate_up(b, s, m, n, k, act, act_pitch, gate, up, out, ldc): "
                          "silu(act . gate^T) * (act . up^T).")
+nvfp4_gemm_fused = _op("mg_nvfp4_gemm_fused", "bsvvvpvvvpvvv",
+                       "nvfp4_gemm_fused(b, s, m, n, k, act, act_pitch, weight, up_or_None, out, "
+                       "ldc, fusion, fusion_tensors): the dense GEMM or gate_up with an RMSNorm "
+                       "prologue and/or a residual-add epilogue (gemm_fusion).")
+
+
+def nvfp4_gemm_fusion_supported(b, m, n, k, gate_up, fusion):
+    """Whether nvfp4_gemm_fused would run `fusion` at m x n x k on `b` (raises if not)."""
+    check(lib.mg_nvfp4_gemm_fusion_supported(b.handle, m, n, k, bool(gate_up), fusion),
+          "mg_nvfp4_gemm_fusion_supported")
+
+
 nvfp4_moe_gemm = _op("mg_nvfp4_moe_gemm", "bsvv",
                      "nvfp4_moe_gemm(b, s, desc, tensors): the grouped NVFP4 GEMM.")
 

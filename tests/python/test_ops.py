@@ -403,9 +403,29 @@ def test_nvfp4_quantize_dequantize_gemm(b, put, rng):
     gbuf = b.asbuffer(glob)
     a_bits, a = bf16_random(rng, (m, k))
     out = poisoned(b, (m, n), "bf16")
-    mg.nvfp4_gemm(b, None, m, n, k, put(a_bits), k,
-                  mg.nvfp4_weight(values=values, scales=pscales, global_scale=gbuf), out, n)
+    weight = mg.nvfp4_weight(values=values, scales=pscales, global_scale=gbuf)
+    mg.nvfp4_gemm(b, None, m, n, k, put(a_bits), k, weight, out, n)
     assert_close_bf16(bf16_values(out), a @ ref.T, abs_=1e-3)
+
+    # fused: the RMSNorm prologue and the residual added in place (out is the residual stream)
+    nm = mg.numerics
+    x_bits, x = bf16_random(rng, (m, k), scale=3.0)
+    g_bits, g = bf16_random(rng, (k,))
+    r_bits, r = bf16_random(rng, (m, n))
+    eps = 1e-5
+    inv = 1.0 / np.sqrt((x.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + eps)
+    normed = nm.bf16_to_f32(nm.bf16_from_f32((x * inv * g).astype(np.float32)))
+    y = nm.bf16_to_f32(nm.bf16_from_f32((normed @ ref.T).astype(np.float32)))
+    stream, norm_weight = b.asbuffer(r_bits, "bf16"), b.asbuffer(g_bits, "bf16")
+    fusion = mg.gemm_fusion(prologue=mg.GEMM_PROLOGUE_RMSNORM,
+                            epilogue=mg.GEMM_EPILOGUE_RESIDUAL_ADD, eps=eps)
+    mg.nvfp4_gemm_fusion_supported(b, m, n, k, False, fusion)
+    mg.nvfp4_gemm_fused(b, None, m, n, k, put(x_bits), k, weight, None, stream, n, fusion,
+                        mg.gemm_fusion_tensors(norm_weight=norm_weight.ptr, residual=stream.ptr))
+    assert_close_bf16(bf16_values(stream), y + r, abs_=2e-2)
+    with pytest.raises(mg.InvalidArgument, match="norm_weight"):
+        mg.nvfp4_gemm_fused(b, None, m, n, k, put(x_bits), k, weight, None, stream, n, fusion,
+                            mg.gemm_fusion_tensors(residual=stream.ptr))
 
 
 def test_mlx_affine_dequant_and_gemv(b, put, rng):

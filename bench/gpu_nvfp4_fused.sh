@@ -10,7 +10,8 @@
 #   run;
 #   speed: `run --json` of the 8B-shaped model with NVFP4 weights at batch 1 and 8, fused and
 #   --no-fusion alternated in the same call (twice each), and `bench nvfp4 --only dense` at M 1,
-#   8, 16 (the plain kernels, whose stores gained a residual test).
+#   8, 16 (the plain kernels, whose stores gained a residual test), alternated with the CLIs of
+#   VARIANTS (below) when given.
 # $OUT gets summary.txt, runs.json, bench JSON and logs.tgz.
 set -uo pipefail
 G=${G:-.gpu-quant}
@@ -47,6 +48,26 @@ for round in 1 2; do
 done
 collect_runs "${runs[@]}" > "$OUT/runs.json"
 print_runs "$OUT/runs.json" kernels_per_step fused_decode | tee -a "$S"
-step bench_dense timeout 120 "$MG" --backend cuda bench nvfp4 --only dense --m 1,8,16 --json-out "$OUT/nvfp4_dense.metrale.json"
-grep -E "dense" "$L/bench_dense.txt" | cut -c1-160 >> "$S"
+# Other CLIs of the same kernels with the dependents released at another point ($G/NAME/
+# metrale-gpu.xz for each NAME of VARIANTS, e.g. "v2 v3"), benched alternately with this build.
+declare -A CLI=([new]="$MG")
+for v in ${VARIANTS:-}; do
+  [ -f "$G/$v/metrale-gpu.xz" ] && xz -dc "$G/$v/metrale-gpu.xz" > "$W/metrale-gpu-$v" && chmod +x "$W/metrale-gpu-$v" && CLI[$v]="$W/metrale-gpu-$v"
+done
+vruns=()
+for round in 1 2; do
+  for v in new ${VARIANTS:-}; do
+    [ -n "${CLI[$v]:-}" ] || continue
+    step "bench_${v}_$round" timeout 120 "${CLI[$v]}" --backend cuda bench nvfp4 --only dense --m 1,8,16 --json-out "$OUT/nvfp4_dense_${v}_$round.metrale.json"
+    grep -E "dense" "$L/bench_${v}_$round.txt" | cut -c1-160 >> "$S"
+    if [ -n "${VARIANTS:-}" ]; then
+      step "run_8b_b1_unfused_${v}_$round" timeout 120 "${CLI[$v]}" --backend cuda --json run --preset llama-3-8b --weights nvfp4 --batch 1 --prompt-len 32 --steps 64 --no-fusion
+      vruns+=("run_8b_b1_unfused_${v}_$round")
+    fi
+  done
+done
+if [ ${#vruns[@]} -gt 0 ]; then
+  collect_runs "${vruns[@]}" > "$OUT/variant_runs.json"
+  print_runs "$OUT/variant_runs.json" | tee -a "$S"
+fi
 tar czf "$OUT/logs.tgz" -C "$L" .

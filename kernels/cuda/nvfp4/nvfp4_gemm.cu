@@ -45,9 +45,11 @@ using namespace mg_nvfp4;
 namespace {
 
 // The RMSNorm prologue's state in a lane (NORM kernels): the norm weight, and the sum of
-// squares of each of its NT tokens' raw values over the runs it has loaded.
+// squares of each of its NT tokens' raw values over the runs it has loaded (when `count`: the
+// gate_up form's up warps load the same runs and leave the sums to the gate warps).
 template <int NT> struct norm_state {
     const __nv_bfloat16 *weight;
+    bool count;
     float sum_sq[NT];
 };
 
@@ -83,7 +85,7 @@ __device__ __forceinline__ void load_act(const __nv_bfloat16 *const (&act_row)[N
         if (NORM) {
 #pragma unroll
             for (int i = 0; i < 8; i++)
-                x[nt][i] = rmsnorm_prologue_word(x[nt][i], nw[i], true, &norm.sum_sq[nt]);
+                x[nt][i] = rmsnorm_prologue_word(x[nt][i], nw[i], norm.count, &norm.sum_sq[nt]);
         }
     }
 }
@@ -236,6 +238,7 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
     float acc[NT][4];
     norm_state<NT> norm;
     norm.weight = a.norm_weight;
+    norm.count = which == 0;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;

@@ -139,13 +139,14 @@ MG_API mg_status mg_nvfp4_gemm_gate_up(mg_backend *b, mg_stream *s, uint32_t m, 
  *    SILU_MUL without up (or up without it), or out overlapping norm_weight or a residual that
  *    is not exactly out: MG_ERR_INVALID_ARGUMENT naming it, nothing launched.
  *  - A fusion is run whole or refused, never partly: the ARGMAX and KV_APPEND epilogues, more
- *    than 16 rows, a weight in the Blackwell layout, or a backend without the fused kernels
- *    (Metal) are MG_ERR_UNSUPPORTED naming the fusion, nothing launched. On CUDA the Hopper
- *    small-tile kernels run it: the norm weight applied to each activation as it is loaded and
- *    1 / rms to the sums (within the composition's tolerance: each operand is one BF16 rounding
- *    from the exact normed value, but not bit-equal to the CPU's), the residual added as each
- *    output is stored. On the CPU (reference and AVX2 kernels) the result is the composition
- *    bit for bit.
+ *    than 16 rows, a weight in the Blackwell layout, normed rows larger than the device's
+ *    shared memory per block (m x K x 2 bytes, about), or a backend without the fused kernels
+ *    (Metal) are MG_ERR_UNSUPPORTED naming the reason, nothing launched. On CUDA the Hopper
+ *    small-tile kernels run it: each CTA first writes the normed rows into shared memory,
+ *    rounded as mg_rmsnorm_bf16 rounds them (1 / rms from a sum in another order, so a value
+ *    may differ from the CPU's by one BF16 rounding), and adds the residual as each output is
+ *    stored. On the CPU (reference and AVX2 kernels) the result is the composition bit for
+ *    bit.
  *  - Results do not depend on timing; a captured call replays as it ran. */
 MG_API mg_status mg_nvfp4_gemm_fused(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
                                      uint32_t k, mg_devptr act, uint32_t act_pitch,

@@ -213,33 +213,6 @@ __device__ __forceinline__ uint32_t staged_pitch(uint32_t k) {
     return (k + 15) / 16 * 16 + 16;
 }
 
-// bf16((x * inv) * w) for the 8 values of a vector, mg_rmsnorm_bf16's rounding.
-__device__ __forceinline__ uint4 norm_vector(uint4 x, uint4 w, float inv) {
-    auto pair = [inv](uint32_t a, uint32_t b) {
-        const float lo = mg_num_bf16_low(a) * inv * mg_num_bf16_low(b);
-        const float hi = mg_num_bf16_high(a) * inv * mg_num_bf16_high(b);
-        return mg_num_f32_to_bf16(lo) | mg_num_f32_to_bf16(hi) << 16;
-    };
-    return make_uint4(pair(x.x, w.x), pair(x.y, w.y), pair(x.z, w.z), pair(x.w, w.w));
-}
-
-__device__ __forceinline__ float sum_squares(uint4 v, float sum) {
-    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float lo = mg_num_bf16_low(words[i]), hi = mg_num_bf16_high(words[i]);
-        sum = fmaf(hi, hi, fmaf(lo, lo, sum));
-    }
-    return sum;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-        v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
-
 // The FP8 RMSNorm prologue, once per block before its first MMA: each of the m rows of act
 // (BF16, un-normed) normed as mg_rmsnorm_bf16 does, then quantized as mg_fp8_quantize_rowwise
 // does (amax of the normed row, scale = amax / 448, codes rounded to nearest even), into

@@ -44,49 +44,26 @@ using namespace mg_nvfp4;
 
 namespace {
 
-// The RMSNorm prologue's state in a lane (NORM kernels): the norm weight, and the sum of
-// squares of each of its NT tokens' raw values over the runs it has loaded (when `count`: the
-// gate_up form's up warps load the same runs and leave the sums to the gate warps).
-template <int NT> struct norm_state {
-    const __nv_bfloat16 *weight;
-    bool count;
-    float sum_sq[NT];
-};
-
 // The activations lane t needs for one chunk: 16 BF16 of each of its NT tokens at kbase.
 // CHECKED zero-fills the runs at or past k (the last, partial super-chunk of a row block);
-// elsewhere every run is inside the row. NORM: each value times the norm weight at its K
-// (common/rmsnorm_prologue.cuh), the raw squares summed into the state.
-template <int NT, bool CHECKED, bool NORM>
+// elsewhere every run is inside the row. STAGED: the rows are the normed rows in shared memory
+// (stage_normed), zero past k.
+template <int NT, bool CHECKED, bool STAGED>
 __device__ __forceinline__ void load_act(const __nv_bfloat16 *const (&act_row)[NT], uint32_t kbase,
-                                         uint32_t k, uint32_t (&x)[NT][8], norm_state<NT> &norm) {
-    const bool inside = !CHECKED || kbase < k;
-    uint32_t nw[8];
-    if (NORM) {
-        uint4 w0 = make_uint4(0, 0, 0, 0), w1 = w0;
-        if (inside) {
-            const uint4 *p = reinterpret_cast<const uint4 *>(norm.weight + kbase);
-            w0 = __ldg(p);
-            w1 = __ldg(p + 1);
-        }
-        nw[0] = w0.x, nw[1] = w0.y, nw[2] = w0.z, nw[3] = w0.w;
-        nw[4] = w1.x, nw[5] = w1.y, nw[6] = w1.z, nw[7] = w1.w;
-    }
+                                         uint32_t k, uint32_t (&x)[NT][8]) {
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
-        if (inside) {
-            const uint4 *p = reinterpret_cast<const uint4 *>(act_row[nt] + kbase);
+        const uint4 *p = reinterpret_cast<const uint4 *>(act_row[nt] + kbase);
+        if (STAGED) {
+            v0 = p[0];
+            v1 = p[1];
+        } else if (!CHECKED || kbase < k) {
             v0 = __ldg(p);
             v1 = __ldg(p + 1);
         }
         x[nt][0] = v0.x, x[nt][1] = v0.y, x[nt][2] = v0.z, x[nt][3] = v0.w;
         x[nt][4] = v1.x, x[nt][5] = v1.y, x[nt][6] = v1.z, x[nt][7] = v1.w;
-        if (NORM) {
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                x[nt][i] = rmsnorm_prologue_word(x[nt][i], nw[i], norm.count, &norm.sum_sq[nt]);
-        }
     }
 }
 
@@ -109,16 +86,16 @@ __device__ __forceinline__ void mma_chunk(uint4 w, uint32_t s_lo, uint32_t s_hi,
 }
 
 // One super-chunk (4 chunks) whose codes and scales are in registers.
-template <int NT, bool CHECKED, bool NORM>
+template <int NT, bool CHECKED, bool STAGED>
 __device__ __forceinline__ void mma_super(const uint4 (&w)[4], uint2 sc,
                                           const __nv_bfloat16 *const (&act_row)[NT], uint32_t s,
-                                          uint32_t k, float (&acc)[NT][4], norm_state<NT> &norm) {
+                                          uint32_t k, float (&acc)[NT][4]) {
     const uint32_t t = threadIdx.x % 4;
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         uint32_t x[NT][8];
-        load_act<NT, CHECKED, NORM>(act_row, s * MG_NVFP4_SUPER_K + c * MG_NVFP4_CHUNK_K + t * 16,
-                                    k, x, norm);
+        load_act<NT, CHECKED, STAGED>(act_row, s * MG_NVFP4_SUPER_K + c * MG_NVFP4_CHUNK_K + t * 16,
+                                      k, x);
         const uint32_t sword = c < 2 ? sc.x : sc.y;
         mma_chunk<NT>(w[c], scale_pair(sword, (c & 1) * 2), scale_pair(sword, (c & 1) * 2 + 1), x,
                       acc);
@@ -143,11 +120,11 @@ __device__ __forceinline__ void load_super(const uint8_t *values, const uint8_t 
 // super-chunk's codes and scales are loaded while the one before is computed. w and sc hold
 // super-chunk s_begin's on entry (load_super, issued by the caller so that it may come before
 // the grid wait); unread when the range is empty.
-template <int NT, bool NORM>
+template <int NT, bool STAGED>
 __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t *scales,
                                            const __nv_bfloat16 *const (&act_row)[NT], uint32_t k,
                                            uint32_t s_begin, uint32_t s_end, uint4 (&w)[4],
-                                           uint2 &sc, float (&acc)[NT][4], norm_state<NT> &norm) {
+                                           uint2 &sc, float (&acc)[NT][4]) {
     const uint32_t lane = threadIdx.x % 32;
     const uint4 *wv = reinterpret_cast<const uint4 *>(values) + lane;
     const uint2 *ws = reinterpret_cast<const uint2 *>(scales) + lane;
@@ -166,9 +143,9 @@ __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t 
                 wn[c] = load_stream(wv + ((s + 1) * 4 + c) * 32);
         }
         if (s < full_supers)
-            mma_super<NT, false, NORM>(w, sc, act_row, s, k, acc, norm);
+            mma_super<NT, false, STAGED>(w, sc, act_row, s, k, acc);
         else
-            mma_super<NT, true, NORM>(w, sc, act_row, s, k, acc, norm);
+            mma_super<NT, true, STAGED>(w, sc, act_row, s, k, acc);
         if (more) {
             sc = scn;
 #pragma unroll
@@ -178,16 +155,54 @@ __device__ __forceinline__ void accumulate(const uint8_t *values, const uint8_t 
     }
 }
 
+// The RMSNorm prologue (dense calls): the tile's `live` token rows of act normed as
+// mg_rmsnorm_bf16 rounds them, bf16((x * (1 / rms)) * norm_weight), into `staged` (row pitch
+// mg_nvfp4_normed_pitch(k) uint4, zero from k to the padded K), once per CTA, so the main loop
+// reads them with no work of its own. Each thread sums its share of a row's squares in a fixed
+// order, the warps' shares are added in warp order: a row's 1 / rms is the same in every CTA.
+template <uint32_t THREADS, uint32_t TILE>
+__device__ __forceinline__ void stage_normed(const gemm_args &a, uint32_t row0, uint32_t live,
+                                             uint4 *staged) {
+    __shared__ float sum_part[THREADS / 32][TILE];
+    const uint32_t vecs = a.k / 8, padded = mg_nvfp4_normed_pitch(a.k) - 1;
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const uint4 *w = reinterpret_cast<const uint4 *>(a.norm_weight);
+    for (uint32_t r = 0; r < live; r++) {
+        const uint4 *x =
+            reinterpret_cast<const uint4 *>(a.act + (uint64_t)(row0 + r) * a.act_pitch);
+        float sum = 0.0f;
+        for (uint32_t v = threadIdx.x; v < vecs; v += THREADS)
+            sum = sum_squares(__ldg(x + v), sum);
+        sum = warp_sum(sum);
+        if (lane == 0)
+            sum_part[warp][r] = sum;
+    }
+    __syncthreads();
+    for (uint32_t r = 0; r < live; r++) {
+        float sum = 0.0f;
+#pragma unroll
+        for (uint32_t i = 0; i < THREADS / 32; i++)
+            sum += sum_part[i][r];
+        const float inv = rmsnorm_prologue_inv(sum, a.k, a.eps);
+        const uint4 *x =
+            reinterpret_cast<const uint4 *>(a.act + (uint64_t)(row0 + r) * a.act_pitch);
+        for (uint32_t v = threadIdx.x; v < padded; v += THREADS)
+            staged[r * (padded + 1) + v] =
+                v < vecs ? norm_vector(__ldg(x + v), __ldg(w + v), inv) : make_uint4(0, 0, 0, 0);
+    }
+    __syncthreads();
+}
+
 // NT: n8 token tiles per CTA (8 * NT tokens); KW: warps splitting K per row block; FUSED:
 // gate and up row blocks, out = silu(gate) * up; NORM: the RMSNorm prologue (a.norm_weight,
-// a.eps; each warp sums its K range's squares of every token, and the outputs are scaled by
-// 1 / rms). a.residual, when set, is added to every output as it is stored.
+// a.eps; dense; the normed rows staged in the dynamic shared memory, stage_normed). a.residual,
+// when set, is added to every output as it is stored.
 template <int NT, int KW, bool FUSED, bool NORM>
 __device__ __forceinline__ void gemm_body(const gemm_args &a) {
     constexpr int RB = FUSED ? 2 : 1;
     constexpr uint32_t TILE = 8 * NT;
     __shared__ float partial[RB][KW][NT][4][32];
-    __shared__ float sum_sq_part[NORM ? KW : 1][NT][8]; // NORM: each K warp's share, per token
+    extern __shared__ uint4 normed_rows[]; // NORM: [live rows][mg_nvfp4_normed_pitch(k)]
 
     // A dense call's tile and weights are known from its arguments alone; a grouped call's come
     // from the routing, which an earlier kernel writes.
@@ -223,28 +238,35 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
     // tile's rows reads the tile's first row instead, and a token id outside the activation
     // reads row 0; an MMA column reaches only its own outputs, and those are not stored (past
     // the rows) or stored as 0 (bad ids), as if the row were zeros.
+    // NORM (dense, no token ids): the rows staged normed, read from shared memory.
     const __nv_bfloat16 *act_row[NT];
+    if (NORM) {
+        const uint32_t live = min(tile.row_end - tile.row0, TILE);
+        stage_normed<32 * KW * RB, TILE>(a, tile.row0, live, normed_rows);
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-        uint32_t r = tile.row0 + nt * 8 + g;
-        if (r >= tile.row_end)
-            r = tile.row0;
-        int32_t src = a.token_ids ? a.token_ids[r] : (int32_t)r;
-        if (src < 0 || (uint32_t)src >= a.act_rows)
-            src = 0;
-        act_row[nt] = a.act + (uint64_t)src * a.act_pitch;
+        for (int nt = 0; nt < NT; nt++) {
+            const uint32_t slot = nt * 8 + g < live ? nt * 8 + g : 0;
+            act_row[nt] = reinterpret_cast<const __nv_bfloat16 *>(normed_rows) +
+                          (uint64_t)slot * mg_nvfp4_normed_pitch(a.k) * 8;
+        }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint32_t r = tile.row0 + nt * 8 + g;
+            if (r >= tile.row_end)
+                r = tile.row0;
+            int32_t src = a.token_ids ? a.token_ids[r] : (int32_t)r;
+            if (src < 0 || (uint32_t)src >= a.act_rows)
+                src = 0;
+            act_row[nt] = a.act + (uint64_t)src * a.act_pitch;
+        }
     }
 
     float acc[NT][4];
-    norm_state<NT> norm;
-    norm.weight = a.norm_weight;
-    norm.count = which == 0;
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
+    for (int nt = 0; nt < NT; nt++)
         acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-        norm.sum_sq[nt] = 0.0f;
-    }
-    accumulate<NT, NORM>(values, scales, act_row, a.k, s_begin, s_end, w0, sc0, acc, norm);
+    accumulate<NT, NORM>(values, scales, act_row, a.k, s_begin, s_end, w0, sc0, acc);
     // This warp's weights are all loaded and used: the next kernel may start its own
     // independent loads (the CTA's first warp to get here releases it for the CTA).
     launch_dependents();
@@ -254,14 +276,6 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
 #pragma unroll
         for (int i = 0; i < 4; i++)
             partial[which][kw][nt][i][lane] = acc[nt][i];
-    if (NORM) { // token g of each n8 tile: the quad's sum over its K runs (the up warps' is equal)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const float sum = quad_sum(norm.sum_sq[nt]);
-            if (t == 0 && which == 0)
-                sum_sq_part[kw][nt][g] = sum;
-        }
-    }
     __syncthreads();
     if (warp != 0)
         return;
@@ -270,16 +284,6 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
     const float up_scale = FUSED ? a.up_global_scales[tile.expert] * MG_NVFP4_ACC_FACTOR : 0.0f;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        float inv[2] = {1.0f, 1.0f}; // NORM: 1 / rms of tokens 2t and 2t + 1, sums in warp order
-        if (NORM)
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                float sum_sq = 0.0f;
-#pragma unroll
-                for (int w = 0; w < KW; w++)
-                    sum_sq += sum_sq_part[w][nt][2 * t + j];
-                inv[j] = rmsnorm_prologue_inv(sum_sq, a.k, a.eps);
-            }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             // c0, c1: row g, tokens 2t, 2t + 1; c2, c3: row g + 8.
@@ -289,13 +293,13 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
 #pragma unroll
             for (int w = 0; w < KW; w++)
                 sum += partial[0][w][nt][i][lane];
-            float value = sum * gate_scale * inv[i & 1];
+            float value = sum * gate_scale;
             if (FUSED) {
                 float up = 0.0f;
 #pragma unroll
                 for (int w = 0; w < KW; w++)
                     up += partial[RB - 1][w][nt][i][lane];
-                value = mg_silu_mul_f32(value, up * up_scale * inv[i & 1]);
+                value = mg_silu_mul_f32(value, up * up_scale);
             }
             if (n < a.n && r < tile.row_end)
                 store_output(a, r, n, value);

@@ -67,6 +67,17 @@ MG_NVFP4_INLINE uint32_t mg_nvfp4_supers(uint32_t k) {
     return (k + MG_NVFP4_SUPER_K - 1) / MG_NVFP4_SUPER_K;
 }
 
+/* The small-tile kernels' RMSNorm prologue (nvfp4_gemm.cu) stages a tile's normed activation
+ * rows in shared memory: each row K padded to whole super-chunks plus 16 bytes (so that
+ * neighbouring rows fall in other banks), in 16-byte units; and the bytes of `rows` such rows. */
+MG_NVFP4_INLINE uint32_t mg_nvfp4_normed_pitch(uint32_t k) {
+    return mg_nvfp4_supers(k) * MG_NVFP4_SUPER_K / 8 + 1;
+}
+
+MG_NVFP4_INLINE uint64_t mg_nvfp4_normed_bytes(uint32_t rows, uint32_t k) {
+    return (uint64_t)rows * mg_nvfp4_normed_pitch(k) * 16;
+}
+
 /* The nibble slot (bits 4 * slot of the word) of the low (odd = 0) or high element of pair j. */
 MG_NVFP4_INLINE uint32_t mg_nvfp4_slot(uint32_t pair, uint32_t odd) {
     return (odd ? 7u : 3u) - pair;

@@ -433,7 +433,10 @@ static mg_status choose_variant(mg_backend *b, const gemm_problem *p, gemm_varia
     v->tiles = (uint32_t)tiles;
     v->row_tiles = row_blocks;
     v->threads = 32 * k_warps * (gate_up ? 2 : 1);
-    v->shared_bytes = 0;
+    /* the RMSNorm prologue's normed rows (a dense call of up to one tile: every row) */
+    v->shared_bytes = kernel_fusion(p) == MG_NVFP4_KERNEL_NORM
+                          ? (uint32_t)mg_nvfp4_normed_bytes(p->rows < tile ? p->rows : tile, p->k)
+                          : 0;
     mg_nvfp4_gemm_kernel_name(v->name, sizeof v->name, tile, k_warps, gate_up, kernel_fusion(p));
     return MG_OK;
 }
@@ -520,10 +523,18 @@ static bool kernels_supports(mg_backend *b, const void *call, char *reason, size
     gemm_variant v;
     mg_error_state saved;
     mg_error_save(&saved);
+    uint32_t max_shared;
+    multiprocessors(b, &max_shared);
     const bool chosen = choose_variant(b, p, &v) == MG_OK;
     mg_error_restore(&saved);
     if (!chosen) {
         snprintf(reason, reason_bytes, "has no kernel for this shape");
+        return false;
+    }
+    if (max_shared && v.shared_bytes > max_shared) {
+        snprintf(reason, reason_bytes,
+                 "needs %u bytes of shared memory for the normed rows (k=%u), the device allows %u",
+                 v.shared_bytes, p->k, max_shared);
         return false;
     }
     return mg_op_ships_kernel(b, v.name, reason, reason_bytes);

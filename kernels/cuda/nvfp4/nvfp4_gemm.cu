@@ -17,10 +17,10 @@
 // of its first super-chunk's codes and block scales (what the main loop expects in registers on
 // entry; load_super) before it waits for the previous kernel; token ids, activations and global
 // scales are read, and anything is stored, only after the wait. A grouped call waits first: the
-// routing decides its tile and which expert's weights it reads. A CTA releases the next kernel when
-// its first warp has finished accumulating (that kernel starts once every CTA has, and waits for
-// this grid to complete before it reads the output), so the next kernel's own early loads
-// overlap this one's reduction and stores.
+// routing decides its tile and which expert's weights it reads. A CTA releases the next kernel
+// once all its warps have accumulated (that kernel starts once every CTA has, and waits for this
+// grid to complete before it reads the output), so the next kernel's own early loads overlap
+// this one's reduction and stores.
 //
 // Grouped form: rows of the problem are in expert order, expert e owning rows
 // [expert_offsets[e], expert_offsets[e+1]); token tile i of the grid is found on the device by
@@ -267,9 +267,6 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
     for (int nt = 0; nt < NT; nt++)
         acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     accumulate<NT, NORM>(values, scales, act_row, a.k, s_begin, s_end, w0, sc0, acc);
-    // This warp's weights are all loaded and used: the next kernel may start its own
-    // independent loads (the CTA's first warp to get here releases it for the CTA).
-    launch_dependents();
 
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
@@ -277,6 +274,11 @@ __device__ __forceinline__ void gemm_body(const gemm_args &a) {
         for (int i = 0; i < 4; i++)
             partial[which][kw][nt][i][lane] = acc[nt][i];
     __syncthreads();
+    // Every warp's weights are loaded and used: the next kernel may start its own independent
+    // loads. Released here rather than at the first warp's end (measured on an H100,
+    // bench/results/2026-12-07-h100-nvfp4-fused.md: 4-10% faster on the long-K and 4096-row
+    // shapes at 1 and 8 tokens, whose grids are one wave).
+    launch_dependents();
     if (warp != 0)
         return;
 

@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
-# gpu_nvfp4_fused.sh - one GPU call for the NVFP4 fused decode step (mg_nvfp4_gemm_fused: the
+# gpu_nvfp4_fused.sh - one GPU call for the NVFP4 fused GEMMs (mg_nvfp4_gemm_fused: the
 # small-tile kernels with the RMSNorm prologue and the residual-add epilogue), on binaries built
 # elsewhere (bin/ of $G/pack.tar.xz: bench/pack.sh BUILD $G test_nvfp4_gemm test_forward_cuda
 # test_nvfp4_moe_cuda):
 #   correctness: test_nvfp4_gemm (the fused calls against float64, graph replay = eager),
-#   test_forward_cuda (NVFP4 cases now decode fused: CUDA vs CPU in lockstep, graph = eager),
-#   test_nvfp4_moe_cuda, `run --compare` of the tiny preset with NVFP4 weights at batch 1, 4 and
-#   16 (fused decode) against the CPU, compute-sanitizer memcheck and racecheck of a fused tiny
-#   run;
-#   speed: `run --json` of the 8B-shaped model with NVFP4 weights at batch 1 and 8, fused and
-#   --no-fusion alternated in the same call (twice each), and `bench nvfp4 --only dense` at M 1,
-#   8, 16 (the plain kernels, whose stores gained a residual test), alternated with the CLIs of
-#   VARIANTS (below) when given.
+#   test_forward_cuda, test_nvfp4_moe_cuda, `run --compare` of the tiny preset with NVFP4 weights
+#   at batch 1, 4 and 16 against the CPU, compute-sanitizer memcheck and racecheck of a tiny run;
+#   speed: `run --json` of the 8B-shaped model with NVFP4 weights at batch 1 and 8 (twice each),
+#   and `bench nvfp4 --only dense` at M 1, 8, 16, alternated with the CLIs of VARIANTS (below)
+#   when given. (The model's decode step ran mg_nvfp4_gemm_fused in the builds measured in
+#   bench/results/2026-12-07-h100-nvfp4-fused.md, with `--no-fusion` runs beside them; it was
+#   slower, and the model no longer fuses NVFP4 layers.)
 # $OUT gets summary.txt, runs.json, bench JSON and logs.tgz.
 set -uo pipefail
 G=${G:-.gpu-quant}
 OUT=${OUT:-/tmp/metrale-gpu-nvfp4-fused}
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_steps.sh"
-gpu_start nvfp4-fused "NVFP4 fused decode step"
+gpu_start nvfp4-fused "NVFP4 fused GEMMs"
 TAIL=3
 MG="$BIN/metrale-gpu"
 CS="compute-sanitizer --report-api-errors no --error-exitcode 9"
@@ -38,12 +37,9 @@ fi
 runs=()
 for round in 1 2; do
   for batch in 1 8; do
-    for form in fused unfused; do
-      name="run_8b_b${batch}_${form}_$round"
-      flag=(); [ "$form" = unfused ] && flag=(--no-fusion)
-      step "$name" timeout 120 "$MG" --backend cuda --json run --preset llama-3-8b --weights nvfp4 --batch "$batch" --prompt-len 32 --steps 64 "${flag[@]}"
-      runs+=("$name")
-    done
+    name="run_8b_b${batch}_$round"
+    step "$name" timeout 120 "$MG" --backend cuda --json run --preset llama-3-8b --weights nvfp4 --batch "$batch" --prompt-len 32 --steps 64
+    runs+=("$name")
   done
 done
 collect_runs "${runs[@]}" > "$OUT/runs.json"

@@ -24,11 +24,11 @@
  * difference may move an activation across an E4M3 rounding boundary. Every case also runs
  * with its last decode step timed per op (mg_fwd_set_timing): that step runs eagerly after the
  * graph replays, records one span per op and layer, and its tokens and hidden states equal the
- * graph run's bit for bit. Dense BF16 and NVFP4 cases and FP8 ones of batch 1 decode with the fused
- * GEMMs (the decode GEMV's RMSNorm prologue, FP8: quantizing the normed rows itself, residual-add
- * and SiLU-mul epilogues; mg_fwd_info.fused_decode must say so), the CPU side with its composition
- * of the unfused ops; one BF16 case runs unfused (mg_fwd_config.unfused) to keep that step covered
- * on CUDA, and two run at batch 1, where the q and kv projections are one GEMV over the joined
+ * graph run's bit for bit. Dense BF16 cases and FP8 ones of batch 1 decode with the fused GEMMs
+ * (the decode GEMV's RMSNorm prologue, FP8: quantizing the normed rows itself, residual-add and
+ * SiLU-mul epilogues; mg_fwd_info.fused_decode must say so), the CPU side with its composition of
+ * the unfused ops; one BF16 case runs unfused (mg_fwd_config.unfused) to keep that step covered on
+ * CUDA, and two run at batch 1, where the q and kv projections are one GEMV over the joined
  * matrices that also applies RoPE and appends to the cache (mg_fwd_info.fused_qkv,
  * fused_kv_append), as in the FP8 case of batch 1.
  */
@@ -271,14 +271,12 @@ int main(void) {
         CHECK(!memcmp(graph.hidden, eager.hidden, hidden_n * 2));
         CHECK(!memcmp(graph.tokens, timed.tokens, tokens_bytes));
         CHECK(!memcmp(graph.hidden, timed.hidden, hidden_n * 2));
-        /* FP8: the decode GEMV's RMSNorm prologue is chosen at one token row only; NVFP4: the
-         * small-tile kernels' fusions, q and kv never joined */
-        const bool nvfp4 = c.weights == MG_FWD_WEIGHTS_NVFP4;
-        const bool want_fused = (c.weights == MG_FWD_WEIGHTS_BF16 || nvfp4 ||
+        /* FP8: the decode GEMV's RMSNorm prologue is chosen at one token row only */
+        const bool want_fused = (c.weights == MG_FWD_WEIGHTS_BF16 ||
                                  (c.weights == MG_FWD_WEIGHTS_FP8 && c.batch == 1)) &&
                                 !preset.shape.experts && !c.unfused && c.batch <= 16;
         CHECK(graph.fused == want_fused && eager.fused == want_fused);
-        const bool want_qkv = want_fused && c.batch == 1 && !nvfp4;
+        const bool want_qkv = want_fused && c.batch == 1;
         CHECK(graph.fused_qkv == want_qkv && eager.fused_qkv == want_qkv);
         CHECK(graph.fused_append == want_qkv && eager.fused_append == want_qkv);
         outcome_free(&graph);
@@ -302,7 +300,8 @@ int main(void) {
                "(bound %.3g), final hidden %.3g (bound %.3g), %u near-tie%s where the CPU chose "
                "another token (widest margin %.3g)\n",
                cases[p].name, mg_fwd_weights_name(c.weights),
-               want_qkv     ? ", fused decode, q and kv in one GEMV with RoPE and the KV append"
+               want_fused && c.batch == 1
+                   ? ", fused decode, q and kv in one GEMV with RoPE and the KV append"
                : want_fused ? ", fused decode"
                : c.unfused  ? ", unfused decode"
                             : "",

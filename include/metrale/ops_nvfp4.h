@@ -147,7 +147,11 @@ MG_API mg_status mg_nvfp4_gemm_gate_up(mg_backend *b, mg_stream *s, uint32_t m, 
  *    may differ from the CPU's by one BF16 rounding), and adds the residual as each output is
  *    stored. On the CPU (reference and AVX2 kernels) the result is the composition bit for
  *    bit.
- *  - Results do not depend on timing; a captured call replays as it ran. */
+ *  - Results do not depend on timing; a captured call replays as it ran.
+ *  - Speed: measured on an H100 (bench/results/2026-12-07-h100-nvfp4-fused.md), an 8B-shaped
+ *    decode step with these fusions was slower than with mg_rmsnorm_bf16 kernels of their own
+ *    (5% at one token row, 2x at 8: the staging precedes every normed GEMM's main loop), so the
+ *    forward pass of src/model does not use them. */
 MG_API mg_status mg_nvfp4_gemm_fused(mg_backend *b, mg_stream *s, uint32_t m, uint32_t n,
                                      uint32_t k, mg_devptr act, uint32_t act_pitch,
                                      const mg_nvfp4_weight *w, const mg_nvfp4_weight *up,

@@ -394,8 +394,8 @@ static mg_status create_model(mg_backend *b, mg_comm *comm, const mg_fwd_config 
         m->format = mg_fwd_format_of_model(m);
         /* one token row per decode step: its q and kv projections can be one GEMV (a
          * tensor-parallel decode runs unfused: mg_fwd_decide_fusion) */
-        if (B == 1 && !c->unfused && m->format->fused_gemms && !m->format->fused_gemm &&
-            !m->format->mlp && !m->sh.experts && m->tp_ranks == 1)
+        if (B == 1 && !c->unfused && m->format->fused_gemms && !m->format->mlp && !m->sh.experts &&
+            m->tp_ranks == 1)
             st = mg_fwd_join_qkv(m);
     }
     if (!st) {

@@ -58,16 +58,6 @@ struct mg_fwd_format {
      * step may run them as fused mg_gemm calls (model_forward.c) instead of linear / gate_up. */
     bool fused_gemms;
     mg_gemm_kind gemm_kind;
-    /* Optional, for a format with fused_gemms whose matrices are not mg_gemm weights (NVFP4):
-     * runs fused GEMM p / t of layer l's decode step on matrix `slot` (MG_FWD_WQ, WKV, WO, W_DOWN
-     * or W_GATE_UP; t->weight is not set) instead of mg_gemm, with mg_gemm's fusion semantics,
-     * and tells whether plans[0..count) on slots[0..count) would run (MG_ERR_UNSUPPORTED naming
-     * the reason when one would not) instead of mg_gemm_prewarm. Such a format's q and kv
-     * projections are never joined (mg_fwd_join_qkv). */
-    mg_status (*fused_gemm)(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t slot,
-                            const mg_gemm_plan *p, const mg_gemm_tensors *t);
-    mg_status (*fused_supported)(mg_fwd *m, const mg_gemm_plan *plans, const uint32_t *slots,
-                                 size_t count);
 };
 
 extern const mg_fwd_format mg_fwd_format_bf16, mg_fwd_format_fp8, mg_fwd_format_nvfp4,

@@ -1,9 +1,7 @@
 /* model_format_nvfp4.c - NVFP4 weights (model.h): prepared E2M1 values with E4M3 block scales
  * and a global scale per tensor; the prefill's GEMMs expand a weight to BF16 in the arena's
  * workspace (mg_nvfp4_gemm_with_workspace), decode steps decode it in the GEMM tiles; the MLP's
- * gate_up is fused with SiLU-mul; a dense decode step of up to 16 rows runs the fused GEMMs
- * (mg_nvfp4_gemm_fused: the norms and residual adds folded in); the experts run
- * mg_nvfp4_moe_gemm; BF16 logits. */
+ * gate_up is fused with SiLU-mul; the experts run mg_nvfp4_moe_gemm; BF16 logits. */
 #include "model_format.h"
 
 #include "metrale/ops_elementwise.h"
@@ -47,38 +45,6 @@ static mg_status nvfp4_gate_up(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l
                                             &fw[FP4_UP], m->mlp_act, I),
                       "gate_up projection with SiLU-mul"));
     return MG_OK;
-}
-
-/* Fused GEMM p / t of the decode step (model_format.h) on layer l's NVFP4 matrix `slot`: the
- * gate_up form with its up half for W_GATE_UP (p->n is both halves, as mg_gemm counts them), a
- * k and a v call where the checkpoint has v weights of their own. */
-static mg_status nvfp4_fused_gemm(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t slot,
-                                  const mg_gemm_plan *p, const mg_gemm_tensors *t) {
-    const mg_nvfp4_weight *w = fp4_weight(m, l, slot);
-    const mg_nvfp4_weight *fw = &m->fp4[(size_t)l * FP4_SLOTS];
-    if (slot == MG_FWD_W_GATE_UP)
-        return mg_nvfp4_gemm_fused(m->b, s, p->m, p->n / 2, p->k, t->act, p->k, w, &fw[FP4_UP],
-                                   t->out, p->ldc, &p->fusion, &t->fusion);
-    if (slot != MG_FWD_WKV || !fw[FP4_V].values)
-        return mg_nvfp4_gemm_fused(m->b, s, p->m, p->n, p->k, t->act, p->k, w, NULL, t->out, p->ldc,
-                                   &p->fusion, &t->fusion);
-    const uint32_t half = p->n / 2; /* k's columns of each output row, then v's */
-    mg_status st = mg_nvfp4_gemm_fused(m->b, s, p->m, half, p->k, t->act, p->k, w, NULL, t->out,
-                                       p->ldc, &p->fusion, &t->fusion);
-    return st ? st
-              : mg_nvfp4_gemm_fused(m->b, s, p->m, half, p->k, t->act, p->k, &fw[FP4_V], NULL,
-                                    t->out + (uint64_t)half * 2, p->ldc, &p->fusion, &t->fusion);
-}
-
-static mg_status nvfp4_fused_supported(mg_fwd *m, const mg_gemm_plan *plans, const uint32_t *slots,
-                                       size_t count) {
-    mg_status st = MG_OK;
-    for (size_t i = 0; i < count && !st; i++) {
-        const bool gate_up = slots[i] == MG_FWD_W_GATE_UP;
-        st = mg_nvfp4_gemm_fusion_supported(m->b, plans[i].m, gate_up ? plans[i].n / 2 : plans[i].n,
-                                            plans[i].k, gate_up, &plans[i].fusion);
-    }
-    return st;
 }
 
 static mg_status nvfp4_experts(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
@@ -131,9 +97,6 @@ const mg_fwd_format mg_fwd_format_nvfp4_float_head = {
     .linear = nvfp4_linear,
     .gate_up = nvfp4_gate_up,
     .lm_head = mg_fwd_lm_head_bf16,
-    .fused_gemms = true,
-    .fused_gemm = nvfp4_fused_gemm,
-    .fused_supported = nvfp4_fused_supported,
 };
 
 const mg_fwd_format mg_fwd_format_nvfp4 = {
@@ -148,7 +111,4 @@ const mg_fwd_format mg_fwd_format_nvfp4 = {
     .experts = nvfp4_experts,
     .lm_head = nvfp4_lm_head,
     .bf16_logits = true,
-    .fused_gemms = true,
-    .fused_gemm = nvfp4_fused_gemm,
-    .fused_supported = nvfp4_fused_supported,
 };

@@ -73,19 +73,19 @@ static mg_status moe_mlp(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows) {
 
 /* ------------------------------------------------------------------ the fused decode step
  *
- * A dense BF16, row-wise FP8 or NVFP4 layer's decode step in 7 kernels instead of 10 (NVFP4
- * through its format's fused_gemm hook, mg_nvfp4_gemm_fused: never joined, so 7 at any batch) (FP8:
- * 9 instead of 14, the inputs of the output and down projections still quantized apart, since a
- * row's scale needs the whole row): the attention norm folded into the q and kv projections (each
- * reads the un-normed residual stream), the output projection's residual add and the down
- * projection's made in place in the residual stream (so the next norm has no add of its own), the
- * MLP norm and SiLU-mul folded into gate_up. At batch 1 (one token row) the q and kv projections
- * are one GEMV over the joined matrix (mg_fwd_join_qkv): its output row is q's row then kv's, which
- * is where the pass puts kv for that step (6 kernels), and where the layers have no q/k norm or
- * bias and the cache is BF16 that GEMV also applies RoPE and writes the new key and value into the
- * cache (the KV-append epilogue, 5 kernels). On the CPU each fused call is the composition of the
- * unfused ones (metrale/ops_gemm.h, metrale/ops_nvfp4.h), so the fused and the unfused step agree
- * bit for bit; on a device within the GEMM's tolerance. */
+ * A dense BF16 or row-wise FP8 layer's decode step in 7 kernels instead of 10 (FP8: 9 instead
+ * of 14, the inputs of the output and down projections still quantized apart, since a row's
+ * scale needs the whole row): the attention norm folded into
+ * the q and kv projections (each reads the un-normed residual stream), the output
+ * projection's residual add and the down projection's made in place in the residual stream
+ * (so the next norm has no add of its own), the MLP norm and SiLU-mul folded into gate_up.
+ * At batch 1 (one token row) the q and kv projections are one GEMV over the joined matrix
+ * (mg_fwd_join_qkv): its output row is q's row then kv's, which is where the pass puts kv
+ * for that step (6 kernels), and where the layers have no q/k norm or bias and the cache is
+ * BF16 that GEMV also applies RoPE and writes the new key and value into the cache (the
+ * KV-append epilogue, 5 kernels). On the CPU each fused call is the composition of the unfused
+ * ones (metrale/ops_gemm.h), so the fused and the unfused step agree bit for bit; on a device
+ * within the GEMM's tolerance. */
 enum {
     FUSED_Q,
     FUSED_KV,
@@ -99,11 +99,10 @@ enum {
 
 /* GEMM `which` of layer l's fused step over `rows` tokens: its plan (the format's kind, the
  * fusion) and its tensors; FUSED_QKV_APPEND's append arguments are *append (NULL when only
- * planning). Returns the weight matrix's slot (MG_FWD_WQ, ...). Row-wise FP8: the RMSNorm
- * prologue quantizes the normed rows itself; the output and down projections read the codes
- * and scales prepare_input made of their inputs. */
-static uint32_t fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which,
-                           const mg_kv_append_args *append, mg_gemm_plan *p, mg_gemm_tensors *t) {
+ * planning). Row-wise FP8: the RMSNorm prologue quantizes the normed rows itself; the output
+ * and down projections read the codes and scales prepare_input made of their inputs. */
+static void fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which,
+                       const mg_kv_append_args *append, mg_gemm_plan *p, mg_gemm_tensors *t) {
     const mg_model_shape *sh = &m->sh;
     const uint32_t H = sh->hidden, QD = sh->heads * sh->head_dim, I = sh->intermediate;
     const uint32_t KVD = 2 * sh->kv_heads * sh->head_dim;
@@ -114,7 +113,7 @@ static uint32_t fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which
     const bool fp8 = m->format->gemm_kind == MG_GEMM_FP8_ROWWISE;
     *p = (mg_gemm_plan){.kind = m->format->gemm_kind, .m = rows, .out_type = MG_DTYPE_BF16};
     *t = (mg_gemm_tensors){0};
-    uint32_t slot = MG_FWD_W_GATE_UP; /* the weight matrix (FP8: for its row scales) */
+    int slot = MG_FWD_W_GATE_UP; /* the weight matrix, for its FP8 row scales */
     switch (which) {
     case FUSED_QKV:
     case FUSED_QKV_APPEND:
@@ -175,28 +174,25 @@ static uint32_t fused_gemm(const mg_fwd *m, uint32_t l, uint32_t rows, int which
     }
     if (fp8) /* the joined q/kv matrix's scales are joined too (mg_fwd_join_qkv) */
         t->weight_scale = m->fp8_scales[(size_t)l * MG_FWD_LAYER_TENSORS + slot];
-    return slot;
 }
 
 static mg_status run_fused_gemm(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows, int which,
                                 const mg_kv_append_args *append) {
     mg_gemm_plan p;
     mg_gemm_tensors t;
-    const uint32_t slot = fused_gemm(m, l, rows, which, append, &p, &t);
-    return m->format->fused_gemm ? m->format->fused_gemm(m, s, l, slot, &p, &t)
-                                 : mg_gemm(m->b, s, &p, &t);
+    fused_gemm(m, l, rows, which, append, &p, &t);
+    return mg_gemm(m->b, s, &p, &t);
 }
 
 /* Plans the fused GEMMs `which[0..count)` of a step at the model's batch (mg_gemm_prewarm). */
 static mg_status prewarm_fused(mg_fwd *m, mg_stream *s, const int *which, int count) {
     /* Every layer's pointers are planned: the least aligned of each GEMM's over the layers. */
     mg_gemm_plan plans[FUSED_GEMMS];
-    uint32_t slots[FUSED_GEMMS];
     for (int i = 0; i < count; i++) {
         mg_devptr bits = 0;
         for (uint32_t l = 0; l < m->layers; l++) {
             mg_gemm_tensors t;
-            slots[i] = fused_gemm(m, l, m->c.batch, which[i], NULL, &plans[i], &t);
+            fused_gemm(m, l, m->c.batch, which[i], NULL, &plans[i], &t);
             bits |= t.act | t.weight | t.out | t.fusion.norm_weight;
         }
         uint32_t align = 16;
@@ -204,8 +200,7 @@ static mg_status prewarm_fused(mg_fwd *m, mg_stream *s, const int *which, int co
             align /= 2;
         plans[i].pointer_alignment = align;
     }
-    return m->format->fused_supported ? m->format->fused_supported(m, plans, slots, (size_t)count)
-                                      : mg_gemm_prewarm(m->b, s, plans, (size_t)count);
+    return mg_gemm_prewarm(m->b, s, plans, (size_t)count);
 }
 
 /* Whether some layer has a q/k head norm or a q/kv bias (between the projection and RoPE). */

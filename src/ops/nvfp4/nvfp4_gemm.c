@@ -549,6 +549,25 @@ static mg_status run_tiled(mg_backend *b, mg_stream *s, const gemm_problem *p) {
                             (mg_dim3){v.threads, 1, 1}, v.shared_bytes);
 }
 
+/* A dense call's problem (one group of m rows); the workspace and fusion fields zero. */
+static gemm_problem dense_problem(const char *fn, uint32_t m, uint32_t n, uint32_t k, mg_devptr act,
+                                  uint32_t act_pitch, const mg_nvfp4_weight *w,
+                                  const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc) {
+    return (gemm_problem){.fn = fn,
+                          .op = MG_OP_NVFP4_GEMM,
+                          .experts = 1,
+                          .rows = m,
+                          .act_rows = m,
+                          .n = n,
+                          .k = k,
+                          .act_pitch = act_pitch,
+                          .ldc = ldc,
+                          .act = act,
+                          .out = out,
+                          .w = *w,
+                          .up = up};
+}
+
 static mg_status dense(mg_backend *b, mg_stream *s, const char *fn, uint32_t m, uint32_t n,
                        uint32_t k, mg_devptr act, uint32_t act_pitch, const mg_nvfp4_weight *w,
                        const mg_nvfp4_weight *up, mg_devptr out, uint32_t ldc, mg_devptr workspace,
@@ -558,21 +577,9 @@ static mg_status dense(mg_backend *b, mg_stream *s, const char *fn, uint32_t m, 
         return st;
     if (!w)
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL weight", fn);
-    gemm_problem p = {.fn = fn,
-                      .op = MG_OP_NVFP4_GEMM,
-                      .experts = 1,
-                      .rows = m,
-                      .act_rows = m,
-                      .n = n,
-                      .k = k,
-                      .act_pitch = act_pitch,
-                      .ldc = ldc,
-                      .act = act,
-                      .out = out,
-                      .w = *w,
-                      .up = up,
-                      .workspace = workspace,
-                      .workspace_bytes = workspace_bytes};
+    gemm_problem p = dense_problem(fn, m, n, k, act, act_pitch, w, up, out, ldc);
+    p.workspace = workspace;
+    p.workspace_bytes = workspace_bytes;
     return run_problem(b, s, &p);
 }
 
@@ -680,22 +687,10 @@ mg_status mg_nvfp4_gemm_fused(mg_backend *b, mg_stream *s, uint32_t m, uint32_t 
     if ((st = check_fusion(fn, fusion, up != NULL)) ||
         (st = check_fusion_tensors(fn, fusion, tensors)))
         return st;
-    gemm_problem p = {.fn = fn,
-                      .op = MG_OP_NVFP4_GEMM,
-                      .experts = 1,
-                      .rows = m,
-                      .act_rows = m,
-                      .n = n,
-                      .k = k,
-                      .act_pitch = act_pitch,
-                      .ldc = ldc,
-                      .act = act,
-                      .out = out,
-                      .w = *w,
-                      .up = up,
-                      .fusion = *fusion,
-                      .norm_weight = tensors->norm_weight,
-                      .residual = tensors->residual};
+    gemm_problem p = dense_problem(fn, m, n, k, act, act_pitch, w, up, out, ldc);
+    p.fusion = *fusion;
+    p.norm_weight = tensors->norm_weight;
+    p.residual = tensors->residual;
     return run_problem(b, s, &p);
 }
 
@@ -713,17 +708,9 @@ mg_status mg_nvfp4_gemm_fusion_supported(mg_backend *b, uint32_t m, uint32_t n, 
         return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: m must be >= 1", fn);
     /* the supports hooks read the shape, the form and the fusion, never the operands */
     static const mg_nvfp4_weight no_weight;
-    const gemm_problem p = {.fn = fn,
-                            .op = MG_OP_NVFP4_GEMM,
-                            .experts = 1,
-                            .rows = m,
-                            .act_rows = m,
-                            .n = n,
-                            .k = k,
-                            .act_pitch = k,
-                            .ldc = n,
-                            .up = gate_up ? &no_weight : NULL,
-                            .fusion = *fusion};
+    gemm_problem p =
+        dense_problem(fn, m, n, k, 0, k, &no_weight, gate_up ? &no_weight : NULL, 0, n);
+    p.fusion = *fusion;
     const mg_op_provider *provider;
     return mg_op_choose(b, MG_OP_NVFP4_GEMM, &p, fn, &provider);
 }

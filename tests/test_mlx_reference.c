@@ -3,7 +3,10 @@
  * writes them with mx.save_safetensors (one file and two shards) and records mx.dequantize and
  * mx.quantized_matmul results. Here every layer is loaded with our readers and run on the CPU
  * backend and, when present, on CUDA: dequant must equal MLX's bit for bit; the GEMV (M=5),
- * silu_gate GEMV and GEMM (M=37) must agree within BF16 bounds.
+ * silu_gate GEMV and GEMM (M=37) must agree within BF16 bounds. mg_mlx_quantize of each layer's
+ * source weights, and of rows chosen for mx.quantize's edge cases, must give MLX's packed words,
+ * scales and biases bit for bit (into poisoned buffers), and bad arguments must be refused with
+ * nothing written.
  *
  * The files come from the ctest fixture mlx_reference (tests/mlx/setup.sh), in the folder
  * METRALE_MLX_REFERENCE names; without it, or when MLX could not be installed, exit 77. */
@@ -258,6 +261,136 @@ static void run_layer(mg_backend *b, const mg_st_model *model, const mg_mlx_conf
     mg_mlx_linear_free(b, &w);
 }
 
+/* The bytes of `t` against `want` (same size), counting and naming the first difference. */
+static void compare_bytes(const char *what, const char *name, const void *got, const void *want,
+                          size_t bytes, size_t element) {
+    size_t mismatches = 0, first = 0;
+    for (size_t i = 0; i < bytes; i += element)
+        if (memcmp((const char *)got + i, (const char *)want + i, element) && !mismatches++)
+            first = i / element;
+    CHECK(mismatches == 0);
+    if (mismatches)
+        fprintf(stderr, "  quantize %s %s: %zu of %zu elements differ, first [%zu]\n", name, what,
+                mismatches, bytes / element, first);
+}
+
+/* mg_mlx_quantize of `source` ([rows, k] BF16 or F16) against MLX's weight, scales and biases,
+ * into buffers poisoned first. */
+static void check_quantize(const char *name, const mg_st_tensor *source, const mg_st_tensor *weight,
+                           const mg_st_tensor *scales, const mg_st_tensor *biases, unsigned rows,
+                           unsigned k, unsigned bits, unsigned group) {
+    mg_dtype type = source->dtype == MG_ST_F16 ? MG_DTYPE_F16 : MG_DTYPE_BF16;
+    size_t words = (size_t)rows * k * bits / 32, groups = (size_t)rows * (k / group);
+    CHECK(source->bytes == (size_t)rows * k * 2 && weight->bytes == words * 4 &&
+          scales->bytes == groups * 2 && biases->bytes == groups * 2);
+    if (source->bytes != (size_t)rows * k * 2 || weight->bytes != words * 4 ||
+        scales->bytes != groups * 2 || biases->bytes != groups * 2)
+        return;
+    uint32_t *w = malloc(words * 4);
+    uint16_t *s = malloc(groups * 2), *b = malloc(groups * 2);
+    if (!w || !s || !b) {
+        CHECK(!"out of memory");
+        free(w), free(s), free(b);
+        return;
+    }
+    memset(w, 0xa5, words * 4);
+    memset(s, 0xa5, groups * 2);
+    memset(b, 0xa5, groups * 2);
+    CHECK_OK(mg_mlx_quantize(source->data, type, rows, k, k, bits, group, w, s, b));
+    compare_bytes("weight", name, w, weight->data, words * 4, 4);
+    compare_bytes("scales", name, s, scales->data, groups * 2, 2);
+    compare_bytes("biases", name, b, biases->data, groups * 2, 2);
+    free(w), free(s), free(b);
+}
+
+static bool find_aligned(const mg_st_model *m, const char *name, const char *suffix,
+                         mg_st_tensor *t) {
+    char full[256];
+    snprintf(full, sizeof full, "%s.%s", name, suffix);
+    if (mg_st_find(m, full, t) != MG_OK) {
+        fprintf(stderr, "FAIL: tensor %s missing\n", full);
+        test_failures++;
+        return false;
+    }
+    return aligned(t);
+}
+
+/* Every layer's source weights (each expert's rows in turn: the experts are stacked rows) and
+ * every edge case of quantize.txt. */
+static void run_quantize(const char *dir, const mg_st_model *ref, const layer_case *cases,
+                         int count) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model", dir);
+    mg_st_model *model = NULL;
+    CHECK_OK(mg_st_open(path, &model));
+    mg_st_tensor src, w, s, b;
+    for (int i = 0; model && i < count; i++) {
+        const layer_case *c = &cases[i];
+        if (find_aligned(ref, c->name, "source", &src) &&
+            find_aligned(model, c->name, "weight", &w) &&
+            find_aligned(model, c->name, "scales", &s) &&
+            find_aligned(model, c->name, "biases", &b))
+            check_quantize(c->name, &src, &w, &s, &b, c->experts * c->n, c->k, c->bits, c->group);
+    }
+    mg_st_close(model);
+    snprintf(path, sizeof path, "%s/quantize.txt", dir);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    char name[160], dtype[16];
+    unsigned rows, k, bits, group, edge_cases = 0;
+    while (f && fscanf(f, "%159s %u %u %u %u %15s", name, &rows, &k, &bits, &group, dtype) == 6) {
+        edge_cases++;
+        if (find_aligned(ref, name, "source", &src) && find_aligned(ref, name, "weight", &w) &&
+            find_aligned(ref, name, "scales", &s) && find_aligned(ref, name, "biases", &b)) {
+            CHECK((src.dtype == MG_ST_F16) == !strcmp(dtype, "float16"));
+            check_quantize(name, &src, &w, &s, &b, rows, k, bits, group);
+        }
+    }
+    if (f)
+        fclose(f);
+    CHECK(edge_cases == 12);
+
+    /* refusals: each leaves the outputs as they were */
+    uint16_t x[2 * 64], nan_x[2 * 64];
+    for (int i = 0; i < 2 * 64; i++)
+        x[i] = nan_x[i] = mg_f32_to_bf16((float)(i % 7) - 3.0f);
+    nan_x[64 + 17] = 0x7fc0;
+    uint32_t words[2 * 64 / 8];
+    uint16_t scales[2], biases[2];
+    memset(words, 0x5a, sizeof words);
+    memset(scales, 0x5a, sizeof scales);
+    memset(biases, 0x5a, sizeof biases);
+    struct {
+        const uint16_t *w;
+        mg_dtype type;
+        unsigned n, k, pitch, bits, group;
+        const char *says;
+    } bad[] = {
+        {NULL, MG_DTYPE_BF16, 2, 64, 64, 4, 64, "null"},
+        {x, MG_DTYPE_F32, 2, 64, 64, 4, 64, "type"},
+        {x, MG_DTYPE_BF16, 2, 64, 64, 3, 64, "bits"},
+        {x, MG_DTYPE_BF16, 2, 64, 64, 4, 16, "group_size"},
+        {x, MG_DTYPE_BF16, 2, 48, 48, 4, 32, "multiple"},
+        {x, MG_DTYPE_BF16, 0, 64, 64, 4, 64, "positive"},
+        {x, MG_DTYPE_BF16, 1, 64, 32, 4, 64, "pitch"},
+        {nan_x, MG_DTYPE_BF16, 2, 64, 64, 4, 64, "row 1, column 17"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        mg_status st = mg_mlx_quantize(bad[i].w, bad[i].type, bad[i].n, bad[i].k, bad[i].pitch,
+                                       bad[i].bits, bad[i].group, words, scales, biases);
+        CHECK(st == MG_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(mg_last_error(), bad[i].says) != NULL);
+        if (st != MG_ERR_INVALID_ARGUMENT || !strstr(mg_last_error(), bad[i].says))
+            fprintf(stderr, "  refusal %zu (%s): status %d, \"%s\"\n", i, bad[i].says, (int)st,
+                    mg_last_error());
+    }
+    bool untouched = true;
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        untouched &= words[i] == 0x5a5a5a5au;
+    CHECK(untouched && scales[0] == 0x5a5a && scales[1] == 0x5a5a && biases[0] == 0x5a5a &&
+          biases[1] == 0x5a5a);
+}
+
 static int read_cases(const char *dir, layer_case *cases, int max) {
     char path[1024];
     snprintf(path, sizeof path, "%s/layers.txt", dir);
@@ -322,6 +455,7 @@ int main(void) {
     CHECK_OK(mg_st_open(path, &ref));
     if (!ref)
         return test_finish();
+    run_quantize(dir, ref, cases, count);
     mg_backend *cpu = NULL;
     CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &cpu));
     if (cpu) {

@@ -130,6 +130,25 @@ MG_API void mg_mlx_linear_free(mg_backend *b, mg_mlx_linear *l);
 /* Bytes of one expert's packed weights, scales and biases: what a GEMV reads of the layer. */
 MG_API uint64_t mg_mlx_linear_bytes(const mg_mlx_linear *w);
 
+/* Quantizes W [n, k] (BF16 or FP16 values of `type`, rows `pitch` elements apart) into the
+ * format above, on the host, bit for bit as mx.quantize(w, group_size, bits) does on MLX's CPU
+ * (MLX 0.32): for each group of group_size values of a row, with lo and hi its least and
+ * greatest in FP32 and `edge` the one of larger magnitude (hi on a tie),
+ *   scale = max((hi - lo) / (2^bits - 1), 1e-7), negated unless edge is lo;
+ *   q0 = rint(edge / scale); if q0 != 0: scale = edge / q0, bias = edge; else bias = 0;
+ *   q[j] = clamp(rint((w[j] - bias) / scale), 0, 2^bits - 1)
+ * every step one FP32 operation, rint to nearest even, and the scale and bias stored in `type`
+ * (to nearest even). So the end of larger magnitude dequantizes exactly. Writes weight (U32
+ * [n, k * bits / 32]), scales and biases ([n, k / group_size], `type`), all row-major without
+ * padding: the tensors of a checkpoint (mg_mlx_linear_load) once copied to a device.
+ * MG_ERR_INVALID_ARGUMENT (naming the argument) for a null pointer, a type other than BF16 or
+ * F16, bits other than 4 and 8, a group size other than 32, 64 and 128, k not a positive
+ * multiple of it, n zero, pitch < k, or a value that is not finite (naming its row and column);
+ * nothing is written then. */
+MG_API mg_status mg_mlx_quantize(const uint16_t *w, mg_dtype type, uint32_t n, uint32_t k,
+                                 uint32_t pitch, uint32_t bits, uint32_t group_size,
+                                 uint32_t *weight, uint16_t *scales, uint16_t *biases);
+
 /* ------------------------------------------------------------------ ops */
 
 MG_API mg_status mg_mlx_dequant(mg_backend *b, mg_stream *s, const mg_mlx_linear *w,

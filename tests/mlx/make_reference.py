@@ -14,7 +14,12 @@ OUT_DIR/reference.safetensors
     <layer>.y_bias, .y_gemm_bias  for the layer made by nn.QuantizedLinear(bias=True) only: its
                           output with its own bias, MLX's rounding in BF16 (the product
                           rounded to BF16, then `+ bias` in BF16)
+    <layer>.source        the BF16 or FP16 weights mx.quantize packed into the layer
+    quantize.<bits>.<group>.<dtype>.{source,weight,scales,biases}
+                          mx.quantize of rows chosen for its edge cases (zeros, constants, ties,
+                          values below its 1e-7 scale floor, one end far larger than the other)
 OUT_DIR/layers.txt        one line per layer: name experts n k bits group_size dtype
+OUT_DIR/quantize.txt      one line per edge case: name rows k bits group_size dtype
 """
 import json
 import os
@@ -61,6 +66,7 @@ def main():
             ql = nn.QuantizedLinear.from_linear(lin, group_size=group, bits=bits)
             wq, scales, biases = ql.weight, ql.scales, ql["biases"]
             weights[name + ".bias"] = ql.bias
+        ref[name + ".source"] = w
         weights[name + ".weight"] = wq
         weights[name + ".scales"] = scales
         weights[name + ".biases"] = biases
@@ -101,6 +107,7 @@ def main():
             want = mx.quantized_matmul(x.astype(mx.float32), wq, e_s, e_b, transpose=True,
                                        group_size=group, bits=bits) + ql.bias.astype(mx.float32)
             assert mx.allclose(f32(x.astype(mx.float32)), want, rtol=0, atol=0).item()
+    quantize_lines = quantize_edges(ref)
     config = {"model_type": "test",
               "quantization": {"group_size": 64, "bits": 4, "mode": "affine", **overrides}}
     config["quantization_config"] = config["quantization"]
@@ -123,6 +130,42 @@ def main():
     mx.save_safetensors(os.path.join(out, "reference.safetensors"), ref)
     with open(os.path.join(out, "layers.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out, "quantize.txt"), "w") as f:
+        f.write("\n".join(quantize_lines) + "\n")
+
+
+def edge_rows(k):
+    """Rows of k values on which mx.quantize's arithmetic takes each of its branches."""
+    grid = (mx.arange(k) % 16).astype(mx.float32)
+    rows = [
+        mx.zeros((k,)),                                 # every scale at its 1e-7 floor, q0 = 0
+        mx.full((k,), 0.3), mx.full((k,), -0.3),        # constant groups
+        mx.where(mx.arange(k) % 2 == 0, 0.5, -0.5),     # |lo| = |hi|: the high end kept exact
+        mx.random.normal((k,)) * 1e-9,                  # the range below the scale floor
+        mx.random.normal((k,)) * 1000,                  # large values (FP16 holds them)
+        mx.where(mx.arange(k) % 37 == 5, 5.0, mx.random.normal((k,)) * 0.01),  # an outlier
+        mx.random.normal((k,)) - 2.0,                   # negative groups
+        grid / 15, grid / 15 - 0.5, grid * 0.1 + 0.05,  # values on or between the codes: ties
+        mx.random.uniform(shape=(k,)),                  # lo near 0, hi near 1
+        mx.where(mx.arange(k) % 3 == 0, -0.0, 0.0),     # signed zeros
+        mx.random.normal((k,)),
+    ]
+    return mx.stack(rows)
+
+
+def quantize_edges(ref):
+    lines = []
+    k = 256
+    for dtype_name in ("bfloat16", "float16"):
+        src = edge_rows(k).astype(getattr(mx, dtype_name))
+        for bits in (4, 8):
+            for group in (32, 64, 128):
+                name = f"quantize.{bits}.{group}.{dtype_name}"
+                wq, scales, biases = mx.quantize(src, group_size=group, bits=bits)
+                ref[name + ".source"], ref[name + ".weight"] = src, wq
+                ref[name + ".scales"], ref[name + ".biases"] = scales, biases
+                lines.append(f"{name} {src.shape[0]} {k} {bits} {group} {dtype_name}")
+    return lines
 
 
 if __name__ == "__main__":

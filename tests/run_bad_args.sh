@@ -55,7 +55,6 @@ expect_refused --backend cpu run --bogus
 expect_refused --backend metal run --preset tiny
 expect_refused --backend cpu run --weights mlx8 --checkpoint /nonexistent/checkpoint
 expect_refused --backend cpu run --weights mlx4 --checkpoint
-expect_refused --backend cpu run --preset tiny --weights mlx8
 expect_refused --backend cpu run --preset tiny --checkpoint /tmp
 expect_refused --backend cpu run --preset tiny --weights mlx8 --checkpoint "$(dirname "$0")/mlx/checkpoints/micro-mlx8"
 expect_refused --backend cpu run --weights mlx4 --checkpoint "$(dirname "$0")/mlx/checkpoints/micro-mlx8"

@@ -6,10 +6,14 @@
  * BF16 path. The final hidden states after the prefill must agree within 2% (relative to each
  * request's largest value), and so must those of every decode step while the greedy tokens
  * agree; the same run against the other bits' dequantized weights must be further off (the
- * comparison sees the weights). Then a checkpoint that is missing, of other bits or of another
- * shape must be refused with a one-line message. Every checkpoint it opens is found through
- * METRALE_MLX_CHECKPOINTS when that is set (test_forward_mlx_moved: this file built with a
- * compiled-in folder that does not exist, run with the variable naming a copy).
+ * comparison sees the weights). The preset tiny, which has no checkpoint, quantizes its own
+ * weights at load (mg_mlx_quantize) and must agree with its dequantized weights the same way;
+ * micro quantized at load must equal micro from the committed checkpoints bit for bit in every
+ * pass (MLX made those from the same weights with mx.quantize). Then a checkpoint that is
+ * missing, of other bits or of another shape must be refused with a one-line message. Every
+ * checkpoint it opens is found through METRALE_MLX_CHECKPOINTS when that is set
+ * (test_forward_mlx_moved: this file built with a compiled-in folder that does not exist, run with
+ * the variable naming a copy).
  */
 #include <math.h>
 #include <stdbool.h>
@@ -37,8 +41,12 @@ typedef struct run {
     int32_t tokens[64][STEPS + 1];
 } run;
 
-static bool start(mg_backend *b, mg_fwd_weights w, bool dequantized, run *r) {
-    mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find("micro"));
+/* A run of `preset` with MLX weights w: from checkpoint (NULL: the preset's own lookup, the
+ * committed checkpoint or the weights quantized at load), or dequantized to BF16 at load. */
+static bool start(mg_backend *b, const char *preset, mg_fwd_weights w, const char *checkpoint,
+                  bool dequantized, run *r) {
+    mg_fwd_config c = mg_fwd_config_default(mg_fwd_preset_find(preset));
+    c.checkpoint = checkpoint;
     c.steps = STEPS;
     c.use_graphs = false;
     c.weights = w;
@@ -99,18 +107,17 @@ static void expect_refused(mg_backend *b, const char *preset, mg_fwd_weights w,
     mg_fwd_destroy(m);
 }
 
-int main(void) {
-    mg_backend *b = NULL;
-    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &b));
-    if (!b)
-        return test_finish();
-    const mg_fwd_preset *p = mg_fwd_preset_find("micro");
+/* The MLX runs of `preset` (8 and 4 bits, c.checkpoint NULL) against the same weights
+ * dequantized: within 2% while the tokens agree, nearer than the other bits' weights. */
+static void against_dequantized(mg_backend *b, const char *preset) {
+    const mg_fwd_preset *p = mg_fwd_preset_find(preset);
     uint32_t batch = p->batch, H = p->shape.hidden;
     static run quant[2], deq[2];
     const mg_fwd_weights kinds[2] = {MG_FWD_WEIGHTS_MLX8, MG_FWD_WEIGHTS_MLX4};
     bool ok = true;
     for (int i = 0; i < 2; i++)
-        ok = ok && start(b, kinds[i], false, &quant[i]) && start(b, kinds[i], true, &deq[i]);
+        ok = ok && start(b, preset, kinds[i], NULL, false, &quant[i]) &&
+             start(b, preset, kinds[i], NULL, true, &deq[i]);
     for (int i = 0; ok && i < 2; i++) {
         const char *name = mg_fwd_weights_name(kinds[i]);
         for (uint32_t s = 0; s <= STEPS; s++) {
@@ -121,27 +128,71 @@ int main(void) {
             if (!same)
                 break;
             double e = pass_error(&quant[i], &deq[i], s, batch, H);
-            printf("%s pass %u: max rel err %.4g against the dequantized weights\n", name, s, e);
+            printf("%s %s pass %u: max rel err %.4g against the dequantized weights\n", preset,
+                   name, s, e);
             CHECK(e <= 0.02);
         }
         double own = pass_error(&quant[i], &deq[i], 0, batch, H);
         double other = pass_error(&quant[i], &deq[1 - i], 0, batch, H);
-        printf("%s prefill: %.4g against its own dequantized weights, %.4g against the other "
+        printf("%s %s prefill: %.4g against its own dequantized weights, %.4g against the other "
                "bits'\n",
-               name, own, other);
+               preset, name, own, other);
         CHECK(other > own);
     }
     for (int i = 0; i < 2; i++) {
         mg_fwd_destroy(quant[i].m);
         mg_fwd_destroy(deq[i].m);
+        quant[i].m = deq[i].m = NULL;
     }
+}
+
+/* micro quantized at load (the checkpoint lookup pointed at a folder that does not exist)
+ * against micro from the committed checkpoint: every pass's hidden states and tokens equal. */
+static void at_load_equals_checkpoint(mg_backend *b) {
+    const mg_fwd_preset *p = mg_fwd_preset_find("micro");
+    const size_t hidden_bytes = (size_t)p->batch * p->shape.hidden * 2;
+    static run loaded, quantized;
+    const mg_fwd_weights kinds[2] = {MG_FWD_WEIGHTS_MLX8, MG_FWD_WEIGHTS_MLX4};
+    char dir[1100], saved[1024];
+    snprintf(saved, sizeof saved, "%s", checkpoints_dir());
+    for (int i = 0; i < 2; i++) {
+        snprintf(dir, sizeof dir, "%s/micro-mlx%d", saved, i ? 4 : 8);
+        bool ok = start(b, "micro", kinds[i], dir, false, &loaded);
+        setenv("METRALE_MLX_CHECKPOINTS", "/nonexistent/metrale-checkpoints", 1);
+        ok = start(b, "micro", kinds[i], NULL, false, &quantized) && ok;
+        setenv("METRALE_MLX_CHECKPOINTS", saved, 1);
+        for (uint32_t s = 0; ok && s <= STEPS; s++) {
+            bool same = !memcmp(loaded.hidden[s], quantized.hidden[s], hidden_bytes);
+            CHECK(same);
+            if (!same)
+                fprintf(stderr,
+                        "FAIL micro %s pass %u: quantized at load differs from the "
+                        "checkpoint\n",
+                        mg_fwd_weights_name(kinds[i]), s);
+        }
+        CHECK(!ok || !memcmp(loaded.tokens, quantized.tokens, sizeof loaded.tokens));
+        printf("micro %s quantized at load: %s the committed checkpoint\n",
+               mg_fwd_weights_name(kinds[i]), ok ? "compared with" : "could not run beside");
+        mg_fwd_destroy(loaded.m);
+        mg_fwd_destroy(quantized.m);
+        loaded.m = quantized.m = NULL;
+    }
+}
+
+int main(void) {
+    mg_backend *b = NULL;
+    CHECK_OK(mg_backend_open(MG_BACKEND_CPU, 0, &b));
+    if (!b)
+        return test_finish();
+    against_dequantized(b, "micro");
+    against_dequantized(b, "tiny");
+    at_load_equals_checkpoint(b);
     expect_refused(b, "micro", MG_FWD_WEIGHTS_MLX8, "/nonexistent/checkpoint", "MLX checkpoint");
     /* the committed 8-bit checkpoint */
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/micro-mlx8", checkpoints_dir());
     expect_refused(b, "micro", MG_FWD_WEIGHTS_MLX4, dir, "the preset needs [256, 128] 4-bit");
     expect_refused(b, "tiny", MG_FWD_WEIGHTS_MLX8, dir, "the preset needs");
-    expect_refused(b, "tiny", MG_FWD_WEIGHTS_MLX8, NULL, "no committed MLX checkpoint");
     expect_refused(b, "tiny-moe", MG_FWD_WEIGHTS_MLX8, NULL, "mixture of experts");
     mg_backend_close(b);
     return test_finish();

@@ -11,8 +11,6 @@
 #include "metrale/dtype.h"
 #include "metrale/ops.h"
 
-enum { MX_Q, MX_KV, MX_O, MX_GATE_UP, MX_DOWN, MX_SLOTS };
-
 /* The per-layer tensors the model uses, by GGUF name suffix. */
 static const char *const layer_names[] = {"attn_norm", "attn_q",      "attn_k",
                                           "attn_v",    "attn_output", "ffn_norm",

@@ -12,8 +12,6 @@
 #include "metrale/ops_activation.h"
 #include "metrale/status.h"
 
-enum { MX_Q, MX_KV, MX_O, MX_GATE_UP, MX_DOWN, MX_SLOTS };
-
 struct mg_fwd_mlx {
     mg_backend *b;
     mg_model_shape sh;
@@ -24,6 +22,12 @@ struct mg_fwd_mlx {
     uint64_t scratch_need;
     uint64_t bytes;
 };
+
+uint32_t mg_fwd_mlx_model_slot(uint32_t i) {
+    static const uint32_t slots[MX_SLOTS] = {MG_FWD_WQ, MG_FWD_WKV, MG_FWD_WO, MG_FWD_W_GATE_UP,
+                                             MG_FWD_W_DOWN};
+    return slots[i];
+}
 
 static int mx_slot(uint32_t slot) {
     switch (slot) {
@@ -367,17 +371,10 @@ static uint32_t bits_of(const mg_fwd_config *c) {
     return c->weights == MG_FWD_WEIGHTS_MLX4 ? 4 : 8;
 }
 
-/* The checkpoint directory of `c`, or NULL (with the error set). */
-static const char *checkpoint_of(const mg_fwd_config *c, char *buf, size_t size) {
+const char *mg_fwd_mlx_checkpoint(const mg_fwd_config *c, char *buf, size_t size) {
     if (c->checkpoint)
         return c->checkpoint;
-    const char *dir = mg_fwd_mlx_default_checkpoint(c->preset->name, bits_of(c), buf, size);
-    if (!dir)
-        mg_error_report(MG_ERR_INVALID_ARGUMENT,
-                        "--weights %s: no committed MLX checkpoint for preset %s (there is one for "
-                        "preset micro); give one with --checkpoint DIR",
-                        mg_fwd_weights_name(c->weights), c->preset->name);
-    return dir;
+    return mg_fwd_mlx_default_checkpoint(c->preset->name, bits_of(c), buf, size);
 }
 
 mg_status mg_fwd_mlx_check_config(mg_backend *b, const mg_fwd_config *c) {
@@ -390,34 +387,33 @@ mg_status mg_fwd_mlx_check_config(mg_backend *b, const mg_fwd_config *c) {
         return mg_error_report(MG_ERR_UNSUPPORTED, "the %s backend cannot run op %s",
                                mg_backend_kind_name(mg_backend_get_kind(b)),
                                mg_op_name(MG_OP_MLX_QUANT));
-    char buf[1024];
-    return checkpoint_of(c, buf, sizeof buf) ? MG_OK : MG_ERR_INVALID_ARGUMENT;
+    return MG_OK;
 }
 
-mg_status mg_fwd_mlx_attach(mg_backend *b, const mg_fwd_config *c, mg_devptr *layer_w,
-                            mg_fwd_mlx **out, uint64_t *weight_bytes) {
+mg_status mg_fwd_mlx_attach(mg_backend *b, const mg_fwd_config *c, mg_fwd_mlx *x,
+                            mg_devptr *layer_w, mg_fwd_mlx **out, uint64_t *weight_bytes) {
     *out = NULL;
-    char buf[1024];
-    const char *dir = checkpoint_of(c, buf, sizeof buf);
-    if (!dir)
-        return MG_ERR_INVALID_ARGUMENT;
-    mg_fwd_mlx *x;
-    mg_status st = mg_fwd_mlx_create(b, &c->preset->shape, c->preset->layers, dir, bits_of(c), &x);
-    if (st)
-        return st;
+    mg_status st = MG_OK;
+    if (!x) {
+        char buf[1024];
+        const char *dir = mg_fwd_mlx_checkpoint(c, buf, sizeof buf);
+        if (!dir)
+            return mg_error_report(MG_ERR_INTERNAL, "MLX weights: no checkpoint to load");
+        if ((st = mg_fwd_mlx_create(b, &c->preset->shape, c->preset->layers, dir, bits_of(c), &x)))
+            return st;
+    }
     if (!c->mlx_dequantized) {
         *weight_bytes += x->bytes;
         *out = x;
         return MG_OK;
     }
-    static const uint32_t slots[] = {MG_FWD_WQ, MG_FWD_WKV, MG_FWD_WO, MG_FWD_W_GATE_UP,
-                                     MG_FWD_W_DOWN};
     for (uint32_t l = 0; !st && l < x->layers; l++)
-        for (size_t i = 0; !st && i < sizeof slots / sizeof slots[0]; i++) {
-            st = mg_fwd_mlx_dequantize(x, l, slots[i],
-                                       &layer_w[(size_t)l * MG_FWD_LAYER_TENSORS + slots[i]]);
+        for (uint32_t i = 0; !st && i < MX_SLOTS; i++) {
+            const uint32_t slot = mg_fwd_mlx_model_slot(i);
+            st = mg_fwd_mlx_dequantize(x, l, slot,
+                                       &layer_w[(size_t)l * MG_FWD_LAYER_TENSORS + slot]);
             if (!st)
-                *weight_bytes += mg_mlx_gemm_scratch_bytes(matrix(x, l, slots[i]));
+                *weight_bytes += mg_mlx_gemm_scratch_bytes(matrix(x, l, slot));
         }
     mg_status sync = mg_stream_synchronize(mg_stream_default(b));
     if (!st && sync)

@@ -16,6 +16,13 @@
 #include "model.h"
 
 #define MG_FWD_MLX_GEMV_MAX_ROWS 8u
+/* The group size of a preset's weights quantized at load (mlx-lm's default). */
+#define MG_FWD_MLX_GROUP 64u
+
+/* The layer matrices of one layer, in the order of mg_fwd_mlx_adopt's array. */
+enum { MX_Q, MX_KV, MX_O, MX_GATE_UP, MX_DOWN, MX_SLOTS };
+/* model.h's slot of matrix i (MX_Q .. MX_DOWN): MG_FWD_WQ, MG_FWD_WKV, ... */
+uint32_t mg_fwd_mlx_model_slot(uint32_t i);
 
 typedef struct mg_fwd_mlx mg_fwd_mlx;
 
@@ -65,13 +72,17 @@ mg_status mg_fwd_mlx_linear(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t sl
 mg_status mg_fwd_mlx_mlp(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t rows, mg_devptr act,
                          mg_devptr gate_up, mg_devptr mlp_act, mg_devptr out);
 
-/* For mg_fwd_create: MLX weights need a dense preset, the MLX op on `b`, and a checkpoint
- * (c->checkpoint, or the committed one of the preset). One-line errors. */
+/* The checkpoint the MLX weights of `c` come from: c->checkpoint, else the committed one of the
+ * preset, else NULL: the preset's own weights are then quantized at load (mg_mlx_quantize,
+ * groups of MG_FWD_MLX_GROUP, BF16 scales), as tests/mlx/make_checkpoint.py quantizes them. */
+const char *mg_fwd_mlx_checkpoint(const mg_fwd_config *c, char *buf, size_t size);
+/* For mg_fwd_create: MLX weights need a dense preset and the MLX op on `b`. One-line errors. */
 mg_status mg_fwd_mlx_check_config(mg_backend *b, const mg_fwd_config *c);
-/* Loads the checkpoint of `c` (model.h) into *out; with c->mlx_dequantized instead writes each
- * layer matrix, dequantized to BF16, into layer_w[l * MG_FWD_LAYER_TENSORS + slot] and leaves
- * *out NULL. Adds the bytes of the weights kept to *weight_bytes. */
-mg_status mg_fwd_mlx_attach(mg_backend *b, const mg_fwd_config *c, mg_devptr *layer_w,
-                            mg_fwd_mlx **out, uint64_t *weight_bytes);
+/* The layer matrices x (made by mg_fwd_mlx_adopt; NULL: loaded here from the checkpoint of `c`)
+ * into *out; with c->mlx_dequantized instead writes each, dequantized to BF16, into
+ * layer_w[l * MG_FWD_LAYER_TENSORS + slot], frees x and leaves *out NULL. Adds the bytes of the
+ * weights kept to *weight_bytes. Takes x whether it succeeds or not. */
+mg_status mg_fwd_mlx_attach(mg_backend *b, const mg_fwd_config *c, mg_fwd_mlx *x,
+                            mg_devptr *layer_w, mg_fwd_mlx **out, uint64_t *weight_bytes);
 
 #endif

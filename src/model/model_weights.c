@@ -1,6 +1,6 @@
 /* model_weights.c - the weights of the forward model: generated for a preset (BF16, FP8 with
- * row scales, NVFP4 quantized at load, MLX from a checkpoint) or loaded from a real checkpoint
- * (model_checkpoint.h). */
+ * row scales, NVFP4 and MLX quantized at load, or MLX from a checkpoint) or loaded from a real
+ * checkpoint (model_checkpoint.h). */
 #include "model_internal.h"
 
 #include <math.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "metrale/dtype.h"
+#include "metrale/mlx.h"
 #include "metrale/nvfp4.h"
 #include "metrale/ops.h"
 #include "metrale/ops_activation.h"
@@ -153,6 +154,87 @@ static mg_status upload_fp8_tensor(mg_fwd *m, uint32_t id, uint16_t *host, mg_de
     *scales_out = *codes_out + codes_bytes;
     m->weight_bytes += bytes;
     return MG_OK;
+}
+
+typedef struct mlx_job {
+    const uint16_t *bf16;
+    uint32_t cols, bits;
+    uint32_t *words;
+    uint16_t *scales, *biases;
+} mlx_job;
+
+static mg_status mlx_rows(void *ctx, size_t first, size_t count) {
+    mlx_job *j = ctx;
+    const size_t groups = j->cols / MG_FWD_MLX_GROUP;
+    return mg_mlx_quantize(j->bf16 + first * j->cols, MG_DTYPE_BF16, (uint32_t)count, j->cols,
+                           j->cols, j->bits, MG_FWD_MLX_GROUP,
+                           j->words + first * j->cols / (32 / j->bits), j->scales + first * groups,
+                           j->biases + first * groups);
+}
+
+/* Tensor `id` generated on the host, quantized there to MLX's affine format with `bits`
+ * (model_mlx.h: mg_mlx_quantize, groups of MG_FWD_MLX_GROUP, BF16 scales and biases, rows in
+ * parallel) and uploaded as one layer of new device buffers. */
+static mg_status upload_mlx_tensor(mg_fwd *m, uint32_t id, uint16_t *host, uint32_t bits,
+                                   mg_mlx_linear *out) {
+    uint32_t rows, cols;
+    mg_status st = generate_tensor(m, id, host, &rows, &cols);
+    if (st)
+        return st;
+    const size_t words_bytes = (size_t)rows * cols / 8 * bits,
+                 group_bytes = (size_t)rows * (cols / MG_FWD_MLX_GROUP) * 2;
+    uint8_t *packed = malloc(words_bytes + 2 * group_bytes);
+    if (!packed)
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the MLX weights");
+    mlx_job job = {host,
+                   cols,
+                   bits,
+                   (uint32_t *)packed,
+                   (uint16_t *)(packed + words_bytes),
+                   (uint16_t *)(packed + words_bytes + group_bytes)};
+    *out = (mg_mlx_linear){.experts = 1,
+                           .n = rows,
+                           .k = cols,
+                           .bits = bits,
+                           .group_size = MG_FWD_MLX_GROUP,
+                           .scale_type = MG_DTYPE_BF16};
+    if ((st = parallel_ranges(rows, (1u << 20) / cols + 1, mlx_rows, &job)))
+        st = mg_error_report(st, "quantizing weights to MLX %u-bit: %s", bits, mg_last_error());
+    const void *src[3] = {packed, packed + words_bytes, packed + words_bytes + group_bytes};
+    mg_devptr *dst[3] = {&out->weight, &out->scales, &out->biases};
+    const size_t bytes[3] = {words_bytes, group_bytes, group_bytes};
+    for (int i = 0; !st && i < 3; i++)
+        if ((st = mg_alloc(m->b, bytes[i], dst[i])) ||
+            (st = mg_copy_h2d(m->b, *dst[i], src[i], bytes[i])))
+            st = mg_fwd_lib_fail(st, "uploading MLX weights");
+    free(packed);
+    if (st)
+        mg_mlx_linear_free(m->b, out);
+    return st;
+}
+
+/* The layer matrices quantized at load (model_mlx.h): every layer's q, kv, o, gate_up and down,
+ * into a new mg_fwd_mlx. */
+static mg_status create_mlx_matrices(mg_fwd *m, uint16_t *host, mg_fwd_mlx **out) {
+    const uint32_t bits = m->c.weights == MG_FWD_WEIGHTS_MLX4 ? 4 : 8;
+    const size_t count = (size_t)m->layers * MX_SLOTS;
+    mg_mlx_linear *w = calloc(count, sizeof *w);
+    if (!w)
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+    mg_status st = MG_OK;
+    for (size_t i = 0; !st && i < count; i++)
+        st = upload_mlx_tensor(m,
+                               mg_fwd_layer_tensor((uint32_t)(i / MX_SLOTS),
+                                                   mg_fwd_mlx_model_slot((uint32_t)(i % MX_SLOTS))),
+                               host, bits, &w[i]);
+    if (st) {
+        for (size_t i = 0; i < count; i++)
+            mg_mlx_linear_free(m->b, &w[i]);
+    } else {
+        st = mg_fwd_mlx_adopt(m->b, &m->full_sh, m->layers, w, out); /* takes w's buffers */
+    }
+    free(w);
+    return st;
 }
 
 /* Device staging for quantizing one tensor at a time: its BF16 copy, codes and scales. */
@@ -385,8 +467,14 @@ mg_status mg_fwd_create_weights(mg_fwd *m) {
         }
     if (!st && fp4)
         st = create_nvfp4_matrices(m, host, largest);
-    if (!st && mlx)
-        st = mg_fwd_mlx_attach(m->b, &m->c, m->layer_w, &m->mlx, &m->weight_bytes);
+    if (!st && mlx) {
+        char buf[1024];
+        mg_fwd_mlx *x = NULL; /* NULL: the checkpoint's, loaded by attach */
+        if (!mg_fwd_mlx_checkpoint(&m->c, buf, sizeof buf))
+            st = create_mlx_matrices(m, host, &x);
+        if (!st)
+            st = mg_fwd_mlx_attach(m->b, &m->c, x, m->layer_w, &m->mlx, &m->weight_bytes);
+    }
     free(host);
     return st;
 }

@@ -7,7 +7,8 @@
 #   peer script carried beside the pack; PEER_SHAPES, default "1,512 8,512", or "none").
 # Each run's setup time is in its JSON (setup_s): the 30B-A3B NVFP4 setup is one of the targets.
 # RUNS overrides the list of "preset batch weights" triples (space-separated, triples joined by
-# commas); MLX=1 adds the 8B preset with synthetic MLX 4- and 8-bit weights at batch 1 and 8.
+# commas); MLX=1 adds the 8B preset with MLX 4- and 8-bit weights quantized at load at batch 1
+# and 8, after `run --compare` of the tiny preset's (batch 1 and 4) against the CPU.
 # $OUT gets summary.txt, runs.json, peers_forward.json, peers_compile.txt and logs.tgz.
 set -uo pipefail
 G=${G:-.gpu-table}
@@ -22,6 +23,15 @@ llama-3-8b 1 mlx8,llama-3-8b 8 mlx8"
 # the 30B-A3B runs last: their setup is the slowest part of the call
 default_runs="$default_runs,qwen3-30b-a3b 1 bf16,qwen3-30b-a3b 1 nvfp4"
 IFS=, read -r -a specs <<< "${RUNS:-$default_runs}"
+if [ "${MLX:-0}" = 1 ]; then
+  for w in mlx4 mlx8; do
+    for b in 1 4; do
+      step "compare_tiny_${w}_b$b" timeout 60 "$BIN/metrale-gpu" --backend cuda run --preset tiny \
+        --weights "$w" --batch "$b" --steps 8 --compare
+    done
+  done
+  grep -h -E "AGREE|DISAGREE" "$L"/compare_tiny_*.txt >> "$S"
+fi
 runs=()
 run_one() { # run_one PRESET BATCH WEIGHTS
   local name="run_${1}_b${2}_${3}"

@@ -247,6 +247,42 @@ static size_t global_group(const mg_fwd *m) {
     return m->sh.experts ? m->sh.experts : 1;
 }
 
+typedef struct amax_job {
+    const uint16_t *x;
+    uint32_t cols;
+    float *row_amax;
+} amax_job;
+
+static mg_status amax_rows(void *ctx, size_t first, size_t count) {
+    amax_job *j = ctx;
+    for (size_t r = first; r < first + count; r++) {
+        float amax = 0.0f;
+        for (uint32_t c = 0; c < j->cols; c++) {
+            float a = fabsf(mg_bf16_to_f32(j->x[r * j->cols + c]));
+            if (isfinite(a) && a > amax)
+                amax = a;
+        }
+        j->row_amax[r] = amax;
+    }
+    return MG_OK;
+}
+
+/* mg_nvfp4_global_scale(x, rows, cols, 0), the rows' largest finite |x| found over up to 16
+ * threads (a maximum: the same value whatever the split). */
+static mg_status global_scale(const uint16_t *x, uint32_t rows, uint32_t cols, float *out) {
+    float *row_amax = malloc((size_t)rows * sizeof *row_amax);
+    if (!row_amax)
+        return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");
+    amax_job job = {x, cols, row_amax};
+    mg_status st = parallel_ranges(rows, (1u << 20) / cols + 1, amax_rows, &job);
+    float amax = 0.0f;
+    for (uint32_t r = 0; r < rows; r++)
+        amax = row_amax[r] > amax ? row_amax[r] : amax;
+    free(row_amax);
+    *out = mg_nvfp4_global_scale_from_amax(amax);
+    return st;
+}
+
 /* Tensor `id` (a layer matrix or the LM head) generated on the host, uploaded into the staging
  * buffers, quantized with its global scale (model.h), and prepared into `parts` weights (w_gate_up:
  * gate, then up) of `experts` stacked experts each (rows = experts * parts * n: expert e's part
@@ -261,7 +297,9 @@ static mg_status quantize_tensor(mg_fwd *m, uint32_t id, uint16_t *host, const f
     if (st)
         return st;
     size_t group = global_group(m);
-    float global = mg_nvfp4_global_scale(host, rows, cols, 0);
+    float global = 1.0f;
+    if ((st = global_scale(host, rows, cols, &global)))
+        return st;
     float *globals = malloc(group * sizeof *globals);
     if (!globals)
         return mg_error_report(MG_ERR_OUT_OF_MEMORY, "out of host memory for the weights");

@@ -772,6 +772,45 @@ static void check_fusion_exact(mg_backend *be, mg_fwd_config c) {
     free(b);
 }
 
+/* The captured decode step's kernel counts (mg_fwd_info): the step is the kernels outside the
+ * layers plus each layer's, two presets of other depths count the same per layer, and the
+ * replayed steps' logits equal eager ones bit for bit (the counting captures leave the model
+ * as it was). Returns the kernels per layer. */
+static uint32_t check_layer_kernels(mg_backend *be, mg_fwd_config c) {
+    c.use_graphs = true;
+    c.steps = 3; /* one eager step, one captured, one replayed */
+    const size_t row = (size_t)c.batch * c.preset->shape.vocab, passes = c.steps + 1;
+    float *replayed = malloc(passes * row * sizeof(float));
+    mg_stream *s = NULL;
+    mg_fwd *m = NULL;
+    bool ok = replayed && mg_stream_create(be, &s) == MG_OK && mg_fwd_create(be, &c, &m) == MG_OK;
+    for (size_t pass = 0; ok && pass < passes; pass++)
+        ok = (pass ? mg_fwd_decode(m, s) : mg_fwd_prefill(m, s)) == MG_OK &&
+             mg_fwd_logits(m, replayed + pass * row) == MG_OK;
+    CHECK(ok);
+    mg_fwd_info info = {0};
+    if (m)
+        mg_fwd_get_info(m, &info);
+    mg_fwd_destroy(m);
+    if (s)
+        mg_stream_destroy(s);
+    const uint32_t layers = c.preset->layers;
+    CHECK(info.graph_steps >= 1 && info.graph_kernels > 0);
+    CHECK(info.graph_layer_kernels > 0 && info.graph_outside_kernels > 0);
+    CHECK(info.graph_kernels == info.graph_outside_kernels + layers * info.graph_layer_kernels);
+    printf("%s %s%s batch %u: %u kernels per decode step, %u per layer x %u, %u outside\n",
+           c.preset->name, mg_fwd_weights_name(c.weights), c.unfused ? " unfused" : "", c.batch,
+           info.graph_kernels, info.graph_layer_kernels, layers, info.graph_outside_kernels);
+    mg_fwd_config eager = c;
+    eager.use_graphs = false;
+    bool fused, qkv, append;
+    float *want = run_logits(be, &eager, &fused, &qkv, &append);
+    CHECK(ok && want && !memcmp(want, replayed, passes * row * sizeof(float)));
+    free(want);
+    free(replayed);
+    return info.graph_layer_kernels;
+}
+
 static void check_refused(mg_backend *be, mg_fwd_config c, mg_status want, const char *needle) {
     mg_fwd *m = (mg_fwd *)1;
     mg_status st = mg_fwd_create(be, &c, &m);
@@ -863,6 +902,19 @@ int main(void) {
                (unsigned long long)moe.seed);
         check_against_reference(be, moe);
     }
+    /* kernels per layer: the same at 2 layers (tiny) and 4 (small), fused or not, BF16 or
+     * NVFP4, and for the MoE preset */
+    for (int w = 0; w < 2; w++)
+        for (int unfused = 0; unfused < 2; unfused++) {
+            mg_fwd_config k = c;
+            k.weights = w ? MG_FWD_WEIGHTS_NVFP4 : MG_FWD_WEIGHTS_BF16;
+            k.unfused = unfused;
+            const uint32_t tiny_layer = check_layer_kernels(be, k);
+            k.preset = mg_fwd_preset_find("small");
+            k.prompt_len = 16;
+            CHECK(check_layer_kernels(be, k) == tiny_layer);
+        }
+    check_layer_kernels(be, e);
     mg_fwd_config moe_mlx = e;
     moe_mlx.weights = MG_FWD_WEIGHTS_MLX8;
     check_refused(be, moe_mlx, MG_ERR_UNSUPPORTED, "mixture of experts");

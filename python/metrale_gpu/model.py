@@ -75,7 +75,8 @@ class fwd_info(C.Structure):
                 ("decode_kv_bytes", u64), ("prompt_tokens", u64), ("arena", arena_summary),
                 ("graph_steps", u32), ("graph_kernels", u32), ("graph_nodes", u32),
                 ("fused_decode", b_), ("fused_qkv", b_), ("fused_kv_append", b_),
-                ("tp_ranks", u32), ("tp_rank", u32)]
+                ("tp_ranks", u32), ("tp_rank", u32), ("graph_outside_kernels", u32),
+                ("graph_layer_kernels", u32)]
 
 
 class gen_request(C.Structure):

@@ -571,6 +571,36 @@ mg_status mg_fwd_prefill_rank(mg_fwd *m, mg_stream *s) {
     return st;
 }
 
+/* The decode step's kernels outside the layers and in its first layer, into
+ * m->graph_outside_kernels and m->graph_layer_kernels: the step captured twice more (neither
+ * capture launched) with the pass cut to no layer and to one. Left 0 where the backend cannot
+ * count a graph, and for a tensor-parallel model (whose ranks capture together). */
+static void count_layer_kernels(mg_fwd *m, mg_stream *s) {
+    if (m->tp_ranks > 1 || !m->layers)
+        return;
+    const uint32_t layers = m->layers;
+    size_t kernels[2] = {0, 0};
+    mg_status st = MG_OK;
+    for (uint32_t n = 0; n < 2 && !st; n++) {
+        mg_graph *g = NULL;
+        m->layers = n; /* the pass's loop bound; nothing else reads it while capturing */
+        if (!(st = mg_graph_begin_capture(s))) {
+            if ((st = mg_fwd_forward(m, s, false, m->c.batch, m->decode_plan)) ||
+                (st = mg_fwd_sampling_launch(m, s)))
+                mg_graph_abort_capture(s);
+            else if (!(st = mg_graph_end_capture(s, &g)))
+                st = mg_graph_count_nodes(g, &kernels[n], NULL);
+        }
+        if (g)
+            mg_graph_destroy(g);
+    }
+    m->layers = layers;
+    if (!st && kernels[1] >= kernels[0]) {
+        m->graph_outside_kernels = (uint32_t)kernels[0];
+        m->graph_layer_kernels = (uint32_t)(kernels[1] - kernels[0]);
+    }
+}
+
 mg_status mg_fwd_decode_rank(mg_fwd *m, mg_stream *s) {
     mg_status st = mg_fwd_pass_allowed(m, false);
     if (!st && (st = decode_pass(m, s)))
@@ -654,6 +684,7 @@ static mg_status decode_pass(mg_fwd *m, mg_stream *s) {
         if (mg_graph_count_nodes(m->graph, &kernels, &nodes) == MG_OK) {
             m->graph_kernels = (uint32_t)kernels;
             m->graph_nodes = (uint32_t)nodes;
+            count_layer_kernels(m, s);
         }
     }
     TRY(mg_graph_launch(m->graph, s), "replaying the decode step");
@@ -743,6 +774,8 @@ void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out) {
     out->graph_steps = m->graph_steps;
     out->graph_kernels = m->graph_kernels;
     out->graph_nodes = m->graph_nodes;
+    out->graph_outside_kernels = m->graph_outside_kernels;
+    out->graph_layer_kernels = m->graph_layer_kernels;
     out->fused_decode = m->fused_decode;
     out->fused_qkv = m->fused_decode && m->qkv_mode != MG_FWD_QKV_APART;
     out->fused_kv_append = m->fused_decode && m->qkv_mode == MG_FWD_QKV_JOINED_APPEND;

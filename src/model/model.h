@@ -395,6 +395,12 @@ typedef struct mg_fwd_info {
     /* tensor parallelism: the ranks the model is split over (1: one device) and the rank
      * these numbers are of (mg_fwd_create_tp: 0) */
     uint32_t tp_ranks, tp_rank;
+    /* the captured decode step's kernels outside the layers (embedding, final norm, LM head,
+     * argmax or sampling) and in its first layer, counted from two more captures of the step
+     * cut to no layer and to one (never launched); the layers are alike, so graph_kernels is
+     * graph_outside_kernels + layers * graph_layer_kernels. 0 where graph_kernels is, and for
+     * a tensor-parallel model. */
+    uint32_t graph_outside_kernels, graph_layer_kernels;
 } mg_fwd_info;
 
 void mg_fwd_get_info(const mg_fwd *m, mg_fwd_info *out);

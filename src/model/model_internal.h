@@ -131,8 +131,10 @@ struct mg_fwd {
     bool fused_decode, fusion_decided;
     mg_fwd_qkv_mode qkv_mode; /* the fused step's q and kv projections (model_forward.c) */
     uint32_t graph_kernels, graph_nodes; /* of the captured decode step (0: none captured) */
-    int32_t *tokens;                     /* [batch][steps + 1] */
-    struct mg_fwd_sampling *sampling;    /* model_sampling.c; NULL: greedy argmax */
+    /* the step's kernels outside the layers and in its first layer (count_layer_kernels) */
+    uint32_t graph_outside_kernels, graph_layer_kernels;
+    int32_t *tokens;                  /* [batch][steps + 1] */
+    struct mg_fwd_sampling *sampling; /* model_sampling.c; NULL: greedy argmax */
     uint32_t token_count;
     uint64_t prompt_tokens, decode_kv_bytes;
 };

@@ -640,7 +640,8 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
         printf("{\"preset\": \"%s\", \"backend\": \"%s\", \"tp\": %d, \"weights\": \"%s\", "
                "\"batch\": %u, "
                "\"prompt_tokens\": %llu, \"steps\": %u, \"graph_steps\": %u, "
-               "\"kernels_per_step\": %u, \"graph_nodes_per_step\": %u, \"fused_decode\": %s, "
+               "\"kernels_per_step\": %u, \"graph_nodes_per_step\": %u, "
+               "\"kernels_per_layer\": %u, \"kernels_outside_layers\": %u, \"fused_decode\": %s, "
                "\"fused_qkv\": %s, \"fused_kv_append\": %s, "
                "\"setup_s\": %.4f, \"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.2f, "
                "\"decode_ms_per_step\": %.4f, \"decode_tokens_per_s\": %.2f, "
@@ -650,6 +651,7 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                "\"arena_unpacked_bytes\": %llu, \"device_bytes_live\": %llu, \"tokens\": [",
                p->name, kind, tp, wname, c.batch, (unsigned long long)r.info.prompt_tokens,
                c.steps - profile, r.graph_steps, r.info.graph_kernels, r.info.graph_nodes,
+               r.info.graph_layer_kernels, r.info.graph_outside_kernels,
                r.info.fused_decode ? "true" : "false", r.info.fused_qkv ? "true" : "false",
                r.info.fused_kv_append ? "true" : "false", r.setup_s, r.prefill_s, prefill_tps,
                r.step_ms, decode_tps, r.first_step_ms, step_bytes, gbps, limit_ms,
@@ -702,7 +704,12 @@ int mg_cmd_run(int argc, char **argv, const mg_cli_options *opts) {
                : r.info.fused_qkv
                    ? "fused (norms, residual adds and SiLU-mul folded in; q and kv in one GEMV)"
                    : "fused (norms, residual adds and SiLU-mul folded in)");
-        if (r.info.graph_kernels)
+        if (r.info.graph_layer_kernels)
+            printf("  decode graph    %u kernels, %u nodes per step: %u per layer, %u outside "
+                   "the layers (embedding, final norm, LM head, argmax or sampling)\n",
+                   r.info.graph_kernels, r.info.graph_nodes, r.info.graph_layer_kernels,
+                   r.info.graph_outside_kernels);
+        else if (r.info.graph_kernels)
             printf("  decode graph    %u kernels, %u nodes per step (%.1f kernels per layer on "
                    "average, the LM head and sampling included)\n",
                    r.info.graph_kernels, r.info.graph_nodes,

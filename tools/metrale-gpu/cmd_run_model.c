@@ -485,17 +485,18 @@ int mg_cmd_run_model(int argc, char **argv, const mg_cli_options *opts) {
         printf("{\"model\": \"%s\", \"backend\": \"%s\", \"weights\": \"%s\", \"layers\": %u, "
                "\"hidden\": %u, \"vocab\": %u, \"weight_bytes\": %llu, \"load_s\": %.4f, "
                "\"graph_steps\": %u, \"kernels_per_step\": %u, \"graph_nodes_per_step\": %u, "
-               "\"fused_decode\": %s, \"fused_qkv\": %s, \"fused_kv_append\": %s, "
+               "\"kernels_per_layer\": %u, \"kernels_outside_layers\": %u, \"fused_decode\": %s, "
+               "\"fused_qkv\": %s, \"fused_kv_append\": %s, "
                "\"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.2f, "
                "\"time_to_first_token_s\": %.6f, \"decode_ms_per_step\": %.4f, "
                "\"decode_tokens_per_s\": %.2f, \"copy_gbps\": %.2f, \"memory_bound_ms\": %.4f, "
                "\"fraction_of_limit\": %.4f, \"prompt_ids\": [",
                p->name, mg_backend_kind_name(mg_backend_get_kind(b)), mg_fwd_weights_name(w),
                p->layers, p->shape.hidden, vocab, (unsigned long long)info.weight_bytes, load_s,
-               info.graph_steps, info.graph_kernels, info.graph_nodes,
-               info.fused_decode ? "true" : "false", info.fused_qkv ? "true" : "false",
-               info.fused_kv_append ? "true" : "false", prefill_s,
-               prefill_s > 0 ? a.prompt_count / prefill_s : 0.0, prefill_s, step_ms,
+               info.graph_steps, info.graph_kernels, info.graph_nodes, info.graph_layer_kernels,
+               info.graph_outside_kernels, info.fused_decode ? "true" : "false",
+               info.fused_qkv ? "true" : "false", info.fused_kv_append ? "true" : "false",
+               prefill_s, prefill_s > 0 ? a.prompt_count / prefill_s : 0.0, prefill_s, step_ms,
                step_ms > 0 ? 1e3 / step_ms : 0.0, gbps, limit_ms,
                step_ms > 0 ? limit_ms / step_ms : 0.0);
         for (uint32_t i = 0; i < a.prompt_count; i++)

@@ -54,6 +54,6 @@ for spec in "${specs[@]}"; do
   fi
   run_one "$1" "$2" "$3"
 done
-print_runs "$OUT/runs.json" kernels_per_step setup_s fused_decode | tee -a "$S"
+print_runs "$OUT/runs.json" kernels_per_step kernels_per_layer kernels_outside_layers setup_s fused_decode | tee -a "$S"
 [ -f "$L/peers_compile.txt" ] && tail -n 6 "$L/peers_compile.txt" >> "$S"
 tar czf "$OUT/logs.tgz" -C "$L" .

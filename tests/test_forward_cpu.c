@@ -723,8 +723,9 @@ static void check_trace(mg_backend *be, mg_fwd_config c) {
 
 /* A refusal: the status and a one-line message naming `needle`. */
 /* Every pass's logits of config c (poisoned first), and whether its decode steps ran fused. */
-static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused, bool *fused_qkv,
-                         bool *fused_append) {
+/* Every pass's logits of a run of config `c` (prefill, then c->steps decode steps), and the
+ * model's mg_fwd_info after them in *info. */
+static float *run_logits(mg_backend *be, const mg_fwd_config *c, mg_fwd_info *info) {
     const size_t row = (size_t)c->batch * c->preset->shape.vocab, passes = c->steps + 1;
     float *logits = malloc(passes * row * sizeof(float));
     for (size_t i = 0; logits && i < passes * row; i++)
@@ -738,12 +739,9 @@ static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused, bo
     CHECK(ok);
     if (!ok)
         fprintf(stderr, "run_logits: %s\n", mg_last_error());
-    mg_fwd_info info = {0};
+    *info = (mg_fwd_info){0};
     if (m)
-        mg_fwd_get_info(m, &info);
-    *fused = info.fused_decode;
-    *fused_qkv = info.fused_qkv;
-    *fused_append = info.fused_kv_append;
+        mg_fwd_get_info(m, info);
     mg_fwd_destroy(m);
     if (s)
         mg_stream_destroy(s);
@@ -753,10 +751,12 @@ static float *run_logits(mg_backend *be, const mg_fwd_config *c, bool *fused, bo
 static void check_fusion_exact(mg_backend *be, mg_fwd_config c) {
     mg_fwd_config plain = c;
     plain.unfused = true;
-    bool fused = false, plain_fused = true, qkv = false, plain_qkv = true, append = false,
-         plain_append = true;
-    float *a = run_logits(be, &c, &fused, &qkv, &append);
-    float *b = run_logits(be, &plain, &plain_fused, &plain_qkv, &plain_append);
+    mg_fwd_info fi, pi;
+    float *a = run_logits(be, &c, &fi);
+    float *b = run_logits(be, &plain, &pi);
+    const bool fused = fi.fused_decode, plain_fused = pi.fused_decode, qkv = fi.fused_qkv,
+               plain_qkv = pi.fused_qkv, append = fi.fused_kv_append,
+               plain_append = pi.fused_kv_append;
     const size_t n = (size_t)(c.steps + 1) * c.batch * c.preset->shape.vocab;
     CHECK(fused && !plain_fused);
     /* one token row: the q and kv projections are one GEMV over the joined matrices */
@@ -779,21 +779,9 @@ static void check_fusion_exact(mg_backend *be, mg_fwd_config c) {
 static uint32_t check_layer_kernels(mg_backend *be, mg_fwd_config c) {
     c.use_graphs = true;
     c.steps = 3; /* one eager step, one captured, one replayed */
-    const size_t row = (size_t)c.batch * c.preset->shape.vocab, passes = c.steps + 1;
-    float *replayed = malloc(passes * row * sizeof(float));
-    mg_stream *s = NULL;
-    mg_fwd *m = NULL;
-    bool ok = replayed && mg_stream_create(be, &s) == MG_OK && mg_fwd_create(be, &c, &m) == MG_OK;
-    for (size_t pass = 0; ok && pass < passes; pass++)
-        ok = (pass ? mg_fwd_decode(m, s) : mg_fwd_prefill(m, s)) == MG_OK &&
-             mg_fwd_logits(m, replayed + pass * row) == MG_OK;
-    CHECK(ok);
-    mg_fwd_info info = {0};
-    if (m)
-        mg_fwd_get_info(m, &info);
-    mg_fwd_destroy(m);
-    if (s)
-        mg_stream_destroy(s);
+    const size_t bytes = (size_t)(c.steps + 1) * c.batch * c.preset->shape.vocab * sizeof(float);
+    mg_fwd_info info, eager_info;
+    float *replayed = run_logits(be, &c, &info);
     const uint32_t layers = c.preset->layers;
     CHECK(info.graph_steps >= 1 && info.graph_kernels > 0);
     CHECK(info.graph_layer_kernels > 0 && info.graph_outside_kernels > 0);
@@ -803,9 +791,8 @@ static uint32_t check_layer_kernels(mg_backend *be, mg_fwd_config c) {
            info.graph_kernels, info.graph_layer_kernels, layers, info.graph_outside_kernels);
     mg_fwd_config eager = c;
     eager.use_graphs = false;
-    bool fused, qkv, append;
-    float *want = run_logits(be, &eager, &fused, &qkv, &append);
-    CHECK(ok && want && !memcmp(want, replayed, passes * row * sizeof(float)));
+    float *want = run_logits(be, &eager, &eager_info);
+    CHECK(replayed && want && !memcmp(want, replayed, bytes));
     free(want);
     free(replayed);
     return info.graph_layer_kernels;

@@ -141,6 +141,7 @@ typedef struct mlx_test_case {
 
 typedef struct mlx_test_outputs {
     uint16_t *deq, *plain, *silu, *resid, *gate, *up, *gemm;
+    uint16_t *silu_mul; /* gate_up with the SiLU-mul epilogue (mg_mlx_gemv_fused) */
 } mlx_test_outputs;
 
 static inline void mlx_test_case_make(mlx_test_case *c, const mg_mlx_linear *w, uint32_t m,
@@ -164,14 +165,15 @@ static inline void mlx_test_case_free(mlx_test_case *c) {
 }
 
 static inline void mlx_test_outputs_free(mlx_test_outputs *o) {
-    uint16_t *all[] = {o->deq, o->plain, o->silu, o->resid, o->gate, o->up, o->gemm};
+    uint16_t *all[] = {o->deq, o->plain, o->silu, o->resid, o->gate, o->up, o->gemm, o->silu_mul};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         free(all[i]);
     memset(o, 0, sizeof *o);
 }
 
 /* Runs every op of `c` on `b` (outputs poisoned first): dequant, GEMV, silu_gate,
- * silu_gate_resid in place (resid is y), gate_up (gate = w, up = w2), GEMM. */
+ * silu_gate_resid in place (resid is y), gate_up (gate = w, up = w2), gate_up with the SiLU-mul
+ * epilogue, GEMM. */
 static inline void mlx_test_run(mg_backend *b, const mg_mlx_linear *w, const mg_mlx_linear *w2,
                                 const mlx_test_case *c, mlx_test_outputs *o) {
     size_t act = (size_t)c->m * w->k * 2, out = (size_t)c->m * w->n * 2;
@@ -195,11 +197,42 @@ static inline void mlx_test_run(mg_backend *b, const mg_mlx_linear *w, const mg_
     CHECK_OK(mg_mlx_gemv_gate_up(b, NULL, w, w2, c->expert, c->m, x, y, y2));
     o->gate = mlx_test_download(b, y, out);
     o->up = mlx_test_download(b, y2, out);
+    CHECK_OK(mg_memset(b, y, 0xff, out));
+    const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
+    const mg_gemm_fusion_tensors none = {0};
+    CHECK_OK(mg_mlx_gemv_fused(b, NULL, w, w2, c->expert, c->m, x, y, &silu_mul, &none));
+    o->silu_mul = mlx_test_download(b, y, out);
     CHECK_OK(mg_mlx_gemm(b, NULL, w, c->expert, c->m_gemm, xg, yg, deq));
     o->gemm = mlx_test_download(b, yg, out_gemm);
     mg_devptr all[] = {x, g, u, xg, deq, y, y2, yg};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         mg_free(b, all[i]);
+}
+
+/* silu(gate) * up of two BF16 values, rounded to BF16: mg_silu_mul_bf16's definition
+ * (metrale/ops_activation.h), FP32 arithmetic with expf. */
+static inline uint16_t mlx_test_silu_mul(uint16_t gate, uint16_t up) {
+    const float g = mg_bf16_to_f32(gate);
+    return mg_f32_to_bf16(g / (1.0f + expf(-g)) * mg_bf16_to_f32(up));
+}
+
+/* The SiLU-mul epilogue's output `got` [count] against the SiLU-mul of the same backend's
+ * gate_up products: equal, or (ulps = 1, a device whose expf may differ from the host's by an
+ * ulp) at most one BF16 step apart. */
+static inline void mlx_test_check_silu_mul(const char *what, const uint16_t *got,
+                                           const uint16_t *gate, const uint16_t *up, size_t count,
+                                           int ulps) {
+    int bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        const uint16_t want = mlx_test_silu_mul(gate[i], up[i]);
+        const int step = (int)(got[i] & 0x7fff) - (int)(want & 0x7fff);
+        const bool near = (got[i] & 0x8000) == (want & 0x8000) && step <= ulps && step >= -ulps;
+        if (!(got[i] == want || (near && (got[i] & 0x7f80) != 0x7f80)) && bad++ < 3)
+            fprintf(stderr, "FAIL %s [%zu]: 0x%04x, want 0x%04x (gate 0x%04x up 0x%04x)\n", what,
+                    i, got[i], want, gate[i], up[i]);
+    }
+    test_checks++;
+    test_failures += bad != 0;
 }
 
 /* got (BF16 [rows, n]) against want (per element) within 2^-7 |want| + 2^-shift * spread

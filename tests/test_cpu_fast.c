@@ -310,6 +310,48 @@ static void mlx_case(mg_backend *b, int op, uint32_t bits, uint32_t group, mg_dt
     free(act);
 }
 
+/* gate_up with the SiLU-mul epilogue under each CPU provider (the reference included): the
+ * SiLU-mul of that provider's own gate_up products, bit for bit, the 64 bytes past y untouched. */
+static void mlx_silu_mul_case(mg_backend *b, uint32_t bits, uint32_t group, mg_dtype type,
+                              uint32_t n, uint32_t k, uint32_t m) {
+    static const char *const providers[] = {"kernels", "cpu_portable", "cpu_avx2", "cpu_avx512"};
+    mlx_test_layer gate, up;
+    mlx_test_layer_make(b, &gate, 2, n, k, bits, group, type);
+    mlx_test_layer_make(b, &up, 2, n, k, bits, group, type);
+    uint16_t *hx = mlx_test_activations((size_t)m * k);
+    const size_t half = (size_t)m * n * 2;
+    mg_devptr x = mlx_test_upload(b, hx, (size_t)m * k * 2), y = 0;
+    CHECK_OK(mg_alloc(b, 3 * half + 64, &y));
+    uint16_t *host = malloc(3 * half + 64);
+    const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
+    const mg_gemm_fusion_tensors none = {0};
+    for (size_t p = 0; host && p < sizeof providers / sizeof *providers; p++) {
+        if (!provider_usable(b, MG_OP_MLX_QUANT, providers[p]))
+            continue;
+        CHECK_OK(mg_op_force_provider(b, MG_OP_MLX_QUANT, providers[p]));
+        CHECK_OK(mg_memset(b, y, POISON, 3 * half + 64));
+        CHECK_OK(mg_mlx_gemv_gate_up(b, NULL, &gate.w, &up.w, 1, m, x, y, y + half));
+        CHECK_OK(mg_mlx_gemv_fused(b, NULL, &gate.w, &up.w, 1, m, x, y + 2 * half, &silu_mul,
+                                   &none));
+        CHECK_OK(mg_copy_d2h(b, host, y, 3 * half + 64));
+        char what[128];
+        snprintf(what, sizeof what, "%s gate_up+silu_mul bits=%u group=%u %s n=%u k=%u m=%u",
+                 providers[p], bits, group, mg_dtype_name(type), n, k, m);
+        mlx_test_check_silu_mul(what, host + 2 * half / 2, host, host + half / 2, half / 2, 0);
+        size_t guard = 0;
+        for (size_t i = 0; i < 32; i++)
+            guard += host[3 * half / 2 + i] != (uint16_t)(POISON * 0x0101u);
+        CHECK(guard == 0);
+    }
+    mg_op_force_provider(b, MG_OP_MLX_QUANT, NULL);
+    mg_free(b, x);
+    mg_free(b, y);
+    mlx_test_layer_free(b, &gate);
+    mlx_test_layer_free(b, &up);
+    free(hx);
+    free(host);
+}
+
 static void test_mlx(mg_backend *b) {
     static const uint32_t groups[] = {32, 64, 128};
     for (int op = 0; op < OP_COUNT; op++)
@@ -322,6 +364,12 @@ static void test_mlx(mg_backend *b) {
                                                : (uint32_t)test_rand_range(1, 8);
                     mlx_case(b, op, bits, groups[g], t ? MG_DTYPE_F16 : MG_DTYPE_BF16, n, k, m);
                 }
+    for (uint32_t bits = 4; bits <= 8; bits += 4)
+        for (int g = 0; g < 3; g++)
+            mlx_silu_mul_case(b, bits, groups[g], g % 2 ? MG_DTYPE_F16 : MG_DTYPE_BF16,
+                              (uint32_t)test_rand_range(1, 70),
+                              groups[g] * (uint32_t)test_rand_range(1, 6),
+                              (uint32_t)test_rand_range(1, 8));
     /* SmolLM2's layers: 4 bits, groups of 32, FP16 scales */
     mlx_case(b, OP_GATE_UP, 4, 32, MG_DTYPE_F16, 1536, 576, 1);
     mlx_case(b, OP_SILU_RESID, 4, 32, MG_DTYPE_F16, 576, 1536, 1);

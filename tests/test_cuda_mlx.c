@@ -2,7 +2,7 @@
  * reference on the same random layers, under each CUDA provider forced in turn ("kernels": the
  * SIMT GEMVs of mlx_quant.cu; "cuda_mma": the tensor-core GEMVs of mlx_gemv_mma.cu, BF16 scales
  * only): dequant bit for bit; GEMVs (plain, silu_gate, silu_gate_resid in place, gate_up) and
- * the GEMM within BF16 bounds. Shapes are awkward (n not a multiple of the 16 rows a block owns,
+ * the GEMM within BF16 bounds; gate_up's SiLU-mul epilogue against the SiLU-mul of its products. Shapes are awkward (n not a multiple of the 16 rows a block owns,
  * k spanning several staged activation passes), every bits, group size and scale type,
  * M = 1..8; the automatic choice is checked per scale type. Skips (77) without a usable GPU. */
 #include <stdio.h>
@@ -62,6 +62,10 @@ static void check_refused(mg_backend *cuda, const char *provider, const mg_mlx_l
     CHECK(mg_mlx_gemv(cuda, NULL, w, expert, m, x, y) == MG_ERR_UNSUPPORTED);
     CHECK(strstr(mg_last_error(), provider) != NULL);
     CHECK(mg_mlx_gemv_gate_up(cuda, NULL, w, w, expert, m, x, y, y2) == MG_ERR_UNSUPPORTED);
+    const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
+    const mg_gemm_fusion_tensors none = {0};
+    CHECK(mg_mlx_gemv_fused(cuda, NULL, w, w, expert, m, x, y, &silu_mul, &none) ==
+          MG_ERR_UNSUPPORTED);
     CHECK_OK(mg_op_stats_get(cuda, MG_OP_MLX_QUANT, &after));
     CHECK(after.calls == before.calls);
     mg_free(cuda, x);
@@ -106,6 +110,10 @@ static void run_and_compare(mg_backend *cpu, mg_backend *cuda, const mlx_test_la
     }
     snprintf(label, sizeof label, "gate_up/up %s", what);
     compare(label, l2, c->expert, m, c->x, got.up, ref.up, deq2, 12);
+    /* the SiLU-mul epilogue: of the same provider's gate_up products (checked just above), as
+     * mg_silu_mul_bf16 computes it; the device's expf may round one BF16 step apart */
+    snprintf(label, sizeof label, "gate_up+silu_mul %s", what);
+    mlx_test_check_silu_mul(label, got.silu_mul, got.gate, got.up, (size_t)m * n, 1);
     snprintf(label, sizeof label, "gemm m=67 %s", what);
     compare(label, l, c->expert, 67, c->x_gemm, got.gemm, ref.gemm, NULL, 10);
     free(deq2);

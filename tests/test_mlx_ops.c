@@ -65,6 +65,9 @@ static void run_case(mg_backend *b, uint32_t bits, uint32_t group, mg_dtype type
     expect_product(&l2, c.expert, m, c.x, NULL, NULL, want, spread);
     snprintf(label, sizeof label, "gate_up/up %s", what);
     mlx_test_compare(label, o.up, want, spread, (size_t)m * n, 16);
+    /* the SiLU-mul epilogue: the composition of gate_up and mg_silu_mul_bf16, bit for bit */
+    snprintf(label, sizeof label, "gate_up+silu_mul %s", what);
+    mlx_test_check_silu_mul(label, o.silu_mul, o.gate, o.up, (size_t)m * n, 0);
     expect_product(&l, c.expert, m, c.g, c.u, NULL, want, spread);
     snprintf(label, sizeof label, "silu_gate %s", what);
     mlx_test_compare(label, o.silu, want, spread, (size_t)m * n, 16);
@@ -130,6 +133,49 @@ static void test_errors(mg_backend *b) {
     CHECK_MESSAGE("scales and y overlap");
     CHECK_STATUS(mg_mlx_gemm(b, NULL, &l.w, 0, 1, x, y, y), MG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(mg_mlx_gemv(NULL, NULL, &l.w, 0, 1, x, y), MG_ERR_INVALID_ARGUMENT);
+    /* the fused form: each refusal names its reason and launches nothing */
+    const mg_gemm_fusion_tensors none = {0};
+    mg_gemm_fusion_tensors with_norm = {.norm_weight = x};
+    const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
+    const mg_gemm_fusion resid_add = {.epilogue = MG_GEMM_EPILOGUE_RESIDUAL_ADD};
+    const mg_gemm_fusion norm = {.prologue = MG_GEMM_PROLOGUE_RMSNORM, .eps = 1e-5f};
+    const mg_gemm_fusion bad_kind = {.epilogue = (mg_gemm_epilogue)9};
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, &l.w, 0, 1, x, y, NULL, &none),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("NULL fusion");
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, &l.w, 0, 1, x, y, &silu_mul, NULL),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("NULL tensors");
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, &l.w, 0, 1, x, y, &bad_kind, &none),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("no such kind");
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, NULL, 0, 1, x, y, &silu_mul, &none),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("needs the up layer");
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, &l.w, 0, 1, x, y, &(mg_gemm_fusion){0}, &none),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("needs epilogue silu_mul");
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, &l.w, 0, 1, x, y, &silu_mul, &with_norm),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("norm_weight given");
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, &l.w, 0, 9, x, y, &silu_mul, &none),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("m=9");
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, &l.w, 0, 1, x, x + 64, &silu_mul, &none),
+                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_MESSAGE("overlap");
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, &l.w, 0, 1, x, y, &norm, &with_norm),
+                 MG_ERR_UNSUPPORTED);
+    CHECK_MESSAGE("prologue rmsnorm");
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, NULL, 0, 1, x, y, &resid_add, &none),
+                 MG_ERR_UNSUPPORTED);
+    CHECK_MESSAGE("epilogue residual_add");
+    mg_mlx_linear biased = l.w;
+    biased.bias = x; /* never read: refused first */
+    biased.bias_type = MG_DTYPE_BF16;
+    CHECK_STATUS(mg_mlx_gemv_fused(b, NULL, &l.w, &biased, 0, 1, x, y, &silu_mul, &none),
+                 MG_ERR_UNSUPPORTED);
+    CHECK_MESSAGE("up layer has a bias");
     uint16_t *after = mlx_test_download(b, y, 9 * 16 * 2);
     size_t untouched = 0;
     for (size_t i = 0; i < 9 * 16; i++)

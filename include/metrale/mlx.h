@@ -70,6 +70,7 @@
 #include "metrale/dtype.h"
 #include "metrale/export.h"
 #include "metrale/gpu.h"
+#include "metrale/ops_gemm.h"
 #include "metrale/safetensors.h"
 
 #ifdef __cplusplus
@@ -165,6 +166,29 @@ MG_API mg_status mg_mlx_gemv_silu_gate_resid(mg_backend *b, mg_stream *s, const 
 MG_API mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *gate,
                                      const mg_mlx_linear *up, uint32_t expert, uint32_t m,
                                      mg_devptr x, mg_devptr y_gate, mg_devptr y_up);
+
+/* A GEMV with a fusion of metrale/ops_gemm.h ("fusion"), each defined there as the
+ * composition of the unfused calls on the same operands:
+ *   epilogue MG_GEMM_EPILOGUE_SILU_MUL, `up` given (the gate_up form, gate = w): y[m, n] =
+ *       mg_silu_mul_bf16 of mg_mlx_gemv_gate_up's two BF16 products, one launch that stores
+ *       only y. For the decode MLP: the down projection then reads y as a plain GEMV's input,
+ *       where mg_mlx_gemv_silu_gate would compute silu(g) * u again in every block.
+ *   both kinds NONE, no up: mg_mlx_gemv.
+ * What a caller may rely on:
+ *  - The arguments of mg_mlx_gemv_gate_up (mg_mlx_gemv without up) with y as y_gate, plus: a
+ *    NULL fusion or tensors, a kind out of range, SILU_MUL without up or up without it, or any
+ *    fusion tensor given (none of these fusions reads one): MG_ERR_INVALID_ARGUMENT naming it;
+ *    the RMSNorm prologue, the residual-add, argmax and KV-append epilogues, and a gate or up
+ *    layer with a bias of its own: MG_ERR_UNSUPPORTED naming it (not built). Nothing is
+ *    launched then.
+ *  - On the CPU backend the result equals the composition bit for bit (every provider: the
+ *    products as that provider's gate_up makes them, then the SiLU-mul); on CUDA each product
+ *    is rounded to BF16 as gate_up stores it and silu(g) * u is mg_silu_mul_bf16's FP32
+ *    arithmetic, so y differs from the composition on CUDA only where the products do. */
+MG_API mg_status mg_mlx_gemv_fused(mg_backend *b, mg_stream *s, const mg_mlx_linear *w,
+                                   const mg_mlx_linear *up, uint32_t expert, uint32_t m,
+                                   mg_devptr x, mg_devptr y, const mg_gemm_fusion *fusion,
+                                   const mg_gemm_fusion_tensors *tensors);
 
 /* n * k * 2: the BF16 scratch mg_mlx_gemm needs. */
 MG_API uint64_t mg_mlx_gemm_scratch_bytes(const mg_mlx_linear *w);

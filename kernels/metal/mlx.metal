@@ -12,6 +12,7 @@ using namespace metal;
 #define MLX_BIAS_F32 2u
 #define MLX_GEMV_PLAIN 0u
 #define MLX_GEMV_SILU_GATE_RESID 2u
+#define MLX_GATE_UP_SILU_MUL 1u
 #define MLX_GEMV_MAX_M 8
 #define MLX_GEMV_ROWS 16 // output rows per threadgroup (the front's GEMV_ROWS_PER_BLOCK)
 #define MLX_GEMV_THREADS_MAX 128
@@ -132,7 +133,8 @@ mlx_gemv(device const uint *weight [[buffer(0)]], device const ushort *scales [[
     }
 }
 
-// y1 = x · W1ᵀ and y2 = x · W2ᵀ for two layers of one shape (a gate and an up projection).
+// y1 = x · W1ᵀ and y2 = x · W2ᵀ for two layers of one shape (a gate and an up projection); with
+// epilogue 1 (SiLU-mul) y1 = BF16(silu(g) * u) of the two BF16 products and y2 is not written.
 kernel void mlx_gemv_gate_up(
     device const uint *w1 [[buffer(0)]], device const ushort *s1 [[buffer(1)]],
     device const ushort *b1 [[buffer(2)]], device const uint *w2 [[buffer(3)]],
@@ -141,13 +143,15 @@ kernel void mlx_gemv_gate_up(
     device ushort *y2 [[buffer(8)]], constant uint &m [[buffer(9)]],
     constant uint &n [[buffer(10)]], constant uint &k [[buffer(11)]],
     constant uint &bits [[buffer(12)]], constant uint &group_size [[buffer(13)]],
-    constant uint &scale_type [[buffer(14)]], uint group [[threadgroup_position_in_grid]],
-    uint t [[thread_position_in_threadgroup]], uint threads [[threads_per_threadgroup]]) {
+    constant uint &scale_type [[buffer(14)]], constant uint &epilogue [[buffer(15)]],
+    uint group [[threadgroup_position_in_grid]], uint t [[thread_position_in_threadgroup]],
+    uint threads [[threads_per_threadgroup]]) {
     threadgroup float partial[MLX_GEMV_THREADS_MAX * MLX_GEMV_MAX_M];
     if (threads > MLX_GEMV_THREADS_MAX || threads % MLX_GEMV_ROWS || m > MLX_GEMV_MAX_M)
         return;
     uint lanes = threads / MLX_GEMV_ROWS, lane = t % lanes;
     uint r = group * MLX_GEMV_ROWS + t / lanes;
+    float gate[MLX_GEMV_MAX_M] = {0};
     for (uint which = 0; which < 2; which++) {
         float acc[MLX_GEMV_MAX_M] = {0};
         if (r < n)
@@ -155,8 +159,16 @@ kernel void mlx_gemv_gate_up(
                           bits, group_size, scale_type, lane, lanes, acc);
         gemv_reduce(partial, acc, m, t, lane, lanes);
         if (lane == 0 && r < n)
-            for (uint tok = 0; tok < m; tok++)
-                (which ? y2 : y1)[ulong(tok) * n + r] = float_to_bf16(acc[tok]);
+            for (uint tok = 0; tok < m; tok++) {
+                ulong o = ulong(tok) * n + r;
+                float v = bf16_to_float(float_to_bf16(acc[tok]));
+                if (epilogue != MLX_GATE_UP_SILU_MUL)
+                    (which ? y2 : y1)[o] = float_to_bf16(acc[tok]);
+                else if (which == 0)
+                    gate[tok] = v;
+                else
+                    y1[o] = float_to_bf16(gate[tok] / (1.0f + exp(-gate[tok])) * v);
+            }
         threadgroup_barrier(mem_flags::mem_threadgroup); // partial is reused
     }
 }

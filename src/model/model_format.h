@@ -43,7 +43,7 @@ struct mg_fwd_format {
     /* Dense MLP up to the down projection: mlp_act[rows, I] = silu(gate) * up of norm_out. */
     mg_status (*gate_up)(mg_fwd *m, mg_stream *s, bool prefill, uint32_t l, uint32_t rows);
     /* Optional: the whole dense MLP, norm_out -> proj_out, for a format that fuses past the
-     * gate_up (MLX: the down GEMV makes silu(g) * u); gate_up is then not called. */
+     * gate_up (MLX: the gate_up GEMV makes silu(g) * u itself); gate_up is then not called. */
     mg_status (*mlp)(mg_fwd *m, mg_stream *s, uint32_t l, uint32_t rows);
     /* The experts of MoE layer l (NULL exactly when moe_op_count is 0): norm_out's routed rows
      * (sorted_token_ids, expert_offsets) through gate_up with SiLU-mul into moe_act, then down into

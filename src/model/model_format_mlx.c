@@ -1,6 +1,7 @@
 /* model_format_mlx.c - MLX affine weights (model.h, model_mlx.h): the layer matrices run the MLX
- * GEMVs (decode rows) or mg_mlx_gemm through the arena's scratch (prefill), the MLP as the
- * gate_up GEMV and the down GEMV fused with silu(g) * u; the LM head stays BF16. Dense models
+ * GEMVs (decode rows) or mg_mlx_gemm through the arena's scratch (prefill), the decode MLP as
+ * the gate_up GEMV with the SiLU-mul epilogue and a plain down GEMV (layers with biases: the
+ * down GEMV fused with silu(g) * u); the LM head stays BF16. Dense models
  * only: no experts. Checkpoints are checked as this format (their matrices may be MLX). */
 #include "model_format.h"
 

@@ -354,8 +354,18 @@ mg_status mg_fwd_mlx_mlp(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t rows,
     if (!gu || !down)
         return mg_error_report(MG_ERR_INVALID_ARGUMENT, "MLX weights: no layer %u", l);
     if (rows <= MG_FWD_MLX_GEMV_MAX_ROWS) {
-        /* gate [rows, I] then up [rows, I] in gate_up; the down GEMV makes silu(g) * u */
         mg_mlx_linear gate = half(gu, 0), up = half(gu, 1);
+        if (!gu->bias) {
+            /* silu(g) * u made once, by the gate_up GEMV, then a plain down GEMV */
+            const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
+            const mg_gemm_fusion_tensors none = {0};
+            if ((st = mg_mlx_gemv_fused(x->b, s, &gate, &up, 0, rows, act, mlp_act, &silu_mul,
+                                            &none)))
+                return st;
+            return mg_mlx_gemv(x->b, s, down, 0, rows, mlp_act, out);
+        }
+        /* with biases (added after each product): gate [rows, I] then up [rows, I] in
+         * gate_up; the down GEMV makes silu(g) * u */
         mg_devptr g = gate_up, u = gate_up + 2ull * rows * I;
         if ((st = mg_mlx_gemv_gate_up(x->b, s, &gate, &up, 0, rows, act, g, u)))
             return st;

@@ -67,8 +67,9 @@ mg_status mg_fwd_mlx_dequantize(mg_fwd_mlx *x, uint32_t l, uint32_t slot, mg_dev
 /* out[rows, n] = act[rows, k] times layer l's matrix `slot` (not the MLP's). */
 mg_status mg_fwd_mlx_linear(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t slot, uint32_t rows,
                             mg_devptr act, mg_devptr out);
-/* Layer l's MLP: out[rows, hidden] = down(silu(gate(act)) * up(act)), through gate_up [rows,
- * 2 I] (and mlp_act [rows, I] when rows > MG_FWD_MLX_GEMV_MAX_ROWS). */
+/* Layer l's MLP: out[rows, hidden] = down(silu(gate(act)) * up(act)), through mlp_act [rows, I]
+ * (decode rows: the gate_up GEMV's SiLU-mul epilogue; more rows: the GEMM into gate_up [rows,
+ * 2 I], then the SiLU-mul), or through gate_up alone for decode rows of layers with biases. */
 mg_status mg_fwd_mlx_mlp(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t rows, mg_devptr act,
                          mg_devptr gate_up, mg_devptr mlp_act, mg_devptr out);
 

@@ -52,6 +52,8 @@ __host__ __device__ constexpr int kChunkWords(int bits) {
 }
 
 enum { kPlain = 0, kSiluGate = 1, kSiluGateResid = 2 };
+// gate_up's epilogue (mlx_reference.h): both products stored, or y[0] = silu(gate) * up.
+enum { kGateUpBoth = 0, kGateUpSiluMul = 1 };
 
 struct Layer {
     const uint4 *weight;
@@ -278,20 +280,29 @@ __device__ __forceinline__ void gemv_mma_body(const Layer (&layers)[NW], const u
     for (int i = 0; i < 4; i++)
         partial[which][kw][i][lane] = acc[i];
     __syncthreads();
-    if (warp >= NW)
+    // gate_up with the SiLU-mul (mode kGateUpSiluMul, NW = 2): warp 0 alone stores, from both
+    // layers' sums.
+    const bool silu_mul = NW == 2 && mode == kGateUpSiluMul;
+    if (warp >= (silu_mul ? 1u : (uint32_t)NW))
         return;
         // Warp l stores layer l: c0, c1 are rows g, tokens 2t, 2t + 1; c2, c3 rows g + 8.
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const uint32_t row = row0 + g + (i >= 2 ? 8 : 0), token = 2 * t + (i & 1);
-        float sum = 0.0f;
+        float sum = 0.0f, up = 0.0f;
 #pragma unroll
-        for (int w = 0; w < KW; w++)
+        for (int w = 0; w < KW; w++) {
             sum += partial[warp][w][i][lane];
+            if (silu_mul)
+                up += partial[NW - 1][w][i][lane];
+        }
         if (row < n && token < m) {
             const size_t o = (size_t)token * n + row;
-            if (mode == kSiluGateResid)
+            if (NW == 1 && mode == kSiluGateResid)
                 sum += mg_num_bf16_to_f32(resid[o]);
+            if (silu_mul) // each product rounded to BF16 as gate_up stores it
+                sum = mg_silu_mul_f32(mg_num_bf16_to_f32(mg_num_f32_to_bf16(sum)),
+                                      mg_num_bf16_to_f32(mg_num_f32_to_bf16(up)));
             uint16_t *const out = warp == 0 ? y[0] : y[NW - 1];
             out[o] = (uint16_t)mg_num_f32_to_bf16(sum);
         }
@@ -319,12 +330,14 @@ extern "C" __global__ void __launch_bounds__(256)
     mlx_gemv_gate_up_mma(const uint4 *w1, const uint16_t *s1, const uint16_t *b1, const uint4 *w2,
                          const uint16_t *s2, const uint16_t *b2, const uint16_t *x, uint16_t *y1,
                          uint16_t *y2, uint32_t m, uint32_t n, uint32_t k, uint32_t bits,
-                         uint32_t group_size, uint32_t scale_type) {
+                         uint32_t group_size, uint32_t scale_type, uint32_t epilogue) {
     (void)scale_type;
     const Layer layers[2] = {{w1, s1, b1}, {w2, s2, b2}};
     uint16_t *const outs[2] = {y1, y2};
     if (bits == 8)
-        gemv_mma_body<8, 2, 4>(layers, x, nullptr, nullptr, outs, m, n, k, group_size, kPlain);
+        gemv_mma_body<8, 2, 4>(layers, x, nullptr, nullptr, outs, m, n, k, group_size,
+                               (int)epilogue);
     else
-        gemv_mma_body<4, 2, 4>(layers, x, nullptr, nullptr, outs, m, n, k, group_size, kPlain);
+        gemv_mma_body<4, 2, 4>(layers, x, nullptr, nullptr, outs, m, n, k, group_size,
+                               (int)epilogue);
 }

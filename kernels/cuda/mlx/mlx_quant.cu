@@ -28,6 +28,7 @@
 #include "common/bf16.cuh"
 #include "common/f16.cuh"
 #include "common/grid_dependency.cuh"
+#include "common/silu.cuh"
 #include "common/stream_load.cuh"
 
 namespace {
@@ -38,6 +39,8 @@ constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp; // 16, as src/ops/mlx/mlx.c launches
 
 enum { kPlain = 0, kSiluGate = 1, kSiluGateResid = 2 };
+// gate_up's epilogue (mlx_reference.h): both products stored, or y[0] = silu(gate) * up.
+enum { kGateUpBoth = 0, kGateUpSiluMul = 1 };
 
 __device__ __forceinline__ float scale_value(const uint16_t *p, size_t i, bool f16) {
     uint16_t bits = p[i];
@@ -176,6 +179,9 @@ __device__ void gemv_rows(const Layer *layers, const uint16_t *x, const uint16_t
                           uint32_t group_size, bool f16, int mode, uint32_t row0) {
     constexpr int R = RowsPerPass<M, NW>;
     constexpr int kPerVector = 128 / Bits; // codes per 16-byte vector: 16 or 32
+    // One layer: `mode` says how the activations are formed (and whether resid is added);
+    // gate_up (NW = 2): it is the epilogue, and the activations are x.
+    const int act_mode = NW == 1 ? mode : kPlain;
     constexpr int kParts = kPerVector / 8;
     const float offset = Bits == 4 ? 128.0f : 0.0f;
     const int lane = threadIdx.x % 32;
@@ -221,7 +227,7 @@ __device__ void gemv_rows(const Layer *layers, const uint16_t *x, const uint16_t
 #pragma unroll
             for (int part = 0; part < kParts; part++) {
                 float a[8];
-                load_act8(x, u, mode, (size_t)t * k + c + part * 8, a);
+                load_act8(x, u, act_mode, (size_t)t * k + c + part * 8, a);
 #pragma unroll
                 for (int i = 0; i < 8; i++)
                     xsum += a[i];
@@ -243,6 +249,24 @@ __device__ void gemv_rows(const Layer *layers, const uint16_t *x, const uint16_t
                     sum[l][r][t] += scale[l][r] * dot[l][r] + bias[l][r] * xsum;
         }
     }
+    if (NW == 2 && mode == kGateUpSiluMul) {
+        // gate_up with the SiLU-mul: the lane holds both products of its row and token, each
+        // rounded to BF16 as gate_up stores it, then silu(gate) * up rounded once.
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const uint32_t row = row0 + r;
+#pragma unroll
+            for (int t = 0; t < M; t++) {
+                const float gate = mg_num_bf16_to_f32(mg_num_f32_to_bf16(warp_sum(sum[0][r][t])));
+                const float up =
+                    mg_num_bf16_to_f32(mg_num_f32_to_bf16(warp_sum(sum[NW - 1][r][t])));
+                if (lane == t && row < n)
+                    y[0][(size_t)t * n + row] =
+                        (uint16_t)mg_num_f32_to_bf16(mg_silu_mul_f32(gate, up));
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int l = 0; l < NW; l++)
 #pragma unroll
@@ -253,7 +277,7 @@ __device__ void gemv_rows(const Layer *layers, const uint16_t *x, const uint16_t
                 float v = warp_sum(sum[l][r][t]);
                 if (lane == t && row < n) {
                     size_t o = (size_t)t * n + row;
-                    if (mode == kSiluGateResid)
+                    if (act_mode == kSiluGateResid)
                         v += mg_num_bf16_to_f32(resid[o]);
                     y[l][o] = (uint16_t)mg_num_f32_to_bf16(v);
                 }
@@ -335,16 +359,16 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     mlx_gemv_gate_up(const uint4 *w1, const uint16_t *s1, const uint16_t *b1, const uint4 *w2,
                      const uint16_t *s2, const uint16_t *b2, const uint16_t *x, uint16_t *y1,
                      uint16_t *y2, uint32_t m, uint32_t n, uint32_t k, uint32_t bits,
-                     uint32_t group_size, uint32_t scale_type) {
+                     uint32_t group_size, uint32_t scale_type, uint32_t epilogue) {
     grid_dependency_wait();
     const Layer layers[2] = {{w1, s1, b1}, {w2, s2, b2}};
     uint16_t *const outs[2] = {y1, y2};
     if (bits == 8)
         gemv_dispatch_m<8, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size,
-                              scale_type == 1, kPlain);
+                              scale_type == 1, (int)epilogue);
     else
         gemv_dispatch_m<4, 2>(layers, x, nullptr, nullptr, outs, m, n, k, group_size,
-                              scale_type == 1, kPlain);
+                              scale_type == 1, (int)epilogue);
 }
 
 // A layer's own bias after its product (metrale/mlx.h): y[t, r] = bf16(y[t, r] + bias[r]), the

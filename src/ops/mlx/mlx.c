@@ -419,10 +419,11 @@ mg_status mg_mlx_gemv_silu_gate_resid(mg_backend *b, mg_stream *s, const mg_mlx_
                 MG_MLX_GEMV_SILU_GATE_RESID);
 }
 
-mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *gate,
-                              const mg_mlx_linear *up, uint32_t expert, uint32_t m, mg_devptr x,
-                              mg_devptr y_gate, mg_devptr y_up) {
-    static const char fn[] = "mg_mlx_gemv_gate_up";
+/* gate_up with `epilogue` (mlx_reference.h): y_up is 0 with MG_MLX_GATE_UP_SILU_MUL, whose
+ * caller has refused layers with a bias (it would be added after the SiLU-mul). */
+static mg_status gate_up(mg_backend *b, mg_stream *s, const char *fn, const mg_mlx_linear *gate,
+                         const mg_mlx_linear *up, uint32_t expert, uint32_t m, mg_devptr x,
+                         mg_devptr y_gate, mg_devptr y_up, uint32_t epilogue) {
     layer_ptrs pg, pu;
     mg_op_tensor t[MAX_TENSORS];
     int count = 0;
@@ -439,9 +440,11 @@ mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *
                         up->group_size);
     if ((st = check_gemv_rows(fn, m)))
         return st;
+    const bool both = epilogue == MG_MLX_GATE_UP_BOTH;
     t[count++] = (mg_op_tensor){"x", x, 2ull * m * gate->k, 16, MG_OP_IN};
-    t[count++] = (mg_op_tensor){"y_gate", y_gate, 2ull * m * gate->n, 2, MG_OP_OUT};
-    t[count++] = (mg_op_tensor){"y_up", y_up, 2ull * m * gate->n, 2, MG_OP_OUT};
+    t[count++] = (mg_op_tensor){both ? "y_gate" : "y", y_gate, 2ull * m * gate->n, 2, MG_OP_OUT};
+    if (both)
+        t[count++] = (mg_op_tensor){"y_up", y_up, 2ull * m * gate->n, 2, MG_OP_OUT};
     if ((st = mg_op_check_tensors(b, fn, t, count, -1, -1)))
         return st;
     const mlx_provider *provider;
@@ -453,13 +456,71 @@ mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *
     add_layer_args(&l, &pu);
     mg_launch_arg_ptr(&l, x);
     mg_launch_arg_ptr(&l, y_gate);
-    mg_launch_arg_ptr(&l, y_up);
+    mg_launch_arg_ptr(&l, both ? y_up : y_gate); /* not read by the SiLU-mul form */
     mg_launch_arg_u32(&l, m);
     add_shape_args(&l, gate);
-    if ((st = launch_role(b, s, provider, KERNEL_GATE_UP, &l)) ||
+    mg_launch_arg_u32(&l, epilogue);
+    if ((st = launch_role(b, s, provider, KERNEL_GATE_UP, &l)) || !both ||
         (st = add_bias(b, s, fn, gate, &pg, m, y_gate)))
         return st;
     return add_bias(b, s, fn, up, &pu, m, y_up);
+}
+
+mg_status mg_mlx_gemv_gate_up(mg_backend *b, mg_stream *s, const mg_mlx_linear *gate,
+                              const mg_mlx_linear *up, uint32_t expert, uint32_t m, mg_devptr x,
+                              mg_devptr y_gate, mg_devptr y_up) {
+    return gate_up(b, s, "mg_mlx_gemv_gate_up", gate, up, expert, m, x, y_gate, y_up,
+                   MG_MLX_GATE_UP_BOTH);
+}
+
+mg_status mg_mlx_gemv_fused(mg_backend *b, mg_stream *s, const mg_mlx_linear *w,
+                            const mg_mlx_linear *up, uint32_t expert, uint32_t m, mg_devptr x,
+                            mg_devptr y, const mg_gemm_fusion *fusion,
+                            const mg_gemm_fusion_tensors *tensors) {
+    static const char fn[] = "mg_mlx_gemv_fused";
+    mg_status st = mg_op_enter(b, fn);
+    if (st)
+        return st;
+    if (!fusion || !tensors)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, fusion ? "tensors" : "fusion");
+    const char *prologue = mg_gemm_prologue_name(fusion->prologue);
+    const char *epilogue = mg_gemm_epilogue_name(fusion->epilogue);
+    if (!prologue || !epilogue)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: fusion prologue %d epilogue %d (no such kind)",
+                        fn, (int)fusion->prologue, (int)fusion->epilogue);
+    /* every fusion tensor belongs to a fusion these GEMVs do not run (below): none may be given */
+    const char *given = tensors->norm_weight ? "norm_weight"
+                        : tensors->residual  ? "residual"
+                        : tensors->argmax_ids ? "argmax_ids"
+                        : tensors->kv_cache   ? "kv_cache"
+                        : tensors->kv_append  ? "kv_append"
+                                              : NULL;
+    if (fusion->prologue != MG_GEMM_PROLOGUE_NONE)
+        return MG_ERROR(MG_ERR_UNSUPPORTED, "%s: prologue %s: the MLX GEMVs have no prologue", fn,
+                        prologue);
+    if (fusion->epilogue != MG_GEMM_EPILOGUE_NONE && fusion->epilogue != MG_GEMM_EPILOGUE_SILU_MUL)
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "%s: epilogue %s: the MLX GEMVs run only silu_mul (gate_up form)", fn,
+                        epilogue);
+    if (given)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: tensors->%s given, which epilogue %s does not read", fn, given,
+                        epilogue);
+    const bool silu_mul = fusion->epilogue == MG_GEMM_EPILOGUE_SILU_MUL;
+    if (silu_mul != (up != NULL))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        silu_mul ? "%s: epilogue silu_mul needs the up layer (gate_up form)"
+                                 : "%s: an up layer needs epilogue silu_mul (or call "
+                                   "mg_mlx_gemv_gate_up)",
+                        fn);
+    if (!silu_mul)
+        return gemv(b, s, fn, w, expert, m, x, 0, 0, y, MG_MLX_GEMV_PLAIN);
+    if (w && up && (w->bias || up->bias))
+        return MG_ERROR(MG_ERR_UNSUPPORTED,
+                        "%s: the %s layer has a bias of its own, which the SiLU-mul form does not "
+                        "add (mg_mlx_gemv_gate_up, then mg_silu_mul_bf16, does)",
+                        fn, w->bias ? "gate" : "up");
+    return gate_up(b, s, fn, w, up, expert, m, x, y, 0, MG_MLX_GATE_UP_SILU_MUL);
 }
 
 /* ------------------------------------------------------------------ GEMM */

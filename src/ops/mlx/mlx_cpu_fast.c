@@ -525,8 +525,12 @@ static mg_status run_gate_up(const mg_launch *l, const char *name, mg_host_range
     uint32_t m;
     const uint16_t *x;
     uint16_t *y1, *y2;
-    mg_status st = mg_mlx_cpu_gate_up_args(l, name, w, &m, &x, &y1, &y2);
-    return st ? st : gemv(w, 2, m, x, NULL, NULL, y1, y2, blocks, split_4bit);
+    uint32_t epilogue;
+    mg_status st = mg_mlx_cpu_gate_up_args(l, name, w, &m, &x, &y1, &y2, &epilogue);
+    if (st)
+        return st;
+    st = gemv(w, 2, m, x, NULL, NULL, y1, y2, blocks, split_4bit);
+    return mg_mlx_cpu_gate_up_finish(st, epilogue, m, w[0].n, y1, y2);
 }
 
 #define NAME(kernel) "metrale:" kernel

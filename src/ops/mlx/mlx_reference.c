@@ -14,6 +14,7 @@
 #include "host_parallel.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
+#include "silu_mul_host.h"
 
 /* ------------------------------------------------------------------ FP16 */
 
@@ -125,8 +126,7 @@ static void dequant(const layer *w, uint16_t *out) {
 }
 
 static float silu_gate_value(uint16_t g, uint16_t u) {
-    float gf = mg_bf16_to_f32(g);
-    return mg_bf16_to_f32(mg_f32_to_bf16(gf / (1.0f + expf(-gf)) * mg_bf16_to_f32(u)));
+    return mg_bf16_to_f32(mg_silu_mul_reference_one(g, u));
 }
 
 /* y[m, n] = act · Wᵀ (+ resid): act is x, or silu(x) * u rounded to BF16 when `u` is set.
@@ -321,28 +321,45 @@ mg_status mg_mlx_cpu_gemv_args(const mg_launch *l, const char *name, mg_mlx_cpu_
 }
 
 mg_status mg_mlx_cpu_gate_up_args(const mg_launch *l, const char *name, mg_mlx_cpu_layer w[2],
-                                  uint32_t *m, const uint16_t **x, uint16_t **y1, uint16_t **y2) {
-    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-                                        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-                                        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
-    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 15);
+                                  uint32_t *m, const uint16_t **x, uint16_t **y1, uint16_t **y2,
+                                  uint32_t *epilogue) {
+    static const mg_arg_kind kinds[] = {
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 16);
     if (st)
         return st;
     *m = mg_launch_get_u32(l, 9);
+    *epilogue = mg_launch_get_u32(l, 15);
     if ((st = resolve_layer(l, 0, 10, name, &w[0])) || (st = resolve_layer(l, 3, 10, name, &w[1])))
         return st;
-    if (*m == 0 || *m > MG_MLX_GEMV_MAX_M)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: m=%u", name, *m);
-    void *px, *p1, *p2;
+    if (*m == 0 || *m > MG_MLX_GEMV_MAX_M || *epilogue > MG_MLX_GATE_UP_SILU_MUL)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: m=%u epilogue=%u", name, *m,
+                        *epilogue);
+    const uint64_t out_bytes = (uint64_t)*m * w[0].n * 2;
+    void *px, *p1, *p2 = NULL;
     if ((st = mg_cpu_kernel_buffer(l, 6, (uint64_t)*m * w[0].k * 2, 16, name, &px)) ||
-        (st = mg_cpu_kernel_buffer(l, 7, (uint64_t)*m * w[0].n * 2, 2, name, &p1)) ||
-        (st = mg_cpu_kernel_buffer(l, 8, (uint64_t)*m * w[0].n * 2, 2, name, &p2)))
+        (st = mg_cpu_kernel_buffer(l, 7, out_bytes, 2, name, &p1)) ||
+        (*epilogue == MG_MLX_GATE_UP_BOTH &&
+         (st = mg_cpu_kernel_buffer(l, 8, out_bytes, 2, name, &p2))))
         return st;
+    if (*epilogue == MG_MLX_GATE_UP_SILU_MUL && !(p2 = malloc(out_bytes)))
+        return MG_ERROR(MG_ERR_OUT_OF_MEMORY, "cpu kernel %s: no host memory", name);
     *x = px;
     *y1 = p1;
     *y2 = p2;
     return MG_OK;
+}
+
+mg_status mg_mlx_cpu_gate_up_finish(mg_status st, uint32_t epilogue, uint32_t m, uint32_t n,
+                                    uint16_t *y1, uint16_t *y2) {
+    if (epilogue != MG_MLX_GATE_UP_SILU_MUL)
+        return st;
+    for (size_t i = 0; !st && i < (size_t)m * n; i++)
+        y1[i] = mg_silu_mul_reference_one(y1[i], y2[i]);
+    free(y2);
+    return st;
 }
 
 static mg_status kernel_dequant(const mg_launch *l) {
@@ -369,11 +386,14 @@ static mg_status kernel_gemv_gate_up(const mg_launch *l) {
     uint32_t m;
     const uint16_t *x;
     uint16_t *y1, *y2;
-    mg_status st =
-        mg_mlx_cpu_gate_up_args(l, "metrale:" MG_MLX_KERNEL_GEMV_GATE_UP, w, &m, &x, &y1, &y2);
-    if (st || (st = gemv(&w[0], m, x, NULL, NULL, y1)))
+    uint32_t epilogue;
+    mg_status st = mg_mlx_cpu_gate_up_args(l, "metrale:" MG_MLX_KERNEL_GEMV_GATE_UP, w, &m, &x,
+                                           &y1, &y2, &epilogue);
+    if (st)
         return st;
-    return gemv(&w[1], m, x, NULL, NULL, y2);
+    if (!(st = gemv(&w[0], m, x, NULL, NULL, y1)))
+        st = gemv(&w[1], m, x, NULL, NULL, y2);
+    return mg_mlx_cpu_gate_up_finish(st, epilogue, m, w[0].n, y1, y2);
 }
 
 /* y[t, r] = bf16(y[t, r] + bias[r]) in FP32 (metrale/mlx.h). */

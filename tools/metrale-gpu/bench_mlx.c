@@ -1,8 +1,9 @@
 /* bench_mlx.c - `metrale-gpu bench mlx`: the MLX affine-quantized ops (metrale/mlx.h) at
  * (N, K) in {4096x4096, 14336x4096, 4096x14336}, M in {1, 2, 4, 8, 16, 512, 4096}, bits 8 and 4
  * (group 64, BF16 scales): the GEMV for M <= 8, two GEMVs of 8 rows for M = 16 ("gemv_2x8"),
- * the GEMM (dequantize + BF16 GEMM) for M >= 16; and at M = 1 the fused silu_gate (on the down
- * shape 4096x14336) and gate_up (on 14336x4096). The GEMV rows run on the automatic choice
+ * the GEMM (dequantize + BF16 GEMM) for M >= 16; and at M = 1 and 8 the fused silu_gate (on the
+ * down shape 4096x14336), gate_up and gate_up with the SiLU-mul epilogue ("gate_up_silu", on
+ * 14336x4096). The GEMV rows run on the automatic choice
  * (src/ops/mlx/mlx.c: on CUDA the tensor-core GEMVs where it takes them) and again with provider
  * "kernels" forced (the SIMT GEMVs; rows named "*_simt_*"); each row's note names the provider that
  * ran. Each case is a CUDA-graph replay of one call per layer of a rotation of layers larger than
@@ -24,10 +25,12 @@ typedef enum mlx_bench_kind {
     KIND_GEMV_2X8,
     KIND_SILU,
     KIND_GATE_UP,
+    KIND_GATE_UP_SILU, /* gate_up with the SiLU-mul epilogue (mg_mlx_gemv_fused) */
     KIND_GEMM
 } mlx_bench_kind;
 
-static const char *const kind_names[] = {"gemv", "gemv_2x8", "silu_gate", "gate_up", "gemm"};
+static const char *const kind_names[] = {"gemv",         "gemv_2x8", "silu_gate", "gate_up",
+                                         "gate_up_silu", "gemm"};
 
 typedef struct mlx_case {
     mlx_bench_kind kind;
@@ -70,10 +73,17 @@ static mg_status body_mlx(mg_bench *b, void *arg, int iteration) {
         case KIND_SILU:
             st = mg_mlx_gemv_silu_gate(b->backend, b->stream, &w, 0, c->m, c->x, c->u, c->y);
             break;
-        case KIND_GATE_UP: {
+        case KIND_GATE_UP:
+        case KIND_GATE_UP_SILU: {
             /* Gate and up are two layers of the rotation: both come from memory. */
             mg_mlx_linear up = layer_at(c, index + c->layers.count / 2);
-            st = mg_mlx_gemv_gate_up(b->backend, b->stream, &w, &up, 0, c->m, c->x, c->y, c->y2);
+            const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
+            const mg_gemm_fusion_tensors none = {0};
+            st = c->kind == KIND_GATE_UP
+                     ? mg_mlx_gemv_gate_up(b->backend, b->stream, &w, &up, 0, c->m, c->x, c->y,
+                                           c->y2)
+                     : mg_mlx_gemv_fused(b->backend, b->stream, &w, &up, 0, c->m, c->x, c->y,
+                                         &silu_mul, &none);
             break;
         }
         case KIND_GEMM:
@@ -126,7 +136,8 @@ static int run_case(mg_bench *b, mlx_bench_kind kind, uint32_t n, uint32_t k, ui
     bool graph = mg_backend_supports(b->backend, MG_CAP_GRAPHS);
     mg_bench_row row = mg_bench_row_make("mlx", name, shape);
     size_t act = (size_t)m * k * 2, out = (size_t)m * n * 2;
-    if ((st = mg_bench_rotation_create(b, layer_bytes, kind == KIND_GATE_UP ? 4 : 2, &c.layers)) ||
+    const bool pair = kind == KIND_GATE_UP || kind == KIND_GATE_UP_SILU;
+    if ((st = mg_bench_rotation_create(b, layer_bytes, pair ? 4 : 2, &c.layers)) ||
         (st = mg_alloc(b->backend, act, &c.x)) || (st = mg_alloc(b->backend, act, &c.u)) ||
         (st = mg_alloc(b->backend, out, &c.y)) || (st = mg_alloc(b->backend, out, &c.y2)) ||
         (st = fill_bf16(b, c.x, act / 2, 1)) || (st = fill_bf16(b, c.u, act / 2, 2)))
@@ -135,7 +146,7 @@ static int run_case(mg_bench *b, mlx_bench_kind kind, uint32_t n, uint32_t k, ui
         (st = mg_alloc(b->backend, mg_mlx_gemm_scratch_bytes(&c.shape), &c.scratch)))
         goto done;
     if (graph)
-        c.per_iteration = kind == KIND_GATE_UP ? c.layers.count / 2 : c.layers.count;
+        c.per_iteration = pair ? c.layers.count / 2 : c.layers.count;
     /* The first call looks the kernels up and plans the GEMM, outside capture and timing. */
     if ((st = body_mlx(b, &c, 0)) || (st = mg_stream_synchronize(b->stream)))
         goto done;
@@ -143,11 +154,11 @@ static int run_case(mg_bench *b, mlx_bench_kind kind, uint32_t n, uint32_t k, ui
                : mg_bench_time_events(b, body_mlx, &c, b->warmup, b->iters, &row.stats);
     if (st)
         goto done;
-    double layers = kind == KIND_GATE_UP ? 2 : 1;
+    double layers = pair ? 2 : 1, outs = kind == KIND_GATE_UP ? 2 : 1;
     double weight_reads = kind == KIND_GEMV_2X8 ? m / 8.0 : 1;
     double acts = kind == KIND_SILU ? 2 : 1;
     double bytes_per_call = layers * weight_reads * (double)(word_bytes + 2 * group_bytes) +
-                            acts * (double)act + layers * (double)out;
+                            acts * (double)act + outs * (double)out;
     if (kind == KIND_GEMM) /* the dequant writes and the GEMM reads the BF16 weights */
         bytes_per_call += 2.0 * n * k * 2;
     snprintf(row.timing, sizeof row.timing, "%s", graph ? "graph" : "events");
@@ -206,8 +217,14 @@ static int bench_mlx(mg_bench *b, int argc, char **argv) {
                     if (m >= 16 && !simt)
                         failures += run_case(b, KIND_GEMM, n, k, m, bits, copy_gbps, NULL);
                 }
-            failures += run_case(b, KIND_SILU, 4096, 14336, 1, bits, copy_gbps, forced);
-            failures += run_case(b, KIND_GATE_UP, 14336, 4096, 1, bits, copy_gbps, forced);
+            /* the decode MLP's two forms at 1 and 8 rows: gate_up then silu_gate, or
+             * gate_up_silu then the plain down GEMV (the gemv rows of 4096x14336) */
+            for (uint32_t m = 1; m <= 8; m += 7) {
+                failures += run_case(b, KIND_SILU, 4096, 14336, m, bits, copy_gbps, forced);
+                failures += run_case(b, KIND_GATE_UP, 14336, 4096, m, bits, copy_gbps, forced);
+                failures +=
+                    run_case(b, KIND_GATE_UP_SILU, 14336, 4096, m, bits, copy_gbps, forced);
+            }
         }
     }
     return failures;

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# gpu_mlx_ab.sh - one GPU call for a change to the MLX decode GEMVs: the changed build's
+# correctness, then its speed against a baseline CLI in the same call.
+#   correctness: test_cuda_mlx (both CUDA providers forced in turn against the CPU reference,
+#   the SiLU-mul epilogue included), `run --compare` of the tiny preset (weights quantized at
+#   load) and of the micro preset (its committed MLX checkpoints) at 4 and 8 bits;
+#   speed: `run --json` of the 8B-shaped model with MLX 4/8-bit weights at batch 1 and 8, new
+#   and base alternated (twice each at batch 1); `bench mlx` of the decode MLP's two forms
+#   (gate_up + silu_gate, gate_up_silu + the plain down GEMV) on the new build;
+#   last, compute-sanitizer memcheck and racecheck on test_cuda_mlx (SANITIZE=0 skips them).
+# Inputs: $G/pack.tar.xz of the changed build (bench/pack.sh BUILD $G test_cuda_mlx) and
+# $G/baseline/metrale-gpu.xz (the baseline build's CLI, stripped; the library is linked into
+# it, the plugins come from the pack). $OUT gets summary.txt, runs.json, *.metrale.json and
+# logs.tgz.
+set -uo pipefail
+G=${G:-.gpu-mlx-ab}
+OUT=${OUT:-/tmp/metrale-gpu-mlx-ab}
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_steps.sh"
+gpu_start mlx-ab "MLX decode GEMVs, changed build against a baseline CLI"
+TAIL=3
+MG="$BIN/metrale-gpu"
+export METRALE_MLX_CHECKPOINTS=${METRALE_MLX_CHECKPOINTS:-$PWD/tests/mlx/checkpoints}
+xz -dc "$G/baseline/metrale-gpu.xz" > "$W/metrale-gpu-base" && chmod +x "$W/metrale-gpu-base"
+declare -A CLI=([new]="$MG" [base]="$W/metrale-gpu-base")
+
+step test_cuda_mlx timeout 240 "$BIN/test_cuda_mlx"
+grep -E "passed|FAIL" "$L/test_cuda_mlx.txt" | head -5 >> "$S"
+for preset in tiny micro; do
+  for w in mlx4 mlx8; do
+    for b in 1 8; do
+      step "compare_${preset}_${w}_b$b" timeout 60 "$MG" --backend cuda run --preset "$preset" \
+        --weights "$w" --batch "$b" --steps 8 --compare
+    done
+  done
+done
+grep -h -E "AGREE|DISAGREE" "$L"/compare_*.txt >> "$S"
+
+runs=()
+run_one() { # run_one NAME CLI WEIGHTS BATCH
+  step "$1" timeout 120 "$2" --backend cuda --json run --preset llama-3-8b --weights "$3" \
+    --batch "$4" --steps 64
+  runs+=("$1")
+  collect_runs "${runs[@]}" > "$OUT/runs.json"
+}
+for w in mlx4 mlx8; do
+  for round in 1 2; do
+    for v in new base; do
+      run_one "run_8b_${w}_b1_${v}_$round" "${CLI[$v]}" "$w" 1
+    done
+  done
+  for v in new base; do
+    run_one "run_8b_${w}_b8_${v}" "${CLI[$v]}" "$w" 8
+  done
+done
+print_runs "$OUT/runs.json" kernels_per_layer | tee -a "$S"
+
+for only in silu_gate gate_up x4096x14336; do
+  step "bench_$only" timeout 120 "$MG" --backend cuda bench mlx --only "$only" \
+    --json-out "$OUT/mlx_$only.metrale.json"
+  grep -E "^mlx" "$L/bench_$only.txt" | cut -c1-200 >> "$S"
+done
+
+if [ "${SANITIZE:-1}" != 0 ]; then
+  CS="compute-sanitizer --report-api-errors no --error-exitcode 9"
+  step memcheck_mlx timeout 150 $CS --tool memcheck "$BIN/test_cuda_mlx"
+  step racecheck_mlx timeout 150 $CS --tool racecheck "$BIN/test_cuda_mlx"
+  grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" "$L"/memcheck_*.txt "$L"/racecheck_*.txt >> "$S"
+fi
+tar czf "$OUT/logs.tgz" -C "$L" .

@@ -2,7 +2,7 @@
 # gpu_mlx_ab.sh - one GPU call for a change to the MLX decode GEMVs: the changed build's
 # correctness, then its speed against a baseline CLI in the same call.
 #   correctness: test_cuda_mlx (both CUDA providers forced in turn against the CPU reference,
-#   the SiLU-mul epilogue included), `run --compare` of the tiny preset (weights quantized at
+#   the SiLU-mul epilogue included), `check mlx`, `run --compare` of the tiny preset (weights quantized at
 #   load) and of the micro preset (its committed MLX checkpoints) at 4 and 8 bits;
 #   speed: `run --json` of the 8B-shaped model with MLX 4/8-bit weights at batch 1 and 8, new
 #   and base alternated (twice each at batch 1); `bench mlx` of the decode MLP's two forms
@@ -25,6 +25,8 @@ declare -A CLI=([new]="$MG" [base]="$W/metrale-gpu-base")
 
 step test_cuda_mlx timeout 240 "$BIN/test_cuda_mlx"
 grep -E "passed|FAIL" "$L/test_cuda_mlx.txt" | head -5 >> "$S"
+step check_mlx timeout 120 "$MG" --backend cuda check mlx
+grep -E "^mlx/|passed" "$L/check_mlx.txt" | cut -c1-200 >> "$S"
 for preset in tiny micro; do
   for w in mlx4 mlx8; do
     for b in 1 8; do

@@ -18,10 +18,18 @@
 #include "metrale/mlx.h"
 #include "metrale/safetensors.h"
 
-typedef enum mlx_op { OP_DEQUANT, OP_GEMV, OP_SILU, OP_SILU_RESID, OP_GATE_UP, OP_GEMM } mlx_op;
+typedef enum mlx_op {
+    OP_DEQUANT,
+    OP_GEMV,
+    OP_SILU,
+    OP_SILU_RESID,
+    OP_GATE_UP,
+    OP_GEMM,
+    OP_GATE_UP_SILU /* gate_up with the SiLU-mul epilogue */
+} mlx_op;
 
-static const char *const op_names[] = {"dequant",         "gemv",    "silu_gate",
-                                       "silu_gate_resid", "gate_up", "gemm"};
+static const char *const op_names[] = {"dequant", "gemv", "silu_gate",   "silu_gate_resid",
+                                       "gate_up", "gemm", "gate_up_silu"};
 
 /* One random layer pair and activations, as host data. */
 typedef struct mlx_inputs {
@@ -140,6 +148,13 @@ static mg_status run_op(mg_backend *b, mlx_op op, const mlx_inputs *in, uint16_t
         case OP_GEMM:
             st = mg_mlx_gemm(b, NULL, &w[0], in->expert, in->m, x, y, scratch);
             break;
+        case OP_GATE_UP_SILU: {
+            const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
+            const mg_gemm_fusion_tensors none = {0};
+            st = mg_mlx_gemv_fused(b, NULL, &w[0], &w[1], in->expert, in->m, x, y, &silu_mul,
+                                   &none);
+            break;
+        }
         }
     }
     if (!st && !(*out = malloc(bytes)))
@@ -211,6 +226,57 @@ static double product_error(const uint16_t *got, const uint16_t *ref, const uint
             }
         }
     return worst_ratio;
+}
+
+/* silu(g) * u of two BF16 values rounded to BF16, as mg_silu_mul_bf16 defines it. */
+static uint16_t silu_mul_value(uint16_t gate, uint16_t up) {
+    const float g = mg_bf16_to_f32(gate);
+    return mg_f32_to_bf16(g / (1.0f + expf(-g)) * mg_bf16_to_f32(up));
+}
+
+/* gate_up's SiLU-mul epilogue: the backend's fused output against the SiLU-mul, computed here,
+ * of the same backend's gate_up products (checked against the reference by "gate_up"): equal,
+ * or one BF16 step apart (a device's expf may differ from the host's by an ulp). */
+static void check_gate_up_silu(mg_check_ctx *ctx, mg_check_result *result) {
+    result->passed = true;
+    uint64_t rng = mg_check_rng_seed(ctx, "gate_up_silu");
+    static const uint32_t groups[] = {32, 64, 128};
+    size_t checked = 0, off_by_one = 0;
+    for (uint32_t bits = 4; bits <= 8 && result->passed; bits += 4)
+        for (int g = 0; g < 3 && result->passed; g++) {
+            mg_dtype type = g % 2 ? MG_DTYPE_F16 : MG_DTYPE_BF16;
+            uint32_t m = 1 + (uint32_t)(mg_check_rng_next(&rng) % 8);
+            mlx_inputs in;
+            uint16_t *fused = NULL, *parts = NULL;
+            size_t bytes = 0, parts_bytes = 0;
+            if (!inputs_make(&rng, bits, groups[g], type, m, &in)) {
+                MG_CHECK_FAIL(result, "out of host memory");
+            } else if (run_op(ctx->backend, OP_GATE_UP_SILU, &in, &fused, &bytes) ||
+                       run_op(ctx->backend, OP_GATE_UP, &in, &parts, &parts_bytes)) {
+                MG_CHECK_FAIL(result, "bits=%u group=%u: %s", bits, groups[g], mg_last_error());
+            } else {
+                const size_t count = in.out_bytes / 2;
+                for (size_t i = 0; i < count && result->passed; i++) {
+                    const uint16_t want = silu_mul_value(parts[i], parts[count + i]);
+                    const int step = (int)(fused[i] & 0x7fff) - (int)(want & 0x7fff);
+                    const bool same_sign = (fused[i] & 0x8000) == (want & 0x8000);
+                    if (fused[i] != want && !(same_sign && (step == 1 || step == -1)))
+                        MG_CHECK_FAIL(result,
+                                      "bits=%u group=%u m=%u: [%zu] is 0x%04x, silu_mul of "
+                                      "gate_up's products 0x%04x",
+                                      bits, groups[g], m, i, fused[i], want);
+                    off_by_one += fused[i] != want;
+                    checked++;
+                }
+            }
+            free(fused);
+            free(parts);
+            inputs_free(&in);
+        }
+    if (result->passed)
+        snprintf(result->detail, sizeof result->detail,
+                 "6 layer pairs (bits 4/8, groups 32/64/128); %zu outputs, %zu one step apart",
+                 checked, off_by_one);
 }
 
 static void check_op(mg_check_ctx *ctx, mg_check_result *result, mlx_op op) {
@@ -507,6 +573,7 @@ const mg_check_case mg_checks_mlx[] = {
     {"mlx", "silu_gate", check_silu},
     {"mlx", "silu_gate_resid", check_silu_resid},
     {"mlx", "gate_up", check_gate_up},
+    {"mlx", "gate_up_silu", check_gate_up_silu},
     {"mlx", "gemm", check_gemm},
     {"mlx", "graph_replay", check_graph_replay},
     {"mlx", "checkpoint", check_checkpoint},

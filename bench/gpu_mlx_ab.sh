@@ -7,7 +7,8 @@
 #   speed: `run --json` of the 8B-shaped model with MLX 4/8-bit weights at batch 1 and 8, new
 #   and base alternated (twice each at batch 1); `bench mlx` of the decode MLP's two forms
 #   (gate_up + silu_gate, gate_up_silu + the plain down GEMV) on the new build;
-#   last, compute-sanitizer memcheck and racecheck on test_cuda_mlx (SANITIZE=0 skips them).
+#   compute-sanitizer memcheck and racecheck on test_cuda_mlx (SANITIZE=0 skips them); last, ncu's
+#   sections of two GEMV launches (PROFILE=0 skips them).
 # Inputs: $G/pack.tar.xz of the changed build (bench/pack.sh BUILD $G test_cuda_mlx) and
 # $G/baseline/metrale-gpu.xz (the baseline build's CLI, stripped; the library is linked into
 # it, the plugins come from the pack). $OUT gets summary.txt, runs.json, *.metrale.json and
@@ -67,5 +68,15 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   step memcheck_mlx timeout 150 $CS --tool memcheck "$BIN/test_cuda_mlx"
   step racecheck_mlx timeout 150 $CS --tool racecheck "$BIN/test_cuda_mlx"
   grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" "$L"/memcheck_*.txt "$L"/racecheck_*.txt >> "$S"
+fi
+# Where a one-row GEMV's time goes (PROFILE=0 skips): ncu's sections for one launch of the SIMT
+# kernel at 4 bits and of the tensor-core one at 8 rows, 14336x4096.
+if [ "${PROFILE:-1}" != 0 ] && command -v ncu > /dev/null; then
+  for c in gemv_simt_4bit.1x14336x4096:mlx_gemv gemv_4bit.8x14336x4096:mlx_gemv_mma; do
+    step "ncu_${c%%:*}" timeout 120 ncu --clock-control none -k "regex:^${c##*:}\$" \
+      --launch-skip 3 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section LaunchStats "$MG" --backend cuda bench mlx --only "${c%%:*}"
+  done
 fi
 tar czf "$OUT/logs.tgz" -C "$L" .

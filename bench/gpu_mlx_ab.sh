@@ -65,8 +65,8 @@ done
 
 if [ "${SANITIZE:-1}" != 0 ]; then
   CS="compute-sanitizer --report-api-errors no --error-exitcode 9"
-  step memcheck_mlx timeout 150 $CS --tool memcheck "$BIN/test_cuda_mlx"
-  step racecheck_mlx timeout 150 $CS --tool racecheck "$BIN/test_cuda_mlx"
+  step memcheck_mlx timeout 120 $CS --tool memcheck "$BIN/test_cuda_mlx"
+  step racecheck_mlx timeout 100 $CS --tool racecheck "$BIN/test_cuda_mlx"
   grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" "$L"/memcheck_*.txt "$L"/racecheck_*.txt >> "$S"
 fi
 # Where a one-row GEMV's time goes (PROFILE=0 skips): ncu's sections for one launch of the SIMT

@@ -11,8 +11,9 @@
 #   sections of two GEMV launches (PROFILE=0 skips them).
 # Inputs: $G/pack.tar.xz of the changed build (bench/pack.sh BUILD $G test_cuda_mlx) and
 # $G/baseline/metrale-gpu.xz (the baseline build's CLI, stripped; the library is linked into
-# it, the plugins come from the pack). $OUT gets summary.txt, runs.json, *.metrale.json and
-# logs.tgz.
+# it, the plugins come from the pack). $OUT gets summary.txt, runs.json, json.tgz (the bench
+# rows' *.metrale.json) and logs.tgz. ROUNDS (default 2) of the batch-1 runs; SANITIZE=memcheck
+# runs memcheck alone; PROFILE_CASES picks the ncu launches (bench case:kernel).
 set -uo pipefail
 G=${G:-.gpu-mlx-ab}
 OUT=${OUT:-/tmp/metrale-gpu-mlx-ab}
@@ -46,7 +47,7 @@ run_one() { # run_one NAME CLI WEIGHTS BATCH
   collect_runs "${runs[@]}" > "$OUT/runs.json"
 }
 for w in mlx4 mlx8; do
-  for round in 1 2; do
+  for round in $(seq "${ROUNDS:-2}"); do
     for v in new base; do
       run_one "run_8b_${w}_b1_${v}_$round" "${CLI[$v]}" "$w" 1
     done
@@ -66,13 +67,13 @@ done
 if [ "${SANITIZE:-1}" != 0 ]; then
   CS="compute-sanitizer --report-api-errors no --error-exitcode 9"
   step memcheck_mlx timeout 120 $CS --tool memcheck "$BIN/test_cuda_mlx"
-  step racecheck_mlx timeout 100 $CS --tool racecheck "$BIN/test_cuda_mlx"
+  [ "${SANITIZE:-1}" = memcheck ] || step racecheck_mlx timeout 100 $CS --tool racecheck "$BIN/test_cuda_mlx"
   grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" "$L"/memcheck_*.txt "$L"/racecheck_*.txt >> "$S"
 fi
 # Where a one-row GEMV's time goes (PROFILE=0 skips): ncu's sections for one launch of the SIMT
 # kernel at 4 bits and of the tensor-core one at 8 rows, 14336x4096.
 if [ "${PROFILE:-1}" != 0 ] && command -v ncu > /dev/null; then
-  for c in gemv_simt_4bit.1x14336x4096:mlx_gemv gemv_4bit.8x14336x4096:mlx_gemv_mma; do
+  for c in ${PROFILE_CASES:-gemv_simt_4bit.1x14336x4096:mlx_gemv gemv_4bit.8x14336x4096:mlx_gemv_mma}; do
     step "ncu_${c%%:*}" timeout 120 ncu --clock-control none -k "regex:^${c##*:}\$" \
       --launch-skip 3 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
@@ -80,3 +81,4 @@ if [ "${PROFILE:-1}" != 0 ] && command -v ncu > /dev/null; then
   done
 fi
 tar czf "$OUT/logs.tgz" -C "$L" .
+(cd "$OUT" && tar czf json.tgz *.metrale.json && rm -f *.metrale.json)

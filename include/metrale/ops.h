@@ -55,6 +55,8 @@ typedef enum mg_op {
     MG_OP_MOE_GEMM,         /* metrale/ops_moe_gemm.h: BF16 / FP8 grouped per-expert GEMMs */
     MG_OP_SAMPLE,           /* metrale/ops_sample.h: sampled / greedy next token, penalties */
     MG_OP_COMM,             /* metrale/comm.h: communicators' collectives and send / recv */
+    MG_OP_FILL_UNIFORM,     /* metrale/ops_elementwise.h: reproducible pseudo-random BF16 */
+    MG_OP_AMAX,             /* metrale/ops_elementwise.h: largest finite |x| of a BF16 tensor */
     MG_OP_COUNT
 } mg_op;
 

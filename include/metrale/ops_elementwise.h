@@ -7,6 +7,8 @@
  *   mg_rmsnorm_bf16(b, s, tokens, hidden, 1e-5f, residual, proj_out, norm_w, norm_out);
  *   mg_argmax_f32(b, s, rows, vocab, logits, vocab, next_ids);   // or mg_argmax_bf16
  *
+ * and two helpers for synthetic data (below): mg_fill_uniform_bf16 and mg_amax_bf16.
+ *
  * The results are defined by the CPU references (src/ops/elementwise/), in FP32 from the BF16
  * inputs, rounded to BF16 to nearest even once per stored value:
  *   gather:  out[r, c] = src[i, c], or bf16(src[i, c] + add[i, c]) with an add, i = ids[r];
@@ -61,6 +63,32 @@ MG_API mg_status mg_argmax_f32(mg_backend *b, mg_stream *s, uint32_t rows, uint3
  * lowest column, as for FP32. */
 MG_API mg_status mg_argmax_bf16(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t cols,
                                 mg_devptr in, uint32_t pitch, mg_devptr ids);
+
+/* ------------------------------------------------------------------ synthetic data
+ *
+ * Reproducible pseudo-random BF16 values, the same bits on every backend and on the host
+ * (the forward model's synthetic weights are made with them, on the device where the backend
+ * runs the op, so a large preset is not generated and uploaded by the host):
+ *   for i in [0, count):
+ *     z = splitmix64(counter + i)     (modulo 2^64; x += 0x9E3779B97F4A7C15, then
+ *                                      z = (x ^ x >> 30) * 0xBF58476D1CE4E5B9,
+ *                                      z = (z ^ z >> 27) * 0x94D049BB133111EB, z ^= z >> 31)
+ *     u = (z >> 40) * 2^-23 - 1       (exact in FP32: 24 random bits, u in [-1, 1))
+ *     out[i] = bf16(offset + scale * u)  (one FP32 product, then one FP32 sum, never fused;
+ *                                         rounded to nearest even)
+ * out: BF16 [count], 16-byte aligned; count >= 1; offset and scale finite. */
+MG_API mg_status mg_fill_uniform_bf16(mg_backend *b, mg_stream *s, uint64_t count,
+                                      uint64_t counter, float offset, float scale, mg_devptr out);
+/* The same values into host memory (out: count elements; no checks, nothing allocated). */
+MG_API void mg_uniform_bf16_host(uint64_t counter, float offset, float scale, uint64_t count,
+                                 uint16_t *out);
+
+/* out[0] = the largest |x[i]| over the finite values of x (BF16 [count], 16-byte aligned;
+ * count >= 1), as FP32 (exact: a BF16 magnitude); +0 when none is finite. out: FP32 [1],
+ * 4-byte aligned, not overlapping x. A maximum, so the same on every backend whatever the
+ * order. */
+MG_API mg_status mg_amax_bf16(mg_backend *b, mg_stream *s, uint64_t count, mg_devptr x,
+                              mg_devptr out);
 
 #ifdef __cplusplus
 }

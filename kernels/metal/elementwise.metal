@@ -1,4 +1,5 @@
-// elementwise.metal - gather_rows_bf16, rmsnorm_bf16, argmax_f32 and argmax_bf16
+// elementwise.metal - gather_rows_bf16, rmsnorm_bf16, argmax_f32, argmax_bf16, and (at the end)
+// fill_uniform_bf16 and amax_bf16
 // (metrale/ops_elementwise.h defines their results; the references are
 // src/ops/elementwise/elementwise_reference.c). The front launches one threadgroup per row
 // (grid = rows) of up to 256 threads, 1024 for the argmax kernels. UNVERIFIED ON HARDWARE; in particular that an optional
@@ -130,4 +131,61 @@ kernel void argmax_bf16(device const ushort *in [[buffer(0)]], device int *ids [
         }
     }
     argmax_finish(best_value, best_index, found, t, threads, ids, r);
+}
+
+// ------------------------------------------------------------------ synthetic data
+// fill_uniform_bf16 and amax_bf16 (metrale/ops_elementwise.h), one element per thread,
+// grid-stride (the front's grid: blocks of 256 threads). The fill is the host's
+// (mg_uniform_bf16_host) operation for operation, but the library is compiled with Metal's
+// default options, which allow a * b + c to become one FMA: where it does, a value rounds once
+// instead of twice and may differ from the host's by one BF16 step (rarely). UNVERIFIED ON
+// HARDWARE, like the rest of this file.
+
+static inline ulong splitmix64(ulong x) {
+    x += 0x9E3779B97F4A7C15ul;
+    ulong z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ul;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBul;
+    return z ^ (z >> 31);
+}
+
+kernel void fill_uniform_bf16(device ushort *out [[buffer(0)]], constant ulong &count [[buffer(1)]],
+                              constant ulong &counter [[buffer(2)]],
+                              constant float &offset [[buffer(3)]],
+                              constant float &scale [[buffer(4)]],
+                              uint group [[threadgroup_position_in_grid]],
+                              uint groups [[threadgroups_per_grid]],
+                              uint t [[thread_position_in_threadgroup]],
+                              uint threads [[threads_per_threadgroup]]) {
+    const ulong stride = ulong(groups) * threads;
+    for (ulong i = ulong(group) * threads + t; i < count; i += stride) {
+        const float u = float(splitmix64(counter + i) >> 40) * 0x1p-23f - 1.0f;
+        const float product = scale * u;
+        out[i] = float_to_bf16(offset + product);
+    }
+}
+
+// out[0] = max(out[0], the largest finite |x|) (the front zeroes out first): each threadgroup's
+// maximum meets the others' through an atomic max on the bits (non-negative floats order as
+// their bits do).
+kernel void amax_bf16(device const ushort *x [[buffer(0)]], device atomic_uint *out [[buffer(1)]],
+                      constant ulong &count [[buffer(2)]],
+                      uint group [[threadgroup_position_in_grid]],
+                      uint groups [[threadgroups_per_grid]],
+                      uint t [[thread_position_in_threadgroup]],
+                      uint threads [[threads_per_threadgroup]]) {
+    threadgroup float partial[ROW_THREADS_MAX];
+    const ulong stride = ulong(groups) * threads;
+    float m = 0.0f;
+    for (ulong i = ulong(group) * threads + t; i < count; i += stride) {
+        const float a = fabs(bf16_to_float(x[i]));
+        if (isfinite(a))
+            m = max(m, a);
+    }
+    partial[t] = m;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t != 0)
+        return;
+    for (uint i = 1; i < threads && i < ROW_THREADS_MAX; i++)
+        m = max(m, partial[i]);
+    atomic_fetch_max_explicit(out, as_type<uint>(m), memory_order_relaxed);
 }

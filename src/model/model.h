@@ -27,8 +27,12 @@
  *   z = splitmix64(x)   (x += 0x9E3779B97F4A7C15; z = (x ^ x >> 30) * 0xBF58476D1CE4E5B9;
  *                        z = (z ^ z >> 27) * 0x94D049BB133111EB; z ^= z >> 31)
  *   u = (z >> 40) * 2^-23 - 1   (uniform in [-1, 1))
- *   value = bf16_rne(offset + scale * u) with (offset, scale) per kind: norms (1, 0.1),
- *   embedding (0, 1), matrices [N, K] (0, 1 / sqrt(K)).
+ *   value = bf16_rne(offset + scale * u) (the product and the sum each rounded to FP32) with
+ *   (offset, scale) per kind: norms (1, 0.1), embedding (0, 1), matrices [N, K] (0, 1 / sqrt(K)).
+ *   That is mg_fill_uniform_bf16 of metrale/ops_elementwise.h from counter x of index 0: the
+ *   BF16 tensors and the BF16 inputs of the NVFP4 quantization are generated on the device
+ *   where the backend runs that op (the host generates them otherwise, and always for the FP8
+ *   and MLX formats, which quantize on the host).
  * Tensor ids: embedding 0, final norm 1, LM head 2 [vocab, hidden]; layer l: 16 + 8 l + slot,
  * slots attn_norm 0, wq 1 [Hq D, hidden], wkv 2 [2 Hkv D, hidden] (k rows then v rows),
  * wo 3 [hidden, Hq D], mlp_norm 4, w_gate_up 5 [2 I, hidden] (gate rows then up rows),
@@ -220,7 +224,10 @@ enum {
 static inline uint32_t mg_fwd_layer_tensor(uint32_t layer, uint32_t slot) {
     return 16u + 8u * layer + slot;
 }
-/* Fills out[0..count) with elements first .. first + count - 1 of tensor `id`. */
+/* Fills out[0..count) with elements first .. first + count - 1 of tensor `id`: element i is
+ * mg_uniform_bf16_host's (metrale/ops_elementwise.h) value i of counter
+ * mg_fwd_weight_counter(seed, id), which mg_fill_uniform_bf16 makes on a device. */
+uint64_t mg_fwd_weight_counter(uint64_t seed, uint32_t id);
 void mg_fwd_weight_fill(uint64_t seed, uint32_t id, float offset, float scale, uint64_t first,
                         size_t count, uint16_t *out);
 /* The (offset, scale) of a tensor whose rows have `k` elements (see above) and the tensor's

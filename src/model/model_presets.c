@@ -13,6 +13,7 @@
 #include "metrale/ops.h"
 #include "metrale/ops_activation.h"
 #include "metrale/ops_elementwise.h"
+#include "metrale/ops_elementwise.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/ops_kv_cache.h"
 #include "metrale/ops_moe.h"
@@ -220,19 +221,13 @@ int32_t mg_fwd_prompt_token(uint64_t seed, uint32_t vocab, uint32_t r, uint32_t 
     return (int32_t)(splitmix64(key(seed, 15, ((uint64_t)r << 32) + t)) % vocab);
 }
 
-static uint16_t bf16_rne(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+uint64_t mg_fwd_weight_counter(uint64_t seed, uint32_t id) {
+    return key(seed, id, 0);
 }
 
 void mg_fwd_weight_fill(uint64_t seed, uint32_t id, float offset, float scale, uint64_t first,
                         size_t count, uint16_t *out) {
-    for (size_t i = 0; i < count; i++) {
-        uint64_t z = splitmix64(key(seed, id, first + i));
-        float u = (float)(z >> 40) * 0x1p-23f - 1.0f;
-        out[i] = bf16_rne(offset + scale * u);
-    }
+    mg_uniform_bf16_host(mg_fwd_weight_counter(seed, id) + first, offset, scale, count, out);
 }
 
 mg_status mg_fwd_tensor_shape(const mg_model_shape *s, uint32_t layers, uint32_t id, uint32_t *rows,

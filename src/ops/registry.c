@@ -6,7 +6,8 @@ extern const mg_op_def mg_gemm_bf16_op, mg_gemm_fp8_op, mg_attention_ragged_op, 
 extern const mg_op_def mg_nvfp4_format_op, mg_moe_routing_op, mg_nvfp4_gemm_op,
     mg_nvfp4_moe_gemm_op;
 extern const mg_op_def mg_kv_append_op, mg_attention_paged_op;
-extern const mg_op_def mg_gather_rows_op, mg_rmsnorm_op, mg_argmax_op;
+extern const mg_op_def mg_gather_rows_op, mg_rmsnorm_op, mg_argmax_op, mg_fill_uniform_op,
+    mg_amax_op;
 extern const mg_op_def mg_moe_gemm_op;
 extern const mg_op_def mg_sample_op;
 extern const mg_op_def mg_comm_op;
@@ -30,4 +31,6 @@ const mg_op_def *const mg_op_defs[MG_OP_COUNT] = {
     [MG_OP_MOE_GEMM] = &mg_moe_gemm_op,
     [MG_OP_SAMPLE] = &mg_sample_op,
     [MG_OP_COMM] = &mg_comm_op,
+    [MG_OP_FILL_UNIFORM] = &mg_fill_uniform_op,
+    [MG_OP_AMAX] = &mg_amax_op,
 };

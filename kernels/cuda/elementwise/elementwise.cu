@@ -1,4 +1,5 @@
-// elementwise.cu - gather_rows_bf16, rmsnorm_bf16, argmax_f32 and argmax_bf16
+// elementwise.cu - gather_rows_bf16, rmsnorm_bf16, argmax_f32, argmax_bf16 and, at the end, the
+// synthetic-data helpers fill_uniform_bf16 and amax_bf16
 // (metrale/ops_elementwise.h defines the results; src/ops/elementwise/elementwise_reference.c
 // computes them on the CPU). One block per row; BF16 rows move in 16-byte vectors (the front checks
 // cols % 8 == 0 and 16-byte aligned pointers). Built without fast math: sqrtf and `/` are correctly
@@ -236,4 +237,93 @@ extern "C" __global__ void __launch_bounds__(1024)
     for (uint32_t c = 8 * vectors + threadIdx.x; c < cols; c += step)
         better(best, best_i, mg_num_bf16_to_f32(row[c]), c);
     argmax_finish(best, best_i, ids, r);
+}
+
+// ------------------------------------------------------------------ synthetic data
+// fill_uniform_bf16 and amax_bf16 (metrale/ops_elementwise.h): grid-stride, each thread 8
+// elements (one 16-byte vector) per pass, then the tail one by one. Every step of the fill is
+// the host's (mg_uniform_bf16_host) operation for operation, with the product and the sum
+// rounded apart (__fmul_rn, __fadd_rn: never contracted into an FMA).
+
+namespace {
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ float uniform_value(uint64_t c, float offset, float scale) {
+    // 24 random bits, exact in FP32, times 2^-23, minus 1: both exact
+    const float u = __fsub_rn(__fmul_rn(__ull2float_rn(splitmix64(c) >> 40), 0x1p-23f), 1.0f);
+    return __fadd_rn(offset, __fmul_rn(scale, u));
+}
+
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(256)
+    fill_uniform_bf16(uint16_t *__restrict__ out, uint64_t count, uint64_t counter, float offset,
+                      float scale) {
+    grid_dependency_wait(); // earlier kernels may still read what is overwritten
+    launch_dependents();
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t vectors = count / 8;
+    for (uint64_t v = first; v < vectors; v += stride) {
+        const uint64_t c = counter + 8 * v;
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            w[i] = mg_num_bf16_pack(uniform_value(c + 2 * i, offset, scale),
+                                    uniform_value(c + 2 * i + 1, offset, scale));
+        reinterpret_cast<uint4 *>(out)[v] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    for (uint64_t i = 8 * vectors + first; i < count; i += stride)
+        out[i] = (uint16_t)mg_num_f32_to_bf16(uniform_value(counter + i, offset, scale));
+}
+
+// out[0] = max(out[0], the largest finite |x|): the front zeroes out first. Non-negative
+// floats order as their bits do, so the blocks meet through an unsigned atomic max (exact and
+// independent of the order).
+extern "C" __global__ void __launch_bounds__(256)
+    amax_bf16(const uint16_t *__restrict__ x, float *out, uint64_t count) {
+    grid_dependency_wait();
+    launch_dependents();
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t vectors = count / 8;
+    float m = 0.0f;
+    auto take = [&m](float v) {
+        const float a = fabsf(v);
+        if (isfinite(a))
+            m = fmaxf(m, a);
+    };
+    for (uint64_t v = first; v < vectors; v += stride) {
+        const uint4 q = __ldg(reinterpret_cast<const uint4 *>(x) + v);
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            take(mg_num_bf16_low(w[i]));
+            take(mg_num_bf16_high(w[i]));
+        }
+    }
+    for (uint64_t i = 8 * vectors + first; i < count; i += stride)
+        take(mg_num_bf16_to_f32(x[i]));
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    __shared__ float warp_max[32];
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0)
+        warp_max[warp] = m;
+    __syncthreads();
+    if (warp != 0)
+        return;
+    m = lane < blockDim.x / 32 ? warp_max[lane] : 0.0f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    if (lane == 0 && m > 0.0f)
+        atomicMax(reinterpret_cast<unsigned int *>(out), __float_as_uint(m));
 }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "metrale/dtype.h"
+#include "metrale/ops_elementwise.h"
 
 void mg_rmsnorm_bf16_host(uint32_t rows, uint32_t cols, float eps, uint16_t *x, const uint16_t *add,
                           const uint16_t *w, uint16_t *out) {
@@ -42,5 +43,23 @@ void mg_argmax_host(uint32_t rows, uint32_t cols, const void *in_v, uint32_t pit
             }
         }
         ids[r] = (int32_t)best;
+    }
+}
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void mg_uniform_bf16_host(uint64_t counter, float offset, float scale, uint64_t count,
+                          uint16_t *out) {
+    for (uint64_t i = 0; i < count; i++) {
+        const float u = (float)(splitmix64(counter + i) >> 40) * 0x1p-23f - 1.0f;
+        /* stored apart, so that no compiler fuses the product into the sum (one rounding
+         * each, as the device kernels round them) */
+        volatile float product = scale * u;
+        out[i] = mg_f32_to_bf16(offset + product);
     }
 }

@@ -1,9 +1,11 @@
-/* elementwise.c - mg_gather_rows_bf16, mg_rmsnorm_bf16, mg_argmax_f32 and mg_argmax_bf16
- * (metrale/ops_elementwise.h): every argument checked once, then kernel "gather_rows_bf16",
- * "rmsnorm_bf16", "argmax_f32" or "argmax_bf16" of module "metrale" launched by name on any
- * backend that ships it (CUDA: kernels/cuda/elementwise/elementwise.cu; CPU:
- * elementwise_reference.c). The three ops share one provider, "kernels". */
+/* elementwise.c - mg_gather_rows_bf16, mg_rmsnorm_bf16, mg_argmax_f32, mg_argmax_bf16,
+ * mg_fill_uniform_bf16 and mg_amax_bf16 (metrale/ops_elementwise.h): every argument checked
+ * once, then the kernel of the same name (elementwise_reference.h) of module "metrale" launched
+ * by name on any backend that ships it (CUDA: kernels/cuda/elementwise/elementwise.cu; CPU:
+ * elementwise_reference.c). The three row ops share one provider, "kernels"; the two
+ * synthetic-data ops have one each. */
 #include <math.h>
+#include <stdint.h>
 
 #include "backend_impl.h"
 #include "checked_math.h"
@@ -27,6 +29,22 @@ static const mg_op_provider *const elementwise_providers[] = {&kernels_provider,
 const mg_op_def mg_gather_rows_op = {MG_OP_GATHER_ROWS, "gather_rows", elementwise_providers};
 const mg_op_def mg_rmsnorm_op = {MG_OP_RMSNORM, "rmsnorm", elementwise_providers};
 const mg_op_def mg_argmax_op = {MG_OP_ARGMAX, "argmax", elementwise_providers};
+
+/* The synthetic-data helpers are ops of their own (a backend may ship them without the rows
+ * ops, and mg_op_supported tells a caller whether to generate on the host instead). */
+static const mg_op_provider fill_provider =
+    MG_OP_KERNELS_PROVIDER(mg_elementwise_cpu_kernels_register, MG_FILL_UNIFORM_KERNEL);
+static const mg_op_provider amax_provider =
+    MG_OP_KERNELS_PROVIDER(mg_elementwise_cpu_kernels_register, MG_AMAX_KERNEL);
+static const mg_op_provider *const fill_providers[] = {&fill_provider, NULL};
+static const mg_op_provider *const amax_providers[] = {&amax_provider, NULL};
+const mg_op_def mg_fill_uniform_op = {MG_OP_FILL_UNIFORM, "fill_uniform", fill_providers};
+const mg_op_def mg_amax_op = {MG_OP_AMAX, "amax", amax_providers};
+
+/* Grid of the two: blocks of FILL_THREADS threads, each thread 8 elements per pass, at most
+ * MAX_BLOCKS blocks (grid-stride beyond). */
+#define FILL_THREADS 256u
+#define MAX_BLOCKS 4096u
 
 /* BF16 packed rows: cols a multiple of 8, the matrix within size_t. */
 static mg_status check_bf16_shape(const char *fn, uint32_t rows, uint32_t cols, size_t *bytes) {
@@ -152,4 +170,59 @@ mg_status mg_argmax_f32(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t col
 mg_status mg_argmax_bf16(mg_backend *b, mg_stream *s, uint32_t rows, uint32_t cols, mg_devptr in,
                          uint32_t pitch, mg_devptr ids) {
     return argmax(b, s, "mg_argmax_bf16", MG_ARGMAX_BF16_KERNEL, 2, rows, cols, in, pitch, ids);
+}
+
+/* BF16 [count] for the synthetic-data helpers: count >= 1, within the address space. */
+static mg_status check_count(const char *fn, uint64_t count) {
+    if (!count || count > SIZE_MAX / 2)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: count=%llu (1 to %zu)", fn,
+                        (unsigned long long)count, (size_t)(SIZE_MAX / 2));
+    return MG_OK;
+}
+
+static mg_dim3 fill_grid(uint64_t count) {
+    uint64_t blocks = (count + 8ull * FILL_THREADS - 1) / (8ull * FILL_THREADS);
+    return (mg_dim3){blocks < MAX_BLOCKS ? (uint32_t)blocks : MAX_BLOCKS, 1, 1};
+}
+
+mg_status mg_fill_uniform_bf16(mg_backend *b, mg_stream *s, uint64_t count, uint64_t counter,
+                               float offset, float scale, mg_devptr out) {
+    static const char fn[] = "mg_fill_uniform_bf16";
+    mg_status st = mg_op_enter(b, fn);
+    if (st || (st = check_count(fn, count)))
+        return st;
+    if (!isfinite(offset) || !isfinite(scale))
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: offset=%g scale=%g (both finite)", fn,
+                        (double)offset, (double)scale);
+    mg_op_tensor t[] = {{"out", out, (size_t)count * 2, 16, MG_OP_OUT}};
+    if ((st = mg_op_check_tensors(b, fn, t, 1, -1, -1)))
+        return st;
+    mg_launch l;
+    mg_launch_init(&l, fill_grid(count), (mg_dim3){FILL_THREADS, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, out);
+    mg_launch_arg_u64(&l, count);
+    mg_launch_arg_u64(&l, counter);
+    mg_launch_arg_f32(&l, offset);
+    mg_launch_arg_f32(&l, scale);
+    return launch(b, s, MG_OP_FILL_UNIFORM, fn, MG_FILL_UNIFORM_KERNEL, &l);
+}
+
+mg_status mg_amax_bf16(mg_backend *b, mg_stream *s, uint64_t count, mg_devptr x, mg_devptr out) {
+    static const char fn[] = "mg_amax_bf16";
+    mg_status st = mg_op_enter(b, fn);
+    if (st || (st = check_count(fn, count)))
+        return st;
+    mg_op_tensor t[] = {{"x", x, (size_t)count * 2, 16, MG_OP_IN},
+                        {"out", out, 4, 4, MG_OP_OUT}};
+    if ((st = mg_op_check_tensors(b, fn, t, 2, -1, -1)))
+        return st;
+    /* the kernel raises out to each block's maximum: it starts from +0 */
+    if ((st = mg_memset_async(b, out, 0, 4, s)))
+        return st;
+    mg_launch l;
+    mg_launch_init(&l, fill_grid(count), (mg_dim3){FILL_THREADS, 1, 1}, 0);
+    mg_launch_arg_ptr(&l, x);
+    mg_launch_arg_ptr(&l, out);
+    mg_launch_arg_u64(&l, count);
+    return launch(b, s, MG_OP_AMAX, fn, MG_AMAX_KERNEL, &l);
 }

@@ -1,16 +1,19 @@
-/* elementwise_reference.c - the CPU references of gather_rows, rmsnorm and argmax
- * (metrale/ops_elementwise.h defines their results) and their CPU kernels. */
+/* elementwise_reference.c - the CPU references of gather_rows, rmsnorm, argmax, fill_uniform
+ * and amax (metrale/ops_elementwise.h defines their results) and their CPU kernels. */
 #include "elementwise_reference.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
 #include "elementwise_host.h"
 #include "error.h"
+#include "host_parallel.h"
 #include "metrale/dtype.h"
 #include "metrale/launch.h"
+#include "metrale/ops_elementwise.h"
 
 static mg_status bad_shape(const char *name, uint32_t rows, uint32_t cols) {
     return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: bad shape rows=%u cols=%u", name, rows,
@@ -116,7 +119,88 @@ static mg_status kernel_argmax_bf16(const mg_launch *l) {
     return argmax_rows(l, "metrale:" MG_ARGMAX_BF16_KERNEL, 2);
 }
 
+typedef struct fill_job {
+    uint64_t counter;
+    float offset, scale;
+    uint16_t *out;
+} fill_job;
+
+static void fill_part(void *ctx, size_t first, size_t count) {
+    const fill_job *j = ctx;
+    mg_uniform_bf16_host(j->counter + first, j->offset, j->scale, count, j->out + first);
+}
+
+static mg_status kernel_fill_uniform(const mg_launch *l) {
+    static const char name[] = "metrale:" MG_FILL_UNIFORM_KERNEL;
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_U64, MG_ARG_U64, MG_ARG_F32,
+                                        MG_ARG_F32};
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 5);
+    if (st)
+        return st;
+    const uint64_t count = mg_launch_get_u64(l, 1);
+    void *out;
+    if (!count || count > SIZE_MAX / 2)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: count=%llu", name,
+                        (unsigned long long)count);
+    if ((st = mg_cpu_kernel_buffer(l, 0, count * 2, 2, name, &out)))
+        return st;
+    fill_job job = {mg_launch_get_u64(l, 2), mg_launch_get_f32(l, 3), mg_launch_get_f32(l, 4),
+                    out};
+    mg_host_parallel_for((size_t)count, (size_t)1 << 16, fill_part, &job);
+    return MG_OK;
+}
+
+/* The amax in chunks of per_chunk elements (64 chunks at most), each chunk's maximum in its
+ * own slot: any split of the chunks over threads gives the same slots. */
+typedef struct amax_job {
+    const uint16_t *x;
+    size_t count, per_chunk;
+    float chunk_max[64];
+} amax_job;
+
+static void amax_chunks(void *ctx, size_t first, size_t count) {
+    amax_job *j = ctx;
+    for (size_t c = first; c < first + count; c++) {
+        const size_t end = (c + 1) * j->per_chunk < j->count ? (c + 1) * j->per_chunk : j->count;
+        float m = 0.0f;
+        for (size_t i = c * j->per_chunk; i < end; i++) {
+            const float a = fabsf(mg_bf16_to_f32(j->x[i]));
+            if (isfinite(a) && a > m)
+                m = a;
+        }
+        j->chunk_max[c] = m;
+    }
+}
+
+static mg_status kernel_amax(const mg_launch *l) {
+    static const char name[] = "metrale:" MG_AMAX_KERNEL;
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U64};
+    mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 3);
+    if (st)
+        return st;
+    const uint64_t count = mg_launch_get_u64(l, 2);
+    void *x, *out;
+    if (!count || count > SIZE_MAX / 2)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: count=%llu", name,
+                        (unsigned long long)count);
+    if ((st = mg_cpu_kernel_buffer(l, 0, count * 2, 2, name, &x)) ||
+        (st = mg_cpu_kernel_buffer(l, 1, 4, 4, name, &out)))
+        return st;
+    amax_job job = {.x = x, .count = (size_t)count, .per_chunk = ((size_t)count + 63) / 64};
+    if (job.per_chunk < ((size_t)1 << 16))
+        job.per_chunk = (size_t)1 << 16;
+    const size_t chunks = ((size_t)count + job.per_chunk - 1) / job.per_chunk;
+    mg_host_parallel_for(chunks, 1, amax_chunks, &job);
+    float m = *(float *)out;
+    for (size_t c = 0; c < chunks; c++)
+        m = job.chunk_max[c] > m ? job.chunk_max[c] : m;
+    *(float *)out = m;
+    return MG_OK;
+}
+
 static void register_kernels(void) {
+    mg_cpu_kernel_register("metrale", MG_FILL_UNIFORM_KERNEL, kernel_fill_uniform);
+    mg_cpu_kernel_register("metrale", MG_AMAX_KERNEL, kernel_amax);
     mg_cpu_kernel_register("metrale", MG_GATHER_ROWS_KERNEL, kernel_gather_rows);
     mg_cpu_kernel_register("metrale", MG_RMSNORM_KERNEL, kernel_rmsnorm);
     mg_cpu_kernel_register("metrale", MG_ARGMAX_KERNEL, kernel_argmax);

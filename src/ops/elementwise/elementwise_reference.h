@@ -7,6 +7,9 @@
  *   rmsnorm_bf16(buffer x, buffer add_or_0, buffer weight, buffer out, u32 rows, u32 cols,
  *                f32 eps)
  *   argmax_f32(buffer in, buffer ids, u32 rows, u32 cols, u32 pitch)
+ *   fill_uniform_bf16(buffer out, u64 count, u64 counter, f32 offset, f32 scale)
+ *   amax_bf16(buffer x, buffer out, u64 count): out, FP32 [1], receives max(out, the amax), so
+ *             the front zeroes it first (the CUDA kernel's blocks meet through an atomic max)
  */
 #ifndef METRALE_ELEMENTWISE_REFERENCE_H
 #define METRALE_ELEMENTWISE_REFERENCE_H
@@ -17,8 +20,10 @@
 #define MG_RMSNORM_KERNEL "rmsnorm_bf16"
 #define MG_ARGMAX_KERNEL "argmax_f32"
 #define MG_ARGMAX_BF16_KERNEL "argmax_bf16"
+#define MG_FILL_UNIFORM_KERNEL "fill_uniform_bf16"
+#define MG_AMAX_KERNEL "amax_bf16"
 
-/* Registers the four CPU kernels once per process; later calls do nothing. */
+/* Registers the CPU kernels once per process; later calls do nothing. */
 void mg_elementwise_cpu_kernels_register(void);
 
 #endif

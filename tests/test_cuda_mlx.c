@@ -1,7 +1,7 @@
 /* test_cuda_mlx.c - the MLX ops' CUDA kernels (kernels/cuda/mlx/) against the CPU backend's
  * reference on the same random layers, under each CUDA provider forced in turn ("kernels": the
  * SIMT GEMVs of mlx_quant.cu; "cuda_mma": the tensor-core GEMVs of mlx_gemv_mma.cu, BF16 scales
- * only): dequant bit for bit; GEMVs (plain, silu_gate, silu_gate_resid in place, gate_up) and
+ * only; "cuda_m1": mlx_quant.cu's one-row kernels, bit for bit the SIMT ones): dequant bit for bit; GEMVs (plain, silu_gate, silu_gate_resid in place, gate_up) and
  * the GEMM within BF16 bounds; gate_up's SiLU-mul epilogue against the SiLU-mul of its products. Shapes are awkward (n not a multiple of the 16 rows a block owns,
  * k spanning several staged activation passes), every bits, group size and scale type,
  * M = 1..8; the automatic choice is checked per scale type. Skips (77) without a usable GPU. */
@@ -147,7 +147,81 @@ static void run_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t k, 
     mlx_test_layer_free(cuda, &dl2);
 }
 
-/* Unforced, GEMVs of 8 rows run on cuda_mma for BF16 scales and on the SIMT kernels for FP16. */
+/* Provider cuda_m1 forced (the SIMT kernels compiled for one row): the plain GEMV and gate_up
+ * (both epilogues) of one row equal the "kernels" provider's bit for bit (the same arithmetic)
+ * and agree with the CPU; the silu forms and two rows are refused, launching nothing. */
+static void run_m1_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t k, uint32_t bits,
+                        uint32_t group, mg_dtype type) {
+    char what[160];
+    snprintf(what, sizeof what, "cuda_m1 bits=%u group=%u %s n=%u k=%u m=1", bits, group,
+             mg_dtype_name(type), n, k);
+    mlx_test_layer l, l2, dl, dl2;
+    mlx_test_layer_make(cpu, &l, 2, n, k, bits, group, type);
+    mlx_test_layer_make(cpu, &l2, 2, n, k, bits, group, type);
+    mlx_test_layer_copy(cuda, &l, &dl);
+    mlx_test_layer_copy(cuda, &l2, &dl2);
+    const uint32_t e = 1;
+    uint16_t *hx = mlx_test_activations(k);
+    const size_t out = (size_t)n * 2;
+    mg_devptr x = mlx_test_upload(cuda, hx, (size_t)k * 2), cx = mlx_test_upload(cpu, hx, k * 2);
+    mg_devptr y = mlx_test_poisoned(cuda, 4 * out), cy = mlx_test_poisoned(cpu, 2 * out);
+    const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
+    const mg_gemm_fusion_tensors none = {0};
+    uint16_t *got[2], *simt[2];
+    for (int pass = 0; pass < 2; pass++) { /* cuda_m1, then the SIMT kernels of every M */
+        CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, pass ? "kernels" : "cuda_m1"));
+        CHECK_OK(mg_memset(cuda, y, 0xff, 4 * out));
+        CHECK_OK(mg_mlx_gemv(cuda, NULL, &dl.w, e, 1, x, y));
+        CHECK_OK(mg_mlx_gemv_gate_up(cuda, NULL, &dl.w, &dl2.w, e, 1, x, y + out, y + 2 * out));
+        CHECK_OK(mg_mlx_gemv_fused(cuda, NULL, &dl.w, &dl2.w, e, 1, x, y + 3 * out, &silu_mul,
+                                   &none));
+        mg_op_stats st;
+        CHECK_OK(mg_op_stats_get(cuda, MG_OP_MLX_QUANT, &st));
+        CHECK(!strcmp(st.provider, pass ? "kernels" : "cuda_m1"));
+        (pass ? simt : got)[0] = mlx_test_download(cuda, y, 4 * out);
+    }
+    CHECK(!memcmp(got[0], simt[0], 4 * out));
+    if (memcmp(got[0], simt[0], 4 * out))
+        fprintf(stderr, "FAIL %s: differs from the SIMT kernels of every M\n", what);
+    /* against the CPU: the plain GEMV and gate_up's gate within the product bound */
+    CHECK_OK(mg_mlx_gemv(cpu, NULL, &l.w, e, 1, cx, cy));
+    CHECK_OK(mg_mlx_gemv(cpu, NULL, &l2.w, e, 1, cx, cy + out));
+    uint16_t *ref = mlx_test_download(cpu, cy, 2 * out);
+    char label[200];
+    snprintf(label, sizeof label, "gemv %s", what);
+    compare(label, &l, e, 1, hx, got[0], ref, NULL, 12);
+    snprintf(label, sizeof label, "gate_up/up %s", what);
+    compare(label, &l2, e, 1, hx, got[0] + 2 * out / 2, ref + out / 2, NULL, 12);
+    snprintf(label, sizeof label, "gate_up+silu_mul %s", what);
+    mlx_test_check_silu_mul(label, got[0] + 3 * out / 2, got[0] + out / 2, got[0] + 2 * out / 2,
+                            n, 1);
+    /* refusals: the silu forms, two rows */
+    CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, "cuda_m1"));
+    CHECK(mg_mlx_gemv_silu_gate(cuda, NULL, &dl.w, e, 1, x, x, y) == MG_ERR_UNSUPPORTED);
+    mg_devptr x2 = mlx_test_poisoned(cuda, 4ull * k);
+    CHECK(mg_mlx_gemv(cuda, NULL, &dl.w, e, 2, x2, y) == MG_ERR_UNSUPPORTED);
+    CHECK(strstr(mg_last_error(), "m > 1") != NULL);
+    CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, NULL));
+    CHECK_OK(mg_stream_synchronize(mg_stream_default(cuda)));
+    mg_free(cuda, x2);
+    for (int i = 0; i < 1; i++) {
+        free(got[i]);
+        free(simt[i]);
+    }
+    free(ref);
+    free(hx);
+    mg_free(cuda, x);
+    mg_free(cuda, y);
+    mg_free(cpu, cx);
+    mg_free(cpu, cy);
+    mlx_test_layer_free(cpu, &l);
+    mlx_test_layer_free(cpu, &l2);
+    mlx_test_layer_free(cuda, &dl);
+    mlx_test_layer_free(cuda, &dl2);
+}
+
+/* Unforced, GEMVs of 8 rows run on cuda_mma for BF16 scales and on the SIMT kernels for FP16;
+ * one row's plain GEMV on cuda_m1. */
 static void check_automatic_choice(mg_backend *cpu, mg_backend *cuda) {
     const mg_dtype types[] = {MG_DTYPE_BF16, MG_DTYPE_F16};
     const char *const expected[] = {"cuda_mma", "kernels"};
@@ -165,6 +239,9 @@ static void check_automatic_choice(mg_backend *cpu, mg_backend *cuda) {
         if (strcmp(st.provider, expected[i]) != 0)
             fprintf(stderr, "FAIL automatic choice for %s scales: %s, want %s\n",
                     mg_dtype_name(types[i]), st.provider, expected[i]);
+        CHECK_OK(mg_mlx_gemv(cuda, NULL, &dl.w, 0, 1, x, y));
+        CHECK_OK(mg_op_stats_get(cuda, MG_OP_MLX_QUANT, &st));
+        CHECK(strcmp(st.provider, "cuda_m1") == 0);
         CHECK_OK(mg_stream_synchronize(mg_stream_default(cuda)));
         mg_free(cuda, x);
         mg_free(cuda, y);
@@ -200,6 +277,14 @@ int main(void) {
         run_case(cpu, cuda, 37, 14336, 8, 32, MG_DTYPE_BF16, 3, provider);
         run_case(cpu, cuda, 16, 32, 4, 32, MG_DTYPE_BF16, 8, provider); /* one vector a row */
     }
+    for (uint32_t bits = 4; bits <= 8; bits += 4)
+        for (int g = 0; g < 3; g++)
+            for (int t = 0; t < 2; t++)
+                run_m1_case(cpu, cuda, (uint32_t)test_rand_range(1, 90),
+                            groups[g] * (uint32_t)test_rand_range(1, 2600 / groups[g]), bits,
+                            groups[g], t ? MG_DTYPE_F16 : MG_DTYPE_BF16);
+    run_m1_case(cpu, cuda, 37, 14336, 4, 64, MG_DTYPE_BF16);
+    run_m1_case(cpu, cuda, 203, 4096, 8, 64, MG_DTYPE_BF16);
     mg_backend_close(cpu);
     mg_backend_close(cuda);
     return test_finish();

@@ -556,5 +556,9 @@ mg_status mg_fwd_create_weights(mg_fwd *m) {
             st = mg_fwd_mlx_attach(m->b, &m->c, x, m->layer_w, &m->mlx, &m->weight_bytes);
     }
     free(host);
+    /* the tensors generated on the device are done (and a fault in them reported) here */
+    mg_status sync = fills_on_device(m) ? mg_stream_synchronize(mg_stream_default(m->b)) : MG_OK;
+    if (!st && sync)
+        st = mg_fwd_lib_fail(sync, "generating weights");
     return st;
 }

@@ -371,6 +371,50 @@ extern "C" __global__ void __launch_bounds__(kThreads)
                               scale_type == 1, (int)epilogue);
 }
 
+// The plain GEMV and gate_up compiled for one activation row alone (provider "cuda_m1" of
+// src/ops/mlx/mlx.c, which launches them only with m = 1, the GEMV only in its plain mode):
+// the kernels above take the registers of their M = 8 variant (mlx_gemv 124 a thread, four
+// blocks an SM; gate_up 195, two), these at most 64 without spilling, so two to four times as
+// many warps keep loads in flight. Same arguments, same arithmetic, the same bits.
+constexpr int kM1BlocksPerSm = 8;     // gate_up: 64 registers
+constexpr int kM1GemvBlocksPerSm = 7; // the GEMV's four rows a warp: 72 (64 would spill)
+
+extern "C" __global__ void __launch_bounds__(kThreads, kM1GemvBlocksPerSm)
+    mlx_gemv_m1(const uint4 *weight, const uint16_t *scales, const uint16_t *biases,
+                const uint16_t *x, const uint16_t *u, const uint16_t *resid, uint16_t *y,
+                uint32_t m, uint32_t n, uint32_t k, uint32_t bits, uint32_t group_size,
+                uint32_t scale_type, uint32_t mode) {
+    // m = 1 and mode plain: the provider's supports hook refuses the rest (the silu forms'
+    // activations need more registers than 64 without spilling)
+    (void)m, (void)u, (void)resid, (void)mode;
+    grid_dependency_wait();
+    const Layer layer = {weight, scales, biases};
+    uint16_t *const outs[1] = {y};
+    if (bits == 8)
+        gemv_body<8, 1, 1>(&layer, x, nullptr, nullptr, outs, n, k, group_size, scale_type == 1,
+                           kPlain);
+    else
+        gemv_body<4, 1, 1>(&layer, x, nullptr, nullptr, outs, n, k, group_size, scale_type == 1,
+                           kPlain);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, kM1BlocksPerSm)
+    mlx_gemv_gate_up_m1(const uint4 *w1, const uint16_t *s1, const uint16_t *b1, const uint4 *w2,
+                        const uint16_t *s2, const uint16_t *b2, const uint16_t *x, uint16_t *y1,
+                        uint16_t *y2, uint32_t m, uint32_t n, uint32_t k, uint32_t bits,
+                        uint32_t group_size, uint32_t scale_type, uint32_t epilogue) {
+    (void)m;
+    grid_dependency_wait();
+    const Layer layers[2] = {{w1, s1, b1}, {w2, s2, b2}};
+    uint16_t *const outs[2] = {y1, y2};
+    if (bits == 8)
+        gemv_body<8, 1, 2>(layers, x, nullptr, nullptr, outs, n, k, group_size, scale_type == 1,
+                           (int)epilogue);
+    else
+        gemv_body<4, 1, 2>(layers, x, nullptr, nullptr, outs, n, k, group_size, scale_type == 1,
+                           (int)epilogue);
+}
+
 // A layer's own bias after its product (metrale/mlx.h): y[t, r] = bf16(y[t, r] + bias[r]), the
 // sum an IEEE FP32 addition of the BF16 product and the bias converted exactly to FP32
 // (bias_type 0 BF16, 1 FP16, 2 FP32). A thread per element, grid-stride.

@@ -1,7 +1,7 @@
 /* mlx.c - the MLX ops (metrale/mlx.h): every argument checked once, then the kernels of module
  * "metrale" launched by name with the same arguments on every backend (CUDA: first the
- * tensor-core GEMVs of kernels/cuda/mlx/mlx_gemv_mma.cu for BF16 scales, else the SIMT kernels
- * of mlx_quant.cu; CPU: mlx_reference.c, or first the fast CPU providers of mlx_cpu_fast.c).
+ * tensor-core GEMVs of kernels/cuda/mlx/mlx_gemv_mma.cu for BF16 scales, then the one-row SIMT
+ * kernels of mlx_quant.cu, else its SIMT kernels of every M; CPU: mlx_reference.c, or first the fast CPU providers of mlx_cpu_fast.c).
  * The GEMM dequantizes into the caller's scratch and calls mg_gemm_bf16. */
 #include <stdio.h>
 
@@ -161,6 +161,38 @@ static const mlx_provider cuda_mma_provider = {
     .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_MMA,
     .gemv_threads = GEMV_THREADS_MMA};
 
+/* The SIMT kernels compiled for one activation row (kernels/cuda/mlx/mlx_quant.cu: registers
+ * for 7 or 8 blocks an SM where the kernels of every M hold 2 to 4): the plain GEMV and gate_up
+ * (either epilogue) at m = 1; the silu forms stay on cuda_mma, which takes them from one row. */
+#define MG_MLX_KERNEL_GEMV_M1 "mlx_gemv_m1"
+#define MG_MLX_KERNEL_GEMV_GATE_UP_M1 "mlx_gemv_gate_up_m1"
+
+static bool m1_supports(mg_backend *b, const void *call, char *reason, size_t reason_bytes) {
+    (void)b;
+    const mlx_call *c = call;
+    if (!c || !c->w)
+        return true;
+    if (c->m != 1 || c->silu) {
+        snprintf(reason, reason_bytes, "%s: one-row plain GEMVs and gate_up only",
+                 c->silu ? "a silu form" : "m > 1");
+        return false;
+    }
+    return true;
+}
+
+/* After cuda_mma (which passes over one-row plain GEMVs and gate_up): where it takes a call,
+ * the same bits as "kernels", faster. */
+static const mlx_provider cuda_m1_provider = {
+    .base = {.name = "cuda_m1",
+             .backend = MG_BACKEND_CUDA,
+             .supports = m1_supports,
+             .kernels = MG_OP_KERNEL_NAMES(MG_MLX_KERNEL_GEMV_M1, MG_MLX_KERNEL_GEMV_GATE_UP_M1,
+                                           MG_MLX_KERNEL_DEQUANT, MG_MLX_KERNEL_ADD_BIAS)},
+    .dequant = MG_MLX_KERNEL_DEQUANT,
+    .gemv = MG_MLX_KERNEL_GEMV_M1,
+    .gate_up = MG_MLX_KERNEL_GEMV_GATE_UP_M1,
+    .gemv_threads = GEMV_THREADS_SIMT};
+
 static bool avx2_available(mg_backend *b, char *reason, size_t reason_bytes) {
     (void)b;
     return mg_mlx_cpu_avx2_built() && mg_cpu_avx2_available(reason, reason_bytes);
@@ -219,8 +251,9 @@ static bool portable_supports(mg_backend *b, const void *call, char *reason, siz
 /* In order of preference; "kernels" last, so on the CPU backend the reference is reached by
  * forcing it (mg_op_force_provider(b, MG_OP_MLX_QUANT, "kernels")). */
 static const mg_op_provider *const mlx_providers[] = {
-    &cuda_mma_provider.base,     &cpu_avx512_provider.base, &cpu_avx2_provider.base,
-    &cpu_portable_provider.base, &kernels_provider.base,    NULL};
+    &cuda_mma_provider.base,    &cuda_m1_provider.base,      &cpu_avx512_provider.base,
+    &cpu_avx2_provider.base,    &cpu_portable_provider.base, &kernels_provider.base,
+    NULL};
 
 const mg_op_def mg_mlx_quant_op = {MG_OP_MLX_QUANT, "mlx_quant", mlx_providers};
 

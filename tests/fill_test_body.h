@@ -54,8 +54,8 @@ static void fill_test_case(mg_backend *b, uint64_t count, uint64_t counter, floa
         wrong_host += host[i] != want;
         if (values[i] != want && wrong <= 3)
             fprintf(stderr, "FAIL fill count=%llu counter=%llu [%llu]: 0x%04x, want 0x%04x\n",
-                    (unsigned long long)count, (unsigned long long)counter,
-                    (unsigned long long)i, values[i], want);
+                    (unsigned long long)count, (unsigned long long)counter, (unsigned long long)i,
+                    values[i], want);
     }
     for (size_t i = 0; i < at / 2; i++)
         guard += got[i] != 0xffff;
@@ -101,11 +101,21 @@ static void amax_test_case(mg_backend *b, uint64_t count) {
         const uint64_t r = test_rand();
         /* mostly ordinary values, with NaN, infinities and zeros of both signs mixed in */
         switch (r % 61) {
-        case 0: x[i] = 0x7fc1; break; /* NaN */
-        case 1: x[i] = 0xff80; break; /* -inf */
-        case 2: x[i] = 0x7f80; break; /* +inf */
-        case 3: x[i] = 0x8000; break; /* -0 */
-        default: x[i] = (uint16_t)(((r >> 8) & 0x8000) | (((r >> 16) % 0x3f00) + 0x0080)); break;
+        case 0:
+            x[i] = 0x7fc1;
+            break; /* NaN */
+        case 1:
+            x[i] = 0xff80;
+            break; /* -inf */
+        case 2:
+            x[i] = 0x7f80;
+            break; /* +inf */
+        case 3:
+            x[i] = 0x8000;
+            break; /* -0 */
+        default:
+            x[i] = (uint16_t)(((r >> 8) & 0x8000) | (((r >> 16) % 0x3f00) + 0x0080));
+            break;
         }
         const float a = fabsf(mg_bf16_to_f32(x[i]));
         if (isfinite(a) && a > want)
@@ -135,13 +145,11 @@ static void fill_test_errors(mg_backend *b) {
     CHECK_OK(mg_memset(b, buf, 0xff, 256));
     CHECK_STATUS(mg_fill_uniform_bf16(b, NULL, 0, 1, 0.0f, 1.0f, buf), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("count=0");
-    CHECK_STATUS(mg_fill_uniform_bf16(b, NULL, 8, 1, 0.0f, 1.0f, buf + 2),
-                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_fill_uniform_bf16(b, NULL, 8, 1, 0.0f, 1.0f, buf + 2), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("aligned");
     CHECK_STATUS(mg_fill_uniform_bf16(b, NULL, 8, 1, NAN, 1.0f, buf), MG_ERR_INVALID_ARGUMENT);
     CHECK_MESSAGE("finite");
-    CHECK_STATUS(mg_fill_uniform_bf16(b, NULL, 8, 1, 0.0f, INFINITY, buf),
-                 MG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mg_fill_uniform_bf16(b, NULL, 8, 1, 0.0f, INFINITY, buf), MG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(mg_fill_uniform_bf16(b, NULL, 1000, 1, 0.0f, 1.0f, buf),
                  MG_ERR_INVALID_ARGUMENT); /* past the allocation */
     CHECK_STATUS(mg_fill_uniform_bf16(NULL, NULL, 8, 1, 0.0f, 1.0f, buf), MG_ERR_INVALID_ARGUMENT);

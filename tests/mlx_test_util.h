@@ -228,8 +228,8 @@ static inline void mlx_test_check_silu_mul(const char *what, const uint16_t *got
         const int step = (int)(got[i] & 0x7fff) - (int)(want & 0x7fff);
         const bool near = (got[i] & 0x8000) == (want & 0x8000) && step <= ulps && step >= -ulps;
         if (!(got[i] == want || (near && (got[i] & 0x7f80) != 0x7f80)) && bad++ < 3)
-            fprintf(stderr, "FAIL %s [%zu]: 0x%04x, want 0x%04x (gate 0x%04x up 0x%04x)\n", what,
-                    i, got[i], want, gate[i], up[i]);
+            fprintf(stderr, "FAIL %s [%zu]: 0x%04x, want 0x%04x (gate 0x%04x up 0x%04x)\n", what, i,
+                    got[i], want, gate[i], up[i]);
     }
     test_checks++;
     test_failures += bad != 0;

@@ -331,8 +331,8 @@ static void mlx_silu_mul_case(mg_backend *b, uint32_t bits, uint32_t group, mg_d
         CHECK_OK(mg_op_force_provider(b, MG_OP_MLX_QUANT, providers[p]));
         CHECK_OK(mg_memset(b, y, POISON, 3 * half + 64));
         CHECK_OK(mg_mlx_gemv_gate_up(b, NULL, &gate.w, &up.w, 1, m, x, y, y + half));
-        CHECK_OK(mg_mlx_gemv_fused(b, NULL, &gate.w, &up.w, 1, m, x, y + 2 * half, &silu_mul,
-                                   &none));
+        CHECK_OK(
+            mg_mlx_gemv_fused(b, NULL, &gate.w, &up.w, 1, m, x, y + 2 * half, &silu_mul, &none));
         CHECK_OK(mg_copy_d2h(b, host, y, 3 * half + 64));
         char what[128];
         snprintf(what, sizeof what, "%s gate_up+silu_mul bits=%u group=%u %s n=%u k=%u m=%u",

@@ -1,10 +1,12 @@
 /* test_cuda_mlx.c - the MLX ops' CUDA kernels (kernels/cuda/mlx/) against the CPU backend's
  * reference on the same random layers, under each CUDA provider forced in turn ("kernels": the
  * SIMT GEMVs of mlx_quant.cu; "cuda_mma": the tensor-core GEMVs of mlx_gemv_mma.cu, BF16 scales
- * only; "cuda_m1": mlx_quant.cu's one-row kernels, bit for bit the SIMT ones): dequant bit for bit; GEMVs (plain, silu_gate, silu_gate_resid in place, gate_up) and
- * the GEMM within BF16 bounds; gate_up's SiLU-mul epilogue against the SiLU-mul of its products. Shapes are awkward (n not a multiple of the 16 rows a block owns,
- * k spanning several staged activation passes), every bits, group size and scale type,
- * M = 1..8; the automatic choice is checked per scale type. Skips (77) without a usable GPU. */
+ * only; "cuda_m1": mlx_quant.cu's one-row kernels, bit for bit the SIMT ones): dequant bit for bit;
+ * GEMVs (plain, silu_gate, silu_gate_resid in place, gate_up) and the GEMM within BF16 bounds;
+ * gate_up's SiLU-mul epilogue against the SiLU-mul of its products. Shapes are awkward (n not a
+ * multiple of the 16 rows a block owns, k spanning several staged activation passes), every bits,
+ * group size and scale type, M = 1..8; the automatic choice is checked per scale type. Skips (77)
+ * without a usable GPU. */
 #include <stdio.h>
 #include <string.h>
 
@@ -173,8 +175,8 @@ static void run_m1_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t 
         CHECK_OK(mg_memset(cuda, y, 0xff, 4 * out));
         CHECK_OK(mg_mlx_gemv(cuda, NULL, &dl.w, e, 1, x, y));
         CHECK_OK(mg_mlx_gemv_gate_up(cuda, NULL, &dl.w, &dl2.w, e, 1, x, y + out, y + 2 * out));
-        CHECK_OK(mg_mlx_gemv_fused(cuda, NULL, &dl.w, &dl2.w, e, 1, x, y + 3 * out, &silu_mul,
-                                   &none));
+        CHECK_OK(
+            mg_mlx_gemv_fused(cuda, NULL, &dl.w, &dl2.w, e, 1, x, y + 3 * out, &silu_mul, &none));
         mg_op_stats st;
         CHECK_OK(mg_op_stats_get(cuda, MG_OP_MLX_QUANT, &st));
         CHECK(!strcmp(st.provider, pass ? "kernels" : "cuda_m1"));
@@ -193,8 +195,8 @@ static void run_m1_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t 
     snprintf(label, sizeof label, "gate_up/up %s", what);
     compare(label, &l2, e, 1, hx, got[0] + 2 * out / 2, ref + out / 2, NULL, 12);
     snprintf(label, sizeof label, "gate_up+silu_mul %s", what);
-    mlx_test_check_silu_mul(label, got[0] + 3 * out / 2, got[0] + out / 2, got[0] + 2 * out / 2,
-                            n, 1);
+    mlx_test_check_silu_mul(label, got[0] + 3 * out / 2, got[0] + out / 2, got[0] + 2 * out / 2, n,
+                            1);
     /* refusals: the silu forms, two rows */
     CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, "cuda_m1"));
     CHECK(mg_mlx_gemv_silu_gate(cuda, NULL, &dl.w, e, 1, x, x, y) == MG_ERR_UNSUPPORTED);

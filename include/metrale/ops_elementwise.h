@@ -77,8 +77,8 @@ MG_API mg_status mg_argmax_bf16(mg_backend *b, mg_stream *s, uint32_t rows, uint
  *     out[i] = bf16(offset + scale * u)  (one FP32 product, then one FP32 sum, never fused;
  *                                         rounded to nearest even)
  * out: BF16 [count], 16-byte aligned; count >= 1; offset and scale finite. */
-MG_API mg_status mg_fill_uniform_bf16(mg_backend *b, mg_stream *s, uint64_t count,
-                                      uint64_t counter, float offset, float scale, mg_devptr out);
+MG_API mg_status mg_fill_uniform_bf16(mg_backend *b, mg_stream *s, uint64_t count, uint64_t counter,
+                                      float offset, float scale, mg_devptr out);
 /* The same values into host memory (out: count elements; no checks, nothing allocated). */
 MG_API void mg_uniform_bf16_host(uint64_t counter, float offset, float scale, uint64_t count,
                                  uint16_t *out);

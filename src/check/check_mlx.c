@@ -151,8 +151,8 @@ static mg_status run_op(mg_backend *b, mlx_op op, const mlx_inputs *in, uint16_t
         case OP_GATE_UP_SILU: {
             const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
             const mg_gemm_fusion_tensors none = {0};
-            st = mg_mlx_gemv_fused(b, NULL, &w[0], &w[1], in->expert, in->m, x, y, &silu_mul,
-                                   &none);
+            st =
+                mg_mlx_gemv_fused(b, NULL, &w[0], &w[1], in->expert, in->m, x, y, &silu_mul, &none);
             break;
         }
         }

@@ -360,7 +360,7 @@ mg_status mg_fwd_mlx_mlp(mg_fwd_mlx *x, mg_stream *s, uint32_t l, uint32_t rows,
             const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
             const mg_gemm_fusion_tensors none = {0};
             if ((st = mg_mlx_gemv_fused(x->b, s, &gate, &up, 0, rows, act, mlp_act, &silu_mul,
-                                            &none)))
+                                        &none)))
                 return st;
             return mg_mlx_gemv(x->b, s, down, 0, rows, mlp_act, out);
         }

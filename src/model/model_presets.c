@@ -13,7 +13,6 @@
 #include "metrale/ops.h"
 #include "metrale/ops_activation.h"
 #include "metrale/ops_elementwise.h"
-#include "metrale/ops_elementwise.h"
 #include "metrale/ops_gemm.h"
 #include "metrale/ops_kv_cache.h"
 #include "metrale/ops_moe.h"

@@ -314,11 +314,11 @@ static mg_status global_scale(const uint16_t *x, uint32_t rows, uint32_t cols, f
 }
 
 /* Tensor `id` (a layer matrix or the LM head) generated into the staging buffers (on the
- * device, or on the host and uploaded), quantized with its global scale (model.h), and prepared into `parts` weights (w_gate_up:
- * gate, then up) of `experts` stacked experts each (rows = experts * parts * n: expert e's part
- * p at rows (e * parts + p) * n), whose global scales (global_group(m) of them per part, all the
- * tensor's) are entries global_index.. of m->fp4_globals. Ordered on the default stream, which
- * the next blocking upload into the staging buffers waits for. */
+ * device, or on the host and uploaded), quantized with its global scale (model.h), and prepared
+ * into `parts` weights (w_gate_up: gate, then up) of `experts` stacked experts each (rows = experts
+ * * parts * n: expert e's part p at rows (e * parts + p) * n), whose global scales (global_group(m)
+ * of them per part, all the tensor's) are entries global_index.. of m->fp4_globals. Ordered on the
+ * default stream, which the next blocking upload into the staging buffers waits for. */
 static mg_status quantize_tensor(mg_fwd *m, uint32_t id, uint16_t *host, const fp4_staging *sg,
                                  uint32_t experts, uint32_t parts, mg_nvfp4_weight *out,
                                  size_t global_index) {

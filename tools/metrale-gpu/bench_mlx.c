@@ -29,8 +29,8 @@ typedef enum mlx_bench_kind {
     KIND_GEMM
 } mlx_bench_kind;
 
-static const char *const kind_names[] = {"gemv",         "gemv_2x8", "silu_gate", "gate_up",
-                                         "gate_up_silu", "gemm"};
+static const char *const kind_names[] = {"gemv",    "gemv_2x8",     "silu_gate",
+                                         "gate_up", "gate_up_silu", "gemm"};
 
 typedef struct mlx_case {
     mlx_bench_kind kind;
@@ -79,11 +79,10 @@ static mg_status body_mlx(mg_bench *b, void *arg, int iteration) {
             mg_mlx_linear up = layer_at(c, index + c->layers.count / 2);
             const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
             const mg_gemm_fusion_tensors none = {0};
-            st = c->kind == KIND_GATE_UP
-                     ? mg_mlx_gemv_gate_up(b->backend, b->stream, &w, &up, 0, c->m, c->x, c->y,
-                                           c->y2)
-                     : mg_mlx_gemv_fused(b->backend, b->stream, &w, &up, 0, c->m, c->x, c->y,
-                                         &silu_mul, &none);
+            st = c->kind == KIND_GATE_UP ? mg_mlx_gemv_gate_up(b->backend, b->stream, &w, &up, 0,
+                                                               c->m, c->x, c->y, c->y2)
+                                         : mg_mlx_gemv_fused(b->backend, b->stream, &w, &up, 0,
+                                                             c->m, c->x, c->y, &silu_mul, &none);
             break;
         }
         case KIND_GEMM:
@@ -222,8 +221,7 @@ static int bench_mlx(mg_bench *b, int argc, char **argv) {
             for (uint32_t m = 1; m <= 8; m += 7) {
                 failures += run_case(b, KIND_SILU, 4096, 14336, m, bits, copy_gbps, forced);
                 failures += run_case(b, KIND_GATE_UP, 14336, 4096, m, bits, copy_gbps, forced);
-                failures +=
-                    run_case(b, KIND_GATE_UP_SILU, 14336, 4096, m, bits, copy_gbps, forced);
+                failures += run_case(b, KIND_GATE_UP_SILU, 14336, 4096, m, bits, copy_gbps, forced);
             }
         }
     }

@@ -212,8 +212,7 @@ mg_status mg_amax_bf16(mg_backend *b, mg_stream *s, uint64_t count, mg_devptr x,
     mg_status st = mg_op_enter(b, fn);
     if (st || (st = check_count(fn, count)))
         return st;
-    mg_op_tensor t[] = {{"x", x, (size_t)count * 2, 16, MG_OP_IN},
-                        {"out", out, 4, 4, MG_OP_OUT}};
+    mg_op_tensor t[] = {{"x", x, (size_t)count * 2, 16, MG_OP_IN}, {"out", out, 4, 4, MG_OP_OUT}};
     if ((st = mg_op_check_tensors(b, fn, t, 2, -1, -1)))
         return st;
     /* the kernel raises out to each block's maximum: it starts from +0 */

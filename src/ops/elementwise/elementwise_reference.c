@@ -144,8 +144,7 @@ static mg_status kernel_fill_uniform(const mg_launch *l) {
                         (unsigned long long)count);
     if ((st = mg_cpu_kernel_buffer(l, 0, count * 2, 2, name, &out)))
         return st;
-    fill_job job = {mg_launch_get_u64(l, 2), mg_launch_get_f32(l, 3), mg_launch_get_f32(l, 4),
-                    out};
+    fill_job job = {mg_launch_get_u64(l, 2), mg_launch_get_f32(l, 3), mg_launch_get_f32(l, 4), out};
     mg_host_parallel_for((size_t)count, (size_t)1 << 16, fill_part, &job);
     return MG_OK;
 }

@@ -1,8 +1,9 @@
 /* mlx.c - the MLX ops (metrale/mlx.h): every argument checked once, then the kernels of module
  * "metrale" launched by name with the same arguments on every backend (CUDA: first the
  * tensor-core GEMVs of kernels/cuda/mlx/mlx_gemv_mma.cu for BF16 scales, then the one-row SIMT
- * kernels of mlx_quant.cu, else its SIMT kernels of every M; CPU: mlx_reference.c, or first the fast CPU providers of mlx_cpu_fast.c).
- * The GEMM dequantizes into the caller's scratch and calls mg_gemm_bf16. */
+ * kernels of mlx_quant.cu, else its SIMT kernels of every M; CPU: mlx_reference.c, or first the
+ * fast CPU providers of mlx_cpu_fast.c). The GEMM dequantizes into the caller's scratch and calls
+ * mg_gemm_bf16. */
 #include <stdio.h>
 
 #include "cpu_isa.h"
@@ -250,10 +251,13 @@ static bool portable_supports(mg_backend *b, const void *call, char *reason, siz
 
 /* In order of preference; "kernels" last, so on the CPU backend the reference is reached by
  * forcing it (mg_op_force_provider(b, MG_OP_MLX_QUANT, "kernels")). */
-static const mg_op_provider *const mlx_providers[] = {
-    &cuda_mma_provider.base,    &cuda_m1_provider.base,      &cpu_avx512_provider.base,
-    &cpu_avx2_provider.base,    &cpu_portable_provider.base, &kernels_provider.base,
-    NULL};
+static const mg_op_provider *const mlx_providers[] = {&cuda_mma_provider.base,
+                                                      &cuda_m1_provider.base,
+                                                      &cpu_avx512_provider.base,
+                                                      &cpu_avx2_provider.base,
+                                                      &cpu_portable_provider.base,
+                                                      &kernels_provider.base,
+                                                      NULL};
 
 const mg_op_def mg_mlx_quant_op = {MG_OP_MLX_QUANT, "mlx_quant", mlx_providers};
 
@@ -519,11 +523,12 @@ mg_status mg_mlx_gemv_fused(mg_backend *b, mg_stream *s, const mg_mlx_linear *w,
     const char *prologue = mg_gemm_prologue_name(fusion->prologue);
     const char *epilogue = mg_gemm_epilogue_name(fusion->epilogue);
     if (!prologue || !epilogue)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "%s: fusion prologue %d epilogue %d (no such kind)",
-                        fn, (int)fusion->prologue, (int)fusion->epilogue);
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT,
+                        "%s: fusion prologue %d epilogue %d (no such kind)", fn,
+                        (int)fusion->prologue, (int)fusion->epilogue);
     /* every fusion tensor belongs to a fusion these GEMVs do not run (below): none may be given */
-    const char *given = tensors->norm_weight ? "norm_weight"
-                        : tensors->residual  ? "residual"
+    const char *given = tensors->norm_weight  ? "norm_weight"
+                        : tensors->residual   ? "residual"
                         : tensors->argmax_ids ? "argmax_ids"
                         : tensors->kv_cache   ? "kv_cache"
                         : tensors->kv_append  ? "kv_append"

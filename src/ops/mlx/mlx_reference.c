@@ -323,10 +323,10 @@ mg_status mg_mlx_cpu_gemv_args(const mg_launch *l, const char *name, mg_mlx_cpu_
 mg_status mg_mlx_cpu_gate_up_args(const mg_launch *l, const char *name, mg_mlx_cpu_layer w[2],
                                   uint32_t *m, const uint16_t **x, uint16_t **y1, uint16_t **y2,
                                   uint32_t *epilogue) {
-    static const mg_arg_kind kinds[] = {
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
-        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
-        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
+    static const mg_arg_kind kinds[] = {MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER, MG_ARG_BUFFER,
+                                        MG_ARG_BUFFER, MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,
+                                        MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32,    MG_ARG_U32};
     mg_status st = mg_cpu_kernel_check_args(l, name, kinds, 16);
     if (st)
         return st;
@@ -387,8 +387,8 @@ static mg_status kernel_gemv_gate_up(const mg_launch *l) {
     const uint16_t *x;
     uint16_t *y1, *y2;
     uint32_t epilogue;
-    mg_status st = mg_mlx_cpu_gate_up_args(l, "metrale:" MG_MLX_KERNEL_GEMV_GATE_UP, w, &m, &x,
-                                           &y1, &y2, &epilogue);
+    mg_status st = mg_mlx_cpu_gate_up_args(l, "metrale:" MG_MLX_KERNEL_GEMV_GATE_UP, w, &m, &x, &y1,
+                                           &y2, &epilogue);
     if (st)
         return st;
     if (!(st = gemv(&w[0], m, x, NULL, NULL, y1)))

@@ -169,7 +169,7 @@ static void run_m1_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t 
     mg_devptr y = mlx_test_poisoned(cuda, 4 * out), cy = mlx_test_poisoned(cpu, 2 * out);
     const mg_gemm_fusion silu_mul = {.epilogue = MG_GEMM_EPILOGUE_SILU_MUL};
     const mg_gemm_fusion_tensors none = {0};
-    uint16_t *got[2], *simt[2];
+    uint16_t *got = NULL, *simt = NULL;
     for (int pass = 0; pass < 2; pass++) { /* cuda_m1, then the SIMT kernels of every M */
         CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, pass ? "kernels" : "cuda_m1"));
         CHECK_OK(mg_memset(cuda, y, 0xff, 4 * out));
@@ -180,10 +180,10 @@ static void run_m1_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t 
         mg_op_stats st;
         CHECK_OK(mg_op_stats_get(cuda, MG_OP_MLX_QUANT, &st));
         CHECK(!strcmp(st.provider, pass ? "kernels" : "cuda_m1"));
-        (pass ? simt : got)[0] = mlx_test_download(cuda, y, 4 * out);
+        *(pass ? &simt : &got) = mlx_test_download(cuda, y, 4 * out);
     }
-    CHECK(!memcmp(got[0], simt[0], 4 * out));
-    if (memcmp(got[0], simt[0], 4 * out))
+    CHECK(!memcmp(got, simt, 4 * out));
+    if (memcmp(got, simt, 4 * out))
         fprintf(stderr, "FAIL %s: differs from the SIMT kernels of every M\n", what);
     /* against the CPU: the plain GEMV and gate_up's gate within the product bound */
     CHECK_OK(mg_mlx_gemv(cpu, NULL, &l.w, e, 1, cx, cy));
@@ -191,12 +191,11 @@ static void run_m1_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t 
     uint16_t *ref = mlx_test_download(cpu, cy, 2 * out);
     char label[200];
     snprintf(label, sizeof label, "gemv %s", what);
-    compare(label, &l, e, 1, hx, got[0], ref, NULL, 12);
+    compare(label, &l, e, 1, hx, got, ref, NULL, 12);
     snprintf(label, sizeof label, "gate_up/up %s", what);
-    compare(label, &l2, e, 1, hx, got[0] + 2 * out / 2, ref + out / 2, NULL, 12);
+    compare(label, &l2, e, 1, hx, got + out, ref + out / 2, NULL, 12);
     snprintf(label, sizeof label, "gate_up+silu_mul %s", what);
-    mlx_test_check_silu_mul(label, got[0] + 3 * out / 2, got[0] + out / 2, got[0] + 2 * out / 2, n,
-                            1);
+    mlx_test_check_silu_mul(label, got + 3 * out / 2, got + out / 2, got + out, n, 1);
     /* refusals: the silu forms, two rows */
     CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, "cuda_m1"));
     CHECK(mg_mlx_gemv_silu_gate(cuda, NULL, &dl.w, e, 1, x, x, y) == MG_ERR_UNSUPPORTED);
@@ -206,10 +205,8 @@ static void run_m1_case(mg_backend *cpu, mg_backend *cuda, uint32_t n, uint32_t 
     CHECK_OK(mg_op_force_provider(cuda, MG_OP_MLX_QUANT, NULL));
     CHECK_OK(mg_stream_synchronize(mg_stream_default(cuda)));
     mg_free(cuda, x2);
-    for (int i = 0; i < 1; i++) {
-        free(got[i]);
-        free(simt[i]);
-    }
+    free(got);
+    free(simt);
     free(ref);
     free(hx);
     mg_free(cuda, x);

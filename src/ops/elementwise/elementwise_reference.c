@@ -119,6 +119,14 @@ static mg_status kernel_argmax_bf16(const mg_launch *l) {
     return argmax_rows(l, "metrale:" MG_ARGMAX_BF16_KERNEL, 2);
 }
 
+/* BF16 [count] of the synthetic-data kernels: count >= 1 and within the address space. */
+static mg_status check_count(const char *name, uint64_t count) {
+    if (!count || count > SIZE_MAX / 2)
+        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: count=%llu", name,
+                        (unsigned long long)count);
+    return MG_OK;
+}
+
 typedef struct fill_job {
     uint64_t counter;
     float offset, scale;
@@ -139,9 +147,8 @@ static mg_status kernel_fill_uniform(const mg_launch *l) {
         return st;
     const uint64_t count = mg_launch_get_u64(l, 1);
     void *out;
-    if (!count || count > SIZE_MAX / 2)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: count=%llu", name,
-                        (unsigned long long)count);
+    if ((st = check_count(name, count)))
+        return st;
     if ((st = mg_cpu_kernel_buffer(l, 0, count * 2, 2, name, &out)))
         return st;
     fill_job job = {mg_launch_get_u64(l, 2), mg_launch_get_f32(l, 3), mg_launch_get_f32(l, 4), out};
@@ -179,9 +186,8 @@ static mg_status kernel_amax(const mg_launch *l) {
         return st;
     const uint64_t count = mg_launch_get_u64(l, 2);
     void *x, *out;
-    if (!count || count > SIZE_MAX / 2)
-        return MG_ERROR(MG_ERR_INVALID_ARGUMENT, "cpu kernel %s: count=%llu", name,
-                        (unsigned long long)count);
+    if ((st = check_count(name, count)))
+        return st;
     if ((st = mg_cpu_kernel_buffer(l, 0, count * 2, 2, name, &x)) ||
         (st = mg_cpu_kernel_buffer(l, 1, 4, 4, name, &out)))
         return st;
